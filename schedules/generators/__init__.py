@@ -1,0 +1,1 @@
+"""Generators of known schedules: pure functions ``(stages, microbatches, **options) -> Schedule``."""

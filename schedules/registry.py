@@ -1,0 +1,125 @@
+"""The registry of known schedules: name -> generator, options, regime and level-1 formula."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from . import formulas
+from .generators import chimera as _chimera
+from .generators import hanayo as _hanayo
+from .generators import linear as _linear
+from .schedule import Schedule
+
+
+@dataclass(frozen=True)
+class Option:
+    """A schedule-specific option: Python keyword ``name``, CLI flag ``--<flag>``."""
+
+    name: str
+    flag: str
+    default: object
+    help: str
+    parse: Callable[[str], object]
+
+
+@dataclass(frozen=True)
+class ScheduleSpec:
+    """How to make a known schedule and what its authors say of it."""
+
+    name: str
+    summary: str
+    generator: Callable[..., Schedule]
+    formula: Callable[..., formulas.Formula]
+    regime: str
+    options: tuple[Option, ...] = ()
+
+
+def parse_split(text: str) -> tuple[int, int]:
+    """Parse ``A:B`` (two positive integers) as a layer split."""
+    parts = str(text).split(":")
+    try:
+        a, b = (int(x) for x in parts)
+    except ValueError:
+        raise ValueError(f"split must look like A:B with positive integers (e.g. 1:2), got {text!r}") from None
+    if a < 1 or b < 1:
+        raise ValueError(f"split must look like A:B with positive integers (e.g. 1:2), got {text!r}")
+    return a, b
+
+
+def _parse_int(text: str) -> int:
+    return int(text)
+
+
+WAVES = Option("waves", "waves", 1, "Hanayo waves W (1..8)", _parse_int)
+SPLIT = Option(
+    "split", "split", (1, 2),
+    "layer split A:B between the lighter and heavier stage of each device", parse_split,
+)
+
+REGISTRY: dict[str, ScheduleSpec] = {
+    spec.name: spec
+    for spec in (
+        ScheduleSpec(
+            "gpipe", "fill-drain: all forwards, then all backwards",
+            _linear.gpipe, formulas.gpipe, "S >= 2, B >= 1",
+        ),
+        ScheduleSpec(
+            "1f1b", "one-forward-one-backward after a warm-up (PipeDream-Flush, Megatron)",
+            _linear.one_f_one_b, formulas.one_f_one_b, "S >= 2, B >= 1",
+        ),
+        ScheduleSpec(
+            "chimera", "two opposite pipelines over the same devices, basic units concatenated",
+            _chimera.chimera, formulas.chimera, _chimera.CHIMERA_REGIME,
+        ),
+        ScheduleSpec(
+            "hanayo", "one pipeline of 2*W*S stages laid out as waves over the devices",
+            _hanayo.hanayo, formulas.hanayo, _hanayo.HANAYO_REGIME, (WAVES,),
+        ),
+        ScheduleSpec(
+            "chimera-asym",
+            "Chimera placement whose stages split the layers unevenly (A:B) between the "
+            "two stages each device holds",
+            _chimera.chimera_asym, formulas.chimera_asym, _chimera.CHIMERA_REGIME, (SPLIT,),
+        ),
+    )
+}
+
+
+def spec(name: str) -> ScheduleSpec:
+    """The registry entry of ``name``; ``ValueError`` listing the known names otherwise."""
+    try:
+        return REGISTRY[name]
+    except KeyError:
+        raise ValueError(f"unknown schedule {name!r}; known: {', '.join(REGISTRY)}") from None
+
+
+def check_common(stages: object, microbatches: object) -> None:
+    """Checks shared by every generator."""
+    if not isinstance(stages, int) or isinstance(stages, bool) or stages < 2:
+        raise ValueError(f"stages must be an integer >= 2, got {stages!r}")
+    if not isinstance(microbatches, int) or isinstance(microbatches, bool) or microbatches < 1:
+        raise ValueError(f"microbatches must be an integer >= 1, got {microbatches!r}")
+
+
+def _options(entry: ScheduleSpec, options: dict) -> dict:
+    known = {o.name for o in entry.options}
+    for key in options:
+        if key not in known:
+            allowed = ", ".join(sorted(known)) or "none"
+            raise ValueError(f"schedule {entry.name!r} takes no option {key!r} (options: {allowed})")
+    return {o.name: options.get(o.name, o.default) for o in entry.options}
+
+
+def generate(name: str, stages: int, microbatches: int, **options) -> Schedule:
+    """Build the named schedule; ``ValueError`` with one clear sentence when it cannot."""
+    entry = spec(name)
+    check_common(stages, microbatches)
+    return entry.generator(stages, microbatches, **_options(entry, options))
+
+
+def formula(name: str, stages: int, microbatches: int, **options) -> formulas.Formula:
+    """Level-1 closed-form numbers of the named schedule."""
+    entry = spec(name)
+    check_common(stages, microbatches)
+    return entry.formula(stages, microbatches, **_options(entry, options))
