@@ -84,12 +84,13 @@ def asap(schedule: Schedule, duration: Duration, lag: Lag = no_lag) -> Timing:
             if indeg[nxt] == 0:
                 queue.append(nxt)
     if len(start) != len(pos):
-        raise _deadlock(schedule, start, nstages)
+        raise deadlock_error(schedule, start)
     return Timing(start, end)
 
 
-def _deadlock(schedule: Schedule, done: dict[Op, float], nstages: list[int]) -> DeadlockError:
-    """Find devices waiting on each other in a cycle and describe it."""
+def deadlock_error(schedule: Schedule, done: dict[Op, float]) -> DeadlockError:
+    """Describe the cycle of devices waiting on each other, given the ops that ran."""
+    nstages = [schedule.num_stages(p) for p in range(schedule.num_pipelines)]
     heads: dict[int, Op] = {}
     for d, order in enumerate(schedule.orders):
         for op in order:

@@ -23,6 +23,9 @@ class Kind(enum.Enum):
     def __str__(self) -> str:
         return self.value
 
+    # members are singletons: identity hashing is correct and much faster than Enum's
+    __hash__ = object.__hash__
+
 
 _OP_RE = re.compile(r"^([FBW])(\d+)(?:p(\d+))?s(\d+)$")
 

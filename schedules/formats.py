@@ -1,0 +1,239 @@
+"""Text, CSV, JSON and torch-CSV forms of tables; each ``to_*`` has a ``from_*`` inverse.
+
+* text: an aligned grid like the tables in the reference notes — a header ``t | 0 1 ...``
+  and one row ``devD | cell cell ...`` per device; a cell is ``.`` (idle) or an op's compact
+  form (``F3s2``, ``B3p1s2``); an op of several slots repeats in consecutive cells;
+* CSV: one row per op: device,start,duration,kind,pipeline,stage,microbatch;
+* JSON: ``{"schedule", "stages", "microbatches", "devices", "makespan_slots",
+  "bubble_ratio", "ops": [{"device", "start", "duration", "kind", "pipeline", "stage",
+  "microbatch"}]}``;
+* torch CSV: PyTorch ``torch.distributed.pipelining`` compute-only form — one row per rank,
+  one action per cell (``2F0`` = global stage 2, forward, microbatch 0; ``I``/``W`` for a
+  split backward), empty cells for idle slots. Only single-pipeline schedules have it.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+
+from .ops import Kind, Op
+from .table import PlacedOp, Table
+
+FIELDS = ("device", "start", "duration", "kind", "pipeline", "stage", "microbatch")
+
+
+class FormatError(ValueError):
+    """A table file cannot be read."""
+
+
+# ---- text -------------------------------------------------------------------------------
+
+def to_text(table: Table) -> str:
+    """The aligned grid (see module docstring)."""
+    grid = table.grid()
+    labels = [[str(c) if c is not None else "." for c in row] for row in grid]
+    width = max([len(x) for row in labels for x in row] + [len(str(table.makespan - 1)), 1])
+    dev_w = len(f"dev{table.num_devices - 1}")
+    head = "t".ljust(dev_w) + " | " + " ".join(str(t).ljust(width) for t in range(table.makespan))
+    rows = [
+        f"dev{d}".ljust(dev_w) + " | " + " ".join(x.ljust(width) for x in row)
+        for d, row in enumerate(labels)
+    ]
+    return "\n".join(line.rstrip() for line in [head, *rows]) + "\n"
+
+
+def from_text(text: str, name: str = "") -> Table:
+    """Parse the aligned grid; raises ``FormatError`` naming the line and cell."""
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    rows = [ln for ln in lines if re.match(r"^\s*dev\d+\s*\|", ln)]
+    if not rows:
+        raise FormatError("text table has no 'devN | ...' rows")
+    entries: list[PlacedOp] = []
+    devices = []
+    for ln in rows:
+        head, _, body = ln.partition("|")
+        d = int(head.strip()[3:])
+        devices.append(d)
+        cells = body.split()
+        t = 0
+        while t < len(cells):
+            cell = cells[t]
+            if cell == ".":
+                t += 1
+                continue
+            try:
+                op = Op.parse(cell)
+            except ValueError as exc:
+                raise FormatError(f"dev{d}, slot {t}: {exc}") from None
+            t0 = t
+            while t < len(cells) and cells[t] == cell:
+                t += 1
+            entries.append(PlacedOp(op, d, t0, t - t0))
+    if sorted(devices) != list(range(len(devices))):
+        raise FormatError(f"text table rows must be dev0..dev{len(devices) - 1}, got {sorted(devices)}")
+    return Table(len(devices), tuple(entries), name)
+
+
+# ---- CSV --------------------------------------------------------------------------------
+
+def to_csv(table: Table) -> str:
+    """One row per op, header ``device,start,duration,kind,pipeline,stage,microbatch``."""
+    out = io.StringIO()
+    w = csv.writer(out, lineterminator="\n")
+    w.writerow(FIELDS)
+    for e in table.entries:
+        w.writerow([e.device, e.start, e.duration, e.op.kind.value, e.op.pipeline, e.op.stage, e.op.microbatch])
+    return out.getvalue()
+
+
+def _record_to_entry(rec: dict, where: str) -> PlacedOp:
+    missing = [f for f in FIELDS if f not in rec]
+    if missing:
+        raise FormatError(f"{where}: missing field {missing[0]!r} (fields: {', '.join(FIELDS)})")
+    try:
+        kind = Kind(str(rec["kind"]).strip())
+    except ValueError:
+        raise FormatError(f"{where}: kind must be F, B or W, got {rec['kind']!r}") from None
+    values = {}
+    for f in ("device", "start", "duration", "pipeline", "stage", "microbatch"):
+        raw = rec[f]
+        try:
+            if isinstance(raw, bool) or (isinstance(raw, float) and not raw.is_integer()):
+                raise ValueError
+            values[f] = int(raw)
+        except (TypeError, ValueError):
+            raise FormatError(f"{where}: {f} must be an integer, got {raw!r}") from None
+        if values[f] < 0 or (f == "duration" and values[f] < 1):
+            raise FormatError(f"{where}: {f} must be {'>= 1' if f == 'duration' else '>= 0'}, got {raw!r}")
+    op = Op(kind, values["pipeline"], values["stage"], values["microbatch"])
+    return PlacedOp(op, values["device"], values["start"], values["duration"])
+
+
+def from_csv(text: str, name: str = "", num_devices: int | None = None) -> Table:
+    """Parse the per-op CSV; the device count is the largest device + 1 unless given."""
+    reader = csv.DictReader(io.StringIO(text))
+    if reader.fieldnames is None or set(FIELDS) - set(reader.fieldnames):
+        raise FormatError(f"CSV table must have the header {','.join(FIELDS)}")
+    entries = tuple(_record_to_entry(r, f"CSV row {i + 2}") for i, r in enumerate(reader))
+    if not entries:
+        raise FormatError("CSV table has no ops")
+    n = num_devices or max(e.device for e in entries) + 1
+    return Table(n, entries, name)
+
+
+# ---- JSON -------------------------------------------------------------------------------
+
+def op_records(table: Table) -> list[dict]:
+    """The ``ops`` records of the JSON form."""
+    return [
+        {"device": e.device, "start": e.start, "duration": e.duration, "kind": e.op.kind.value,
+         "pipeline": e.op.pipeline, "stage": e.op.stage, "microbatch": e.op.microbatch}
+        for e in table.entries
+    ]
+
+
+def to_json_dict(table: Table, schedule: str = "", stages: int | None = None, bubble_ratio: float | None = None) -> dict:
+    """The JSON form as a dict (see module docstring)."""
+    makespan = table.makespan
+    if bubble_ratio is None:
+        busy = sum(e.duration for e in table.entries)
+        bubble_ratio = 1 - busy / (table.num_devices * makespan) if makespan else 0.0
+    return {
+        "schedule": schedule or table.name,
+        "stages": stages if stages is not None else table.num_devices,
+        "microbatches": table.microbatches,
+        "devices": table.num_devices,
+        "makespan_slots": makespan,
+        "bubble_ratio": bubble_ratio,
+        "ops": op_records(table),
+    }
+
+
+def to_json(table: Table, **kwargs) -> str:
+    return json.dumps(to_json_dict(table, **kwargs), indent=1)
+
+
+def from_json(text: str, name: str = "") -> Table:
+    """Parse the JSON form (only ``devices`` and ``ops`` are needed)."""
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise FormatError(f"JSON table is malformed: {exc.msg} at line {exc.lineno}") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("ops"), list):
+        raise FormatError("JSON table must be an object with an 'ops' list")
+    entries = tuple(
+        _record_to_entry(r if isinstance(r, dict) else {}, f"JSON op {i}") for i, r in enumerate(doc["ops"])
+    )
+    if not entries:
+        raise FormatError("JSON table has no ops")
+    devices = doc.get("devices", max(e.device for e in entries) + 1)
+    if not isinstance(devices, int) or devices < 1:
+        raise FormatError(f"JSON table: devices must be an integer >= 1, got {devices!r}")
+    return Table(devices, entries, name or str(doc.get("schedule", "")))
+
+
+# ---- torch CSV --------------------------------------------------------------------------
+
+_TORCH_RE = re.compile(r"^(\d+)([FBIW])(\d+)$")
+
+
+def to_torch_csv(table: Table) -> str:
+    """PyTorch compute-only CSV (one row per rank; idle slots empty). With a split backward
+    the input-gradient op is written ``I`` and the weight-gradient op ``W``, as torch does;
+    otherwise a backward is ``B``. Multi-slot ops are written once, at their start slot."""
+    if any(e.op.pipeline for e in table.entries):
+        raise ValueError("torch CSV holds one pipeline; this table has several (e.g. Chimera)")
+    split = any(e.op.kind is Kind.W for e in table.entries)
+    out = io.StringIO()
+    w = csv.writer(out, lineterminator="\n")
+    for d in range(table.num_devices):
+        row = [""] * table.makespan
+        for e in table.device_entries(d):
+            letter = "I" if (split and e.op.kind is Kind.B) else e.op.kind.value
+            row[e.start] = f"{e.op.stage}{letter}{e.op.microbatch}"
+        while row and row[-1] == "":
+            row.pop()
+        w.writerow(row)
+    return out.getvalue()
+
+
+def from_torch_csv(text: str, name: str = "", slots=None) -> Table:
+    """Read PyTorch's compute-only CSV into a table: each rank's actions in row order,
+    laid out as soon as possible with ``slots`` (default F=1, B=2, I=B, W=1)."""
+    from .table import SlotDurations, layout
+    from .schedule import Placement, Schedule
+
+    rows = list(csv.reader(io.StringIO(text)))
+    orders: list[list[Op]] = []
+    stage2dev: dict[int, int] = {}
+    mbs: set[int] = set()
+    split = False
+    for d, row in enumerate(rows):
+        order = []
+        for c, cell in enumerate(row):
+            cell = cell.strip()
+            if not cell:
+                continue
+            m = _TORCH_RE.match(cell)
+            if not m:
+                raise FormatError(f"torch CSV row {d + 1}, column {c + 1}: action {cell!r} is not like '2F0'")
+            stage, letter, mb = int(m[1]), m[2], int(m[3])
+            split |= letter in "IW"
+            kind = {"F": Kind.F, "B": Kind.B, "I": Kind.B, "W": Kind.W}[letter]
+            if stage2dev.setdefault(stage, d) != d:
+                raise FormatError(f"torch CSV: stage {stage} appears on ranks {stage2dev[stage]} and {d}")
+            order.append(Op(kind, 0, stage, mb))
+            mbs.add(mb)
+        orders.append(order)
+    if not stage2dev:
+        raise FormatError("torch CSV has no actions")
+    num_stages = max(stage2dev) + 1
+    missing = [s for s in range(num_stages) if s not in stage2dev]
+    if missing:
+        raise FormatError(f"torch CSV: stage {missing[0]} has no actions")
+    placement = Placement((tuple(stage2dev[s] for s in range(num_stages)),), len(rows))
+    sched = Schedule(name or "torch", placement, (0,) * (max(mbs) + 1), tuple(map(tuple, orders)), split_backward=split)
+    return layout(sched, slots or SlotDurations())

@@ -1,0 +1,82 @@
+"""Shared pieces of the command line: a one-line-error parser, schedule arguments, output."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from schedules import registry
+from schedules.table import SlotDurations
+
+
+class UsageError(Exception):
+    """Bad input: printed as one line, exit code 2."""
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, but errors are one line on stderr with exit code 2."""
+
+    def error(self, message: str):  # type: ignore[override]
+        raise UsageError(f"{self.prog}: {message}")
+
+
+def positive_int(name: str):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} must be an integer, got {text!r}") from None
+        return value
+
+    parse.__name__ = name
+    return parse
+
+
+def add_schedule_args(p: argparse.ArgumentParser, name: bool = True) -> None:
+    """NAME --stages --microbatches [--waves] [--split] [--forward-slots] [--backward-slots]."""
+    if name:
+        p.add_argument("name", metavar="NAME", help="schedule name (see 'pipetab schedules')")
+    p.add_argument("--stages", "-S", type=positive_int("stages"), required=True,
+                   help="pipeline stages S (= devices for GPipe, 1F1B, Chimera, Hanayo)")
+    p.add_argument("--microbatches", "-B", type=positive_int("microbatches"), required=True,
+                   help="microbatches per training step B")
+    p.add_argument("--waves", type=positive_int("waves"), default=None, help="Hanayo waves W (default 1)")
+    p.add_argument("--split", default=None, help="chimera-asym layer split A:B (default 1:2)")
+    add_slot_args(p)
+
+
+def add_slot_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--forward-slots", type=positive_int("forward slots"), default=1,
+                   help="slots of one forward (default 1)")
+    p.add_argument("--backward-slots", type=positive_int("backward slots"), default=2,
+                   help="slots of one backward (default 2)")
+
+
+def schedule_options(args) -> dict:
+    """The schedule-specific options the user gave, checked against the registry."""
+    entry = registry.spec(args.name)
+    allowed = {o.name for o in entry.options}
+    given = {}
+    if args.waves is not None:
+        given["waves"] = args.waves
+    if args.split is not None:
+        given["split"] = registry.parse_split(args.split)
+    for key in given:
+        if key not in allowed:
+            raise UsageError(f"--{key} does not apply to schedule {args.name!r}")
+    return given
+
+
+def build_schedule(args):
+    """The schedule named on the command line."""
+    return registry.generate(args.name, args.stages, args.microbatches, **schedule_options(args))
+
+
+def slots_of(args) -> SlotDurations:
+    return SlotDurations(forward=args.forward_slots, backward=args.backward_slots)
+
+
+def emit_json(doc) -> None:
+    json.dump(doc, sys.stdout, indent=1)
+    sys.stdout.write("\n")

@@ -1,0 +1,160 @@
+"""``pipetab`` entry point: sub-commands and the one-line error contract."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from schedules import formats, registry
+from schedules.metrics import table_metrics
+from schedules.table import layout
+from schedules.validate import schedule_from_table, validate
+
+from . import common
+from .common import Parser, UsageError, emit_json
+
+
+def cmd_schedules(args) -> None:
+    rows = []
+    for spec in registry.REGISTRY.values():
+        rows.append({
+            "name": spec.name,
+            "summary": spec.summary,
+            "regime": spec.regime,
+            "options": [{"name": o.flag, "default": _plain(o.default), "help": o.help} for o in spec.options],
+        })
+    if args.format == "json":
+        emit_json(rows)
+        return
+    for r in rows:
+        opts = "".join(f" [--{o['name']} (default {o['default']}): {o['help']}]" for o in r["options"])
+        print(f"{r['name']:<13} {r['summary']}")
+        print(f"{'':<13} requires: {r['regime']}; --stages S --microbatches B{opts}")
+
+
+def _plain(value):
+    return ":".join(map(str, value)) if isinstance(value, tuple) else value
+
+
+def cmd_table(args) -> None:
+    schedule = common.build_schedule(args)
+    table = layout(schedule, common.slots_of(args))
+    validate(table, schedule)
+    metrics = table_metrics(table, schedule)
+    if args.plot:
+        from solver.plot import plot_table
+
+        _save_plot(plot_table, args.plot, table, title=f"{args.name}  S={args.stages} B={args.microbatches}")
+    if args.format == "json":
+        emit_json(formats.to_json_dict(table, schedule=args.name, stages=args.stages,
+                                       bubble_ratio=metrics.bubble_ratio))
+    elif args.format == "csv":
+        sys.stdout.write(formats.to_csv(table))
+    elif args.format == "torch-csv":
+        sys.stdout.write(formats.to_torch_csv(table))
+    else:
+        sys.stdout.write(formats.to_text(table))
+        print(f"makespan {metrics.makespan_slots} slots, bubble ratio {metrics.bubble_ratio:.4f}")
+
+
+def read_table(path: str):
+    """Read a table file; the format follows the extension (.json, .csv, else text)."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise UsageError(f"cannot read table file {path!r}: {exc.strerror}") from None
+    suffix = p.suffix.lower()
+    if suffix == ".json":
+        return formats.from_json(text, p.stem)
+    if suffix == ".csv":
+        first = text.lstrip().split("\n", 1)[0]
+        if first.startswith("device,"):
+            return formats.from_csv(text, p.stem)
+        return formats.from_torch_csv(text, p.stem)
+    return formats.from_text(text, p.stem)
+
+
+def cmd_check(args) -> None:
+    table = read_table(args.file)
+    validate(table)
+    metrics = table_metrics(table, schedule_from_table(table))
+    if args.format == "json":
+        emit_json({"valid": True, "devices": table.num_devices, "microbatches": table.microbatches,
+                   **metrics.as_dict()})
+    else:
+        print(f"{args.file}: valid table, {table.num_devices} devices, {table.microbatches} microbatches")
+        _print_metrics(metrics.as_dict())
+
+
+def _print_metrics(d: dict, indent: str = "  ") -> None:
+    for k, v in d.items():
+        if isinstance(v, float):
+            v = f"{v:.4f}"
+        elif isinstance(v, list):
+            v = ", ".join(f"{x:.4g}" if isinstance(x, float) else str(x) for x in v)
+        print(f"{indent}{k}: {v}")
+
+
+def _save_plot(fn, path, *a, **kw) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise UsageError("--plot needs matplotlib: pip install 'pipetab[plot]'") from None
+    fig, ax = plt.subplots(figsize=(12, 3 + 0.35 * kw.pop("rows", 4)))
+    fn(*a, ax=ax, **kw)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def build_parser() -> Parser:
+    from . import evaluate_cmd, solve_cmd, sweep_cmd
+
+    parser = Parser(prog="pipetab", description="Explore pipeline-parallel training schedules as tables.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
+
+    p = sub.add_parser("schedules", help="list the known schedules, their options and constraints")
+    p.add_argument("--format", choices=["text", "json"], default="text")
+    p.set_defaults(func=cmd_schedules)
+
+    p = sub.add_parser("table", help="print a schedule as a table (devices x slots)")
+    common.add_schedule_args(p)
+    p.add_argument("--format", choices=["text", "csv", "json", "torch-csv"], default="text")
+    p.add_argument("--plot", metavar="FILE.png", help="also draw the table as a picture")
+    p.set_defaults(func=cmd_table)
+
+    p = sub.add_parser("check", help="validate a table file (.json, .csv, torch .csv, or text grid)")
+    p.add_argument("file", metavar="FILE")
+    p.add_argument("--format", choices=["text", "json"], default="text")
+    p.set_defaults(func=cmd_check)
+
+    evaluate_cmd.register(sub)
+    solve_cmd.register(sub)
+    sweep_cmd.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command line; returns the exit code (0 ok, 2 bad input)."""
+    try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        args.func(args)
+    except UsageError as exc:
+        print(str(exc), file=sys.stderr)
+        return 2
+    except (ValueError, KeyError) as exc:
+        msg = exc.args[0] if exc.args else str(exc)
+        print(f"pipetab: error: {msg}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:  # pragma: no cover - e.g. piping into head
+        return 0
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,169 @@
+"""Costs: what every op, message, all-reduce and optimizer step of a schedule costs.
+
+One ``Costs`` value feeds both the simulator and the CP-SAT model, so the two can be held
+to the same number. Costs are either
+
+* idealized (``slot_costs``): ops take their table slots, a message between two devices
+  takes a fixed number of slots, activations count 1 each; unit ``"slots"``;
+* from hardware (``hardware_costs``): roofline compute and Hockney messages in seconds,
+  activations and persistent memory in bytes; unit ``"s"``;
+* quantized (``Costs.quantized``): any of the above in integer ticks of ``tick_s``
+  seconds, durations rounded up, which is what the CP-SAT model needs.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Mapping
+
+from schedules.ops import Kind, Op
+from schedules.schedule import Schedule
+from schedules.table import SlotDurations
+
+StageKey = tuple[int, int]  # (pipeline, stage)
+
+
+@dataclass(frozen=True)
+class Links:
+    """Message time between two devices: ``latency + nbytes / bandwidth`` (Hockney), or a
+    constant (``constant`` not None, idealized slots). Per device-pair overrides in
+    ``pairs`` (unordered pair -> (latency, bandwidth))."""
+
+    latency: float = 0.0
+    bandwidth: float = math.inf
+    constant: float | None = None
+    pairs: Mapping[tuple[int, int], tuple[float, float]] = field(default_factory=dict)
+
+    def time(self, src: int, dst: int, nbytes: float) -> float:
+        if src == dst:
+            return 0.0
+        if self.constant is not None:
+            return self.constant
+        lat, bw = self.pairs.get((min(src, dst), max(src, dst)), (self.latency, self.bandwidth))
+        return lat + nbytes / bw
+
+    @property
+    def uniform(self) -> bool:
+        """Whether every pair of distinct devices has the same link."""
+        return self.constant is not None or not self.pairs
+
+
+@dataclass(frozen=True)
+class ReplicaGroup:
+    """Stages holding the same layers on different devices (Chimera's two directions):
+    their gradients are all-reduced after the last backward of all members."""
+
+    stages: tuple[StageKey, ...]
+    allreduce_time: float
+
+
+@dataclass(frozen=True)
+class Costs:
+    """Costs of one schedule structure (pipelines x stages); see module docstring.
+
+    ``op_time[(kind, p, s)]``: duration of that op for one microbatch.
+    ``message_bytes[(kind, p, s)]``: size of the message the op's output sends to the next
+    op of its chain on another stage (F: s -> s+1, B: s -> s-1).
+    ``activation[(p, s)]``: memory one live activation of that stage takes.
+    ``persistent[d]``: memory always held by device d (weights, gradients, optimizer).
+    ``capacity[d]``: memory device d has in total (None: unlimited).
+    """
+
+    unit: str
+    op_time: Mapping[tuple[Kind, int, int], float]
+    message_bytes: Mapping[tuple[Kind, int, int], float]
+    links: Links
+    activation: Mapping[StageKey, float]
+    persistent: tuple[float, ...]
+    capacity: tuple[float | None, ...]
+    replica_groups: tuple[ReplicaGroup, ...] = ()
+    optimizer_time: tuple[float, ...] = ()
+    tick_s: float | None = None
+    contention: bool = False
+
+    def duration(self, op: Op) -> float:
+        return self.op_time[(op.kind, op.pipeline, op.stage)]
+
+    def transfer(self, op: Op, src: int, dst: int) -> float:
+        """Time for ``op``'s output to reach device ``dst`` from ``src`` (0 if equal)."""
+        if src == dst:
+            return 0
+        nbytes = self.message_bytes.get((op.kind, op.pipeline, op.stage), 0.0)
+        t = self.links.time(src, dst, nbytes)
+        return math.ceil(t / self.tick_s - 1e-9) if self.tick_s else t
+
+    def activation_capacity(self, device: int) -> float | None:
+        """Memory left for activations on ``device`` (None: unlimited)."""
+        cap = self.capacity[device]
+        return None if cap is None else cap - self.persistent[device]
+
+    @property
+    def integral(self) -> bool:
+        """Whether every time is a whole number (what the CP-SAT model needs)."""
+        return self.tick_s is not None or self.unit == "slots"
+
+    def with_activation_cap(self, cap: int | None) -> "Costs":
+        """Same costs with every device limited to ``cap`` live activations of size 1
+        (idealized costs) — ``None`` lifts the limit."""
+        return replace(self, capacity=tuple(None if cap is None else cap + p for p in self.persistent))
+
+    def quantized(self, tick_s: float) -> "Costs":
+        """These costs (in seconds) as integer ticks of ``tick_s`` seconds, times rounded
+        up so a quantized makespan is an upper bound of the real-valued one."""
+        if self.unit != "s":
+            raise ValueError(f"only costs in seconds can be quantized, these are in {self.unit}")
+        if not tick_s > 0:
+            raise ValueError(f"tick must be > 0 seconds, got {tick_s}")
+
+        def up(t: float) -> int:
+            return math.ceil(t / tick_s - 1e-9)
+
+        return replace(
+            self,
+            unit="ticks",
+            op_time={k: max(1, up(v)) for k, v in self.op_time.items()},
+            replica_groups=tuple(replace(g, allreduce_time=up(g.allreduce_time)) for g in self.replica_groups),
+            optimizer_time=tuple(up(t) for t in self.optimizer_time),
+            tick_s=tick_s,
+        )
+
+    def to_seconds(self, value: float) -> float:
+        """A time in these costs' unit, in seconds (ticks only)."""
+        if self.unit == "s":
+            return value
+        if self.tick_s is None:
+            raise ValueError("idealized slot costs have no seconds")
+        return value * self.tick_s
+
+
+def slot_costs(
+    schedule: Schedule,
+    slots: SlotDurations | None = None,
+    comm_slots: int = 0,
+    activation_cap: int | None = None,
+) -> Costs:
+    """Idealized costs: table slot durations, ``comm_slots`` per message between devices,
+    each activation counts 1, at most ``activation_cap`` live per device."""
+    slots = slots or SlotDurations()
+    if not isinstance(comm_slots, int) or comm_slots < 0:
+        raise ValueError(f"comm slots must be an integer >= 0, got {comm_slots!r}")
+    if activation_cap is not None and (not isinstance(activation_cap, int) or activation_cap < 1):
+        raise ValueError(f"activation cap must be an integer >= 1, got {activation_cap!r}")
+    op_time = {}
+    for p in range(schedule.num_pipelines):
+        for s in range(schedule.num_stages(p)):
+            for k in schedule.kinds:
+                op_time[(k, p, s)] = slots.of(schedule, Op(k, p, s, 0))
+    stages = [(p, s) for p in range(schedule.num_pipelines) for s in range(schedule.num_stages(p))]
+    n = schedule.num_devices
+    return Costs(
+        unit="slots",
+        op_time=op_time,
+        message_bytes={},
+        links=Links(constant=comm_slots),
+        activation={k: 1 for k in stages},
+        persistent=(0,) * n,
+        capacity=(activation_cap,) * n,
+        optimizer_time=(0,) * n,
+    )

@@ -1,0 +1,81 @@
+"""Solver configuration: limits, portfolio and one switch per constraint family.
+
+Every constraint family of the model can be switched off by a config value, so an ablation
+is a ``dataclasses.replace(config, family=False)``. Switches that *restrict* the problem
+(``fifo``) are off by default and show up in a result's ``bound_assumptions`` when on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+# On 2 cores CP-SAT's default 2-worker portfolio has neither a no-LP worker nor a bound
+# worker; reference/cpsat.md §9 measured both to matter (the LP relaxation of this
+# disjunctive model is weak). These are the portfolios used when ``subsolvers`` is None.
+DEFAULT_PORTFOLIOS: dict[int, tuple[str, ...]] = {
+    1: ("no_lp",),
+    2: ("no_lp", "objective_lb_search_no_lp"),
+    3: ("no_lp", "objective_lb_search_no_lp", "default_lp"),
+}
+
+
+@dataclass(frozen=True)
+class CpSatConfig:
+    """How to solve.
+
+    Limits: ``time_limit_s`` (wall clock, whole call), ``deterministic_time`` (CP-SAT's
+    deterministic limit per solve, for reproducible tests), ``workers``, ``random_seed``,
+    ``log`` (CP-SAT's search log to stdout, or to ``log_callback``).
+
+    Families: ``symmetry_break`` (stage-0 forwards of each pipeline start in microbatch
+    order — a relabelling of identical microbatches, safe), ``fifo`` (every stage runs the
+    microbatches of a pipeline in the same order — a *restriction*), ``memory`` (cumulative
+    activation lifetimes per device), ``redundant`` (memory pigeonhole chain on stage 0,
+    interval makespan per device, total-work cut for free placement), ``hints`` (complete
+    hints from the best known or constructed schedule), ``device_symmetry`` (free
+    placement: device relabelling for identical devices and uniform links).
+
+    ``subsolvers``: CP-SAT subsolver names; None picks ``DEFAULT_PORTFOLIOS[workers]`` (for
+    workers >= 4 CP-SAT's own portfolio, which includes no_lp and bound workers).
+    ``decompose``: free placement is solved as one fixed-placement model per canonical
+    placement, pruned by bound (reference/cpsat.md §9); False builds one monolithic model.
+    ``fifo_warmstart``: before the full model, solve the FIFO-restricted model briefly and
+    use its schedule as a hint (the restriction does not reach the bound).
+    """
+
+    time_limit_s: float = 60.0
+    workers: int = 2
+    deterministic_time: float | None = None
+    random_seed: int = 0
+    log: bool = False
+    symmetry_break: bool = True
+    fifo: bool = False
+    memory: bool = True
+    redundant: bool = True
+    hints: bool = True
+    device_symmetry: bool = True
+    subsolvers: tuple[str, ...] | None = None
+    decompose: bool = True
+    fifo_warmstart: bool = True
+    max_placements: int = 2000
+    extra_params: tuple[tuple[str, object], ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        if not self.time_limit_s > 0:
+            raise ValueError(f"time_limit_s must be > 0 seconds, got {self.time_limit_s!r}")
+        if not isinstance(self.workers, int) or isinstance(self.workers, bool) or self.workers < 1:
+            raise ValueError(f"workers must be an integer >= 1, got {self.workers!r}")
+        if self.deterministic_time is not None and not self.deterministic_time > 0:
+            raise ValueError(f"deterministic_time must be > 0, got {self.deterministic_time!r}")
+        if self.subsolvers is not None:
+            object.__setattr__(self, "subsolvers", tuple(self.subsolvers))
+        object.__setattr__(self, "extra_params", tuple(tuple(kv) for kv in self.extra_params))
+
+    def replace(self, **changes) -> "CpSatConfig":
+        return replace(self, **changes)
+
+    def portfolio(self) -> tuple[str, ...] | None:
+        """Subsolver names handed to CP-SAT (None: CP-SAT's own choice)."""
+        if self.subsolvers is not None:
+            return self.subsolvers
+        return DEFAULT_PORTFOLIOS.get(self.workers)

@@ -1,0 +1,342 @@
+"""The problem the CP-SAT model solves: ops of given microbatches on pipelines of stages,
+their integer costs, the devices, and how much of the placement is fixed.
+
+``placement`` is a fixed ``Placement``, a family name (``"linear"``: stage d on device d;
+``"bidirectional"``: Chimera's down pipeline s -> s and up pipeline s -> S-1-s;
+``"wave"``: Hanayo's 2WS stages zig-zagging over S devices), or ``"free"`` (any device for
+every (pipeline, stage); the solver chooses).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from functools import cached_property
+
+from schedules.ops import Kind, Op
+from schedules.schedule import Placement, Schedule
+from solver.costs import Costs, Links
+
+FAMILIES = ("linear", "bidirectional", "wave", "free")
+
+StageKey = tuple[int, int]
+
+
+def family_placement(family: str, num_devices: int, num_stages: tuple[int, ...]) -> Placement:
+    """The placement of a named family for ``num_devices`` devices and the given stage
+    counts per pipeline; ``ValueError`` when the shapes do not fit the family."""
+    D = num_devices
+    if family == "linear":
+        if num_stages != (D,):
+            raise ValueError(
+                f"linear placement needs one pipeline of {D} stages (one per device), got {list(num_stages)}"
+            )
+        return Placement((tuple(range(D)),), D)
+    if family == "bidirectional":
+        if num_stages != (D, D):
+            raise ValueError(
+                f"bidirectional placement needs two pipelines of {D} stages each, got {list(num_stages)}"
+            )
+        return Placement((tuple(range(D)), tuple(D - 1 - s for s in range(D))), D)
+    if family == "wave":
+        if len(num_stages) != 1 or num_stages[0] % (2 * D):
+            raise ValueError(
+                f"wave placement needs one pipeline of 2*W*{D} stages (W waves), got {list(num_stages)}"
+            )
+        return Placement((tuple(_wave_device(s, D) for s in range(num_stages[0])),), D)
+    raise ValueError(f"placement must be one of {', '.join(FAMILIES)} or a Placement, got {family!r}")
+
+
+def _wave_device(stage: int, devices: int) -> int:
+    k, j = divmod(stage, devices)
+    return j if k % 2 == 0 else devices - 1 - j
+
+
+def _int(value: float, what: str) -> int:
+    if value is None or not math.isfinite(value) or abs(value - round(value)) > 1e-9:
+        raise ValueError(
+            f"{what} is {value!r}; the CP-SAT model needs integer times — quantize the costs "
+            "first (Costs.quantized(tick_s))"
+        )
+    return int(round(value))
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One instance: ``microbatch2pipeline[m]`` is the pipeline of microbatch m,
+    ``num_stages[p]`` the stages of pipeline p, ``costs`` their integer costs, ``placement``
+    a ``Placement``, a family name or ``"free"``. ``stage_work`` (relative work per stage)
+    is only carried into returned schedules."""
+
+    num_devices: int
+    microbatch2pipeline: tuple[int, ...]
+    num_stages: tuple[int, ...]
+    costs: Costs
+    placement: Placement | str = "linear"
+    split_backward: bool = False
+    stage_work: tuple[tuple[float, ...], ...] | None = None
+    name: str = "problem"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "microbatch2pipeline", tuple(self.microbatch2pipeline))
+        object.__setattr__(self, "num_stages", tuple(self.num_stages))
+        D = self.num_devices
+        if not isinstance(D, int) or isinstance(D, bool) or D < 1:
+            raise ValueError(f"num_devices must be an integer >= 1, got {D!r}")
+        if not self.num_stages or any(n < 1 for n in self.num_stages):
+            raise ValueError(f"num_stages must list >= 1 stage per pipeline, got {list(self.num_stages)}")
+        if not self.microbatch2pipeline:
+            raise ValueError("a problem needs at least one microbatch")
+        for m, p in enumerate(self.microbatch2pipeline):
+            if not 0 <= p < len(self.num_stages):
+                raise ValueError(f"microbatch {m} takes pipeline {p}, which does not exist")
+        if isinstance(self.placement, str):
+            if self.placement != "free":
+                family_placement(self.placement, D, self.num_stages)  # validates shapes
+        elif isinstance(self.placement, Placement):
+            if self.placement.num_devices != D:
+                raise ValueError(
+                    f"placement has {self.placement.num_devices} devices, problem has {D}"
+                )
+            if tuple(len(s) for s in self.placement.stage2device) != self.num_stages:
+                raise ValueError("placement's stages per pipeline differ from num_stages")
+        else:
+            raise ValueError(f"placement must be a Placement or one of {', '.join(FAMILIES)}")
+        c = self.costs
+        if not c.integral:
+            raise ValueError(
+                f"costs are in {c.unit!r} without a tick; the CP-SAT model needs integer times — "
+                "use Costs.quantized(tick_s)"
+            )
+        if c.contention:
+            raise ValueError(
+                "costs model link contention, which the CP-SAT model does not (yet): "
+                "build costs with contention=False"
+            )
+        if len(c.persistent) != D or len(c.capacity) != D:
+            raise ValueError(f"costs describe {len(c.capacity)} devices, problem has {D}")
+        for p, n in enumerate(self.num_stages):
+            for s in range(n):
+                for k in self.kinds:
+                    if (k, p, s) not in c.op_time:
+                        raise ValueError(f"costs have no time for {k} of stage {s} of pipeline {p}")
+                    if _int(c.op_time[(k, p, s)], f"time of {k} on stage {s} of pipeline {p}") < 1:
+                        raise ValueError(f"time of {k} on stage {s} of pipeline {p} must be >= 1 tick")
+                if (p, s) not in c.activation:
+                    raise ValueError(f"costs have no activation size for stage {s} of pipeline {p}")
+        for g in c.replica_groups:
+            _int(g.allreduce_time, "an all-reduce time")
+            for p, s in g.stages:
+                if not (0 <= p < len(self.num_stages) and 0 <= s < self.num_stages[p]):
+                    raise ValueError(f"replica group names stage {s} of pipeline {p}, which does not exist")
+        for t in c.optimizer_time:
+            _int(t, "an optimizer time")
+        if self.stage_work is not None:
+            object.__setattr__(self, "stage_work", tuple(tuple(w) for w in self.stage_work))
+            if tuple(len(w) for w in self.stage_work) != self.num_stages:
+                raise ValueError("stage_work must give one value per stage of every pipeline")
+
+    # ---- shape ------------------------------------------------------------------------
+    @property
+    def num_microbatches(self) -> int:
+        return len(self.microbatch2pipeline)
+
+    @property
+    def num_pipelines(self) -> int:
+        return len(self.num_stages)
+
+    @property
+    def kinds(self) -> tuple[Kind, ...]:
+        return (Kind.F, Kind.B, Kind.W) if self.split_backward else (Kind.F, Kind.B)
+
+    @property
+    def release_kind(self) -> Kind:
+        """The op whose end frees an activation and finishes a stage's gradient."""
+        return Kind.W if self.split_backward else Kind.B
+
+    @cached_property
+    def stages(self) -> tuple[StageKey, ...]:
+        return tuple((p, s) for p, n in enumerate(self.num_stages) for s in range(n))
+
+    @cached_property
+    def ops(self) -> tuple[Op, ...]:
+        return tuple(
+            Op(k, p, s, m)
+            for m, p in enumerate(self.microbatch2pipeline)
+            for s in range(self.num_stages[p])
+            for k in self.kinds
+        )
+
+    @property
+    def is_free(self) -> bool:
+        return isinstance(self.placement, str) and self.placement == "free"
+
+    @property
+    def placement_label(self) -> str:
+        return self.placement if isinstance(self.placement, str) else "given"
+
+    @cached_property
+    def fixed_placement(self) -> Placement | None:
+        """The placement when it is fixed (given or a family), None when free."""
+        if isinstance(self.placement, Placement):
+            return self.placement
+        if self.placement == "free":
+            return None
+        return family_placement(self.placement, self.num_devices, self.num_stages)
+
+    def with_placement(self, placement: Placement | str) -> "Problem":
+        return replace(self, placement=placement)
+
+    def with_costs(self, costs: Costs) -> "Problem":
+        return replace(self, costs=costs)
+
+    # ---- integer costs ------------------------------------------------------------------
+    def duration(self, op: Op) -> int:
+        return int(round(self.costs.duration(op)))
+
+    def lag(self, pred: Op, src: int, dst: int) -> int:
+        return _int(self.costs.transfer(pred, src, dst), f"transfer of {pred}")
+
+    def cap(self, device: int) -> float | None:
+        return self.costs.activation_capacity(device)
+
+    def optimizer(self, device: int) -> int:
+        t = self.costs.optimizer_time
+        return int(round(t[device])) if t else 0
+
+    def matches(self, schedule: Schedule) -> str | None:
+        """None when ``schedule`` is a schedule of this problem; otherwise why not."""
+        if schedule.num_devices != self.num_devices:
+            return f"{schedule.num_devices} devices, problem has {self.num_devices}"
+        if tuple(schedule.microbatch2pipeline) != self.microbatch2pipeline:
+            return "different microbatch-to-pipeline map"
+        if tuple(schedule.num_stages(p) for p in range(schedule.num_pipelines)) != self.num_stages:
+            return "different stages per pipeline"
+        if schedule.split_backward != self.split_backward:
+            return "different backward split"
+        fixed = self.fixed_placement
+        if fixed is not None and schedule.placement.stage2device != fixed.stage2device:
+            return "different placement"
+        return None
+
+    def schedule(self, name: str, placement: Placement, orders) -> Schedule:
+        """A ``Schedule`` of this problem with the given placement and per-device orders."""
+        return Schedule(
+            name, placement, self.microbatch2pipeline, tuple(tuple(o) for o in orders),
+            stage_work=self.stage_work, split_backward=self.split_backward,
+            params={"source": "cpsat"},
+        )
+
+    @classmethod
+    def from_schedule(cls, schedule: Schedule, costs: Costs, placement: Placement | str | None = None) -> "Problem":
+        """The problem a known schedule solves (its placement fixed unless ``placement``)."""
+        return cls(
+            schedule.num_devices,
+            tuple(schedule.microbatch2pipeline),
+            tuple(schedule.num_stages(p) for p in range(schedule.num_pipelines)),
+            costs,
+            schedule.placement if placement is None else placement,
+            schedule.split_backward,
+            tuple(tuple(w) for w in schedule.stage_work),
+            schedule.name,
+        )
+
+
+def bidirectional_microbatches(stages: int, microbatches: int) -> tuple[int, ...]:
+    """Chimera's split: in every unit of ``stages`` microbatches the first half go down
+    (pipeline 0), the second half up (pipeline 1)."""
+    half = max(1, stages // 2)
+    return tuple(0 if m % stages < half else 1 for m in range(microbatches))
+
+
+def idealized_costs(
+    num_devices: int,
+    num_stages: tuple[int, ...],
+    forward: int = 1,
+    backward: int = 2,
+    weight: int = 1,
+    comm: int = 0,
+    activation_cap: int | None = None,
+    stage_work: tuple[tuple[float, ...], ...] | None = None,
+    split_backward: bool = False,
+) -> Costs:
+    """Idealized slot costs for a problem shape (the same numbers ``slot_costs`` gives a
+    schedule of that shape): an op of stage work w takes round_half_up(slots * w / w_min),
+    every message ``comm`` slots, every activation 1, at most ``activation_cap`` live."""
+    for name, v in (("forward", forward), ("backward", backward), ("weight", weight)):
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            raise ValueError(f"{name} slots must be an integer >= 1, got {v!r}")
+    if not isinstance(comm, int) or isinstance(comm, bool) or comm < 0:
+        raise ValueError(f"comm slots must be an integer >= 0, got {comm!r}")
+    if activation_cap is not None and (not isinstance(activation_cap, int) or activation_cap < 1):
+        raise ValueError(f"activation cap must be an integer >= 1, got {activation_cap!r}")
+    work = stage_work or tuple((1.0,) * n for n in num_stages)
+    w_min = min(min(w) for w in work)
+    base = {Kind.F: forward, Kind.B: backward, Kind.W: weight}
+    kinds = (Kind.F, Kind.B, Kind.W) if split_backward else (Kind.F, Kind.B)
+    op_time = {
+        (k, p, s): max(1, math.floor(base[k] * work[p][s] / w_min + 0.5))
+        for p, n in enumerate(num_stages)
+        for s in range(n)
+        for k in kinds
+    }
+    return Costs(
+        unit="slots",
+        op_time=op_time,
+        message_bytes={},
+        links=Links(constant=comm),
+        activation={(p, s): 1 for p, n in enumerate(num_stages) for s in range(n)},
+        persistent=(0,) * num_devices,
+        capacity=(activation_cap,) * num_devices,
+        optimizer_time=(0,) * num_devices,
+    )
+
+
+def idealized_problem(
+    stages: int,
+    microbatches: int,
+    placement: Placement | str = "linear",
+    *,
+    forward: int = 1,
+    backward: int = 2,
+    weight: int = 1,
+    comm: int = 0,
+    activation_cap: int | None = None,
+    waves: int = 1,
+    pipelines: int = 1,
+    devices: int | None = None,
+    stage_work: tuple[tuple[float, ...], ...] | None = None,
+    split_backward: bool = False,
+) -> Problem:
+    """An idealized problem on ``stages`` devices (``devices`` for free placement).
+
+    ``linear``: one pipeline of ``stages`` stages; ``bidirectional``: two pipelines of
+    ``stages`` stages, microbatches split half/half per unit; ``wave``: one pipeline of
+    2*waves*stages stages; ``free``: ``pipelines`` pipelines (1 or 2, split like
+    bidirectional) of ``stages`` stages on ``devices`` (default ``stages``) devices."""
+    if not isinstance(stages, int) or isinstance(stages, bool) or stages < 1:
+        raise ValueError(f"stages must be an integer >= 1, got {stages!r}")
+    if not isinstance(microbatches, int) or isinstance(microbatches, bool) or microbatches < 1:
+        raise ValueError(f"microbatches must be an integer >= 1, got {microbatches!r}")
+    D = devices or stages
+    label = placement if isinstance(placement, str) else "given"
+    if label == "bidirectional" or (label in ("free", "given") and pipelines == 2):
+        num_stages = (stages, stages)
+        mb2p = bidirectional_microbatches(stages, microbatches)
+    elif label == "wave":
+        if not isinstance(waves, int) or waves < 1:
+            raise ValueError(f"waves must be an integer >= 1, got {waves!r}")
+        num_stages = (2 * waves * stages,)
+        mb2p = (0,) * microbatches
+    else:
+        if pipelines not in (1, 2):
+            raise ValueError(f"pipelines must be 1 or 2, got {pipelines!r}")
+        num_stages = (stages,)
+        mb2p = (0,) * microbatches
+    if isinstance(placement, Placement):
+        D = placement.num_devices
+        num_stages = tuple(len(s) for s in placement.stage2device)
+    costs = idealized_costs(
+        D, num_stages, forward, backward, weight, comm, activation_cap, stage_work, split_backward
+    )
+    return Problem(D, mb2p, num_stages, costs, placement, split_backward, stage_work, f"{label}-S{stages}-B{microbatches}")
