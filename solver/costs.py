@@ -34,18 +34,23 @@ class Links:
     bandwidth: float = math.inf
     constant: float | None = None
     pairs: Mapping[tuple[int, int], tuple[float, float]] = field(default_factory=dict)
+    system: object | None = None  # a hardware.System: its links decide (see message_time)
 
     def time(self, src: int, dst: int, nbytes: float) -> float:
         if src == dst:
             return 0.0
         if self.constant is not None:
             return self.constant
+        if self.system is not None:
+            return self.system.message_time(src, dst, nbytes)
         lat, bw = self.pairs.get((min(src, dst), max(src, dst)), (self.latency, self.bandwidth))
         return lat + nbytes / bw
 
     @property
     def uniform(self) -> bool:
         """Whether every pair of distinct devices has the same link."""
+        if self.system is not None:
+            return self.system.devices_per_node is None and not self.system.links
         return self.constant is not None or not self.pairs
 
 
@@ -166,4 +171,44 @@ def slot_costs(
         persistent=(0,) * n,
         capacity=(activation_cap,) * n,
         optimizer_time=(0,) * n,
+    )
+
+
+def hardware_costs(
+    schedule: Schedule,
+    system,
+    model,
+    recompute: str = "none",
+    contention: bool = False,
+) -> Costs:
+    """Costs of ``schedule`` on a system for a model (presets by name, TOML paths, or
+    ``hardware`` objects): roofline op times, Hockney messages, activation and persistent
+    bytes, replica all-reduces and optimizer steps (see ``hardware.costs``); unit ``"s"``."""
+    from hardware import load_model, load_system, schedule_costs
+
+    system = load_system(system)
+    model = load_model(model)
+    sc = schedule_costs(schedule, system, model, recompute=recompute)
+    op_time, message, activation = {}, {}, {}
+    for p, row in enumerate(sc.stages):
+        for s, cost in enumerate(row):
+            op_time[(Kind.F, p, s)] = cost.forward_s
+            op_time[(Kind.B, p, s)] = cost.backward_s
+            if schedule.split_backward:
+                op_time[(Kind.W, p, s)] = cost.weight_s
+            message[(Kind.F, p, s)] = cost.fwd_message_bytes
+            message[(Kind.B, p, s)] = cost.bwd_message_bytes
+            activation[(p, s)] = cost.activation_bytes
+    groups = tuple(ReplicaGroup(a.members, a.time_s) for a in sc.allreduces)
+    return Costs(
+        unit="s",
+        op_time=op_time,
+        message_bytes=message,
+        links=Links(system=system),
+        activation=activation,
+        persistent=tuple(float(b) for b in sc.persistent_bytes),
+        capacity=(float(system.device.memory_bytes),) * schedule.num_devices,
+        replica_groups=groups,
+        optimizer_time=tuple(sc.optimizer_s),
+        contention=contention,
     )

@@ -32,6 +32,18 @@ def cmd_schedules(args) -> None:
         print(f"{'':<13} requires: {r['regime']}; --stages S --microbatches B{opts}")
 
 
+def cmd_presets(args) -> None:
+    import hardware
+
+    infos = hardware.list_systems() if args.kind == "systems" else hardware.list_models()
+    if args.format == "json":
+        emit_json([{"name": i.name, "summary": i.summary, "path": str(i.path)} for i in infos])
+        return
+    width = max(len(i.name) for i in infos)
+    for i in infos:
+        print(f"{i.name:<{width}}  {i.summary}")
+
+
 def _plain(value):
     return ":".join(map(str, value)) if isinstance(value, tuple) else value
 
@@ -131,6 +143,11 @@ def build_parser() -> Parser:
     p.add_argument("file", metavar="FILE")
     p.add_argument("--format", choices=["text", "json"], default="text")
     p.set_defaults(func=cmd_check)
+
+    for kind in ("systems", "models"):
+        p = sub.add_parser(kind, help=f"list the {kind} presets (add your own as a TOML file)")
+        p.add_argument("--format", choices=["text", "json"], default="text")
+        p.set_defaults(func=cmd_presets, kind=kind)
 
     evaluate_cmd.register(sub)
     solve_cmd.register(sub)

@@ -1,0 +1,301 @@
+"""Constraint families of the CP-SAT model, one function each, so every family can be
+switched by a config value (see ``CpSatConfig``)."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+
+from ortools.sat.python import cp_model
+
+from schedules.ops import Kind, Op
+
+from .problem import Problem
+from .variables import Variables, lifetime_min, min_lag, predecessor
+
+
+def _pipeline_microbatches(problem: Problem) -> dict[int, list[int]]:
+    by: dict[int, list[int]] = defaultdict(list)
+    for m, p in enumerate(problem.microbatch2pipeline):
+        by[p].append(m)
+    return by
+
+
+# ---- precedence with transfer lag --------------------------------------------------------
+def _free_lag(model: cp_model.CpModel, v: Variables, pred: Op, op: Op):
+    """Transfer lag of edge pred -> op under free placement: a linear expression in
+    placement literals (t * [device(pred) != device(op)] for uniform links)."""
+    problem = v.problem
+    key = (pred.kind, pred.pipeline, pred.stage)
+    if key in v.lag_vars:
+        return v.lag_vars[key][0]
+    D = problem.num_devices
+    xa = v.x[(pred.pipeline, pred.stage)]
+    xb = v.x[(op.pipeline, op.stage)]
+    if D == 1:
+        v.lag_vars[key] = (0, [])
+        return 0
+    if problem.costs.links.uniform:
+        t = problem.lag(pred, 0, 1)
+        if t == 0:
+            v.lag_vars[key] = (0, [])
+            return 0
+        diff = model.new_bool_var(f"diff_{key[0]}p{key[1]}s{key[2]}")
+        same = []
+        for d in range(D):
+            b = model.new_bool_var(f"same_{key[0]}p{key[1]}s{key[2]}_d{d}")
+            model.add_implication(b, xa[d])
+            model.add_implication(b, xb[d])
+            model.add_bool_or([xa[d].Not(), xb[d].Not(), b])
+            same.append(b)
+        model.add(diff + sum(same) == 1)
+        expr = t * diff
+        v.lag_vars[key] = (expr, [("diff", diff, None, None)] + [("same", b, d, d) for d, b in enumerate(same)])
+        return expr
+    terms = []
+    aux = []
+    for d in range(D):
+        for e in range(D):
+            if d == e:
+                continue
+            t = problem.lag(pred, d, e)
+            if t == 0:
+                continue
+            y = model.new_bool_var(f"pair_{key[0]}p{key[1]}s{key[2]}_{d}_{e}")
+            model.add_implication(y, xa[d])
+            model.add_implication(y, xb[e])
+            model.add_bool_or([xa[d].Not(), xb[e].Not(), y])
+            terms.append(t * y)
+            aux.append(("pair", y, d, e))
+    expr = sum(terms) if terms else 0
+    v.lag_vars[key] = (expr, aux)
+    return expr
+
+
+def add_precedences(model: cp_model.CpModel, v: Variables) -> None:
+    """Each op starts after its data predecessor ends plus the transfer time when the two
+    stages sit on different devices."""
+    problem = v.problem
+    for i, op in enumerate(v.ops):
+        pred = predecessor(op, problem.num_stages[op.pipeline])
+        if pred is None:
+            continue
+        j = v.index[pred]
+        if v.placement is not None or pred.stage == op.stage:
+            lag = min_lag(problem, v.placement, pred, op) if v.placement is not None else 0
+            model.add(v.start[i] >= v.start[j] + v.dur[j] + lag)
+            v.lag[(pred, op)] = lag
+        else:
+            lag = _free_lag(model, v, pred, op)
+            model.add(v.start[i] >= v.start[j] + v.dur[j] + lag)
+            v.lag[(pred, op)] = lag
+
+
+# ---- resources ------------------------------------------------------------------------------
+def add_no_overlap(model: cp_model.CpModel, v: Variables, makespan_intervals: bool = False) -> None:
+    """One op at a time per device. With ``makespan_intervals`` (a redundant cut), each
+    device's no-overlap also holds an interval from makespan - optimizer time to the
+    horizon, so the disjunctive propagators see the makespan."""
+    problem = v.problem
+    D = problem.num_devices
+    for d in range(D):
+        if v.placement is not None:
+            ivs = [v.interval[i] for i in v.device_ops(d)]
+        else:
+            ivs = [alts[d] for alts in v.alt]
+        if makespan_intervals:
+            opt = problem.optimizer(d)
+            ivs.append(model.new_interval_var(
+                v.makespan - opt, v.horizon - v.makespan + opt, v.horizon, f"tail_d{d}"))
+        if len(ivs) > 1:
+            model.add_no_overlap(ivs)
+
+
+def add_order_chains(model: cp_model.CpModel, v: Variables, orders) -> None:
+    """Fixed per-device orders as precedence chains (evaluate mode; no no-overlap needed)."""
+    for order in orders:
+        for a, b in zip(order, order[1:]):
+            ia, ib = v.index[a], v.index[b]
+            model.add(v.start[ib] >= v.start[ia] + v.dur[ia])
+
+
+def add_memory(model: cp_model.CpModel, v: Variables) -> None:
+    """Activation of (p, s, m) is live from its F's start to its B's end (W's when split),
+    with demand ``costs.activation[(p, s)]``; one cumulative per device against its
+    activation capacity (devices without a capacity are unconstrained)."""
+    problem = v.problem
+    D = problem.num_devices
+    caps = [problem.cap(d) for d in range(D)]
+    if all(c is None for c in caps):
+        return
+    act = problem.costs.activation
+    scale = _memory_scale([act[k] for k in problem.stages] + [c for c in caps if c is not None])
+    rel = problem.release_kind
+    per_device: dict[int, list[tuple[object, int]]] = defaultdict(list)
+    for m, p in enumerate(problem.microbatch2pipeline):
+        for s in range(problem.num_stages[p]):
+            f = v.index[Op(Kind.F, p, s, m)]
+            r = v.index[Op(rel, p, s, m)]
+            lmin = lifetime_min(problem, v.placement, p, s)
+            size = model.new_int_var(lmin, v.horizon, f"life_p{p}s{s}m{m}")
+            v.lifetime_size[(p, s, m)] = size
+            demand = int(round(act[(p, s)] * scale))
+            if v.placement is not None:
+                d = v.placement.device(p, s)
+                iv = model.new_interval_var(v.start[f], size, v.end(r), f"life_p{p}s{s}m{m}")
+                v.lifetime[(p, s, m)] = iv
+                per_device[d].append((iv, demand))
+            else:
+                ivs = {}
+                for d in range(D):
+                    iv = model.new_optional_interval_var(
+                        v.start[f], size, v.end(r), v.x[(p, s)][d], f"life_p{p}s{s}m{m}_d{d}")
+                    ivs[d] = iv
+                    per_device[d].append((iv, demand))
+                v.lifetime[(p, s, m)] = ivs
+    for d in range(D):
+        if caps[d] is None or not per_device[d]:
+            continue
+        cap = int(math.floor(caps[d] * scale + 1e-9))
+        if cap < 0:
+            model.add_bool_or([])  # negative capacity: nothing fits
+            continue
+        ivs, dem = zip(*per_device[d])
+        model.add_cumulative(list(ivs), list(dem), cap)
+
+
+def _memory_scale(values: list[float]) -> float:
+    """Factor making activation sizes and capacities integral (exact for integers; bytes
+    are integers; fractional sizes are scaled by up to 1e6)."""
+    for scale in (1, 10, 100, 1000, 10**6):
+        if all(abs(x * scale - round(x * scale)) < 1e-9 for x in values):
+            return scale
+    return 10**6
+
+
+# ---- tails: all-reduce and optimizer ---------------------------------------------------------
+def add_makespan(model: cp_model.CpModel, v: Variables) -> None:
+    """makespan >= end of each device's ops + its optimizer time, and >= the end of every
+    replica group's all-reduce (which starts after the last backward / W of all its member
+    stages) + the optimizer time of each member's device. Only release ops (B, or W) can be
+    last on a device: every F of a stage precedes that stage's B on the same device."""
+    problem = v.problem
+    D = problem.num_devices
+    rel = problem.release_kind
+    opts = [problem.optimizer(d) for d in range(D)]
+    uniform_opt = len(set(opts)) <= 1
+
+    def opt_of(p: int, s: int):
+        if v.placement is not None:
+            return opts[v.placement.device(p, s)]
+        if uniform_opt:
+            return opts[0] if opts else 0
+        return sum(opts[d] * v.x[(p, s)][d] for d in range(D))
+
+    for i, op in enumerate(v.ops):
+        if op.kind is rel:
+            model.add(v.makespan >= v.end(i) + opt_of(op.pipeline, op.stage))
+    for g_i, g in enumerate(problem.costs.replica_groups):
+        members = set(g.stages)
+        ar = v.ar[g_i]
+        ends = [i for i, op in enumerate(v.ops) if op.kind is rel and (op.pipeline, op.stage) in members]
+        for i in ends:
+            model.add(ar >= v.end(i))
+        t = int(round(g.allreduce_time))
+        for p, s in members:
+            model.add(v.makespan >= ar + t + opt_of(p, s))
+
+
+# ---- symmetry and restrictions -------------------------------------------------------------
+def add_symmetry_break(model: cp_model.CpModel, v: Variables) -> None:
+    """Microbatches of one pipeline are identical, so relabelling them is a symmetry: fix
+    their stage-0 forwards (all on one device) to start in microbatch order. Safe."""
+    problem = v.problem
+    for p, mbs in _pipeline_microbatches(problem).items():
+        for a, b in zip(mbs, mbs[1:]):
+            ia = v.index[Op(Kind.F, p, 0, a)]
+            ib = v.index[Op(Kind.F, p, 0, b)]
+            model.add(v.start[ib] >= v.start[ia] + v.dur[ia])
+
+
+def add_fifo(model: cp_model.CpModel, v: Variables) -> None:
+    """RESTRICTION: every stage runs each kind of op of a pipeline's microbatches in
+    microbatch order (a permutation schedule). Bounds proven with it are labelled."""
+    problem = v.problem
+    for p, mbs in _pipeline_microbatches(problem).items():
+        for s in range(problem.num_stages[p]):
+            for k in problem.kinds:
+                for a, b in zip(mbs, mbs[1:]):
+                    ia = v.index[Op(k, p, s, a)]
+                    ib = v.index[Op(k, p, s, b)]
+                    model.add(v.start[ib] >= v.start[ia] + v.dur[ia])
+
+
+def add_device_symmetry(model: cp_model.CpModel, v: Variables) -> bool:
+    """Free placement on identical devices with uniform links: device labels are
+    interchangeable, so stage 0 of pipeline 0 goes on device 0 and a stage may use device
+    d > 0 only if an earlier stage uses device d-1 (value precedence). Returns whether it
+    applied."""
+    problem = v.problem
+    if v.placement is not None or not devices_identical(problem):
+        return False
+    D = problem.num_devices
+    keys = list(problem.stages)
+    model.add(v.x[keys[0]][0] == 1)
+    for k in range(1, len(keys)):
+        for d in range(1, D):
+            earlier = [v.x[keys[j]][d - 1] for j in range(k)]
+            model.add_bool_or(earlier).only_enforce_if(v.x[keys[k]][d])
+    return True
+
+
+def devices_identical(problem: Problem) -> bool:
+    """Whether every device has the same capacity, persistent memory and optimizer time and
+    every link the same cost (device labels are then interchangeable)."""
+    c = problem.costs
+    D = problem.num_devices
+    return (
+        c.links.uniform
+        and len(set(c.capacity)) <= 1
+        and len(set(c.persistent)) <= 1
+        and len({problem.optimizer(d) for d in range(D)}) <= 1
+    )
+
+
+# ---- redundant cuts ---------------------------------------------------------------------------
+def add_memory_chain(model: cp_model.CpModel, v: Variables) -> bool:
+    """Pigeonhole cut (needs the stage-0 symmetry break): if k stage-0 activations of a
+    pipeline exceed the device's capacity, then among microbatches j..j+k-1 (in stage-0
+    order) one of the first k-1 has been freed when the last starts, so
+    start F(j+k-1) >= start F(j) + least lifetime of a stage-0 activation."""
+    problem = v.problem
+    D = problem.num_devices
+    act = problem.costs.activation
+    applied = False
+    for p, mbs in _pipeline_microbatches(problem).items():
+        if v.placement is not None:
+            cap = problem.cap(v.placement.device(p, 0))
+        else:
+            caps = [problem.cap(d) for d in range(D)]
+            cap = None if any(c is None for c in caps) else max(caps)
+        a = act[(p, 0)]
+        if cap is None or a <= 0:
+            continue
+        k = int(math.floor(cap / a + 1e-9)) + 1
+        if k < 2 or k > len(mbs):
+            continue
+        L = lifetime_min(problem, v.placement, p, 0)
+        for j in range(len(mbs) - k + 1):
+            ia = v.index[Op(Kind.F, p, 0, mbs[j])]
+            ib = v.index[Op(Kind.F, p, 0, mbs[j + k - 1])]
+            model.add(v.start[ib] >= v.start[ia] + L)
+        applied = True
+    return applied
+
+
+def add_total_work(model: cp_model.CpModel, v: Variables) -> None:
+    """Free placement: D * makespan >= all op durations + all optimizer times."""
+    problem = v.problem
+    D = problem.num_devices
+    total = sum(v.dur) + sum(problem.optimizer(d) for d in range(D))
+    model.add(D * v.makespan >= total)

@@ -1,0 +1,220 @@
+"""``CpSatModel``: the CP-SAT model of one problem, built from variables, constraint
+families and the objective; hinted from a known schedule; solved into a ``RawSolve``
+(still in the model's terms — ``modes`` turns it into a ``Result``)."""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+from ortools.sat.python import cp_model
+
+from schedules.evaluate import Timing
+from schedules.ops import Kind, Op
+from schedules.schedule import Placement, Schedule
+
+from . import constraints as C
+from .config import CpSatConfig
+from .objective import minimize_makespan
+from .problem import Problem
+from .variables import Variables
+
+_STATUS = {
+    cp_model.OPTIMAL: "optimal",
+    cp_model.FEASIBLE: "feasible",
+    cp_model.INFEASIBLE: "infeasible",
+    cp_model.UNKNOWN: "unknown",
+}
+
+
+@dataclass
+class RawSolve:
+    """What one CP-SAT solve returned, without OR-Tools types."""
+
+    status: str
+    makespan: int | None
+    bound: int | None
+    starts: dict[Op, int] | None
+    placement: Placement | None
+    wall_time: float
+    first_solution_time: float | None
+    num_solutions: int
+    log: list[str] = field(default_factory=list)
+
+
+class _Progress(cp_model.CpSolverSolutionCallback):
+    """Records time and objective of each improving solution (kept light)."""
+
+    def __init__(self, t0: float, stop_after_first: bool = False):
+        super().__init__()
+        self.t0 = t0
+        self.first: float | None = None
+        self.count = 0
+        self.trace: list[tuple[float, float]] = []
+        self.stop_after_first = stop_after_first
+
+    def on_solution_callback(self) -> None:
+        now = time.perf_counter() - self.t0
+        if self.first is None:
+            self.first = now
+        self.count += 1
+        self.trace.append((now, self.objective_value))
+        if self.stop_after_first:
+            self.stop_search()
+
+
+class CpSatModel:
+    """The model of ``problem`` with ``placement`` fixed (None: free placement) and,
+    optionally, fixed per-device ``orders`` (evaluate mode). ``horizon`` bounds every time
+    (an upper bound on the optimal makespan, e.g. a known schedule's); ``makespan_lb`` an
+    already-known lower bound."""
+
+    def __init__(
+        self,
+        problem: Problem,
+        config: CpSatConfig,
+        placement: Placement | None,
+        horizon: int,
+        orders=None,
+        makespan_lb: int = 0,
+        fifo: bool | None = None,
+    ):
+        self.problem = problem
+        self.config = config
+        self.placement = placement
+        self.horizon = int(horizon)
+        self.model = cp_model.CpModel()
+        self.applied: list[str] = []
+        m = self.model
+        v = self.vars = Variables.build(m, problem, placement, self.horizon, makespan_lb)
+        C.add_precedences(m, v)
+        if orders is not None:
+            if placement is None:
+                raise ValueError("fixed orders need a fixed placement")
+            C.add_order_chains(m, v, orders)
+            self.applied.append("order fixed")
+        else:
+            C.add_no_overlap(m, v, makespan_intervals=config.redundant)
+            if config.redundant:
+                self.applied.append("interval makespan")
+        if config.memory:
+            C.add_memory(m, v)
+        C.add_makespan(m, v)
+        if orders is None:
+            if config.symmetry_break:
+                C.add_symmetry_break(m, v)
+                self.applied.append("symmetry break")
+                if config.redundant and config.memory and C.add_memory_chain(m, v):
+                    self.applied.append("memory chain")
+            if config.fifo if fifo is None else fifo:
+                C.add_fifo(m, v)
+                self.applied.append("fifo")
+            if placement is None:
+                if config.device_symmetry and C.add_device_symmetry(m, v):
+                    self.applied.append("device symmetry")
+                if config.redundant:
+                    C.add_total_work(m, v)
+        minimize_makespan(m, v)
+
+    # ---- hints -------------------------------------------------------------------------
+    def hint(self, schedule: Schedule, timing: Timing, makespan: int) -> None:
+        """Hint every variable (starts, placement literals, lags, lifetimes, all-reduce
+        starts, makespan) from a schedule of this problem and its timing (complete hint)."""
+        m, v, problem = self.model, self.vars, self.problem
+        m.clear_hints()
+        pl = schedule.placement
+        starts = {op: int(t) for op, t in timing.start.items()}
+        for i, op in enumerate(v.ops):
+            m.add_hint(v.start[i], starts[op])
+        if v.placement is None:
+            for (p, s), lits in v.x.items():
+                for d, lit in enumerate(lits):
+                    m.add_hint(lit, int(pl.device(p, s) == d))
+            for (kind, p, s), (_, aux) in v.lag_vars.items():
+                s2 = s + 1 if kind.value == "F" else s - 1
+                da, db = pl.device(p, s), pl.device(p, s2)
+                for tag, var, d, e in aux:
+                    if tag == "diff":
+                        m.add_hint(var, int(da != db))
+                    elif tag == "same":
+                        m.add_hint(var, int(da == d and db == d))
+                    else:
+                        m.add_hint(var, int(da == d and db == e))
+        rel = problem.release_kind
+        for (p, s, mb), size in v.lifetime_size.items():
+            f = Op(Kind.F, p, s, mb)
+            r = Op(rel, p, s, mb)
+            m.add_hint(size, starts[r] + problem.duration(r) - starts[f])
+        for g_i, g in enumerate(problem.costs.replica_groups):
+            members = set(g.stages)
+            m.add_hint(v.ar[g_i], max(
+                (starts[op] + problem.duration(op) for op in v.ops
+                 if op.kind is rel and (op.pipeline, op.stage) in members), default=0))
+        m.add_hint(v.makespan, int(makespan))
+
+    # ---- solve ---------------------------------------------------------------------------
+    def parameters(self, time_limit: float, stop_after_first: bool = False, workers: int | None = None):
+        cfg = self.config
+        solver = cp_model.CpSolver()
+        prm = solver.parameters
+        prm.max_time_in_seconds = max(0.01, float(time_limit))
+        if cfg.deterministic_time is not None:
+            prm.max_deterministic_time = cfg.deterministic_time
+        w = workers or cfg.workers
+        prm.num_workers = w
+        prm.random_seed = cfg.random_seed
+        prm.log_search_progress = cfg.log
+        if workers is None:
+            portfolio = cfg.portfolio()
+            if portfolio and w > 1:
+                prm.subsolvers.extend(portfolio)
+        for key, value in cfg.extra_params:
+            setattr(prm, key, value)
+        if stop_after_first:
+            prm.stop_after_first_solution = True
+        return solver
+
+    def solve(self, time_limit: float, stop_after_first: bool = False, workers: int | None = None) -> RawSolve:
+        solver = self.parameters(time_limit, stop_after_first, workers)
+        t0 = time.perf_counter()
+        cb = _Progress(t0)
+        code = solver.solve(self.model, cb)
+        wall = time.perf_counter() - t0
+        if code == cp_model.MODEL_INVALID:  # pragma: no cover - a bug in the model builder
+            raise RuntimeError(f"CP-SAT rejected the model: {self.model.validate()}")
+        status = _STATUS.get(code, "unknown")
+        v = self.vars
+        makespan = starts = placement = None
+        bound = None
+        if status in ("optimal", "feasible"):
+            makespan = int(round(solver.objective_value))
+            starts = {op: int(solver.value(v.start[i])) for i, op in enumerate(v.ops)}
+            if v.placement is None:
+                placement = Placement(
+                    tuple(
+                        tuple(
+                            next(d for d, lit in enumerate(v.x[(p, s)]) if solver.boolean_value(lit))
+                            for s in range(n)
+                        )
+                        for p, n in enumerate(self.problem.num_stages)
+                    ),
+                    self.problem.num_devices,
+                )
+            else:
+                placement = v.placement
+        if status == "optimal":
+            bound = makespan
+        elif status != "infeasible":
+            b = solver.best_objective_bound
+            if math.isfinite(b):
+                bound = int(math.ceil(b - 1e-9))
+        return RawSolve(status, makespan, bound, starts, placement, wall, cb.first, cb.count)
+
+    def schedule_from(self, raw: RawSolve, name: str = "cpsat") -> Schedule:
+        """The schedule of a solution: its placement and, per device, its ops by start."""
+        placement = raw.placement
+        orders: list[list[Op]] = [[] for _ in range(self.problem.num_devices)]
+        for op in sorted(raw.starts, key=lambda o: (raw.starts[o], str(o))):
+            orders[placement.device(op.pipeline, op.stage)].append(op)
+        return self.problem.schedule(name, placement, orders)

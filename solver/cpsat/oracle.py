@@ -1,0 +1,286 @@
+"""Solver-free side of the CP-SAT modes: timing of a fixed schedule under a problem's
+integer costs, its step makespan (with all-reduce and optimizer tails), its activation
+memory (a prefix sum over each device's order, independent of timing), and a greedy
+memory-aware list scheduler that always yields a feasible schedule for hints.
+
+These are the numbers every CP-SAT result is checked against.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+
+from schedules.evaluate import DeadlockError, Timing, asap
+from schedules.ops import Kind, Op
+from schedules.schedule import Placement, Schedule
+
+from .problem import Problem
+
+
+def lag_fn(problem: Problem, schedule: Schedule):
+    """``lag(pred, op, crosses)`` for ``schedules.evaluate.asap``: the transfer time of
+    pred's output from its device to op's (0 on the same device)."""
+    dev = schedule.device_of
+
+    def lag(pred: Op, op: Op, crosses: bool) -> float:
+        return problem.lag(pred, dev(pred), dev(op)) if crosses else 0
+
+    return lag
+
+
+def timing_of(problem: Problem, schedule: Schedule) -> Timing:
+    """ASAP timing of ``schedule`` under the problem's integer durations and transfers
+    (raises ``DeadlockError`` when the orders cannot run)."""
+    return asap(schedule, problem.duration, lag_fn(problem, schedule))
+
+
+def step_makespan(problem: Problem, schedule: Schedule, timing: Timing) -> int:
+    """End of the training step: on device d, max(end of its last op, end of every
+    all-reduce of a replica group with a member on d) + optimizer time of d; the maximum
+    over devices. An all-reduce starts when the last backward (W when split) of all
+    member stages has ended."""
+    D = problem.num_devices
+    step = [0] * D
+    for op, e in timing.end.items():
+        d = schedule.device_of(op)
+        step[d] = max(step[d], int(e))
+    release = problem.release_kind
+    for g in problem.costs.replica_groups:
+        members = set(g.stages)
+        ar_start = max(
+            (int(e) for op, e in timing.end.items()
+             if op.kind is release and (op.pipeline, op.stage) in members),
+            default=0,
+        )
+        ar_end = ar_start + int(round(g.allreduce_time))
+        for p, s in members:
+            d = schedule.placement.device(p, s)
+            step[d] = max(step[d], ar_end)
+    return max(step[d] + problem.optimizer(d) for d in range(D))
+
+
+@dataclass(frozen=True)
+class MemoryCheck:
+    """Peak live activation memory per device (prefix sums over each device's order) and
+    the first violation of a cap, if any."""
+
+    peaks: tuple[float, ...]
+    violation: str | None
+
+    @property
+    def fits(self) -> bool:
+        return self.violation is None
+
+
+def memory_check(problem: Problem, schedule: Schedule) -> MemoryCheck:
+    """Activation of (p, s, m) is live from its F's start to its B's end (W's when
+    split); on one device ops run one after another, so the live memory at every F start
+    is a prefix sum over the device's order."""
+    release = problem.release_kind
+    act = problem.costs.activation
+    peaks = []
+    violation = None
+    for d, order in enumerate(schedule.orders):
+        cap = problem.cap(d)
+        live = peak = 0.0
+        for op in order:
+            a = act[(op.pipeline, op.stage)]
+            if op.kind is Kind.F:
+                live += a
+                if live > peak:
+                    peak = live
+                if violation is None and cap is not None and live > cap + 1e-9:
+                    violation = (
+                        f"device {d} exceeds its activation capacity {cap:g} at op {op} "
+                        f"({live:g} live)"
+                    )
+            elif op.kind is release:
+                live -= a
+        peaks.append(peak)
+    return MemoryCheck(tuple(peaks), violation)
+
+
+@dataclass(frozen=True)
+class KnownEval:
+    """A known schedule judged under a problem: makespan (None on deadlock), memory."""
+
+    schedule: Schedule
+    makespan: int | None
+    timing: Timing | None
+    memory: MemoryCheck
+    error: str | None = None
+
+    @property
+    def fits(self) -> bool:
+        return self.makespan is not None and self.memory.fits
+
+    @property
+    def name(self) -> str:
+        return self.schedule.name
+
+
+def evaluate_known(problem: Problem, schedule: Schedule) -> KnownEval:
+    mem = memory_check(problem, schedule)
+    try:
+        timing = timing_of(problem, schedule)
+    except DeadlockError as exc:
+        return KnownEval(schedule, None, None, mem, str(exc))
+    return KnownEval(schedule, step_makespan(problem, schedule, timing), timing, mem)
+
+
+def relabel_microbatches(schedule: Schedule, timing: Timing) -> tuple[Schedule, Timing]:
+    """The same schedule with microbatches of each pipeline renumbered in the order their
+    stage-0 forwards start (identical microbatches: a relabelling), so it satisfies the
+    model's symmetry break."""
+    mb2p = schedule.microbatch2pipeline
+    by_pipe: dict[int, list[int]] = {}
+    for m, p in enumerate(mb2p):
+        by_pipe.setdefault(p, []).append(m)
+    mapping: dict[int, int] = {}
+    for p, mbs in by_pipe.items():
+        ordered = sorted(mbs, key=lambda m: timing.start[Op(Kind.F, p, 0, m)])
+        for new, old in zip(mbs, ordered):
+            mapping[old] = new
+    if all(k == v for k, v in mapping.items()):
+        return schedule, timing
+
+    def ren(op: Op) -> Op:
+        return op._replace(microbatch=mapping[op.microbatch])
+
+    orders = tuple(tuple(ren(op) for op in order) for order in schedule.orders)
+    new = Schedule(
+        schedule.name, schedule.placement, mb2p, orders, schedule.stage_work,
+        schedule.split_backward, schedule.params,
+    )
+    return new, Timing({ren(o): t for o, t in timing.start.items()}, {ren(o): t for o, t in timing.end.items()})
+
+
+# ---- greedy memory-aware list scheduling ---------------------------------------------------
+def greedy_schedule(
+    problem: Problem,
+    placement: Placement,
+    window: int | None = None,
+    backward_first: bool = True,
+    name: str = "greedy",
+) -> Schedule | None:
+    """Dispatch ops as devices become idle: a ready backward (B, then W) of the smallest
+    microbatch first (``backward_first``; else forwards first), else the ready forward of
+    the smallest microbatch whose activation fits the device's capacity; at most ``window``
+    microbatches in flight. Returns None when it deadlocks (memory full everywhere)."""
+    D = placement.num_devices
+    nst = problem.num_stages
+    act = problem.costs.activation
+    release = problem.release_kind
+    dev_of = {(p, s): placement.device(p, s) for p, s in problem.stages}
+    caps = [problem.cap(d) for d in range(D)]
+    prio = {Kind.B: 0, Kind.W: 1, Kind.F: 2} if backward_first else {Kind.F: 0, Kind.B: 1, Kind.W: 2}
+    B = problem.num_microbatches
+    window = window or B
+    ops_per_mb = [nst[p] * len(problem.kinds) for p in problem.microbatch2pipeline]
+    done = [0] * B
+    live = [0.0] * D
+    free_at = [0] * D
+    ready: list[list[tuple[int, int, int, Op]]] = [[] for _ in range(D)]
+    pending: list[tuple[int, int, Op]] = []  # (ready time, seq, op)
+    releases: list[tuple[int, int, float]] = []  # (time, device, amount)
+    finishes: list[int] = []  # end times of finished microbatches
+    orders: list[list[Op]] = [[] for _ in range(D)]
+    admitted = in_flight = seq = 0
+    remaining = len(problem.ops)
+    t = 0
+    while remaining:
+        while releases and releases[0][0] <= t:
+            _, d, a = heapq.heappop(releases)
+            live[d] -= a
+        while finishes and finishes[0] <= t:
+            heapq.heappop(finishes)
+            in_flight -= 1
+        while admitted < B and in_flight < window:
+            m = admitted
+            heapq.heappush(pending, (t, seq, Op(Kind.F, problem.microbatch2pipeline[m], 0, m)))
+            seq += 1
+            admitted += 1
+            in_flight += 1
+        while pending and pending[0][0] <= t:
+            rt, _, op = heapq.heappop(pending)
+            heapq.heappush(ready[dev_of[(op.pipeline, op.stage)]], (prio[op.kind], op.microbatch, op.stage, op))
+        for d in range(D):
+            if free_at[d] > t or not ready[d]:
+                continue
+            skipped = []
+            chosen = None
+            while ready[d]:
+                item = heapq.heappop(ready[d])
+                op = item[3]
+                if op.kind is Kind.F and caps[d] is not None:
+                    if live[d] + act[(op.pipeline, op.stage)] > caps[d] + 1e-9:
+                        skipped.append(item)
+                        continue
+                chosen = op
+                break
+            for it in skipped:
+                heapq.heappush(ready[d], it)
+            if chosen is None:
+                continue
+            op = chosen
+            end = t + problem.duration(op)
+            free_at[d] = end
+            orders[d].append(op)
+            remaining -= 1
+            a = act[(op.pipeline, op.stage)]
+            if op.kind is Kind.F:
+                live[d] += a
+            elif op.kind is release:
+                heapq.heappush(releases, (end, d, a))
+            done[op.microbatch] += 1
+            if done[op.microbatch] == ops_per_mb[op.microbatch]:
+                heapq.heappush(finishes, end)
+            for nxt in _successors(op, nst[op.pipeline], problem.split_backward):
+                nd = dev_of[(nxt.pipeline, nxt.stage)]
+                rt = end + (problem.lag(op, d, nd) if nd != d else 0)
+                heapq.heappush(pending, (rt, seq, nxt))
+                seq += 1
+        if not remaining:
+            break
+        future = [x for x in (
+            releases[0][0] if releases else None,
+            finishes[0] if finishes else None,
+            pending[0][0] if pending else None,
+        ) if x is not None and x > t]
+        future += [f for f in free_at if f > t]
+        if not future:
+            return None  # deadlock: every waiting forward lacks memory and nothing runs
+        t = min(future)
+    return problem.schedule(name, placement, orders)
+
+
+def _successors(op: Op, num_stages: int, split: bool) -> list[Op]:
+    k, p, s, m = op
+    out = []
+    if k is Kind.F:
+        out.append(Op(Kind.F, p, s + 1, m) if s + 1 < num_stages else Op(Kind.B, p, s, m))
+    elif k is Kind.B:
+        if s > 0:
+            out.append(Op(Kind.B, p, s - 1, m))
+        if split:
+            out.append(Op(Kind.W, p, s, m))
+    return out
+
+
+def greedy_candidates(problem: Problem, placement: Placement) -> list[Schedule]:
+    """Greedy schedules for a few priority rules and admission windows (largest first),
+    always including the one-microbatch-at-a-time schedule, which fits any feasible cap."""
+    out: list[Schedule] = []
+    B = problem.num_microbatches
+    windows = sorted({B, 2 * problem.num_devices, problem.num_devices, 1}, reverse=True)
+    for w in windows:
+        if w > B:
+            continue
+        for bf in (True, False):
+            if w == 1 and not bf:
+                continue
+            s = greedy_schedule(problem, placement, w, bf, name=f"greedy-w{w}{'' if bf else '-ff'}")
+            if s is not None:
+                out.append(s)
+    return out

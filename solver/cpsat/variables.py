@@ -1,0 +1,153 @@
+"""Variables of the CP-SAT model: one fixed-size interval per op (start variable, integer
+duration), placement literals and shared-start optional intervals under free placement,
+activation lifetime intervals, all-reduce starts, transfer lags and the makespan."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ortools.sat.python import cp_model
+
+from schedules.ops import Kind, Op
+from schedules.schedule import Placement
+
+from .problem import Problem
+
+
+def successors(op: Op, num_stages: int, split: bool) -> list[Op]:
+    """Data successors of ``op`` in its microbatch's chain."""
+    k, p, s, m = op
+    if k is Kind.F:
+        return [Op(Kind.F, p, s + 1, m) if s + 1 < num_stages else Op(Kind.B, p, s, m)]
+    if k is Kind.B:
+        out = [Op(Kind.B, p, s - 1, m)] if s > 0 else []
+        if split:
+            out.append(Op(Kind.W, p, s, m))
+        return out
+    return []
+
+
+def predecessor(op: Op, num_stages: int) -> Op | None:
+    """The single data predecessor of ``op`` (None for the first forward)."""
+    k, p, s, m = op
+    if k is Kind.F:
+        return Op(Kind.F, p, s - 1, m) if s > 0 else None
+    if k is Kind.B:
+        return Op(Kind.B, p, s + 1, m) if s < num_stages - 1 else Op(Kind.F, p, s, m)
+    return Op(Kind.B, p, s, m)
+
+
+def min_lag(problem: Problem, placement: Placement | None, pred: Op, op: Op) -> int:
+    """The transfer lag of the edge pred -> op: exact under a fixed placement; under free
+    placement the smallest over device pairs (0, as both stages may share a device)."""
+    if placement is None:
+        return 0
+    src = placement.device(pred.pipeline, pred.stage)
+    dst = placement.device(op.pipeline, op.stage)
+    return problem.lag(pred, src, dst) if src != dst else 0
+
+
+def heads_tails(problem: Problem, placement: Placement | None) -> tuple[dict[Op, int], dict[Op, int]]:
+    """Per op, the least time before its start (head: its chain's predecessors with lags)
+    and after its end (tail: its successors' chain with lags) within its microbatch; the
+    tail excludes optimizer and all-reduce times. Microbatches of one pipeline are
+    identical, so this is computed on microbatch 0's shape per pipeline."""
+    head: dict[Op, int] = {}
+    tail: dict[Op, int] = {}
+    split = problem.split_backward
+    for p, n in enumerate(problem.num_stages):
+        # heads in topological order (F up, B down, W after B)
+        order = [Op(Kind.F, p, s, 0) for s in range(n)] + [Op(Kind.B, p, s, 0) for s in reversed(range(n))]
+        if split:
+            order += [Op(Kind.W, p, s, 0) for s in range(n)]
+        for op in order:
+            pr = predecessor(op, n)
+            head[op] = 0 if pr is None else head[pr] + problem.duration(pr) + min_lag(problem, placement, pr, op)
+        for op in reversed(order):
+            best = 0
+            for nx in successors(op, n, split):
+                best = max(best, min_lag(problem, placement, op, nx) + problem.duration(nx) + tail[nx])
+            tail[op] = best
+    return head, tail
+
+
+def lifetime_min(problem: Problem, placement: Placement | None, p: int, s: int) -> int:
+    """Least time from the start of F(p, s) to the end of its release op (B, or W)."""
+    head, _ = heads_tails(problem, placement)
+    rel = Op(problem.release_kind, p, s, 0)
+    return head[rel] + problem.duration(rel) - head[Op(Kind.F, p, s, 0)]
+
+
+@dataclass
+class Variables:
+    """All variables of one model. ``placement`` None means free placement."""
+
+    problem: Problem
+    placement: Placement | None
+    horizon: int
+    makespan_lb: int = 0
+    ops: tuple[Op, ...] = ()
+    index: dict[Op, int] = field(default_factory=dict)
+    dur: list[int] = field(default_factory=list)
+    start: list[cp_model.IntVar] = field(default_factory=list)
+    interval: list[cp_model.IntervalVar] = field(default_factory=list)
+    device: list[int | None] = field(default_factory=list)
+    x: dict[tuple[int, int], list[cp_model.IntVar]] = field(default_factory=dict)
+    alt: list[list[cp_model.IntervalVar]] = field(default_factory=list)
+    lag: dict[tuple[Op, Op], object] = field(default_factory=dict)  # int or LinearExpr
+    lag_vars: dict[tuple[Kind, int, int], tuple[cp_model.IntVar, list]] = field(default_factory=dict)
+    lifetime_size: dict[tuple[int, int, int], cp_model.IntVar] = field(default_factory=dict)
+    lifetime: dict[tuple[int, int, int], object] = field(default_factory=dict)  # interval or {d: interval}
+    ar: list[cp_model.IntVar] = field(default_factory=list)
+    makespan: cp_model.IntVar | None = None
+
+    @classmethod
+    def build(
+        cls, model: cp_model.CpModel, problem: Problem, placement: Placement | None,
+        horizon: int, makespan_lb: int = 0,
+    ) -> "Variables":
+        v = cls(problem, placement, horizon, makespan_lb)
+        v.ops = problem.ops
+        v.index = {op: i for i, op in enumerate(v.ops)}
+        head, tail = heads_tails(problem, placement)
+        D = problem.num_devices
+        min_opt = min((problem.optimizer(d) for d in range(D)), default=0)
+        for op in v.ops:
+            key = op._replace(microbatch=0)
+            d = problem.duration(op)
+            lo = head[key]
+            hi = horizon - d - tail[key] - min_opt
+            if hi < lo:
+                hi = lo  # horizon too small: precedence/makespan constraints make it infeasible
+            s = model.new_int_var(lo, hi, f"s_{op}")
+            v.dur.append(d)
+            v.start.append(s)
+            v.interval.append(model.new_fixed_size_interval_var(s, d, f"i_{op}"))
+            v.device.append(None if placement is None else placement.device(op.pipeline, op.stage))
+        if placement is None:
+            for p, s in problem.stages:
+                v.x[(p, s)] = [model.new_bool_var(f"x_p{p}s{s}_d{d}") for d in range(D)]
+                model.add_exactly_one(v.x[(p, s)])
+            for i, op in enumerate(v.ops):
+                lits = v.x[(op.pipeline, op.stage)]
+                v.alt.append([
+                    model.new_optional_fixed_size_interval_var(v.start[i], v.dur[i], lits[d], f"i_{op}_d{d}")
+                    for d in range(D)
+                ])
+        v.makespan = model.new_int_var(max(makespan_lb, 0), horizon, "makespan")
+        for g_i, _ in enumerate(problem.costs.replica_groups):
+            v.ar.append(model.new_int_var(0, horizon, f"ar_{g_i}"))
+        return v
+
+    def end(self, i: int):
+        return self.start[i] + self.dur[i]
+
+    def op_end(self, op: Op):
+        return self.end(self.index[op])
+
+    def op_start(self, op: Op):
+        return self.start[self.index[op]]
+
+    def device_ops(self, device: int) -> list[int]:
+        """Indices of the ops on ``device`` (fixed placement only)."""
+        return [i for i, d in enumerate(self.device) if d == device]

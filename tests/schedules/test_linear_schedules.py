@@ -1,0 +1,69 @@
+"""GPipe and 1F1B: worked tables, published formulas, memory."""
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from schedules import registry
+from schedules.metrics import table_metrics
+from schedules.table import SlotDurations, layout
+from schedules.validate import validate
+
+GPIPE_4x4 = """
+t    |0   1   2   3   4   5   6   7   8   9   10  11  12  13
+dev0 |F0  F1  F2  F3  .   .   .   .   .   .   B0  B1  B2  B3
+dev1 |.   F0  F1  F2  F3  .   .   .   .   B0  B1  B2  B3  .
+dev2 |.   .   F0  F1  F2  F3  .   .   B0  B1  B2  B3  .   .
+dev3 |.   .   .   F0  F1  F2  F3  B0  B1  B2  B3  .   .   .
+"""
+
+ONE_F_ONE_B_4x8 = """
+t    |0   1   2   3   4   5   6   7   8   9   10  11  12  13  14  15  16  17  18  19  20  21
+dev0 |F0  F1  F2  F3  .   .   .   B0  F4  B1  F5  B2  F6  B3  F7  B4  .   B5  .   B6  .   B7
+dev1 |.   F0  F1  F2  .   .   B0  F3  B1  F4  B2  F5  B3  F6  B4  F7  B5  .   B6  .   B7  .
+dev2 |.   .   F0  F1  .   B0  F2  B1  F3  B2  F4  B3  F5  B4  F6  B5  F7  B6  .   B7  .   .
+dev3 |.   .   .   F0  B0  F1  B1  F2  B2  F3  B3  F4  B4  F5  B5  F6  B6  F7  B7  .   .   .
+"""
+
+
+def test_gpipe_worked_table(reference_grid, cells):
+    table = layout(registry.generate("gpipe", 4, 4), SlotDurations(1, 1))
+    assert cells(table) == reference_grid(GPIPE_4x4)
+
+
+def test_1f1b_worked_table(reference_grid, cells):
+    table = layout(registry.generate("1f1b", 4, 8), SlotDurations(1, 1))
+    assert cells(table) == reference_grid(ONE_F_ONE_B_4x8)
+
+
+@pytest.mark.parametrize("name", ["gpipe", "1f1b"])
+@pytest.mark.parametrize("S,B", [(2, 1), (4, 3), (4, 8), (8, 16), (5, 7)])
+@pytest.mark.parametrize("F,K", [(1, 1), (1, 2), (2, 3), (3, 1)])
+def test_makespan_and_bubble_formula(name, S, B, F, K):
+    schedule = registry.generate(name, S, B)
+    table = layout(schedule, SlotDurations(F, K))
+    m = table_metrics(table, schedule)
+    assert m.makespan_slots == (B + S - 1) * (F + K)
+    assert m.bubble_ratio == pytest.approx((S - 1) / (B + S - 1))
+    assert registry.formula(name, S, B).bubble_ratio == pytest.approx(m.bubble_ratio)
+
+
+@pytest.mark.parametrize("S,B", [(4, 8), (8, 3), (6, 6)])
+def test_peak_activations(S, B):
+    f1 = table_metrics(layout(registry.generate("1f1b", S, B)), None)
+    assert list(f1.peak_activations) == [min(S - d, B) for d in range(S)]
+    gp = table_metrics(layout(registry.generate("gpipe", S, B)), None)
+    assert list(gp.peak_activations) == [B] * S
+    assert list(registry.formula("1f1b", S, B).peak_activations) == [min(S - d, B) for d in range(S)]
+
+
+@settings(max_examples=40, deadline=None)
+@given(name=st.sampled_from(["gpipe", "1f1b"]), S=st.integers(2, 16), B=st.integers(1, 64))
+def test_property_valid_and_complete(name, S, B):
+    schedule = registry.generate(name, S, B)
+    table = layout(schedule)
+    validate(table, schedule)
+    seen = {}
+    for e in table.entries:
+        seen[e.op] = seen.get(e.op, 0) + 1
+    assert all(v == 1 for v in seen.values())
+    assert len(seen) == 2 * S * B
