@@ -1,0 +1,216 @@
+"""Systems and models as TOML data files.
+
+Presets live in ``hardware/presets/systems/<name>.toml`` and
+``hardware/presets/models/<name>.toml``; the preset's name is the file name. A user adds a
+preset by writing such a file, and every loader also accepts a path to a file elsewhere.
+
+System file::
+
+    summary = "one line"              # required
+    num_devices = 16                  # optional; omitted = as many as a schedule needs
+    devices_per_node = 8              # optional; needs [intra_node_link]
+    [device]                          # required, all keys required
+    peak_flops = 1e15                 # FLOP/s
+    compute_efficiency = 0.7          # (0, 1]
+    compute_latency_s = 1e-6          # s per op
+    mem_bandwidth = 3.35e12           # bytes/s
+    mem_efficiency = 0.8              # (0, 1]
+    mem_latency_s = 50e-9             # s per op
+    memory_bytes = 80e9               # bytes
+    [link]                            # required: between nodes, or between any two devices
+    bandwidth = 50e9                  # bytes/s
+    latency_s = 500e-9                # s
+    [intra_node_link]                 # optional: within a node
+    [[links]]                         # optional per-pair overrides: src, dst, bandwidth, latency_s
+
+Model file: ``summary``, ``num_layers``, ``hidden``, ``heads``, ``seq_len``, ``vocab``,
+``global_batch`` (required); ``ffn_hidden``, ``bytes_per_param_compute``,
+``bytes_per_grad``, ``bytes_per_param_state`` (optional). See ``TransformerModel``.
+
+Any problem (bad TOML, unknown / missing key, wrong type, out-of-range value) raises one
+``ValueError`` naming the file and the key.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import NamedTuple
+
+from .model import TransformerModel
+from .system import Device, Link, System
+
+PRESET_DIR = Path(__file__).resolve().parent / "presets"
+
+_NUMBER = (int, float)
+
+
+class PresetInfo(NamedTuple):
+    """A preset's name, one-line summary and file."""
+
+    name: str
+    summary: str
+    path: Path
+
+
+class _File:
+    """Typed access to one parsed TOML table, raising errors that name file and key."""
+
+    def __init__(self, path: Path, table: dict, prefix: str = "") -> None:
+        self.path, self.table, self.prefix = path, table, prefix
+
+    def fail(self, message: str) -> ValueError:
+        return ValueError(f"{self.path}: {message}")
+
+    def key(self, name: str) -> str:
+        return f"{self.prefix}{name}"
+
+    def check_keys(self, required: dict, optional: dict) -> None:
+        for name in self.table:
+            if name not in required and name not in optional:
+                allowed = ", ".join(list(required) + list(optional))
+                raise self.fail(f"unknown key '{self.key(name)}' (allowed: {allowed})")
+        for name in required:
+            if name not in self.table:
+                raise self.fail(f"missing key '{self.key(name)}'")
+        for name, kind in {**required, **optional}.items():
+            if name in self.table:
+                self._check_type(name, kind)
+
+    def _check_type(self, name: str, kind) -> None:
+        value = self.table[name]
+        if kind is int:
+            ok, what = isinstance(value, int) and not isinstance(value, bool), "an integer"
+        elif kind is float:
+            ok, what = isinstance(value, _NUMBER) and not isinstance(value, bool), "a number"
+        elif kind is str:
+            ok, what = isinstance(value, str), "a string"
+        elif kind is dict:
+            ok, what = isinstance(value, dict), "a table"
+        else:
+            ok, what = isinstance(value, list) and all(isinstance(v, dict) for v in value), \
+                "an array of tables"
+        if not ok:
+            raise self.fail(f"key '{self.key(name)}' must be {what}, got {value!r}")
+
+    def sub(self, name: str) -> "_File":
+        return _File(self.path, self.table[name], f"{self.prefix}{name}.")
+
+    def build(self, cls, **kwargs):
+        try:
+            return cls(**kwargs)
+        except ValueError as exc:
+            where = f"in [{self.prefix[:-1]}]: " if self.prefix else ""
+            raise self.fail(f"{where}{exc}") from None
+
+
+def _parse(path: Path) -> dict:
+    try:
+        with path.open("rb") as fh:
+            return tomllib.load(fh)
+    except tomllib.TOMLDecodeError as exc:
+        raise ValueError(f"{path}: not valid TOML ({exc})") from None
+    except OSError as exc:
+        raise ValueError(f"{path}: cannot be read ({exc.strerror})") from None
+
+
+def _presets(kind: str) -> dict[str, Path]:
+    return {p.stem: p for p in sorted((PRESET_DIR / f"{kind}s").glob("*.toml"))}
+
+
+def _resolve(kind: str, name_or_path: str | Path) -> Path:
+    text = str(name_or_path)
+    if isinstance(name_or_path, Path) or text.endswith(".toml") or "/" in text or "\\" in text:
+        path = Path(name_or_path)
+        if not path.is_file():
+            raise ValueError(f"{kind} file {path} does not exist")
+        return path
+    presets = _presets(kind)
+    if text not in presets:
+        raise ValueError(f"unknown {kind} {text!r}; known: {', '.join(presets)}")
+    return presets[text]
+
+
+_DEVICE_KEYS = {k: float for k in (
+    "peak_flops", "compute_efficiency", "compute_latency_s", "mem_bandwidth",
+    "mem_efficiency", "mem_latency_s", "memory_bytes")}
+_LINK_KEYS = {"bandwidth": float, "latency_s": float}
+
+
+def _link(f: _File) -> Link:
+    f.check_keys(_LINK_KEYS, {})
+    return f.build(Link, **f.table)
+
+
+def system_from_file(path: str | Path) -> System:
+    """Read a system TOML file (format in the module docstring)."""
+    path = Path(path)
+    f = _File(path, _parse(path))
+    f.check_keys(
+        {"summary": str, "device": dict, "link": dict},
+        {"num_devices": int, "devices_per_node": int, "intra_node_link": dict, "links": list},
+    )
+    dev = f.sub("device")
+    dev.check_keys(_DEVICE_KEYS, {})
+    device = dev.build(Device, **dev.table)
+    default = _link(f.sub("link"))
+    intra = _link(f.sub("intra_node_link")) if "intra_node_link" in f.table else None
+    overrides = {}
+    for i, entry in enumerate(f.table.get("links", [])):
+        e = _File(path, entry, f"links[{i}].")
+        e.check_keys({"src": int, "dst": int, **_LINK_KEYS}, {})
+        overrides[(entry["src"], entry["dst"])] = e.build(
+            Link, bandwidth=entry["bandwidth"], latency_s=entry["latency_s"])
+    return f.build(
+        System, name=path.stem, device=device, default_link=default,
+        num_devices=f.table.get("num_devices"), links=overrides,
+        devices_per_node=f.table.get("devices_per_node"), intra_node_link=intra,
+        summary=f.table["summary"],
+    )
+
+
+_MODEL_REQUIRED = {k: int for k in ("num_layers", "hidden", "heads", "seq_len", "vocab", "global_batch")}
+_MODEL_OPTIONAL = {k: int for k in ("ffn_hidden", "bytes_per_param_compute", "bytes_per_grad",
+                                    "bytes_per_param_state")}
+
+
+def model_from_file(path: str | Path) -> TransformerModel:
+    """Read a model TOML file (format in the module docstring)."""
+    path = Path(path)
+    f = _File(path, _parse(path))
+    f.check_keys({"summary": str, **_MODEL_REQUIRED}, _MODEL_OPTIONAL)
+    fields = {k: v for k, v in f.table.items()}
+    return f.build(TransformerModel, name=path.stem, **fields)
+
+
+def load_system(name_or_path: str | Path | System) -> System:
+    """A preset system by name, or a system file by path (a ``System`` passes through)."""
+    if isinstance(name_or_path, System):
+        return name_or_path
+    return system_from_file(_resolve("system", name_or_path))
+
+
+def load_model(name_or_path: str | Path | TransformerModel) -> TransformerModel:
+    """A preset model by name, or a model file by path (a ``TransformerModel`` passes
+    through)."""
+    if isinstance(name_or_path, TransformerModel):
+        return name_or_path
+    return model_from_file(_resolve("model", name_or_path))
+
+
+def _summaries(kind: str) -> list[PresetInfo]:
+    out = []
+    for name, path in _presets(kind).items():
+        summary = _parse(path).get("summary", "")
+        out.append(PresetInfo(name, summary if isinstance(summary, str) else "", path))
+    return out
+
+
+def list_systems() -> list[PresetInfo]:
+    """Preset systems: (name, one-line summary, path), sorted by name."""
+    return _summaries("system")
+
+
+def list_models() -> list[PresetInfo]:
+    """Preset models: (name, one-line summary, path), sorted by name."""
+    return _summaries("model")

@@ -1,0 +1,267 @@
+"""What a schedule runs on: devices, links and systems.
+
+A ``Device`` is described by roofline parameters (peak FLOP/s and memory bandwidth, each
+with an efficiency factor and a fixed per-op latency). A ``Link`` follows the Hockney model,
+``t = nbytes / bandwidth + latency``. A ``System`` is a device type (all devices alike) plus
+the links between them: a default link, optionally an intra-node link for devices on the
+same node (``devices_per_node``), and optionally explicit per-pair overrides. Links are
+symmetric and have no congestion or topology (as in the paper).
+
+Units: seconds, bytes, bytes/s, FLOP/s.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Mapping
+
+
+def _num(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _positive(what: str, value: object, unit: str) -> None:
+    if not _num(value) or value <= 0:
+        raise ValueError(f"{what} must be > 0 {unit}, got {value!r}")
+
+
+def _non_negative(what: str, value: object, unit: str = "s") -> None:
+    if not _num(value) or value < 0:
+        raise ValueError(f"{what} must be >= 0 {unit}, got {value!r}")
+
+
+def _fraction(what: str, value: object) -> None:
+    if not _num(value) or not 0 < value <= 1:
+        raise ValueError(f"{what} must be in (0, 1], got {value!r}")
+
+
+def _count(what: str, value: object, minimum: int = 1) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise ValueError(f"{what} must be an integer >= {minimum}, got {value!r}")
+
+
+def si(value: float, unit: str) -> str:
+    """``si(3.35e12, 'B/s') == '3.35 TB/s'`` (decimal prefixes, 3 significant digits)."""
+    if value == 0:
+        return f"0 {unit}"
+    for factor, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"),
+                           (1.0, ""), (1e-3, "m"), (1e-6, "u"), (1e-9, "n")):
+        if abs(value) >= factor:
+            return f"{value / factor:.3g} {prefix}{unit}"
+    return f"{value:.3g} {unit}"
+
+
+@dataclass(frozen=True)
+class Device:
+    """One accelerator, as the roofline model sees it.
+
+    ``peak_flops`` (FLOP/s) reaches ``compute_efficiency`` of its peak, ``mem_bandwidth``
+    (bytes/s) reaches ``mem_efficiency``; every op pays ``compute_latency_s`` on the compute
+    side and ``mem_latency_s`` on the memory side. ``memory_bytes`` is the device memory.
+    """
+
+    peak_flops: float
+    compute_efficiency: float
+    compute_latency_s: float
+    mem_bandwidth: float
+    mem_efficiency: float
+    mem_latency_s: float
+    memory_bytes: float
+
+    def __post_init__(self) -> None:
+        _positive("peak_flops", self.peak_flops, "FLOP/s")
+        _fraction("compute_efficiency", self.compute_efficiency)
+        _non_negative("compute_latency_s", self.compute_latency_s)
+        _positive("mem_bandwidth", self.mem_bandwidth, "bytes/s")
+        _fraction("mem_efficiency", self.mem_efficiency)
+        _non_negative("mem_latency_s", self.mem_latency_s)
+        _positive("memory_bytes", self.memory_bytes, "bytes")
+
+    @property
+    def effective_flops(self) -> float:
+        """``peak_flops * compute_efficiency`` (FLOP/s)."""
+        return self.peak_flops * self.compute_efficiency
+
+    @property
+    def effective_mem_bandwidth(self) -> float:
+        """``mem_bandwidth * mem_efficiency`` (bytes/s)."""
+        return self.mem_bandwidth * self.mem_efficiency
+
+    def compute_time(self, flops: float, traffic_bytes: float) -> float:
+        """Roofline time of one op (paper, level 3):
+        ``max(F / (P * e_c) + L_c, V_m / (BW_m * e_m) + L_m)``."""
+        _non_negative("flops", flops, "FLOP")
+        _non_negative("traffic_bytes", traffic_bytes, "bytes")
+        return max(
+            flops / self.effective_flops + self.compute_latency_s,
+            traffic_bytes / self.effective_mem_bandwidth + self.mem_latency_s,
+        )
+
+    @property
+    def description(self) -> str:
+        return (
+            f"{si(self.peak_flops, 'FLOP/s')} x {self.compute_efficiency:g} "
+            f"(+{si(self.compute_latency_s, 's')}), "
+            f"memory {si(self.mem_bandwidth, 'B/s')} x {self.mem_efficiency:g} "
+            f"(+{si(self.mem_latency_s, 's')}), {si(self.memory_bytes, 'B')}"
+        )
+
+
+@dataclass(frozen=True)
+class Link:
+    """A point-to-point link, Hockney model: ``time(n) = n / bandwidth + latency_s``."""
+
+    bandwidth: float
+    latency_s: float
+
+    def __post_init__(self) -> None:
+        _positive("link bandwidth", self.bandwidth, "bytes/s")
+        _non_negative("link latency_s", self.latency_s)
+
+    def time(self, nbytes: float) -> float:
+        """Seconds to send ``nbytes`` over this link (``nbytes/bandwidth + latency``)."""
+        _non_negative("message size", nbytes, "bytes")
+        return nbytes / self.bandwidth + self.latency_s
+
+    @property
+    def description(self) -> str:
+        return f"{si(self.bandwidth, 'B/s')} at {si(self.latency_s, 's')}"
+
+
+@dataclass(frozen=True)
+class System:
+    """Identical devices and the links between them.
+
+    ``link(a, b)`` is, in order of precedence: the explicit override for the pair in
+    ``links``; ``intra_node_link`` when both devices sit on the same node
+    (``a // devices_per_node == b // devices_per_node``); otherwise ``default_link``.
+    ``num_devices=None`` means "as many devices as the schedule needs" (uniform systems).
+    ``links`` may be given as a mapping ``{(a, b): Link}``; it is stored as a sorted tuple of
+    ``((min, max), Link)`` pairs, so the system stays hashable.
+    """
+
+    name: str
+    device: Device
+    default_link: Link
+    num_devices: int | None = None
+    links: tuple[tuple[tuple[int, int], Link], ...] = ()
+    devices_per_node: int | None = None
+    intra_node_link: Link | None = None
+    summary: str = ""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise ValueError(f"system name must be a non-empty string, got {self.name!r}")
+        if not isinstance(self.device, Device):
+            raise ValueError(f"system device must be a Device, got {type(self.device).__name__}")
+        if not isinstance(self.default_link, Link):
+            raise ValueError(
+                f"system default_link must be a Link, got {type(self.default_link).__name__}"
+            )
+        if self.num_devices is not None:
+            _count("num_devices", self.num_devices)
+        if (self.devices_per_node is None) != (self.intra_node_link is None):
+            raise ValueError("devices_per_node and intra_node_link must be given together")
+        if self.devices_per_node is not None:
+            _count("devices_per_node", self.devices_per_node)
+            if not isinstance(self.intra_node_link, Link):
+                raise ValueError("intra_node_link must be a Link")
+        raw = self.links.items() if isinstance(self.links, Mapping) else self.links
+        pairs: dict[tuple[int, int], Link] = {}
+        for item in raw:
+            try:
+                (a, b), link = item
+            except (TypeError, ValueError):
+                raise ValueError(f"links must map (src, dst) device pairs to Links, got {item!r}") from None
+            self._check_device("link src", a)
+            self._check_device("link dst", b)
+            if a == b:
+                raise ValueError(f"links: device {a} cannot have a link to itself")
+            if not isinstance(link, Link):
+                raise ValueError(f"links[({a}, {b})] must be a Link, got {type(link).__name__}")
+            key = (min(a, b), max(a, b))
+            if key in pairs:
+                raise ValueError(f"links: pair {key} is given twice")
+            pairs[key] = link
+        object.__setattr__(self, "links", tuple(sorted(pairs.items())))
+
+    def _check_device(self, what: str, device: object) -> None:
+        if not isinstance(device, int) or isinstance(device, bool) or device < 0:
+            raise ValueError(f"{what} must be a device index >= 0, got {device!r}")
+        if self.num_devices is not None and device >= self.num_devices:
+            raise ValueError(
+                f"{what} {device} is out of range; system {self.name!r} has devices "
+                f"0..{self.num_devices - 1}"
+            )
+
+    @cached_property
+    def _pair2link(self) -> dict[tuple[int, int], Link]:
+        return dict(self.links)
+
+    def check_devices(self, count: int) -> None:
+        """``ValueError`` unless the system has at least ``count`` devices."""
+        if self.num_devices is not None and count > self.num_devices:
+            raise ValueError(
+                f"system {self.name!r} has {self.num_devices} devices, the schedule needs {count}"
+            )
+
+    def link(self, src: int, dst: int) -> Link:
+        """The (symmetric) link between two different devices."""
+        self._check_device("src device", src)
+        self._check_device("dst device", dst)
+        if src == dst:
+            raise ValueError(
+                f"device {src} has no link to itself (a same-device transfer costs nothing; "
+                "use message_time)"
+            )
+        override = self._pair2link.get((min(src, dst), max(src, dst)))
+        if override is not None:
+            return override
+        if self.devices_per_node is not None and src // self.devices_per_node == dst // self.devices_per_node:
+            return self.intra_node_link  # type: ignore[return-value]
+        return self.default_link
+
+    def message_time(self, src: int, dst: int, nbytes: float) -> float:
+        """Hockney time of a message from ``src`` to ``dst``; 0 when ``src == dst``."""
+        if src == dst:
+            self._check_device("src device", src)
+            return 0.0
+        return self.link(src, dst).time(nbytes)
+
+    def node_of(self, device: int) -> int:
+        """Node index of ``device`` (0 for every device when there are no nodes)."""
+        self._check_device("device", device)
+        return 0 if self.devices_per_node is None else device // self.devices_per_node
+
+    @property
+    def description(self) -> str:
+        size = "any number of" if self.num_devices is None else str(self.num_devices)
+        parts = [f"{self.name}: {size} devices of {self.device.description}"]
+        if self.devices_per_node is not None:
+            parts.append(
+                f"{self.devices_per_node} per node, intra-node {self.intra_node_link.description}, "  # type: ignore[union-attr]
+                f"inter-node {self.default_link.description}"
+            )
+        else:
+            parts.append(f"links {self.default_link.description}")
+        if self.links:
+            parts.append(f"{len(self.links)} pair overrides")
+        text = "; ".join(parts)
+        return f"{text} -- {self.summary}" if self.summary else text
+
+    # ---- constructors -----------------------------------------------------------------
+    @classmethod
+    def uniform(cls, name: str, device: Device, link: Link, num_devices: int | None = None,
+                summary: str = "") -> "System":
+        """All device pairs joined by the same link."""
+        return cls(name, device, link, num_devices, summary=summary)
+
+    @classmethod
+    def nodes(cls, name: str, device: Device, devices_per_node: int, intra_node_link: Link,
+              inter_node_link: Link, num_devices: int | None = None, summary: str = "") -> "System":
+        """Nodes of ``devices_per_node`` devices: ``intra_node_link`` inside a node,
+        ``inter_node_link`` between nodes."""
+        return cls(name, device, inter_node_link, num_devices, (), devices_per_node,
+                   intra_node_link, summary)

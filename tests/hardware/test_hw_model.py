@@ -1,0 +1,60 @@
+"""TransformerModel parameter counts and the layer partition."""
+
+import pytest
+
+from hardware.model import TransformerModel, partition
+
+
+def test_partition_by_hand():
+    # quotas 21.33, 21.33, 42.67, 42.67 -> floors 21, 21, 42, 42 (126); the 2 layers left go
+    # to the largest fractional remainders (.67, stages 2 and 3)
+    assert partition([1, 1, 2, 2], 128) == (21, 21, 43, 43)
+    assert partition([1] * 8, 128) == (16,) * 8
+    # quotas 3.33 each -> 3, 3, 3; the one left goes to the lowest index on a tie
+    assert partition([1, 1, 1], 10) == (4, 3, 3)
+    # quotas 0.099, 9.90 -> floors 0, 9; remainder to stage 1 -> (0, 10); stage 0 then takes
+    # one layer from stage 1 so that every stage has at least one
+    assert partition([1, 100], 10) == (1, 9)
+    # Hanayo with W=8 waves on 8 devices: 2*W*S = 128 stages of one layer
+    assert partition([1.0] * 128, 128) == (1,) * 128
+
+
+def test_partition_too_many_stages():
+    with pytest.raises(ValueError, match="cannot split 128 layers into 256 stages"):
+        partition([1] * 256, 128)
+
+
+@pytest.mark.parametrize("works", [[], [1, 0], [1, -2], [1, float("nan")]])
+def test_partition_bad_work(works):
+    with pytest.raises(ValueError, match="stage_work"):
+        partition(works, 16)
+
+
+def test_param_counts_by_hand():
+    m = TransformerModel("m", num_layers=4, hidden=8, heads=2, seq_len=4, vocab=16, global_batch=4)
+    assert m.ffn_hidden == 32
+    assert m.layer_params == 12 * 64 + 13 * 8 == 872
+    assert m.embedding_params == m.head_params == 16 * 8
+    assert m.stage_params(2, first=True, last=False) == 2 * 872 + 128
+    assert m.total_params == 4 * 872 + 2 * 128
+
+
+def test_paper_and_gpt3_sizes():
+    paper = TransformerModel("p", 128, 4096, 32, 4096, 51200, 512)
+    assert paper.total_params == 128 * (12 * 4096**2 + 13 * 4096) + 2 * 51200 * 4096
+    gpt3 = TransformerModel("g", 96, 12288, 96, 2048, 51200, 1536)
+    assert 174.5e9 < gpt3.total_params < 175.5e9
+
+
+def test_model_validation():
+    with pytest.raises(ValueError, match=r"heads must divide hidden \(4096\), got 80"):
+        TransformerModel("p", 128, 4096, 80, 4096, 51200, 512)
+    with pytest.raises(ValueError, match="num_layers must be an integer >= 1, got 0"):
+        TransformerModel("p", 0, 4096, 32, 4096, 51200, 512)
+
+
+def test_microbatch_size():
+    m = TransformerModel("m", 4, 8, 2, 4, 16, global_batch=64)
+    assert m.microbatch_size(16) == 4
+    with pytest.raises(ValueError, match="global batch 64 .* cannot be split into 3 equal microbatches"):
+        m.microbatch_size(3)
