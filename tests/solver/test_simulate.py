@@ -126,3 +126,37 @@ def test_ops_frame():
     df = sim.ops_frame()
     assert list(df.columns) == ["device", "kind", "pipeline", "stage", "microbatch", "start", "end"]
     assert len(df) == 8 and df["end"].max() == 12.0
+
+
+# ---- with hardware costs -----------------------------------------------------------------
+
+from solver.costs import hardware_costs  # noqa: E402
+
+
+@pytest.mark.parametrize("name,S,B_,opts", [c for c in CASES if c[0] != "chimera-asym" and 64 % c[2] == 0])
+def test_peak_activation_bytes_are_count_times_stage_size(name, S, B_, opts):
+    schedule = _generate(name, S, B_, opts)
+    costs = hardware_costs(schedule, "mid_nw_mid_cp", "tiny_gpt")
+    sim = simulate(schedule, costs)
+    counts = table_metrics(layout(schedule), schedule).peak_activations
+    sizes = set(costs.activation.values())
+    assert len(sizes) == 1  # equal stages: every activation has the same size
+    size = sizes.pop()
+    assert list(sim.peak_activation) == [c * size for c in counts]
+
+
+def test_chimera_doubles_persistent_memory_and_waits_for_allreduce():
+    one = registry.generate("1f1b", 4, 8)
+    chim = registry.generate("chimera", 4, 8)
+    c1 = hardware_costs(one, "slow_nw_mid_cp", "tiny_gpt")
+    cc = hardware_costs(chim, "slow_nw_mid_cp", "tiny_gpt")
+    # tiny_gpt: embedding on stage 0 and LM head on the last stage; Chimera's device d holds
+    # down stage d and up stage S-1-d, so its weights equal 1F1B's stage d plus stage S-1-d.
+    assert [cc.persistent[d] for d in range(4)] == [c1.persistent[d] + c1.persistent[3 - d] for d in range(4)]
+    assert sum(cc.persistent) == 2 * sum(c1.persistent)
+    assert len(cc.replica_groups) >= 4 and all(g.allreduce_time > 0 for g in cc.replica_groups)
+    sim = simulate(chim, cc)
+    no_ar = simulate(chim, replace(cc, replica_groups=()))
+    assert sim.makespan > no_ar.makespan
+    last_ar_end = max(e for _, _, e in sim.allreduces)
+    assert sim.makespan >= last_ar_end + min(cc.optimizer_time)
