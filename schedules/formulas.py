@@ -60,11 +60,21 @@ def chimera(stages: int, microbatches: int) -> Formula:
 
 
 def hanayo(stages: int, microbatches: int, waves: int = 1) -> Formula:
-    peaks = (float(stages),) * stages if microbatches >= stages else None
+    # S*A on every device holds only once B >= 2S-1; below that device d is short of
+    # 2S-1-d-B chunk activations of A/(2W) each (at B = S: S=4, W=1 gives [2.5, 3, 3.5, 4]).
+    # Measured on pipetab's Hanayo tables for S <= 16, W <= 4, S <= B <= 64; None for B < S.
+    peaks = (
+        tuple(
+            stages - max(0, 2 * stages - 1 - d - microbatches) / (2 * waves)
+            for d in range(stages)
+        )
+        if microbatches >= stages
+        else None
+    )
     return Formula(
         (stages - 1) / (2 * waves * microbatches + stages - 1),
         "(S-1)/(2WB+S-1), reconstructed for W waves (pipetab reference [R]); "
-        "exact only when F and B take equal time",
+        "exact when F and B take equal time and B is a multiple of S",
         peaks,
         (1.0,) * stages,
     )

@@ -1,10 +1,141 @@
-"""Chimera and the asymmetric Chimera-style placement (being written)."""
+"""Chimera (Li & Hoefler, SC'21): two opposite pipelines over the same devices.
+
+Placement: pipeline 0 ("down") puts stage s on device s, pipeline 1 ("up") puts stage s on
+device S-1-s, so device d holds down stage d and up stage S-1-d (two weight copies).
+Microbatches come in basic units of S: in unit u, microbatches uS .. uS+S/2-1 go down and
+uS+S/2 .. uS+S-1 go up. Inside a pipeline microbatches run in ascending order.
+
+Per-device order of one basic unit (reference ``schedules.md`` §4(a) [V], read from the
+SC'21 runtime): with H = S/2, device d's *own* pipeline is the one in which it holds a stage
+of the first half (down for d < H, up for d >= H), the *other* pipeline is the other one;
+``a_d = H-d`` for d < H, ``d-H+1`` otherwise, and ``b_d = H-a_d``:
+
+1. ``a_d`` x F(own)
+2. ``b_d`` x [F(other), F(own)]
+3. ``a_d`` x [F(other), B(other)]
+4. ``b_d`` x [B(own), B(other)]
+5. ``a_d`` x B(own)
+
+For B > S the B/S units are concatenated directly: in every unit after the first, step 1
+becomes ``a_d`` x [B(own, previous unit), F(own)], and step 5 appears only after the last
+unit. With equal forward and backward times this leaves no intermediate bubbles and the
+table's bubble is the paper's (S-2)/(2B+S-2); with a backward twice a forward it does leave
+intermediate bubbles (the paper removes them with forward doubling, not generated here).
+
+``chimera_asym`` is pipetab's interpretation [I] of the paper's remark that the layers may be
+split ~1:2 unevenly between the two directions: the same placement and order, but within
+each pipeline stages s < S/2 have relative work ``a`` and stages s >= S/2 work ``b``
+(``split=(a, b)``), so every device holds one light and one heavy stage (device d < S/2:
+light down stage d, heavy up stage S-1-d; mirrored for d >= S/2). ``split=(2, 1)`` is the
+heavier-first variant. Nothing is normalised: ``stage_work`` carries the raw ``a`` and ``b``.
+"""
+
+from __future__ import annotations
+
+from ..ops import B, F, Op
+from ..schedule import Placement, Schedule
+
 CHIMERA_REGIME = "S even, B a multiple of S"
 
-
-def chimera(stages, microbatches):
-    raise NotImplementedError
+DOWN, UP = 0, 1
 
 
-def chimera_asym(stages, microbatches, split=(1, 2)):
-    raise NotImplementedError
+def chimera_placement(stages: int) -> Placement:
+    """Down pipeline: stage s on device s; up pipeline: stage s on device S-1-s."""
+    return Placement(
+        (tuple(range(stages)), tuple(stages - 1 - s for s in range(stages))), stages
+    )
+
+
+def _check(stages: object, microbatches: object, name: str) -> None:
+    if not isinstance(stages, int) or isinstance(stages, bool) or stages < 2:
+        raise ValueError(f"stages must be an integer >= 2, got {stages!r}")
+    if not isinstance(microbatches, int) or isinstance(microbatches, bool) or microbatches < 1:
+        raise ValueError(f"microbatches must be an integer >= 1, got {microbatches!r}")
+    if stages % 2:
+        raise ValueError(f"stages must be even for {name}, got {stages}")
+    if microbatches % stages:
+        raise ValueError(
+            f"microbatches must be a multiple of stages ({stages}) for {name}, got {microbatches}"
+        )
+
+
+def _microbatch2pipeline(stages: int, microbatches: int) -> tuple[int, ...]:
+    half = stages // 2
+    return tuple(DOWN if m % stages < half else UP for m in range(microbatches))
+
+
+def _orders(stages: int, microbatches: int) -> tuple[tuple[Op, ...], ...]:
+    half = stages // 2
+    units = microbatches // stages
+    orders = []
+    for d in range(stages):
+        own, other = (DOWN, UP) if d < half else (UP, DOWN)
+        a = half - d if d < half else d - half + 1
+        b = half - a
+        stage = {DOWN: d, UP: stages - 1 - d}  # the stage device d holds in each pipeline
+        first = {DOWN: 0, UP: half}  # offset of a pipeline's microbatches inside a unit
+        order: list[Op] = []
+        tail: list[Op] = []  # step 5 of the previous unit
+        for u in range(units):
+            lo = {p: u * stages + first[p] for p in (DOWN, UP)}
+            mbs = {p: range(lo[p], lo[p] + half) for p in (DOWN, UP)}
+            fwd = {p: iter(mbs[p]) for p in (DOWN, UP)}
+            bwd = {p: iter(mbs[p]) for p in (DOWN, UP)}
+
+            def f(p: int) -> Op:
+                return F(next(fwd[p]), stage[p], p)
+
+            def bk(p: int) -> Op:
+                return B(next(bwd[p]), stage[p], p)
+
+            for i in range(a):  # 1 (after the first unit: interleaved with the previous tail)
+                order += [tail[i], f(own)] if u else [f(own)]
+            for _ in range(b):  # 2
+                order += [f(other), f(own)]
+            for _ in range(a):  # 3
+                order += [f(other), bk(other)]
+            for _ in range(b):  # 4
+                order += [bk(own), bk(other)]
+            tail = [bk(own) for _ in range(a)]  # 5, deferred into the next unit
+        order += tail
+        orders.append(tuple(order))
+    return tuple(orders)
+
+
+def chimera(stages: int, microbatches: int) -> Schedule:
+    """Chimera with two pipelines and directly concatenated basic units (see module doc).
+
+    Requires ``stages`` even and ``microbatches`` a multiple of ``stages``."""
+    _check(stages, microbatches, "chimera")
+    return Schedule(
+        "chimera",
+        chimera_placement(stages),
+        _microbatch2pipeline(stages, microbatches),
+        _orders(stages, microbatches),
+        params={"stages": stages, "microbatches": microbatches},
+    )
+
+
+def chimera_asym(stages: int, microbatches: int, split: tuple[int, int] = (1, 2)) -> Schedule:
+    """Chimera's placement and order with stages of uneven work: within each pipeline,
+    stages s < S/2 have work ``split[0]`` and stages s >= S/2 work ``split[1]``, so every
+    device holds one stage of each size (pipetab's interpretation [I], see module doc)."""
+    _check(stages, microbatches, "chimera-asym")
+    if (
+        not isinstance(split, (tuple, list))
+        or len(split) != 2
+        or any(not isinstance(x, int) or isinstance(x, bool) or x < 1 for x in split)
+    ):
+        raise ValueError(f"split must be two positive integers (a, b), e.g. (1, 2), got {split!r}")
+    a, b = split
+    half = stages // 2
+    work = tuple(a if s < half else b for s in range(stages))
+    return Schedule(
+        "chimera-asym",
+        chimera_placement(stages),
+        _microbatch2pipeline(stages, microbatches),
+        _orders(stages, microbatches),
+        stage_work=(work, work),
+        params={"stages": stages, "microbatches": microbatches, "split": (a, b)},
+    )

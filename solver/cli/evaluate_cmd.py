@@ -125,29 +125,38 @@ def _fmt(v) -> str:
     return str(v)
 
 
-def _gib(values) -> list[float] | None:
-    return None if values is None else [round(v / 2**30, 2) for v in values]
+def _mem_unit(sim: dict | None) -> tuple[str, float]:
+    """GiB, or TiB when the largest peak exceeds 1 TiB."""
+    if not sim:
+        return "GiB", 2**30
+    return ("TiB", 2**40) if max(sim["peak_memory_bytes"]) >= 2**40 else ("GiB", 2**30)
+
+
+def _in(values, scale) -> list[float] | None:
+    return None if values is None else [round(v / scale, 3) for v in values]
 
 
 def print_levels(doc: dict) -> None:
     """The levels as an aligned text table: quantity | formula | table | simulation."""
     f, t, s = doc["formula"], doc["table"], doc.get("simulation")
+    unit, scale = _mem_unit(s)
     rows = [
         ("bubble / idle ratio", f["bubble_ratio"], t["bubble_ratio"], s and s["idle_ratio"]),
         ("makespan", None, f"{t['makespan_slots']} slots", s and f"{s['makespan_s']:.4g} s"),
-        ("peak activations (stage units)", f["peak_activations"], t["peak_activation_share"],
-         s and _gib(s["peak_activation_bytes"])),
-        ("weight copies (stage units)", f["weight_copies"], t["weight_copies"], s and _gib(s["persistent_bytes"])),
+        (f"peak activations (stage units | {unit})", f["peak_activations"], t["peak_activation_share"],
+         s and _in(s["peak_activation_bytes"], scale)),
+        (f"weights (stage copies | {unit} persistent)", f["weight_copies"], t["weight_copies"],
+         s and _in(s["persistent_bytes"], scale)),
     ]
     if s:
-        rows.append(("peak memory (GiB)", None, None, _gib(s["peak_memory_bytes"])))
+        rows.append((f"peak memory ({unit})", None, None, _in(s["peak_memory_bytes"], scale)))
         rows.append(("fits memory", None, None, s["fits_memory"]))
         rows.append(("exposed communication", None, None, f"{s['exposed_comm_s']:.4g} s"))
     if "cpsat" in doc:
         c = doc["cpsat"]
         rows.append(("CP-SAT makespan", None, c["unit"] == "slots" and f"{c['makespan']} slots",
                      c["unit"] == "s" and f"{c['makespan']:.4g} s"))
-    head = ("quantity", "formula", "table", "simulation (GiB where memory)" if s else "simulation")
+    head = ("quantity", "formula", "table", "simulation")
     cells = [tuple(_fmt(x) if not isinstance(x, str) else x for x in r) for r in rows]
     widths = [max(len(r[i]) for r in [head, *cells]) for i in range(4)]
     print(f"{doc['schedule']}  S={doc['stages']}  B={doc['microbatches']}  devices={doc['devices']}")

@@ -74,9 +74,12 @@ def schedules_(draw):
     if name in ("chimera", "chimera-asym"):
         S = draw(st.sampled_from(range(2, 17, 2)))
         B = S * draw(st.integers(1, 64 // S))
+    elif name == "hanayo":
+        S = draw(st.integers(2, 16))
+        B = S * draw(st.integers(1, 64 // S))
     else:
         S = draw(st.integers(2, 16))
-        B = draw(st.integers(S if name == "hanayo" else 1, 64))
+        B = draw(st.integers(1, 64))
     opts = {}
     if name == "hanayo":
         opts["waves"] = draw(st.integers(1, 3))
