@@ -87,3 +87,78 @@ def chimera_asym(stages: int, microbatches: int, split: tuple[int, int] = (1, 2)
         None,
         (2.0,) * stages,
     )
+
+
+def interleaved(stages: int, microbatches: int, chunks: int = 2) -> Formula:
+    # device d peaks at min(w_d + 1, vB) chunk activations of A/v, w_d = (v-1)S + 2(S-1-d)
+    # the warm-up (reference §3(c) [V]); the min binds only at B = S, for d < (S-1)/2.
+    v = chunks
+    return Formula(
+        (stages - 1) / (v * microbatches + stages - 1),
+        "(S-1)/(vB+S-1), Narayanan et al. (Megatron, SC'21: bubble fraction (1/v)(p-1)/m); "
+        "equal to the table's for any chunk-op slot lengths when B is a multiple of S "
+        "(pipetab, measured S <= 12, v <= 4, B <= 48)",
+        tuple(
+            min((v - 1) * stages + 2 * (stages - 1 - d) + 1, v * microbatches) / v
+            for d in range(stages)
+        ),
+        (1.0,) * stages,
+    )
+
+
+def zb_h1(stages: int, microbatches: int) -> Formula:
+    # Convention: F = B = W = 1 slot (B the input gradient). Busy 3B slots per device.
+    S, n = stages, microbatches
+    if n >= S:
+        ratio = (S - 1) / (3 * n + S - 1)
+        source = (
+            "(S-1)/(3B+S-1): ZB's (p-1)(T_F+T_B-T_W) idle time per device (Qi et al., "
+            "ICLR'24) at T_F = T_B = T_W = 1 slot; exact for B >= S"
+        )
+    else:
+        ratio = 1 - 3 * n / (2 * n + 2 * S - 1)
+        source = (
+            "1 - 3B/(2B+2S-1) at T_F = T_B = T_W = 1 slot: with B < S the makespan is 1F1B's "
+            "2(B+S-1) plus the last W (pipetab, measured for S <= 16, B <= 64)"
+        )
+    # p * M_B on every device (ZB paper); with B < S at most B are ever live.
+    return Formula(ratio, source, (float(min(S, n)),) * S, (1.0,) * S)
+
+
+def zbv(stages: int, microbatches: int) -> Formula:
+    # Convention: F = B = W = 1 slot per chunk op. Busy 6B slots per device.
+    S, n = stages, microbatches
+    if 2 * n >= 3 * S - 1:
+        ratio = (S - 1) / (6 * n + S - 1)
+        source = (
+            "(S-1)/(6B+S-1): ZB-V is zero-bubble in ZB's per-device-span convention (Qi et al.; "
+            "sail-sg README) at T_F = T_B = T_W per chunk; the global convention keeps the "
+            "staggered start of S-1 chunk slots (reference §7(d) [V]); exact for 2B >= 3S-1"
+        )
+    else:
+        ratio = 1 - 6 * n / (4 * n + 4 * S - 2)
+        source = (
+            "1 - 6B/(4B+4S-2) at T_F = T_B = T_W = 1 slot per chunk: for 2B < 3S-1 the "
+            "makespan of the B_eff = max(B, 2S-1) construction with ops of missing "
+            "microbatches dropped is 4B+4S-2 (pipetab, measured for S <= 16, B <= 64)"
+        )
+    # p * M_B on every device once B >= 2S-1 (reference §7(c)); in chunk activations of
+    # A/2 device d peaks at min(2S, 2B, B+1+d) (pipetab, measured for S <= 16, B <= 64).
+    peaks = tuple(min(2 * S, 2 * n, n + 1 + d) / 2 for d in range(S))
+    return Formula(ratio, source, peaks, (1.0,) * S)
+
+
+def dualpipev(stages: int, microbatches: int) -> Formula:
+    # DeepSeek's units are one of the PP = 2S stages (1/(2S) of the model); pipetab's are
+    # 1/S of the model. "Parameter 2x" = two such stages = 1.0 here; "activation PP+1" =
+    # 2S+1 chunk activations = (2S+1)/2 here (measured on every device, S <= 16, B <= 64).
+    S, n = stages, microbatches
+    return Formula(
+        (S - 1) / (3 * n + S - 1),
+        "(S-1)/(3B+S-1): DeepSeek's (PP/2-1)(F&B+B-3W) idle per device (deepseek-ai/DualPipe "
+        "README, PP = 2S) with F = W = 1, full B = 2, F&B = 3 slots (no overlap gain); "
+        "pipetab's table of the same orders has fewer idle slots, (S-1)/(6B+S-1), since its "
+        "B sends the input gradient before its W and a pair's F need not wait for its B's input",
+        ((2 * S + 1) / 2,) * S,
+        (1.0,) * S,
+    )

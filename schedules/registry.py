@@ -7,8 +7,11 @@ from typing import Callable
 
 from . import formulas
 from .generators import chimera as _chimera
+from .generators import dualpipe as _dualpipe
 from .generators import hanayo as _hanayo
+from .generators import interleaved as _interleaved
 from .generators import linear as _linear
+from .generators import zero_bubble as _zero_bubble
 from .schedule import Schedule
 
 
@@ -52,6 +55,9 @@ def _parse_int(text: str) -> int:
 
 
 WAVES = Option("waves", "waves", 1, "Hanayo waves W (1..8)", _parse_int)
+CHUNKS = Option(
+    "chunks", "chunks", 2, f"interleaved chunks per device v (2..{_interleaved.MAX_CHUNKS})", _parse_int
+)
 SPLIT = Option(
     "split", "split", (1, 2),
     "layer split A:B between the lighter and heavier stage of each device", parse_split,
@@ -81,6 +87,27 @@ REGISTRY: dict[str, ScheduleSpec] = {
             "Chimera placement whose stages split the layers unevenly (A:B) between the "
             "two stages each device holds",
             _chimera.chimera_asym, formulas.chimera_asym, _chimera.CHIMERA_REGIME, (SPLIT,),
+        ),
+        ScheduleSpec(
+            "interleaved",
+            "Megatron interleaved 1F1B: v chunks per device, one pipeline of v*S stages (loop)",
+            _interleaved.interleaved, formulas.interleaved, _interleaved.INTERLEAVED_REGIME,
+            (CHUNKS,),
+        ),
+        ScheduleSpec(
+            "zb-h1",
+            "zero bubble H1: 1F1B with split backward, weight gradients delayed to fill bubbles",
+            _zero_bubble.zb_h1, formulas.zb_h1, _zero_bubble.ZB_H1_REGIME,
+        ),
+        ScheduleSpec(
+            "zbv",
+            "zero bubble V: 2 chunks per device in a V (2S stages), split backward, handcrafted order",
+            _zero_bubble.zbv, formulas.zbv, _zero_bubble.ZBV_REGIME,
+        ),
+        ScheduleSpec(
+            "dualpipev",
+            "DeepSeek DualPipeV: 2S stages in a V over S devices, split backward, W queue",
+            _dualpipe.dualpipev, formulas.dualpipev, _dualpipe.DUALPIPEV_REGIME,
         ),
     )
 }

@@ -63,6 +63,22 @@ def test_evaluate_simulation_trace_and_plot(capsys, tmp_path):
     assert png.stat().st_size > 10_000
 
 
+@pytest.mark.parametrize(
+    "argv, makespan",
+    [
+        (["interleaved", "-S", "4", "-B", "8", "--chunks", "2"], 38),
+        (["interleaved", "-S", "4", "-B", "8", "--chunks", "3"], 54),
+        (["zb-h1", "-S", "4", "-B", "8"], 27),
+        (["zbv", "-S", "4", "-B", "8"], 51),
+        (["dualpipev", "-S", "4", "-B", "8"], 51),
+    ],
+)
+def test_table_new_schedules(capsys, argv, makespan):
+    code, out, err = run(capsys, "table", *argv, "--backward-slots", "1", "--format", "json")
+    assert code == 0, err
+    assert json.loads(out)["makespan_slots"] == makespan
+
+
 def test_presets_listed(capsys):
     code, out, _ = run(capsys, "systems", "--format", "json")
     names = {r["name"] for r in json.loads(out)}
@@ -80,6 +96,10 @@ def test_presets_listed(capsys):
         (["table", "chimera", "-S", "4", "-B", "6"], "microbatches must be a multiple of stages (4) for chimera, got 6"),
         (["table", "nosuch", "-S", "4", "-B", "4"], "unknown schedule 'nosuch'"),
         (["table", "gpipe", "-S", "4", "-B", "4", "--waves", "2"], "--waves does not apply to schedule 'gpipe'"),
+        (["table", "hanayo", "-S", "4", "-B", "4", "--chunks", "2"], "--chunks does not apply to schedule 'hanayo'"),
+        (["table", "interleaved", "-S", "4", "-B", "8", "--chunks", "1"], "chunks must be an integer from 2 to 16"),
+        (["table", "interleaved", "-S", "4", "-B", "6"], "microbatches must be a multiple of stages (4) for interleaved"),
+        (["table", "dualpipev", "-S", "4", "-B", "7"], "microbatches must be at least 2 x stages (8) for dualpipev"),
         (["table", "chimera-asym", "-S", "4", "-B", "4", "--split", "1-2"], "split must look like A:B"),
         (["table", "gpipe", "-S", "four", "-B", "4"], "stages must be an integer, got 'four'"),
         (["table", "gpipe", "-S", "4", "-B", "4", "--backward-slots", "0"], "backward slots must be an integer >= 1, got 0"),

@@ -34,14 +34,17 @@ def positive_int(name: str):
 
 
 def add_schedule_args(p: argparse.ArgumentParser, name: bool = True) -> None:
-    """NAME --stages --microbatches [--waves] [--split] [--forward-slots] [--backward-slots]."""
+    """NAME --stages --microbatches [--waves] [--chunks] [--split] [--forward-slots] [--backward-slots]."""
     if name:
         p.add_argument("name", metavar="NAME", help="schedule name (see 'pipetab schedules')")
     p.add_argument("--stages", "-S", type=positive_int("stages"), required=True,
-                   help="pipeline stages S (= devices for GPipe, 1F1B, Chimera, Hanayo)")
+                   help="devices S (= stages for GPipe, 1F1B, ZB-H1, Chimera; Hanayo, "
+                        "interleaved, ZB-V and DualPipeV hold several stages per device)")
     p.add_argument("--microbatches", "-B", type=positive_int("microbatches"), required=True,
                    help="microbatches per training step B")
     p.add_argument("--waves", type=positive_int("waves"), default=None, help="Hanayo waves W (default 1)")
+    p.add_argument("--chunks", type=positive_int("chunks"), default=None,
+                   help="interleaved chunks per device v (default 2)")
     p.add_argument("--split", default=None, help="chimera-asym layer split A:B (default 1:2)")
     add_slot_args(p)
 
@@ -60,6 +63,8 @@ def schedule_options(args) -> dict:
     given = {}
     if args.waves is not None:
         given["waves"] = args.waves
+    if getattr(args, "chunks", None) is not None:
+        given["chunks"] = args.chunks
     if args.split is not None:
         given["split"] = registry.parse_split(args.split)
     for key in given:

@@ -74,15 +74,20 @@ def schedules_(draw):
     if name in ("chimera", "chimera-asym"):
         S = draw(st.sampled_from(range(2, 17, 2)))
         B = S * draw(st.integers(1, 64 // S))
-    elif name == "hanayo":
+    elif name in ("hanayo", "interleaved"):
         S = draw(st.integers(2, 16))
         B = S * draw(st.integers(1, 64 // S))
+    elif name == "dualpipev":
+        S = draw(st.integers(2, 16))
+        B = draw(st.integers(2 * S, 64))
     else:
         S = draw(st.integers(2, 16))
         B = draw(st.integers(1, 64))
     opts = {}
     if name == "hanayo":
         opts["waves"] = draw(st.integers(1, 3))
+    if name == "interleaved":
+        opts["chunks"] = draw(st.integers(2, 4))
     if name == "chimera-asym":
         opts["split"] = (draw(st.integers(1, 3)), draw(st.integers(1, 3)))
     return name, registry.generate(name, S, B, **opts)

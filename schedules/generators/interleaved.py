@@ -1,0 +1,100 @@
+"""Interleaved 1F1B (Narayanan et al., SC'21 — Megatron "virtual pipeline stages").
+
+Placement (reference ``schedules.md`` §0/§3, loop mapping): one pipeline of v*S stages;
+chunk c of device d is stage c*S + d, so device d holds stages d, S+d, ..., (v-1)S+d. All
+stages have the same work: each chunk is 1/v of an ordinary stage, and one chunk op takes
+the given slot durations (as for Hanayo), so the weights add up to one copy per device.
+
+Order [V] (Megatron ``forward_backward_pipelining_with_interleaving``; torch
+``ScheduleInterleaved1F1B`` gives the same per-rank order): every device runs v*B chunk
+forwards and v*B chunk backwards, indexed k = 0 .. vB-1 ("virtual microbatches"):
+
+* forward k: group g = k div (vS), chunk c = (k mod vS) div S, microbatch g*S + k mod S
+  (S microbatches go through chunk 0, then the same S through chunk 1, ...);
+* backward k: the same with the chunks reversed, c = v-1 - (k mod vS) div S;
+* device d runs w_d = min((v-1)S + 2(S-1-d), vB) warm-up forwards, then the pairs
+  [forward k + w_d, backward k], then the remaining backwards.
+
+Regime: B a multiple of S (Megatron's condition; the forward / backward index maps above
+need it) and 2 <= v <= 16. Throughout that regime the table's bubble is Megatron's
+(S-1)/(vB+S-1): makespan (vB + S - 1)(F + K) for chunk ops of F and K slots (measured for
+S <= 12, v <= 4, B <= 48 with several F, K; at F = K = 1 for S <= 16, B <= 64).
+
+Memory: device d peaks at min(w_d + 1, vB) live chunk activations of A/v each, i.e.
+((v-1)S + 2(S-1-d) + 1)/v stage activations once B > S (at B = S device 0 holds all vS).
+"""
+
+from __future__ import annotations
+
+from ..ops import B, F, Op
+from ..schedule import Placement, Schedule
+
+MAX_CHUNKS = 16
+INTERLEAVED_REGIME = f"2 <= v <= {MAX_CHUNKS}, B a multiple of S"
+
+
+def loop_placement(devices: int, chunks: int) -> Placement:
+    """One pipeline of ``chunks * devices`` stages; stage s on device s mod ``devices``."""
+    return Placement((tuple(s % devices for s in range(chunks * devices)),), devices)
+
+
+def _check(stages: object, microbatches: object, chunks: object) -> None:
+    if not isinstance(stages, int) or isinstance(stages, bool) or stages < 2:
+        raise ValueError(f"stages must be an integer >= 2, got {stages!r}")
+    if not isinstance(microbatches, int) or isinstance(microbatches, bool) or microbatches < 1:
+        raise ValueError(f"microbatches must be an integer >= 1, got {microbatches!r}")
+    if not isinstance(chunks, int) or isinstance(chunks, bool) or not 2 <= chunks <= MAX_CHUNKS:
+        raise ValueError(
+            f"chunks must be an integer from 2 to {MAX_CHUNKS} for interleaved, got {chunks!r}"
+        )
+    if microbatches % stages:
+        raise ValueError(
+            f"microbatches must be a multiple of stages ({stages}) for interleaved, got {microbatches}"
+        )
+
+
+def warmup(devices: int, microbatches: int, chunks: int, device: int) -> int:
+    """Warm-up chunk forwards of ``device``: min((v-1)S + 2(S-1-d), vB)."""
+    return min((chunks - 1) * devices + 2 * (devices - 1 - device), chunks * microbatches)
+
+
+def interleaved_orders(devices: int, microbatches: int, chunks: int) -> tuple[tuple[Op, ...], ...]:
+    """Per-device orders of the Megatron rule (see module doc); needs B a multiple of S."""
+    group = devices * chunks
+    total = chunks * microbatches
+
+    def mb_chunk(k: int) -> tuple[int, int]:
+        return (k // group) * devices + k % devices, (k % group) // devices
+
+    orders = []
+    for d in range(devices):
+
+        def fwd(k: int) -> Op:
+            m, c = mb_chunk(k)
+            return F(m, c * devices + d)
+
+        def bwd(k: int) -> Op:
+            m, c = mb_chunk(k)
+            return B(m, (chunks - 1 - c) * devices + d)
+
+        w = warmup(devices, microbatches, chunks, d)
+        order = [fwd(k) for k in range(w)]
+        for k in range(total - w):
+            order += [fwd(k + w), bwd(k)]
+        order += [bwd(k) for k in range(total - w, total)]
+        orders.append(tuple(order))
+    return tuple(orders)
+
+
+def interleaved(stages: int, microbatches: int, chunks: int = 2) -> Schedule:
+    """Megatron interleaved 1F1B with ``chunks`` (v) chunks per device over ``stages``
+    devices: one pipeline of v*S equal stages in the loop mapping. Requires
+    2 <= v <= 16 and ``microbatches`` a multiple of ``stages``."""
+    _check(stages, microbatches, chunks)
+    return Schedule(
+        "interleaved",
+        loop_placement(stages, chunks),
+        (0,) * microbatches,
+        interleaved_orders(stages, microbatches, chunks),
+        params={"stages": stages, "microbatches": microbatches, "chunks": chunks},
+    )

@@ -1,0 +1,165 @@
+"""Zero-bubble schedules (Qi, Wan, Huang, Lin — ICLR'24): the backward is split into B
+(input gradient, on the critical path) and W (weight gradient, needed only before the
+optimizer step); every schedule here has ``split_backward=True``.
+
+ZB-H1 (reference ``schedules.md`` §6(a) [V]; = torch ``ScheduleInterleavedZeroBubble`` with one
+stage per rank): stage d on device d. Device d runs 1F1B's order — ``min(S-1-d, B)`` warm-up
+forwards, pairs [F, B], the remaining B's — but delays the weight gradients: right after
+its k-th B it runs W(k-d) when k >= d (device d postpones its first d W's), and it ends
+with the remaining W's in ascending order. Every device then holds up to S activations
+(min(S, B); 1F1B's first-stage peak). For B >= S the makespan is B(F+K+W) + (S-1)(F+K-W)
+for slot lengths F, K (input gradient), W — ZB's (p-1)(T_F+T_B-T_W) idle time per device —
+exactly when W <= min(F, K) (measured for F, K, W <= 4, S <= 8, B <= 24; at F = K = W = 1
+for S <= 16, B <= 64: 3B + S - 1). For B < S it is 1F1B's 2(B+S-1) plus the last W at
+F = K = W = 1.
+
+ZB-V (§7(a) [V]; op-by-op the order of torch ``ScheduleZBVZeroBubble`` and sail-sg
+``zbv.py`` at T_F = T_B = T_W): V mapping over 2S stages, device d holds stage d (chunk 0)
+and stage 2S-1-d (chunk 1). With per-chunk counters (ascending microbatches) and
+B_eff = max(B, 2S-1), device d runs
+
+1. 2(S-d)-1 x F0;
+2. d x [F1, F0];
+3. S-d x [F1, B1, W1];
+4. while chunk-1 forwards remain: [F0 (if any left), B0, W0, F1, B1, W1];
+5. d x [B0, B1], then S-d x [B0, W0], then the remaining W1's, then the remaining W0's
+
+for B_eff microbatches and drops the ops of microbatches >= B (the reference's handling
+of B < 2S-1). It is valid for every B >= 1 (tests: S <= 16, B <= 64). With one slot per
+chunk op and B >= 2S-1 the devices are busy from their first op to their last ("zero
+bubble" in ZB's per-device-span convention; for B < 2S-1 they are not); in pipetab's global
+convention the staggered start remains: makespan 6B + S - 1, bubble (S-1)/(6B+S-1),
+whenever 2B >= 3S-1; for fewer microbatches
+the dropped ones leave holes and the makespan is 4B + 4S - 2 (both measured for S <= 16,
+B <= 64). Device d peaks at min(2S, 2B, B+1+d) live chunk activations of A/2: S stage
+activations on every device (ZB's p * M_B) once B >= 2S-1.
+"""
+
+from __future__ import annotations
+
+from ..ops import B, F, Op, W
+from ..schedule import Placement, Schedule
+
+ZB_H1_REGIME = "S >= 2, B >= 1"
+ZBV_REGIME = "S >= 2, B >= 1"
+
+
+def _check(stages: object, microbatches: object) -> None:
+    if not isinstance(stages, int) or isinstance(stages, bool) or stages < 2:
+        raise ValueError(f"stages must be an integer >= 2, got {stages!r}")
+    if not isinstance(microbatches, int) or isinstance(microbatches, bool) or microbatches < 1:
+        raise ValueError(f"microbatches must be an integer >= 1, got {microbatches!r}")
+
+
+# ---- ZB-H1 ------------------------------------------------------------------------------
+
+def zb_h1_orders(devices: int, microbatches: int) -> tuple[tuple[Op, ...], ...]:
+    """Per-device orders of ZB-H1 (see module doc)."""
+    orders = []
+    for d in range(devices):
+        w = min(devices - 1 - d, microbatches)
+        order: list[Op] = [F(m, d) for m in range(w)]
+        next_w = 0
+        for k in range(microbatches):
+            if w + k < microbatches:
+                order.append(F(w + k, d))
+            order.append(B(k, d))
+            if k >= d:
+                order.append(W(k - d, d))
+                next_w = k - d + 1
+        order += [W(m, d) for m in range(next_w, microbatches)]
+        orders.append(tuple(order))
+    return tuple(orders)
+
+
+def zb_h1(stages: int, microbatches: int) -> Schedule:
+    """ZB-H1: 1F1B with split backward and device d's weight gradients delayed by d
+    microbatches (see module doc). Any ``stages >= 2``, ``microbatches >= 1``."""
+    _check(stages, microbatches)
+    return Schedule(
+        "zb-h1",
+        Placement((tuple(range(stages)),), stages),
+        (0,) * microbatches,
+        zb_h1_orders(stages, microbatches),
+        split_backward=True,
+        params={"stages": stages, "microbatches": microbatches},
+    )
+
+
+# ---- ZB-V -------------------------------------------------------------------------------
+
+def v_placement(devices: int) -> Placement:
+    """One pipeline of 2S stages in a V: stage s on device s (s < S), else 2S-1-s."""
+    return Placement(
+        (tuple(s if s < devices else 2 * devices - 1 - s for s in range(2 * devices)),), devices
+    )
+
+
+class _Counters:
+    """Next microbatch of each (kind, chunk) on one device; emits ops, dropping those of
+    microbatches >= ``microbatches`` (which only exist in the B_eff construction)."""
+
+    def __init__(self, devices: int, device: int, microbatches: int):
+        self.stage = (device, 2 * devices - 1 - device)
+        self.microbatches = microbatches
+        self.next = {}
+        self.order: list[Op] = []
+
+    def count(self, kind, chunk: int) -> int:
+        return self.next.get((kind, chunk), 0)
+
+    def emit(self, kind, chunk: int) -> None:
+        m = self.count(kind, chunk)
+        self.next[(kind, chunk)] = m + 1
+        if m < self.microbatches:
+            self.order.append(kind(m, self.stage[chunk]))
+
+
+def zbv_orders(devices: int, microbatches: int) -> tuple[tuple[Op, ...], ...]:
+    """Per-device orders of the handcrafted ZB-V rule (see module doc)."""
+    n_eff = max(microbatches, 2 * devices - 1)
+    orders = []
+    for d in range(devices):
+        c = _Counters(devices, d, microbatches)
+        for _ in range(2 * (devices - d) - 1):  # 1
+            c.emit(F, 0)
+        for _ in range(d):  # 2
+            c.emit(F, 1)
+            c.emit(F, 0)
+        for _ in range(devices - d):  # 3
+            c.emit(F, 1)
+            c.emit(B, 1)
+            c.emit(W, 1)
+        while c.count(F, 1) < n_eff:  # 4
+            if c.count(F, 0) < n_eff:
+                c.emit(F, 0)
+            for kind in (B, W):
+                c.emit(kind, 0)
+            for kind in (F, B, W):
+                c.emit(kind, 1)
+        for _ in range(d):  # 5
+            c.emit(B, 0)
+            c.emit(B, 1)
+        for _ in range(devices - d):
+            c.emit(B, 0)
+            c.emit(W, 0)
+        while c.count(W, 1) < n_eff:
+            c.emit(W, 1)
+        while c.count(W, 0) < n_eff:
+            c.emit(W, 0)
+        orders.append(tuple(c.order))
+    return tuple(orders)
+
+
+def zbv(stages: int, microbatches: int) -> Schedule:
+    """ZB-V: the handcrafted V-shape zero-bubble order over ``stages`` devices (2S stages,
+    two per device). Any ``stages >= 2``, ``microbatches >= 1`` (see module doc)."""
+    _check(stages, microbatches)
+    return Schedule(
+        "zbv",
+        v_placement(stages),
+        (0,) * microbatches,
+        zbv_orders(stages, microbatches),
+        split_backward=True,
+        params={"stages": stages, "microbatches": microbatches},
+    )
