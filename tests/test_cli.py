@@ -79,6 +79,16 @@ def test_table_new_schedules(capsys, argv, makespan):
     assert json.loads(out)["makespan_slots"] == makespan
 
 
+def test_weight_slots_reach_the_table(capsys):
+    # ZB-H1 with F=B=W=1 is the reference's 27-slot table; W=2 lengthens every weight op
+    code, out, _ = run(capsys, "table", "zb-h1", "-S", "4", "-B", "8", "--backward-slots", "1", "--format", "json")
+    assert json.loads(out)["makespan_slots"] == 27
+    code, out, _ = run(capsys, "table", "zb-h1", "-S", "4", "-B", "8", "--backward-slots", "1",
+                       "--weight-slots", "2", "--format", "json")
+    doc = json.loads(out)
+    assert {o["duration"] for o in doc["ops"] if o["kind"] == "W"} == {2}
+
+
 def test_presets_listed(capsys):
     code, out, _ = run(capsys, "systems", "--format", "json")
     names = {r["name"] for r in json.loads(out)}
@@ -103,6 +113,7 @@ def test_presets_listed(capsys):
         (["table", "chimera-asym", "-S", "4", "-B", "4", "--split", "1-2"], "split must look like A:B"),
         (["table", "gpipe", "-S", "four", "-B", "4"], "stages must be an integer, got 'four'"),
         (["table", "gpipe", "-S", "4", "-B", "4", "--backward-slots", "0"], "backward slots must be an integer >= 1, got 0"),
+        (["table", "zb-h1", "-S", "4", "-B", "4", "--weight-slots", "0"], "weight slots must be an integer >= 1, got 0"),
         (["evaluate", "gpipe", "-S", "4", "-B", "4", "--system", "nope"], "unknown system 'nope'"),
         (["evaluate", "gpipe", "-S", "4", "-B", "4", "--system", "mid_nw_mid_cp", "--model", "nope"], "unknown model 'nope'"),
         (["evaluate", "gpipe", "-S", "4", "-B", "3", "--system", "mid_nw_mid_cp", "--model", "tiny_gpt"], "global batch"),

@@ -53,7 +53,9 @@ def add_slot_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--forward-slots", type=positive_int("forward slots"), default=1,
                    help="slots of one forward (default 1)")
     p.add_argument("--backward-slots", type=positive_int("backward slots"), default=2,
-                   help="slots of one backward (default 2)")
+                   help="slots of one backward; the input-gradient part when it is split (default 2)")
+    p.add_argument("--weight-slots", type=positive_int("weight slots"), default=1,
+                   help="slots of one weight-gradient op in split-backward schedules (default 1)")
 
 
 def schedule_options(args) -> dict:
@@ -79,7 +81,7 @@ def build_schedule(args):
 
 
 def slots_of(args) -> SlotDurations:
-    return SlotDurations(forward=args.forward_slots, backward=args.backward_slots)
+    return SlotDurations(forward=args.forward_slots, backward=args.backward_slots, weight=args.weight_slots)
 
 
 def emit_json(doc) -> None:
