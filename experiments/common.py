@@ -1,0 +1,102 @@
+"""Helpers shared by the reproduction scripts: reading result CSVs and the derived tables
+that both the figures and the report use (so they show the same numbers)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+CONFIGS = Path(__file__).resolve().parent / "configs"
+
+# the paper's grid: which system plays which role in Fig. 4
+SYSTEM_ROLE = {
+    "slow_nw_fast_cp": "network-bound",
+    "mid_nw_mid_cp": "balanced",
+    "fast_nw_slow_cp": "compute-bound",
+}
+GRID_SYSTEMS = [f"{n}_nw_{c}_cp" for n in ("slow", "mid", "fast") for c in ("slow", "mid", "fast")]
+
+
+def network(system: str) -> str:
+    """'slow' / 'mid' / 'fast' for a grid system, '' otherwise."""
+    return system.split("_nw_")[0] if "_nw_" in system else ""
+
+
+def read(results: Path, name: str) -> pd.DataFrame:
+    """The result CSV ``<results>/<name>.csv`` (``FileNotFoundError`` if absent)."""
+    path = Path(results) / f"{name}.csv"
+    if not path.exists():
+        raise FileNotFoundError(f"{path} is missing")
+    d = pd.read_csv(path)
+    if "options" in d:
+        d["options"] = d["options"].fillna("")
+    return d
+
+
+def pivot(d: pd.DataFrame, value: str, index=("system", "stages", "microbatches")) -> pd.DataFrame:
+    """One column per schedule, one row per (system, S, B)."""
+    return d.pivot_table(index=list(index), columns="schedule", values=value, aggfunc="first")
+
+
+def asym_ratio(d: pd.DataFrame) -> pd.DataFrame:
+    """T_sim(chimera-asym) / T_sim(chimera) per (system, S, B), with both peak memories."""
+    t = pivot(d, "T_sim_s")
+    m = pivot(d, "peak_memory_bytes")
+    out = pd.DataFrame({
+        "ratio": t["chimera-asym"] / t["chimera"],
+        "mem_chimera": m["chimera"],
+        "mem_asym": m["chimera-asym"],
+    }).reset_index()
+    return out.dropna()
+
+
+def hanayo_table(d: pd.DataFrame, stages: int = 8, microbatches: int = 8) -> pd.DataFrame:
+    """Table I: per system, T_sim and idle ratio of Chimera and Hanayo at (S, B) and
+    ``speedup`` = 1 - T_hanayo / T_chimera (> 0: Hanayo faster)."""
+    d = d[(d.stages == stages) & (d.microbatches == microbatches)]
+    t = d.pivot_table(index="system", columns="schedule", values="T_sim_s", aggfunc="first")
+    i = d.pivot_table(index="system", columns="schedule", values="idle_ratio", aggfunc="first")
+    out = pd.DataFrame({
+        "T_chimera": t["chimera"], "T_hanayo": t["hanayo"],
+        "idle_chimera": i["chimera"], "idle_hanayo": i["hanayo"],
+    })
+    out["speedup"] = 1 - out.T_hanayo / out.T_chimera
+    order = {s: k for k, s in enumerate(GRID_SYSTEMS)}
+    out = out.reset_index()
+    return out.sort_values("system", key=lambda s: s.map(lambda x: order.get(x, 99))).reset_index(drop=True)
+
+
+def faster(speedup: float) -> str:
+    """'12.3 % faster' / '4.5 % slower' for speedup = 1 - T_new / T_base."""
+    return f"{abs(speedup):.1%} {'faster' if speedup >= 0 else 'slower'}"
+
+
+PLACEMENT_OF = {"gpipe": "linear", "1f1b": "linear", "chimera": "bidirectional", "hanayo": "wave",
+                "chimera-asym": "bidirectional"}
+
+
+def cpsat_cases(cp: pd.DataFrame) -> pd.DataFrame:
+    """One row per CP-SAT run with the known schedules CP-SAT judged on the same problem
+    (``known``: list of (name, seconds, fits) on the quantized costs), the best known that
+    fits the cap, and the CP-SAT schedule's gain over it (``gain`` = 1 - T_cpsat / T_known)."""
+    rows = []
+    for _, r in cp.iterrows():
+        known = []
+        for col in cp.columns:
+            if col.startswith("known_") and col.endswith("_ticks") and col != "known_makespan_ticks" \
+                    and pd.notna(r[col]):
+                name = col[len("known_"):-len("_ticks")]
+                known.append((name, r[col] * r.tick_s, bool(r[f"known_{name}_fits"])))
+        fitting = [t for _, t, fits in known if fits]
+        best = min(fitting) if fitting else None
+        cs = r.cpsat_makespan_s if pd.notna(r.cpsat_makespan_s) else None
+        rows.append({
+            "system": r.system, "microbatches": int(r.microbatches), "cap": r.cap, "schedule": r.schedule,
+            "placement": PLACEMENT_OF.get(r.schedule, r.schedule), "known": known, "best_known_s": best,
+            "cpsat_s": cs, "bound_s": r.bound_s if pd.notna(r.bound_s) else None, "status": r.status,
+            "gap": r.gap if pd.notna(r.gap) else None, "tick_s": r.tick_s, "T_sim_s": r.T_sim_s,
+            "gain": None if best is None or cs is None else 1 - cs / best,
+            "assumptions": r.bound_assumptions if isinstance(r.bound_assumptions, str) else "",
+        })
+    return pd.DataFrame(rows)

@@ -1,0 +1,563 @@
+"""Sweep configurations: a TOML file -> a validated ``SweepConfig`` -> ``Configuration`` values.
+
+File format (every key optional unless marked)::
+
+    name = "fig4"                           # default: the file's stem
+    description = "one line"
+
+    [grid]                                  # required
+    schedules = ["gpipe", "1f1b", "chimera", "hanayo"]  # required, registry names
+    stages = [4, 8]                         # required, integers >= 2
+    microbatches = [8, 16, 32]              # required, integers >= 1
+    systems = ["mid_nw_mid_cp"]             # presets or TOML paths (not in mode "table")
+    models = ["paper_gpt"]                  # presets or TOML paths (default ["paper_gpt"])
+    caps = ["device"]                       # per-device memory caps, see ``parse_cap``
+    [grid.options]                          # schedule options, each a list of values
+    hanayo = { waves = [1, 2] }
+    chimera-asym = { split = ["1:2"] }
+    [grid.search]                           # search / bound only: CP-SAT settings to cross
+    time_limit = [5.0, 30.0]                #   (any of time_limit, workers, tick_s, ticks_per_op;
+    ticks_per_op = [10, 20]                 #   each overrides the [run] value)
+
+    [run]
+    mode = "simulate"                       # "table" | "simulate" | "search" | "bound"
+    recompute = "none"                      # "none" | "selective" | "full"
+    contention = false
+    exposed_comm = true                     # simulate: also the exposed-communication time
+    forward_slots = 1                       # table level: slots of a forward
+    backward_slots = 2                      # table level: slots of a backward
+    time_limit = 10.0                       # search / bound: CP-SAT seconds per configuration
+    workers = 2                             # search / bound: CP-SAT workers
+    tick_s = 0.01                           # search / bound: tick in seconds, or
+    ticks_per_op = 20                       #   tick = shortest op / ticks_per_op (default 20)
+
+    [output]
+    db = "results/pipetab.sqlite"           # results store (relative to the working dir)
+    export = "results/fig4.csv"             # written after the run (.csv or .parquet)
+
+Anything else -- an unknown key, an unknown schedule, system or model, an empty list, a
+value of the wrong type -- raises ``ConfigError`` (a ``ValueError``) with one sentence naming
+the key, before any configuration runs.
+
+Expansion (``expand``) crosses schedules x options x stages x microbatches x models x
+systems x caps (x the [grid.search] settings). Combinations that cannot exist are *skipped*, not errors, and returned
+separately with the reason: outside a schedule's regime (``registry.generate`` refuses
+them, e.g. Chimera with B not a multiple of S), or, with hardware, B not dividing the
+model's global batch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import tomllib
+from dataclasses import dataclass, field
+from functools import cached_property, lru_cache
+from pathlib import Path
+
+from schedules import registry
+
+MODES = ("table", "simulate", "search", "bound")
+RECOMPUTE = ("none", "selective", "full")
+KEY_VERSION = 1  # bump when the meaning of a configuration key changes
+
+_TOP = {"name", "description", "grid", "run", "output"}
+_GRID = {"schedules", "stages", "microbatches", "systems", "models", "caps", "options", "search"}
+_SEARCH = ("time_limit", "workers", "tick_s", "ticks_per_op")
+_RUN = {
+    "mode", "recompute", "contention", "exposed_comm", "forward_slots", "backward_slots",
+    "time_limit", "workers", "tick_s", "ticks_per_op",
+}
+_OUTPUT = {"db", "export"}
+
+
+class ConfigError(ValueError):
+    """A malformed sweep configuration (one sentence, naming the key)."""
+
+
+# ---- values ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """How every configuration of a sweep is evaluated (see the module docstring)."""
+
+    mode: str = "simulate"
+    recompute: str = "none"
+    contention: bool = False
+    exposed_comm: bool = True
+    forward_slots: int = 1
+    backward_slots: int = 2
+    time_limit: float = 10.0
+    workers: int = 2
+    tick_s: float | None = None
+    ticks_per_op: int = 20
+
+    @property
+    def uses_hardware(self) -> bool:
+        return self.mode != "table"
+
+    @property
+    def uses_cpsat(self) -> bool:
+        return self.mode in ("search", "bound")
+
+    def key_fields(self) -> dict:
+        """The settings that decide a result (others do not enter the configuration key)."""
+        out = {"mode": self.mode, "slots": [self.forward_slots, self.backward_slots]}
+        if self.uses_hardware:
+            out.update(recompute=self.recompute, contention=self.contention)
+        if self.mode == "simulate":
+            out["exposed_comm"] = self.exposed_comm
+        if self.uses_cpsat:
+            out.update(time_limit=self.time_limit, workers=self.workers,
+                       tick_s=self.tick_s, ticks_per_op=None if self.tick_s else self.ticks_per_op)
+        return out
+
+
+@dataclass(frozen=True)
+class Configuration:
+    """One point of a sweep: everything that decides its row. ``options`` are the
+    schedule's options as sorted (name, value) pairs; ``system`` / ``model`` are None in
+    mode "table"; ``cap`` is canonical cap text (see ``parse_cap``); ``digests`` pin the
+    content of the system and model files, so editing a preset gives new keys."""
+
+    schedule: str
+    stages: int
+    microbatches: int
+    options: tuple[tuple[str, object], ...]
+    system: str | None
+    model: str | None
+    cap: str
+    run: RunSettings
+    digests: tuple[str, str] = ("", "")
+
+    def options_dict(self) -> dict:
+        return dict(self.options)
+
+    @property
+    def options_text(self) -> str:
+        return " ".join(f"{k}={_plain(v)}" for k, v in self.options)
+
+    def canonical(self) -> dict:
+        return {
+            "v": KEY_VERSION,
+            "schedule": self.schedule,
+            "stages": self.stages,
+            "microbatches": self.microbatches,
+            "options": {k: _plain(v) for k, v in self.options},
+            "system": self.system,
+            "model": self.model,
+            "cap": self.cap if self.run.uses_hardware else None,
+            "digests": list(self.digests),
+            "run": self.run.key_fields(),
+        }
+
+    @cached_property
+    def key(self) -> str:
+        """A stable hash of ``canonical()`` (same configuration, same key, on any machine).
+        It does not include pipetab's version: after changing pipetab's code, start a fresh
+        results store (each row still records the version that produced it)."""
+        text = json.dumps(self.canonical(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+    @property
+    def instance(self) -> tuple:
+        """Configurations sharing this share one generated schedule and table."""
+        return (self.schedule, self.stages, self.microbatches, self.options, self.run.forward_slots,
+                self.run.backward_slots)
+
+    def label(self) -> str:
+        parts = [self.schedule, f"S={self.stages}", f"B={self.microbatches}"]
+        if self.options:
+            parts.append(self.options_text)
+        if self.system:
+            parts.append(self.system)
+        if self.model and self.model != "paper_gpt":
+            parts.append(self.model)
+        if self.run.uses_hardware and self.cap != "device":
+            parts.append(f"cap={self.cap}")
+        if self.run.uses_cpsat:
+            tick = f"tick={self.run.tick_s:g}s" if self.run.tick_s else f"ticks/op={self.run.ticks_per_op}"
+            parts.append(f"limit={self.run.time_limit:g}s workers={self.run.workers} {tick}")
+        return " ".join(parts)
+
+
+@dataclass(frozen=True)
+class SweepConfig:
+    """A parsed, validated sweep file."""
+
+    name: str
+    grid: dict
+    run: RunSettings
+    db: str | None = None
+    export: str | None = None
+    description: str = ""
+    source: str = ""
+    _digests: dict = field(default_factory=dict, compare=False, repr=False)
+    _raw: dict = field(default_factory=dict, compare=False, repr=False)
+
+    def with_grid(self, **changes) -> "SweepConfig":
+        """The same sweep over a changed grid (values as in the file; re-validated), e.g. a
+        quick version: ``config.with_grid(microbatches=[8, 16])``."""
+        return _validated(self.name, {**self._raw, **changes}, self.run, self.db, self.export,
+                          self.description, self.source)
+
+    def with_run(self, **changes) -> "SweepConfig":
+        """The same sweep with changed run settings (re-validated)."""
+        run = _parse_run(_merge_run(self.run, changes))
+        return _validated(self.name, self._raw, run, self.db, self.export, self.description, self.source)
+
+    @property
+    def runs(self) -> list[RunSettings]:
+        """The run settings crossed with the grid: ``run`` with each ``[grid.search]`` combination."""
+        return self.grid.get("runs") or [self.run]
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A combination that cannot exist: outside its schedule's regime (``kind`` "regime"),
+    or B not dividing the model's global batch (``kind`` "batch")."""
+
+    configuration: Configuration
+    reason: str
+    kind: str = "regime"
+
+
+# ---- caps ----------------------------------------------------------------------------------
+
+
+def parse_cap(value: object) -> str:
+    """Canonical text of a memory cap:
+
+    * ``"device"``: the system's own device memory (default);
+    * ``"none"``: unlimited;
+    * a number ``X`` (or ``"XGB"``): X * 1e9 bytes per device in total (persistent +
+      activations);
+    * ``"Kact"`` (K a positive integer): the device's persistent memory plus K activations
+      of the largest stage -- e.g. ``"8act"`` is what 1F1B needs at S = 8.
+    """
+    if isinstance(value, bool):
+        raise ConfigError(f"grid.caps: {value!r} is not a cap (use 'device', 'none', a number of GB or 'Kact')")
+    if isinstance(value, (int, float)):
+        if not value > 0:
+            raise ConfigError(f"grid.caps: a cap in GB must be > 0, got {value!r}")
+        return f"{float(value):g}GB"
+    if isinstance(value, str):
+        text = value.strip().lower()
+        if text in ("device", "none"):
+            return text
+        if text.endswith("act") and text[:-3].isdigit() and int(text[:-3]) >= 1:
+            return f"{int(text[:-3])}act"
+        if text.endswith("gb"):
+            try:
+                gb = float(text[:-2])
+            except ValueError:
+                gb = -1.0
+            if gb > 0:
+                return f"{gb:g}GB"
+    raise ConfigError(
+        f"grid.caps: {value!r} is not a cap (use 'device', 'none', a number of GB or 'Kact', e.g. '8act')"
+    )
+
+
+def cap_bytes(cap: str, device_memory: float, persistent: float, max_activation: float) -> float | None:
+    """The per-device memory limit in bytes that ``cap`` (canonical text) means."""
+    if cap == "none":
+        return None
+    if cap == "device":
+        return float(device_memory)
+    if cap.endswith("GB"):
+        return float(cap[:-2]) * 1e9
+    if cap.endswith("act"):
+        return persistent + int(cap[:-3]) * max_activation
+    raise ValueError(f"unknown cap {cap!r}")
+
+
+# ---- parsing ----------------------------------------------------------------------------
+
+
+def load_config(path: str | Path) -> SweepConfig:
+    """Read and validate a sweep file; ``ConfigError`` with one sentence otherwise."""
+    path = Path(path)
+    try:
+        with path.open("rb") as fh:
+            doc = tomllib.load(fh)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML ({exc})") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot be read ({exc.strerror})") from None
+    try:
+        return parse_config(doc, name=path.stem, source=str(path))
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+
+
+def parse_config(doc: dict, name: str = "sweep", source: str = "") -> SweepConfig:
+    """Validate a parsed TOML document (a dict) into a ``SweepConfig``."""
+    _keys(doc, _TOP, "the file")
+    if "grid" not in doc:
+        raise ConfigError("missing table [grid]")
+    name = _str(doc.get("name", name), "name")
+    description = _str(doc.get("description", ""), "description")
+    grid_doc = _table(doc["grid"], "grid")
+    _keys(grid_doc, _GRID, "[grid]")
+    run = _parse_run(_table(doc.get("run", {}), "run"))
+    out = _table(doc.get("output", {}), "output")
+    _keys(out, _OUTPUT, "[output]")
+    db = _str(out["db"], "output.db") if "db" in out else None
+    export = _str(out["export"], "output.export") if "export" in out else None
+    if export is not None:
+        _export_suffix(export, "output.export")
+    for req in ("schedules", "stages", "microbatches"):
+        if req not in grid_doc:
+            raise ConfigError(f"grid.{req} is required")
+    return _validated(name, dict(grid_doc), run, db, export, description, source)
+
+
+def _validated(name, grid_doc, run, db, export, description, source) -> SweepConfig:
+    grid: dict = {}
+    grid["schedules"] = _list(grid_doc.get("schedules"), "grid.schedules", str)
+    for s in grid["schedules"]:
+        if s not in registry.REGISTRY:
+            raise ConfigError(f"grid.schedules: unknown schedule {s!r}; known: {', '.join(registry.REGISTRY)}")
+    grid["stages"] = _list(grid_doc.get("stages"), "grid.stages", int)
+    for s in grid["stages"]:
+        if s < 2:
+            raise ConfigError(f"grid.stages: stages must be integers >= 2, got {s}")
+    grid["microbatches"] = _list(grid_doc.get("microbatches"), "grid.microbatches", int)
+    for b in grid["microbatches"]:
+        if b < 1:
+            raise ConfigError(f"grid.microbatches: microbatches must be integers >= 1, got {b}")
+    digests: dict = {}
+    if run.uses_hardware:
+        if "systems" not in grid_doc:
+            raise ConfigError(f"grid.systems is required in mode {run.mode!r}")
+        grid["systems"] = _list(grid_doc["systems"], "grid.systems", str)
+        grid["models"] = _list(grid_doc.get("models", ["paper_gpt"]), "grid.models", str)
+        grid["caps"] = [parse_cap(c) for c in _list(grid_doc.get("caps", ["device"]), "grid.caps", (str, int, float))]
+        for s in grid["systems"]:
+            digests[("system", s)] = _digest("system", s)
+        for m in grid["models"]:
+            digests[("model", m)] = _digest("model", m)
+    else:
+        for key in ("systems", "models", "caps"):
+            if key in grid_doc:
+                raise ConfigError(f"grid.{key} is not used in mode 'table' (the table level has no hardware)")
+    grid["options"] = _parse_options(grid_doc.get("options", {}), grid["schedules"])
+    if "search" in grid_doc:
+        grid["runs"] = _parse_search(grid_doc["search"], run)
+    for key in ("schedules", "stages", "microbatches", "systems", "models", "caps"):
+        if key in grid and len(set(map(str, grid[key]))) != len(grid[key]):
+            raise ConfigError(f"grid.{key} lists a value twice")
+    return SweepConfig(name, grid, run, db, export, description, source, digests, dict(grid_doc))
+
+
+def _merge_run(run: RunSettings, changes: dict) -> dict:
+    """The settings of ``run`` as a [run] table, with ``changes`` applied."""
+    current = {k: getattr(run, k) for k in _RUN if getattr(run, k) is not None}
+    if "tick_s" in changes or run.tick_s is not None:
+        current.pop("ticks_per_op", None)
+    if "ticks_per_op" in changes:
+        current.pop("tick_s", None)
+    return {**current, **changes}
+
+
+def _parse_search(doc: object, run: RunSettings) -> list[RunSettings]:
+    """``[grid.search]``: lists of CP-SAT settings crossed into run variants."""
+    doc = _table(doc, "grid.search")
+    if not run.uses_cpsat:
+        raise ConfigError(f"grid.search is only used in modes 'search' and 'bound', not {run.mode!r}")
+    for key in doc:
+        if key not in _SEARCH:
+            raise ConfigError(f"unknown key {key!r} in [grid.search] (allowed: {', '.join(_SEARCH)})")
+    names = [k for k in _SEARCH if k in doc]
+    lists = [_list(doc[k], f"grid.search.{k}", (int, float)) for k in names]
+    runs = []
+    for combo in itertools.product(*lists):
+        try:
+            runs.append(_parse_run(_merge_run(run, dict(zip(names, combo)))))
+        except ConfigError as exc:
+            raise ConfigError(f"grid.search: {exc}") from None
+    return runs
+
+
+def _parse_run(doc: dict) -> RunSettings:
+    _keys(doc, _RUN, "[run]")
+    kw: dict = {}
+    if "mode" in doc:
+        kw["mode"] = _choice(doc["mode"], "run.mode", MODES)
+    if "recompute" in doc:
+        kw["recompute"] = _choice(doc["recompute"], "run.recompute", RECOMPUTE)
+    for key in ("contention", "exposed_comm"):
+        if key in doc:
+            if not isinstance(doc[key], bool):
+                raise ConfigError(f"run.{key} must be true or false, got {doc[key]!r}")
+            kw[key] = doc[key]
+    for key in ("forward_slots", "backward_slots", "workers", "ticks_per_op"):
+        if key in doc:
+            v = doc[key]
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise ConfigError(f"run.{key} must be an integer >= 1, got {v!r}")
+            kw[key] = v
+    for key in ("time_limit", "tick_s"):
+        if key in doc:
+            v = doc[key]
+            if not isinstance(v, (int, float)) or isinstance(v, bool) or not v > 0:
+                raise ConfigError(f"run.{key} must be a number > 0 (seconds), got {v!r}")
+            kw[key] = float(v)
+    if "tick_s" in doc and "ticks_per_op" in doc:
+        raise ConfigError("run.tick_s and run.ticks_per_op exclude each other; give one")
+    return RunSettings(**kw)
+
+
+def _parse_options(doc: object, schedules: list[str]) -> dict[str, dict[str, list]]:
+    doc = _table(doc, "grid.options")
+    out: dict[str, dict[str, list]] = {}
+    for name, opts in doc.items():
+        if name not in registry.REGISTRY:
+            raise ConfigError(f"grid.options: unknown schedule {name!r}; known: {', '.join(registry.REGISTRY)}")
+        if name not in schedules:
+            raise ConfigError(f"grid.options.{name}: schedule {name!r} is not in grid.schedules")
+        opts = _table(opts, f"grid.options.{name}")
+        known = {o.name: o for o in registry.spec(name).options}
+        out[name] = {}
+        for key, values in opts.items():
+            if key not in known:
+                allowed = ", ".join(known) or "none"
+                raise ConfigError(f"grid.options.{name}: schedule {name!r} takes no option {key!r} (options: {allowed})")
+            values = _list(values, f"grid.options.{name}.{key}", (str, int))
+            parsed = []
+            for v in values:
+                try:
+                    parsed.append(known[key].parse(v) if isinstance(v, str) else v)
+                except ValueError as exc:
+                    raise ConfigError(f"grid.options.{name}.{key}: {exc}") from None
+            out[name][key] = parsed
+    return out
+
+
+# ---- expansion ---------------------------------------------------------------------------
+
+
+def option_sets(config: SweepConfig, schedule: str) -> list[tuple[tuple[str, object], ...]]:
+    """Every combination of the options of ``schedule`` (sorted name/value pairs): the
+    values given in ``grid.options``, the registry default for the others -- so a config
+    that names the default value and one that omits it give the same key."""
+    given = {o.name: [o.default] for o in registry.spec(schedule).options}
+    given.update(config.grid["options"].get(schedule, {}))
+    names = sorted(given)
+    return [tuple(zip(names, combo)) for combo in itertools.product(*(given[n] for n in names))]
+
+
+def expand(config: SweepConfig) -> tuple[list[Configuration], list[Skipped]]:
+    """The configurations of a sweep in grid order, and the combinations skipped because
+    they lie outside their schedule's regime (with the generator's reason)."""
+    g = config.grid
+    systems = g.get("systems") or [None]
+    models = g.get("models") or [None]
+    caps = g.get("caps") or ["device"]
+    todo, skipped = [], []
+    for name in g["schedules"]:
+        for opts in option_sets(config, name):
+            for S in g["stages"]:
+                for B in g["microbatches"]:
+                    reason = _regime_error(name, S, B, opts)
+                    for model in models:
+                        batch = None if reason or model is None else _batch_error(model, B)
+                        for system in systems:
+                            for cap in caps:
+                                digests = (
+                                    config._digests.get(("system", system), ""),
+                                    config._digests.get(("model", model), ""),
+                                )
+                                for run in config.runs:
+                                    c = Configuration(name, S, B, opts, system, model, cap, run, digests)
+                                    if reason:
+                                        skipped.append(Skipped(c, reason, "regime"))
+                                    elif batch:
+                                        skipped.append(Skipped(c, batch, "batch"))
+                                    else:
+                                        todo.append(c)
+    return todo, skipped
+
+
+@lru_cache(maxsize=4096)
+def _regime_error(name: str, stages: int, microbatches: int, options: tuple) -> str | None:
+    try:
+        registry.generate(name, stages, microbatches, **dict(options))
+    except ValueError as exc:
+        return str(exc.args[0] if exc.args else exc)
+    return None
+
+
+@lru_cache(maxsize=64)
+def _batch_error(model: str, microbatches: int) -> str | None:
+    import hardware
+
+    m = hardware.load_model(model)
+    if m.global_batch % microbatches:
+        return f"global batch {m.global_batch} of model {m.name!r} cannot be split into {microbatches} equal microbatches"
+    return None
+
+
+# ---- helpers ----------------------------------------------------------------------------
+
+
+def _digest(kind: str, name: str) -> str:
+    import hardware
+
+    try:
+        obj = hardware.load_system(name) if kind == "system" else hardware.load_model(name)
+    except ValueError as exc:
+        raise ConfigError(f"grid.{kind}s: {exc.args[0] if exc.args else exc}") from None
+    return hashlib.sha256(repr(obj).encode()).hexdigest()[:12]
+
+
+def _plain(v):
+    if isinstance(v, tuple):
+        return ":".join(map(str, v))
+    return v
+
+
+def _keys(doc: dict, allowed: set, where: str) -> None:
+    for key in doc:
+        if key not in allowed:
+            raise ConfigError(f"unknown key {key!r} in {where} (allowed: {', '.join(sorted(allowed))})")
+
+
+def _table(value: object, key: str) -> dict:
+    if not isinstance(value, dict):
+        raise ConfigError(f"{key} must be a table, got {value!r}")
+    return value
+
+
+def _str(value: object, key: str) -> str:
+    if not isinstance(value, str):
+        raise ConfigError(f"{key} must be a string, got {value!r}")
+    return value
+
+
+def _choice(value: object, key: str, allowed: tuple) -> str:
+    if value not in allowed:
+        raise ConfigError(f"{key} must be one of {', '.join(allowed)}, got {value!r}")
+    return value
+
+
+def _list(value: object, key: str, kind) -> list:
+    if not isinstance(value, list):
+        raise ConfigError(f"{key} must be a list, got {value!r}")
+    if not value:
+        raise ConfigError(f"{key} is empty: the grid would have no configurations")
+    for v in value:
+        if not isinstance(v, kind) or isinstance(v, bool):
+            what = {int: "integers", str: "strings"}.get(kind, "values of the right type")
+            raise ConfigError(f"{key} must list {what}, got {v!r}")
+    return list(value)
+
+
+def _export_suffix(path: str, key: str) -> str:
+    suffix = Path(path).suffix.lower()
+    if suffix not in (".csv", ".parquet"):
+        raise ConfigError(f"{key} must end in .csv or .parquet, got {path!r}")
+    return suffix

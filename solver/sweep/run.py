@@ -1,0 +1,334 @@
+"""Evaluate configurations into rows, and a small progress bar.
+
+``evaluate(configuration)`` returns one row (a flat dict of plain values) by mode:
+
+* ``table``: level 1 (formula) and level 2 (the ASAP table at the configured slots);
+* ``simulate``: the above plus level 3 (``hardware_costs`` + ``simulate``) on the
+  configuration's system, model and memory cap;
+* ``search`` / ``bound``: the CP-SAT model on the known schedule's problem (its placement
+  fixed, hinted by it) with costs quantized to integer ticks: the best schedule found (re-
+  evaluated by the simulator) and the proven lower bound (``search``), or the bound alone.
+
+Every row records the pipetab and OR-Tools versions, status, bound, time limit and CP-SAT
+workers (None where they do not apply) and the evaluation's wall time (``runtime_s``, the one
+field that differs between two runs of the same configuration).
+
+``evaluate_task(configurations)`` evaluates several configurations that share a schedule
+(same generator call and table) and never raises: a failing configuration comes back as an
+error outcome.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from dataclasses import replace
+from functools import lru_cache
+from typing import NamedTuple
+
+from schedules import registry
+from schedules.metrics import table_metrics
+from schedules.table import SlotDurations, layout
+
+from .config import Configuration, cap_bytes
+
+TiB = 2**40
+# fields that legitimately differ between two evaluations of the same configuration
+VOLATILE = ("runtime_s", "cpsat_wall_s")
+
+
+class Outcome(NamedTuple):
+    """What evaluating one configuration gave: its row, or the error that stopped it."""
+
+    key: str
+    row: dict | None
+    error: str | None
+
+
+@lru_cache(maxsize=1)
+def versions() -> dict:
+    """pipetab and OR-Tools versions (without importing OR-Tools)."""
+    from importlib import metadata
+
+    out = {}
+    for dist in ("pipetab", "ortools"):
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            out[dist] = "not installed"
+    return out
+
+
+# ---- shared pieces, cached per process -------------------------------------------------------
+
+
+@lru_cache(maxsize=8)
+def _instance(schedule: str, stages: int, microbatches: int, options: tuple, fwd: int, bwd: int):
+    sched = registry.generate(schedule, stages, microbatches, **dict(options))
+    table = layout(sched, SlotDurations(forward=fwd, backward=bwd))
+    formula = registry.formula(schedule, stages, microbatches, **dict(options))
+    return sched, table_metrics(table, sched), formula
+
+
+@lru_cache(maxsize=32)
+def _system(name: str):
+    from hardware import load_system
+
+    return load_system(name)
+
+
+@lru_cache(maxsize=8)
+def _model(name: str):
+    from hardware import load_model
+
+    return load_model(name)
+
+
+def _base(c: Configuration) -> dict:
+    return {
+        "schedule": c.schedule,
+        "stages": c.stages,
+        "microbatches": c.microbatches,
+        "options": c.options_text,
+        "mode": c.run.mode,
+        "system": c.system,
+        "model": c.model,
+        "cap": c.cap if c.run.uses_hardware else None,
+        "recompute": c.run.recompute if c.run.uses_hardware else None,
+        "contention": c.run.contention if c.run.uses_hardware else None,
+    }
+
+
+def _levels_12(c: Configuration, sched, metrics, formula) -> dict:
+    return {
+        "devices": sched.num_devices,
+        "formula_bubble": formula.bubble_ratio,
+        "formula_peak_activations": None if formula.peak_activations is None else max(formula.peak_activations),
+        "table_bubble": metrics.bubble_ratio,
+        "table_makespan_slots": metrics.makespan_slots,
+        "table_peak_activations": max(metrics.peak_activations),
+        "table_peak_activation_share": max(metrics.peak_activation_share),
+        "forward_slots": c.run.forward_slots,
+        "backward_slots": c.run.backward_slots,
+    }
+
+
+def _tail(c: Configuration, status: str, t0: float, **cp) -> dict:
+    v = versions()
+    return {
+        "status": status,
+        "bound_s": cp.get("bound_s"),
+        "time_limit_s": c.run.time_limit if c.run.uses_cpsat else None,
+        "cpsat_workers": c.run.workers if c.run.uses_cpsat else None,
+        "pipetab_version": v["pipetab"],
+        "ortools_version": v["ortools"],
+        "runtime_s": time.perf_counter() - t0,
+    }
+
+
+def _costs(c: Configuration, sched):
+    """Hardware costs of ``sched`` with the configuration's memory cap applied."""
+    from solver.costs import hardware_costs
+
+    system = _system(c.system)
+    costs = hardware_costs(sched, system, _model(c.model), recompute=c.run.recompute,
+                           contention=c.run.contention)
+    biggest = max(costs.activation.values())
+    capacity = tuple(
+        cap_bytes(c.cap, system.device.memory_bytes, p, biggest) for p in costs.persistent
+    )
+    return replace(costs, capacity=capacity)
+
+
+def _simulation(sim, exposed: bool) -> dict:
+    peaks = sim.peak_activation
+    worst = max(range(len(peaks)), key=lambda d: peaks[d])
+    caps = [c for c in sim.costs.capacity if c is not None]
+    return {
+        "T_sim_s": sim.makespan,
+        "idle_ratio": sim.idle_ratio,
+        "exposed_comm_s": sim.exposed_comm if exposed else None,
+        "peak_activation_bytes": peaks[worst],
+        "peak_activation_TiB": peaks[worst] / TiB,
+        "peak_activation_device": worst,
+        "persistent_bytes": max(sim.costs.persistent),
+        "peak_memory_bytes": max(sim.peak_memory),
+        "capacity_bytes": min(caps) if caps else None,
+        "fits_memory": all(sim.fits_memory),
+        "num_transfers": len(sim.transfers),
+    }
+
+
+# ---- modes -----------------------------------------------------------------------------------
+
+
+def evaluate(c: Configuration) -> dict:
+    """The row of one configuration (raises on failure; see ``evaluate_task``)."""
+    t0 = time.perf_counter()
+    sched, metrics, formula = _instance(*c.instance)
+    row = {**_base(c), **_levels_12(c, sched, metrics, formula)}
+    if c.run.mode == "table":
+        return {**row, **_tail(c, "ok", t0)}
+    from solver.simulate import simulate
+
+    costs = _costs(c, sched)
+    sim = simulate(sched, costs)
+    row.update(_simulation(sim, c.run.exposed_comm and c.run.mode == "simulate"))
+    if c.run.mode == "simulate":
+        return {**row, **_tail(c, "ok", t0)}
+    cp = _cpsat(c, sched, costs)
+    return {**row, **cp, **_tail(c, cp["status"], t0, bound_s=cp["bound_s"])}
+
+
+def tick_of(c: Configuration, costs) -> float:
+    """The tick (seconds) of a CP-SAT configuration: ``run.tick_s``, else the shortest op
+    time divided by ``run.ticks_per_op``."""
+    if c.run.tick_s:
+        return c.run.tick_s
+    return min(costs.op_time.values()) / c.run.ticks_per_op
+
+
+def cpsat_unavailable() -> str | None:
+    """None when the CP-SAT API (``solver.cpsat.search`` / ``bound``) can be used, else why not."""
+    try:
+        from solver import cpsat
+    except ImportError as exc:  # pragma: no cover - depends on the installation
+        return f"solver.cpsat cannot be imported ({exc})"
+    missing = [n for n in ("CpSatConfig", "Problem", "search", "bound") if not hasattr(cpsat, n)]
+    return f"solver.cpsat lacks {', '.join(missing)}" if missing else None
+
+
+def _cpsat(c: Configuration, sched, costs) -> dict:
+    """CP-SAT on the known schedule's problem (its placement and microbatch-to-pipeline map
+    fixed, orders free), costs quantized to ticks; the known schedule is handed in as a
+    hint (``search`` also tries the registry's other schedules of the same problem). The
+    returned schedule is re-simulated on the quantized costs and must match."""
+    why = cpsat_unavailable()
+    if why:
+        raise RuntimeError(f"the CP-SAT model is not available: {why}")
+    from solver import cpsat
+    from solver.simulate import simulate
+
+    if c.run.contention:
+        raise ValueError("the CP-SAT model has no link contention; set run.contention = false")
+    tick = tick_of(c, costs)
+    q = costs.quantized(tick)
+    known = simulate(sched, q)
+    problem = cpsat.Problem.from_schedule(sched, q)
+    config = cpsat.CpSatConfig(time_limit_s=c.run.time_limit, workers=c.run.workers)
+    run = cpsat.bound if c.run.mode == "bound" else cpsat.search
+    res = run(problem, config, known=[sched])
+    check = None
+    if res.schedule is not None and res.makespan is not None:
+        check = simulate(res.schedule, q).makespan
+        if abs(check - res.makespan) > 1e-9:
+            raise RuntimeError(
+                f"CP-SAT makespan {res.makespan} ticks differs from the simulator's {check} for its schedule"
+            )
+    out = {
+        "tick_s": tick,
+        "known_makespan_ticks": known.makespan,
+        "known_makespan_q_s": known.makespan * tick,
+        "known_fits_cap": all(known.fits_memory),
+    }
+    for name in registry.REGISTRY:  # every registry schedule of the same problem, as CP-SAT judged it
+        k = res.known.get(name)
+        if k is not None:
+            out[f"known_{name}_ticks"] = k.makespan
+            out[f"known_{name}_fits"] = k.fits
+    out.update({
+        "status": res.status,
+        "cpsat_makespan_ticks": res.makespan,
+        "cpsat_bound_ticks": res.lower_bound,
+        "cpsat_makespan_s": None if res.makespan is None else res.makespan * tick,
+        "bound_s": None if res.lower_bound is None else res.lower_bound * tick,
+        "gap": res.gap,
+        "bound_assumptions": "; ".join(res.bound_assumptions),
+        "cpsat_message": res.message,
+        "min_feasible_cap_bytes": res.min_feasible_cap,
+        "cpsat_wall_s": res.runtime_s,
+        "sim_check_ticks": check,
+    })
+    return out
+
+
+def evaluate_task(configs: list[Configuration]) -> list[Outcome]:
+    """Evaluate configurations (ideally sharing a schedule); never raises."""
+    out = []
+    for c in configs:
+        try:
+            out.append(Outcome(c.key, evaluate(c), None))
+        except Exception as exc:  # noqa: BLE001 - recorded per configuration, retried next run
+            msg = exc.args[0] if getattr(exc, "args", None) else repr(exc)
+            out.append(Outcome(c.key, None, f"{type(exc).__name__}: {msg}"))
+    return out
+
+
+def same_row(a: dict, b: dict) -> bool:
+    """Whether two rows agree on every field except the volatile ones (wall times)."""
+    strip = lambda r: {k: v for k, v in r.items() if k not in VOLATILE}  # noqa: E731
+    ra, rb = strip(a), strip(b)
+    if ra.keys() != rb.keys():
+        return False
+    for k in ra:
+        x, y = ra[k], rb[k]
+        if isinstance(x, float) and isinstance(y, float):
+            if not (x == y or (math.isnan(x) and math.isnan(y))):
+                return False
+        elif x != y:
+            return False
+    return True
+
+
+# ---- progress ----------------------------------------------------------------------------------
+
+
+class Progress:
+    """A one-line progress bar on ``stream`` (stderr): redrawn in place on a terminal, a
+    line every 10 % otherwise. No dependency."""
+
+    def __init__(self, total: int, label: str = "", stream=None, width: int = 28, min_interval: float = 0.1):
+        self.total = max(0, int(total))
+        self.label = label
+        self.stream = stream if stream is not None else sys.stderr
+        self.width = width
+        self.min_interval = min_interval
+        self.done = 0
+        self.errors = 0
+        self.t0 = time.perf_counter()
+        self._last = 0.0
+        self._decile = -1
+        self._tty = bool(getattr(self.stream, "isatty", lambda: False)())
+
+    def update(self, n: int = 1, errors: int = 0) -> None:
+        self.done += n
+        self.errors += errors
+        now = time.perf_counter()
+        if self._tty:
+            if now - self._last >= self.min_interval or self.done >= self.total:
+                self._last = now
+                self.stream.write("\r" + self.line())
+                self.stream.flush()
+        else:
+            decile = (10 * self.done // self.total) if self.total else 10
+            if decile != self._decile:
+                self._decile = decile
+                self.stream.write(self.line() + "\n")
+                self.stream.flush()
+
+    def line(self) -> str:
+        total = self.total or 1
+        frac = min(1.0, self.done / total)
+        filled = int(round(frac * self.width))
+        elapsed = time.perf_counter() - self.t0
+        eta = elapsed / frac - elapsed if 0 < frac < 1 else 0.0
+        err = f"  {self.errors} errors" if self.errors else ""
+        head = f"{self.label} " if self.label else ""
+        return (f"{head}[{'#' * filled}{'.' * (self.width - filled)}] {self.done}/{self.total} "
+                f"{elapsed:6.1f} s  eta {eta:5.1f} s{err}")
+
+    def close(self) -> None:
+        if self._tty:
+            self.stream.write("\n")
+            self.stream.flush()
