@@ -14,12 +14,14 @@ venv: $(STAMP)
 
 demo: $(STAMP)
 	$(PY) -m solver.demo
+	$(PY) experiments/reproduce.py --quick --fresh
 
 test: $(STAMP)
 	$(PY) -m pytest
 
 bench: $(STAMP)
 	$(PY) experiments/bench_simulator.py
+	$(PY) experiments/bench_sweep.py
 	$(PY) experiments/bench_cpsat.py
 
 clean:

@@ -97,14 +97,11 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError:
         print("\n(matplotlib not installed: no pictures)")
     _cpsat_section(S)
+    print("\n== 4. The paper's experiments, small version: experiments/reproduce.py --quick (next)")
     return 0
 
 
 def _cpsat_section(S: int) -> None:
-    try:
-        from solver.cpsat import CpSatConfig, Problem, search  # noqa: F401
-    except ImportError:
-        return
     from solver.demo_cpsat import run as run_cpsat
 
     run_cpsat()
