@@ -30,7 +30,7 @@ def read(results: Path, name: str) -> pd.DataFrame:
         raise FileNotFoundError(f"{path} is missing")
     d = pd.read_csv(path)
     if "options" in d:
-        d["options"] = d["options"].fillna("")
+        d["options"] = d["options"].astype(object).fillna("")
     return d
 
 
@@ -51,20 +51,50 @@ def asym_ratio(d: pd.DataFrame) -> pd.DataFrame:
     return out.dropna()
 
 
-def hanayo_table(d: pd.DataFrame, stages: int = 8, microbatches: int = 8) -> pd.DataFrame:
-    """Table I: per system, T_sim and idle ratio of Chimera and Hanayo at (S, B) and
-    ``speedup`` = 1 - T_hanayo / T_chimera (> 0: Hanayo faster)."""
-    d = d[(d.stages == stages) & (d.microbatches == microbatches)]
+def waves(options: object) -> int:
+    """Hanayo's wave count W in a row's ``options`` text ("waves=2"); 1 (the default) if absent."""
+    for part in str(options or "").split():
+        key, _, value = part.partition("=")
+        if key == "waves":
+            return int(value)
+    return 1
+
+
+def only_waves(d: pd.DataFrame, w: int = 1) -> pd.DataFrame:
+    """``d`` without the Hanayo rows of other wave counts than ``w``."""
+    keep = (d.schedule != "hanayo") | (d.options.map(waves) == w)
+    return d[keep]
+
+
+def hanayo_table(d: pd.DataFrame, stages: int = 8, microbatches: int = 8, w: int = 1) -> pd.DataFrame:
+    """Table I: per system, T_sim and idle ratio of Chimera and Hanayo (``w`` waves) at (S, B)
+    and ``speedup`` = 1 - T_hanayo / T_chimera (> 0: Hanayo faster). Empty if there is no
+    Hanayo row with ``w`` waves."""
+    d = only_waves(d[(d.stages == stages) & (d.microbatches == microbatches)], w)
+    if not ((d.schedule == "hanayo").any() and (d.schedule == "chimera").any()):
+        return pd.DataFrame(columns=["system", "T_chimera", "T_hanayo", "idle_chimera", "idle_hanayo", "speedup"])
     t = d.pivot_table(index="system", columns="schedule", values="T_sim_s", aggfunc="first")
     i = d.pivot_table(index="system", columns="schedule", values="idle_ratio", aggfunc="first")
     out = pd.DataFrame({
         "T_chimera": t["chimera"], "T_hanayo": t["hanayo"],
         "idle_chimera": i["chimera"], "idle_hanayo": i["hanayo"],
-    })
+    }).dropna()
     out["speedup"] = 1 - out.T_hanayo / out.T_chimera
     order = {s: k for k, s in enumerate(GRID_SYSTEMS)}
     out = out.reset_index()
     return out.sort_values("system", key=lambda s: s.map(lambda x: order.get(x, 99))).reset_index(drop=True)
+
+
+def hanayo_waves(d: pd.DataFrame) -> list[int]:
+    """The wave counts of the Hanayo rows of ``d``, ascending."""
+    return sorted({waves(o) for o in d[d.schedule == "hanayo"].options})
+
+
+def ratio_to(d: pd.DataFrame, base=("gpipe", "1f1b"), value: str = "T_sim_s") -> pd.DataFrame:
+    """``value`` of every schedule divided by the smallest of the ``base`` schedules', per
+    (system, S, B): one column per schedule."""
+    t = pivot(d, value)
+    return t.div(t[[b for b in base if b in t.columns]].min(axis=1), axis=0)
 
 
 def faster(speedup: float) -> str:
@@ -73,7 +103,7 @@ def faster(speedup: float) -> str:
 
 
 PLACEMENT_OF = {"gpipe": "linear", "1f1b": "linear", "chimera": "bidirectional", "hanayo": "wave",
-                "chimera-asym": "bidirectional"}
+                "chimera-asym": "bidirectional", "chimera-fd": "bidirectional"}
 
 
 def cpsat_cases(cp: pd.DataFrame) -> pd.DataFrame:

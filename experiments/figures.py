@@ -22,10 +22,10 @@ import pandas as pd  # noqa: E402
 from experiments import common  # noqa: E402
 
 COLOURS = {"gpipe": "tab:blue", "1f1b": "tab:orange", "chimera": "tab:green", "hanayo": "tab:red",
-           "chimera-asym": "tab:purple", "cpsat": "black"}
+           "chimera-asym": "tab:purple", "chimera-fd": "tab:olive", "cpsat": "black"}
 # distinct markers and dashes, so that coinciding curves (GPipe and 1F1B) stay visible
 STYLE = {"gpipe": ("o", "-"), "1f1b": ("s", "--"), "chimera": ("^", "-"), "hanayo": ("D", "-."),
-         "chimera-asym": ("v", "--")}
+         "chimera-asym": ("v", "--"), "chimera-fd": ("P", "--")}
 
 
 def _line(ax, x, y, name, label=None, dashed=False, **kw):
@@ -190,13 +190,23 @@ def fig6(results: Path) -> Path:
 
 
 def table1(results: Path) -> Path:
-    """Table I as Markdown: Hanayo vs Chimera at (8, 8) on every system."""
-    t = common.hanayo_table(common.read(results, "table1_hanayo"))
-    lines = ["| system | T_sim chimera (s) | T_sim hanayo (s) | hanayo vs chimera | idle chimera | idle hanayo |",
-             "|---|---:|---:|---:|---:|---:|"]
+    """Table I as Markdown: Hanayo (W = 1, and every other wave count run) vs Chimera at
+    (8, 8) on every system."""
+    d = common.read(results, "table1_hanayo")
+    t = common.hanayo_table(d)
+    more = [w for w in common.hanayo_waves(d) if w != 1]
+    hw = {w: common.hanayo_table(d, w=w).set_index("system") for w in more}
+    lines = ["| system | T_sim chimera (s) | T_sim hanayo (s) | hanayo vs chimera | idle chimera | idle hanayo |"
+             + "".join(f" T_sim hanayo W={w} (s) | hanayo W={w} vs chimera | idle hanayo W={w} |" for w in more),
+             "|---|---:|---:|---:|---:|---:|" + "---:|---:|---:|" * len(more)]
     for _, r in t.iterrows():
+        cells = ""
+        for w in more:
+            x = hw[w].loc[r.system] if r.system in hw[w].index else None
+            cells += " | | |" if x is None else (
+                f" {x.T_hanayo:.2f} | {common.faster(x.speedup)} | {x.idle_hanayo:.1%} |")
         lines.append(f"| {r.system} | {r.T_chimera:.2f} | {r.T_hanayo:.2f} | {common.faster(r.speedup)} | "
-                     f"{r.idle_chimera:.1%} | {r.idle_hanayo:.1%} |")
+                     f"{r.idle_chimera:.1%} | {r.idle_hanayo:.1%} |" + cells)
     path = results / "table1_hanayo.md"
     path.write_text("\n".join(lines) + "\n")
     return path

@@ -296,25 +296,124 @@ def finding2(grid: pd.DataFrame | None, bubble: pd.DataFrame | None) -> list[Fin
     return out
 
 
+# ---- beyond the paper: Chimera with forward doubling (next to 2b, 2e) ------------------------------
+
+FD = "chimera-fd"
+
+
+def fd_findings(bubble: pd.DataFrame | None, runtime: pd.DataFrame | None) -> list[Finding]:
+    """pipetab's extra series ``chimera-fd`` judged by the rules of 2b and 2e (ids 2b-fd,
+    2e-fd). Not claims of the paper: shown next to 2b and 2e, not counted in the summary."""
+    out = []
+    c2b = ("Beyond the paper: Chimera with forward doubling (chimera-fd, B a multiple of 2S) has the "
+           "smallest bubble at the table level.")
+    if bubble is None or not {FD, "gpipe", "1f1b", "chimera"} <= set(bubble.schedule):
+        out.append(_na("2b-fd", c2b, "fig3_bubble"))
+    else:
+        idx = ("stages", "microbatches")
+        b = pivot(bubble, "table_bubble", index=idx)
+        f = pivot(bubble, "formula_bubble", index=idx)
+        b = b[b[FD].notna()]
+        best = b[FD] < b[["gpipe", "1f1b"]].min(axis=1) - 1e-12
+        diff = (b[FD] - f.loc[b.index, FD]).abs()
+        exact = int((diff < 1e-9).sum())
+        S8 = [B for s, B in b.index if s == 8]
+        measured = (f"chimera-fd's table bubble < min(GPipe, 1F1B) in {int(best.sum())} of {len(b)} (S, B) points; "
+                    f"it equals its formula (S-2)/(2B+S-2) in {exact} of {len(b)} (largest difference "
+                    f"{diff.max() * 100:.2g} pp)"
+                    + ("; S=8: " + ", ".join(f"B={B} {pct(b.loc[(8, B), FD])} (Chimera {pct(b.loc[(8, B), 'chimera'])}, "
+                                              f"GPipe {pct(b.loc[(8, B), 'gpipe'])})" for B in S8 if B in (16, 64, 256))
+                       if S8 else "") + ".")
+        verdict = tri(int(best.sum()), len(b))
+        reason = ""
+        if (8, 16) in b.index:
+            fd, dc = b.loc[(8, 16), FD], b.loc[(8, 16), "chimera"]
+            nearer = "direct concatenation" if abs(dc - 0.26) < abs(fd - 0.26) else "forward doubling"
+            reason = (f"Forward doubling runs forwards in pairs, so a paired forward (2 T_F) fills the slot of one "
+                      f"backward (T_B = 2 T_F) and no unit boundary leaves idle slots. At (S, B) = (8, 16) its table "
+                      f"bubble is {pct(fd)} against direct concatenation's {pct(dc)}: the paper's 26 % table bubble "
+                      f"(2c) is {nearer}'s ({abs(dc - 0.26) * 100:.1f} pp from direct concatenation, "
+                      f"{abs(fd - 0.26) * 100:.1f} pp from forward doubling), so the paper's Chimera is the "
+                      f"{'directly concatenated one judged in 2b-2g' if nearer == 'direct concatenation' else 'forward-doubling one'}.")
+        out.append(Finding("2b-fd", c2b, measured, verdict, reason,
+                           "as 2b, over the (S, B) points where chimera-fd exists: its bubble < min(GPipe, 1F1B)"))
+    c2e = "Beyond the paper: Chimera with forward doubling converges with GPipe and 1F1B above B ~ 64."
+    if runtime is None or not {FD, "gpipe", "1f1b"} <= set(runtime.schedule):
+        out.append(_na("2e-fd", c2e, "fig4_runtime"))
+        return out
+    r = common.ratio_to(runtime)
+    r = r[r[FD].notna()]
+    r8 = r.xs(8, level="stages") if 8 in r.index.get_level_values("stages") else r.iloc[0:0]
+    hi = r8[r8.index.get_level_values("microbatches") >= 128]
+    if hi.empty:
+        out.append(_na("2e-fd", c2e, "fig4_runtime"))
+        return out
+    per = (hi[FD] - 1).abs().groupby(level="system").max()
+    okn = int((per <= CONVERGED).sum())
+    show = [B for B in (64, 128, 256) if B in set(r8.index.get_level_values("microbatches"))]
+    systems = list(dict.fromkeys(r8.index.get_level_values("system")))
+    measured = ("S=8 (fig4_runtime): T_chimera-fd / min(T_GPipe, T_1F1B) at B = " + " / ".join(map(str, show)) + ": "
+                + "; ".join(f"{s} " + " / ".join(f"{r8.loc[(s, B), FD]:.3f}" for B in show) for s in systems)
+                + f" (plain Chimera at B={show[-1]}: "
+                + ", ".join(f"{r8.loc[(s, show[-1]), 'chimera']:.3f}" for s in systems)
+                + f"); within {pct(CONVERGED)} at every B >= 128 on {okn} of {len(per)} systems.")
+    verdict = tri(okn, len(per))
+    parts = []
+    for s in systems:
+        g = (r8.loc[s][FD] - 1).dropna()
+        g = g[g.index >= 64]
+        side = "faster" if (g < 0).all() else "slower" if (g > 0).all() else "on both sides of"
+        shrinks = bool((g.abs().diff().dropna() < 0).all())
+        parts.append(f"on {s} chimera-fd is {side} {'than ' if side != 'on both sides of' else ''}the best of "
+                     f"GPipe/1F1B at every B >= 64 and the distance {'shrinks' if shrinks else 'does not shrink'} "
+                     f"with B ({faster(-float(g.iloc[0]))} at B={int(g.index[0])}, "
+                     f"{faster(-float(g.iloc[-1]))} at B={int(g.index[-1])})")
+    t = pivot(runtime, "T_sim_s")
+    one = (t["1f1b"] / t["gpipe"]).xs(8, level="stages")
+    worst = per.idxmax()
+    Bmax = int(hi.index.get_level_values("microbatches").max())
+    slots = pivot(runtime, "table_makespan_slots").xs(8, level="stages")
+    slot_ratio = (slots[FD] / slots["gpipe"]).dropna()
+    slot_ratio = slot_ratio[slot_ratio.index.get_level_values("microbatches") == Bmax]
+    reason = ("; ".join(parts) + ". Where it is slower it behaves like 1F1B "
+              f"(T_1F1B / T_GPipe on {worst} at B={Bmax}: {one.loc[(worst, Bmax)]:.3f}): its steady state alternates "
+              "forward pairs and backwards, so transfers lie on the critical path (see 1a). Where it is faster, its "
+              "bubble falls as (S-2)/(2B+S-2), below GPipe's (S-1)/(B+S-1)"
+              + (f" (table makespans, equal stages: chimera-fd / GPipe = {slot_ratio.iloc[0]:.3f} at B={Bmax})"
+                 if not slot_ratio.empty else "")
+              + ", and the model's heavier last stage (LM head) runs on two devices for half the microbatches each "
+              "instead of on one for all; unlike plain Chimera (2e) it approaches GPipe from below.")
+    mem = pivot(runtime, "peak_activation_bytes")
+    mem = (mem[FD] / mem["chimera"]).dropna()
+    if not mem.empty:
+        reason += (f" The price: peak activation memory (worst device) chimera-fd / Chimera = "
+                   f"{mem.min():.2f} .. {mem.max():.2f}.")
+    out.append(Finding("2e-fd", c2e, measured, verdict, reason,
+                       f"as 2e, on the three Fig. 4 systems: |T_chimera-fd / min(T_GPipe, T_1F1B) - 1| <= "
+                       f"{pct(CONVERGED)} at every B >= 128; agrees if on all systems"))
+    return out
+
+
 # ---- finding 3 ------------------------------------------------------------------------------------------
 
 
-def finding3(t1: pd.DataFrame | None) -> list[Finding]:
+def finding3(t1: pd.DataFrame | None, w: int = 1) -> list[Finding]:
+    """Findings 3a-3d, judged on Hanayo with ``w`` waves (the paper's Table I: w = 1)."""
     claims = {
         "3a": "Hanayo vs Chimera at (8, 8): 12-14 % faster on fast and mid networks.",
         "3b": "... with the idle ratio dropping from ~35 % to ~25 % (fast and mid networks).",
         "3c": "Hanayo is 12.32 % slower on slow_nw_fast_cp.",
         "3d": "Hanayo is only ~2.3 % faster on slow_nw_mid_cp.",
     }
-    if t1 is None or not {"chimera", "hanayo"} <= set(t1.schedule):
+    h = None if t1 is None else common.hanayo_table(t1, w=w)
+    if h is None or h.empty:
         return [_na(k, v, "table1_hanayo") for k, v in claims.items()]
-    h = common.hanayo_table(t1)
     fm = h[[network(s) in ("fast", "mid") for s in h.system]]
     out = []
     n_close = int(((fm.speedup > 0) & fm.speedup.map(lambda s: close(s, 0.13))).sum())
     n_pos = int((fm.speedup > 0).sum())
     verdict = AGREES if len(fm) and n_close == len(fm) else PARTLY if n_pos else DISAGREES if len(fm) else NOT_RUN
-    r = t1[(t1.stages == 8) & (t1.microbatches == 8)]
+    r = common.only_waves(t1[(t1.stages == 8) & (t1.microbatches == 8)], w)
     tb = r.pivot_table(index="system", columns="schedule", values="table_bubble", aggfunc="first")
     nt = r.pivot_table(index="system", columns="schedule", values="num_transfers", aggfunc="first")
     s0 = tb.index[0]
@@ -556,9 +655,46 @@ def findings(data: dict) -> list[Finding]:
             + finding3(data.get("table1_hanayo")) + finding4(data.get("fig6_asym")))
 
 
+def with_extras(fs: list[Finding], extras: list[Finding]) -> list[Finding]:
+    """The paper's findings with each extra row ("2b-fd") placed right after its finding ("2b")."""
+    out = []
+    for f in fs:
+        out.append(f)
+        out += [e for e in extras if e.id.split("-")[0] == f.id]
+    placed = {id(e) for e in out}
+    return out + [e for e in extras if id(e) not in placed]
+
+
+def waves_sentence(t1: pd.DataFrame | None, w: int) -> str:
+    """Whether Hanayo with ``w`` waves instead of 1 changes the verdicts of 3a-3d (computed)."""
+    h = None if t1 is None else common.hanayo_table(t1, w=w)
+    if h is None or h.empty:
+        return ""
+    base = {f.id: f.verdict for f in finding3(t1, 1)}
+    other = {f.id: f.verdict for f in finding3(t1, w)}
+    changed = [k for k in base if base[k] != other.get(k)]
+    fm = h[[network(s) in ("fast", "mid") for s in h.system]]
+    n_fast = int((h.speedup > 0).sum())
+    text = (f"With W = {w} waves Hanayo is faster than Chimera on {n_fast} of {len(h)} systems"
+            + (f" (fast and mid networks: {faster(float(fm.speedup.min()))} .. {faster(float(fm.speedup.max()))}; "
+               f"mean idle ratio {pct(float(fm.idle_hanayo.mean()))} against Chimera's {pct(float(fm.idle_chimera.mean()))})"
+               if len(fm) else "")
+            + f". Judged by the same rules on W = {w}, 3a-3d would be "
+            + ", ".join(f"{k} {other.get(k, NOT_RUN)}" for k in base)
+            + f" (W = 1: {', '.join(f'{k} {v}' for k, v in base.items())}): ")
+    if changed:
+        text += (f"W = {w} changes the verdict of {', '.join(changed)}. The wave count behind the paper's Table I "
+                 "is not known (reference/paper.md); the verdicts above stay those of W = 1.")
+    else:
+        text += f"W = {w} changes no verdict."
+    return text
+
+
 def render(data: dict, results: Path) -> str:
     fs = findings(data)
     counts = {v: sum(f.verdict == v for f in fs) for v in (AGREES, PARTLY, DISAGREES, NOT_RUN)}
+    extras = fd_findings(data.get("fig3_bubble"), data.get("fig4_runtime"))
+    shown = with_extras(fs, extras)
     info = data.get("reproduce_info")
     lines = ["# pipetab: reproduction report", "",
              "Generated by `experiments/report.py` from the result files in "
@@ -570,26 +706,44 @@ def render(data: dict, results: Path) -> str:
                      f"({', '.join(f'{r.name} {r.seconds:.1f} s' for r in info.itertuples())}).")
         lines.append("")
     lines += [f"Summary: {counts[AGREES]} claims agree, {counts[PARTLY]} partly, {counts[DISAGREES]} disagree"
-              + (f", {counts[NOT_RUN]} not measured" if counts[NOT_RUN] else "") + ".", "",
+              + (f", {counts[NOT_RUN]} not measured" if counts[NOT_RUN] else "") + "."
+              + (f" Rows {', '.join(e.id for e in extras)} judge pipetab's extra series chimera-fd (Chimera with "
+                 "forward doubling, not the paper's) by the rules of the finding above them; they are not counted."
+                 if extras else ""), "",
               "## Findings", "",
               "| # | the paper | pipetab measured | verdict |", "|---|---|---|---|"]
-    for f in fs:
-        lines.append(f"| {f.id} | {_cell(f.claim)} | {_cell(f.measured)} | **{f.verdict}** |")
+    for f in shown:
+        extra = f not in fs
+        lines.append(f"| {f.id} | {_cell(f.claim)} | {_cell(f.measured)} | **{f.verdict}**"
+                     + (" (extra, not counted)" if extra else "") + " |")
     lines += ["", "### Why they differ, and the verdict rules", ""]
-    for f in fs:
+    for f in shown:
         lines.append(f"- **{f.id} ({f.verdict})**" + (f" — {f.reason}" if f.reason else "")
                      + (f" *Rule:* {f.rule}." if f.rule else ""))
     lines += ["", f"A magnitude *matches* the paper's value p when |measured − p| ≤ max({REL_TOL:g}·|p|, "
               f"{ABS_TOL * 100:g} percentage points). Relative runtimes are 1 − T_new / T_base.", ""]
     lines += ["## Table I: Hanayo vs Chimera at (S, B) = (8, 8)", ""]
     t1 = data.get("table1_hanayo")
-    if t1 is not None and {"chimera", "hanayo"} <= set(t1.schedule):
-        h = common.hanayo_table(t1)
-        lines += ["| system | T_sim Chimera (s) | T_sim Hanayo (s) | Hanayo vs Chimera | idle Chimera | idle Hanayo |",
-                  "|---|---:|---:|---:|---:|---:|"]
+    h = None if t1 is None else common.hanayo_table(t1)
+    if h is not None and not h.empty:
+        more = [w for w in common.hanayo_waves(t1) if w != 1]
+        hw = {w: common.hanayo_table(t1, w=w).set_index("system") for w in more}
+        lines += ["| system | T_sim Chimera (s) | T_sim Hanayo (s) | Hanayo vs Chimera | idle Chimera | idle Hanayo |"
+                  + "".join(f" T_sim Hanayo W={w} (s) | Hanayo W={w} vs Chimera | idle Hanayo W={w} |" for w in more),
+                  "|---|---:|---:|---:|---:|---:|" + "---:|---:|---:|" * len(more)]
         for r in h.itertuples():
+            cells = ""
+            for w in more:
+                if r.system in hw[w].index:
+                    x = hw[w].loc[r.system]
+                    cells += f" {x.T_hanayo:.2f} | {faster(x.speedup)} | {pct(x.idle_hanayo)} |"
+                else:
+                    cells += " | | |"
             lines.append(f"| {r.system} | {r.T_chimera:.2f} | {r.T_hanayo:.2f} | {faster(r.speedup)} | "
-                         f"{pct(r.idle_chimera)} | {pct(r.idle_hanayo)} |")
+                         f"{pct(r.idle_chimera)} | {pct(r.idle_hanayo)} |" + cells)
+        lines.append("")
+        lines.append("Findings 3a-3d are judged on Hanayo with W = 1 wave." + "".join(
+            " " + waves_sentence(t1, w) for w in more))
     else:
         lines.append("not run.")
     lines += ["", "## Beyond the paper: CP-SAT schedules and proven lower bounds (Fig. 4 setting)", ""]
@@ -598,8 +752,9 @@ def render(data: dict, results: Path) -> str:
     for name, what in (("fig1_tables.png", "Fig. 1-like tables of GPipe, 1F1B, Chimera, Hanayo (S=4, B=8)"),
                        ("fig2_timeline.png", "Fig. 2-like simulated timeline (Chimera, S=4, B=8, mid_nw_mid_cp); "
                                              "Chrome trace fig2_timeline.trace.json"),
-                       ("fig3_bubble.png", "Fig. 3: bubble ratio, formula vs table"),
-                       ("fig4_runtime.png", "Fig. 4: T_sim and idle ratio vs B at S=8 on three systems"),
+                       ("fig3_bubble.png", "Fig. 3: bubble ratio, formula vs table (with chimera-fd)"),
+                       ("fig4_runtime.png", "Fig. 4: T_sim and idle ratio vs B at S=8 on three systems "
+                                            "(with chimera-fd)"),
                        ("fig5_memory.png", "Fig. 5: peak per-device activation memory (TiB)"),
                        ("fig6_asym.png", "Fig. 6: relative runtime chimera-asym / chimera"),
                        ("table1_hanayo.md", "Table I"),

@@ -59,6 +59,23 @@ def chimera(stages: int, microbatches: int) -> Formula:
     )
 
 
+def chimera_fd(stages: int, microbatches: int) -> Formula:
+    half = stages // 2
+    # forward doubling keeps S more activations in flight on every device than plain
+    # Chimera (each pipeline warms up with pairs): 3S/2 + 1 + min(d, S-1-d), i.e. 2S on the
+    # middle devices; D=4, N=8: [7, 8, 8, 7] (reference §4(c) [V]). Measured on pipetab's
+    # tables for S <= 16, up to 5 units, any slot lengths F, K <= 9.
+    peaks = tuple(float(3 * half + 1 + min(d, stages - 1 - d)) for d in range(stages))
+    return Formula(
+        (stages - 2) / (2 * microbatches + stages - 2),
+        "(S-2)/(2B+S-2), Li & Hoefler (Chimera, SC'21); with forward doubling the table equals "
+        "it whenever T_F <= T_B <= 2 T_F, for one unit (B = 2S) also up to T_B = 3 T_F "
+        "(pipetab, measured S <= 16, B <= 8S, slots F <= 3, K <= 9)",
+        peaks,
+        (2.0,) * stages,
+    )
+
+
 def hanayo(stages: int, microbatches: int, waves: int = 1) -> Formula:
     # S*A on every device holds only once B >= 2S-1; below that device d is short of
     # 2S-1-d-B chunk activations of A/(2W) each (at B = S: S=4, W=1 gives [2.5, 3, 3.5, 4]).

@@ -79,6 +79,12 @@ REGISTRY: dict[str, ScheduleSpec] = {
             _chimera.chimera, formulas.chimera, _chimera.CHIMERA_REGIME,
         ),
         ScheduleSpec(
+            "chimera-fd",
+            "Chimera with forward doubling: units of 2S microbatches, forwards run in pairs "
+            "(no intermediate bubbles at backward = 2 x forward, ~2x activation memory)",
+            _chimera.chimera_forward_doubling, formulas.chimera_fd, _chimera.CHIMERA_FD_REGIME,
+        ),
+        ScheduleSpec(
             "hanayo", "one pipeline of 2*W*S stages laid out as waves over the devices",
             _hanayo.hanayo, formulas.hanayo, _hanayo.HANAYO_REGIME, (WAVES,),
         ),

@@ -14,6 +14,7 @@ from solver.sweep import ResultStore, load_config, run_sweep
 SMALL = {
     "paper_grid": {"stages": [8], "microbatches": [8, 16, 128]},
     "fig3_bubble": {"microbatches": [8, 16, 128]},
+    "fig4_runtime": {"microbatches": [16, 64, 128]},
     "fig6_asym": {"microbatches": [8, 16]},
     "table1_hanayo": {},
 }
@@ -102,3 +103,70 @@ def test_rules_and_tolerances():
     assert report.close(0.03, 0.023) and not report.close(0.06, 0.023)
     assert report.tri(3, 3) == report.AGREES and report.tri(1, 3) == report.PARTLY
     assert report.tri(0, 3) == report.DISAGREES and report.tri(0, 0) == report.NOT_RUN
+
+
+def extras(path) -> dict:
+    data = report.load(path)
+    return {f.id: f for f in report.fd_findings(data["fig3_bubble"], data["fig4_runtime"])}
+
+
+def test_forward_doubling_rows_sit_next_to_2b_and_2e_and_are_not_counted(results):
+    data = report.load(results)
+    text = report.render(data, results)
+    rows = [line.split("|")[1].strip() for line in text.splitlines() if line.startswith("| 2")]
+    assert rows.index("2b-fd") == rows.index("2b") + 1 and rows.index("2e-fd") == rows.index("2e") + 1
+    assert "(extra, not counted)" in text
+    fs = report.findings(data)
+    assert {f.id for f in fs}.isdisjoint({"2b-fd", "2e-fd"})
+    n = sum(f.verdict == report.AGREES for f in fs)
+    assert f"Summary: {n} claims agree" in text
+    # numbers come from the CSVs
+    b = pd.read_csv(results / "fig3_bubble.csv")
+    fd = b[(b.schedule == "chimera-fd") & (b.stages == 8) & (b.microbatches == 16)].iloc[0]
+    assert f"its table bubble is {fd.table_bubble:.1%} against direct concatenation's" in text
+    assert "the paper's 26 % table bubble (2c) is direct concatenation's" in text
+    t = common.ratio_to(pd.read_csv(results / "fig4_runtime.csv"))
+    assert f"{t.loc[('mid_nw_mid_cp', 8, 128), 'chimera-fd']:.3f}" in text
+    e = extras(results)
+    assert e["2b-fd"].verdict == report.AGREES  # forward doubling: bubble below GPipe's and 1F1B's
+
+
+def test_forward_doubling_verdicts_follow_the_data(results, tmp_path):
+    before = {k: f.verdict for k, f in extras(results).items()}
+    r = copy(results, tmp_path)
+    # chimera-fd within 1 % of GPipe at every B on every system -> converges
+    d = pd.read_csv(r / "fig4_runtime.csv")
+    key = ["system", "stages", "microbatches"]
+    gp = d[d.schedule == "gpipe"].set_index(key).T_sim_s
+    fd = d.schedule == "chimera-fd"
+    d.loc[fd, "T_sim_s"] = [gp[tuple(x)] * 1.01 for x in d.loc[fd, key].itertuples(index=False)]
+    d.to_csv(r / "fig4_runtime.csv", index=False)
+    # chimera-fd's table bubble above GPipe's everywhere -> disagrees
+    b = pd.read_csv(r / "fig3_bubble.csv")
+    b.loc[b.schedule == "chimera-fd", "table_bubble"] = 0.9
+    b.to_csv(r / "fig3_bubble.csv", index=False)
+    after = {k: f.verdict for k, f in extras(r).items()}
+    assert before["2e-fd"] != report.AGREES and after["2e-fd"] == report.AGREES
+    assert before["2b-fd"] == report.AGREES and after["2b-fd"] == report.DISAGREES
+    assert verdicts(r) == verdicts(results)  # the paper's findings judge plain Chimera only
+
+
+def test_hanayo_waves_column_and_sentence(results, tmp_path):
+    text = report.render(report.load(results), results)
+    t1 = pd.read_csv(results / "table1_hanayo.csv")
+    assert sorted(common.hanayo_waves(t1)) == [1, 2]
+    h2 = common.hanayo_table(t1, w=2)
+    assert len(h2) == 9 and "T_sim Hanayo W=2 (s)" in text
+    assert f"With W = 2 waves Hanayo is faster than Chimera on {int((h2.speedup > 0).sum())} of 9 systems" in text
+    # W = 1 is what 3a-3d judge, whatever W = 2 gives
+    h1 = common.hanayo_table(t1, w=1)
+    assert (h1.T_hanayo.values != h2.T_hanayo.values).all()
+    # make W = 2 equal to W = 1: the sentence says it changes no verdict
+    r = copy(results, tmp_path)
+    w2 = (t1.schedule == "hanayo") & (t1.options == "waves=2")
+    one = t1[(t1.schedule == "hanayo") & (t1.options == "waves=1")].set_index("system")
+    for col in ("T_sim_s", "idle_ratio"):
+        t1.loc[w2, col] = [one.loc[s, col] for s in t1[w2].system]
+    t1.to_csv(r / "table1_hanayo.csv", index=False)
+    assert "W = 2 changes no verdict." in report.render(report.load(r), r)
+    assert verdicts(r) == verdicts(results)

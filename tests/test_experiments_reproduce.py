@@ -25,11 +25,11 @@ def test_quick_reproduction_of_two_parts(tmp_path, capsys):
     info = pd.read_csv(out / "reproduce_info.csv")
     assert list(info.name) == ["fig3_bubble", "table1_hanayo"] and set(info["mode"]) == {"quick"}
     report = (out / "REPORT.md").read_text()
-    assert "| 3a |" in report and "`quick` reproduction" in report
+    assert "| 3a |" in report and "| 2b-fd |" in report and "`quick` reproduction" in report
     # a second run resumes: nothing is evaluated again
     assert reproduce.main(["--quick", "--results", str(out), "--only", "table1_hanayo", "--workers", "1",
                            "--quiet"]) == 0
-    assert "(0 run now, 18 already in the store" in capsys.readouterr().out
+    assert "(0 run now, 27 already in the store" in capsys.readouterr().out
 
 
 def test_every_experiment_config_is_valid():

@@ -20,7 +20,20 @@ For B > S the B/S units are concatenated directly: in every unit after the first
 becomes ``a_d`` x [B(own, previous unit), F(own)], and step 5 appears only after the last
 unit. With equal forward and backward times this leaves no intermediate bubbles and the
 table's bubble is the paper's (S-2)/(2B+S-2); with a backward twice a forward it does leave
-intermediate bubbles (the paper removes them with forward doubling, not generated here).
+intermediate bubbles (the paper removes them with forward doubling, ``chimera-fd`` below).
+
+``chimera_forward_doubling`` (``chimera-fd``) is the SC'21 runtime's forward doubling
+(``main_with_runtime_forward_doubling.py``, reference §4(a) [V]): units of 2S microbatches;
+in unit u, microbatches 2uS .. 2uS+S-1 go down and 2uS+S .. 2uS+2S-1 go up (the first half
+down, as in ``chimera``; the reference table "Forward doubling D=4, N=8" sends 0-3 down and
+4-7 up: device 0, the first stage of the down pipeline, starts F0 F1 F2 F3, device 3 starts
+F4 F5 F6 F7). Every forward of the rule above becomes two consecutive forwards of the next two
+microbatches of the same pipeline, step 4 runs ``b_d + H`` times instead of ``b_d`` (so each
+device still does S forwards and S backwards per pipeline and unit), and in units u >= 1
+step 1 is ``a_d`` x [B(own, previous unit), F(own), F(own)]. A paired forward (2 T_F) then
+matches one backward (T_B = 2 T_F), which removes the intermediate bubbles of direct
+concatenation, at the price of S more in-flight activations per device than ``chimera``
+(3S/2 + 1 + min(d, S-1-d): 2S, twice Chimera's, on the middle devices; measured).
 
 ``chimera_asym`` is pipetab's interpretation [I] of the paper's remark that the layers may be
 split ~1:2 unevenly between the two directions: the same placement and order, but within
@@ -36,6 +49,7 @@ from ..ops import B, F, Op
 from ..schedule import Placement, Schedule
 
 CHIMERA_REGIME = "S even, B a multiple of S"
+CHIMERA_FD_REGIME = "S even, B a multiple of 2S"
 
 DOWN, UP = 0, 1
 
@@ -47,55 +61,63 @@ def chimera_placement(stages: int) -> Placement:
     )
 
 
-def _check(stages: object, microbatches: object, name: str) -> None:
+def _check(stages: object, microbatches: object, name: str, per: int = 1) -> None:
     if not isinstance(stages, int) or isinstance(stages, bool) or stages < 2:
         raise ValueError(f"stages must be an integer >= 2, got {stages!r}")
     if not isinstance(microbatches, int) or isinstance(microbatches, bool) or microbatches < 1:
         raise ValueError(f"microbatches must be an integer >= 1, got {microbatches!r}")
     if stages % 2:
         raise ValueError(f"stages must be even for {name}, got {stages}")
-    if microbatches % stages:
+    if per == 1 and microbatches % stages:
         raise ValueError(
             f"microbatches must be a multiple of stages ({stages}) for {name}, got {microbatches}"
         )
+    if microbatches % (per * stages):
+        raise ValueError(
+            f"microbatches must be a multiple of {per}*stages ({per * stages}) for {name}, "
+            f"got {microbatches}"
+        )
 
 
-def _microbatch2pipeline(stages: int, microbatches: int) -> tuple[int, ...]:
+def _microbatch2pipeline(stages: int, microbatches: int, per: int = 1) -> tuple[int, ...]:
+    """The first half of every unit of ``per * stages`` microbatches goes down, the rest up."""
+    unit = per * stages
+    return tuple(DOWN if m % unit < unit // 2 else UP for m in range(microbatches))
+
+
+def _orders(stages: int, microbatches: int, per: int = 1) -> tuple[tuple[Op, ...], ...]:
+    """Per-device orders; ``per`` forwards per forward slot (1: plain, 2: forward doubling)."""
     half = stages // 2
-    return tuple(DOWN if m % stages < half else UP for m in range(microbatches))
-
-
-def _orders(stages: int, microbatches: int) -> tuple[tuple[Op, ...], ...]:
-    half = stages // 2
-    units = microbatches // stages
+    units = microbatches // (per * stages)
+    extra = half if per == 2 else 0  # forward doubling repeats step 4 b_d + H times
     orders = []
     for d in range(stages):
         own, other = (DOWN, UP) if d < half else (UP, DOWN)
         a = half - d if d < half else d - half + 1
         b = half - a
         stage = {DOWN: d, UP: stages - 1 - d}  # the stage device d holds in each pipeline
-        first = {DOWN: 0, UP: half}  # offset of a pipeline's microbatches inside a unit
+        first = {DOWN: 0, UP: per * half}  # offset of a pipeline's microbatches in a unit
         order: list[Op] = []
         tail: list[Op] = []  # step 5 of the previous unit
         for u in range(units):
-            lo = {p: u * stages + first[p] for p in (DOWN, UP)}
-            mbs = {p: range(lo[p], lo[p] + half) for p in (DOWN, UP)}
+            lo = {p: u * per * stages + first[p] for p in (DOWN, UP)}
+            mbs = {p: range(lo[p], lo[p] + per * half) for p in (DOWN, UP)}
             fwd = {p: iter(mbs[p]) for p in (DOWN, UP)}
             bwd = {p: iter(mbs[p]) for p in (DOWN, UP)}
 
-            def f(p: int) -> Op:
-                return F(next(fwd[p]), stage[p], p)
+            def f(p: int) -> list[Op]:
+                return [F(next(fwd[p]), stage[p], p) for _ in range(per)]
 
             def bk(p: int) -> Op:
                 return B(next(bwd[p]), stage[p], p)
 
             for i in range(a):  # 1 (after the first unit: interleaved with the previous tail)
-                order += [tail[i], f(own)] if u else [f(own)]
+                order += ([tail[i]] if u else []) + f(own)
             for _ in range(b):  # 2
-                order += [f(other), f(own)]
+                order += f(other) + f(own)
             for _ in range(a):  # 3
-                order += [f(other), bk(other)]
-            for _ in range(b):  # 4
+                order += f(other) + [bk(other)]
+            for _ in range(b + extra):  # 4
                 order += [bk(own), bk(other)]
             tail = [bk(own) for _ in range(a)]  # 5, deferred into the next unit
         order += tail
@@ -113,6 +135,21 @@ def chimera(stages: int, microbatches: int) -> Schedule:
         chimera_placement(stages),
         _microbatch2pipeline(stages, microbatches),
         _orders(stages, microbatches),
+        params={"stages": stages, "microbatches": microbatches},
+    )
+
+
+def chimera_forward_doubling(stages: int, microbatches: int) -> Schedule:
+    """Chimera with forward doubling (SC'21 runtime, see module doc): units of 2S
+    microbatches, every forward slot runs two microbatches of the same pipeline.
+
+    Requires ``stages`` even and ``microbatches`` a multiple of ``2 * stages``."""
+    _check(stages, microbatches, "chimera-fd", per=2)
+    return Schedule(
+        "chimera-fd",
+        chimera_placement(stages),
+        _microbatch2pipeline(stages, microbatches, per=2),
+        _orders(stages, microbatches, per=2),
         params={"stages": stages, "microbatches": microbatches},
     )
 

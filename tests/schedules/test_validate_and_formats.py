@@ -74,6 +74,9 @@ def schedules_(draw):
     if name in ("chimera", "chimera-asym"):
         S = draw(st.sampled_from(range(2, 17, 2)))
         B = S * draw(st.integers(1, 64 // S))
+    elif name == "chimera-fd":
+        S = draw(st.sampled_from(range(2, 17, 2)))
+        B = 2 * S * draw(st.integers(1, 64 // (2 * S)))
     elif name in ("hanayo", "interleaved"):
         S = draw(st.integers(2, 16))
         B = S * draw(st.integers(1, 64 // S))

@@ -16,7 +16,7 @@ from solver.simulate import simulate
 
 CASES = [("gpipe", 4, 8, {}), ("1f1b", 4, 8, {}), ("1f1b", 8, 3, {}), ("chimera", 4, 8, {}),
          ("chimera", 8, 16, {}), ("hanayo", 4, 4, {"waves": 1}), ("hanayo", 4, 8, {"waves": 2}),
-         ("chimera-asym", 4, 8, {"split": (1, 2)})]
+         ("chimera-asym", 4, 8, {"split": (1, 2)}), ("chimera-fd", 4, 8, {}), ("chimera-fd", 8, 32, {})]
 
 
 def _generate(name, S, B_, opts):
