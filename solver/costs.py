@@ -86,6 +86,7 @@ class Costs:
     optimizer_time: tuple[float, ...] = ()
     tick_s: float | None = None
     contention: bool = False
+    rounding: str = "up"  # how times were quantized to ticks: "up" or "down"
 
     def duration(self, op: Op) -> float:
         return self.op_time[(op.kind, op.pipeline, op.stage)]
@@ -96,7 +97,9 @@ class Costs:
             return 0
         nbytes = self.message_bytes.get((op.kind, op.pipeline, op.stage), 0.0)
         t = self.links.time(src, dst, nbytes)
-        return math.ceil(t / self.tick_s - 1e-9) if self.tick_s else t
+        if not self.tick_s:
+            return t
+        return math.ceil(t / self.tick_s - 1e-9) if self.rounding == "up" else math.floor(t / self.tick_s + 1e-9)
 
     def activation_capacity(self, device: int) -> float | None:
         """Memory left for activations on ``device`` (None: unlimited)."""
@@ -113,24 +116,31 @@ class Costs:
         (idealized costs) — ``None`` lifts the limit."""
         return replace(self, capacity=tuple(None if cap is None else cap + p for p in self.persistent))
 
-    def quantized(self, tick_s: float) -> "Costs":
-        """These costs (in seconds) as integer ticks of ``tick_s`` seconds, times rounded
-        up so a quantized makespan is an upper bound of the real-valued one."""
+    def quantized(self, tick_s: float, rounding: str = "up") -> "Costs":
+        """These costs (in seconds) as integer ticks of ``tick_s`` seconds.
+
+        ``rounding="up"``: every time rounded up, so a schedule's quantized makespan is an
+        upper bound of its real-valued one (for searching). ``rounding="down"``: every time
+        rounded down, so a lower bound proven on the quantized problem is a lower bound of
+        the real-valued problem (for bounds)."""
         if self.unit != "s":
             raise ValueError(f"only costs in seconds can be quantized, these are in {self.unit}")
         if not tick_s > 0:
             raise ValueError(f"tick must be > 0 seconds, got {tick_s}")
+        if rounding not in ("up", "down"):
+            raise ValueError(f"rounding must be 'up' or 'down', got {rounding!r}")
 
-        def up(t: float) -> int:
-            return math.ceil(t / tick_s - 1e-9)
+        def q(t: float) -> int:
+            return math.ceil(t / tick_s - 1e-9) if rounding == "up" else math.floor(t / tick_s + 1e-9)
 
         return replace(
             self,
             unit="ticks",
-            op_time={k: max(1, up(v)) for k, v in self.op_time.items()},
-            replica_groups=tuple(replace(g, allreduce_time=up(g.allreduce_time)) for g in self.replica_groups),
-            optimizer_time=tuple(up(t) for t in self.optimizer_time),
+            op_time={k: max(1 if rounding == "up" else 0, q(v)) for k, v in self.op_time.items()},
+            replica_groups=tuple(replace(g, allreduce_time=q(g.allreduce_time)) for g in self.replica_groups),
+            optimizer_time=tuple(q(t) for t in self.optimizer_time),
             tick_s=tick_s,
+            rounding=rounding,
         )
 
     def to_seconds(self, value: float) -> float:

@@ -160,3 +160,16 @@ def test_chimera_doubles_persistent_memory_and_waits_for_allreduce():
     assert sim.makespan > no_ar.makespan
     last_ar_end = max(e for _, _, e in sim.allreduces)
     assert sim.makespan >= last_ar_end + min(cc.optimizer_time)
+
+
+def test_quantized_costs_bracket_the_real_makespan():
+    schedule = registry.generate("chimera", 4, 8)
+    real = hardware_costs(schedule, "slow_nw_mid_cp", "tiny_gpt")
+    tick = min(real.op_time.values()) / 7
+    up = simulate(schedule, real.quantized(tick, "up")).makespan * tick
+    down = simulate(schedule, real.quantized(tick, "down")).makespan * tick
+    exact = simulate(schedule, real).makespan
+    assert down <= exact <= up
+    assert up - down <= 0.2 * exact
+    with pytest.raises(ValueError, match="rounding must be"):
+        real.quantized(tick, "sideways")
