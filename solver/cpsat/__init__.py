@@ -1,0 +1,39 @@
+"""The CP-SAT model of pipeline-parallel schedules: evaluate a known schedule with its
+choices fixed, search better orders and placements under memory caps, and prove lower
+bounds — every result solver-independent (``Result``) and re-checked by the evaluator.
+
+Public API::
+
+    Problem, idealized_problem, idealized_costs     what to solve
+    CpSatConfig                                       how to solve (limits, families)
+    evaluate(schedule, costs, config) -> Result       fixed placement and order
+    search(problem, config, known) -> Result          free order (and placement)
+    bound(problem, config, known) -> Result           lower bound + known schedules' gaps
+    memory_front(problem, caps, config) -> [FrontPoint]
+    search_splits(problem, candidates, config) -> SplitSearch
+    min_feasible_cap(problem) -> float
+"""
+
+from .bounds import analytic_lower_bound, min_feasible_cap
+from .config import CpSatConfig
+from .model import CpSatModel
+from .modes import (
+    FrontPoint,
+    SplitSearch,
+    bound,
+    canonical_placements,
+    evaluate,
+    memory_front,
+    scaled_costs,
+    search,
+    search_splits,
+)
+from .problem import FAMILIES, Problem, family_placement, idealized_costs, idealized_problem
+from .result import KnownGap, Result
+
+__all__ = [
+    "FAMILIES", "CpSatConfig", "CpSatModel", "FrontPoint", "KnownGap", "Problem", "Result",
+    "SplitSearch", "analytic_lower_bound", "bound", "canonical_placements", "evaluate",
+    "family_placement", "idealized_costs", "idealized_problem", "memory_front",
+    "min_feasible_cap", "scaled_costs", "search", "search_splits",
+]

@@ -1,8 +1,10 @@
 """Solver configuration: limits, portfolio and one switch per constraint family.
 
 Every constraint family of the model can be switched off by a config value, so an ablation
-is a ``dataclasses.replace(config, family=False)``. Switches that *restrict* the problem
-(``fifo``) are off by default and show up in a result's ``bound_assumptions`` when on.
+is ``config.replace(family=False)``. All families are without loss of generality (each is
+argued where it is added, in ``constraints``); the conventions a bound does rest on
+(placement, partition, time quantum, memory semantics) are listed in every result's
+``bound_assumptions``.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from dataclasses import dataclass, field, replace
 # disjunctive model is weak). These are the portfolios used when ``subsolvers`` is None.
 DEFAULT_PORTFOLIOS: dict[int, tuple[str, ...]] = {
     1: ("no_lp",),
-    2: ("no_lp", "objective_lb_search_no_lp"),
+    2: ("no_lp", "objective_lb_search_no_lp"),  # both as full solvers (see model.parameters)
     3: ("no_lp", "objective_lb_search_no_lp", "default_lp"),
 }
 
@@ -25,22 +27,32 @@ class CpSatConfig:
 
     Limits: ``time_limit_s`` (wall clock, whole call), ``deterministic_time`` (CP-SAT's
     deterministic limit per solve, for reproducible tests), ``workers``, ``random_seed``,
-    ``log`` (CP-SAT's search log to stdout, or to ``log_callback``).
+    ``log`` (CP-SAT's search log to stdout). ``extra_params``: (name, value) pairs set on
+    CP-SAT's ``SatParameters`` as they are.
 
     Families: ``symmetry_break`` (stage-0 forwards of each pipeline start in microbatch
-    order — a relabelling of identical microbatches, safe), ``fifo`` (every stage runs the
-    microbatches of a pipeline in the same order — a *restriction*), ``memory`` (cumulative
-    activation lifetimes per device), ``redundant`` (memory pigeonhole chain on stage 0,
-    interval makespan per device, total-work cut for free placement), ``hints`` (complete
-    hints from the best known or constructed schedule), ``device_symmetry`` (free
-    placement: device relabelling for identical devices and uniform links).
+    order — a relabelling of identical microbatches, safe), ``fifo`` (every stage runs each
+    kind of op of a pipeline's microbatches in one order; it implies the symmetry break
+    and is *also* without loss of generality — see ``constraints.add_fifo`` for the
+    relabelling argument; tests check it against the unrestricted model), ``memory``
+    (cumulative activation lifetimes per device; under FIFO, precedences on single-stage
+    devices), ``redundant`` (memory pigeonhole chain on stage 0, interval makespan per
+    device, total-work cut for free placement), ``hints`` (complete hints from the best
+    known or constructed schedule), ``device_symmetry`` (free placement: device
+    relabelling for identical devices and uniform links).
 
     ``subsolvers``: CP-SAT subsolver names; None picks ``DEFAULT_PORTFOLIOS[workers]`` (for
     workers >= 4 CP-SAT's own portfolio, which includes no_lp and bound workers).
     ``decompose``: free placement is solved as one fixed-placement model per canonical
     placement, pruned by bound (reference/cpsat.md §9); False builds one monolithic model.
-    ``fifo_warmstart``: before the full model, solve the FIFO-restricted model briefly and
-    use its schedule as a hint (the restriction does not reach the bound).
+    ``dominance``: with FIFO, a device holding only a pipeline's last stage runs each B
+    right after its F (an exchange argument, see ``constraints.add_last_stage_glue``).
+    ``relaxation``: when the full model is not proven within part of the time, prove
+    bounds on relaxations that keep the no-overlap and memory constraints of only some
+    devices (both pipeline ends first); any relaxation's bound is a bound of the problem.
+    ``max_placements``: above this many canonical placements the monolithic model is used.
+    ``known_generators``: also judge the registry's matching schedules and greedy list
+    schedules as known schedules (hints, horizon, gaps); off for ablations of the solver.
     """
 
     time_limit_s: float = 60.0
@@ -49,15 +61,17 @@ class CpSatConfig:
     random_seed: int = 0
     log: bool = False
     symmetry_break: bool = True
-    fifo: bool = False
+    fifo: bool = True
     memory: bool = True
     redundant: bool = True
     hints: bool = True
+    dominance: bool = True
+    relaxation: bool = True
     device_symmetry: bool = True
     subsolvers: tuple[str, ...] | None = None
     decompose: bool = True
-    fifo_warmstart: bool = True
-    max_placements: int = 2000
+    max_placements: int = 20000
+    known_generators: bool = True
     extra_params: tuple[tuple[str, object], ...] = field(default=())
 
     def __post_init__(self) -> None:

@@ -99,6 +99,8 @@ def add_no_overlap(model: cp_model.CpModel, v: Variables, makespan_intervals: bo
     problem = v.problem
     D = problem.num_devices
     for d in range(D):
+        if not v.has_resources(d):
+            continue
         if v.placement is not None:
             ivs = [v.interval[i] for i in v.device_ops(d)]
         else:
@@ -119,15 +121,27 @@ def add_order_chains(model: cp_model.CpModel, v: Variables, orders) -> None:
             model.add(v.start[ib] >= v.start[ia] + v.dur[ia])
 
 
-def add_memory(model: cp_model.CpModel, v: Variables) -> None:
+def add_memory(model: cp_model.CpModel, v: Variables, fifo: bool = False) -> list[str]:
     """Activation of (p, s, m) is live from its F's start to its B's end (W's when split),
     with demand ``costs.activation[(p, s)]``; one cumulative per device against its
-    activation capacity (devices without a capacity are unconstrained)."""
+    activation capacity (devices without a capacity are unconstrained).
+
+    With ``fifo`` (every stage runs a pipeline's microbatches in one order) a device's
+    live activations of one stage are a window of consecutive microbatches, so if k of them
+    fill the capacity, F(j+k) starts after the release of j: a precedence. On a device that
+    holds a single stage (fixed placement) these precedences are the whole memory
+    constraint and replace the cumulative. Returns the forms used."""
     problem = v.problem
     D = problem.num_devices
     caps = [problem.cap(d) for d in range(D)]
     if all(c is None for c in caps):
-        return
+        return []
+    forms: list[str] = []
+    exact_devices: set[int] = set()
+    if fifo and v.placement is not None:
+        exact_devices = _add_fifo_memory_precedences(model, v)
+        if exact_devices:
+            forms.append("memory as FIFO precedences")
     act = problem.costs.activation
     scale = _memory_scale([act[k] for k in problem.stages] + [c for c in caps if c is not None])
     rel = problem.release_kind
@@ -154,7 +168,7 @@ def add_memory(model: cp_model.CpModel, v: Variables) -> None:
                     per_device[d].append((iv, demand))
                 v.lifetime[(p, s, m)] = ivs
     for d in range(D):
-        if caps[d] is None or not per_device[d]:
+        if caps[d] is None or not per_device[d] or d in exact_devices or not v.has_resources(d):
             continue
         cap = int(math.floor(caps[d] * scale + 1e-9))
         if cap < 0:
@@ -162,6 +176,42 @@ def add_memory(model: cp_model.CpModel, v: Variables) -> None:
             continue
         ivs, dem = zip(*per_device[d])
         model.add_cumulative(list(ivs), list(dem), cap)
+        if "cumulative" not in forms:
+            forms.append("cumulative")
+    return forms
+
+
+def _add_fifo_memory_precedences(model: cp_model.CpModel, v: Variables) -> set[int]:
+    """Under FIFO, F(p, s, j+k) >= release(p, s, j).end where k = activations of (p, s)
+    that fit the device's capacity on their own. Returns the devices holding one stage,
+    for which this is exact."""
+    problem = v.problem
+    act = problem.costs.activation
+    rel = problem.release_kind
+    stages_on: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    for p, s in problem.stages:
+        stages_on[v.placement.device(p, s)].append((p, s))
+    by_pipe = _pipeline_microbatches(problem)
+    exact: set[int] = set()
+    for d, keys in stages_on.items():
+        cap = problem.cap(d)
+        if cap is None or not v.has_resources(d):
+            continue
+        for p, s in keys:
+            a = act[(p, s)]
+            if a <= 0:
+                continue
+            k = int(math.floor(cap / a + 1e-9))
+            mbs = by_pipe[p]
+            if k < 1:
+                continue  # a single activation does not fit; the cumulative says infeasible
+            for j in range(len(mbs) - k):
+                f = v.index[Op(Kind.F, p, s, mbs[j + k])]
+                r = v.index[Op(rel, p, s, mbs[j])]
+                model.add(v.start[f] >= v.end(r))
+        if len(keys) == 1 and int(math.floor(cap / act[keys[0]] + 1e-9)) >= 1 and act[keys[0]] > 0:
+            exact.add(d)
+    return exact
 
 
 def _memory_scale(values: list[float]) -> float:
@@ -174,11 +224,12 @@ def _memory_scale(values: list[float]) -> float:
 
 
 # ---- tails: all-reduce and optimizer ---------------------------------------------------------
-def add_makespan(model: cp_model.CpModel, v: Variables) -> None:
+def add_makespan(model: cp_model.CpModel, v: Variables, orders=None) -> None:
     """makespan >= end of each device's ops + its optimizer time, and >= the end of every
     replica group's all-reduce (which starts after the last backward / W of all its member
     stages) + the optimizer time of each member's device. Only release ops (B, or W) can be
-    last on a device: every F of a stage precedes that stage's B on the same device."""
+    last on a device: every F of a stage precedes that stage's B on the same device. With
+    fixed ``orders`` only each device's last op (and each stage's last release op) count."""
     problem = v.problem
     D = problem.num_devices
     rel = problem.release_kind
@@ -192,13 +243,26 @@ def add_makespan(model: cp_model.CpModel, v: Variables) -> None:
             return opts[0] if opts else 0
         return sum(opts[d] * v.x[(p, s)][d] for d in range(D))
 
-    for i, op in enumerate(v.ops):
-        if op.kind is rel:
-            model.add(v.makespan >= v.end(i) + opt_of(op.pipeline, op.stage))
+    if orders is not None:
+        last_ops = {order[-1] for order in orders if order}
+        stage_last: dict[tuple[int, int], Op] = {}
+        for order in orders:
+            for op in order:
+                if op.kind is rel:
+                    stage_last[(op.pipeline, op.stage)] = op
+        candidates = [v.index[op] for op in last_ops]
+    else:
+        candidates = [i for i, op in enumerate(v.ops) if op.kind is rel]
+    for i in candidates:
+        op = v.ops[i]
+        model.add(v.makespan >= v.end(i) + opt_of(op.pipeline, op.stage))
     for g_i, g in enumerate(problem.costs.replica_groups):
         members = set(g.stages)
         ar = v.ar[g_i]
-        ends = [i for i, op in enumerate(v.ops) if op.kind is rel and (op.pipeline, op.stage) in members]
+        if orders is not None:
+            ends = [v.index[stage_last[k]] for k in members if k in stage_last]
+        else:
+            ends = [i for i, op in enumerate(v.ops) if op.kind is rel and (op.pipeline, op.stage) in members]
         for i in ends:
             model.add(ar >= v.end(i))
         t = int(round(g.allreduce_time))
@@ -219,8 +283,22 @@ def add_symmetry_break(model: cp_model.CpModel, v: Variables) -> None:
 
 
 def add_fifo(model: cp_model.CpModel, v: Variables) -> None:
-    """RESTRICTION: every stage runs each kind of op of a pipeline's microbatches in
-    microbatch order (a permutation schedule). Bounds proven with it are labelled."""
+    """Every stage runs each kind of op (F, B, W) of a pipeline's microbatches in
+    microbatch order.
+
+    This is WITHOUT LOSS OF GENERALITY (unlike a permutation flow shop, the jobs here are
+    identical): take any feasible schedule and, on every stage (p, s) and for every kind,
+    relabel the k-th op by start time as microbatch k of pipeline p. Times and devices do
+    not change. Every dependency still holds: the first k ops of a kind on stage s+1 (say)
+    have k distinct predecessors on stage s, each ended at least ``lag`` before, so the
+    k-th starts at least ``lag`` after the k-th predecessor end on stage s — and the lag
+    depends only on (kind, pipeline, stage) and the two stages' devices. Memory does not
+    change either: a device's live activations at any time depend only on the multisets
+    of F starts and release ends of each stage, which the relabelling keeps (and the k-th
+    release ends after the k-th F starts, by the same argument along the chain). So some
+    optimal schedule is FIFO, and bounds proven with FIFO are bounds of the unrestricted
+    problem. ``tests/solver/test_cpsat_fifo.py`` checks equal optima on random instances
+    (linear, bidirectional, wave, split backward, caps, latencies)."""
     problem = v.problem
     for p, mbs in _pipeline_microbatches(problem).items():
         for s in range(problem.num_stages[p]):
@@ -260,6 +338,36 @@ def devices_identical(problem: Problem) -> bool:
         and len(set(c.persistent)) <= 1
         and len({problem.optimizer(d) for d in range(D)}) <= 1
     )
+
+
+def add_last_stage_glue(model: cp_model.CpModel, v: Variables) -> bool:
+    """Dominance (without loss of generality, needs FIFO): on a device that holds only the
+    last stage of a pipeline (backward not split), B(k) starts right when F(k) ends.
+
+    Take a FIFO schedule and the first k whose B does not follow its F: only forwards
+    F(k+1..k+j) sit between them. Running B(k) first keeps the block's end (B(k) has the
+    earliest effective release, so this is the earliest-release order of one machine),
+    ends B(k) — the only op with a successor off the device — earlier, and starts the
+    forwards later (less memory). Repeating this glues every pair. Returns whether it
+    applied."""
+    problem = v.problem
+    if problem.split_backward or v.placement is None:
+        return False
+    applied = False
+    by_dev: dict[int, set[tuple[int, int]]] = defaultdict(set)
+    for p, s in problem.stages:
+        by_dev[v.placement.device(p, s)].add((p, s))
+    for p, mbs in _pipeline_microbatches(problem).items():
+        last = problem.num_stages[p] - 1
+        d = v.placement.device(p, last)
+        if by_dev[d] != {(p, last)}:
+            continue
+        for m in mbs:
+            f = v.index[Op(Kind.F, p, last, m)]
+            b = v.index[Op(Kind.B, p, last, m)]
+            model.add(v.start[b] == v.start[f] + v.dur[f])
+        applied = True
+    return applied
 
 
 # ---- redundant cuts ---------------------------------------------------------------------------

@@ -9,6 +9,7 @@ These are the numbers every CP-SAT result is checked against.
 from __future__ import annotations
 
 import heapq
+from collections import defaultdict
 from dataclasses import dataclass
 
 from schedules.evaluate import DeadlockError, Timing, asap
@@ -130,30 +131,71 @@ def evaluate_known(problem: Problem, schedule: Schedule) -> KnownEval:
 
 
 def relabel_microbatches(schedule: Schedule, timing: Timing) -> tuple[Schedule, Timing]:
-    """The same schedule with microbatches of each pipeline renumbered in the order their
-    stage-0 forwards start (identical microbatches: a relabelling), so it satisfies the
-    model's symmetry break."""
-    mb2p = schedule.microbatch2pipeline
+    """The same timed schedule with op labels permuted so that every stage runs each kind
+    of op of a pipeline in microbatch order (FIFO): the k-th op of a kind on (p, s), by
+    start time, becomes that of the pipeline's k-th microbatch. Times, devices and the
+    memory profile are unchanged and every dependency still holds (the k-th op on a stage
+    starts after k distinct predecessors ended, so after the k-th predecessor end), so this
+    is a relabelling of identical microbatches; it also orders stage-0 forwards."""
     by_pipe: dict[int, list[int]] = {}
-    for m, p in enumerate(mb2p):
+    for m, p in enumerate(schedule.microbatch2pipeline):
         by_pipe.setdefault(p, []).append(m)
-    mapping: dict[int, int] = {}
-    for p, mbs in by_pipe.items():
-        ordered = sorted(mbs, key=lambda m: timing.start[Op(Kind.F, p, 0, m)])
-        for new, old in zip(mbs, ordered):
-            mapping[old] = new
-    if all(k == v for k, v in mapping.items()):
+    groups: dict[tuple[Kind, int, int], list[Op]] = {}
+    for op in timing.start:
+        groups.setdefault((op.kind, op.pipeline, op.stage), []).append(op)
+    mapping: dict[Op, Op] = {}
+    for (k, p, s), ops in groups.items():
+        ops.sort(key=lambda o: timing.start[o])
+        for new_m, op in zip(by_pipe[p], ops):
+            mapping[op] = Op(k, p, s, new_m)
+    if all(a == b for a, b in mapping.items()):
         return schedule, timing
-
-    def ren(op: Op) -> Op:
-        return op._replace(microbatch=mapping[op.microbatch])
-
-    orders = tuple(tuple(ren(op) for op in order) for order in schedule.orders)
+    orders = tuple(tuple(mapping[op] for op in order) for order in schedule.orders)
     new = Schedule(
-        schedule.name, schedule.placement, mb2p, orders, schedule.stage_work,
-        schedule.split_backward, schedule.params,
+        schedule.name, schedule.placement, schedule.microbatch2pipeline, orders,
+        schedule.stage_work, schedule.split_backward, schedule.params,
     )
-    return new, Timing({ren(o): t for o, t in timing.start.items()}, {ren(o): t for o, t in timing.end.items()})
+    return new, Timing(
+        {mapping[o]: t for o, t in timing.start.items()}, {mapping[o]: t for o, t in timing.end.items()}
+    )
+
+
+def glue_last_stages(problem: Problem, schedule: Schedule) -> Schedule:
+    """A FIFO schedule with every device that holds only a pipeline's last stage running
+    each B right after its F (the model's ``last-stage glue`` dominance; never slower, see
+    ``constraints.add_last_stage_glue``)."""
+    if problem.split_backward:
+        return schedule
+    pl = schedule.placement
+    orders = list(schedule.orders)
+    changed = False
+    for p in range(schedule.num_pipelines):
+        last = schedule.num_stages(p) - 1
+        d = pl.device(p, last)
+        if pl.stages_on(d) != [(p, last)]:
+            continue
+        fwd = [op for op in orders[d] if op.kind is Kind.F]
+        glued = tuple(x for op in fwd for x in (op, op._replace(kind=Kind.B)))
+        if glued != orders[d]:
+            orders[d] = glued
+            changed = True
+    if not changed:
+        return schedule
+    return Schedule(schedule.name, pl, schedule.microbatch2pipeline, tuple(orders),
+                    schedule.stage_work, schedule.split_backward, schedule.params)
+
+
+def hint_form(problem: Problem, known: KnownEval, glue: bool) -> KnownEval:
+    """A known schedule in the form the model's symmetry and dominance constraints accept:
+    FIFO-relabelled and (with ``glue``) last stages glued, re-timed; never slower."""
+    sched, timing = relabel_microbatches(known.schedule, known.timing)
+    if glue:
+        g = glue_last_stages(problem, sched)
+        if g is not sched:
+            ev = evaluate_known(problem, g)
+            if ev.fits and ev.makespan <= known.makespan:
+                return ev
+    return KnownEval(sched, known.makespan, timing, known.memory)
 
 
 # ---- greedy memory-aware list scheduling ---------------------------------------------------
@@ -163,11 +205,15 @@ def greedy_schedule(
     window: int | None = None,
     backward_first: bool = True,
     name: str = "greedy",
+    reserve: bool = False,
 ) -> Schedule | None:
     """Dispatch ops as devices become idle: a ready backward (B, then W) of the smallest
     microbatch first (``backward_first``; else forwards first), else the ready forward of
     the smallest microbatch whose activation fits the device's capacity; at most ``window``
-    microbatches in flight. Returns None when it deadlocks (memory full everywhere)."""
+    microbatches in flight. Returns None when it deadlocks (memory full everywhere).
+
+    With ``reserve`` a microbatch enters only when every device on its pipeline can hold
+    its activations, which it reserves until they are freed: never deadlocks."""
     D = placement.num_devices
     nst = problem.num_stages
     act = problem.costs.activation
@@ -188,6 +234,18 @@ def greedy_schedule(
     orders: list[list[Op]] = [[] for _ in range(D)]
     admitted = in_flight = seq = 0
     remaining = len(problem.ops)
+    need: dict[int, dict[int, float]] = {}
+    for p in set(problem.microbatch2pipeline):
+        need[p] = defaultdict(float)
+        for s_ in range(nst[p]):
+            need[p][dev_of[(p, s_)]] += act[(p, s_)]
+
+    def admissible(m: int) -> bool:
+        if not reserve:
+            return True
+        return all(caps[d] is None or live[d] + a <= caps[d] + 1e-9
+                   for d, a in need[problem.microbatch2pipeline[m]].items())
+
     t = 0
     while remaining:
         while releases and releases[0][0] <= t:
@@ -196,8 +254,11 @@ def greedy_schedule(
         while finishes and finishes[0] <= t:
             heapq.heappop(finishes)
             in_flight -= 1
-        while admitted < B and in_flight < window:
+        while admitted < B and in_flight < window and admissible(admitted):
             m = admitted
+            if reserve:
+                for d, a in need[problem.microbatch2pipeline[m]].items():
+                    live[d] += a
             heapq.heappush(pending, (t, seq, Op(Kind.F, problem.microbatch2pipeline[m], 0, m)))
             seq += 1
             admitted += 1
@@ -213,7 +274,7 @@ def greedy_schedule(
             while ready[d]:
                 item = heapq.heappop(ready[d])
                 op = item[3]
-                if op.kind is Kind.F and caps[d] is not None:
+                if op.kind is Kind.F and caps[d] is not None and not reserve:
                     if live[d] + act[(op.pipeline, op.stage)] > caps[d] + 1e-9:
                         skipped.append(item)
                         continue
@@ -229,7 +290,7 @@ def greedy_schedule(
             orders[d].append(op)
             remaining -= 1
             a = act[(op.pipeline, op.stage)]
-            if op.kind is Kind.F:
+            if op.kind is Kind.F and not reserve:
                 live[d] += a
             elif op.kind is release:
                 heapq.heappush(releases, (end, d, a))
@@ -281,6 +342,12 @@ def greedy_candidates(problem: Problem, placement: Placement) -> list[Schedule]:
             if w == 1 and not bf:
                 continue
             s = greedy_schedule(problem, placement, w, bf, name=f"greedy-w{w}{'' if bf else '-ff'}")
+            if s is not None:
+                out.append(s)
+    if any(problem.cap(d) is not None for d in range(problem.num_devices)):
+        for bf in (True, False):
+            s = greedy_schedule(problem, placement, None, bf, name=f"greedy-reserve{'' if bf else '-ff'}",
+                                reserve=True)
             if s is not None:
                 out.append(s)
     return out

@@ -10,7 +10,7 @@ every (pipeline, stage); the solver chooses).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 from schedules.ops import Kind, Op

@@ -100,11 +100,15 @@ class Variables:
     lifetime: dict[tuple[int, int, int], object] = field(default_factory=dict)  # interval or {d: interval}
     ar: list[cp_model.IntVar] = field(default_factory=list)
     makespan: cp_model.IntVar | None = None
+    resource_devices: frozenset[int] | None = None  # None: all; else a relaxation
+
+    def has_resources(self, device: int) -> bool:
+        return self.resource_devices is None or device in self.resource_devices
 
     @classmethod
     def build(
         cls, model: cp_model.CpModel, problem: Problem, placement: Placement | None,
-        horizon: int, makespan_lb: int = 0,
+        horizon: int, makespan_lb: int = 0, intervals: bool = True,
     ) -> "Variables":
         v = cls(problem, placement, horizon, makespan_lb)
         v.ops = problem.ops
@@ -122,7 +126,8 @@ class Variables:
             s = model.new_int_var(lo, hi, f"s_{op}")
             v.dur.append(d)
             v.start.append(s)
-            v.interval.append(model.new_fixed_size_interval_var(s, d, f"i_{op}"))
+            if intervals:
+                v.interval.append(model.new_fixed_size_interval_var(s, d, f"i_{op}"))
             v.device.append(None if placement is None else placement.device(op.pipeline, op.stage))
         if placement is None:
             for p, s in problem.stages:

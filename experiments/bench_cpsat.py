@@ -1,0 +1,180 @@
+"""Benchmark of the CP-SAT model (issue 4): search + bound on idealized instances.
+
+Grid: S in {4, 8, 16}, B in {S, 2S, 4S}, activation caps {S, 2S, none}, F=1, K=2,
+C in {0, 1}, linear and bidirectional placement (plus, unless --quick or --no-systems,
+1F1B-shaped problems on two of the paper's systems, quantized). Per instance: time to the
+first schedule (a known or greedy one; the solver's own first solution separately), time
+to proof, final gap, and the best known schedule's makespan beside the bound. Then the
+issue's three performance targets.
+
+Writes results/bench_cpsat.csv and prints a table.
+Run: python experiments/bench_cpsat.py [--time-limit SEC] [--quick] [--workers N]
+     [--only-targets] [--out PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import platform
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import ortools
+
+from schedules import registry
+from solver.costs import hardware_costs, slot_costs
+from solver.cpsat import CpSatConfig, Problem, evaluate, idealized_problem, search
+from schedules.table import SlotDurations
+
+FIELDS = [
+    "instance", "placement", "S", "B", "cap", "C", "status", "makespan", "lower_bound", "gap",
+    "time_to_first_s", "solver_first_s", "time_to_proof_s", "runtime_s", "best_known",
+    "best_known_makespan", "best_known_gap", "1f1b_makespan", "analytic_bound", "families",
+    "unit", "workers", "time_limit_s", "seed", "ortools", "cores",
+]
+
+
+def _row(name, placement, S, B, cap, C, res, config) -> dict:
+    d = res.details
+    known = {k: v for k, v in res.known.items() if v.fits and v.makespan is not None}
+    best_name = min(known, key=lambda k: known[k].makespan) if known else None
+    bk = d.get("best_known") or {}
+    return {
+        "instance": name, "placement": placement, "S": S, "B": B,
+        "cap": "none" if cap is None else cap, "C": C, "status": res.status,
+        "makespan": res.makespan, "lower_bound": res.lower_bound,
+        "gap": None if res.gap is None else round(res.gap, 5),
+        "time_to_first_s": None if res.time_to_first_s is None else round(res.time_to_first_s, 3),
+        "solver_first_s": d.get("solver_first_s"),
+        "time_to_proof_s": round(res.runtime_s, 3) if res.status in ("optimal", "infeasible") else None,
+        "runtime_s": round(res.runtime_s, 3),
+        "best_known": best_name or bk.get("name"),
+        "best_known_makespan": known[best_name].makespan if best_name else bk.get("makespan"),
+        "best_known_gap": None if not best_name or known[best_name].gap is None else round(known[best_name].gap, 5),
+        "1f1b_makespan": res.known["1f1b"].makespan if "1f1b" in res.known and res.known["1f1b"].fits else None,
+        "analytic_bound": d.get("analytic_bound"),
+        "families": "+".join(d.get("families", ())),
+        "unit": res.unit, "workers": config.workers, "time_limit_s": config.time_limit_s,
+        "seed": config.random_seed, "ortools": ortools.__version__, "cores": os.cpu_count(),
+    }
+
+
+def idealized_grid(quick: bool):
+    sizes = (4, 8) if quick else (4, 8, 16)
+    for placement in ("linear", "bidirectional"):
+        for S in sizes:
+            for B in (S, 2 * S, 4 * S):
+                for cap in (S, 2 * S, None):
+                    for C in (0, 1):
+                        yield placement, S, B, cap, C
+
+
+def run_idealized(config, quick: bool, rows: list, printer) -> None:
+    for placement, S, B, cap, C in idealized_grid(quick):
+        problem = idealized_problem(S, B, placement, forward=1, backward=2, comm=C, activation_cap=cap)
+        res = search(problem, config)
+        row = _row(f"{placement}-S{S}-B{B}-cap{cap}-C{C}", placement, S, B, cap, C, res, config)
+        rows.append(row)
+        printer(row)
+
+
+def run_systems(config, rows: list, printer) -> None:
+    """1F1B-shaped (linear) problems on two of the paper's systems, no memory cap, costs
+    quantized to ticks of 1/10 of the shortest op."""
+    for system in ("mid_nw_mid_cp", "slow_nw_fast_cp"):
+        for S, B in ((4, 8), (8, 16)):
+            sched = registry.generate("1f1b", S, B)
+            costs = hardware_costs(sched, system, "paper_gpt")
+            costs = replace(costs, capacity=(None,) * S)
+            q = costs.quantized(min(costs.op_time.values()) / 10)
+            problem = Problem.from_schedule(sched, q, placement="linear")
+            res = search(problem, config, [sched])
+            row = _row(f"{system}-S{S}-B{B}", "linear", S, B, None, system, res, config)
+            rows.append(row)
+            printer(row)
+
+
+def run_targets(workers: int, rows: list, printer) -> None:
+    """The issue's performance targets, each with its own time limit."""
+    # 1. prove the optimum of S=8, B=32, F=1, K=2, C=1, cap 8, linear, in <= 10 s
+    cfg = CpSatConfig(time_limit_s=10, workers=workers)
+    res = search(idealized_problem(8, 32, comm=1, activation_cap=8), cfg)
+    row = _row("TARGET1 prove S8 B32 cap8 C1 (<=10 s)", "linear", 8, 32, 8, 1, res, cfg)
+    rows.append(row)
+    printer(row)
+    # 2. S=16, B=64, cap 16: within 1 % of the proven bound in <= 120 s
+    cfg = CpSatConfig(time_limit_s=120, workers=workers)
+    res = search(idealized_problem(16, 64, comm=1, activation_cap=16), cfg)
+    row = _row("TARGET2 S16 B64 cap16 C1 gap<=1% (<=120 s)", "linear", 16, 64, 16, 1, res, cfg)
+    rows.append(row)
+    printer(row)
+    # 3. evaluate S=8, B=256 in <= 2 s
+    sched = registry.generate("1f1b", 8, 256)
+    costs = slot_costs(sched, SlotDurations(1, 2), comm_slots=1, activation_cap=8)
+    cfg = CpSatConfig(time_limit_s=30, workers=workers)
+    t0 = time.perf_counter()
+    res = evaluate(sched, costs, cfg)
+    wall = time.perf_counter() - t0
+    row = _row("TARGET3 evaluate 1f1b S8 B256 (<=2 s)", "linear", 8, 256, 8, 1, res, cfg)
+    row["runtime_s"] = round(wall, 3)
+    row["time_to_proof_s"] = round(wall, 3)
+    rows.append(row)
+    printer(row)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--time-limit", type=float, default=20.0, help="seconds per instance (default 20)")
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--quick", action="store_true", help="S in {4, 8}, 5 s per instance, no systems, no targets")
+    ap.add_argument("--no-systems", action="store_true")
+    ap.add_argument("--no-targets", action="store_true")
+    ap.add_argument("--only-targets", action="store_true")
+    ap.add_argument("--out", default=str(Path(__file__).resolve().parent.parent / "results" / "bench_cpsat.csv"))
+    args = ap.parse_args(argv)
+    limit = 5.0 if args.quick and args.time_limit == 20.0 else args.time_limit
+    config = CpSatConfig(time_limit_s=limit, workers=args.workers, random_seed=args.seed)
+    rows: list[dict] = []
+    cols = ("instance", "status", "makespan", "lower_bound", "gap", "time_to_first_s",
+            "solver_first_s", "time_to_proof_s", "runtime_s", "best_known", "best_known_makespan")
+    widths = (44, 10, 9, 9, 8, 8, 8, 8, 8, 12, 8)
+    print(f"CP-SAT benchmark: ortools {ortools.__version__}, {os.cpu_count()} cores, "
+          f"python {platform.python_version()}, workers {args.workers}, {limit:g} s per instance")
+    print(" ".join(f"{c[:w]:>{w}}" if i else f"{c:<{w}}" for i, (c, w) in enumerate(zip(cols, widths))))
+
+    def printer(row: dict) -> None:
+        def fmt(v):
+            if v is None:
+                return "-"
+            if isinstance(v, float):
+                return f"{v:.4g}"
+            return str(v)
+        cells = [fmt(row[c]) for c in cols]
+        print(" ".join(f"{x[:w]:>{w}}" if i else f"{x[:w]:<{w}}" for i, (x, w) in enumerate(zip(cells, widths))),
+              flush=True)
+
+    if not args.only_targets:
+        run_idealized(config, args.quick, rows, printer)
+        if not args.quick and not args.no_systems:
+            run_systems(config, rows, printer)
+    if not args.quick and not args.no_targets or args.only_targets:
+        run_targets(args.workers, rows, printer)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with out.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=FIELDS)
+        w.writeheader()
+        for r in rows:
+            w.writerow(r)
+    solved = sum(r["status"] == "optimal" for r in rows)
+    print(f"{len(rows)} instances, {solved} proven optimal; wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

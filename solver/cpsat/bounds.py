@@ -1,0 +1,172 @@
+"""Analytic lower bounds, memory needs and horizons: cheap facts computed without a solver.
+
+Every bound here holds for every schedule of the problem (for a fixed placement: every
+order) and is combined with CP-SAT's proven bound as ``max(analytic, cpsat)``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+
+from ortools.sat.python import cp_model
+
+from schedules.ops import Kind, Op
+from schedules.schedule import Placement
+
+from .problem import Problem
+from .variables import heads_tails, lifetime_min, successors
+
+
+def _pipeline_counts(problem: Problem) -> dict[int, int]:
+    n: dict[int, int] = defaultdict(int)
+    for p in problem.microbatch2pipeline:
+        n[p] += 1
+    return n
+
+
+def analytic_lower_bound(problem: Problem, placement: Placement | None) -> tuple[int, str]:
+    """The largest of: the chain of one microbatch with its stage-0 ops serialized; each
+    device's load plus least head and tail (fixed placement); total work over devices
+    (free placement); the memory chain on stage 0 (fixed placement, capacity given); and
+    the all-reduce tails. Returns (bound, which one)."""
+    head, tail = heads_tails(problem, placement)
+    D = problem.num_devices
+    opts = [problem.optimizer(d) for d in range(D)]
+    min_opt = min(opts) if opts else 0
+    counts = _pipeline_counts(problem)
+    rel = problem.release_kind
+    best, why = max(opts, default=0), "optimizer time"
+
+    def take(value: int, label: str) -> None:
+        nonlocal best, why
+        if value > best:
+            best, why = value, label
+
+    def dev_opt(p: int, s: int) -> int:
+        return opts[placement.device(p, s)] if placement is not None else min_opt
+
+    for p, n in counts.items():
+        f0 = Op(Kind.F, p, 0, 0)
+        chain = tail[f0] + problem.duration(f0)
+        b0 = Op(Kind.B, p, 0, 0)
+        # stage-0 forwards are serialized on one device; so are stage-0 backwards
+        take((n - 1) * problem.duration(f0) + chain + dev_opt(p, 0), f"critical path of pipeline {p}")
+        take(head[b0] + n * problem.duration(b0) + tail[b0] + dev_opt(p, 0),
+             f"stage-0 backwards of pipeline {p}")
+    if placement is not None:
+        load: dict[int, int] = defaultdict(int)
+        heads: dict[int, int] = {}
+        tails: dict[int, int] = {}
+        for p, n in counts.items():
+            for s in range(problem.num_stages[p]):
+                d = placement.device(p, s)
+                for k in problem.kinds:
+                    op = Op(k, p, s, 0)
+                    load[d] += n * problem.duration(op)
+                    heads[d] = min(heads.get(d, head[op]), head[op])
+                    tails[d] = min(tails.get(d, tail[op]), tail[op])
+        for d, ld in load.items():
+            take(heads[d] + ld + tails[d] + opts[d], f"load of device {d}")
+        for p, n in counts.items():
+            cap = problem.cap(placement.device(p, 0))
+            a = problem.costs.activation[(p, 0)]
+            if cap is None or a <= 0:
+                continue
+            k = int(math.floor(cap / a + 1e-9)) + 1
+            if k < 2 or k > n:
+                continue
+            L = lifetime_min(problem, placement, p, 0)
+            q, r = divmod(n - 1, k - 1)
+            f0 = problem.duration(Op(Kind.F, p, 0, 0))
+            take(q * max(L, (k - 1) * f0) + r * f0 + L + opts[placement.device(p, 0)],
+                 f"memory chain on stage 0 of pipeline {p}")
+    else:
+        total = sum(problem.duration(op) for op in problem.ops) + sum(opts)
+        take(math.ceil(total / D), "total work over devices")
+    for g in problem.costs.replica_groups:
+        t = int(round(g.allreduce_time))
+        for p, s in g.stages:
+            if counts.get(p):
+                op = Op(rel, p, s, 0)
+                take(head[op] + problem.duration(op) + t + dev_opt(p, s), "all-reduce tail")
+    return best, why
+
+
+def safe_horizon(problem: Problem, placement: Placement | None) -> int:
+    """An upper bound on the makespan of any schedule that never idles without reason:
+    every op, transfer, all-reduce and optimizer step one after another."""
+    total = 0
+    D = problem.num_devices
+    for op in problem.ops:
+        total += problem.duration(op)
+        for nx in successors(op, problem.num_stages[op.pipeline], problem.split_backward):
+            total += max(
+                (problem.lag(op, a, b) for a in range(D) for b in range(D) if a != b), default=0
+            ) if placement is None else (
+                problem.lag(op, placement.device(op.pipeline, op.stage), placement.device(nx.pipeline, nx.stage))
+                if placement.device(op.pipeline, op.stage) != placement.device(nx.pipeline, nx.stage) else 0
+            )
+    total += sum(int(round(g.allreduce_time)) for g in problem.costs.replica_groups)
+    total += max((problem.optimizer(d) for d in range(D)), default=0)
+    return max(1, total)
+
+
+def memory_need(problem: Problem, placement: Placement) -> list[float]:
+    """Per device, the least activation memory any schedule needs: the activations of one
+    microbatch's stages on that device are all live when its last forward there starts
+    (they nest), and running microbatches one at a time needs no more. Maximum over
+    pipelines that carry microbatches."""
+    act = problem.costs.activation
+    need = [0.0] * problem.num_devices
+    used = set(problem.microbatch2pipeline)
+    for p in used:
+        per: dict[int, float] = defaultdict(float)
+        for s in range(problem.num_stages[p]):
+            per[placement.device(p, s)] += act[(p, s)]
+        for d, a in per.items():
+            need[d] = max(need[d], a)
+    return need
+
+
+def cap_violations(problem: Problem, placement: Placement) -> list[str]:
+    """Devices whose activation capacity is below their memory need."""
+    out = []
+    for d, n in enumerate(memory_need(problem, placement)):
+        cap = problem.cap(d)
+        if cap is not None and n > cap + 1e-9:
+            out.append(f"device {d} needs {n:g} for one microbatch's activations but has {cap:g}")
+    return out
+
+
+def min_feasible_cap(problem: Problem) -> float:
+    """The least activation capacity, the same on every device, under which a schedule
+    exists: exact (one microbatch at a time is always schedulable). Fixed placement: the
+    largest memory need; free placement: minimised over placements by a tiny CP-SAT
+    model."""
+    placement = problem.fixed_placement
+    if placement is not None:
+        return max(memory_need(problem, placement))
+    act = problem.costs.activation
+    keys = list(problem.stages)
+    scale = 1
+    for sc in (1, 10, 100, 1000, 10**6):
+        if all(abs(act[k] * sc - round(act[k] * sc)) < 1e-9 for k in keys):
+            scale = sc
+            break
+    D = problem.num_devices
+    m = cp_model.CpModel()
+    x = {(k, d): m.new_bool_var(f"x{k}{d}") for k in keys for d in range(D)}
+    for k in keys:
+        m.add_exactly_one(x[(k, d)] for d in range(D))
+    top = sum(int(round(act[k] * scale)) for k in keys)
+    z = m.new_int_var(0, top, "z")
+    for p in set(problem.microbatch2pipeline):
+        for d in range(D):
+            m.add(z >= sum(int(round(act[k] * scale)) * x[(k, d)] for k in keys if k[0] == p))
+    m.minimize(z)
+    solver = cp_model.CpSolver()
+    solver.parameters.num_workers = 1
+    solver.parameters.max_time_in_seconds = 10
+    solver.solve(m)
+    return solver.objective_value / scale
