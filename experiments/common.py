@@ -106,6 +106,12 @@ PLACEMENT_OF = {"gpipe": "linear", "1f1b": "linear", "chimera": "bidirectional",
                 "chimera-asym": "bidirectional", "chimera-fd": "bidirectional"}
 
 
+def _opt(row, col):
+    """``row[col]`` as a float, or None where the column is absent or empty."""
+    value = row.get(col) if hasattr(row, "get") else getattr(row, col, None)
+    return None if value is None or pd.isna(value) else float(value)
+
+
 def cpsat_cases(cp: pd.DataFrame) -> pd.DataFrame:
     """One row per CP-SAT run with the known schedules CP-SAT judged on the same problem
     (``known``: list of (name, seconds, fits) on the quantized costs), the best known that
@@ -128,5 +134,6 @@ def cpsat_cases(cp: pd.DataFrame) -> pd.DataFrame:
             "gap": r.gap if pd.notna(r.gap) else None, "tick_s": r.tick_s, "T_sim_s": r.T_sim_s,
             "gain": None if best is None or cs is None else 1 - cs / best,
             "assumptions": r.bound_assumptions if isinstance(r.bound_assumptions, str) else "",
+            "cpsat_real_s": _opt(r, "cpsat_real_s"), "bound_real_s": _opt(r, "bound_real_s"),
         })
     return pd.DataFrame(rows)

@@ -203,7 +203,9 @@ def _cpsat(c: Configuration, sched, costs) -> dict:
     """CP-SAT on the known schedule's problem (its placement and microbatch-to-pipeline map
     fixed, orders free), costs quantized to ticks; the known schedule is handed in as a
     hint (``search`` also tries the registry's other schedules of the same problem). The
-    returned schedule is re-simulated on the quantized costs and must match."""
+    returned schedule is re-simulated on the quantized costs and must match, then on the
+    real-valued costs (``cpsat_real_s``); ``bound_real_s`` is the bound proven with durations
+    rounded down, a lower bound of the real-valued problem (same placement)."""
     why = cpsat_unavailable()
     if why:
         raise RuntimeError(f"the CP-SAT model is not available: {why}")
@@ -250,6 +252,13 @@ def _cpsat(c: Configuration, sched, costs) -> dict:
         "cpsat_wall_s": res.runtime_s,
         "sim_check_ticks": check,
     })
+    # The same schedules on the real-valued costs: the found schedule's true T_sim, and a
+    # bound valid for the real-valued problem (durations rounded *down* to ticks).
+    out["cpsat_real_s"] = None if res.schedule is None else simulate(res.schedule, costs).makespan
+    down = costs.quantized(tick, "down")
+    lb = cpsat.bound(cpsat.Problem.from_schedule(sched, down), config, known=[sched])
+    out["bound_real_s"] = None if lb.lower_bound is None else lb.lower_bound * tick
+    out["bound_real_status"] = lb.status
     return out
 
 
