@@ -86,9 +86,14 @@ def _base_assumptions(problem: Problem, placement_label: str) -> list[str]:
     out.append("stage partition fixed (op times as given)")
     c = problem.costs
     if c.tick_s is not None:
-        out.append(
-            f"durations rounded up to ticks of {c.tick_s:g} s (bound of the quantized problem)"
-        )
+        if getattr(c, "rounding", "up") == "down":
+            out.append(
+                f"durations rounded down to ticks of {c.tick_s:g} s (a lower bound of the real-valued problem)"
+            )
+        else:
+            out.append(
+                f"durations rounded up to ticks of {c.tick_s:g} s (bound of the quantized problem)"
+            )
     elif c.unit == "slots":
         out.append("idealized slot costs")
     caps = [problem.cap(d) for d in range(problem.num_devices)]
