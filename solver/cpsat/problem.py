@@ -121,7 +121,10 @@ class Problem:
                     if (k, p, s) not in c.op_time:
                         raise ValueError(f"costs have no time for {k} of stage {s} of pipeline {p}")
                     if _int(c.op_time[(k, p, s)], f"time of {k} on stage {s} of pipeline {p}") < 1:
-                        raise ValueError(f"time of {k} on stage {s} of pipeline {p} must be >= 1 tick")
+                        raise ValueError(
+                            f"time of {k} on stage {s} of pipeline {p} is 0 ticks; the CP-SAT model "
+                            "needs every op to take >= 1 tick — quantize with a smaller tick"
+                        )
                 if (p, s) not in c.activation:
                     raise ValueError(f"costs have no activation size for stage {s} of pipeline {p}")
         for g in c.replica_groups:
