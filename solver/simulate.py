@@ -19,14 +19,14 @@ from __future__ import annotations
 
 import heapq
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 from schedules.evaluate import deadlock_error
 from schedules.ops import Kind, Op
 from schedules.schedule import Schedule
 
-from .costs import Costs
+from .costs import Costs, Links
 
 
 @dataclass(frozen=True)
@@ -49,9 +49,17 @@ class Simulation:
     costs: Costs
     start: dict[Op, float]
     end: dict[Op, float]
-    transfers: tuple[Transfer, ...]
     allreduces: tuple[tuple[tuple[tuple[int, int], ...], float, float], ...]
     optimizer: tuple[tuple[float, float], ...]
+    # (ops, devices, [(producer, consumer, start, end)]) by op index; ``transfers`` builds
+    # the ``Transfer`` values on first use (building them eagerly doubles simulate's time)
+    transfer_log: tuple = field(default=((), (), ()), compare=False, repr=False)
+
+    @cached_property
+    def transfers(self) -> tuple[Transfer, ...]:
+        """Every message between devices, with its start and arrival."""
+        ops, dev, raw = self.transfer_log
+        return tuple(Transfer(ops[i], ops[j], dev[i], dev[j], s, e) for i, j, s, e in raw)
 
     @cached_property
     def makespan(self) -> float:
@@ -117,11 +125,8 @@ class Simulation:
 
     @cached_property
     def exposed_comm(self) -> float:
-        """How much later the step ends than with free communication (same orders)."""
-        from dataclasses import replace
-
-        from .costs import Links
-
+        """How much later the step ends than with free point-to-point messages (same
+        orders; gradient all-reduces keep their time)."""
         free = replace(self.costs, links=Links(constant=0), contention=False)
         return self.makespan - simulate(self.schedule, free).makespan
 
@@ -159,7 +164,7 @@ def simulate(schedule: Schedule, costs: Costs) -> Simulation:
         k = ((op.pipeline * max_s + op.stage) * num_mb + op.microbatch) * 3 + code[op.kind]
         keys[i] = k
         index[k] = i
-    op_time = {(kind, p, st): t for (kind, p, st), t in costs.op_time.items()}
+    op_time = costs.op_time
     dur = [op_time[(op.kind, op.pipeline, op.stage)] for op in ops]
     # one device predecessor and at most one data predecessor per op
     dev_prev = [-1] * n
@@ -203,33 +208,8 @@ def simulate(schedule: Schedule, costs: Costs) -> Simulation:
     end_map = dict(zip(ops, end))
     allreduces, optimizer = _tails(schedule, costs, ops, dev, end)
     return Simulation(
-        schedule, costs, start_map, end_map, _Transfers(ops, dev, transfers), allreduces, optimizer,
+        schedule, costs, start_map, end_map, allreduces, optimizer, (ops, dev, transfers),
     )
-
-
-class _Transfers(tuple):
-    """The transfers of a simulation, materialized as ``Transfer`` values on first use."""
-
-    def __new__(cls, ops, dev, raw):
-        obj = super().__new__(cls)
-        obj._args = (ops, dev, raw)
-        obj._items = None
-        return obj
-
-    def _all(self) -> tuple[Transfer, ...]:
-        if self._items is None:
-            ops, dev, raw = self._args
-            self._items = tuple(Transfer(ops[i], ops[j], dev[i], dev[j], s, e) for i, j, s, e in raw)
-        return self._items
-
-    def __len__(self) -> int:
-        return len(self._args[2])
-
-    def __iter__(self):
-        return iter(self._all())
-
-    def __getitem__(self, k):
-        return self._all()[k]
 
 
 def _run(schedule: Schedule, dur, data_pred, lag, start, end) -> int:
@@ -240,6 +220,7 @@ def _run(schedule: Schedule, dur, data_pred, lag, start, end) -> int:
         bounds.append([first, first + len(order)])
         first += len(order)
     dev_end = [0.0] * len(bounds)
+    done = 0
     progressed = True
     while progressed:
         progressed = False
@@ -262,16 +243,9 @@ def _run(schedule: Schedule, dur, data_pred, lag, start, end) -> int:
             if i != i0:
                 bounds[d][0] = i
                 dev_end[d] = free
+                done += i - i0
                 progressed = True
-    return sum(b[0] - f for b, f in zip(bounds, _firsts(schedule)))
-
-
-def _firsts(schedule: Schedule) -> list[int]:
-    out, first = [], 0
-    for order in schedule.orders:
-        out.append(first)
-        first += len(order)
-    return out
+    return done
 
 
 def _run_with_contention(ops, dev, dur, dev_prev, data_pred, lag, start, end):
