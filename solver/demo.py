@@ -14,11 +14,12 @@ from pathlib import Path
 from schedules import formats, registry
 from schedules.metrics import table_metrics
 from schedules.table import SlotDurations, layout
+from solver.demo_cpsat import run as run_cpsat
 
 SEEDS = [("gpipe", {}), ("1f1b", {}), ("chimera", {}), ("hanayo", {"waves": 1}), ("chimera-asym", {"split": (1, 2)})]
 
 
-def _levels(stages: int, microbatches: int, system: str, model: str, out: Path) -> list[dict]:
+def _levels(stages: int, microbatches: int, system: str, model: str) -> list[dict]:
     from solver.costs import hardware_costs
     from solver.simulate import simulate
 
@@ -56,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     S, B = args.stages, args.microbatches
 
     print(f"== 1. Seed schedules at S={S}, B={B} as tables (forward 1 slot, backward 2 slots)\n")
-    rows = _levels(S, B, args.system, args.model, out)
+    rows = _levels(S, B, args.system, args.model)
     for r in rows:
         if not args.no_tables:
             print(f"-- {r['schedule']}")
@@ -96,15 +97,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\npictures: {out / 'tables.png'}, {out / 'timelines.png'}")
     except ImportError:
         print("\n(matplotlib not installed: no pictures)")
-    _cpsat_section(S)
+    run_cpsat()
     print("\n== 4. The paper's experiments, small version: experiments/reproduce.py --quick (next)")
     return 0
-
-
-def _cpsat_section(S: int) -> None:
-    from solver.demo_cpsat import run as run_cpsat
-
-    run_cpsat()
 
 
 if __name__ == "__main__":

@@ -56,7 +56,9 @@ def test_evaluate_simulation_trace_and_plot(capsys, tmp_path):
     sim = json.loads(out)["simulation"]
     for key in ("makespan_s", "idle_ratio", "peak_activation_bytes", "peak_memory_bytes", "fits_memory"):
         assert key in sim
-    assert len(sim["peak_memory_bytes"]) == 4 and all(isinstance(x, bool) for x in sim["fits_memory"])
+    assert len(sim["peak_memory_bytes"]) == 4
+    assert sim["fits_memory"] == [p <= c for p, c in zip(sim["peak_memory_bytes"], sim["capacity_bytes"])]
+    assert [p - q for p, q in zip(sim["peak_memory_bytes"], sim["persistent_bytes"])] == sim["peak_activation_bytes"]
     events = json.loads(trace.read_text())["traceEvents"]
     assert sum(1 for e in events if e.get("ph") == "X" and e.get("pid") == 0 and e["name"] != "optimizer") == 2 * 4 * 8  # F and B per stage per microbatch
     assert any(e.get("cat") == "send" for e in events)
@@ -82,11 +84,13 @@ def test_table_new_schedules(capsys, argv, makespan):
 def test_weight_slots_reach_the_table(capsys):
     # ZB-H1 with F=B=W=1 is the reference's 27-slot table; W=2 lengthens every weight op
     code, out, _ = run(capsys, "table", "zb-h1", "-S", "4", "-B", "8", "--backward-slots", "1", "--format", "json")
-    assert json.loads(out)["makespan_slots"] == 27
+    assert code == 0 and json.loads(out)["makespan_slots"] == 27
     code, out, _ = run(capsys, "table", "zb-h1", "-S", "4", "-B", "8", "--backward-slots", "1",
                        "--weight-slots", "2", "--format", "json")
     doc = json.loads(out)
-    assert {o["duration"] for o in doc["ops"] if o["kind"] == "W"} == {2}
+    assert code == 0 and {o["duration"] for o in doc["ops"] if o["kind"] == "W"} == {2}
+    # device 0 runs 8 F, 8 B and 8 W (now 2 slots each) and idles 3 slots first: 8 * 4 + 3
+    assert doc["makespan_slots"] == 35
 
 
 def test_presets_listed(capsys):
@@ -119,6 +123,9 @@ def test_presets_listed(capsys):
         (["evaluate", "gpipe", "-S", "4", "-B", "3", "--system", "mid_nw_mid_cp", "--model", "tiny_gpt"], "global batch"),
         (["evaluate", "gpipe", "-S", "64", "-B", "4", "--system", "mid_nw_mid_cp", "--model", "tiny_gpt"], "16"),
         (["check", "/nonexistent/table.json"], "cannot read table file"),
+        (["search", "-S", "4", "-B", "4", "--workers", "0"], "workers must be an integer >= 1, got 0"),
+        (["search", "-S", "4", "-B", "4", "--comm-slots", "-1"], "comm slots must be an integer >= 0, got -1"),
+        (["sweep", "experiments/configs/fig3_bubble.toml", "--limit", "0"], "limit must be an integer >= 1, got 0"),
         (["frobnicate"], "invalid choice"),
     ],
 )

@@ -51,6 +51,13 @@ def test_bound_reports_gaps_of_known_schedules(capsys):
     assert any("linear" in a for a in doc["bound_assumptions"])
 
 
+def test_slot_durations_reach_the_bound(capsys):
+    code, out, err = run(capsys, "bound", "-S", "2", "-B", "1", "--forward-slots", "2", "--backward-slots", "3",
+                         "--time-limit", "10", "--format", "json")
+    assert code == 0, err
+    assert json.loads(out)["lower_bound"] == 2 * (2 + 3)  # one microbatch: F, F, B, B in a chain
+
+
 def test_infeasible_cap_is_an_answer(capsys):
     # a wave placement sends every microbatch through device 0 twice (stages 0 and 2S-1), and
     # the stage-0 activation is still live when the last stage runs: 1 activation cannot do
@@ -84,6 +91,7 @@ def test_evaluate_with_cpsat_equals_simulation(capsys):
         (["search", "-S", "4", "-B", "4", "--placement", "diagonal"], "invalid choice"),
         (["bound", "-S", "4", "-B", "4", "--devices", "2"], "--devices and --pipelines apply to --placement free only"),
         (["search", "-S", "4", "-B", "4", "--time-limit", "0"], "time_limit_s must be > 0"),
+        (["search", "-S", "4", "-B", "4", "--weight-slots", "2"], "unrecognized arguments: --weight-slots"),
     ],
 )
 def test_search_bad_input(capsys, argv, needle):

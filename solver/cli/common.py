@@ -21,12 +21,16 @@ class Parser(argparse.ArgumentParser):
         raise UsageError(f"{self.prog}: {message}")
 
 
-def positive_int(name: str):
+def positive_int(name: str, minimum: int = 1):
+    """argparse type: an integer >= ``minimum``, else a one-line error naming ``name``."""
+
     def parse(text: str) -> int:
         try:
             value = int(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{name} must be an integer, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{name} must be an integer >= {minimum}, got {value}")
         return value
 
     parse.__name__ = name
@@ -49,13 +53,15 @@ def add_schedule_args(p: argparse.ArgumentParser, name: bool = True) -> None:
     add_slot_args(p)
 
 
-def add_slot_args(p: argparse.ArgumentParser) -> None:
+def add_slot_args(p: argparse.ArgumentParser, weight: bool = True) -> None:
+    """--forward-slots, --backward-slots and (for split-backward schedules) --weight-slots."""
     p.add_argument("--forward-slots", type=positive_int("forward slots"), default=1,
                    help="slots of one forward (default 1)")
     p.add_argument("--backward-slots", type=positive_int("backward slots"), default=2,
                    help="slots of one backward; the input-gradient part when it is split (default 2)")
-    p.add_argument("--weight-slots", type=positive_int("weight slots"), default=1,
-                   help="slots of one weight-gradient op in split-backward schedules (default 1)")
+    if weight:
+        p.add_argument("--weight-slots", type=positive_int("weight slots"), default=1,
+                       help="slots of one weight-gradient op in split-backward schedules (default 1)")
 
 
 def schedule_options(args) -> dict:
@@ -87,3 +93,19 @@ def slots_of(args) -> SlotDurations:
 def emit_json(doc) -> None:
     json.dump(doc, sys.stdout, indent=1)
     sys.stdout.write("\n")
+
+
+def save_plot(fn, path, *a, **kw) -> None:
+    """Draw with ``fn(*a, ax=..., **kw)`` on a new figure and save it to ``path`` (PNG)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise UsageError("--plot needs matplotlib: pip install 'pipetab[plot]'") from None
+    fig, ax = plt.subplots(figsize=(12, 3 + 0.35 * kw.pop("rows", 4)))
+    fn(*a, ax=ax, **kw)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

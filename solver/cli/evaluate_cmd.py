@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import sys
-
 from schedules import registry
 from schedules.metrics import table_metrics
 from schedules.table import layout
@@ -65,9 +62,7 @@ def evaluate_levels(args) -> dict:
         if args.plot:
             from solver.plot import plot_timeline
 
-            from .main import _save_plot
-
-            _save_plot(plot_timeline, args.plot, sim, rows=schedule.num_devices,
+            common.save_plot(plot_timeline, args.plot, sim, rows=schedule.num_devices,
                        title=f"{args.name} S={args.stages} B={args.microbatches} on {args.system}")
     if args.solver == "cpsat":
         doc["cpsat"] = _cpsat(schedule, table, costs, args)

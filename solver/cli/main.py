@@ -56,7 +56,7 @@ def cmd_table(args) -> None:
     if args.plot:
         from solver.plot import plot_table
 
-        _save_plot(plot_table, args.plot, table, title=f"{args.name}  S={args.stages} B={args.microbatches}")
+        common.save_plot(plot_table, args.plot, table, title=f"{args.name}  S={args.stages} B={args.microbatches}")
     if args.format == "json":
         emit_json(formats.to_json_dict(table, schedule=args.name, stages=args.stages,
                                        bubble_ratio=metrics.bubble_ratio))
@@ -106,21 +106,6 @@ def _print_metrics(d: dict, indent: str = "  ") -> None:
         elif isinstance(v, list):
             v = ", ".join(f"{x:.4g}" if isinstance(x, float) else str(x) for x in v)
         print(f"{indent}{k}: {v}")
-
-
-def _save_plot(fn, path, *a, **kw) -> None:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise UsageError("--plot needs matplotlib: pip install 'pipetab[plot]'") from None
-    fig, ax = plt.subplots(figsize=(12, 3 + 0.35 * kw.pop("rows", 4)))
-    fn(*a, ax=ax, **kw)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
 
 
 def build_parser() -> Parser:

@@ -40,8 +40,8 @@ def register(sub) -> None:
                        help="devices for --placement free (default: S)")
         p.add_argument("--pipelines", type=int, choices=[1, 2], default=None,
                        help="pipelines for --placement free (default 1)")
-        common.add_slot_args(p)
-        p.add_argument("--comm-slots", type=common.positive_int("comm slots"), default=0,
+        common.add_slot_args(p, weight=False)  # the searched problems do not split the backward
+        p.add_argument("--comm-slots", type=common.positive_int("comm slots", minimum=0), default=0,
                        help="slots of a message between two devices (idealized costs, default 0)")
         p.add_argument("--system", help="system preset or TOML file (hardware costs instead of slots)")
         p.add_argument("--model", default=None, help="model preset or TOML file (default paper_gpt)")

@@ -36,10 +36,6 @@ def run(args) -> None:
     from solver.sweep import ResultStore, load_config, make_executor, plan, run_sweep
 
     config = load_config(args.config)
-    if args.workers is not None and args.workers < 1:
-        raise UsageError(f"pipetab sweep: --workers must be >= 1, got {args.workers}")
-    if args.limit is not None and args.limit < 1:
-        raise UsageError(f"pipetab sweep: --limit must be >= 1, got {args.limit}")
     if args.export and Path(args.export).suffix.lower() not in (".csv", ".parquet"):
         raise UsageError(f"pipetab sweep: --export must end in .csv or .parquet, got {args.export!r}")
     if args.scheduler and args.executor != "dask":
