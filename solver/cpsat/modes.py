@@ -14,7 +14,6 @@ import time
 from dataclasses import dataclass, replace
 from typing import Callable, Iterable, Sequence
 
-from schedules.evaluate import DeadlockError
 from schedules.schedule import Placement, Schedule
 from schedules.table import PlacedOp, Table
 from schedules.validate import validate
@@ -34,10 +33,7 @@ from .oracle import (
     evaluate_known,
     greedy_candidates,
     hint_form,
-    memory_check,
     relabel_microbatches,
-    step_makespan,
-    timing_of,
 )
 from .problem import Problem
 from .result import KnownGap, Result, gap_of
@@ -205,21 +201,15 @@ def evaluate(schedule: Schedule, costs: Costs, config: CpSatConfig | None = None
     t0 = time.perf_counter()
     problem = Problem.from_schedule(schedule, costs)
     label = f"placement and per-device order fixed: {schedule.name}"
-    mem = memory_check(problem, schedule)
-    if not mem.fits:
+    known = evaluate_known(problem, schedule)
+    mem = known.memory
+    if not mem.fits or known.makespan is None:
         return Result(
             "evaluate", "infeasible", schedule, None, None, _unit(problem), time.perf_counter() - t0,
-            bound_assumptions=(label,), message=mem.violation,
+            bound_assumptions=(label,), message=mem.violation or known.error,
             details={"peak_activations": list(mem.peaks)}, tick_s=costs.tick_s,
         )
-    try:
-        timing = timing_of(problem, schedule)
-    except DeadlockError as exc:
-        return Result(
-            "evaluate", "infeasible", schedule, None, None, _unit(problem), time.perf_counter() - t0,
-            bound_assumptions=(label,), message=str(exc), tick_s=costs.tick_s,
-        )
-    oracle = step_makespan(problem, schedule, timing)
+    oracle = known.makespan
     cfg = config.replace(hints=False)
     horizon = safe_horizon(problem, schedule.placement)
     model = CpSatModel(problem, cfg, schedule.placement, horizon, orders=schedule.orders)

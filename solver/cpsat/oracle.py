@@ -1,7 +1,7 @@
-"""Solver-free side of the CP-SAT modes: timing of a fixed schedule under a problem's
-integer costs, its step makespan (with all-reduce and optimizer tails), its activation
-memory (a prefix sum over each device's order, independent of timing), and a greedy
-memory-aware list scheduler that always yields a feasible schedule for hints.
+"""Solver-free side of the CP-SAT modes: a fixed schedule timed by the level-3 simulator
+(``solver.simulate``) on the problem's integer costs, its activation memory (a prefix sum
+over each device's order, independent of timing, naming the first violation of a cap), and
+a greedy memory-aware list scheduler that always yields a feasible schedule for hints.
 
 These are the numbers every CP-SAT result is checked against.
 """
@@ -12,53 +12,13 @@ import heapq
 from collections import defaultdict
 from dataclasses import dataclass
 
-from schedules.evaluate import DeadlockError, Timing, asap
+from schedules.evaluate import DeadlockError, Timing
 from schedules.ops import Kind, Op
 from schedules.schedule import Placement, Schedule
 
+from solver.simulate import simulate
+
 from .problem import Problem
-
-
-def lag_fn(problem: Problem, schedule: Schedule):
-    """``lag(pred, op, crosses)`` for ``schedules.evaluate.asap``: the transfer time of
-    pred's output from its device to op's (0 on the same device)."""
-    dev = schedule.device_of
-
-    def lag(pred: Op, op: Op, crosses: bool) -> float:
-        return problem.lag(pred, dev(pred), dev(op)) if crosses else 0
-
-    return lag
-
-
-def timing_of(problem: Problem, schedule: Schedule) -> Timing:
-    """ASAP timing of ``schedule`` under the problem's integer durations and transfers
-    (raises ``DeadlockError`` when the orders cannot run)."""
-    return asap(schedule, problem.duration, lag_fn(problem, schedule))
-
-
-def step_makespan(problem: Problem, schedule: Schedule, timing: Timing) -> int:
-    """End of the training step: on device d, max(end of its last op, end of every
-    all-reduce of a replica group with a member on d) + optimizer time of d; the maximum
-    over devices. An all-reduce starts when the last backward (W when split) of all
-    member stages has ended."""
-    D = problem.num_devices
-    step = [0] * D
-    for op, e in timing.end.items():
-        d = schedule.device_of(op)
-        step[d] = max(step[d], int(e))
-    release = problem.release_kind
-    for g in problem.costs.replica_groups:
-        members = set(g.stages)
-        ar_start = max(
-            (int(e) for op, e in timing.end.items()
-             if op.kind is release and (op.pipeline, op.stage) in members),
-            default=0,
-        )
-        ar_end = ar_start + int(round(g.allreduce_time))
-        for p, s in members:
-            d = schedule.placement.device(p, s)
-            step[d] = max(step[d], ar_end)
-    return max(step[d] + problem.optimizer(d) for d in range(D))
 
 
 @dataclass(frozen=True)
@@ -122,12 +82,14 @@ class KnownEval:
 
 
 def evaluate_known(problem: Problem, schedule: Schedule) -> KnownEval:
+    """``schedule`` timed by the simulator on the problem's costs (step makespan with
+    all-reduce and optimizer tails), with its memory checked against the problem's caps."""
     mem = memory_check(problem, schedule)
     try:
-        timing = timing_of(problem, schedule)
+        sim = simulate(schedule, problem.costs)
     except DeadlockError as exc:
         return KnownEval(schedule, None, None, mem, str(exc))
-    return KnownEval(schedule, step_makespan(problem, schedule, timing), timing, mem)
+    return KnownEval(schedule, int(round(sim.makespan)), Timing(sim.start, sim.end), mem)
 
 
 def relabel_microbatches(schedule: Schedule, timing: Timing) -> tuple[Schedule, Timing]:
