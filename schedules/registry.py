@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from . import formulas
+from .generators import check_shape
 from .generators import chimera as _chimera
 from .generators import dualpipe as _dualpipe
 from .generators import hanayo as _hanayo
@@ -127,14 +128,6 @@ def spec(name: str) -> ScheduleSpec:
         raise ValueError(f"unknown schedule {name!r}; known: {', '.join(REGISTRY)}") from None
 
 
-def check_common(stages: object, microbatches: object) -> None:
-    """Checks shared by every generator."""
-    if not isinstance(stages, int) or isinstance(stages, bool) or stages < 2:
-        raise ValueError(f"stages must be an integer >= 2, got {stages!r}")
-    if not isinstance(microbatches, int) or isinstance(microbatches, bool) or microbatches < 1:
-        raise ValueError(f"microbatches must be an integer >= 1, got {microbatches!r}")
-
-
 def _options(entry: ScheduleSpec, options: dict) -> dict:
     known = {o.name for o in entry.options}
     for key in options:
@@ -145,14 +138,14 @@ def _options(entry: ScheduleSpec, options: dict) -> dict:
 
 
 def generate(name: str, stages: int, microbatches: int, **options) -> Schedule:
-    """Build the named schedule; ``ValueError`` with one clear sentence when it cannot."""
+    """Build the named schedule; ``ValueError`` with one clear sentence when it cannot
+    (every generator checks its own arguments)."""
     entry = spec(name)
-    check_common(stages, microbatches)
     return entry.generator(stages, microbatches, **_options(entry, options))
 
 
 def formula(name: str, stages: int, microbatches: int, **options) -> formulas.Formula:
     """Level-1 closed-form numbers of the named schedule."""
     entry = spec(name)
-    check_common(stages, microbatches)
+    check_shape(stages, microbatches)
     return entry.formula(stages, microbatches, **_options(entry, options))

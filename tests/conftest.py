@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 
 import pytest
 
@@ -36,4 +35,24 @@ def cells():
     return grid_cells
 
 
-_ = re  # keep import for helpers that extend this module
+def v_label(devices: int):
+    """Cell label for V placements (device d holds stages d and 2D-1-d): upper case for
+    stage d, lower case for stage 2D-1-d, as the reference tables write them."""
+
+    def label(op) -> str:
+        if op is None:
+            return "."
+        letter = op.kind.value if op.stage < devices else op.kind.value.lower()
+        return f"{letter}{op.microbatch}"
+
+    return label
+
+
+def assert_every_op_once(table, schedule) -> None:
+    """Independently of the validator: the table holds each op of the schedule exactly once."""
+    from collections import Counter
+
+    counts = Counter(e.op for e in table.entries)
+    assert set(counts.values()) == {1}
+    assert set(counts) == set(schedule.expected_ops())
+

@@ -45,6 +45,7 @@ heavier-first variant. Nothing is normalised: ``stage_work`` carries the raw ``a
 
 from __future__ import annotations
 
+from . import check_shape
 from ..ops import B, F, Op
 from ..schedule import Placement, Schedule
 
@@ -62,10 +63,7 @@ def chimera_placement(stages: int) -> Placement:
 
 
 def _check(stages: object, microbatches: object, name: str, per: int = 1) -> None:
-    if not isinstance(stages, int) or isinstance(stages, bool) or stages < 2:
-        raise ValueError(f"stages must be an integer >= 2, got {stages!r}")
-    if not isinstance(microbatches, int) or isinstance(microbatches, bool) or microbatches < 1:
-        raise ValueError(f"microbatches must be an integer >= 1, got {microbatches!r}")
+    check_shape(stages, microbatches)
     if stages % 2:
         raise ValueError(f"stages must be even for {name}, got {stages}")
     if per == 1 and microbatches % stages:

@@ -46,18 +46,16 @@ from __future__ import annotations
 
 from collections import deque
 
+from . import check_shape
 from ..ops import B, F, Op, W
-from ..schedule import Placement, Schedule
+from ..schedule import Schedule
 from .zero_bubble import v_placement
 
 DUALPIPEV_REGIME = "B >= 2S (S devices, 2S stages)"
 
 
 def _check(stages: object, microbatches: object) -> None:
-    if not isinstance(stages, int) or isinstance(stages, bool) or stages < 2:
-        raise ValueError(f"stages must be an integer >= 2, got {stages!r}")
-    if not isinstance(microbatches, int) or isinstance(microbatches, bool) or microbatches < 1:
-        raise ValueError(f"microbatches must be an integer >= 1, got {microbatches!r}")
+    check_shape(stages, microbatches)
     if microbatches < 2 * stages:
         raise ValueError(
             f"microbatches must be at least 2 x stages ({2 * stages}) for dualpipev, got {microbatches}"

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import heapq
 
+from . import check_shape
 from ..ops import B, F, Op
 from ..schedule import Placement, Schedule
 
@@ -55,10 +56,7 @@ def chunk_stage(chunk: int, device: int, devices: int) -> int:
 
 
 def _check(stages: object, microbatches: object, waves: object) -> None:
-    if not isinstance(stages, int) or isinstance(stages, bool) or stages < 2:
-        raise ValueError(f"stages must be an integer >= 2, got {stages!r}")
-    if not isinstance(microbatches, int) or isinstance(microbatches, bool) or microbatches < 1:
-        raise ValueError(f"microbatches must be an integer >= 1, got {microbatches!r}")
+    check_shape(stages, microbatches)
     if not isinstance(waves, int) or isinstance(waves, bool) or not 1 <= waves <= MAX_WAVES:
         raise ValueError(
             f"waves must be an integer from 1 to {MAX_WAVES} for hanayo, got {waves!r}"

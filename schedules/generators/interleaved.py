@@ -26,6 +26,7 @@ Memory: device d peaks at min(w_d + 1, vB) live chunk activations of A/v each, i
 
 from __future__ import annotations
 
+from . import check_shape
 from ..ops import B, F, Op
 from ..schedule import Placement, Schedule
 
@@ -39,10 +40,7 @@ def loop_placement(devices: int, chunks: int) -> Placement:
 
 
 def _check(stages: object, microbatches: object, chunks: object) -> None:
-    if not isinstance(stages, int) or isinstance(stages, bool) or stages < 2:
-        raise ValueError(f"stages must be an integer >= 2, got {stages!r}")
-    if not isinstance(microbatches, int) or isinstance(microbatches, bool) or microbatches < 1:
-        raise ValueError(f"microbatches must be an integer >= 1, got {microbatches!r}")
+    check_shape(stages, microbatches)
     if not isinstance(chunks, int) or isinstance(chunks, bool) or not 2 <= chunks <= MAX_CHUNKS:
         raise ValueError(
             f"chunks must be an integer from 2 to {MAX_CHUNKS} for interleaved, got {chunks!r}"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..ops import B, F, Op
+from . import check_shape
 from ..schedule import Placement, Schedule
 
 
@@ -14,6 +15,7 @@ def linear_placement(stages: int) -> Placement:
 def gpipe(stages: int, microbatches: int) -> Schedule:
     """GPipe (fill-drain): every device runs all forwards, then all backwards, both in
     ascending microbatch order (as torch's ``ScheduleGPipe``)."""
+    check_shape(stages, microbatches)
     orders = tuple(
         tuple(F(m, d) for m in range(microbatches)) + tuple(B(m, d) for m in range(microbatches))
         for d in range(stages)
@@ -28,6 +30,7 @@ def one_f_one_b(stages: int, microbatches: int) -> Schedule:
     """1F1B (PipeDream-Flush / Megatron non-interleaved): device d runs
     ``min(S-1-d, B)`` warm-up forwards, then alternates one forward and one backward,
     then drains the remaining backwards."""
+    check_shape(stages, microbatches)
     orders = []
     for d in range(stages):
         warmup = min(stages - 1 - d, microbatches)

@@ -37,18 +37,12 @@ activations on every device (ZB's p * M_B) once B >= 2S-1.
 
 from __future__ import annotations
 
+from . import check_shape
 from ..ops import B, F, Op, W
 from ..schedule import Placement, Schedule
 
 ZB_H1_REGIME = "S >= 2, B >= 1"
 ZBV_REGIME = "S >= 2, B >= 1"
-
-
-def _check(stages: object, microbatches: object) -> None:
-    if not isinstance(stages, int) or isinstance(stages, bool) or stages < 2:
-        raise ValueError(f"stages must be an integer >= 2, got {stages!r}")
-    if not isinstance(microbatches, int) or isinstance(microbatches, bool) or microbatches < 1:
-        raise ValueError(f"microbatches must be an integer >= 1, got {microbatches!r}")
 
 
 # ---- ZB-H1 ------------------------------------------------------------------------------
@@ -75,7 +69,7 @@ def zb_h1_orders(devices: int, microbatches: int) -> tuple[tuple[Op, ...], ...]:
 def zb_h1(stages: int, microbatches: int) -> Schedule:
     """ZB-H1: 1F1B with split backward and device d's weight gradients delayed by d
     microbatches (see module doc). Any ``stages >= 2``, ``microbatches >= 1``."""
-    _check(stages, microbatches)
+    check_shape(stages, microbatches)
     return Schedule(
         "zb-h1",
         Placement((tuple(range(stages)),), stages),
@@ -154,7 +148,7 @@ def zbv_orders(devices: int, microbatches: int) -> tuple[tuple[Op, ...], ...]:
 def zbv(stages: int, microbatches: int) -> Schedule:
     """ZB-V: the handcrafted V-shape zero-bubble order over ``stages`` devices (2S stages,
     two per device). Any ``stages >= 2``, ``microbatches >= 1`` (see module doc)."""
-    _check(stages, microbatches)
+    check_shape(stages, microbatches)
     return Schedule(
         "zbv",
         v_placement(stages),

@@ -520,7 +520,6 @@ def _search_free(problem: Problem, config: CpSatConfig, known: Sequence[Schedule
 
 
 def _search_free_monolithic(problem, config, evals, skipped, t0, deadline, mode) -> Result:
-    identical = devices_identical(problem)
     best = _best(evals)
     lb, lb_why = analytic_lower_bound(problem, None)
     horizon = best.makespan if best else safe_horizon(problem, None)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections import Counter
 
 import pytest
 from hypothesis import given, settings
@@ -11,9 +10,11 @@ from hypothesis import strategies as st
 from schedules import formulas, registry
 from schedules.generators.chimera import CHIMERA_REGIME, chimera, chimera_asym
 from schedules.metrics import table_metrics
-from schedules.ops import Kind, Op
+from schedules.ops import Kind
 from schedules.table import SlotDurations, layout
 from schedules.validate import validate
+
+from conftest import assert_every_op_once, grid_cells, parse_reference_grid
 
 # Reference grids from shared/reference/schedules.md §4(d). A cell names kind and microbatch;
 # the stage is the one the row's device holds in that microbatch's pipeline.
@@ -39,18 +40,6 @@ dev3 |F2  F3  .   F0  B0  B0  F1  B1  B1  .   B2  B2  F6  .   B3  B3  F7  F4  B4
 """  # noqa: E501
 
 
-def parse_grid(text: str) -> list[list[str]]:
-    """Rows of cells ('.' = idle) of a reference grid 'devN |c c c ...'."""
-    return [line.split("|", 1)[1].split() for line in text.strip().splitlines()]
-
-
-def our_grid(table) -> list[list[str]]:
-    return [
-        ["." if op is None else f"{op.kind.value}{op.microbatch}" for op in row]
-        for row in table.grid()
-    ]
-
-
 def assert_devices_hold_their_stages(table, schedule) -> None:
     """A reference cell implies the stage: the one the row's device holds in the op's pipeline."""
     for e in table.entries:
@@ -71,7 +60,7 @@ def test_reference_tables_cell_for_cell(grid, stages, microbatches, backward, ma
     table = layout(schedule, SlotDurations(forward=1, backward=backward))
     validate(table, schedule)
     assert table.makespan == makespan
-    assert our_grid(table) == parse_grid(grid)
+    assert grid_cells(table) == parse_reference_grid(grid)
     assert_devices_hold_their_stages(table, schedule)
 
 
@@ -181,16 +170,6 @@ def chimera_shapes(draw):
     stages = 2 * draw(st.integers(1, 8))
     microbatches = stages * draw(st.integers(1, 64 // stages))
     return stages, microbatches
-
-
-def assert_every_op_once(table, schedule):
-    counts = Counter(e.op for e in table.entries)
-    assert set(counts.values()) == {1}
-    for m, p in enumerate(schedule.microbatch2pipeline):
-        for s in range(schedule.num_stages(p)):
-            for kind in (Kind.F, Kind.B):
-                assert counts[Op(kind, p, s, m)] == 1
-    assert len(counts) == 2 * schedule.num_microbatches * schedule.num_stages(0)
 
 
 @settings(max_examples=30, deadline=None)

@@ -3,7 +3,6 @@ microbatch split, bubble against the formula, peak activations, errors, properti
 
 from __future__ import annotations
 
-from collections import Counter
 from fractions import Fraction
 
 import pytest
@@ -17,9 +16,11 @@ from schedules.generators.chimera import (
     chimera_forward_doubling,
 )
 from schedules.metrics import table_metrics
-from schedules.ops import Kind, Op
+from schedules.ops import Kind
 from schedules.table import SlotDurations, layout
 from schedules.validate import validate
+
+from conftest import assert_every_op_once, grid_cells, parse_reference_grid
 
 
 # shared/reference/schedules.md §4(d), "Forward doubling D=4, N=8, T_F=1, T_B=2 — makespan 27".
@@ -33,32 +34,10 @@ dev3 |F4  F5  F6  F7  F0  F1  B0  B0  F2  F3  B1  B1  .   B4  B4  B2  B2  B5  B5
 """  # noqa: E501
 
 
-def parse_grid(text: str) -> list[list[str]]:
-    """Rows of cells ('.' = idle) of a reference grid 'devN |c c c ...'."""
-    return [line.split("|", 1)[1].split() for line in text.strip().splitlines()]
-
-
-def our_grid(table) -> list[list[str]]:
-    return [
-        ["." if op is None else f"{op.kind.value}{op.microbatch}" for op in row]
-        for row in table.grid()
-    ]
-
-
 def assert_devices_hold_their_stages(table, schedule) -> None:
     """A reference cell implies the stage: the one the row's device holds in the op's pipeline."""
     for e in table.entries:
         assert schedule.placement.device(e.op.pipeline, e.op.stage) == e.device
-
-
-def assert_every_op_once(table, schedule) -> None:
-    counts = Counter(e.op for e in table.entries)
-    assert set(counts.values()) == {1}
-    for m, p in enumerate(schedule.microbatch2pipeline):
-        for s in range(schedule.num_stages(p)):
-            for kind in (Kind.F, Kind.B):
-                assert counts[Op(kind, p, s, m)] == 1
-    assert len(counts) == 2 * schedule.num_microbatches * schedule.num_stages(0)
 
 
 def test_reference_table_cell_for_cell():
@@ -66,7 +45,7 @@ def test_reference_table_cell_for_cell():
     table = layout(schedule, SlotDurations(forward=1, backward=2))
     validate(table, schedule)
     assert table.makespan == 27
-    assert our_grid(table) == parse_grid(FD_D4_N8_B2)
+    assert grid_cells(table) == parse_reference_grid(FD_D4_N8_B2)
     assert_devices_hold_their_stages(table, schedule)
     m = table_metrics(table, schedule)
     assert m.idle_slots == (3, 3, 3, 3)  # (D/2-1)(T_F+T_B)

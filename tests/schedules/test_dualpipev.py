@@ -31,6 +31,8 @@ from schedules.validate import validate
 from solver.costs import slot_costs
 from solver.simulate import simulate
 
+from conftest import grid_cells, v_label
+
 UNIT = SlotDurations(1, 1, 1)
 
 # shared/reference/schedules.md §8(d): DualPipeV, 4 ranks / 8 stages, N=8; upper = stage r,
@@ -55,21 +57,6 @@ def reference_in_our_ops(reference_grid) -> list[list[str]]:
                 c = ("W" if c[0] == "B" else "w") + c[1:]
             out.append(c)
         rows.append(out)
-    return rows
-
-
-def v_letters(table, devices) -> list[list[str]]:
-    rows = []
-    for d, row in enumerate(table.grid()):
-        cells = []
-        for op in row:
-            if op is None:
-                cells.append(".")
-                continue
-            assert op.stage in (d, 2 * devices - 1 - d)
-            letter = op.kind.value if op.stage == d else op.kind.value.lower()
-            cells.append(f"{letter}{op.microbatch}")
-        rows.append(cells)
     return rows
 
 
@@ -128,7 +115,7 @@ def test_reference_table_cell_for_cell_under_dualpipe_timing(reference_grid):
     table = dualpipe_timing(schedule, full_backwards(4, 8), overlapped_pairs(4, 8))
     validate(table, schedule)
     assert table.makespan == 54
-    assert v_letters(table, 4) == reference_in_our_ops(reference_grid)
+    assert grid_cells(table, v_label(4)) == reference_in_our_ops(reference_grid)
     m = table_metrics(table, schedule)
     assert m.idle_slots == (6,) * 4  # (PP/2-1)(F&B+B-3W) = 3 * (3+2-3)
     assert m.bubble_ratio == pytest.approx(formulas.dualpipev(4, 8).bubble_ratio) == pytest.approx(6 / 54)

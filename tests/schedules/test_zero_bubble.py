@@ -23,6 +23,8 @@ from schedules.validate import validate
 from solver.costs import slot_costs
 from solver.simulate import simulate
 
+from conftest import grid_cells, v_label
+
 UNIT = SlotDurations(1, 1, 1)
 
 # shared/reference/schedules.md §6(d): D=4, N=8, T_F = T_B = T_W = 1 (B = input gradient)
@@ -40,22 +42,6 @@ dev1 |.   F0  F1  F2  F3  F4  f0  F5  f1  b0  w0  f2  b1  w1  f3  b2  w2  F6  B0
 dev2 |.   .   F0  F1  F2  f0  F3  f1  F4  f2  b0  w0  f3  b1  w1  F5  B0  W0  f4  b2  w2  F6  B1  W1  f5  b3  w3  F7  B2  W2  f6  b4  w4  B3  W3  f7  b5  w5  B4  b6  B5  b7  B6  W4  B7  W5  w6  w7  W6  W7  .
 dev3 |.   .   .   F0  f0  F1  f1  F2  f2  F3  f3  b0  w0  F4  B0  W0  f4  b1  w1  F5  B1  W1  f5  b2  w2  F6  B2  W2  f6  b3  w3  F7  B3  W3  f7  b4  w4  B4  b5  B5  b6  B6  b7  B7  W4  w5  w6  w7  W5  W6  W7
 """  # noqa: E501
-
-
-def v_letters(table, devices):
-    """Upper case for the device's stage d, lower case for its stage 2D-1-d."""
-    rows = []
-    for d, row in enumerate(table.grid()):
-        cells = []
-        for op in row:
-            if op is None:
-                cells.append(".")
-                continue
-            assert op.stage in (d, 2 * devices - 1 - d)
-            letter = op.kind.value if op.stage == d else op.kind.value.lower()
-            cells.append(f"{letter}{op.microbatch}")
-        rows.append(cells)
-    return rows
 
 
 def span_idle(table):
@@ -158,7 +144,7 @@ def test_zbv_reference_table_cell_for_cell(reference_grid):
     table = layout(schedule, UNIT)
     validate(table, schedule)
     assert table.makespan == 51  # 48 busy + staggered start 3
-    assert v_letters(table, 4) == reference_grid(ZBV_D4_N8)
+    assert grid_cells(table, v_label(4)) == reference_grid(ZBV_D4_N8)
     assert span_idle(table) == [0, 0, 0, 0]
     m = table_metrics(table, schedule)
     assert m.idle_slots == (3,) * 4
