@@ -23,7 +23,6 @@ from schedules.generators.dualpipe import (
     full_backwards,
     overlapped_pairs,
 )
-from schedules.generators.zero_bubble import v_placement
 from schedules.metrics import table_metrics
 from schedules.ops import Kind, Op, data_predecessors
 from schedules.table import PlacedOp, SlotDurations, Table, layout
@@ -156,7 +155,7 @@ def test_full_backwards_and_pairs():
 def test_shape():
     s = dualpipev(4, 8)
     assert s.name == "dualpipev" and s.split_backward
-    assert s.placement == v_placement(4)
+    assert s.placement.stage2device == ((0, 1, 2, 3, 3, 2, 1, 0),)
     assert s.params == {"stages": 4, "microbatches": 8}
     assert s.weight_copies() == pytest.approx([1.0] * 4)
 

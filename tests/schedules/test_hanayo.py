@@ -15,7 +15,6 @@ from schedules.generators.hanayo import (
     chunk_stage,
     hanayo,
     list_schedule_orders,
-    wave_device,
     wave_placement,
 )
 from schedules.metrics import table_metrics
@@ -89,7 +88,7 @@ def test_wave_placement(devices, waves):
     assert placement.num_stages() == 2 * waves * devices
     for s in range(2 * waves * devices):
         k, j = divmod(s, devices)
-        assert placement.device(0, s) == wave_device(s, devices) == (j if k % 2 == 0 else devices - 1 - j)
+        assert placement.device(0, s) == (j if k % 2 == 0 else devices - 1 - j)
     for d in range(devices):
         chunks = [chunk_stage(c, d, devices) for c in range(2 * waves)]
         assert sorted(chunks) == sorted(s for _, s in placement.stages_on(d))

@@ -12,7 +12,6 @@ from schedules import formulas, registry
 from schedules.generators.interleaved import (
     INTERLEAVED_REGIME,
     interleaved,
-    loop_placement,
     warmup,
 )
 from schedules.metrics import table_metrics
@@ -70,7 +69,6 @@ def test_reference_table_cell_for_cell(reference_grid):
 
 def test_placement_and_shape():
     s = interleaved(4, 8, chunks=3)
-    assert s.placement == loop_placement(4, 3)
     assert s.placement.stage2device == ((0, 1, 2, 3) * 3,)
     assert s.num_stages() == 12 and s.name == "interleaved"
     assert s.stage_work == ((1.0,) * 12,)

@@ -12,7 +12,6 @@ from schedules import formulas, registry
 from schedules.generators.zero_bubble import (
     ZB_H1_REGIME,
     ZBV_REGIME,
-    v_placement,
     zb_h1,
     zbv,
 )
@@ -159,7 +158,6 @@ def test_zbv_reference_table_cell_for_cell(reference_grid):
 def test_zbv_shape():
     s = zbv(4, 8)
     assert s.name == "zbv" and s.split_backward
-    assert s.placement == v_placement(4)
     assert s.placement.stage2device == ((0, 1, 2, 3, 3, 2, 1, 0),)
     assert s.stage_work == ((1.0,) * 8,)
     assert s.params == {"stages": 4, "microbatches": 8}
