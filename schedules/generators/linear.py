@@ -31,6 +31,14 @@ def one_f_one_b(stages: int, microbatches: int) -> Schedule:
     ``min(S-1-d, B)`` warm-up forwards, then alternates one forward and one backward,
     then drains the remaining backwards."""
     check_shape(stages, microbatches)
+    return Schedule(
+        "1f1b", linear_placement(stages), (0,) * microbatches, one_f_one_b_orders(stages, microbatches),
+        params={"stages": stages, "microbatches": microbatches},
+    )
+
+
+def one_f_one_b_orders(stages: int, microbatches: int) -> tuple[tuple[Op, ...], ...]:
+    """1F1B's per-device orders (stage d on device d): warm-up forwards, F/B pairs, drain."""
     orders = []
     for d in range(stages):
         warmup = min(stages - 1 - d, microbatches)
@@ -39,7 +47,4 @@ def one_f_one_b(stages: int, microbatches: int) -> Schedule:
             order += [F(warmup + k, d), B(k, d)]
         order += [B(m, d) for m in range(microbatches - warmup, microbatches)]
         orders.append(tuple(order))
-    return Schedule(
-        "1f1b", linear_placement(stages), (0,) * microbatches, tuple(orders),
-        params={"stages": stages, "microbatches": microbatches},
-    )
+    return tuple(orders)

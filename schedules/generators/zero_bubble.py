@@ -38,7 +38,8 @@ activations on every device (ZB's p * M_B) once B >= 2S-1.
 from __future__ import annotations
 
 from . import check_shape
-from ..ops import B, F, Op, W
+from .linear import linear_placement, one_f_one_b_orders
+from ..ops import B, F, Kind, Op, W
 from ..schedule import Placement, Schedule
 
 ZB_H1_REGIME = "S >= 2, B >= 1"
@@ -48,19 +49,17 @@ ZBV_REGIME = "S >= 2, B >= 1"
 # ---- ZB-H1 ------------------------------------------------------------------------------
 
 def zb_h1_orders(devices: int, microbatches: int) -> tuple[tuple[Op, ...], ...]:
-    """Per-device orders of ZB-H1 (see module doc)."""
+    """Per-device orders of ZB-H1: 1F1B's orders with device d's weight gradient of
+    microbatch k - d right after its k-th backward, the rest at the end (see module doc)."""
     orders = []
-    for d in range(devices):
-        w = min(devices - 1 - d, microbatches)
-        order: list[Op] = [F(m, d) for m in range(w)]
+    for d, base in enumerate(one_f_one_b_orders(devices, microbatches)):
+        order: list[Op] = []
         next_w = 0
-        for k in range(microbatches):
-            if w + k < microbatches:
-                order.append(F(w + k, d))
-            order.append(B(k, d))
-            if k >= d:
-                order.append(W(k - d, d))
-                next_w = k - d + 1
+        for op in base:
+            order.append(op)
+            if op.kind is Kind.B and op.microbatch >= d:
+                order.append(W(op.microbatch - d, d))
+                next_w = op.microbatch - d + 1
         order += [W(m, d) for m in range(next_w, microbatches)]
         orders.append(tuple(order))
     return tuple(orders)
@@ -72,7 +71,7 @@ def zb_h1(stages: int, microbatches: int) -> Schedule:
     check_shape(stages, microbatches)
     return Schedule(
         "zb-h1",
-        Placement((tuple(range(stages)),), stages),
+        linear_placement(stages),
         (0,) * microbatches,
         zb_h1_orders(stages, microbatches),
         split_backward=True,
