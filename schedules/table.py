@@ -43,7 +43,12 @@ class SlotDurations:
     def of(self, schedule: Schedule, op: Op) -> int:
         """Slots of ``op`` in ``schedule``."""
         w_min = min(min(ws) for ws in schedule.stage_work)
-        return max(1, math.floor(self.base(op.kind) * schedule.work(op) / w_min + 0.5))
+        return self.scaled(op.kind, schedule.work(op), w_min)
+
+    def scaled(self, kind: Kind, work: float, lightest: float) -> int:
+        """Slots of an op of ``kind`` on a stage of ``work`` when the lightest stage has
+        ``lightest`` (see the class docstring)."""
+        return max(1, math.floor(self.base(kind) * work / lightest + 0.5))
 
 
 class PlacedOp(NamedTuple):

@@ -158,29 +158,48 @@ def slot_costs(
     comm_slots: int = 0,
     activation_cap: int | None = None,
 ) -> Costs:
-    """Idealized costs: table slot durations, ``comm_slots`` per message between devices,
-    each activation counts 1, at most ``activation_cap`` live per device."""
+    """Idealized costs of ``schedule``: table slot durations, ``comm_slots`` per message
+    between devices, each activation counts 1, at most ``activation_cap`` live per device."""
+    return shape_slot_costs(
+        schedule.num_devices, tuple(schedule.num_stages(p) for p in range(schedule.num_pipelines)),
+        slots, comm_slots, activation_cap, schedule.stage_work, schedule.split_backward,
+    )
+
+
+def shape_slot_costs(
+    num_devices: int,
+    num_stages: tuple[int, ...],
+    slots: SlotDurations | None = None,
+    comm_slots: int = 0,
+    activation_cap: int | None = None,
+    stage_work: tuple[tuple[float, ...], ...] | None = None,
+    split_backward: bool = False,
+) -> Costs:
+    """``slot_costs`` for a shape (devices, stages per pipeline, stage work) rather than a
+    schedule — what a search over schedules of that shape needs."""
     slots = slots or SlotDurations()
-    if not isinstance(comm_slots, int) or comm_slots < 0:
+    if not isinstance(comm_slots, int) or isinstance(comm_slots, bool) or comm_slots < 0:
         raise ValueError(f"comm slots must be an integer >= 0, got {comm_slots!r}")
-    if activation_cap is not None and (not isinstance(activation_cap, int) or activation_cap < 1):
+    if activation_cap is not None and (
+        not isinstance(activation_cap, int) or isinstance(activation_cap, bool) or activation_cap < 1
+    ):
         raise ValueError(f"activation cap must be an integer >= 1, got {activation_cap!r}")
-    op_time = {}
-    for p in range(schedule.num_pipelines):
-        for s in range(schedule.num_stages(p)):
-            for k in schedule.kinds:
-                op_time[(k, p, s)] = slots.of(schedule, Op(k, p, s, 0))
-    stages = [(p, s) for p in range(schedule.num_pipelines) for s in range(schedule.num_stages(p))]
-    n = schedule.num_devices
+    work = stage_work or tuple((1.0,) * n for n in num_stages)
+    lightest = min(min(w) for w in work)
+    kinds = (Kind.F, Kind.B, Kind.W) if split_backward else (Kind.F, Kind.B)
+    op_time = {
+        (k, p, s): slots.scaled(k, work[p][s], lightest)
+        for p, n in enumerate(num_stages) for s in range(n) for k in kinds
+    }
     return Costs(
         unit="slots",
         op_time=op_time,
         message_bytes={},
         links=Links(constant=comm_slots),
-        activation={k: 1 for k in stages},
-        persistent=(0,) * n,
-        capacity=(activation_cap,) * n,
-        optimizer_time=(0,) * n,
+        activation={(p, s): 1 for p, n in enumerate(num_stages) for s in range(n)},
+        persistent=(0,) * num_devices,
+        capacity=(activation_cap,) * num_devices,
+        optimizer_time=(0,) * num_devices,
     )
 
 

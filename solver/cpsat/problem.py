@@ -14,8 +14,12 @@ from dataclasses import dataclass, replace
 from functools import cached_property
 
 from schedules.ops import Kind, Op
+from schedules.generators.chimera import chimera_placement
+from schedules.generators.hanayo import wave_placement
+from schedules.generators.linear import linear_placement
 from schedules.schedule import Placement, Schedule
-from solver.costs import Costs, Links
+from schedules.table import SlotDurations
+from solver.costs import Costs, shape_slot_costs
 
 FAMILIES = ("linear", "bidirectional", "wave", "free")
 
@@ -31,25 +35,20 @@ def family_placement(family: str, num_devices: int, num_stages: tuple[int, ...])
             raise ValueError(
                 f"linear placement needs one pipeline of {D} stages (one per device), got {list(num_stages)}"
             )
-        return Placement((tuple(range(D)),), D)
+        return linear_placement(D)
     if family == "bidirectional":
         if num_stages != (D, D):
             raise ValueError(
                 f"bidirectional placement needs two pipelines of {D} stages each, got {list(num_stages)}"
             )
-        return Placement((tuple(range(D)), tuple(D - 1 - s for s in range(D))), D)
+        return chimera_placement(D)
     if family == "wave":
         if len(num_stages) != 1 or num_stages[0] % (2 * D):
             raise ValueError(
                 f"wave placement needs one pipeline of 2*W*{D} stages (W waves), got {list(num_stages)}"
             )
-        return Placement((tuple(_wave_device(s, D) for s in range(num_stages[0])),), D)
+        return wave_placement(D, num_stages[0] // (2 * D))
     raise ValueError(f"placement must be one of {', '.join(FAMILIES)} or a Placement, got {family!r}")
-
-
-def _wave_device(stage: int, devices: int) -> int:
-    k, j = divmod(stage, devices)
-    return j if k % 2 == 0 else devices - 1 - j
 
 
 def _int(value: float, what: str) -> int:
@@ -263,36 +262,10 @@ def idealized_costs(
     stage_work: tuple[tuple[float, ...], ...] | None = None,
     split_backward: bool = False,
 ) -> Costs:
-    """Idealized slot costs for a problem shape (the same numbers ``slot_costs`` gives a
-    schedule of that shape): an op of stage work w takes round_half_up(slots * w / w_min),
-    every message ``comm`` slots, every activation 1, at most ``activation_cap`` live."""
-    for name, v in (("forward", forward), ("backward", backward), ("weight", weight)):
-        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-            raise ValueError(f"{name} slots must be an integer >= 1, got {v!r}")
-    if not isinstance(comm, int) or isinstance(comm, bool) or comm < 0:
-        raise ValueError(f"comm slots must be an integer >= 0, got {comm!r}")
-    if activation_cap is not None and (not isinstance(activation_cap, int) or activation_cap < 1):
-        raise ValueError(f"activation cap must be an integer >= 1, got {activation_cap!r}")
-    work = stage_work or tuple((1.0,) * n for n in num_stages)
-    w_min = min(min(w) for w in work)
-    base = {Kind.F: forward, Kind.B: backward, Kind.W: weight}
-    kinds = (Kind.F, Kind.B, Kind.W) if split_backward else (Kind.F, Kind.B)
-    op_time = {
-        (k, p, s): max(1, math.floor(base[k] * work[p][s] / w_min + 0.5))
-        for p, n in enumerate(num_stages)
-        for s in range(n)
-        for k in kinds
-    }
-    return Costs(
-        unit="slots",
-        op_time=op_time,
-        message_bytes={},
-        links=Links(constant=comm),
-        activation={(p, s): 1 for p, n in enumerate(num_stages) for s in range(n)},
-        persistent=(0,) * num_devices,
-        capacity=(activation_cap,) * num_devices,
-        optimizer_time=(0,) * num_devices,
-    )
+    """Idealized slot costs for a problem shape: ``solver.costs.shape_slot_costs`` (the
+    numbers ``slot_costs`` gives a schedule of that shape)."""
+    return shape_slot_costs(num_devices, num_stages, SlotDurations(forward, backward, weight),
+                            comm, activation_cap, stage_work, split_backward)
 
 
 def idealized_problem(
