@@ -23,6 +23,9 @@ from schedules.table import SlotDurations
 
 StageKey = tuple[int, int]  # (pipeline, stage)
 
+SEARCH_TICKS_PER_OP = 20  # default resolution for CP-SAT search and bounds on hardware costs
+EVALUATE_TICKS_PER_OP = 1000  # default resolution for CP-SAT evaluation of a fixed schedule
+
 
 @dataclass(frozen=True)
 class Links:
@@ -142,6 +145,14 @@ class Costs:
             tick_s=tick_s,
             rounding=rounding,
         )
+
+    def default_tick(self, ticks_per_op: int) -> float:
+        """A tick of 1/``ticks_per_op`` of the shortest op, in seconds: fine ticks
+        (``EVALUATE_TICKS_PER_OP``) keep a fixed schedule's rounding error small; a search
+        uses coarse ones (``SEARCH_TICKS_PER_OP``), as fine time resolution slows CP-SAT."""
+        if self.unit != "s":
+            raise ValueError(f"only costs in seconds have ticks, these are in {self.unit}")
+        return min(self.op_time.values()) / ticks_per_op
 
     def to_seconds(self, value: float) -> float:
         """A time in these costs' unit, in seconds (ticks only)."""

@@ -92,7 +92,9 @@ def _cpsat(schedule, table, costs, args) -> dict:
     if costs is None:
         result = cp_evaluate(schedule, slot_costs(schedule, common.slots_of(args)), CpSatConfig())
         return {"makespan": result.makespan, "unit": "slots", "status": result.status}
-    tick = args.tick or min(costs.op_time.values()) / 1000
+    from solver.costs import EVALUATE_TICKS_PER_OP
+
+    tick = args.tick or costs.default_tick(EVALUATE_TICKS_PER_OP)
     q = costs.quantized(tick)
     result = cp_evaluate(schedule, q, CpSatConfig())
     makespan = None if result.makespan is None else result.makespan * tick

@@ -100,7 +100,7 @@ def build_problem(args):
         return problem, known
     from dataclasses import replace
 
-    from solver.costs import hardware_costs
+    from solver.costs import SEARCH_TICKS_PER_OP, hardware_costs
 
     if not known:
         raise UsageError("pipetab: error: no known schedule has this shape to cost it on hardware "
@@ -108,7 +108,7 @@ def build_problem(args):
     if args.placement == "free" and args.devices not in (None, args.stages):
         raise UsageError("pipetab: error: --devices with --system is not supported (the costs come from an S-device schedule)")
     costs = hardware_costs(known[0], args.system, args.model or "paper_gpt")
-    tick = args.tick or min(costs.op_time.values()) / 20
+    tick = args.tick or costs.default_tick(SEARCH_TICKS_PER_OP)
     q = costs.quantized(tick)
     if args.memory_cap is not None:
         q = replace(q, capacity=(args.memory_cap,) * len(q.capacity))

@@ -57,6 +57,7 @@ from functools import cached_property, lru_cache
 from pathlib import Path
 
 from schedules import registry
+from solver.costs import SEARCH_TICKS_PER_OP
 
 MODES = ("table", "simulate", "search", "bound")
 RECOMPUTE = ("none", "selective", "full")
@@ -92,7 +93,7 @@ class RunSettings:
     time_limit: float = 10.0
     workers: int = 2
     tick_s: float | None = None
-    ticks_per_op: int = 20
+    ticks_per_op: int = SEARCH_TICKS_PER_OP
 
     @property
     def uses_hardware(self) -> bool:

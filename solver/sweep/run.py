@@ -186,7 +186,7 @@ def tick_of(c: Configuration, costs) -> float:
     time divided by ``run.ticks_per_op``."""
     if c.run.tick_s:
         return c.run.tick_s
-    return min(costs.op_time.values()) / c.run.ticks_per_op
+    return costs.default_tick(c.run.ticks_per_op)
 
 
 def cpsat_unavailable() -> str | None:
