@@ -320,8 +320,7 @@ def _validated(name, grid_doc, run, db, export, description, source) -> SweepCon
     grid: dict = {}
     grid["schedules"] = _list(grid_doc.get("schedules"), "grid.schedules", str)
     for s in grid["schedules"]:
-        if s not in registry.REGISTRY:
-            raise ConfigError(f"grid.schedules: unknown schedule {s!r}; known: {', '.join(registry.REGISTRY)}")
+        _spec(s, "grid.schedules")
     grid["stages"] = _list(grid_doc.get("stages"), "grid.stages", int)
     for s in grid["stages"]:
         if s < 2:
@@ -412,16 +411,23 @@ def _parse_run(doc: dict) -> RunSettings:
     return RunSettings(**kw)
 
 
+def _spec(name: str, where: str):
+    """The registry entry of ``name``; ``ConfigError`` naming ``where`` otherwise."""
+    try:
+        return registry.spec(name)
+    except ValueError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+
+
 def _parse_options(doc: object, schedules: list[str]) -> dict[str, dict[str, list]]:
     doc = _table(doc, "grid.options")
     out: dict[str, dict[str, list]] = {}
     for name, opts in doc.items():
-        if name not in registry.REGISTRY:
-            raise ConfigError(f"grid.options: unknown schedule {name!r}; known: {', '.join(registry.REGISTRY)}")
+        _spec(name, "grid.options")
         if name not in schedules:
             raise ConfigError(f"grid.options.{name}: schedule {name!r} is not in grid.schedules")
         opts = _table(opts, f"grid.options.{name}")
-        known = {o.name: o for o in registry.spec(name).options}
+        known = {o.name: o for o in _spec(name, 'grid.options').options}
         out[name] = {}
         for key, values in opts.items():
             if key not in known:
