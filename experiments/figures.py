@@ -97,22 +97,34 @@ def fig2(results: Path, name: str = "chimera", stages: int = 4, microbatches: in
 # ---- from result files ---------------------------------------------------------------------------
 
 
-def fig3(results: Path) -> Path:
-    """Bubble ratio, formula (dotted) vs table (markers), over B; one panel per S."""
+def _per_stage_panels(d, draw, ylabel: str, title, yscale: str | None = None, legend: dict | None = None):
+    """One panel per S over B: ``draw(ax, name, rows)`` plots one schedule's rows."""
     plt = _plt()
-    d = common.read(results, "fig3_bubble")
     stages = sorted(d.stages.unique())
     fig, axes = plt.subplots(1, len(stages), figsize=(6 * len(stages), 4), squeeze=False)
     for ax, S in zip(axes[0], stages):
         for name, g in d[d.stages == S].groupby("schedule", sort=False):
-            g = g.sort_values("microbatches")
-            _line(ax, g.microbatches, g.table_bubble, name, f"{name} table")
-            _line(ax, g.microbatches, g.formula_bubble, name, f"{name} formula", dashed=True)
+            draw(ax, name, g.sort_values("microbatches"))
         _log2_x(ax, d.microbatches.unique())
+        if yscale:
+            ax.set_yscale(yscale, base=2)
         ax.set_xlabel("microbatches B")
-        ax.set_ylabel("bubble ratio")
-        ax.set_title(f"S={S}: formula (dotted) vs table (markers), T_B = 2 T_F")
-        ax.legend(fontsize=7, ncol=2)
+        ax.set_ylabel(ylabel)
+        ax.set_title(title(S))
+        ax.legend(**(legend or {}))
+    return fig
+
+
+def fig3(results: Path) -> Path:
+    """Bubble ratio, formula (dotted) vs table (markers), over B; one panel per S."""
+
+    def draw(ax, name, g):
+        _line(ax, g.microbatches, g.table_bubble, name, f"{name} table")
+        _line(ax, g.microbatches, g.formula_bubble, name, f"{name} formula", dashed=True)
+
+    fig = _per_stage_panels(common.read(results, "fig3_bubble"), draw, "bubble ratio",
+                            lambda S: f"S={S}: formula (dotted) vs table (markers), T_B = 2 T_F",
+                            legend={"fontsize": 7, "ncol": 2})
     return _save(fig, results / "fig3_bubble.png")
 
 
@@ -156,20 +168,12 @@ def fig4(results: Path) -> Path:
 
 def fig5(results: Path) -> Path:
     """Peak per-device activation memory (TiB) vs B, one panel per S."""
-    plt = _plt()
-    d = common.read(results, "fig5_memory")
-    stages = sorted(d.stages.unique())
-    fig, axes = plt.subplots(1, len(stages), figsize=(6 * len(stages), 4), squeeze=False)
-    for ax, S in zip(axes[0], stages):
-        for name, g in d[d.stages == S].groupby("schedule", sort=False):
-            g = g.sort_values("microbatches")
-            _line(ax, g.microbatches, g.peak_activation_TiB, name)
-        _log2_x(ax, d.microbatches.unique())
-        ax.set_yscale("log", base=2)
-        ax.set_xlabel("microbatches B")
-        ax.set_ylabel("peak activation memory per device (TiB)")
-        ax.set_title(f"S={S}")
-        ax.legend()
+
+    def draw(ax, name, g):
+        _line(ax, g.microbatches, g.peak_activation_TiB, name)
+
+    fig = _per_stage_panels(common.read(results, "fig5_memory"), draw,
+                            "peak activation memory per device (TiB)", lambda S: f"S={S}", yscale="log")
     return _save(fig, results / "fig5_memory.png")
 
 
