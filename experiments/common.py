@@ -137,3 +137,28 @@ def cpsat_cases(cp: pd.DataFrame) -> pd.DataFrame:
             "cpsat_real_s": _opt(r, "cpsat_real_s"), "bound_real_s": _opt(r, "bound_real_s"),
         })
     return pd.DataFrame(rows)
+
+
+def table1_markdown(d: pd.DataFrame) -> list[str]:
+    """Table I as Markdown rows: Hanayo (W = 1, and every other wave count run) vs Chimera
+    at (8, 8) on every system; empty when there are no such rows."""
+    h = hanayo_table(d)
+    if h.empty:
+        return []
+    more = [w for w in hanayo_waves(d) if w != 1]
+    hw = {w: hanayo_table(d, w=w).set_index("system") for w in more}
+    lines = ["| system | T_sim Chimera (s) | T_sim Hanayo (s) | Hanayo vs Chimera | idle Chimera | idle Hanayo |"
+             + "".join(f" T_sim Hanayo W={w} (s) | Hanayo W={w} vs Chimera | idle Hanayo W={w} |" for w in more),
+             "|---|---:|---:|---:|---:|---:|" + "---:|---:|---:|" * len(more)]
+    for r in h.itertuples():
+        cells = ""
+        for w in more:
+            if r.system in hw[w].index:
+                x = hw[w].loc[r.system]
+                cells += f" {x.T_hanayo:.2f} | {faster(x.speedup)} | {x.idle_hanayo:.1%} |"
+            else:
+                cells += " | | |"
+        lines.append(f"| {r.system} | {r.T_chimera:.2f} | {r.T_hanayo:.2f} | {faster(r.speedup)} | "
+                     f"{r.idle_chimera:.1%} | {r.idle_hanayo:.1%} |" + cells)
+    return lines
+

@@ -199,21 +199,7 @@ def fig6(results: Path) -> Path:
 def table1(results: Path) -> Path:
     """Table I as Markdown: Hanayo (W = 1, and every other wave count run) vs Chimera at
     (8, 8) on every system."""
-    d = common.read(results, "table1_hanayo")
-    t = common.hanayo_table(d)
-    more = [w for w in common.hanayo_waves(d) if w != 1]
-    hw = {w: common.hanayo_table(d, w=w).set_index("system") for w in more}
-    lines = ["| system | T_sim chimera (s) | T_sim hanayo (s) | hanayo vs chimera | idle chimera | idle hanayo |"
-             + "".join(f" T_sim hanayo W={w} (s) | hanayo W={w} vs chimera | idle hanayo W={w} |" for w in more),
-             "|---|---:|---:|---:|---:|---:|" + "---:|---:|---:|" * len(more)]
-    for _, r in t.iterrows():
-        cells = ""
-        for w in more:
-            x = hw[w].loc[r.system] if r.system in hw[w].index else None
-            cells += " | | |" if x is None else (
-                f" {x.T_hanayo:.2f} | {common.faster(x.speedup)} | {x.idle_hanayo:.1%} |")
-        lines.append(f"| {r.system} | {r.T_chimera:.2f} | {r.T_hanayo:.2f} | {common.faster(r.speedup)} | "
-                     f"{r.idle_chimera:.1%} | {r.idle_hanayo:.1%} |" + cells)
+    lines = common.table1_markdown(common.read(results, "table1_hanayo"))
     path = results / "table1_hanayo.md"
     path.write_text("\n".join(lines) + "\n")
     return path

@@ -729,23 +729,10 @@ def render(data: dict, results: Path) -> str:
               f"{ABS_TOL * 100:g} percentage points). Relative runtimes are 1 − T_new / T_base.", ""]
     lines += ["## Table I: Hanayo vs Chimera at (S, B) = (8, 8)", ""]
     t1 = data.get("table1_hanayo")
-    h = None if t1 is None else common.hanayo_table(t1)
-    if h is not None and not h.empty:
+    rows = [] if t1 is None else common.table1_markdown(t1)
+    if rows:
         more = [w for w in common.hanayo_waves(t1) if w != 1]
-        hw = {w: common.hanayo_table(t1, w=w).set_index("system") for w in more}
-        lines += ["| system | T_sim Chimera (s) | T_sim Hanayo (s) | Hanayo vs Chimera | idle Chimera | idle Hanayo |"
-                  + "".join(f" T_sim Hanayo W={w} (s) | Hanayo W={w} vs Chimera | idle Hanayo W={w} |" for w in more),
-                  "|---|---:|---:|---:|---:|---:|" + "---:|---:|---:|" * len(more)]
-        for r in h.itertuples():
-            cells = ""
-            for w in more:
-                if r.system in hw[w].index:
-                    x = hw[w].loc[r.system]
-                    cells += f" {x.T_hanayo:.2f} | {faster(x.speedup)} | {pct(x.idle_hanayo)} |"
-                else:
-                    cells += " | | |"
-            lines.append(f"| {r.system} | {r.T_chimera:.2f} | {r.T_hanayo:.2f} | {faster(r.speedup)} | "
-                         f"{pct(r.idle_chimera)} | {pct(r.idle_hanayo)} |" + cells)
+        lines += rows
         lines.append("")
         lines.append("Findings 3a-3d are judged on Hanayo with W = 1 wave." + "".join(
             " " + waves_sentence(t1, w) for w in more))
