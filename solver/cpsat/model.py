@@ -47,13 +47,12 @@ class RawSolve:
 class _Progress(cp_model.CpSolverSolutionCallback):
     """Records time and objective of each improving solution (kept light)."""
 
-    def __init__(self, t0: float, stop_after_first: bool = False):
+    def __init__(self, t0: float):
         super().__init__()
         self.t0 = t0
         self.first: float | None = None
         self.count = 0
         self.trace: list[tuple[float, float]] = []
-        self.stop_after_first = stop_after_first
 
     def on_solution_callback(self) -> None:
         now = time.perf_counter() - self.t0
@@ -61,8 +60,6 @@ class _Progress(cp_model.CpSolverSolutionCallback):
             self.first = now
         self.count += 1
         self.trace.append((now, self.objective_value))
-        if self.stop_after_first:
-            self.stop_search()
 
 
 class CpSatModel:
@@ -79,7 +76,6 @@ class CpSatModel:
         horizon: int,
         orders=None,
         makespan_lb: int = 0,
-        fifo: bool | None = None,
         resource_devices=None,
     ):
         self.problem = problem
@@ -106,7 +102,7 @@ class CpSatModel:
             C.add_no_overlap(m, v, makespan_intervals=config.redundant)
             if config.redundant:
                 self.applied.append("interval makespan")
-        self.fifo = orders is None and (config.fifo if fifo is None else fifo)
+        self.fifo = orders is None and config.fifo
         if config.memory and not self.fixed_order:
             # a fixed order's memory profile does not depend on timing: the evaluator's
             # prefix sums decide it exactly (oracle.memory_check)
@@ -168,7 +164,7 @@ class CpSatModel:
         m.add_hint(v.makespan, int(makespan))
 
     # ---- solve ---------------------------------------------------------------------------
-    def parameters(self, time_limit: float, stop_after_first: bool = False, workers: int | None = None):
+    def parameters(self, time_limit: float, workers: int | None = None):
         cfg = self.config
         solver = cp_model.CpSolver()
         prm = solver.parameters
@@ -189,8 +185,6 @@ class CpSatModel:
                     prm.num_full_subsolvers = w
         for key, value in cfg.extra_params:
             setattr(prm, key, value)
-        if stop_after_first:
-            prm.stop_after_first_solution = True
         if self.fixed_order:
             # a difference-constraint system: root propagation is the whole solve; presolve
             # and the LP relaxation only cost time (measured 3x on 4,096 ops), and the
@@ -201,8 +195,8 @@ class CpSatModel:
             prm.new_linear_propagation = False
         return solver
 
-    def solve(self, time_limit: float, stop_after_first: bool = False, workers: int | None = None) -> RawSolve:
-        solver = self.parameters(time_limit, stop_after_first, workers)
+    def solve(self, time_limit: float, workers: int | None = None) -> RawSolve:
+        solver = self.parameters(time_limit, workers)
         t0 = time.perf_counter()
         cb = _Progress(t0)
         code = solver.solve(self.model, cb)
