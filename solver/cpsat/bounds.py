@@ -141,9 +141,10 @@ def cap_violations(problem: Problem, placement: Placement) -> list[str]:
 
 def min_feasible_cap(problem: Problem) -> float:
     """The least activation capacity, the same on every device, under which a schedule
-    exists: exact (one microbatch at a time is always schedulable). Fixed placement: the
-    largest memory need; free placement: minimised over placements by a tiny CP-SAT
-    model."""
+    exists (one microbatch at a time is always schedulable). Fixed placement: the largest
+    memory need, exact; free placement: minimised over placements by a tiny CP-SAT model —
+    exact when that model is proven optimal within its 10 s, otherwise the best cap found
+    (a schedule exists under it, but a smaller one might too)."""
     placement = problem.fixed_placement
     if placement is not None:
         return max(memory_need(problem, placement))
@@ -168,5 +169,7 @@ def min_feasible_cap(problem: Problem) -> float:
     solver = cp_model.CpSolver()
     solver.parameters.num_workers = 1
     solver.parameters.max_time_in_seconds = 10
-    solver.solve(m)
-    return solver.objective_value / scale
+    status = solver.solve(m)
+    if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):  # FEASIBLE: not proven least
+        return solver.objective_value / scale
+    raise RuntimeError(f"min_feasible_cap: the placement model was not solved ({solver.status_name(status)})")
