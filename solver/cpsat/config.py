@@ -50,6 +50,10 @@ class CpSatConfig:
     ``relaxation``: when the full model is not proven within part of the time, prove
     bounds on relaxations that keep the no-overlap and memory constraints of only some
     devices (both pipeline ends first); any relaxation's bound is a bound of the problem.
+    ``order_literals``: fixed placement under FIFO, a literal per pair of ops of two
+    chains on a device whose order is open, with staircase implications, replacing the
+    device's no-overlap (``constraints.add_order_literals``) when at most
+    ``order_literal_limit`` literals are needed.
     ``max_placements``: above this many canonical placements the monolithic model is used.
     ``known_generators``: also judge the registry's matching schedules and greedy list
     schedules as known schedules (hints, horizon, gaps); off for ablations of the solver.
@@ -68,6 +72,8 @@ class CpSatConfig:
     dominance: bool = True
     relaxation: bool = True
     device_symmetry: bool = True
+    order_literals: bool = True
+    order_literal_limit: int = 60000
     subsolvers: tuple[str, ...] | None = None
     decompose: bool = True
     max_placements: int = 20000

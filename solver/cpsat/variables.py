@@ -101,6 +101,10 @@ class Variables:
     ar: list[cp_model.IntVar] = field(default_factory=list)
     makespan: cp_model.IntVar | None = None
     resource_devices: frozenset[int] | None = None  # None: all; else a relaxation
+    # precedences between op chains (kind, pipeline, stage) under FIFO: (a, c) -> k means
+    # op (a, j) ends before op (c, j + k) starts (memory windows, last-stage glue)
+    chain_shift: dict[tuple[tuple, tuple], int] = field(default_factory=dict)
+    order_lits: list[tuple[cp_model.IntVar, int, int]] = field(default_factory=list)  # (lit, a, c): a before c
 
     def has_resources(self, device: int) -> bool:
         return self.resource_devices is None or device in self.resource_devices

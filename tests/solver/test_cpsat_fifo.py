@@ -23,9 +23,12 @@ CASES = [
 ]
 
 
-def _optimum(problem, fifo):
+def _optimum(problem, fifo, order_literals=True):
     pl = problem.fixed_placement
-    model = CpSatModel(problem, CpSatConfig(time_limit_s=30, workers=2, fifo=fifo), pl, safe_horizon(problem, pl))
+    config = CpSatConfig(time_limit_s=30, workers=2, fifo=fifo, order_literals=order_literals)
+    model = CpSatModel(problem, config, pl, safe_horizon(problem, pl))
+    if problem.placement == "linear":
+        assert ("order literals" in model.applied) == (fifo and order_literals)
     raw = model.solve(30)
     assert raw.status == "optimal"
     return raw.makespan
@@ -54,3 +57,16 @@ def test_fifo_relabelling_keeps_time_and_memory(name, S, B_):
             nxt = op._replace(microbatch=op.microbatch + 1)
             if nxt in t2.start and problem.microbatch2pipeline[nxt.microbatch] == problem.microbatch2pipeline[op.microbatch]:
                 assert t2.start[nxt] > t
+
+
+@pytest.mark.parametrize("S,B_,f,k,c,cap,split", [
+    (4, 6, 1, 2, 1, 2, False), (3, 5, 2, 1, 2, 2, True), (4, 4, 1, 3, 0, 4, False),
+    (3, 6, 1, 2, 1, None, True), (5, 7, 2, 3, 1, 3, False), (4, 8, 1, 2, 2, 3, True),
+])
+def test_order_literals_equal_the_no_overlap(S, B_, f, k, c, cap, split):
+    """Under FIFO the pairwise order literals replace each
+    one-stage device's no-overlap: the same optimum as the interval model, with two
+    chains (F, B) or three (F, B, W) per device."""
+    problem = idealized_problem(S, B_, "linear", forward=f, backward=k, comm=c, activation_cap=cap,
+                                split_backward=split)
+    assert _optimum(problem, True) == _optimum(problem, True, order_literals=False)

@@ -53,12 +53,18 @@ def test_hint_is_complete_under_free_placement():
     assert "The solution hint is complete and is feasible" in log
 
 
-@pytest.mark.parametrize("switch", ["symmetry_break", "fifo", "memory", "redundant", "dominance"])
+@pytest.mark.parametrize("switch", ["symmetry_break", "fifo", "memory", "redundant", "dominance", "order_literals"])
 def test_each_family_can_be_switched_off(switch):
     problem = idealized_problem(4, 6, comm=1, activation_cap=3)
     pl = problem.fixed_placement
-    # the symmetry break is only added when FIFO is off (FIFO subsumes it)
-    base = CpSatConfig().replace(fifo=False) if switch == "symmetry_break" else CpSatConfig()
+    # the symmetry break is only added when FIFO is off (FIFO subsumes it); without the
+    # memory precedences or the last-stage glue more pairs need order literals, so those
+    # two are compared without them
+    base = {
+        "symmetry_break": CpSatConfig(fifo=False),
+        "memory": CpSatConfig(order_literals=False),
+        "dominance": CpSatConfig(order_literals=False),
+    }.get(switch, CpSatConfig())
     on = CpSatModel(problem, base, pl, safe_horizon(problem, pl))
     off = CpSatModel(problem, base.replace(**{switch: False}), pl, safe_horizon(problem, pl))
     assert len(off.model.proto.constraints) < len(on.model.proto.constraints)
@@ -77,3 +83,27 @@ def test_analytic_bound_never_exceeds_known_schedules():
             k = evaluate_known(problem, registry.generate(name, S, B_))
             if k.fits:
                 assert lb <= k.makespan
+
+
+def test_order_literals_only_where_no_precedence_decides():
+    """Linear S=4, B=6, cap 3 under FIFO: on devices 0-2, F(j) vs B(i) is open only for
+    i < j < i + 3 (j <= i: F first by the data path; j >= i + 3: B first by memory):
+    2+2+2+2+1+0 = 9 pairs each; the last device is glued (F, B, F, B, ...): none."""
+    problem = idealized_problem(4, 6, comm=1, activation_cap=3)
+    model = CpSatModel(problem, CpSatConfig(), problem.fixed_placement, 200)
+    assert "order literals" in model.applied
+    per_device = {}
+    for _, a, c in model.vars.order_lits:
+        op_a, op_c = model.vars.ops[a], model.vars.ops[c]
+        assert op_a.stage == op_c.stage and {op_a.kind.value, op_c.kind.value} == {"F", "B"}
+        per_device[op_a.stage] = per_device.get(op_a.stage, 0) + 1
+        f, b = (op_a, op_c) if op_a.kind.value == "F" else (op_c, op_a)
+        assert b.microbatch < f.microbatch < b.microbatch + 3
+    assert per_device == {0: 9, 1: 9, 2: 9}
+
+
+def test_order_literal_limit_falls_back_to_no_overlap():
+    problem = idealized_problem(4, 6, comm=1, activation_cap=3)
+    model = CpSatModel(problem, CpSatConfig(order_literal_limit=26), problem.fixed_placement, 200)
+    assert "order literals" not in model.applied and not model.vars.order_lits
+    assert model.solve(20).makespan == CpSatModel(problem, CpSatConfig(), problem.fixed_placement, 200).solve(20).makespan

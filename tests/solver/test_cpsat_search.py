@@ -1,6 +1,7 @@
 """CP-SAT search, bound, memory front, split search: known optima, caps, assumptions."""
 
 import json
+import time
 
 import pytest
 
@@ -267,3 +268,23 @@ def test_hardware_costs_with_a_memory_cap_in_bytes():
     tight = replace(q, capacity=tuple(p + act / 2 for p in q.persistent))
     res = search(Problem.from_schedule(s, tight), CFG.replace(time_limit_s=5), [s])
     assert res.status == "infeasible" and res.min_feasible_cap == pytest.approx(act)
+
+
+def test_horizon_tightening_proves_step_by_step_and_finds_the_optimum():
+    """S=4, B=8, F=1, K=2, C=1, cap 4 has optimum 46 (test above). Starting from bound 44
+    and 1F1B's 49, tightening proves no schedule ends by 44 or 45 and then finds one
+    ending at 46, which goes through the evaluator."""
+    from solver.cpsat.modes import _tighten_horizon
+
+    problem = idealized_problem(4, 8, comm=1, activation_cap=4)
+    pl = problem.fixed_placement
+    details = {}
+    config = CpSatConfig(workers=2, deterministic_time=20)
+    bound, found = _tighten_horizon(problem.with_placement(pl), pl, config, 44, 49,
+                                    time.perf_counter() + 60, details)
+    assert bound == 46
+    assert [r["status"] for r in details["horizon_tightening"]] == ["infeasible", "infeasible", "optimal"]
+    schedule, makespan = found
+    assert makespan == 46
+    sim = simulate(schedule, problem.costs)
+    assert sim.makespan == 46 and max(sim.peak_activation) <= 4
