@@ -47,9 +47,11 @@ class CpSatConfig:
     placement, pruned by bound (reference/cpsat.md §9); False builds one monolithic model.
     ``dominance``: with FIFO, a device holding only a pipeline's last stage runs each B
     right after its F (an exchange argument, see ``constraints.add_last_stage_glue``).
-    ``relaxation``: when the full model is not proven within part of the time, prove
+    ``relaxation``: when the full model (given half the time) is not proven, prove
     bounds on relaxations that keep the no-overlap and memory constraints of only some
-    devices (both pipeline ends first); any relaxation's bound is a bound of the problem.
+    devices (both pipeline ends first; any relaxation's bound is a bound of the problem),
+    then tighten the horizon: rebuild the model with the bound as horizon until it is
+    proven infeasible (bound + 1) or a schedule is found (optimal) or time runs out.
     ``order_literals``: fixed placement under FIFO, a literal per pair of ops of two
     chains on a device whose order is open, with staircase implications, replacing the
     device's no-overlap (``constraints.add_order_literals``) when at most
