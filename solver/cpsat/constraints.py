@@ -158,13 +158,15 @@ def add_order_literals(model: cp_model.CpModel, v: Variables, limit: int) -> fro
     Returns the devices it covers."""
     problem = v.problem
     by_pipe = _pipeline_microbatches(problem)
-    dist = _chain_distances(v)
     stages_on: dict[int, list[tuple[int, int]]] = defaultdict(list)
     for p, s in problem.stages:
         stages_on[v.placement.device(p, s)].append((p, s))
     chains_on = {d: [(k, p, s) for k in problem.kinds]
                  for d, [(p, s)] in ((d, st) for d, st in stages_on.items() if len(st) == 1)
                  if v.has_resources(d)}
+    if not chains_on:
+        return frozenset()
+    dist = _chain_distances(v)
     pairs = []  # (chain a, chain c, j, i) in need of a literal
     for d, chains in chains_on.items():
         for x, a in enumerate(chains):
