@@ -152,18 +152,18 @@ def add_order_literals(model: cp_model.CpModel, v: Variables, limit: int) -> fro
     no-overlap, which it replaces. Only on devices holding one stage (two or three
     chains): with several stages per device (bidirectional, wave) the cross-pipeline pairs
     are dense and the interval model was measured better. On linear S=16, B=64, cap 16,
-    C=1 it finds 371 and proves 367 within a minute, where the interval model stalled
-    at 372-375 and 364-366 (experiments/bench_cpsat.py TARGET2). Applied only when at
+    C=1 the 120-s search proved 367 in every run (with the interval model: 366-367; see
+    experiments/bench_cpsat.py TARGET2). Applied only when at
     most ``limit`` literals are needed in all (else the no-overlap stays everywhere).
     Returns the devices it covers."""
     problem = v.problem
     by_pipe = _pipeline_microbatches(problem)
-    stages_on: dict[int, list[tuple[int, int]]] = defaultdict(list)
-    for p, s in problem.stages:
-        stages_on[v.placement.device(p, s)].append((p, s))
-    chains_on = {d: [(k, p, s) for k in problem.kinds]
-                 for d, [(p, s)] in ((d, st) for d, st in stages_on.items() if len(st) == 1)
-                 if v.has_resources(d)}
+    chains_on = {}
+    for d in range(problem.num_devices):
+        held = v.placement.stages_on(d)
+        if len(held) == 1 and v.has_resources(d):
+            (p, s), = held
+            chains_on[d] = [(k, p, s) for k in problem.kinds]
     if not chains_on:
         return frozenset()
     dist = _chain_distances(v)
@@ -171,14 +171,14 @@ def add_order_literals(model: cp_model.CpModel, v: Variables, limit: int) -> fro
     for d, chains in chains_on.items():
         for x, a in enumerate(chains):
             for c in chains[x + 1:]:
-                ma, mc = by_pipe[a[1]], by_pipe[c[1]]
-                for i in range(len(mc)):
-                    for j in range(len(ma)):
-                        if i - j >= dist[a][c] or j - i >= dist[c][a]:
-                            continue
-                        pairs.append((a, c, j, i))
-                        if len(pairs) > limit:
-                            return frozenset()
+                na, nc = len(by_pipe[a[1]]), len(by_pipe[c[1]])
+                for i in range(nc):
+                    # open: i - j < dist[a][c] (a_j not surely first) and j - i < dist[c][a]
+                    lo = 0 if dist[a][c] == math.inf else max(0, i - dist[a][c] + 1)
+                    hi = na if dist[c][a] == math.inf else min(na, i + dist[c][a])
+                    pairs += [(a, c, j, i) for j in range(lo, hi)]
+                    if len(pairs) > limit:
+                        return frozenset()
     lits: dict[tuple, cp_model.IntVar] = {}
     for a, c, j, i in pairs:
         ia = v.index[Op(a[0], a[1], a[2], by_pipe[a[1]][j])]
@@ -276,12 +276,10 @@ def _add_fifo_memory_precedences(model: cp_model.CpModel, v: Variables) -> set[i
     problem = v.problem
     act = problem.costs.activation
     rel = problem.release_kind
-    stages_on: dict[int, list[tuple[int, int]]] = defaultdict(list)
-    for p, s in problem.stages:
-        stages_on[v.placement.device(p, s)].append((p, s))
     by_pipe = _pipeline_microbatches(problem)
     exact: set[int] = set()
-    for d, keys in stages_on.items():
+    for d in range(problem.num_devices):
+        keys = v.placement.stages_on(d)
         cap = problem.cap(d)
         if cap is None or not v.has_resources(d):
             continue
@@ -449,13 +447,10 @@ def add_last_stage_glue(model: cp_model.CpModel, v: Variables) -> bool:
     if problem.split_backward or v.placement is None:
         return False
     applied = False
-    by_dev: dict[int, set[tuple[int, int]]] = defaultdict(set)
-    for p, s in problem.stages:
-        by_dev[v.placement.device(p, s)].add((p, s))
     for p, mbs in _pipeline_microbatches(problem).items():
         last = problem.num_stages[p] - 1
         d = v.placement.device(p, last)
-        if by_dev[d] != {(p, last)}:
+        if v.placement.stages_on(d) != [(p, last)]:
             continue
         for j, m in enumerate(mbs):
             f = v.index[Op(Kind.F, p, last, m)]
