@@ -288,3 +288,36 @@ def test_horizon_tightening_proves_step_by_step_and_finds_the_optimum():
     assert makespan == 46
     sim = simulate(schedule, problem.costs)
     assert sim.makespan == 46 and max(sim.peak_activation) <= 4
+
+
+def test_upper_phase_config_only_for_the_two_worker_default_portfolio():
+    """The LP-guided phase replaces the no-LP pair of the 1-2 worker default portfolio;
+    an explicit portfolio, more workers or the switch turn it off."""
+    from solver.cpsat.modes import _upper_phase_config
+
+    cfg = _upper_phase_config(CpSatConfig(workers=2, extra_params=(("random_seed", 3),)))
+    assert cfg.subsolvers == ("default_lp",)
+    assert cfg.extra_params == (("cp_model_probing_level", 0), ("random_seed", 3))
+    assert _upper_phase_config(CpSatConfig(workers=4)) is None
+    assert _upper_phase_config(CpSatConfig(workers=2, subsolvers=("no_lp",))) is None
+    assert _upper_phase_config(CpSatConfig(workers=2, upper_phase=False)) is None
+
+
+def test_upper_phase_improves_1f1b_to_the_optimum():
+    """From 1F1B (49) and bound 44 on S=4, B=8, F=1, K=2, C=1, cap 4 (optimum 46, test
+    above) the upper-bound phase returns a schedule of 46 that the simulator confirms,
+    and never a bound above it."""
+    from solver.cpsat.modes import _improve_upper, _upper_phase_config
+
+    problem = idealized_problem(4, 8, comm=1, activation_cap=4)
+    pl = problem.fixed_placement
+    fixed = problem.with_placement(pl)
+    config = _upper_phase_config(CpSatConfig(workers=2, deterministic_time=20))
+    start = registry.generate("1f1b", 4, 8)
+    details = {}
+    schedule, makespan, lb = _improve_upper(fixed, pl, config, start, 49, 44,
+                                            time.perf_counter() + 60, details)
+    assert makespan == 46 and 44 <= lb <= 46
+    assert details["upper_phase"]["makespan"] == 46
+    sim = simulate(schedule, problem.costs)
+    assert sim.makespan == 46 and max(sim.peak_activation) <= 4
