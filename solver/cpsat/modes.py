@@ -269,58 +269,67 @@ def _search_fixed(
                        assumptions, "a known schedule meets the analytic bound", details, evals)
     model = CpSatModel(fixed, config, placement, horizon, makespan_lb=lb)
     details["families"] = list(model.applied)
-    glue = "last-stage glue" in model.applied
-    if config.hints and best is not None:
-        h = hint_form(fixed, best, glue)
-        model.hint(h.schedule, h.timing, h.makespan)
+    if best is not None:
+        _hint_incumbent(model, fixed, best)
     relax_sets = relaxation_sets(fixed, placement) if config.relaxation else []
     upper = _upper_phase_config(config)
     remaining = deadline - time.perf_counter()
-    # the full model gets 30% when the upper-bound phase follows; else, with relaxations
-    # to follow (one-stage devices) half, otherwise 85%, the rest going to horizon
-    # tightening (both when config.relaxation)
-    if upper is not None:
-        share = 0.3
-    else:
-        share = (0.5 if relax_sets else 0.85) if config.relaxation else 1.0
+    # time split among the phases that follow an unproven full model: the full model
+    # gets 30% before the upper-bound phase, else half before relaxations (one-stage
+    # devices), else 85% before tightening
+    share = 0.3 if upper is not None else 0.5 if relax_sets else 0.85 if config.tighten else 1.0
     raw = model.solve(max(0.05, remaining * share))
     details.update(solver_status=raw.status, solver_bound=raw.bound, solver_makespan=raw.makespan,
                    solver_wall_s=round(raw.wall_time, 3), solutions=raw.num_solutions,
                    solver_first_s=None if raw.first_solution_time is None else round(raw.first_solution_time, 3))
     assumptions = _search_assumptions(fixed, config, label, model.applied)
-    chosen, makespan = (best.schedule, best.makespan) if best else (None, None)
-    if raw.starts is not None:
-        cand = model.schedule_from(raw, name="cpsat")
-        ev = _checked(fixed, cand, raw.makespan)
-        if makespan is None or ev.makespan < makespan:
-            chosen, makespan = cand, ev.makespan
-            if t_first is None and raw.first_solution_time is not None:
-                t_first = (deadline - t0) - remaining + raw.first_solution_time
+    incumbent = best
+    found = _solution(fixed, model, raw)
+    if found is not None and (incumbent is None or found.makespan < incumbent.makespan):
+        incumbent = found
+        if t_first is None and raw.first_solution_time is not None:
+            t_first = (deadline - t0) - remaining + raw.first_solution_time
     if raw.status == "infeasible":
         if best is not None:
             raise RuntimeError("CP-SAT reports infeasible although a known schedule fits: a modelling bug")
         return _finish(fixed, mode, "infeasible", None, None, None, t0, None, assumptions,
                        "no schedule exists under these constraints", details, evals)
     bound = max(lb, raw.bound) if raw.bound is not None else lb
-    if chosen is None:
+    if incumbent is None:
         return _finish(fixed, mode, "unknown", None, None, bound, t0, None, assumptions,
                        "no schedule found within the limit", details, evals)
-    if upper is not None and bound < makespan:
-        later = config.relaxation
-        upper_deadline = min(deadline, time.perf_counter() + (0.5 if later else 1.0) * (deadline - time.perf_counter()))
-        chosen, makespan, bound = _improve_upper(fixed, placement, upper, chosen, makespan, bound,
-                                                 upper_deadline, details)
-    if relax_sets and bound < makespan:
-        relax_deadline = min(deadline, time.perf_counter() + 0.25 * (deadline - time.perf_counter()))
-        bound = _relaxation_bounds(fixed, placement, config, relax_sets, chosen, makespan, bound,
-                                   relax_deadline, details)
-    if config.relaxation and bound < makespan:
-        bound, found = _tighten_horizon(fixed, placement, config, bound, makespan, deadline, details)
-        if found is not None:
-            chosen, makespan = found
+
+    def until(fraction: float) -> float:
+        return min(deadline, time.perf_counter() + fraction * (deadline - time.perf_counter()))
+
+    if upper is not None and bound < incumbent.makespan:
+        incumbent, bound = _improve_upper(fixed, placement, upper, incumbent, bound,
+                                          until(0.5 if relax_sets or config.tighten else 1.0), details)
+    if relax_sets and bound < incumbent.makespan:
+        bound = _relaxation_bounds(fixed, placement, config, relax_sets, incumbent, bound,
+                                   until(0.25 if config.tighten else 1.0), details)
+    if config.tighten and bound < incumbent.makespan:
+        bound, found = _tighten_horizon(fixed, placement, config, bound, incumbent.makespan, deadline, details)
+        incumbent = found or incumbent
+    makespan = incumbent.makespan
     status = "optimal" if bound >= makespan else "feasible"
-    return _finish(fixed, mode, status, chosen, makespan, min(bound, makespan), t0, t_first,
+    return _finish(fixed, mode, status, incumbent.schedule, makespan, min(bound, makespan), t0, t_first,
                    assumptions, "", details, evals)
+
+
+def _hint_incumbent(model: CpSatModel, problem: Problem, known: KnownEval) -> None:
+    """Hint ``model`` (when ``hints`` is on) with a judged schedule, in the form its
+    symmetry and dominance families accept."""
+    if model.config.hints:
+        h = hint_form(problem, known, "last-stage glue" in model.applied)
+        model.hint(h.schedule, h.timing, h.makespan)
+
+
+def _solution(problem: Problem, model: CpSatModel, raw) -> KnownEval | None:
+    """The schedule of a solve, re-checked by the evaluator (None when none was found)."""
+    if raw.starts is None:
+        return None
+    return _checked(problem, model.schedule_from(raw, name="cpsat"), raw.makespan)
 
 
 def _upper_phase_config(config: CpSatConfig) -> CpSatConfig | None:
@@ -338,28 +347,23 @@ def _upper_phase_config(config: CpSatConfig) -> CpSatConfig | None:
     return config.replace(subsolvers=("default_lp",), extra_params=probing + config.extra_params)
 
 
-def _improve_upper(problem, placement, config, chosen, makespan, bound, deadline, details):
+def _improve_upper(problem, placement, config, incumbent: KnownEval, bound, deadline, details):
     """The upper-bound phase: the model rebuilt with the incumbent as horizon and hint,
     solved with ``config``'s portfolio until ``deadline``. Returns the (possibly better)
-    schedule, its makespan and the (possibly raised) bound."""
-    remaining = deadline - time.perf_counter()
-    if remaining < 0.5:
-        return chosen, makespan, bound
-    model = CpSatModel(problem, config, placement, makespan, makespan_lb=bound)
-    if config.hints:
-        h = hint_form(problem, evaluate_known(problem, chosen), "last-stage glue" in model.applied)
-        model.hint(h.schedule, h.timing, h.makespan)
+    incumbent and the (possibly raised) bound."""
+    if deadline - time.perf_counter() < 0.5:
+        return incumbent, bound
+    model = CpSatModel(problem, config, placement, incumbent.makespan, makespan_lb=bound)
+    _hint_incumbent(model, problem, incumbent)
     raw = model.solve(deadline - time.perf_counter())
     details["upper_phase"] = {"status": raw.status, "makespan": raw.makespan, "bound": raw.bound,
                               "wall_s": round(raw.wall_time, 3)}
     if raw.bound is not None:
         bound = max(bound, raw.bound)
-    if raw.starts is not None and raw.makespan < makespan:
-        cand = model.schedule_from(raw, name="cpsat")
-        ev = _checked(problem, cand, raw.makespan)
-        if ev.makespan < makespan:
-            chosen, makespan = cand, ev.makespan
-    return chosen, makespan, bound
+    found = _solution(problem, model, raw)
+    if found is not None and found.makespan < incumbent.makespan:
+        incumbent = found
+    return incumbent, bound
 
 
 def relaxation_sets(problem: Problem, placement: Placement) -> list[frozenset[int]]:
@@ -383,20 +387,18 @@ def relaxation_sets(problem: Problem, placement: Placement) -> list[frozenset[in
     return out
 
 
-def _relaxation_bounds(problem, placement, config, sets, chosen, makespan, bound, deadline, details) -> int:
+def _relaxation_bounds(problem, placement, config, sets, incumbent: KnownEval, bound, deadline, details) -> int:
     """Raise ``bound`` with CP-SAT bounds of relaxations (only the devices of a set keep
     their no-overlap and memory constraints): every relaxation's bound is a bound of the
     problem. The incumbent hints each relaxation and caps its horizon."""
     rows = []
-    ev = evaluate_known(problem, chosen)
+    makespan = incumbent.makespan
     for i, devs in enumerate(sets):
         remaining = deadline - time.perf_counter()
         if remaining < 0.2:
             break
         model = CpSatModel(problem, config, placement, makespan, makespan_lb=bound, resource_devices=devs)
-        if config.hints:
-            h = hint_form(problem, ev, "last-stage glue" in model.applied)
-            model.hint(h.schedule, h.timing, h.makespan)
+        _hint_incumbent(model, problem, incumbent)
         raw = model.solve(remaining / (len(sets) - i))
         if raw.bound is not None and raw.bound > bound:
             bound = raw.bound
@@ -414,7 +416,7 @@ def _tighten_horizon(problem, placement, config, bound, makespan, deadline, deta
     tight domains). Infeasible proves ``bound + 1``; a schedule found ends exactly at
     ``bound`` (no schedule ends earlier) and is optimal; unknown stops. On linear S=16,
     B=64, cap 16, C=1 this proves 368 where the optimisation model's bound stays at 367.
-    Returns (bound, (schedule, makespan) or None)."""
+    Returns (bound, the schedule found, judged, or None)."""
     rows = []
     found = None
     while bound < makespan:
@@ -427,10 +429,7 @@ def _tighten_horizon(problem, placement, config, bound, makespan, deadline, deta
         if raw.status == "infeasible":
             bound += 1
             continue
-        if raw.starts is not None:
-            cand = model.schedule_from(raw, name="cpsat")
-            ev = _checked(problem, cand, raw.makespan)
-            found = (cand, ev.makespan)
+        found = _solution(problem, model, raw)
         break
     details["horizon_tightening"] = rows
     return bound, found

@@ -284,9 +284,8 @@ def test_horizon_tightening_proves_step_by_step_and_finds_the_optimum():
                                     time.perf_counter() + 60, details)
     assert bound == 46
     assert [r["status"] for r in details["horizon_tightening"]] == ["infeasible", "infeasible", "optimal"]
-    schedule, makespan = found
-    assert makespan == 46
-    sim = simulate(schedule, problem.costs)
+    assert found.makespan == 46
+    sim = simulate(found.schedule, problem.costs)
     assert sim.makespan == 46 and max(sim.peak_activation) <= 4
 
 
@@ -308,16 +307,17 @@ def test_upper_phase_improves_1f1b_to_the_optimum():
     above) the upper-bound phase returns a schedule of 46 that the simulator confirms,
     and never a bound above it."""
     from solver.cpsat.modes import _improve_upper, _upper_phase_config
+    from solver.cpsat.oracle import evaluate_known
 
     problem = idealized_problem(4, 8, comm=1, activation_cap=4)
     pl = problem.fixed_placement
     fixed = problem.with_placement(pl)
     config = _upper_phase_config(CpSatConfig(workers=2, deterministic_time=20))
-    start = registry.generate("1f1b", 4, 8)
+    start = evaluate_known(fixed, registry.generate("1f1b", 4, 8))
+    assert start.makespan == 49
     details = {}
-    schedule, makespan, lb = _improve_upper(fixed, pl, config, start, 49, 44,
-                                            time.perf_counter() + 60, details)
-    assert makespan == 46 and 44 <= lb <= 46
+    found, lb = _improve_upper(fixed, pl, config, start, 44, time.perf_counter() + 60, details)
+    assert found.makespan == 46 and 44 <= lb <= 46
     assert details["upper_phase"]["makespan"] == 46
-    sim = simulate(schedule, problem.costs)
+    sim = simulate(found.schedule, problem.costs)
     assert sim.makespan == 46 and max(sim.peak_activation) <= 4
