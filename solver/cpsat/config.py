@@ -49,9 +49,10 @@ class CpSatConfig:
     right after its F (an exchange argument, see ``constraints.add_last_stage_glue``).
     Phases after an unproven full model (fixed placement), in this order:
     ``upper_phase``: on at most 2 workers with the default portfolio, re-solve the model
-    with CP-SAT's LP-guided search and LNS, hinted with the incumbent (the no-LP portfolio
-    finds the first schedules and bounds fastest, the LP-guided search improves long
-    pipelines further). ``relaxation``: prove bounds on relaxations that keep the
+    with one full search and CP-SAT's LNS, hinted with the incumbent, restarting a solve
+    that stalls with the other search of ``modes.UPPER_SEARCHES`` and the next seed (the
+    no-LP pair finds the first schedules and bounds fastest, LNS improves long pipelines
+    further). ``relaxation``: prove bounds on relaxations that keep the
     no-overlap and memory constraints of only some devices (both pipeline ends first; any
     relaxation's bound is a bound of the problem). ``tighten``: rebuild the model with
     the bound as horizon until it is proven infeasible (bound + 1) or a schedule is found

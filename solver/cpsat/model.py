@@ -5,6 +5,7 @@ families and the objective; hinted from a known schedule; solved into a ``RawSol
 from __future__ import annotations
 
 import math
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -42,6 +43,7 @@ class RawSolve:
     num_solutions: int
     log: list[str] = field(default_factory=list)
     trace: list[tuple[float, float]] = field(default_factory=list)  # (seconds, objective)
+    stalled: bool = False  # stopped early: no better solution for ``stall_s`` seconds
 
 
 class _Progress(cp_model.CpSolverSolutionCallback):
@@ -60,6 +62,34 @@ class _Progress(cp_model.CpSolverSolutionCallback):
             self.first = now
         self.count += 1
         self.trace.append((now, self.objective_value))
+
+    def since_progress(self) -> float:
+        """Seconds since the last solution (or since the solve began)."""
+        now = time.perf_counter() - self.t0
+        return now - (self.trace[-1][0] if self.trace else 0.0)
+
+
+class _StallWatch:
+    """Stops ``solver`` once ``progress`` has seen no new solution for ``stall_s``
+    seconds (a thread polling 4 times a second; CP-SAT's stop is thread-safe)."""
+
+    def __init__(self, solver: cp_model.CpSolver, progress: _Progress, stall_s: float):
+        self.stalled = False
+        self._done = threading.Event()
+
+        def watch() -> None:
+            while not self._done.wait(0.25):
+                if progress.since_progress() > stall_s:
+                    self.stalled = True
+                    solver.stop_search()
+                    return
+
+        self._thread = threading.Thread(target=watch, daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._done.set()
+        self._thread.join()
 
 
 class CpSatModel:
@@ -206,11 +236,18 @@ class CpSatModel:
             prm.new_linear_propagation = False
         return solver
 
-    def solve(self, time_limit: float, workers: int | None = None) -> RawSolve:
+    def solve(self, time_limit: float, workers: int | None = None, stall_s: float | None = None) -> RawSolve:
+        """Solve within ``time_limit`` seconds; with ``stall_s``, stop early once no better
+        solution has come for that long (``RawSolve.stalled``)."""
         solver = self.parameters(time_limit, workers)
         t0 = time.perf_counter()
         cb = _Progress(t0)
-        code = solver.solve(self.model, cb)
+        watch = _StallWatch(solver, cb, stall_s) if stall_s is not None else None
+        try:
+            code = solver.solve(self.model, cb)
+        finally:
+            if watch is not None:
+                watch.stop()
         wall = time.perf_counter() - t0
         if code == cp_model.MODEL_INVALID:  # pragma: no cover - a bug in the model builder
             raise RuntimeError(f"CP-SAT rejected the model: {self.model.validate()}")
@@ -241,7 +278,7 @@ class CpSatModel:
             if math.isfinite(b):
                 bound = int(math.ceil(b - 1e-9))
         return RawSolve(status, makespan, bound, starts, placement, wall, cb.first, cb.count,
-                        trace=list(cb.trace))
+                        trace=list(cb.trace), stalled=watch is not None and watch.stalled)
 
     def schedule_from(self, raw: RawSolve, name: str = "cpsat") -> Schedule:
         """The schedule of a solution: its placement and, per device, its ops by start."""

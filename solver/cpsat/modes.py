@@ -332,37 +332,59 @@ def _solution(problem: Problem, model: CpSatModel, raw) -> KnownEval | None:
     return _checked(problem, model.schedule_from(raw, name="cpsat"), raw.makespan)
 
 
-def _upper_phase_config(config: CpSatConfig) -> CpSatConfig | None:
-    """The configuration of the upper-bound phase, or None when it does not run: on at
-    most 2 workers with the default portfolio (whose two workers are a no-LP search and
-    a bound search), a second solve by CP-SAT's LP-guided search with its LNS workers on
-    the other thread, presolve probing off (it delays the first decision by 6-7 s on
-    linear S=16, B=64 and the search does not need it). Measured on that instance
-    (experiments/bench_cpsat.py TARGET2, 45-60 s solves hinted with the greedy 378): 371
-    in 3 of 5 runs (at 14.5-34.9 s), 372 in the others; the no-LP portfolio reached 371
-    in 1 of 7 runs and ended at 372-374 in the others."""
+# the searches of the upper-bound phase, each with CP-SAT's LNS workers on the other
+# thread; a stalled solve restarts with the next one (and the next random seed)
+UPPER_SEARCHES: tuple[tuple[str, ...], ...] = (("no_lp",), ("default_lp",))
+
+
+def _upper_phase_config(config: CpSatConfig) -> tuple[CpSatConfig, ...] | None:
+    """The configurations of the upper-bound phase's solves, used in turn (None when the
+    phase does not run): on at most 2 workers with the default portfolio (whose two
+    workers are full searches, no LNS), one full search of ``UPPER_SEARCHES`` with
+    CP-SAT's LNS workers on the other thread, presolve probing off (it delays the first
+    decision by 6-7 s on linear S=16, B=64 and the search does not need it). Measured on
+    that instance (experiments/bench_cpsat.py TARGET2, hinted with the incumbent): no-LP
+    search + LNS reached 371 in 10 of 10 solves of 25-50 s, within 8-21 s, from
+    incumbents of 372-375; the LP-guided search + LNS in 7 of 9 solves of 25 s from
+    three incumbents of 372, and in none of 2 from the third."""
     if not config.upper_phase or config.subsolvers is not None or config.workers > 2:
         return None
     probing = (("cp_model_probing_level", 0),)
-    return config.replace(subsolvers=("default_lp",), extra_params=probing + config.extra_params)
+    return tuple(config.replace(subsolvers=sub, extra_params=probing + config.extra_params)
+                 for sub in UPPER_SEARCHES)
 
 
-def _improve_upper(problem, placement, config, incumbent: KnownEval, bound, deadline, details):
+def _improve_upper(problem, placement, configs, incumbent: KnownEval, bound, deadline, details):
     """The upper-bound phase: the model rebuilt with the incumbent as horizon and hint,
-    solved with ``config``'s portfolio until ``deadline``. Returns the (possibly better)
-    incumbent and the (possibly raised) bound."""
-    if deadline - time.perf_counter() < 0.5:
-        return incumbent, bound
-    model = CpSatModel(problem, config, placement, incumbent.makespan, makespan_lb=bound)
-    _hint_incumbent(model, problem, incumbent)
-    raw = model.solve(deadline - time.perf_counter())
-    details["upper_phase"] = {"status": raw.status, "makespan": raw.makespan, "bound": raw.bound,
-                              "wall_s": round(raw.wall_time, 3)}
-    if raw.bound is not None:
-        bound = max(bound, raw.bound)
-    found = _solution(problem, model, raw)
-    if found is not None and found.makespan < incumbent.makespan:
-        incumbent = found
+    solved with ``configs[0]`` until ``deadline``; a solve that finds nothing better for
+    40% of the phase is stopped and restarted from the incumbent with the next of
+    ``configs`` and the next random seed (the time to improve is heavy-tailed and
+    depends on the search: on linear S=16, B=64, cap 16, C=1, from one 372 the LP-guided
+    search stayed at 372 for 25 s with 2 seeds, the no-LP search found 371 in 19 s with
+    each of 3). Under a deterministic time limit there is one solve (a wall-clock stall
+    would make the run irreproducible). Returns the (possibly better) incumbent and the
+    (possibly raised) bound."""
+    stall_s = None if configs[0].deterministic_time is not None else max(2.0, (deadline - time.perf_counter()) / 2.5)
+    rows = []
+    attempt = 0
+    while bound < incumbent.makespan and deadline - time.perf_counter() >= 0.5:
+        base = configs[attempt % len(configs)]
+        config = base.replace(random_seed=base.random_seed + attempt)
+        model = CpSatModel(problem, config, placement, incumbent.makespan, makespan_lb=bound)
+        _hint_incumbent(model, problem, incumbent)
+        raw = model.solve(deadline - time.perf_counter(), stall_s=stall_s)
+        rows.append({"search": "+".join(config.subsolvers), "seed": config.random_seed, "status": raw.status,
+                     "makespan": raw.makespan, "bound": raw.bound, "wall_s": round(raw.wall_time, 3),
+                     "stalled": raw.stalled})
+        if raw.bound is not None:
+            bound = max(bound, raw.bound)
+        found = _solution(problem, model, raw)
+        if found is not None and found.makespan < incumbent.makespan:
+            incumbent = found
+        if not raw.stalled or deadline - time.perf_counter() < stall_s / 2:
+            break  # finished, or too little time left for a restart to get past presolve
+        attempt += 1
+    details["upper_phase"] = rows
     return incumbent, bound
 
 
@@ -390,7 +412,10 @@ def relaxation_sets(problem: Problem, placement: Placement) -> list[frozenset[in
 def _relaxation_bounds(problem, placement, config, sets, incumbent: KnownEval, bound, deadline, details) -> int:
     """Raise ``bound`` with CP-SAT bounds of relaxations (only the devices of a set keep
     their no-overlap and memory constraints): every relaxation's bound is a bound of the
-    problem. The incumbent hints each relaxation and caps its horizon."""
+    problem. The incumbent hints each relaxation and caps its horizon. The sets grow; a
+    set neither solved nor raising the bound ends the phase (on linear S=16, B=64, cap
+    16, C=1 the first set proves 367 in 2.7-3.4 s when given the time, the larger sets
+    only repeated its bound)."""
     rows = []
     makespan = incumbent.makespan
     for i, devs in enumerate(sets):
@@ -399,12 +424,16 @@ def _relaxation_bounds(problem, placement, config, sets, incumbent: KnownEval, b
             break
         model = CpSatModel(problem, config, placement, makespan, makespan_lb=bound, resource_devices=devs)
         _hint_incumbent(model, problem, incumbent)
-        raw = model.solve(remaining / (len(sets) - i))
-        if raw.bound is not None and raw.bound > bound:
+        # half of what remains while larger sets follow: the first set is usually the
+        # one that raises the bound, the early stop below often ends the phase after it
+        raw = model.solve(remaining / 2 if i + 1 < len(sets) else remaining)
+        raised = raw.bound is not None and raw.bound > bound
+        if raised:
             bound = raw.bound
         rows.append({"devices": sorted(devs), "status": raw.status, "bound": raw.bound,
                      "wall_s": round(raw.wall_time, 3)})
-        if bound >= makespan:
+        if bound >= makespan or not (raised or raw.status == "optimal"):
+            # a set left unsolved without a better bound: the larger ones are harder still
             break
     details["relaxations"] = rows
     return bound
