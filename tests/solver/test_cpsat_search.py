@@ -346,7 +346,8 @@ class _StalledModel:
 
 def test_upper_phase_restarts_a_stalled_solve_with_the_next_search_and_seed(monkeypatch):
     """A stalled solve restarts from the same incumbent with the other search and the
-    next seed, until the deadline; nothing better found keeps the incumbent."""
+    next seed while time for a restart remains; nothing better found keeps the
+    incumbent."""
     from solver.cpsat import modes
     from solver.cpsat.oracle import evaluate_known
 
@@ -358,7 +359,10 @@ def test_upper_phase_restarts_a_stalled_solve_with_the_next_search_and_seed(monk
     _StalledModel.built = []
     monkeypatch.setattr(modes, "CpSatModel", _StalledModel)
     details = {}
-    found, lb = modes._improve_upper(fixed, pl, configs, start, 44, time.perf_counter() + 0.8, details)
+    t0 = time.perf_counter()
+    found, lb = modes._improve_upper(fixed, pl, configs, start, 44, t0 + 2.5, details)
+    # the stall limit is 2 s (its floor); no restart with less than half of it left
+    assert time.perf_counter() - t0 < 2.3
     assert found is start and lb == 44
     built = _StalledModel.built
     assert len(built) >= 3
