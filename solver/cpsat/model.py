@@ -238,11 +238,14 @@ class CpSatModel:
 
     def solve(self, time_limit: float, workers: int | None = None, stall_s: float | None = None) -> RawSolve:
         """Solve within ``time_limit`` seconds; with ``stall_s``, stop early once no better
-        solution has come for that long (``RawSolve.stalled``)."""
+        solution has come for that long (``RawSolve.stalled``) — except under a
+        deterministic time limit, which a wall-clock stop would make irreproducible."""
         solver = self.parameters(time_limit, workers)
         t0 = time.perf_counter()
         cb = _Progress(t0)
-        watch = _StallWatch(solver, cb, stall_s) if stall_s is not None else None
+        watch = None
+        if stall_s is not None and self.config.deterministic_time is None:
+            watch = _StallWatch(solver, cb, stall_s)
         try:
             code = solver.solve(self.model, cb)
         finally:

@@ -361,10 +361,10 @@ def _improve_upper(problem, placement, configs, incumbent: KnownEval, bound, dea
     ``configs`` and the next random seed (the time to improve is heavy-tailed and
     depends on the search: on linear S=16, B=64, cap 16, C=1, from one 372 the LP-guided
     search stayed at 372 for 25 s with 2 seeds, the no-LP search found 371 in 19 s with
-    each of 3). Under a deterministic time limit there is one solve (a wall-clock stall
-    would make the run irreproducible). Returns the (possibly better) incumbent and the
-    (possibly raised) bound."""
-    stall_s = None if configs[0].deterministic_time is not None else max(2.0, (deadline - time.perf_counter()) / 2.5)
+    each of 3). Under a deterministic time limit solves do not stall (``CpSatModel.solve``),
+    so there is one. Returns the (possibly better) incumbent and the (possibly raised)
+    bound."""
+    stall_s = max(2.0, (deadline - time.perf_counter()) / 2.5)
     rows = []
     attempt = 0
     while bound < incumbent.makespan and deadline - time.perf_counter() >= 0.5:

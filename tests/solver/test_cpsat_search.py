@@ -189,8 +189,6 @@ def test_replica_groups_and_optimizer_tails_in_search():
 
 
 def test_time_limit_is_honoured_and_best_so_far_returned():
-    import time
-
     problem = idealized_problem(8, 24, comm=1, activation_cap=8)
     t0 = time.perf_counter()
     res = search(problem, CpSatConfig(time_limit_s=1.0, workers=2))
@@ -290,8 +288,9 @@ def test_horizon_tightening_proves_step_by_step_and_finds_the_optimum():
 
 
 def test_upper_phase_config_only_for_the_two_worker_default_portfolio():
-    """The LP-guided phase replaces the no-LP pair of the 1-2 worker default portfolio;
-    an explicit portfolio, more workers or the switch turn it off."""
+    """The upper phase follows the 1-2 worker default portfolio with the no-LP search and
+    then the LP-guided one (each with LNS, probing off); an explicit portfolio, more
+    workers or the switch turn it off."""
     from solver.cpsat.modes import _upper_phase_config
 
     cfgs = _upper_phase_config(CpSatConfig(workers=2, extra_params=(("random_seed", 3),)))
@@ -323,16 +322,28 @@ def test_upper_phase_improves_1f1b_to_the_optimum():
     assert sim.makespan == 46 and max(sim.peak_activation) <= 4
 
 
-class _StalledModel:
-    """Stands in for CpSatModel in the restart test: every solve stalls, finds nothing
-    better and proves nothing new; the configs it was built with are recorded."""
+class _Clock:
+    """A fake ``time`` module for ``modes``: only solves move it."""
 
-    built: list = []
+    def __init__(self):
+        self.now = 1000.0
+
+    def perf_counter(self):
+        return self.now
+
+
+class _StalledModel:
+    """Stands in for CpSatModel: every solve takes 0.3 s of the fake ``clock``, stalls,
+    finds nothing better and proves nothing new; ``built`` records (subsolvers, seed,
+    horizon) of each model."""
+
+    clock: _Clock
+    built: list
+    applied: list = []
 
     def __init__(self, problem, config, placement, horizon, makespan_lb=0, **_):
         self.config = config
-        self.applied = []
-        _StalledModel.built.append((config.subsolvers, config.random_seed, horizon))
+        self.built.append((config.subsolvers, config.random_seed, horizon))
 
     def hint(self, *args):
         pass
@@ -340,14 +351,25 @@ class _StalledModel:
     def solve(self, time_limit, workers=None, stall_s=None):
         from solver.cpsat.model import RawSolve
 
-        time.sleep(min(time_limit, 0.05))
-        return RawSolve("feasible", None, 40, None, None, 0.05, None, 0, stalled=True)
+        self.clock.now += 0.3
+        return RawSolve("feasible", None, 40, None, None, 0.3, None, 0, stalled=True)
+
+
+def _stalled_modes(monkeypatch) -> type:
+    """Patch ``modes`` with a fake clock and a fresh stalling stand-in model class."""
+    from solver.cpsat import modes
+
+    fake = type("Stalled", (_StalledModel,), {"clock": _Clock(), "built": []})
+    monkeypatch.setattr(modes, "time", fake.clock)
+    monkeypatch.setattr(modes, "CpSatModel", fake)
+    return fake
 
 
 def test_upper_phase_restarts_a_stalled_solve_with_the_next_search_and_seed(monkeypatch):
     """A stalled solve restarts from the same incumbent with the other search and the
-    next seed while time for a restart remains; nothing better found keeps the
-    incumbent."""
+    next seed while at least half the stall limit remains; nothing better found keeps
+    the incumbent. With 2.5 s the stall limit is its 2 s floor; solves of 0.3 s leave
+    2.2, 1.9, 1.6, 1.3, 1.0, then 0.7 s < 1 s: six solves."""
     from solver.cpsat import modes
     from solver.cpsat.oracle import evaluate_known
 
@@ -356,27 +378,21 @@ def test_upper_phase_restarts_a_stalled_solve_with_the_next_search_and_seed(monk
     fixed = problem.with_placement(pl)
     start = evaluate_known(fixed, registry.generate("1f1b", 4, 8))
     configs = modes._upper_phase_config(CpSatConfig(workers=2, random_seed=7))
-    _StalledModel.built = []
-    monkeypatch.setattr(modes, "CpSatModel", _StalledModel)
+    fake = _stalled_modes(monkeypatch)
     details = {}
-    t0 = time.perf_counter()
-    found, lb = modes._improve_upper(fixed, pl, configs, start, 44, t0 + 2.5, details)
-    # the stall limit is 2 s (its floor); no restart with less than half of it left
-    assert time.perf_counter() - t0 < 2.3
+    found, lb = modes._improve_upper(fixed, pl, configs, start, 44, fake.clock.now + 2.5, details)
     assert found is start and lb == 44
-    built = _StalledModel.built
-    assert len(built) >= 3
-    assert [b[0] for b in built[:3]] == [("no_lp",), ("default_lp",), ("no_lp",)]
-    assert [b[1] for b in built[:3]] == [7, 8, 9]
-    assert all(b[2] == 49 for b in built)  # the incumbent's makespan is every horizon
-    assert all(r["stalled"] for r in details["upper_phase"])
+    assert [b[0] for b in fake.built] == [("no_lp",), ("default_lp",)] * 3
+    assert [b[1] for b in fake.built] == [7, 8, 9, 10, 11, 12]
+    assert all(b[2] == 49 for b in fake.built)  # the incumbent's makespan is every horizon
+    assert len(details["upper_phase"]) == 6 and all(r["stalled"] for r in details["upper_phase"])
 
 
 def test_a_solve_without_progress_stops_on_stall():
     """CpSatModel.solve(stall_s=...) stops once no better solution came for that long:
     hinted with 1F1B on linear S=16, B=64, cap 16, C=1 (optimum 368-371, not provable
     in seconds) a one-worker solve stalls long before its 60 s limit (the clock starts
-    with the solve, presolve included)."""
+    with the solve, presolve included); under a deterministic limit it does not stall."""
     from solver.cpsat.model import CpSatModel
     from solver.cpsat.oracle import evaluate_known
 
@@ -390,6 +406,11 @@ def test_a_solve_without_progress_stops_on_stall():
     assert raw.stalled and raw.wall_time < 30
     assert raw.status in ("feasible", "unknown")  # not proven; the hint may not be loaded yet
     assert raw.makespan is None or raw.makespan <= start.makespan
+    # under a deterministic limit a wall-clock stall would make the run irreproducible
+    small = idealized_problem(8, 32, comm=1, activation_cap=8)
+    steady = CpSatModel(small, CpSatConfig(workers=1, subsolvers=("no_lp",), deterministic_time=0.3),
+                        small.fixed_placement, 200)
+    assert not steady.solve(60, stall_s=0.01).stalled
 
 
 def test_relaxation_bounds_stay_below_the_optimum():
@@ -427,8 +448,7 @@ def test_relaxations_stop_at_a_set_that_neither_solves_nor_raises(monkeypatch):
     sets = modes.relaxation_sets(fixed, pl)
     assert len(sets) == 3
     start = evaluate_known(fixed, registry.generate("1f1b", 16, 64))
-    _StalledModel.built = []
-    monkeypatch.setattr(modes, "CpSatModel", _StalledModel)
+    fake = _stalled_modes(monkeypatch)
     details = {}
-    bound = modes._relaxation_bounds(fixed, pl, CpSatConfig(), sets, start, 360, time.perf_counter() + 5, details)
-    assert bound == 360 and len(details["relaxations"]) == 1
+    bound = modes._relaxation_bounds(fixed, pl, CpSatConfig(), sets, start, 360, fake.clock.now + 5, details)
+    assert bound == 360 and len(details["relaxations"]) == 1 and len(fake.built) == 1
