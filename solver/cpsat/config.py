@@ -66,6 +66,8 @@ class CpSatConfig:
     ``max_placements``: above this many canonical placements the monolithic model is used.
     ``known_generators``: also judge the registry's matching schedules and greedy list
     schedules as known schedules (hints, horizon, gaps); off for ablations of the solver.
+    ``justify``: fixed placement, improve every fitting known schedule by double
+    justification (``justify``) for the hint and horizon, within 10% of the time limit.
     """
 
     time_limit_s: float = 60.0
@@ -89,6 +91,7 @@ class CpSatConfig:
     decompose: bool = True
     max_placements: int = 20000
     known_generators: bool = True
+    justify: bool = True
     extra_params: tuple[tuple[str, object], ...] = field(default=())
 
     def __post_init__(self) -> None:
