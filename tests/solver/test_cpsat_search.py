@@ -287,6 +287,39 @@ def test_horizon_tightening_proves_step_by_step_and_finds_the_optimum():
     assert sim.makespan == 46 and max(sim.peak_activation) <= 4
 
 
+def test_tightening_jumps_by_predicted_proof_time():
+    """One step at a time until two proofs are timed; then the largest jump whose
+    predicted time (last proof times the clamped growth ratio per step) is at most half
+    of what remains, staying below the incumbent. Hand-worked: times 2.5, 3.0 give ratio
+    1.2 -> 2; 3.0 * 2**2 = 12 <= 15 but 3.0 * 2**3 = 24 > 15, so k = 2."""
+    from solver.cpsat.modes import _tighten_step
+
+    assert _tighten_step([], 100.0, 10) == 1
+    assert _tighten_step([0.1], 100.0, 10) == 1
+    assert _tighten_step([2.5, 3.0], 30.0, 10) == 2
+    assert _tighten_step([2.0, 6.0], 400.0, 10) == 3       # ratio 3: 6 * 27 = 162 <= 200 < 6 * 81
+    assert _tighten_step([1.0, 1.0], 1000.0, 3) == 2       # horizon stays below the incumbent
+    assert _tighten_step([1.0, 10.0], 100.0, 10) == 1      # ratio 10 -> 4: 10 * 16 > 50
+    assert _tighten_step([1.0, 1.0], 1000.0, 1) == 1
+
+
+def test_tightening_jump_that_finds_a_schedule_keeps_it():
+    """With proof times known the first probe jumps: from bound 44 and incumbent 49 on the
+    S=4, B=8, C=1, cap 4 instance (optimum 46), a probe at 47 finds and proves 46."""
+    from solver.cpsat.modes import _tighten_horizon
+
+    problem = idealized_problem(4, 8, comm=1, activation_cap=4)
+    pl = problem.fixed_placement
+    details = {}
+    config = CpSatConfig(workers=2, deterministic_time=20)
+    bound, found = _tighten_horizon(problem.with_placement(pl), pl, config, 44, 49,
+                                    time.perf_counter() + 60, details, proof_times=[0.01, 0.01])
+    rows = details["horizon_tightening"]
+    assert rows[0]["horizon"] > 44
+    assert bound == 46 and found.makespan == 46
+    assert rows[-1]["status"] == "optimal"
+
+
 def test_upper_phase_config_only_for_the_two_worker_default_portfolio():
     """The upper phase follows the 1-2 worker default portfolio with the no-LP search and
     then the LP-guided one (each with LNS, probing off); an explicit portfolio, more
