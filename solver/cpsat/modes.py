@@ -170,12 +170,12 @@ def _justified(problem: Problem, placement: Placement, evals: Sequence[KnownEval
     S=16, B=64, cap 16, C=1 the best known (greedy, 378) does not improve but 1F1B (385)
     becomes 375."""
     fitting = sorted((e for e in evals if e.fits), key=lambda e: e.makespan)
-    if not fitting:
+    graph = precedence_graph(problem, placement) if fitting else None
+    if graph is None:
         return []
-    graph = precedence_graph(problem, placement)
     out = []
     for e in fitting:
-        if graph is None or time.perf_counter() > until:
+        if time.perf_counter() > until:
             break
         better = justify(problem, placement, e, graph)
         if better is not None:
