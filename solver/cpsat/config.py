@@ -54,11 +54,13 @@ class CpSatConfig:
     no-LP pair finds the first schedules and bounds fastest, LNS improves long pipelines
     further). ``relaxation``: prove bounds on relaxations that keep the
     no-overlap and memory constraints of only some devices (both pipeline ends first; any
-    relaxation's bound is a bound of the problem). ``tighten``: rebuild the model with
-    the bound as horizon until it is proven infeasible (bound + 1) or a schedule is found
-    (optimal) or time runs out. Time split: full model 30% (without the upper phase: 50%
-    before relaxations, 85% before tightening), upper phase half of the rest,
-    relaxations a quarter of what then remains, tightening the rest.
+    relaxation's bound is a bound of the problem). ``tighten``: rebuild the model with a
+    horizon at or (once two proofs are timed) ahead of the bound; infeasible proves
+    horizon + 1, a schedule found improves the incumbent, until time runs out
+    (``modes._tighten_horizon``). Time split: justification at most 10%, then full model
+    30% of what remains (without the upper phase: 50% before relaxations, 85% before
+    tightening), upper phase half of the rest, relaxations a quarter of what then
+    remains, tightening the rest.
     ``order_literals``: fixed placement under FIFO, a literal per pair of ops of two
     chains on a device whose order is open, with staircase implications, replacing the
     device's no-overlap (``constraints.add_order_literals``) when at most
