@@ -69,11 +69,10 @@ def analytic_lower_bound(problem: Problem, placement: Placement | None) -> tuple
         for d, ld in load.items():
             take(heads[d] + ld + tails[d] + opts[d], f"load of device {d}")
         for p, n in counts.items():
-            cap = problem.cap(placement.device(p, 0))
-            a = problem.costs.activation[(p, 0)]
-            if cap is None or a <= 0:
+            fit = problem.activations_fit(problem.cap(placement.device(p, 0)), p, 0)
+            if fit is None:
                 continue
-            k = int(math.floor(cap / a + 1e-9)) + 1
+            k = fit + 1
             if k < 2 or k > n:
                 continue
             L = lifetime_min(problem, placement, p, 0)

@@ -14,13 +14,6 @@ from .problem import Problem
 from .variables import Variables, lifetime_min, min_lag, predecessor, successors
 
 
-def _pipeline_microbatches(problem: Problem) -> dict[int, list[int]]:
-    by: dict[int, list[int]] = defaultdict(list)
-    for m, p in enumerate(problem.microbatch2pipeline):
-        by[p].append(m)
-    return by
-
-
 # ---- precedence with transfer lag --------------------------------------------------------
 def _free_lag(model: cp_model.CpModel, v: Variables, pred: Op, op: Op):
     """Transfer lag of edge pred -> op under free placement: a linear expression in
@@ -157,7 +150,7 @@ def add_order_literals(model: cp_model.CpModel, v: Variables, limit: int) -> fro
     at most ``limit`` literals are needed in all (else the no-overlap stays everywhere).
     Returns the devices it covers."""
     problem = v.problem
-    by_pipe = _pipeline_microbatches(problem)
+    by_pipe = problem.pipeline_microbatches
     chains_on = {}
     for d in range(problem.num_devices):
         held = v.placement.stages_on(d)
@@ -274,9 +267,8 @@ def _add_fifo_memory_precedences(model: cp_model.CpModel, v: Variables) -> set[i
     that fit the device's capacity on their own. Returns the devices holding one stage,
     for which this is exact."""
     problem = v.problem
-    act = problem.costs.activation
     rel = problem.release_kind
-    by_pipe = _pipeline_microbatches(problem)
+    by_pipe = problem.pipeline_microbatches
     exact: set[int] = set()
     for d in range(problem.num_devices):
         keys = v.placement.stages_on(d)
@@ -284,19 +276,16 @@ def _add_fifo_memory_precedences(model: cp_model.CpModel, v: Variables) -> set[i
         if cap is None or not v.has_resources(d):
             continue
         for p, s in keys:
-            a = act[(p, s)]
-            if a <= 0:
-                continue
-            k = int(math.floor(cap / a + 1e-9))
+            k = problem.activations_fit(cap, p, s)
+            if not k:
+                continue  # none kept, or a single activation does not fit (the cumulative says infeasible)
             mbs = by_pipe[p]
-            if k < 1:
-                continue  # a single activation does not fit; the cumulative says infeasible
             for j in range(len(mbs) - k):
                 f = v.index[Op(Kind.F, p, s, mbs[j + k])]
                 r = v.index[Op(rel, p, s, mbs[j])]
                 model.add(v.start[f] >= v.end(r))
             v.chain_shift[((rel, p, s), (Kind.F, p, s))] = k
-        if len(keys) == 1 and int(math.floor(cap / act[keys[0]] + 1e-9)) >= 1 and act[keys[0]] > 0:
+        if len(keys) == 1 and problem.activations_fit(cap, *keys[0]):
             exact.add(d)
     return exact
 
@@ -341,7 +330,7 @@ def add_makespan(model: cp_model.CpModel, v: Variables, orders=None, fifo: bool 
         candidates = [v.index[op] for op in last_ops]
     elif fifo:
         # each stage's release ops run in microbatch order: its last one ends last
-        last_mb = {p: mbs[-1] for p, mbs in _pipeline_microbatches(problem).items()}
+        last_mb = {p: mbs[-1] for p, mbs in problem.pipeline_microbatches.items()}
         stage_last = {(p, s): Op(rel, p, s, last_mb[p]) for p, s in problem.stages if p in last_mb}
         candidates = [v.index[op] for op in stage_last.values()]
     else:
@@ -368,7 +357,7 @@ def add_symmetry_break(model: cp_model.CpModel, v: Variables) -> None:
     """Microbatches of one pipeline are identical, so relabelling them is a symmetry: fix
     their stage-0 forwards (all on one device) to start in microbatch order. Safe."""
     problem = v.problem
-    for p, mbs in _pipeline_microbatches(problem).items():
+    for p, mbs in problem.pipeline_microbatches.items():
         for a, b in zip(mbs, mbs[1:]):
             ia = v.index[Op(Kind.F, p, 0, a)]
             ib = v.index[Op(Kind.F, p, 0, b)]
@@ -393,7 +382,7 @@ def add_fifo(model: cp_model.CpModel, v: Variables) -> None:
     problem. ``tests/solver/test_cpsat_fifo.py`` checks equal optima on random instances
     (linear, bidirectional, wave, split backward, caps, latencies)."""
     problem = v.problem
-    for p, mbs in _pipeline_microbatches(problem).items():
+    for p, mbs in problem.pipeline_microbatches.items():
         for s in range(problem.num_stages[p]):
             for k in problem.kinds:
                 for a, b in zip(mbs, mbs[1:]):
@@ -447,7 +436,7 @@ def add_last_stage_glue(model: cp_model.CpModel, v: Variables) -> bool:
     if problem.split_backward or v.placement is None:
         return False
     applied = False
-    for p, mbs in _pipeline_microbatches(problem).items():
+    for p, mbs in problem.pipeline_microbatches.items():
         last = problem.num_stages[p] - 1
         d = v.placement.device(p, last)
         if v.placement.stages_on(d) != [(p, last)]:
@@ -473,18 +462,17 @@ def add_memory_chain(model: cp_model.CpModel, v: Variables) -> bool:
     start F(j+k-1) >= start F(j) + least lifetime of a stage-0 activation."""
     problem = v.problem
     D = problem.num_devices
-    act = problem.costs.activation
     applied = False
-    for p, mbs in _pipeline_microbatches(problem).items():
+    for p, mbs in problem.pipeline_microbatches.items():
         if v.placement is not None:
             cap = problem.cap(v.placement.device(p, 0))
         else:
             caps = [problem.cap(d) for d in range(D)]
             cap = None if any(c is None for c in caps) else max(caps)
-        a = act[(p, 0)]
-        if cap is None or a <= 0:
+        fit = problem.activations_fit(cap, p, 0)
+        if fit is None:
             continue
-        k = int(math.floor(cap / a + 1e-9)) + 1
+        k = fit + 1
         if k < 2 or k > len(mbs):
             continue
         L = lifetime_min(problem, v.placement, p, 0)

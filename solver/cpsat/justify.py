@@ -39,6 +39,7 @@ class PrecedenceGraph:
     duration and start-to-start lags to successors and from predecessors."""
 
     ops: tuple[Op, ...]
+    num_devices: int
     device: tuple[int, ...]
     duration: tuple[int, ...]
     succ: tuple[tuple[Edge, ...], ...]
@@ -64,9 +65,7 @@ def precedence_graph(problem: Problem, placement: Placement) -> PrecedenceGraph 
     for op in ops:
         for nxt in successors(op, problem.num_stages[op.pipeline], problem.split_backward):
             edge(index[op], index[nxt], duration[index[op]] + min_lag(problem, placement, op, nxt))
-    by_pipe: dict[int, list[int]] = {}
-    for m, p in enumerate(problem.microbatch2pipeline):
-        by_pipe.setdefault(p, []).append(m)
+    by_pipe = problem.pipeline_microbatches
     for p, s in problem.stages:
         mbs = by_pipe[p]
         for kind in problem.kinds:
@@ -82,10 +81,9 @@ def precedence_graph(problem: Problem, placement: Placement) -> PrecedenceGraph 
         if len(held) > 1:
             return None
         (p, s), = held
-        act = problem.costs.activation[(p, s)]
-        if act <= 0:
+        k = problem.activations_fit(cap, p, s)
+        if k is None:
             continue
-        k = int(math.floor(cap / act + 1e-9))
         if k < 1:
             return None  # not even one activation fits: nothing to justify
         mbs = by_pipe[p]
@@ -93,7 +91,8 @@ def precedence_graph(problem: Problem, placement: Placement) -> PrecedenceGraph 
             i = index[Op(release, p, s, mbs[j])]
             edge(i, index[Op(Kind.F, p, s, mbs[j + k])], duration[i])
     device = tuple(placement.device(op.pipeline, op.stage) for op in ops)
-    return PrecedenceGraph(ops, device, tuple(duration), tuple(map(tuple, succ)), tuple(map(tuple, pred)))
+    return PrecedenceGraph(ops, problem.num_devices, device, tuple(duration), tuple(map(tuple, succ)),
+                           tuple(map(tuple, pred)))
 
 
 def _by_priority(key: Sequence[float], after: Sequence[Sequence[Edge]],
@@ -137,12 +136,12 @@ def _latest_gap(busy: list[tuple[int, int]], latest_end: int, length: int) -> in
     return end - length
 
 
-def left_pass(graph: PrecedenceGraph, priority: Sequence[float], num_devices: int) -> list[int]:
+def left_pass(graph: PrecedenceGraph, priority: Sequence[float]) -> list[int]:
     """Every op as early as possible (into the earliest idle gap of its device that its
     predecessors allow), taken in ``priority`` order among the ops whose predecessors are
     placed."""
     starts = [0] * len(graph.ops)
-    busy: list[list[tuple[int, int]]] = [[] for _ in range(num_devices)]
+    busy: list[list[tuple[int, int]]] = [[] for _ in range(graph.num_devices)]
     for i in _by_priority(priority, graph.succ, graph.pred):
         ready = max((starts[a] + lag for a, lag in graph.pred[i]), default=0)
         t = _earliest_gap(busy[graph.device[i]], ready, graph.duration[i])
@@ -151,11 +150,11 @@ def left_pass(graph: PrecedenceGraph, priority: Sequence[float], num_devices: in
     return starts
 
 
-def right_pass(graph: PrecedenceGraph, priority: Sequence[float], num_devices: int, horizon: int) -> list[int]:
+def right_pass(graph: PrecedenceGraph, priority: Sequence[float], horizon: int) -> list[int]:
     """Every op as late as possible with all ops ending by ``horizon``, taken in
     ``priority`` order among the ops whose successors are placed."""
     starts = [0] * len(graph.ops)
-    busy: list[list[tuple[int, int]]] = [[] for _ in range(num_devices)]
+    busy: list[list[tuple[int, int]]] = [[] for _ in range(graph.num_devices)]
     for i in _by_priority(priority, graph.pred, graph.succ):
         dur = graph.duration[i]
         due = min((starts[b] - lag + dur for b, lag in graph.succ[i]), default=horizon)
@@ -165,8 +164,7 @@ def right_pass(graph: PrecedenceGraph, priority: Sequence[float], num_devices: i
     return starts
 
 
-def double_justify(graph: PrecedenceGraph, starts: Sequence[int], num_devices: int,
-                   max_rounds: int = 8) -> list[int]:
+def double_justify(graph: PrecedenceGraph, starts: Sequence[int], max_rounds: int = 8) -> list[int]:
     """Rounds of (right pass in order of latest end, left pass in order of the right
     pass's starts) from a feasible ``starts`` until a round no longer shortens the
     makespan; the best starts seen."""
@@ -175,8 +173,8 @@ def double_justify(graph: PrecedenceGraph, starts: Sequence[int], num_devices: i
     current = best
     for _ in range(max_rounds):
         horizon = graph.makespan(current)
-        late = right_pass(graph, [-(s + d) for s, d in zip(current, graph.duration)], num_devices, horizon)
-        current = left_pass(graph, late, num_devices)
+        late = right_pass(graph, [-(s + d) for s, d in zip(current, graph.duration)], horizon)
+        current = left_pass(graph, late)
         makespan = graph.makespan(current)
         if makespan >= best_makespan:
             break
@@ -195,8 +193,7 @@ def justify(problem: Problem, placement: Placement, known: KnownEval,
     if graph is None:
         return None
     _, timing = relabel_microbatches(known.schedule, known.timing)
-    starts = double_justify(graph, [int(round(timing.start[op])) for op in graph.ops],
-                            problem.num_devices, max_rounds)
+    starts = double_justify(graph, [int(round(timing.start[op])) for op in graph.ops], max_rounds)
     orders: list[list[Op]] = [[] for _ in range(problem.num_devices)]
     for i in sorted(range(len(graph.ops)), key=starts.__getitem__):
         orders[graph.device[i]].append(graph.ops[i])

@@ -52,16 +52,10 @@ class _Progress(cp_model.CpSolverSolutionCallback):
     def __init__(self, t0: float):
         super().__init__()
         self.t0 = t0
-        self.first: float | None = None
-        self.count = 0
         self.trace: list[tuple[float, float]] = []
 
     def on_solution_callback(self) -> None:
-        now = time.perf_counter() - self.t0
-        if self.first is None:
-            self.first = now
-        self.count += 1
-        self.trace.append((now, self.objective_value))
+        self.trace.append((time.perf_counter() - self.t0, self.objective_value))
 
     def since_progress(self) -> float:
         """Seconds since the last solution (or since the solve began)."""
@@ -280,7 +274,8 @@ class CpSatModel:
             b = solver.best_objective_bound
             if math.isfinite(b):
                 bound = int(math.ceil(b - 1e-9))
-        return RawSolve(status, makespan, bound, starts, placement, wall, cb.first, cb.count,
+        first = cb.trace[0][0] if cb.trace else None
+        return RawSolve(status, makespan, bound, starts, placement, wall, first, len(cb.trace),
                         trace=list(cb.trace), stalled=watch is not None and watch.stalled)
 
     def schedule_from(self, raw: RawSolve, name: str = "cpsat") -> Schedule:

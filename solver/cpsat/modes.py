@@ -170,7 +170,9 @@ def _justified(problem: Problem, placement: Placement, evals: Sequence[KnownEval
     S=16, B=64, cap 16, C=1 the best known (greedy, 378) does not improve but 1F1B (385)
     becomes 375."""
     fitting = sorted((e for e in evals if e.fits), key=lambda e: e.makespan)
-    graph = precedence_graph(problem, placement) if fitting else None
+    if not fitting or time.perf_counter() > until:
+        return []  # e.g. later placements of a free-placement search, past the 10%
+    graph = precedence_graph(problem, placement)
     if graph is None:
         return []
     out = []
@@ -512,7 +514,7 @@ def _tighten_horizon(problem, placement, config, bound, makespan, deadline, deta
             found, makespan = solution, solution.makespan
             if raw.bound is not None:
                 bound = max(bound, raw.bound)
-            if raw.status == "optimal" or horizon == bound:
+            if raw.status == "optimal":  # also any schedule found at horizon == bound
                 break
             continue
         break

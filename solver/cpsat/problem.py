@@ -202,6 +202,22 @@ class Problem:
     def cap(self, device: int) -> float | None:
         return self.costs.activation_capacity(device)
 
+    def activations_fit(self, cap: float | None, p: int, s: int) -> int | None:
+        """How many activations of stage (p, s) ``cap`` holds on their own (None: no cap,
+        or the stage keeps no activation)."""
+        a = self.costs.activation[(p, s)]
+        if cap is None or a <= 0:
+            return None
+        return int(math.floor(cap / a + 1e-9))
+
+    @cached_property
+    def pipeline_microbatches(self) -> dict[int, tuple[int, ...]]:
+        """Each pipeline's microbatches, in order."""
+        by: dict[int, list[int]] = {}
+        for m, p in enumerate(self.microbatch2pipeline):
+            by.setdefault(p, []).append(m)
+        return {p: tuple(ms) for p, ms in by.items()}
+
     def optimizer(self, device: int) -> int:
         t = self.costs.optimizer_time
         return int(round(t[device])) if t else 0
