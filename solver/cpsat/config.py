@@ -50,14 +50,14 @@ class CpSatConfig:
     Phases after an unproven full model (fixed placement), in this order:
     ``upper_phase``: on at most 2 workers with the default portfolio, re-solve the model
     with one full search and CP-SAT's LNS, hinted with the incumbent, restarting a solve
-    that stalls with the other search of ``modes.UPPER_SEARCHES`` and the next seed (the
+    that stalls with the other search of ``phases.UPPER_SEARCHES`` and the next seed (the
     no-LP pair finds the first schedules and bounds fastest, LNS improves long pipelines
     further). ``relaxation``: prove bounds on relaxations that keep the
     no-overlap and memory constraints of only some devices (both pipeline ends first; any
     relaxation's bound is a bound of the problem). ``tighten``: rebuild the model with a
     horizon at or (once two proofs are timed) ahead of the bound; infeasible proves
     horizon + 1, a schedule found improves the incumbent, until time runs out
-    (``modes._tighten_horizon``). Time split: justification at most 10%, then full model
+    (``phases.tighten_horizon``). Time split: justification at most 10%, then full model
     30% of what remains (without the upper phase: 50% before relaxations, 85% before
     tightening), upper phase half of the rest, relaxations a quarter of what then
     remains, tightening the rest.

@@ -47,15 +47,19 @@ class RawSolve:
 
 
 class _Progress(cp_model.CpSolverSolutionCallback):
-    """Records time and objective of each improving solution (kept light)."""
+    """Records time and objective of each improving solution (kept light) and passes
+    the objective to ``on_solution`` when given."""
 
-    def __init__(self, t0: float):
+    def __init__(self, t0: float, on_solution=None):
         super().__init__()
         self.t0 = t0
         self.trace: list[tuple[float, float]] = []
+        self.on_solution = on_solution
 
     def on_solution_callback(self) -> None:
         self.trace.append((time.perf_counter() - self.t0, self.objective_value))
+        if self.on_solution is not None:
+            self.on_solution(int(round(self.objective_value)))
 
     def since_progress(self) -> float:
         """Seconds since the last solution (or since the solve began)."""
@@ -63,17 +67,22 @@ class _Progress(cp_model.CpSolverSolutionCallback):
         return now - (self.trace[-1][0] if self.trace else 0.0)
 
 
-class _StallWatch:
+class _Watch:
     """Stops ``solver`` once ``progress`` has seen no new solution for ``stall_s``
-    seconds (a thread polling 4 times a second; CP-SAT's stop is thread-safe)."""
+    seconds (when given) or once ``stop`` is set (when given): a thread polling 10 times
+    a second; CP-SAT's stop is thread-safe."""
 
-    def __init__(self, solver: cp_model.CpSolver, progress: _Progress, stall_s: float):
+    def __init__(self, solver: cp_model.CpSolver, progress: _Progress, stall_s: float | None,
+                 stop: threading.Event | None):
         self.stalled = False
         self._done = threading.Event()
 
         def watch() -> None:
-            while not self._done.wait(0.25):
-                if progress.since_progress() > stall_s:
+            while not self._done.wait(0.1):
+                if stop is not None and stop.is_set():
+                    solver.stop_search()
+                    return
+                if stall_s is not None and progress.since_progress() > stall_s:
                     self.stalled = True
                     solver.stop_search()
                     return
@@ -230,16 +239,21 @@ class CpSatModel:
             prm.new_linear_propagation = False
         return solver
 
-    def solve(self, time_limit: float, workers: int | None = None, stall_s: float | None = None) -> RawSolve:
+    def solve(self, time_limit: float, workers: int | None = None, stall_s: float | None = None,
+              stop: threading.Event | None = None, on_solution=None) -> RawSolve:
         """Solve within ``time_limit`` seconds; with ``stall_s``, stop early once no better
         solution has come for that long (``RawSolve.stalled``) — except under a
-        deterministic time limit, which a wall-clock stop would make irreproducible."""
+        deterministic time limit, which a wall-clock stop would make irreproducible.
+        ``stop``: an event that ends the solve early when set (from another thread);
+        ``on_solution``: called with the makespan of each improving solution."""
         solver = self.parameters(time_limit, workers)
         t0 = time.perf_counter()
-        cb = _Progress(t0)
+        cb = _Progress(t0, on_solution)
+        if self.config.deterministic_time is not None:
+            stall_s = None
         watch = None
-        if stall_s is not None and self.config.deterministic_time is None:
-            watch = _StallWatch(solver, cb, stall_s)
+        if stall_s is not None or stop is not None:
+            watch = _Watch(solver, cb, stall_s, stop)
         try:
             code = solver.solve(self.model, cb)
         finally:

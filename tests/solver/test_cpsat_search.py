@@ -272,13 +272,13 @@ def test_horizon_tightening_proves_step_by_step_and_finds_the_optimum():
     """S=4, B=8, F=1, K=2, C=1, cap 4 has optimum 46 (test above). Starting from bound 44
     and 1F1B's 49, tightening proves no schedule ends by 44 or 45 and then finds one
     ending at 46, which goes through the evaluator."""
-    from solver.cpsat.modes import _tighten_horizon
+    from solver.cpsat.phases import tighten_horizon
 
     problem = idealized_problem(4, 8, comm=1, activation_cap=4)
     pl = problem.fixed_placement
     details = {}
     config = CpSatConfig(workers=2, deterministic_time=20)
-    bound, found = _tighten_horizon(problem.with_placement(pl), pl, config, 44, 49,
+    bound, found = tighten_horizon(problem.with_placement(pl), pl, config, 44, 49,
                                     time.perf_counter() + 60, details)
     assert bound == 46
     assert [r["status"] for r in details["horizon_tightening"]] == ["infeasible", "infeasible", "optimal"]
@@ -292,27 +292,27 @@ def test_tightening_jumps_by_predicted_proof_time():
     predicted time (last proof times the clamped growth ratio per step) is at most half
     of what remains, staying below the incumbent. Hand-worked: times 2.5, 3.0 give ratio
     1.2 -> 2; 3.0 * 2**2 = 12 <= 15 but 3.0 * 2**3 = 24 > 15, so k = 2."""
-    from solver.cpsat.modes import _tighten_step
+    from solver.cpsat.phases import tighten_step
 
-    assert _tighten_step([], 100.0, 10) == 1
-    assert _tighten_step([0.1], 100.0, 10) == 1
-    assert _tighten_step([2.5, 3.0], 30.0, 10) == 2
-    assert _tighten_step([2.0, 6.0], 400.0, 10) == 3       # ratio 3: 6 * 27 = 162 <= 200 < 6 * 81
-    assert _tighten_step([1.0, 1.0], 1000.0, 3) == 2       # horizon stays below the incumbent
-    assert _tighten_step([1.0, 10.0], 100.0, 10) == 1      # ratio 10 -> 4: 10 * 16 > 50
-    assert _tighten_step([1.0, 1.0], 1000.0, 1) == 1
+    assert tighten_step([], 100.0, 10) == 1
+    assert tighten_step([0.1], 100.0, 10) == 1
+    assert tighten_step([2.5, 3.0], 30.0, 10) == 2
+    assert tighten_step([2.0, 6.0], 400.0, 10) == 3       # ratio 3: 6 * 27 = 162 <= 200 < 6 * 81
+    assert tighten_step([1.0, 1.0], 1000.0, 3) == 2       # horizon stays below the incumbent
+    assert tighten_step([1.0, 10.0], 100.0, 10) == 1      # ratio 10 -> 4: 10 * 16 > 50
+    assert tighten_step([1.0, 1.0], 1000.0, 1) == 1
 
 
 def test_tightening_jump_that_finds_a_schedule_keeps_it():
     """With proof times known the first probe jumps: from bound 44 and incumbent 49 on the
     S=4, B=8, C=1, cap 4 instance (optimum 46), a probe at 47 finds and proves 46."""
-    from solver.cpsat.modes import _tighten_horizon
+    from solver.cpsat.phases import tighten_horizon
 
     problem = idealized_problem(4, 8, comm=1, activation_cap=4)
     pl = problem.fixed_placement
     details = {}
     config = CpSatConfig(workers=2, deterministic_time=20)
-    bound, found = _tighten_horizon(problem.with_placement(pl), pl, config, 44, 49,
+    bound, found = tighten_horizon(problem.with_placement(pl), pl, config, 44, 49,
                                     time.perf_counter() + 60, details, proof_times=[0.01, 0.01])
     rows = details["horizon_tightening"]
     assert rows[0]["horizon"] > 44
@@ -324,31 +324,31 @@ def test_upper_phase_config_only_for_the_two_worker_default_portfolio():
     """The upper phase follows the 1-2 worker default portfolio with the no-LP search and
     then the LP-guided one (each with LNS, probing off); an explicit portfolio, more
     workers or the switch turn it off."""
-    from solver.cpsat.modes import _upper_phase_config
+    from solver.cpsat.phases import upper_phase_config
 
-    cfgs = _upper_phase_config(CpSatConfig(workers=2, extra_params=(("random_seed", 3),)))
+    cfgs = upper_phase_config(CpSatConfig(workers=2, extra_params=(("random_seed", 3),)))
     assert [c.subsolvers for c in cfgs] == [("no_lp",), ("default_lp",)]
     assert all(c.extra_params == (("cp_model_probing_level", 0), ("random_seed", 3)) for c in cfgs)
-    assert _upper_phase_config(CpSatConfig(workers=4)) is None
-    assert _upper_phase_config(CpSatConfig(workers=2, subsolvers=("no_lp",))) is None
-    assert _upper_phase_config(CpSatConfig(workers=2, upper_phase=False)) is None
+    assert upper_phase_config(CpSatConfig(workers=4)) is None
+    assert upper_phase_config(CpSatConfig(workers=2, subsolvers=("no_lp",))) is None
+    assert upper_phase_config(CpSatConfig(workers=2, upper_phase=False)) is None
 
 
 def test_upper_phase_improves_1f1b_to_the_optimum():
     """From 1F1B (49) and bound 44 on S=4, B=8, F=1, K=2, C=1, cap 4 (optimum 46, test
     above) the upper-bound phase returns a schedule of 46 that the simulator confirms,
     and never a bound above it."""
-    from solver.cpsat.modes import _improve_upper, _upper_phase_config
+    from solver.cpsat.phases import improve_upper, upper_phase_config
     from solver.cpsat.oracle import evaluate_known
 
     problem = idealized_problem(4, 8, comm=1, activation_cap=4)
     pl = problem.fixed_placement
     fixed = problem.with_placement(pl)
-    config = _upper_phase_config(CpSatConfig(workers=2, deterministic_time=20))
+    config = upper_phase_config(CpSatConfig(workers=2, deterministic_time=20))
     start = evaluate_known(fixed, registry.generate("1f1b", 4, 8))
     assert start.makespan == 49
     details = {}
-    found, lb = _improve_upper(fixed, pl, config, start, 44, time.perf_counter() + 60, details)
+    found, lb = improve_upper(fixed, pl, config, start, 44, time.perf_counter() + 60, details)
     assert found.makespan == 46 and 44 <= lb <= 46
     assert [r["makespan"] for r in details["upper_phase"]] == [46]  # one solve: deterministic limit
     sim = simulate(found.schedule, problem.costs)
@@ -356,7 +356,7 @@ def test_upper_phase_improves_1f1b_to_the_optimum():
 
 
 class _Clock:
-    """A fake ``time`` module for ``modes``: only solves move it."""
+    """A fake ``time`` module for ``phases``: only solves move it."""
 
     def __init__(self):
         self.now = 1000.0
@@ -388,13 +388,13 @@ class _StalledModel:
         return RawSolve("feasible", None, 40, None, None, 0.3, None, 0, stalled=True)
 
 
-def _stalled_modes(monkeypatch) -> type:
-    """Patch ``modes`` with a fake clock and a fresh stalling stand-in model class."""
-    from solver.cpsat import modes
+def _stalled_phases(monkeypatch) -> type:
+    """Patch ``phases`` with a fake clock and a fresh stalling stand-in model class."""
+    from solver.cpsat import phases
 
     fake = type("Stalled", (_StalledModel,), {"clock": _Clock(), "built": []})
-    monkeypatch.setattr(modes, "time", fake.clock)
-    monkeypatch.setattr(modes, "CpSatModel", fake)
+    monkeypatch.setattr(phases, "time", fake.clock)
+    monkeypatch.setattr(phases, "CpSatModel", fake)
     return fake
 
 
@@ -403,17 +403,17 @@ def test_upper_phase_restarts_a_stalled_solve_with_the_next_search_and_seed(monk
     next seed while at least half the stall limit remains; nothing better found keeps
     the incumbent. With 2.5 s the stall limit is its 2 s floor; solves of 0.3 s leave
     2.2, 1.9, 1.6, 1.3, 1.0, then 0.7 s < 1 s: six solves."""
-    from solver.cpsat import modes
+    from solver.cpsat import phases
     from solver.cpsat.oracle import evaluate_known
 
     problem = idealized_problem(4, 8, comm=1, activation_cap=4)
     pl = problem.fixed_placement
     fixed = problem.with_placement(pl)
     start = evaluate_known(fixed, registry.generate("1f1b", 4, 8))
-    configs = modes._upper_phase_config(CpSatConfig(workers=2, random_seed=7))
-    fake = _stalled_modes(monkeypatch)
+    configs = phases.upper_phase_config(CpSatConfig(workers=2, random_seed=7))
+    fake = _stalled_phases(monkeypatch)
     details = {}
-    found, lb = modes._improve_upper(fixed, pl, configs, start, 44, fake.clock.now + 2.5, details)
+    found, lb = phases.improve_upper(fixed, pl, configs, start, 44, fake.clock.now + 2.5, details)
     assert found is start and lb == 44
     assert [b[0] for b in fake.built] == [("no_lp",), ("default_lp",)] * 3
     assert [b[1] for b in fake.built] == [7, 8, 9, 10, 11, 12]
@@ -450,7 +450,7 @@ def test_relaxation_bounds_stay_below_the_optimum():
     """On linear S=6, B=12, cap 6, C=1 (the smallest shape with relaxation sets) every
     relaxation's bound is at most the optimum proven by the full search."""
     from solver.cpsat.bounds import analytic_lower_bound
-    from solver.cpsat.modes import _relaxation_bounds, relaxation_sets
+    from solver.cpsat.phases import relaxation_bounds, relaxation_sets
     from solver.cpsat.oracle import evaluate_known
 
     problem = idealized_problem(6, 12, comm=1, activation_cap=6)
@@ -464,7 +464,7 @@ def test_relaxation_bounds_stay_below_the_optimum():
     lb, _ = analytic_lower_bound(fixed, pl)
     details = {}
     cfg = CpSatConfig(workers=2, deterministic_time=10)
-    bound = _relaxation_bounds(fixed, pl, cfg, sets, start, lb, time.perf_counter() + 30, details)
+    bound = relaxation_bounds(fixed, pl, cfg, sets, start, lb, time.perf_counter() + 30, details)
     assert lb <= bound <= best.makespan
     assert [r["devices"] for r in details["relaxations"]] == [[0, 3, 4, 5]]
 
@@ -472,16 +472,16 @@ def test_relaxation_bounds_stay_below_the_optimum():
 def test_relaxations_stop_at_a_set_that_neither_solves_nor_raises(monkeypatch):
     """The relaxation sets grow; one left unsolved without a better bound ends the
     phase (the larger sets are harder still)."""
-    from solver.cpsat import modes
+    from solver.cpsat import phases
     from solver.cpsat.oracle import evaluate_known
 
     problem = idealized_problem(16, 64, comm=1, activation_cap=16)
     pl = problem.fixed_placement
     fixed = problem.with_placement(pl)
-    sets = modes.relaxation_sets(fixed, pl)
+    sets = phases.relaxation_sets(fixed, pl)
     assert len(sets) == 3
     start = evaluate_known(fixed, registry.generate("1f1b", 16, 64))
-    fake = _stalled_modes(monkeypatch)
+    fake = _stalled_phases(monkeypatch)
     details = {}
-    bound = modes._relaxation_bounds(fixed, pl, CpSatConfig(), sets, start, 360, fake.clock.now + 5, details)
+    bound = phases.relaxation_bounds(fixed, pl, CpSatConfig(), sets, start, 360, fake.clock.now + 5, details)
     assert bound == 360 and len(details["relaxations"]) == 1 and len(fake.built) == 1

@@ -1,0 +1,182 @@
+"""The phases that follow an unproven full model on a fixed placement, run one after
+another: the upper-bound phase (re-solves from the incumbent with CP-SAT's LNS), bounds
+of relaxations, and horizon tightening (destructive lower bounding). ``race`` runs a
+search and the tightening at once instead."""
+
+from __future__ import annotations
+
+import time
+from typing import Sequence
+
+from schedules.schedule import Placement
+
+from .config import CpSatConfig
+from .incumbent import hint_incumbent, solution_of
+from .model import CpSatModel
+from .oracle import KnownEval
+from .problem import Problem
+
+
+# the searches of the upper-bound phase, each with CP-SAT's LNS workers on the other
+# thread; a stalled solve restarts with the next one (and the next random seed)
+UPPER_SEARCHES: tuple[tuple[str, ...], ...] = (("no_lp",), ("default_lp",))
+
+
+def upper_phase_config(config: CpSatConfig) -> tuple[CpSatConfig, ...] | None:
+    """The configurations of the upper-bound phase's solves, used in turn (None when the
+    phase does not run): on at most 2 workers with the default portfolio (whose two
+    workers are full searches, no LNS), one full search of ``UPPER_SEARCHES`` with
+    CP-SAT's LNS workers on the other thread, presolve probing off (it delays the first
+    decision by 6-7 s on linear S=16, B=64 and the search does not need it). Measured on
+    that instance (experiments/bench_cpsat.py TARGET2, hinted with the incumbent): no-LP
+    search + LNS reached 371 in 10 of 10 solves of 25-50 s, within 8-21 s, from
+    incumbents of 372-375; the LP-guided search + LNS in 7 of 9 solves of 25 s from
+    three incumbents of 372, and in none of 2 from the third."""
+    if not config.upper_phase or config.subsolvers is not None or config.workers > 2:
+        return None
+    probing = (("cp_model_probing_level", 0),)
+    return tuple(config.replace(subsolvers=sub, extra_params=probing + config.extra_params)
+                 for sub in UPPER_SEARCHES)
+
+
+def improve_upper(problem, placement, configs, incumbent: KnownEval, bound, deadline, details):
+    """The upper-bound phase: the model rebuilt with the incumbent as horizon and hint,
+    solved with ``configs[0]`` until ``deadline``; a solve that finds nothing better for
+    40% of the phase is stopped and restarted from the incumbent with the next of
+    ``configs`` and the next random seed (the time to improve is heavy-tailed and
+    depends on the search: on linear S=16, B=64, cap 16, C=1, from one 372 the LP-guided
+    search stayed at 372 for 25 s with 2 seeds, the no-LP search found 371 in 19 s with
+    each of 3). Under a deterministic time limit solves do not stall (``CpSatModel.solve``),
+    so there is one. Returns the (possibly better) incumbent and the (possibly raised)
+    bound."""
+    stall_s = max(2.0, (deadline - time.perf_counter()) / 2.5)
+    rows = []
+    attempt = 0
+    while bound < incumbent.makespan and deadline - time.perf_counter() >= 0.5:
+        base = configs[attempt % len(configs)]
+        config = base.replace(random_seed=base.random_seed + attempt)
+        model = CpSatModel(problem, config, placement, incumbent.makespan, makespan_lb=bound)
+        hint_incumbent(model, problem, incumbent)
+        raw = model.solve(deadline - time.perf_counter(), stall_s=stall_s)
+        rows.append({"search": "+".join(config.subsolvers), "seed": config.random_seed, "status": raw.status,
+                     "makespan": raw.makespan, "bound": raw.bound, "wall_s": round(raw.wall_time, 3),
+                     "stalled": raw.stalled})
+        if raw.bound is not None:
+            bound = max(bound, raw.bound)
+        found = solution_of(problem, model, raw)
+        if found is not None and found.makespan < incumbent.makespan:
+            incumbent = found
+        if not raw.stalled or deadline - time.perf_counter() < stall_s / 2:
+            break  # finished, or too little time left for a restart to get past presolve
+        attempt += 1
+    details["upper_phase"] = rows
+    return incumbent, bound
+
+
+def relaxation_sets(problem: Problem, placement: Placement) -> list[frozenset[int]]:
+    """Device subsets for relaxation bounds, smallest first: for one pipeline with one
+    stage per device (at least 6 devices), the first max(1, D/8) devices together with
+    the last 3, 5, 7, ... (up to half of the devices) — where the memory-bound round
+    trips start and turn; other shapes get none. Odd tails: on linear S=16, B=64, cap 16,
+    C=1 (experiments/bench_cpsat.py TARGET2) the last 5 and 7 devices proved 366 and 367
+    within the budget where the last 2, 4, 6 and 8 stopped at 365 (interval model). Their
+    own optima are weaker than the full problem's: with only the analytic bound given,
+    {0, 1, 13, 14, 15} has optimum 364 and {0, 1, 11, ..., 15} 366 (order literals)."""
+    D = problem.num_devices
+    if problem.num_pipelines != 1 or D < 6 or sorted(placement.stage2device[0]) != list(range(D)):
+        return []
+    by_stage = list(placement.stage2device[0])
+    a = max(1, D // 8)
+    out = []
+    for b in range(3, D // 2 + 1, 2):
+        if a + b >= D:
+            break
+        out.append(frozenset(by_stage[:a] + by_stage[D - b:]))
+    return out
+
+
+def relaxation_bounds(problem, placement, config, sets, incumbent: KnownEval, bound, deadline, details) -> int:
+    """Raise ``bound`` with CP-SAT bounds of relaxations (only the devices of a set keep
+    their no-overlap and memory constraints): every relaxation's bound is a bound of the
+    problem. The incumbent hints each relaxation and caps its horizon. The sets grow; a
+    set neither solved nor raising the bound ends the phase (on linear S=16, B=64, cap
+    16, C=1 the first set's own optimum is 364, below what the full model proves, so
+    the phase usually ends after it there)."""
+    rows = []
+    makespan = incumbent.makespan
+    for i, devs in enumerate(sets):
+        remaining = deadline - time.perf_counter()
+        if remaining < 0.2:
+            break
+        model = CpSatModel(problem, config, placement, makespan, makespan_lb=bound, resource_devices=devs)
+        hint_incumbent(model, problem, incumbent)
+        # half of what remains while larger sets follow: the first set is usually the
+        # one that raises the bound, the early stop below often ends the phase after it
+        raw = model.solve(remaining / 2 if i + 1 < len(sets) else remaining)
+        raised = raw.bound is not None and raw.bound > bound
+        if raised:
+            bound = raw.bound
+        rows.append({"devices": sorted(devs), "status": raw.status, "bound": raw.bound,
+                     "wall_s": round(raw.wall_time, 3)})
+        if bound >= makespan or not (raised or raw.status == "optimal"):
+            # a set left unsolved without a better bound: the larger ones are harder still
+            break
+    details["relaxations"] = rows
+    return bound
+
+
+def tighten_step(proof_times: Sequence[float], remaining: float, gap: int) -> int:
+    """How far the next tightening probe jumps (1: the bound itself). Proof times grow
+    about geometrically as the horizon nears the optimum (linear S=16, B=64, cap 16,
+    C=1, slow day: 2.2-2.6, 2.7-3.0, 4.1, 7.0, 12.5 s for 361-365, 21-28 s for 366, 48 s
+    for 367), so climbing one by one spends about as long on the easy steps as on the
+    last one. After two proofs the growth ratio r of the last two (clamped to 2-4: the
+    early, easy steps grow slower than the hard ones near the optimum, where it is about
+    2) predicts the probe at horizon bound + k - 1 to take t_last * r**k; the largest k
+    whose prediction is at most half the remaining time is taken, below the incumbent.
+    With a floor of 1.5 a jump from 363 to 367 was predicted at 14 s and ran out after
+    29 s, ending at 363 where one-by-one climbing reached 366."""
+    if len(proof_times) < 2:
+        return 1
+    ratio = min(4.0, max(2.0, proof_times[-1] / max(proof_times[-2], 1e-3)))
+    k = 1
+    while k + 1 < gap and proof_times[-1] * ratio ** (k + 1) <= remaining / 2:
+        k += 1
+    return k
+
+
+def tighten_horizon(problem, placement, config, bound, makespan, deadline, details, proof_times=()):
+    """Destructive lower bounding: while time remains, ask CP-SAT whether any schedule
+    ends by a horizon ``h`` >= ``bound`` (the model rebuilt with that horizon, so presolve
+    works on the tight domains; ``h`` jumps ahead of the bound once proof times are known,
+    ``tighten_step``). Infeasible proves ``h + 1``; a schedule found is optimal when the
+    search proves it, else a better incumbent; unknown stops. On linear S=16, B=64, cap
+    16, C=1 this proves 368 where the optimisation model's bound stays at 367. Returns
+    (bound, the best schedule found, judged, or None). ``proof_times``: earlier proof
+    times to predict from (tests)."""
+    rows = []
+    found = None
+    proof_times = list(proof_times)
+    while bound < makespan:
+        remaining = deadline - time.perf_counter()
+        if remaining < 0.5:
+            break
+        horizon = bound + tighten_step(proof_times, remaining, makespan - bound) - 1
+        model = CpSatModel(problem, config, placement, horizon, makespan_lb=bound)
+        raw = model.solve(remaining)
+        rows.append({"horizon": horizon, "status": raw.status, "wall_s": round(raw.wall_time, 3)})
+        if raw.status == "infeasible":
+            proof_times.append(raw.wall_time)
+            bound = horizon + 1
+            continue
+        solution = solution_of(problem, model, raw)
+        if solution is not None:
+            found, makespan = solution, solution.makespan
+            if raw.bound is not None:
+                bound = max(bound, raw.bound)
+            if raw.status == "optimal":  # also any schedule found at horizon == bound
+                break
+            continue
+        break
+    details["horizon_tightening"] = rows
+    return bound, found
