@@ -61,6 +61,10 @@ class CpSatConfig:
     30% of what remains (without the upper phase: 50% before relaxations, 85% before
     tightening), upper phase half of the rest, relaxations a quarter of what then
     remains, tightening the rest.
+    ``race``: with at least 2 workers, a wall-clock limit and tightening on, the phases
+    after justification are one search and the tightening run at once in two threads,
+    each on half of the workers (``race``), instead of the full model and the phases
+    above one after another.
     ``order_literals``: fixed placement under FIFO, a literal per pair of ops of two
     chains on a device whose order is open, with staircase implications, replacing the
     device's no-overlap (``constraints.add_order_literals``) when at most
@@ -86,6 +90,7 @@ class CpSatConfig:
     upper_phase: bool = True
     relaxation: bool = True
     tighten: bool = True
+    race: bool = True
     device_symmetry: bool = True
     order_literals: bool = True
     order_literal_limit: int = 60000

@@ -35,6 +35,7 @@ from .oracle import (
     relabel_microbatches,
 )
 from .phases import (
+    SearchState,
     improve_upper,
     relaxation_bounds,
     relaxation_sets,
@@ -42,6 +43,7 @@ from .phases import (
     upper_phase_config,
 )
 from .problem import Problem
+from .race import race, race_applies
 from .result import KnownGap, Result, gap_of
 
 _FIFO_LABEL = (
@@ -273,6 +275,14 @@ def _search_fixed(
         assumptions = _search_assumptions(fixed, config, label, ())
         return _finish(fixed, mode, "optimal", best.schedule, best.makespan, lb, t0, t_first,
                        assumptions, "a known schedule meets the analytic bound", details, evals)
+    if best is not None and race_applies(config):
+        state = SearchState(best, lb)
+        race(fixed, placement, config, state, deadline, details)
+        incumbent, bound = state.snapshot()
+        assumptions = _search_assumptions(fixed, config, label, details.get("families", ()))
+        status = "optimal" if bound >= incumbent.makespan else "feasible"
+        return _finish(fixed, mode, status, incumbent.schedule, incumbent.makespan, min(bound, incumbent.makespan),
+                       t0, t_first, assumptions, "", details, evals)
     model = CpSatModel(fixed, config, placement, horizon, makespan_lb=lb)
     details["families"] = list(model.applied)
     if best is not None:
@@ -308,15 +318,16 @@ def _search_fixed(
     def until(fraction: float) -> float:
         return min(deadline, time.perf_counter() + fraction * (deadline - time.perf_counter()))
 
-    if upper is not None and bound < incumbent.makespan:
-        incumbent, bound = improve_upper(fixed, placement, upper, incumbent, bound,
-                                          until(0.5 if relax_sets or config.tighten else 1.0), details)
-    if relax_sets and bound < incumbent.makespan:
-        bound = relaxation_bounds(fixed, placement, config, relax_sets, incumbent, bound,
-                                   until(0.25 if config.tighten else 1.0), details)
-    if config.tighten and bound < incumbent.makespan:
-        bound, found = tighten_horizon(fixed, placement, config, bound, incumbent.makespan, deadline, details)
-        incumbent = found or incumbent
+    state = SearchState(incumbent, bound)
+    if upper is not None and not state.done.is_set():
+        improve_upper(fixed, placement, upper, state, until(0.5 if relax_sets or config.tighten else 1.0), details)
+    if relax_sets and not state.done.is_set():
+        incumbent, bound = state.snapshot()
+        state.raise_bound(relaxation_bounds(fixed, placement, config, relax_sets, incumbent, bound,
+                                            until(0.25 if config.tighten else 1.0), details))
+    if config.tighten and not state.done.is_set():
+        tighten_horizon(fixed, placement, config, state, deadline, details)
+    incumbent, bound = state.snapshot()
     makespan = incumbent.makespan
     status = "optimal" if bound >= makespan else "feasible"
     return _finish(fixed, mode, status, incumbent.schedule, makespan, min(bound, makespan), t0, t_first,

@@ -5,6 +5,7 @@ search and the tightening at once instead."""
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Sequence
 
@@ -19,6 +20,67 @@ from .problem import Problem
 
 # the searches of the upper-bound phase, each with CP-SAT's LNS workers on the other
 # thread; a stalled solve restarts with the next one (and the next random seed)
+class SearchState:
+    """The incumbent and the proven bound of one search, shared by the phases and, in
+    ``race``, by the threads that search and bound at once (every access under one
+    lock). ``makespan`` can run ahead of ``incumbent``: a solve reports each solution's
+    makespan from CP-SAT's callback (``improved``) before it returns the schedule
+    (``offer``). ``done`` is set once the bound meets the makespan; the probe event of
+    the running tightening solve (``probe``) is set once a schedule at or below its
+    horizon exists, or with ``done``."""
+
+    def __init__(self, incumbent: KnownEval, bound: int):
+        self.lock = threading.Lock()
+        self.incumbent = incumbent
+        self.makespan = incumbent.makespan
+        self.bound = bound
+        self.done = threading.Event()
+        self._probe: tuple[int, threading.Event] | None = None
+        self._settle()
+
+    def snapshot(self) -> tuple[KnownEval, int]:
+        """The incumbent and the bound, read together."""
+        with self.lock:
+            return self.incumbent, self.bound
+
+    def improved(self, makespan: int) -> None:
+        """A running solve found a schedule of ``makespan``."""
+        with self.lock:
+            self.makespan = min(self.makespan, makespan)
+            self._settle()
+
+    def offer(self, found: KnownEval | None) -> None:
+        """A judged schedule from a finished solve; kept when better than the incumbent."""
+        if found is None:
+            return
+        with self.lock:
+            if found.makespan < self.incumbent.makespan:
+                self.incumbent = found
+            self.makespan = min(self.makespan, found.makespan)
+            self._settle()
+
+    def raise_bound(self, bound: int | None) -> None:
+        """A proven lower bound on the optimal makespan."""
+        if bound is None:
+            return
+        with self.lock:
+            self.bound = max(self.bound, bound)
+            self._settle()
+
+    def probe(self, horizon: int) -> threading.Event:
+        """The stop event of a tightening solve at ``horizon`` (set at once when moot)."""
+        with self.lock:
+            self._probe = (horizon, threading.Event())
+            self._settle()
+            return self._probe[1]
+
+    def _settle(self) -> None:
+        if self.bound >= self.makespan:
+            self.done.set()
+        if self._probe is not None and (self.done.is_set() or self.makespan <= self._probe[0]):
+            self._probe[1].set()
+
+
 UPPER_SEARCHES: tuple[tuple[str, ...], ...] = (("no_lp",), ("default_lp",))
 
 
@@ -39,38 +101,40 @@ def upper_phase_config(config: CpSatConfig) -> tuple[CpSatConfig, ...] | None:
                  for sub in UPPER_SEARCHES)
 
 
-def improve_upper(problem, placement, configs, incumbent: KnownEval, bound, deadline, details):
+def improve_upper(problem, placement, configs, state: SearchState, deadline, details, stall_fraction=0.4,
+                  concurrent=False) -> None:
     """The upper-bound phase: the model rebuilt with the incumbent as horizon and hint,
     solved with ``configs[0]`` until ``deadline``; a solve that finds nothing better for
-    40% of the phase is stopped and restarted from the incumbent with the next of
-    ``configs`` and the next random seed (the time to improve is heavy-tailed and
-    depends on the search: on linear S=16, B=64, cap 16, C=1, from one 372 the LP-guided
-    search stayed at 372 for 25 s with 2 seeds, the no-LP search found 371 in 19 s with
-    each of 3). Under a deterministic time limit solves do not stall (``CpSatModel.solve``),
-    so there is one. Returns the (possibly better) incumbent and the (possibly raised)
-    bound."""
-    stall_s = max(2.0, (deadline - time.perf_counter()) / 2.5)
+    ``stall_fraction`` of the phase is stopped and restarted from the incumbent with the
+    next of ``configs`` and the next random seed (the time to improve is heavy-tailed
+    and depends on the search: on linear S=16, B=64, cap 16, C=1, from one 372 the
+    LP-guided search stayed at 372 for 25 s with 2 seeds, the no-LP search found 371 in
+    19 s with each of 3). Under a deterministic time limit solves do not stall
+    (``CpSatModel.solve``), so there is one. Improves ``state`` in place; with
+    ``concurrent`` (``race``) its solves also stop once ``state`` is done and report
+    each solution as it comes."""
+    stall_s = max(2.0, (deadline - time.perf_counter()) * stall_fraction)
     rows = []
     attempt = 0
-    while bound < incumbent.makespan and deadline - time.perf_counter() >= 0.5:
+    while not state.done.is_set() and deadline - time.perf_counter() >= 0.5:
+        incumbent, bound = state.snapshot()
         base = configs[attempt % len(configs)]
         config = base.replace(random_seed=base.random_seed + attempt)
         model = CpSatModel(problem, config, placement, incumbent.makespan, makespan_lb=bound)
+        details.setdefault("families", list(model.applied))
         hint_incumbent(model, problem, incumbent)
-        raw = model.solve(deadline - time.perf_counter(), stall_s=stall_s)
-        rows.append({"search": "+".join(config.subsolvers), "seed": config.random_seed, "status": raw.status,
-                     "makespan": raw.makespan, "bound": raw.bound, "wall_s": round(raw.wall_time, 3),
-                     "stalled": raw.stalled})
-        if raw.bound is not None:
-            bound = max(bound, raw.bound)
-        found = solution_of(problem, model, raw)
-        if found is not None and found.makespan < incumbent.makespan:
-            incumbent = found
+        raw = model.solve(deadline - time.perf_counter(), stall_s=stall_s,
+                          stop=state.done if concurrent else None,
+                          on_solution=state.improved if concurrent else None)
+        rows.append({"search": "+".join(config.portfolio() or ("cp-sat",)), "seed": config.random_seed,
+                     "status": raw.status, "makespan": raw.makespan, "bound": raw.bound,
+                     "wall_s": round(raw.wall_time, 3), "stalled": raw.stalled})
+        state.offer(solution_of(problem, model, raw))
+        state.raise_bound(raw.bound)
         if not raw.stalled or deadline - time.perf_counter() < stall_s / 2:
             break  # finished, or too little time left for a restart to get past presolve
         attempt += 1
     details["upper_phase"] = rows
-    return incumbent, bound
 
 
 def relaxation_sets(problem: Problem, placement: Placement) -> list[frozenset[int]]:
@@ -145,38 +209,42 @@ def tighten_step(proof_times: Sequence[float], remaining: float, gap: int) -> in
     return k
 
 
-def tighten_horizon(problem, placement, config, bound, makespan, deadline, details, proof_times=()):
+def tighten_horizon(problem, placement, config, state: SearchState, deadline, details, proof_times=(),
+                    concurrent=False) -> None:
     """Destructive lower bounding: while time remains, ask CP-SAT whether any schedule
-    ends by a horizon ``h`` >= ``bound`` (the model rebuilt with that horizon, so presolve
+    ends by a horizon ``h`` >= the bound (the model rebuilt with that horizon, so presolve
     works on the tight domains; ``h`` jumps ahead of the bound once proof times are known,
-    ``tighten_step``). Infeasible proves ``h + 1``; a schedule found is optimal when the
-    search proves it, else a better incumbent; unknown stops. On linear S=16, B=64, cap
-    16, C=1 this proves 368 where the optimisation model's bound stays at 367. Returns
-    (bound, the best schedule found, judged, or None). ``proof_times``: earlier proof
-    times to predict from (tests)."""
+    ``tighten_step``). Infeasible proves ``h + 1``; a schedule found improves the
+    incumbent and is optimal when the solve proves it; unknown stops. On linear S=16,
+    B=64, cap 16, C=1 this proves 368 where the optimisation model's bound stays at 367.
+    With ``concurrent`` (``race``) a probe stops once a schedule at or below its horizon
+    exists (found by either thread) and the next probe is planned below it. Improves
+    ``state`` in place. ``proof_times``: earlier proof times to predict from (tests)."""
     rows = []
-    found = None
     proof_times = list(proof_times)
-    while bound < makespan:
+    while not state.done.is_set():
         remaining = deadline - time.perf_counter()
         if remaining < 0.5:
             break
+        with state.lock:
+            bound, makespan = state.bound, state.makespan
         horizon = bound + tighten_step(proof_times, remaining, makespan - bound) - 1
+        stop = state.probe(horizon) if concurrent else None
         model = CpSatModel(problem, config, placement, horizon, makespan_lb=bound)
-        raw = model.solve(remaining)
+        raw = model.solve(max(0.05, deadline - time.perf_counter()), stop=stop,
+                          on_solution=state.improved if concurrent else None)
         rows.append({"horizon": horizon, "status": raw.status, "wall_s": round(raw.wall_time, 3)})
         if raw.status == "infeasible":
             proof_times.append(raw.wall_time)
-            bound = horizon + 1
+            state.raise_bound(horizon + 1)
             continue
-        solution = solution_of(problem, model, raw)
-        if solution is not None:
-            found, makespan = solution, solution.makespan
-            if raw.bound is not None:
-                bound = max(bound, raw.bound)
-            if raw.status == "optimal":  # also any schedule found at horizon == bound
-                break
+        state.offer(solution_of(problem, model, raw))
+        if raw.status == "optimal":  # also any schedule found at horizon == bound
+            state.raise_bound(raw.makespan)
+            break
+        if raw.bound is not None:  # the horizon's model holds every schedule ending by it
+            state.raise_bound(min(raw.bound, horizon + 1))
+        if raw.makespan is not None or (stop is not None and stop.is_set()):
             continue
         break
     details["horizon_tightening"] = rows
-    return bound, found

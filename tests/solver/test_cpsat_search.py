@@ -272,14 +272,18 @@ def test_horizon_tightening_proves_step_by_step_and_finds_the_optimum():
     """S=4, B=8, F=1, K=2, C=1, cap 4 has optimum 46 (test above). Starting from bound 44
     and 1F1B's 49, tightening proves no schedule ends by 44 or 45 and then finds one
     ending at 46, which goes through the evaluator."""
-    from solver.cpsat.phases import tighten_horizon
+    from solver.cpsat.oracle import evaluate_known
+    from solver.cpsat.phases import SearchState, tighten_horizon
 
     problem = idealized_problem(4, 8, comm=1, activation_cap=4)
     pl = problem.fixed_placement
+    fixed = problem.with_placement(pl)
     details = {}
     config = CpSatConfig(workers=2, deterministic_time=20)
-    bound, found = tighten_horizon(problem.with_placement(pl), pl, config, 44, 49,
-                                    time.perf_counter() + 60, details)
+    state = SearchState(evaluate_known(fixed, registry.generate("1f1b", 4, 8)), 44)
+    assert state.makespan == 49
+    tighten_horizon(fixed, pl, config, state, time.perf_counter() + 60, details)
+    found, bound = state.snapshot()
     assert bound == 46
     assert [r["status"] for r in details["horizon_tightening"]] == ["infeasible", "infeasible", "optimal"]
     assert found.makespan == 46
@@ -306,14 +310,17 @@ def test_tightening_jumps_by_predicted_proof_time():
 def test_tightening_jump_that_finds_a_schedule_keeps_it():
     """With proof times known the first probe jumps: from bound 44 and incumbent 49 on the
     S=4, B=8, C=1, cap 4 instance (optimum 46), a probe at 47 finds and proves 46."""
-    from solver.cpsat.phases import tighten_horizon
+    from solver.cpsat.oracle import evaluate_known
+    from solver.cpsat.phases import SearchState, tighten_horizon
 
     problem = idealized_problem(4, 8, comm=1, activation_cap=4)
     pl = problem.fixed_placement
+    fixed = problem.with_placement(pl)
     details = {}
     config = CpSatConfig(workers=2, deterministic_time=20)
-    bound, found = tighten_horizon(problem.with_placement(pl), pl, config, 44, 49,
-                                    time.perf_counter() + 60, details, proof_times=[0.01, 0.01])
+    state = SearchState(evaluate_known(fixed, registry.generate("1f1b", 4, 8)), 44)
+    tighten_horizon(fixed, pl, config, state, time.perf_counter() + 60, details, proof_times=[0.01, 0.01])
+    found, bound = state.snapshot()
     rows = details["horizon_tightening"]
     assert rows[0]["horizon"] > 44
     assert bound == 46 and found.makespan == 46
@@ -338,7 +345,7 @@ def test_upper_phase_improves_1f1b_to_the_optimum():
     """From 1F1B (49) and bound 44 on S=4, B=8, F=1, K=2, C=1, cap 4 (optimum 46, test
     above) the upper-bound phase returns a schedule of 46 that the simulator confirms,
     and never a bound above it."""
-    from solver.cpsat.phases import improve_upper, upper_phase_config
+    from solver.cpsat.phases import SearchState, improve_upper, upper_phase_config
     from solver.cpsat.oracle import evaluate_known
 
     problem = idealized_problem(4, 8, comm=1, activation_cap=4)
@@ -348,7 +355,9 @@ def test_upper_phase_improves_1f1b_to_the_optimum():
     start = evaluate_known(fixed, registry.generate("1f1b", 4, 8))
     assert start.makespan == 49
     details = {}
-    found, lb = improve_upper(fixed, pl, config, start, 44, time.perf_counter() + 60, details)
+    state = SearchState(start, 44)
+    improve_upper(fixed, pl, config, state, time.perf_counter() + 60, details)
+    found, lb = state.snapshot()
     assert found.makespan == 46 and 44 <= lb <= 46
     assert [r["makespan"] for r in details["upper_phase"]] == [46]  # one solve: deterministic limit
     sim = simulate(found.schedule, problem.costs)
@@ -381,7 +390,7 @@ class _StalledModel:
     def hint(self, *args):
         pass
 
-    def solve(self, time_limit, workers=None, stall_s=None):
+    def solve(self, time_limit, workers=None, stall_s=None, **_):
         from solver.cpsat.model import RawSolve
 
         self.clock.now += 0.3
@@ -413,8 +422,9 @@ def test_upper_phase_restarts_a_stalled_solve_with_the_next_search_and_seed(monk
     configs = phases.upper_phase_config(CpSatConfig(workers=2, random_seed=7))
     fake = _stalled_phases(monkeypatch)
     details = {}
-    found, lb = phases.improve_upper(fixed, pl, configs, start, 44, fake.clock.now + 2.5, details)
-    assert found is start and lb == 44
+    state = phases.SearchState(start, 44)
+    phases.improve_upper(fixed, pl, configs, state, fake.clock.now + 2.5, details)
+    assert state.snapshot() == (start, 44)
     assert [b[0] for b in fake.built] == [("no_lp",), ("default_lp",)] * 3
     assert [b[1] for b in fake.built] == [7, 8, 9, 10, 11, 12]
     assert all(b[2] == 49 for b in fake.built)  # the incumbent's makespan is every horizon

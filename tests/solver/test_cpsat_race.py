@@ -1,0 +1,190 @@
+"""Searching and bounding at once: the shared state worked by hand, the race on a tiny
+instance with a known optimum, when it runs, and how its threads stop each other."""
+
+import dataclasses
+import threading
+import time
+
+import pytest
+
+from schedules import registry
+from solver.cpsat import CpSatConfig, idealized_problem, search
+from solver.cpsat.model import RawSolve
+from solver.cpsat.oracle import evaluate_known
+from solver.cpsat.phases import SearchState
+from solver.cpsat.race import race, race_applies
+from solver.simulate import simulate
+
+
+def _start(S=4, B=8):
+    """Linear S, B, F=1, K=2, C=1, cap S with its 1F1B judged (S=4, B=8: 49, optimum 46)."""
+    problem = idealized_problem(S, B, comm=1, activation_cap=S)
+    pl = problem.fixed_placement
+    fixed = problem.with_placement(pl)
+    return fixed, pl, evaluate_known(fixed, registry.generate("1f1b", S, B))
+
+
+def test_search_state_worked_by_hand():
+    """Callback makespans run ahead of the incumbent; a probe's event is set once a
+    schedule at or below its horizon exists; the bound meeting the makespan ends it all."""
+    _, _, start = _start()
+    assert start.makespan == 49
+    state = SearchState(start, 44)
+    probe = state.probe(46)
+    state.improved(47)
+    assert not probe.is_set() and state.makespan == 47 and state.incumbent is start
+    state.improved(48)  # a worse report never raises the makespan
+    assert state.makespan == 47
+    state.improved(46)
+    assert probe.is_set() and not state.done.is_set()
+    state.offer(None)
+    state.raise_bound(None)
+    state.raise_bound(45)
+    state.raise_bound(40)
+    assert state.snapshot() == (start, 45)
+    state.offer(dataclasses.replace(start, makespan=50))  # worse than the incumbent: kept out
+    assert state.incumbent is start
+    in_hand = dataclasses.replace(start, makespan=48)  # better than the incumbent, though a
+    state.offer(in_hand)  # solve has reported 46: a schedule in hand is kept
+    assert state.incumbent is in_hand and state.makespan == 46
+    better = dataclasses.replace(start, makespan=46)
+    state.offer(better)
+    assert state.incumbent is better and not state.done.is_set()
+    state.raise_bound(46)
+    assert state.done.is_set()
+    assert state.probe(45).is_set()  # moot from the start once done
+    assert SearchState(start, 49).done.is_set()  # an incumbent at the bound is optimal
+
+
+def test_race_proves_the_known_optimum():
+    """S=4, B=8, F=1, K=2, C=1, cap 4 (optimum 46, proven in test_cpsat_search): with 2
+    workers and a wall-clock limit the search races a one-worker search against a
+    one-worker tightening; the result is optimal at 46, the simulator agrees, and the
+    FIFO assumption of the tightening's bound is carried."""
+    problem = idealized_problem(4, 8, comm=1, activation_cap=4)
+    res = search(problem, CpSatConfig(time_limit_s=20, workers=2))
+    assert res.details["race"] == {"search_workers": 1, "bound_workers": 1}
+    assert res.status == "optimal" and res.makespan == res.lower_bound == 46
+    sim = simulate(res.schedule, problem.costs)
+    assert sim.makespan == 46 and max(sim.peak_activation) <= 4
+    assert any("FIFO" in a for a in res.bound_assumptions)
+    assert res.details["families"]  # recorded from the race's models
+
+
+def test_race_applies_only_on_a_wall_clock_with_two_workers():
+    assert race_applies(CpSatConfig(workers=2))
+    assert race_applies(CpSatConfig(workers=4))
+    assert not race_applies(CpSatConfig(workers=1))
+    assert not race_applies(CpSatConfig(workers=2, deterministic_time=5))
+    assert not race_applies(CpSatConfig(workers=2, subsolvers=("no_lp", "default_lp")))
+    assert not race_applies(CpSatConfig(workers=2, tighten=False))
+    assert not race_applies(CpSatConfig(workers=2, race=False))
+    problem = idealized_problem(4, 8, comm=1, activation_cap=4)
+    steady = search(problem, CpSatConfig(time_limit_s=20, workers=2, deterministic_time=20))
+    assert "race" not in steady.details and steady.makespan == 46
+
+
+class _FakeModel:
+    """Stands in for CpSatModel in ``phases``: a model whose horizon is the incumbent's
+    makespan is the search's, any other a tightening probe; what each solve does comes
+    from the class attributes ``search`` and ``probe`` (callables of the model and the
+    solve's arguments)."""
+
+    applied: list = []
+    search = None
+    probe = None
+    incumbent_makespan = 49
+
+    def __init__(self, problem, config, placement, horizon, makespan_lb=0, **_):
+        self.config = config
+        self.horizon = horizon
+
+    def hint(self, *args):
+        pass
+
+    def solve(self, time_limit, workers=None, stall_s=None, stop=None, on_solution=None):
+        role = self.search if self.horizon == self.incumbent_makespan else self.probe
+        return role(self, stop, on_solution)
+
+
+def _raw(status, bound=None, wall=0.0):
+    return RawSolve(status, None, bound, None, None, wall, None, 0)
+
+
+def _patched(monkeypatch, search_solve, probe_solve):
+    from solver.cpsat import phases
+
+    fake = type("Fake", (_FakeModel,), {"search": staticmethod(search_solve), "probe": staticmethod(probe_solve)})
+    monkeypatch.setattr(phases, "CpSatModel", fake)
+    return fake
+
+
+def test_a_schedule_found_by_the_search_stops_the_probe_it_makes_moot(monkeypatch):
+    """From bound 47 and 1F1B's 49 the first probe asks for a schedule ending by 47 and
+    would run a minute; the search reports one of 47, which stops the probe and meets
+    the bound: the race ends at once."""
+    stopped = []
+
+    def search_solve(model, stop, on_solution):
+        on_solution(47)
+        return _raw("feasible", 44)
+
+    def probe_solve(model, stop, on_solution):
+        stopped.append((model.horizon, stop.wait(60)))
+        return _raw("unknown")
+
+    _patched(monkeypatch, search_solve, probe_solve)
+    fixed, pl, start = _start()
+    state = SearchState(start, 47)
+    details = {}
+    t0 = time.perf_counter()
+    race(fixed, pl, CpSatConfig(workers=2), state, time.perf_counter() + 60, details)
+    assert time.perf_counter() - t0 < 10
+    assert stopped in ([(47, True)], [])  # stopped, or never started once done
+    assert state.done.is_set() and state.makespan == 47 and state.bound == 47
+    assert [r["status"] for r in details["upper_phase"]] == ["feasible"]
+
+
+def test_an_error_in_one_thread_stops_the_other_and_is_raised(monkeypatch):
+    """A probe that fails (here: a modelling bug surfacing as RuntimeError) stops the
+    search, which would otherwise run until the deadline a minute away."""
+    search_stopped = threading.Event()
+
+    def search_solve(model, stop, on_solution):
+        if stop.wait(60):
+            search_stopped.set()
+        return _raw("feasible", 44)
+
+    def probe_solve(model, stop, on_solution):
+        raise RuntimeError("modelling bug")
+
+    _patched(monkeypatch, search_solve, probe_solve)
+    fixed, pl, start = _start()
+    t0 = time.perf_counter()
+    with pytest.raises(RuntimeError, match="modelling bug"):
+        race(fixed, pl, CpSatConfig(workers=2), SearchState(start, 44), time.perf_counter() + 60, {})
+    assert search_stopped.is_set() and time.perf_counter() - t0 < 10
+
+
+def test_proofs_raise_the_bound_until_it_meets_the_search(monkeypatch):
+    """Probes at 44, 45, 46 are infeasible (each proves horizon + 1) while the search,
+    having found 47, waits: the bound climbs to 47 and stops the search."""
+    horizons = []
+
+    def search_solve(model, stop, on_solution):
+        on_solution(47)
+        stop.wait(60)
+        return _raw("feasible", 44)
+
+    def probe_solve(model, stop, on_solution):
+        horizons.append(model.horizon)
+        return _raw("infeasible", wall=0.01)
+
+    _patched(monkeypatch, search_solve, probe_solve)
+    fixed, pl, start = _start()
+    state = SearchState(start, 44)
+    details = {}
+    race(fixed, pl, CpSatConfig(workers=2), state, time.perf_counter() + 60, details)
+    assert state.bound == state.makespan == 47
+    assert horizons[0] == 44 and horizons[-1] == 46 and all(h < 47 for h in horizons)
+    assert [r["status"] for r in details["horizon_tightening"]] == ["infeasible"] * len(horizons)
