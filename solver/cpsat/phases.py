@@ -5,6 +5,7 @@ search and the tightening at once instead."""
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from typing import Sequence
@@ -36,7 +37,15 @@ class SearchState:
         self.bound = bound
         self.done = threading.Event()
         self._probe: tuple[int, threading.Event] | None = None
+        self._with_done: list[threading.Event] = []
         self._settle()
+
+    def stop_with_done(self, event: threading.Event) -> threading.Event:
+        """Have ``event`` set once the state is done (at once when it already is)."""
+        with self.lock:
+            self._with_done.append(event)
+            self._settle()
+        return event
 
     def snapshot(self) -> tuple[KnownEval, int]:
         """The incumbent and the bound, read together."""
@@ -77,6 +86,9 @@ class SearchState:
     def _settle(self) -> None:
         if self.bound >= self.makespan:
             self.done.set()
+        if self.done.is_set():
+            for event in self._with_done:
+                event.set()
         if self._probe is not None and (self.done.is_set() or self.makespan <= self._probe[0]):
             self._probe[1].set()
 
@@ -102,7 +114,7 @@ def upper_phase_config(config: CpSatConfig) -> tuple[CpSatConfig, ...] | None:
 
 
 def improve_upper(problem, placement, configs, state: SearchState, deadline, details, stall_fraction=0.4,
-                  concurrent=False) -> None:
+                  concurrent=False, stop: threading.Event | None = None) -> None:
     """The upper-bound phase: the model rebuilt with the incumbent as horizon and hint,
     solved with ``configs[0]`` until ``deadline``; a solve that finds nothing better for
     ``stall_fraction`` of the phase is stopped and restarted from the incumbent with the
@@ -111,12 +123,14 @@ def improve_upper(problem, placement, configs, state: SearchState, deadline, det
     LP-guided search stayed at 372 for 25 s with 2 seeds, the no-LP search found 371 in
     19 s with each of 3). Under a deterministic time limit solves do not stall
     (``CpSatModel.solve``), so there is one. Improves ``state`` in place; with
-    ``concurrent`` (``race``) its solves also stop once ``state`` is done and report
-    each solution as it comes."""
+    ``concurrent`` (``race``) its solves report each solution as it comes and stop once
+    ``stop`` (default: ``state.done``) is set."""
+    if stop is None:
+        stop = state.done
     stall_s = max(2.0, (deadline - time.perf_counter()) * stall_fraction)
     rows = []
     attempt = 0
-    while not state.done.is_set() and deadline - time.perf_counter() >= 0.5:
+    while not (state.done.is_set() or stop.is_set()) and deadline - time.perf_counter() >= 0.5:
         incumbent, bound = state.snapshot()
         base = configs[attempt % len(configs)]
         config = base.replace(random_seed=base.random_seed + attempt)
@@ -124,9 +138,10 @@ def improve_upper(problem, placement, configs, state: SearchState, deadline, det
         details.setdefault("families", list(model.applied))
         hint_incumbent(model, problem, incumbent)
         raw = model.solve(deadline - time.perf_counter(), stall_s=stall_s,
-                          stop=state.done if concurrent else None,
+                          stop=stop if concurrent else None,
                           on_solution=state.improved if concurrent else None)
-        rows.append({"search": "+".join(config.portfolio() or ("cp-sat",)), "seed": config.random_seed,
+        rows.append({"search": "+".join(config.portfolio() or ("cp-sat",)), "workers": config.workers,
+                     "seed": config.random_seed,
                      "status": raw.status, "makespan": raw.makespan, "bound": raw.bound,
                      "wall_s": round(raw.wall_time, 3), "stalled": raw.stalled})
         state.offer(solution_of(problem, model, raw))
@@ -189,27 +204,36 @@ def relaxation_bounds(problem, placement, config, sets, incumbent: KnownEval, bo
     return bound
 
 
-def tighten_step(proof_times: Sequence[float], remaining: float, gap: int) -> int:
-    """How far the next tightening probe jumps (1: the bound itself). Proof times grow
-    about geometrically as the horizon nears the optimum (linear S=16, B=64, cap 16,
-    C=1, slow day: 2.2-2.6, 2.7-3.0, 4.1, 7.0, 12.5 s for 361-365, 21-28 s for 366, 48 s
-    for 367), so climbing one by one spends about as long on the easy steps as on the
-    last one. After two proofs the growth ratio r of the last two (clamped to 2-4: the
-    early, easy steps grow slower than the hard ones near the optimum, where it is about
-    2) predicts the probe at horizon bound + k - 1 to take t_last * r**k; the largest k
-    whose prediction is at most half the remaining time is taken, below the incumbent.
-    With a floor of 1.5 a jump from 363 to 367 was predicted at 14 s and ran out after
-    29 s, ending at 363 where one-by-one climbing reached 366."""
-    if len(proof_times) < 2:
-        return 1
-    ratio = min(4.0, max(2.0, proof_times[-1] / max(proof_times[-2], 1e-3)))
+def tighten_step(proofs: Sequence[tuple[int, float]], remaining: float, gap: int) -> int:
+    """How far the next tightening probe jumps (1: the bound itself), from the earlier
+    ``proofs`` as (horizon, seconds). Proof times grow about geometrically as the horizon
+    nears the optimum (linear S=16, B=64, cap 16, C=1, slow day: 2.2-2.6, 2.7-3.0, 4.1,
+    7.0, 12.5 s for 361-365, 21-28 s for 366, 48 s for 367), so climbing one by one
+    spends about as long on the easy steps as on the last one. After two proofs the
+    predicted time of the probe at horizon bound + k - 1 is ``predicted_proof_time``; the
+    largest k whose prediction is at most half the remaining time is taken, below the
+    incumbent. With a ratio floor of 1.5 a jump from 363 to 367 was predicted at 14 s
+    and ran out after 29 s, ending at 363 where one-by-one climbing reached 366."""
     k = 1
-    while k + 1 < gap and proof_times[-1] * ratio ** (k + 1) <= remaining / 2:
+    while k + 1 < gap and (predicted_proof_time(proofs, k + 1) or math.inf) <= remaining / 2:
         k += 1
     return k
 
 
-def tighten_horizon(problem, placement, config, state: SearchState, deadline, details, proof_times=(),
+def predicted_proof_time(proofs: Sequence[tuple[int, float]], k: int) -> float | None:
+    """The predicted time of a tightening probe ``k`` steps above the last proof's
+    horizon: the last proof time times the growth ratio per step to the power ``k``,
+    the ratio taken from the last two proofs (per step of horizon between them, so a
+    jump does not inflate it) and clamped to 2-4 (the early, easy steps grow slower than
+    the hard ones near the optimum, where it is about 2); None before two proofs."""
+    if len(proofs) < 2:
+        return None
+    (h0, t0), (h1, t1) = proofs[-2], proofs[-1]
+    ratio = (max(t1, 1e-3) / max(t0, 1e-3)) ** (1.0 / max(1, h1 - h0))
+    return t1 * min(4.0, max(2.0, ratio)) ** k
+
+
+def tighten_horizon(problem, placement, config, state: SearchState, deadline, details, proofs=(),
                     concurrent=False) -> None:
     """Destructive lower bounding: while time remains, ask CP-SAT whether any schedule
     ends by a horizon ``h`` >= the bound (the model rebuilt with that horizon, so presolve
@@ -218,24 +242,30 @@ def tighten_horizon(problem, placement, config, state: SearchState, deadline, de
     incumbent and is optimal when the solve proves it; unknown stops. On linear S=16,
     B=64, cap 16, C=1 this proves 368 where the optimisation model's bound stays at 367.
     With ``concurrent`` (``race``) a probe stops once a schedule at or below its horizon
-    exists (found by either thread) and the next probe is planned below it. Improves
-    ``state`` in place. ``proof_times``: earlier proof times to predict from (tests)."""
+    exists (found by either thread) and the next probe is planned below it, and the
+    tightening ends when even a one-step probe is predicted to need more than the time
+    left (``predicted_proof_time``), leaving its workers to the search. Improves
+    ``state`` in place. ``proofs``: earlier (horizon, seconds) to predict from (tests)."""
     rows = []
-    proof_times = list(proof_times)
+    proofs = list(proofs)
     while not state.done.is_set():
         remaining = deadline - time.perf_counter()
         if remaining < 0.5:
             break
         with state.lock:
             bound, makespan = state.bound, state.makespan
-        horizon = bound + tighten_step(proof_times, remaining, makespan - bound) - 1
+        predicted = predicted_proof_time(proofs, 1)
+        if concurrent and predicted is not None and predicted > remaining:
+            rows.append({"horizon": bound, "status": "not tried", "predicted_s": round(predicted, 1)})
+            break  # hopeless in the time left: the search can use the workers better
+        horizon = bound + tighten_step(proofs, remaining, makespan - bound) - 1
         stop = state.probe(horizon) if concurrent else None
         model = CpSatModel(problem, config, placement, horizon, makespan_lb=bound)
         raw = model.solve(max(0.05, deadline - time.perf_counter()), stop=stop,
                           on_solution=state.improved if concurrent else None)
         rows.append({"horizon": horizon, "status": raw.status, "wall_s": round(raw.wall_time, 3)})
         if raw.status == "infeasible":
-            proof_times.append(raw.wall_time)
+            proofs.append((horizon, raw.wall_time))
             state.raise_bound(horizon + 1)
             continue
         state.offer(solution_of(problem, model, raw))

@@ -15,17 +15,21 @@ stayed above 1% in 14 of 14 runs; at once, 371 against a proven 368 (0.82%) in 3
 
 from __future__ import annotations
 
+import threading
+import time
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 
 from schedules.schedule import Placement
 
 from .config import CpSatConfig
-from .phases import SearchState, improve_upper, tighten_horizon
+from .phases import SearchState, improve_upper, tighten_horizon, upper_phase_config
 from .problem import Problem
 
 # the search thread restarts a solve without a better schedule for this share of the
 # race (the no-LP search's improvements on the S=16 target came 1-30 s apart)
 SEARCH_STALL_FRACTION = 0.25
+# below this many seconds left, a search on all workers would not get past presolve
+HANDOVER_MIN_S = 2.0
 
 
 def race_applies(config: CpSatConfig) -> bool:
@@ -41,22 +45,41 @@ def race(problem: Problem, placement: Placement, config: CpSatConfig, state: Sea
          deadline: float, details: dict) -> None:
     """Search and tighten at once until ``deadline`` or until the bound meets the
     makespan; improves ``state`` in place. The search gets half of the workers (at least
-    one) with presolve probing off (as in the upper phase), the tightening the rest.
+    one) with presolve probing off (as in the upper phase), the tightening the rest. When
+    the tightening ends early (its next probe predicted to need more than the time left),
+    the search restarts from the incumbent on all workers with the upper phase's
+    searches (``upper_phase_config``: on 2 workers one full search and CP-SAT's LNS).
     Rows go to ``details["upper_phase"]`` and ``details["horizon_tightening"]``; an error
     in one thread stops the other and is raised."""
     search_workers = max(1, config.workers // 2)
-    search = config.replace(workers=search_workers,
-                            extra_params=(("cp_model_probing_level", 0),) + config.extra_params)
+    probing_off = (("cp_model_probing_level", 0),) + config.extra_params
+    search = config.replace(workers=search_workers, extra_params=probing_off)
     bounding = config.replace(workers=config.workers - search_workers)
+    handover = state.stop_with_done(threading.Event())
     details["race"] = {"search_workers": search_workers, "bound_workers": bounding.workers}
+
+    def search_thread() -> None:
+        improve_upper(problem, placement, (search,), state, deadline, details, SEARCH_STALL_FRACTION,
+                      concurrent=True, stop=handover)
+        rows = details.pop("upper_phase")
+        if not state.done.is_set() and deadline - time.perf_counter() >= HANDOVER_MIN_S:
+            details["race"]["handover_s"] = round(deadline - time.perf_counter(), 3)
+            alone = upper_phase_config(config) or (config.replace(extra_params=probing_off),)
+            improve_upper(problem, placement, alone, state, deadline, details, concurrent=True)
+            rows += details["upper_phase"]
+        details["upper_phase"] = rows
+
+    def bound_thread() -> None:
+        try:
+            tighten_horizon(problem, placement, bounding, state, deadline, details, (), concurrent=True)
+        finally:
+            handover.set()
+
     with ThreadPoolExecutor(max_workers=2, thread_name_prefix="pipetab-race") as pool:
-        futures = [
-            pool.submit(improve_upper, problem, placement, (search,), state, deadline, details,
-                        SEARCH_STALL_FRACTION, True),
-            pool.submit(tighten_horizon, problem, placement, bounding, state, deadline, details, (), True),
-        ]
+        futures = [pool.submit(search_thread), pool.submit(bound_thread)]
         finished, _ = wait(futures, return_when=FIRST_EXCEPTION)
         if any(f.exception() is not None for f in finished):
             state.done.set()  # stops the other thread's solve
+            handover.set()
         for f in futures:
             f.result()

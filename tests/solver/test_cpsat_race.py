@@ -188,3 +188,36 @@ def test_proofs_raise_the_bound_until_it_meets_the_search(monkeypatch):
     assert state.bound == state.makespan == 47
     assert horizons[0] == 44 and horizons[-1] == 46 and all(h < 47 for h in horizons)
     assert [r["status"] for r in details["horizon_tightening"]] == ["infeasible"] * len(horizons)
+
+
+def test_a_hopeless_next_probe_hands_the_workers_to_the_search(monkeypatch):
+    """Two proofs of 100 s each predict the next probe at 200 s (ratio clamped to 2),
+    more than the minute left: the tightening ends, the one-worker search is stopped and
+    restarts on both workers with the upper phase's no-LP search + LNS, which here finds
+    and proves 47."""
+    searches = []
+
+    def search_solve(model, stop, on_solution):
+        searches.append((model.config.workers, model.config.subsolvers))
+        if model.config.workers == 1:
+            stop.wait(60)
+            return _raw("feasible", 44)
+        on_solution(47)
+        return _raw("optimal", 47)
+
+    def probe_solve(model, stop, on_solution):
+        return _raw("infeasible", wall=100.0)
+
+    _patched(monkeypatch, search_solve, probe_solve)
+    fixed, pl, start = _start()
+    state = SearchState(start, 44)
+    details = {}
+    t0 = time.perf_counter()
+    race(fixed, pl, CpSatConfig(workers=2), state, time.perf_counter() + 60, details)
+    assert time.perf_counter() - t0 < 10
+    assert searches == [(1, None), (2, ("no_lp",))]
+    assert [r["workers"] for r in details["upper_phase"]] == [1, 2]
+    assert [r["status"] for r in details["horizon_tightening"]] == ["infeasible", "infeasible", "not tried"]
+    assert details["horizon_tightening"][-1]["predicted_s"] == 200.0
+    assert 50 < details["race"]["handover_s"] <= 60
+    assert state.bound == state.makespan == 47

@@ -293,18 +293,23 @@ def test_horizon_tightening_proves_step_by_step_and_finds_the_optimum():
 
 def test_tightening_jumps_by_predicted_proof_time():
     """One step at a time until two proofs are timed; then the largest jump whose
-    predicted time (last proof times the clamped growth ratio per step) is at most half
-    of what remains, staying below the incumbent. Hand-worked: times 2.5, 3.0 give ratio
-    1.2 -> 2; 3.0 * 2**2 = 12 <= 15 but 3.0 * 2**3 = 24 > 15, so k = 2."""
-    from solver.cpsat.phases import tighten_step
+    predicted time (last proof time times the clamped growth ratio per step of horizon)
+    is at most half of what remains, staying below the incumbent. Hand-worked: times
+    2.5, 3.0 one step apart give ratio 1.2 -> 2; 3.0 * 2**2 = 12 <= 15 but 3.0 * 2**3 =
+    24 > 15, so k = 2."""
+    from solver.cpsat.phases import predicted_proof_time, tighten_step
 
     assert tighten_step([], 100.0, 10) == 1
-    assert tighten_step([0.1], 100.0, 10) == 1
-    assert tighten_step([2.5, 3.0], 30.0, 10) == 2
-    assert tighten_step([2.0, 6.0], 400.0, 10) == 3       # ratio 3: 6 * 27 = 162 <= 200 < 6 * 81
-    assert tighten_step([1.0, 1.0], 1000.0, 3) == 2       # horizon stays below the incumbent
-    assert tighten_step([1.0, 10.0], 100.0, 10) == 1      # ratio 10 -> 4: 10 * 16 > 50
-    assert tighten_step([1.0, 1.0], 1000.0, 1) == 1
+    assert tighten_step([(360, 0.1)], 100.0, 10) == 1
+    assert tighten_step([(360, 2.5), (361, 3.0)], 30.0, 10) == 2
+    assert tighten_step([(360, 2.0), (361, 6.0)], 400.0, 10) == 3   # ratio 3: 6 * 27 = 162 <= 200 < 6 * 81
+    assert tighten_step([(360, 1.0), (361, 1.0)], 1000.0, 3) == 2   # horizon stays below the incumbent
+    assert tighten_step([(360, 1.0), (361, 10.0)], 100.0, 10) == 1  # ratio 10 -> 4: 10 * 16 > 50
+    assert tighten_step([(360, 1.0), (361, 1.0)], 1000.0, 1) == 1
+    # a jump of 3 steps that took 6x longer grows 6 ** (1/3) = 1.82 per step -> 2, not 4
+    assert predicted_proof_time([(363, 4.0), (366, 24.0)], 1) == pytest.approx(48.0)
+    assert predicted_proof_time([(363, 1.0), (365, 16.0)], 1) == pytest.approx(64.0)  # 4 per step
+    assert predicted_proof_time([(363, 1.0)], 1) is None
 
 
 def test_tightening_jump_that_finds_a_schedule_keeps_it():
@@ -319,7 +324,7 @@ def test_tightening_jump_that_finds_a_schedule_keeps_it():
     details = {}
     config = CpSatConfig(workers=2, deterministic_time=20)
     state = SearchState(evaluate_known(fixed, registry.generate("1f1b", 4, 8)), 44)
-    tighten_horizon(fixed, pl, config, state, time.perf_counter() + 60, details, proof_times=[0.01, 0.01])
+    tighten_horizon(fixed, pl, config, state, time.perf_counter() + 60, details, proofs=[(42, 0.01), (43, 0.01)])
     found, bound = state.snapshot()
     rows = details["horizon_tightening"]
     assert rows[0]["horizon"] > 44
