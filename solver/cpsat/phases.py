@@ -114,7 +114,7 @@ def upper_phase_config(config: CpSatConfig) -> tuple[CpSatConfig, ...] | None:
 
 
 def improve_upper(problem, placement, configs, state: SearchState, deadline, details, stall_fraction=0.4,
-                  concurrent=False, stop: threading.Event | None = None) -> None:
+                  concurrent=False, stop: threading.Event | None = None, restart_from_start=False) -> None:
     """The upper-bound phase: the model rebuilt with the incumbent as horizon and hint,
     solved with ``configs[0]`` until ``deadline``; a solve that finds nothing better for
     ``stall_fraction`` of the phase is stopped and restarted from the incumbent with the
@@ -124,24 +124,28 @@ def improve_upper(problem, placement, configs, state: SearchState, deadline, det
     19 s with each of 3). Under a deterministic time limit solves do not stall
     (``CpSatModel.solve``), so there is one. Improves ``state`` in place; with
     ``concurrent`` (``race``) its solves report each solution as it comes and stop once
-    ``stop`` (default: ``state.done``) is set."""
+    ``stop`` (default: ``state.done``) is set. With ``restart_from_start`` a restart
+    starts again from the phase's first incumbent (hint and horizon) instead of the
+    current one: a different basin rather than the one the stalled solve is stuck in."""
     if stop is None:
         stop = state.done
+    first = state.snapshot()[0]
     stall_s = max(2.0, (deadline - time.perf_counter()) * stall_fraction)
     rows = []
     attempt = 0
     while not (state.done.is_set() or stop.is_set()) and deadline - time.perf_counter() >= 0.5:
         incumbent, bound = state.snapshot()
+        start = first if restart_from_start and attempt > 0 else incumbent
         base = configs[attempt % len(configs)]
         config = base.replace(random_seed=base.random_seed + attempt)
-        model = CpSatModel(problem, config, placement, incumbent.makespan, makespan_lb=bound)
+        model = CpSatModel(problem, config, placement, start.makespan, makespan_lb=bound)
         details.setdefault("families", list(model.applied))
-        hint_incumbent(model, problem, incumbent)
+        hint_incumbent(model, problem, start)
         raw = model.solve(deadline - time.perf_counter(), stall_s=stall_s,
                           stop=stop if concurrent else None,
                           on_solution=state.improved if concurrent else None)
         rows.append({"search": "+".join(config.portfolio() or ("cp-sat",)), "workers": config.workers,
-                     "seed": config.random_seed,
+                     "seed": config.random_seed, "start": start.makespan,
                      "status": raw.status, "makespan": raw.makespan, "bound": raw.bound,
                      "wall_s": round(raw.wall_time, 3), "stalled": raw.stalled})
         state.offer(solution_of(problem, model, raw))

@@ -60,7 +60,7 @@ def race(problem: Problem, placement: Placement, config: CpSatConfig, state: Sea
 
     def search_thread() -> None:
         improve_upper(problem, placement, (search,), state, deadline, details, SEARCH_STALL_FRACTION,
-                      concurrent=True, stop=handover)
+                      concurrent=True, stop=handover, restart_from_start=True)
         rows = details.pop("upper_phase")
         if not state.done.is_set() and deadline - time.perf_counter() >= HANDOVER_MIN_S:
             details["race"]["handover_s"] = round(deadline - time.perf_counter(), 3)
