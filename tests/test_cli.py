@@ -159,3 +159,16 @@ def test_console_script_no_traceback():
                           capture_output=True, text=True)
     assert proc.returncode == 2
     assert proc.stderr.strip() == "pipetab: error: stages must be even for chimera, got 3"
+
+
+def test_interrupt_is_one_line_exit_130(capsys, monkeypatch):
+    """Ctrl-C during a command (here a table whose generator is interrupted) ends with
+    one line on stderr and the shell's interrupt code, no traceback."""
+    from schedules import registry
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(registry, "generate", interrupted)
+    code, out, err = run(capsys, "table", "1f1b", "--stages", "4", "--microbatches", "8")
+    assert code == 130 and err.strip() == "pipetab: interrupted" and "Traceback" not in err

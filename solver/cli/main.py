@@ -141,7 +141,7 @@ def build_parser() -> Parser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the command line; returns the exit code (0 ok, 2 bad input)."""
+    """Run the command line; returns the exit code (0 ok, 2 bad input, 130 interrupted)."""
     try:
         parser = build_parser()
         args = parser.parse_args(argv)
@@ -155,6 +155,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except BrokenPipeError:  # pragma: no cover - e.g. piping into head
         return 0
+    except KeyboardInterrupt:
+        print("pipetab: interrupted", file=sys.stderr)
+        return 130
     return 0
 
 

@@ -50,8 +50,12 @@ def race(problem: Problem, placement: Placement, config: CpSatConfig, state: Sea
     the search restarts from the incumbent on all workers with the upper phase's
     searches (``upper_phase_config``: on 2 workers one full search and CP-SAT's LNS).
     Rows go to ``details["upper_phase"]`` and ``details["horizon_tightening"]``; an error
-    in one thread stops the other and is raised."""
+    in one thread (or an interrupt of the caller) stops the other and is raised."""
     search_workers = max(1, config.workers // 2)
+    # CP-SAT's own Ctrl-C handler, installed and restored by each solve, is not safe
+    # with solves in two threads (a Ctrl-C killed the process); without it Ctrl-C
+    # reaches Python's handler in the waiting caller, which stops both solves
+    config = config.replace(extra_params=config.extra_params + (("catch_sigint_signal", False),))
     probing_off = (("cp_model_probing_level", 0),) + config.extra_params
     search = config.replace(workers=search_workers, extra_params=probing_off)
     bounding = config.replace(workers=config.workers - search_workers)
@@ -77,7 +81,12 @@ def race(problem: Problem, placement: Placement, config: CpSatConfig, state: Sea
 
     with ThreadPoolExecutor(max_workers=2, thread_name_prefix="pipetab-race") as pool:
         futures = [pool.submit(search_thread), pool.submit(bound_thread)]
-        finished, _ = wait(futures, return_when=FIRST_EXCEPTION)
+        try:
+            finished, _ = wait(futures, return_when=FIRST_EXCEPTION)
+        except BaseException:  # e.g. Ctrl-C: stop both solves rather than wait for the deadline
+            state.done.set()
+            handover.set()
+            raise
         if any(f.exception() is not None for f in finished):
             state.done.set()  # stops the other thread's solve
             handover.set()
