@@ -47,6 +47,13 @@ class SearchState:
             self._settle()
         return event
 
+    def abort(self) -> None:
+        """Stop every solve that watches this state (an error or an interrupt elsewhere);
+        incumbent and bound stay as they are."""
+        with self.lock:
+            self.done.set()
+            self._settle()
+
     def snapshot(self) -> tuple[KnownEval, int]:
         """The incumbent and the bound, read together."""
         with self.lock:

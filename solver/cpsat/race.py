@@ -5,12 +5,13 @@ They share one ``SearchState``: a schedule either finds stops a tightening probe
 moot, and both stop once the bound meets the makespan.
 
 Why at once rather than one after the other: a CP-SAT solve of this model does not use
-a second worker well. On linear S=16, B=64, cap 16, C=1 (2 cores, slow day) a one-worker
-tightening probe proved "no schedule ends by 366" in 15 s and "by 367" in 45 s next to a
-one-worker search, about as fast as the same probes on two workers alone (15-28 s and
-30-48 s); the one-worker no-LP search from the justified 1F1B (375) found 371 within
-12-77 s. Run one after the other, the two sides shared the 120 s and the final gap
-stayed above 1% in 14 of 14 runs; at once, 371 against a proven 368 (0.82%) in 3 of 3.
+a second worker well. On linear S=16, B=64, cap 16, C=1 (2 cores, slow machine) a
+one-worker tightening probe proved "no schedule ends by 366" in 13-32 s and "by 367" in
+29-77 s next to a one-worker search (twice still open after 70 and 82 s), about as fast
+as the same probes on two workers alone (15-28 s and 30-48 s). Run one after the other,
+the two sides shared the 120 s and the final gap stayed above 1% in 15 of 15 runs on
+slow days; at once, 371 against a proven 368 (0.81%) in 7 of 10 runs of two versions
+(README, "Search and bound at once").
 """
 
 from __future__ import annotations
@@ -45,8 +46,10 @@ def race(problem: Problem, placement: Placement, config: CpSatConfig, state: Sea
          deadline: float, details: dict) -> None:
     """Search and tighten at once until ``deadline`` or until the bound meets the
     makespan; improves ``state`` in place. The search gets half of the workers (at least
-    one) with presolve probing off (as in the upper phase), the tightening the rest. When
-    the tightening ends early (its next probe predicted to need more than the time left),
+    one) with presolve probing off (as in the upper phase), the tightening the rest. A
+    search solve that finds nothing better for ``SEARCH_STALL_FRACTION`` of the time
+    restarts with the next seed from the first incumbent (the justified start), not from
+    the incumbent it stalled at. When the tightening ends early (its next probe predicted to need more than the time left),
     the search restarts from the incumbent on all workers with the upper phase's
     searches (``upper_phase_config``: on 2 workers one full search and CP-SAT's LNS).
     Rows go to ``details["upper_phase"]`` and ``details["horizon_tightening"]``; an error
@@ -84,11 +87,9 @@ def race(problem: Problem, placement: Placement, config: CpSatConfig, state: Sea
         try:
             finished, _ = wait(futures, return_when=FIRST_EXCEPTION)
         except BaseException:  # e.g. Ctrl-C: stop both solves rather than wait for the deadline
-            state.done.set()
-            handover.set()
+            state.abort()
             raise
         if any(f.exception() is not None for f in finished):
-            state.done.set()  # stops the other thread's solve
-            handover.set()
+            state.abort()  # stops the other thread's solve
         for f in futures:
             f.result()
