@@ -268,7 +268,6 @@ def _add_fifo_memory_precedences(model: cp_model.CpModel, v: Variables) -> set[i
     for which this is exact."""
     problem = v.problem
     rel = problem.release_kind
-    by_pipe = problem.pipeline_microbatches
     exact: set[int] = set()
     for d in range(problem.num_devices):
         keys = v.placement.stages_on(d)
@@ -279,11 +278,8 @@ def _add_fifo_memory_precedences(model: cp_model.CpModel, v: Variables) -> set[i
             k = problem.activations_fit(cap, p, s)
             if not k:
                 continue  # none kept, or a single activation does not fit (the cumulative says infeasible)
-            mbs = by_pipe[p]
-            for j in range(len(mbs) - k):
-                f = v.index[Op(Kind.F, p, s, mbs[j + k])]
-                r = v.index[Op(rel, p, s, mbs[j])]
-                model.add(v.start[f] >= v.end(r))
+            for release, forward in problem.memory_windows(p, s, k):
+                model.add(v.start[v.index[forward]] >= v.end(v.index[release]))
             v.chain_shift[((rel, p, s), (Kind.F, p, s))] = k
         if len(keys) == 1 and problem.activations_fit(cap, *keys[0]):
             exact.add(d)

@@ -23,7 +23,7 @@ import math
 from dataclasses import dataclass
 from typing import Iterator, Sequence
 
-from schedules.ops import Kind, Op
+from schedules.ops import Op
 from schedules.schedule import Placement
 
 from .oracle import KnownEval, evaluate_known, relabel_microbatches
@@ -72,7 +72,6 @@ def precedence_graph(problem: Problem, placement: Placement) -> PrecedenceGraph 
             for a, b in zip(mbs, mbs[1:]):
                 i = index[Op(kind, p, s, a)]
                 edge(i, index[Op(kind, p, s, b)], duration[i])
-    release = problem.release_kind
     for d in range(problem.num_devices):
         cap = problem.cap(d)
         held = placement.stages_on(d)
@@ -86,10 +85,9 @@ def precedence_graph(problem: Problem, placement: Placement) -> PrecedenceGraph 
             continue
         if k < 1:
             return None  # not even one activation fits: nothing to justify
-        mbs = by_pipe[p]
-        for j in range(len(mbs) - k):
-            i = index[Op(release, p, s, mbs[j])]
-            edge(i, index[Op(Kind.F, p, s, mbs[j + k])], duration[i])
+        for release, forward in problem.memory_windows(p, s, k):
+            i = index[release]
+            edge(i, index[forward], duration[i])
     device = tuple(placement.device(op.pipeline, op.stage) for op in ops)
     return PrecedenceGraph(ops, problem.num_devices, device, tuple(duration), tuple(map(tuple, succ)),
                            tuple(map(tuple, pred)))
@@ -194,10 +192,7 @@ def justify(problem: Problem, placement: Placement, known: KnownEval,
         return None
     _, timing = relabel_microbatches(known.schedule, known.timing)
     starts = double_justify(graph, [int(round(timing.start[op])) for op in graph.ops], max_rounds)
-    orders: list[list[Op]] = [[] for _ in range(problem.num_devices)]
-    for i in sorted(range(len(graph.ops)), key=starts.__getitem__):
-        orders[graph.device[i]].append(graph.ops[i])
-    schedule = problem.schedule(f"justified-{known.name}", placement, orders)
+    schedule = problem.schedule_by_starts(f"justified-{known.name}", placement, dict(zip(graph.ops, starts)))
     judged = evaluate_known(problem, schedule)
     if judged.fits and judged.makespan < known.makespan:
         return judged

@@ -294,8 +294,4 @@ class CpSatModel:
 
     def schedule_from(self, raw: RawSolve, name: str = "cpsat") -> Schedule:
         """The schedule of a solution: its placement and, per device, its ops by start."""
-        placement = raw.placement
-        orders: list[list[Op]] = [[] for _ in range(self.problem.num_devices)]
-        for op in sorted(raw.starts, key=lambda o: (raw.starts[o], str(o))):
-            orders[placement.device(op.pipeline, op.stage)].append(op)
-        return self.problem.schedule(name, placement, orders)
+        return self.problem.schedule_by_starts(name, raw.placement, raw.starts)

@@ -278,11 +278,8 @@ def _search_fixed(
     if best is not None and race_applies(config):
         state = SearchState(best, lb)
         race(fixed, placement, config, state, deadline, details)
-        incumbent, bound = state.snapshot()
         assumptions = _search_assumptions(fixed, config, label, details.get("families", ()))
-        status = "optimal" if bound >= incumbent.makespan else "feasible"
-        return _finish(fixed, mode, status, incumbent.schedule, incumbent.makespan, min(bound, incumbent.makespan),
-                       t0, t_first, assumptions, "", details, evals)
+        return _finish_state(fixed, mode, state, t0, t_first, assumptions, details, evals)
     model = CpSatModel(fixed, config, placement, horizon, makespan_lb=lb)
     details["families"] = list(model.applied)
     if best is not None:
@@ -327,10 +324,15 @@ def _search_fixed(
                                             until(0.25 if config.tighten else 1.0), details))
     if config.tighten and not state.done.is_set():
         tighten_horizon(fixed, placement, config, state, deadline, details)
+    return _finish_state(fixed, mode, state, t0, t_first, assumptions, details, evals)
+
+
+def _finish_state(problem, mode, state: SearchState, t0, t_first, assumptions, details, evals) -> Result:
+    """The result of a search that ended with ``state``'s incumbent and bound."""
     incumbent, bound = state.snapshot()
     makespan = incumbent.makespan
     status = "optimal" if bound >= makespan else "feasible"
-    return _finish(fixed, mode, status, incumbent.schedule, makespan, min(bound, makespan), t0, t_first,
+    return _finish(problem, mode, status, incumbent.schedule, makespan, min(bound, makespan), t0, t_first,
                    assumptions, "", details, evals)
 
 

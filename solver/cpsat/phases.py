@@ -19,8 +19,6 @@ from .oracle import KnownEval
 from .problem import Problem
 
 
-# the searches of the upper-bound phase, each with CP-SAT's LNS workers on the other
-# thread; a stalled solve restarts with the next one (and the next random seed)
 class SearchState:
     """The incumbent and the proven bound of one search, shared by the phases and, in
     ``race``, by the threads that search and bound at once (every access under one
@@ -31,7 +29,7 @@ class SearchState:
     horizon exists, or with ``done``."""
 
     def __init__(self, incumbent: KnownEval, bound: int):
-        self.lock = threading.Lock()
+        self._lock = threading.Lock()
         self.incumbent = incumbent
         self.makespan = incumbent.makespan
         self.bound = bound
@@ -42,7 +40,7 @@ class SearchState:
 
     def stop_with_done(self, event: threading.Event) -> threading.Event:
         """Have ``event`` set once the state is done (at once when it already is)."""
-        with self.lock:
+        with self._lock:
             self._with_done.append(event)
             self._settle()
         return event
@@ -50,18 +48,23 @@ class SearchState:
     def abort(self) -> None:
         """Stop every solve that watches this state (an error or an interrupt elsewhere);
         incumbent and bound stay as they are."""
-        with self.lock:
+        with self._lock:
             self.done.set()
             self._settle()
 
     def snapshot(self) -> tuple[KnownEval, int]:
         """The incumbent and the bound, read together."""
-        with self.lock:
+        with self._lock:
             return self.incumbent, self.bound
+
+    def bound_and_makespan(self) -> tuple[int, int]:
+        """The bound and the best makespan reported so far, read together."""
+        with self._lock:
+            return self.bound, self.makespan
 
     def improved(self, makespan: int) -> None:
         """A running solve found a schedule of ``makespan``."""
-        with self.lock:
+        with self._lock:
             self.makespan = min(self.makespan, makespan)
             self._settle()
 
@@ -69,7 +72,7 @@ class SearchState:
         """A judged schedule from a finished solve; kept when better than the incumbent."""
         if found is None:
             return
-        with self.lock:
+        with self._lock:
             if found.makespan < self.incumbent.makespan:
                 self.incumbent = found
             self.makespan = min(self.makespan, found.makespan)
@@ -79,13 +82,13 @@ class SearchState:
         """A proven lower bound on the optimal makespan."""
         if bound is None:
             return
-        with self.lock:
+        with self._lock:
             self.bound = max(self.bound, bound)
             self._settle()
 
     def probe(self, horizon: int) -> threading.Event:
         """The stop event of a tightening solve at ``horizon`` (set at once when moot)."""
-        with self.lock:
+        with self._lock:
             self._probe = (horizon, threading.Event())
             self._settle()
             return self._probe[1]
@@ -100,6 +103,8 @@ class SearchState:
             self._probe[1].set()
 
 
+# the searches of the upper-bound phase, each with CP-SAT's LNS workers on the other
+# thread; a stalled solve restarts with the next one (and the next random seed)
 UPPER_SEARCHES: tuple[tuple[str, ...], ...] = (("no_lp",), ("default_lp",))
 
 
@@ -263,8 +268,7 @@ def tighten_horizon(problem, placement, config, state: SearchState, deadline, de
         remaining = deadline - time.perf_counter()
         if remaining < 0.5:
             break
-        with state.lock:
-            bound, makespan = state.bound, state.makespan
+        bound, makespan = state.bound_and_makespan()
         predicted = predicted_proof_time(proofs, 1)
         if concurrent and predicted is not None and predicted > remaining:
             rows.append({"horizon": bound, "status": "not tried", "predicted_s": round(predicted, 1)})

@@ -210,6 +210,14 @@ class Problem:
             return None
         return int(math.floor(cap / a + 1e-9))
 
+    def memory_windows(self, p: int, s: int, k: int) -> list[tuple[Op, Op]]:
+        """Under FIFO, with ``k`` activations of stage (p, s) held at once: the pairs
+        (release of microbatch j, forward of microbatch j + k) — that forward cannot start
+        before that release ends."""
+        mbs = self.pipeline_microbatches[p]
+        rel = self.release_kind
+        return [(Op(rel, p, s, mbs[j]), Op(Kind.F, p, s, mbs[j + k])) for j in range(len(mbs) - k)]
+
     @cached_property
     def pipeline_microbatches(self) -> dict[int, tuple[int, ...]]:
         """Each pipeline's microbatches, in order."""
@@ -244,6 +252,14 @@ class Problem:
             stage_work=self.stage_work, split_backward=self.split_backward,
             params={"source": "cpsat"},
         )
+
+    def schedule_by_starts(self, name: str, placement: Placement, starts: dict[Op, int]) -> Schedule:
+        """The ``Schedule`` whose per-device orders are the ops by start time (ties by
+        name)."""
+        orders: list[list[Op]] = [[] for _ in range(self.num_devices)]
+        for op in sorted(starts, key=lambda o: (starts[o], str(o))):
+            orders[placement.device(op.pipeline, op.stage)].append(op)
+        return self.schedule(name, placement, orders)
 
     @classmethod
     def from_schedule(cls, schedule: Schedule, costs: Costs, placement: Placement | str | None = None) -> "Problem":

@@ -111,12 +111,20 @@ def _raw(status, bound=None, wall=0.0):
     return RawSolve(status, None, bound, None, None, wall, None, 0)
 
 
-def _patched(monkeypatch, search_solve, probe_solve):
+def _race_with_fakes(monkeypatch, search_solve, probe_solve, bound):
+    """Race from 1F1B (49) on S=4, B=8 and ``bound``, a minute to the deadline, with
+    ``phases.CpSatModel`` replaced by ``_FakeModel`` solving as given; returns the state,
+    the details and the seconds the race took."""
     from solver.cpsat import phases
 
     fake = type("Fake", (_FakeModel,), {"search": staticmethod(search_solve), "probe": staticmethod(probe_solve)})
     monkeypatch.setattr(phases, "CpSatModel", fake)
-    return fake
+    fixed, pl, start = _start()
+    state = SearchState(start, bound)
+    details = {}
+    t0 = time.perf_counter()
+    race(fixed, pl, CpSatConfig(workers=2), state, t0 + 60, details)
+    return state, details, time.perf_counter() - t0
 
 
 def test_a_schedule_found_by_the_search_stops_the_probe_it_makes_moot(monkeypatch):
@@ -133,13 +141,8 @@ def test_a_schedule_found_by_the_search_stops_the_probe_it_makes_moot(monkeypatc
         stopped.append((model.horizon, stop.wait(60)))
         return _raw("unknown")
 
-    _patched(monkeypatch, search_solve, probe_solve)
-    fixed, pl, start = _start()
-    state = SearchState(start, 47)
-    details = {}
-    t0 = time.perf_counter()
-    race(fixed, pl, CpSatConfig(workers=2), state, time.perf_counter() + 60, details)
-    assert time.perf_counter() - t0 < 10
+    state, details, seconds = _race_with_fakes(monkeypatch, search_solve, probe_solve, 47)
+    assert seconds < 10
     assert stopped in ([(47, True)], [])  # stopped, or never started once done
     assert state.done.is_set() and state.makespan == 47 and state.bound == 47
     assert [r["status"] for r in details["upper_phase"]] == ["feasible"]
@@ -158,11 +161,9 @@ def test_an_error_in_one_thread_stops_the_other_and_is_raised(monkeypatch):
     def probe_solve(model, stop, on_solution):
         raise RuntimeError("modelling bug")
 
-    _patched(monkeypatch, search_solve, probe_solve)
-    fixed, pl, start = _start()
     t0 = time.perf_counter()
     with pytest.raises(RuntimeError, match="modelling bug"):
-        race(fixed, pl, CpSatConfig(workers=2), SearchState(start, 44), time.perf_counter() + 60, {})
+        _race_with_fakes(monkeypatch, search_solve, probe_solve, 44)
     assert search_stopped.is_set() and time.perf_counter() - t0 < 10
 
 
@@ -180,11 +181,7 @@ def test_proofs_raise_the_bound_until_it_meets_the_search(monkeypatch):
         horizons.append(model.horizon)
         return _raw("infeasible", wall=0.01)
 
-    _patched(monkeypatch, search_solve, probe_solve)
-    fixed, pl, start = _start()
-    state = SearchState(start, 44)
-    details = {}
-    race(fixed, pl, CpSatConfig(workers=2), state, time.perf_counter() + 60, details)
+    state, details, _ = _race_with_fakes(monkeypatch, search_solve, probe_solve, 44)
     assert state.bound == state.makespan == 47
     assert horizons[0] == 44 and horizons[-1] == 46 and all(h < 47 for h in horizons)
     assert [r["status"] for r in details["horizon_tightening"]] == ["infeasible"] * len(horizons)
@@ -208,13 +205,8 @@ def test_a_hopeless_next_probe_hands_the_workers_to_the_search(monkeypatch):
     def probe_solve(model, stop, on_solution):
         return _raw("infeasible", wall=100.0)
 
-    _patched(monkeypatch, search_solve, probe_solve)
-    fixed, pl, start = _start()
-    state = SearchState(start, 44)
-    details = {}
-    t0 = time.perf_counter()
-    race(fixed, pl, CpSatConfig(workers=2), state, time.perf_counter() + 60, details)
-    assert time.perf_counter() - t0 < 10
+    state, details, seconds = _race_with_fakes(monkeypatch, search_solve, probe_solve, 44)
+    assert seconds < 10
     assert searches == [(1, None), (2, ("no_lp",))]
     assert [r["workers"] for r in details["upper_phase"]] == [1, 2]
     assert [r["status"] for r in details["horizon_tightening"]] == ["infeasible", "infeasible", "not tried"]

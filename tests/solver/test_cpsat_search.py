@@ -268,21 +268,28 @@ def test_hardware_costs_with_a_memory_cap_in_bytes():
     assert res.status == "infeasible" and res.min_feasible_cap == pytest.approx(act)
 
 
-def test_horizon_tightening_proves_step_by_step_and_finds_the_optimum():
-    """S=4, B=8, F=1, K=2, C=1, cap 4 has optimum 46 (test above). Starting from bound 44
-    and 1F1B's 49, tightening proves no schedule ends by 44 or 45 and then finds one
-    ending at 46, which goes through the evaluator."""
+def _tighten_from_1f1b(proofs=()):
+    """Tightening on S=4, B=8, F=1, K=2, C=1, cap 4 from bound 44 and 1F1B (49), under a
+    deterministic limit; returns the problem, the final state and the details."""
     from solver.cpsat.oracle import evaluate_known
     from solver.cpsat.phases import SearchState, tighten_horizon
 
     problem = idealized_problem(4, 8, comm=1, activation_cap=4)
     pl = problem.fixed_placement
     fixed = problem.with_placement(pl)
-    details = {}
-    config = CpSatConfig(workers=2, deterministic_time=20)
     state = SearchState(evaluate_known(fixed, registry.generate("1f1b", 4, 8)), 44)
     assert state.makespan == 49
-    tighten_horizon(fixed, pl, config, state, time.perf_counter() + 60, details)
+    details = {}
+    tighten_horizon(fixed, pl, CpSatConfig(workers=2, deterministic_time=20), state,
+                    time.perf_counter() + 60, details, proofs=proofs)
+    return problem, state, details
+
+
+def test_horizon_tightening_proves_step_by_step_and_finds_the_optimum():
+    """S=4, B=8, F=1, K=2, C=1, cap 4 has optimum 46 (test above). Starting from bound 44
+    and 1F1B's 49, tightening proves no schedule ends by 44 or 45 and then finds one
+    ending at 46, which goes through the evaluator."""
+    problem, state, details = _tighten_from_1f1b()
     found, bound = state.snapshot()
     assert bound == 46
     assert [r["status"] for r in details["horizon_tightening"]] == ["infeasible", "infeasible", "optimal"]
@@ -315,16 +322,7 @@ def test_tightening_jumps_by_predicted_proof_time():
 def test_tightening_jump_that_finds_a_schedule_keeps_it():
     """With proof times known the first probe jumps: from bound 44 and incumbent 49 on the
     S=4, B=8, C=1, cap 4 instance (optimum 46), a probe at 47 finds and proves 46."""
-    from solver.cpsat.oracle import evaluate_known
-    from solver.cpsat.phases import SearchState, tighten_horizon
-
-    problem = idealized_problem(4, 8, comm=1, activation_cap=4)
-    pl = problem.fixed_placement
-    fixed = problem.with_placement(pl)
-    details = {}
-    config = CpSatConfig(workers=2, deterministic_time=20)
-    state = SearchState(evaluate_known(fixed, registry.generate("1f1b", 4, 8)), 44)
-    tighten_horizon(fixed, pl, config, state, time.perf_counter() + 60, details, proofs=[(42, 0.01), (43, 0.01)])
+    _, state, details = _tighten_from_1f1b(proofs=[(42, 0.01), (43, 0.01)])
     found, bound = state.snapshot()
     rows = details["horizon_tightening"]
     assert rows[0]["horizon"] > 44
