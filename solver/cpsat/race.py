@@ -69,7 +69,9 @@ def race(problem: Problem, placement: Placement, config: CpSatConfig, state: Sea
         improve_upper(problem, placement, (search,), state, deadline, details, SEARCH_STALL_FRACTION,
                       concurrent=True, stop=handover, restart_from_start=True)
         rows = details.pop("upper_phase")
-        if not state.done.is_set() and deadline - time.perf_counter() >= HANDOVER_MIN_S:
+        # all workers only once the tightening has ended (not when the restarts stop
+        # for lack of time while a probe still runs: that would oversubscribe the cores)
+        if handover.is_set() and not state.done.is_set() and deadline - time.perf_counter() >= HANDOVER_MIN_S:
             details["race"]["handover_s"] = round(deadline - time.perf_counter(), 3)
             alone = upper_phase_config(config) or (config.replace(extra_params=probing_off),)
             improve_upper(problem, placement, alone, state, deadline, details, concurrent=True)

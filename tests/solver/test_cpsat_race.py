@@ -111,8 +111,8 @@ def _raw(status, bound=None, wall=0.0):
     return RawSolve(status, None, bound, None, None, wall, None, 0)
 
 
-def _race_with_fakes(monkeypatch, search_solve, probe_solve, bound):
-    """Race from 1F1B (49) on S=4, B=8 and ``bound``, a minute to the deadline, with
+def _race_with_fakes(monkeypatch, search_solve, probe_solve, bound, seconds=60.0):
+    """Race from 1F1B (49) on S=4, B=8 and ``bound``, ``seconds`` to the deadline, with
     ``phases.CpSatModel`` replaced by ``_FakeModel`` solving as given; returns the state,
     the details and the seconds the race took."""
     from solver.cpsat import phases
@@ -123,7 +123,7 @@ def _race_with_fakes(monkeypatch, search_solve, probe_solve, bound):
     state = SearchState(start, bound)
     details = {}
     t0 = time.perf_counter()
-    race(fixed, pl, CpSatConfig(workers=2), state, t0 + 60, details)
+    race(fixed, pl, CpSatConfig(workers=2), state, t0 + seconds, details)
     return state, details, time.perf_counter() - t0
 
 
@@ -213,3 +213,30 @@ def test_a_hopeless_next_probe_hands_the_workers_to_the_search(monkeypatch):
     assert details["horizon_tightening"][-1]["predicted_s"] == 200.0
     assert 50 < details["race"]["handover_s"] <= 60
     assert state.bound == state.makespan == 47
+
+
+def test_no_search_on_all_workers_while_a_probe_runs(monkeypatch):
+    """Stalled one-worker searches stop restarting when less than half a stall limit is
+    left (3 s race: stall limit 2 s, so below 1 s left; the all-worker search's 2-s
+    minimum lowered to 0.1 s so that time would be enough for it); the probe still runs
+    to the deadline, so the search must not restart on both workers (three threads on
+    two cores)."""
+    from solver.cpsat import race as race_module
+
+    monkeypatch.setattr(race_module, "HANDOVER_MIN_S", 0.1)
+    searches = []
+
+    def search_solve(model, stop, on_solution):
+        searches.append(model.config.workers)
+        time.sleep(0.05)
+        return RawSolve("feasible", None, 44, None, None, 0.05, None, 0, stalled=True)
+
+    def probe_solve(model, stop, on_solution):
+        stop.wait(max(0.0, deadline - time.perf_counter()))
+        return _raw("unknown")
+
+    deadline = time.perf_counter() + 3.0
+    state, details, _ = _race_with_fakes(monkeypatch, search_solve, probe_solve, 44, seconds=3.0)
+    assert searches and set(searches) == {1}
+    assert "handover_s" not in details["race"]
+    assert [r["status"] for r in details["horizon_tightening"]] == ["unknown"]
