@@ -61,10 +61,16 @@ class CpSatConfig:
     30% of what remains (without the upper phase: 50% before relaxations, 85% before
     tightening), upper phase half of the rest, relaxations a quarter of what then
     remains, tightening the rest.
-    ``race``: with at least 2 workers, a wall-clock limit and tightening on, the phases
-    after justification are one search and the tightening run at once in two threads,
-    each on half of the workers (``race``), instead of the full model and the phases
-    above one after another.
+    With at least 2 workers, a wall-clock limit, CP-SAT's portfolio left to the config and
+    tightening on, the phases after justification use all workers by turns instead
+    (``phases.bound_then_search``): the tightening for at most ``bound_share`` of the
+    time left, then the upper phase. ``race``: the search and the tightening at once in
+    two threads instead, each on half of the workers (``race``). In ``bound`` mode the
+    tightening runs alone on all workers (``modes.bound``: the bound is what is asked
+    for).
+    ``tree_proofs``: a tightening probe on at least 2 workers (CP-SAT's portfolio left to
+    the config, wall-clock limit) runs CP-SAT's shared tree search on all of them
+    (``phases.proof_config``).
     ``order_literals``: fixed placement under FIFO, a literal per pair of ops of two
     chains on a device whose order is open, with staircase implications, replacing the
     device's no-overlap (``constraints.add_order_literals``) when at most
@@ -90,7 +96,9 @@ class CpSatConfig:
     upper_phase: bool = True
     relaxation: bool = True
     tighten: bool = True
-    race: bool = True
+    race: bool = False
+    bound_share: float = 0.55
+    tree_proofs: bool = True
     device_symmetry: bool = True
     order_literals: bool = True
     order_literal_limit: int = 60000
@@ -108,6 +116,8 @@ class CpSatConfig:
             raise ValueError(f"workers must be an integer >= 1, got {self.workers!r}")
         if self.deterministic_time is not None and not self.deterministic_time > 0:
             raise ValueError(f"deterministic_time must be > 0, got {self.deterministic_time!r}")
+        if not 0 < self.bound_share < 1:
+            raise ValueError(f"bound_share must be between 0 and 1 (exclusive), got {self.bound_share!r}")
         if self.subsolvers is not None:
             object.__setattr__(self, "subsolvers", tuple(self.subsolvers))
         object.__setattr__(self, "extra_params", tuple(tuple(kv) for kv in self.extra_params))

@@ -36,6 +36,7 @@ from .oracle import (
 )
 from .phases import (
     SearchState,
+    bound_then_search,
     improve_upper,
     relaxation_bounds,
     relaxation_sets,
@@ -43,7 +44,7 @@ from .phases import (
     upper_phase_config,
 )
 from .problem import Problem
-from .race import race, race_applies
+from .race import all_workers_flow_applies, race
 from .result import KnownGap, Result, gap_of
 
 _FIFO_LABEL = (
@@ -275,9 +276,16 @@ def _search_fixed(
         assumptions = _search_assumptions(fixed, config, label, ())
         return _finish(fixed, mode, "optimal", best.schedule, best.makespan, lb, t0, t_first,
                        assumptions, "a known schedule meets the analytic bound", details, evals)
-    if best is not None and race_applies(config):
+    if best is not None and all_workers_flow_applies(config):
         state = SearchState(best, lb)
-        race(fixed, placement, config, state, deadline, details)
+        if mode == "bound":
+            # the bound is what is asked for: the tightening alone on all workers
+            details["bound_first"] = {"workers": config.workers}
+            tighten_horizon(fixed, placement, config, state, deadline, details)
+        elif config.race:
+            race(fixed, placement, config, state, deadline, details)
+        else:
+            bound_then_search(fixed, placement, config, state, deadline, details)
         assumptions = _search_assumptions(fixed, config, label, details.get("families", ()))
         return _finish_state(fixed, mode, state, t0, t_first, assumptions, details, evals)
     model = CpSatModel(fixed, config, placement, horizon, makespan_lb=lb)

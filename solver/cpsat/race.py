@@ -1,17 +1,18 @@
-"""Search and bound at once: on a fixed placement with an incumbent, one thread keeps
-improving the incumbent (``phases.improve_upper``) while the other proves lower bounds
-by horizon tightening (``phases.tighten_horizon``), each on its share of the workers.
-They share one ``SearchState``: a schedule either finds stops a tightening probe it makes
-moot, and both stop once the bound meets the makespan.
+"""Search and bound at once (``CpSatConfig.race``, off by default): on a fixed placement
+with an incumbent, one thread keeps improving the incumbent (``phases.improve_upper``)
+while the other proves lower bounds by horizon tightening (``phases.tighten_horizon``),
+each on its share of the workers. They share one ``SearchState``: a schedule either
+finds stops a tightening probe it makes moot, and both stop once the bound meets the
+makespan.
 
-Why at once rather than one after the other: a CP-SAT solve of this model does not use
-a second worker well. On linear S=16, B=64, cap 16, C=1 (2 cores, slow machine) a
-one-worker tightening probe proved "no schedule ends by 366" in 13-32 s and "by 367" in
-29-77 s next to a one-worker search (twice still open after 70 and 82 s), about as fast
-as the same probes on two workers alone (15-28 s and 30-48 s). Run one after the other,
-the two sides shared the 120 s and the final gap stayed above 1% in 15 of 15 runs on
-slow days; at once, 371 against a proven 368 (0.81%) in 7 of 10 runs of two versions
-(README, "Search and bound at once").
+Why it was the default until CP-SAT's shared tree search was tried for the probes: with
+CP-SAT's portfolio a solve of this model does not use a second worker well. On linear
+S=16, B=64, cap 16, C=1 (2 cores) a one-worker probe proved "no schedule ends by 367" in
+29-77 s next to a one-worker search, about as fast as the 2-worker portfolio alone
+(30-48 s); at once, the search reached 371 against a proven 368 (0.81%) in 7 of 10 runs
+of two versions and 6 of 8 of the last. The shared tree search proves the same probe on
+2 workers in 25-31 s, so ``phases.bound_then_search`` now gives all workers to the
+tightening first and then to the search (README, "Bound, then search").
 """
 
 from __future__ import annotations
@@ -33,12 +34,13 @@ SEARCH_STALL_FRACTION = 0.25
 HANDOVER_MIN_S = 2.0
 
 
-def race_applies(config: CpSatConfig) -> bool:
-    """Whether ``race`` runs: switched on, at least 2 workers, CP-SAT's portfolio left to
-    the config (no ``subsolvers``), tightening on, and a wall-clock limit only (the two
-    threads stop each other by wall-clock events, which a deterministic limit could not
-    reproduce)."""
-    return (config.race and config.workers >= 2 and config.subsolvers is None and config.tighten
+def all_workers_flow_applies(config: CpSatConfig) -> bool:
+    """Whether the phases after justification share out all workers by wall clock
+    (``phases.bound_then_search``, ``race``, or in ``bound`` mode the tightening alone)
+    rather than run the sequential flow: at least 2 workers, CP-SAT's portfolio left to
+    the config (no ``subsolvers``), tightening on, and a wall-clock limit only (wall-clock
+    phase ends and stop events could not be reproduced under a deterministic limit)."""
+    return (config.workers >= 2 and config.subsolvers is None and config.tighten
             and config.deterministic_time is None)
 
 

@@ -8,11 +8,11 @@ import time
 import pytest
 
 from schedules import registry
-from solver.cpsat import CpSatConfig, idealized_problem, search
+from solver.cpsat import CpSatConfig, bound, idealized_problem, search
 from solver.cpsat.model import RawSolve
 from solver.cpsat.oracle import evaluate_known
-from solver.cpsat.phases import SearchState
-from solver.cpsat.race import race, race_applies
+from solver.cpsat.phases import SearchState, proof_config
+from solver.cpsat.race import all_workers_flow_applies, race
 from solver.simulate import simulate
 
 
@@ -62,7 +62,7 @@ def test_race_proves_the_known_optimum():
     one-worker tightening; the result is optimal at 46, the simulator agrees, and the
     FIFO assumption of the tightening's bound is carried."""
     problem = idealized_problem(4, 8, comm=1, activation_cap=4)
-    res = search(problem, CpSatConfig(time_limit_s=20, workers=2))
+    res = search(problem, CpSatConfig(time_limit_s=20, workers=2, race=True))
     assert res.details["race"] == {"search_workers": 1, "bound_workers": 1}
     assert res.status == "optimal" and res.makespan == res.lower_bound == 46
     sim = simulate(res.schedule, problem.costs)
@@ -71,17 +71,30 @@ def test_race_proves_the_known_optimum():
     assert res.details["families"]  # recorded from the race's models
 
 
-def test_race_applies_only_on_a_wall_clock_with_two_workers():
-    assert race_applies(CpSatConfig(workers=2))
-    assert race_applies(CpSatConfig(workers=4))
-    assert not race_applies(CpSatConfig(workers=1))
-    assert not race_applies(CpSatConfig(workers=2, deterministic_time=5))
-    assert not race_applies(CpSatConfig(workers=2, subsolvers=("no_lp", "default_lp")))
-    assert not race_applies(CpSatConfig(workers=2, tighten=False))
-    assert not race_applies(CpSatConfig(workers=2, race=False))
+def test_all_workers_flows_apply_only_on_a_wall_clock_with_two_workers():
+    assert all_workers_flow_applies(CpSatConfig(workers=2))
+    assert all_workers_flow_applies(CpSatConfig(workers=4))
+    assert not all_workers_flow_applies(CpSatConfig(workers=1))
+    assert not all_workers_flow_applies(CpSatConfig(workers=2, deterministic_time=5))
+    assert not all_workers_flow_applies(CpSatConfig(workers=2, subsolvers=("no_lp", "default_lp")))
+    assert not all_workers_flow_applies(CpSatConfig(workers=2, tighten=False))
     problem = idealized_problem(4, 8, comm=1, activation_cap=4)
     steady = search(problem, CpSatConfig(time_limit_s=20, workers=2, deterministic_time=20))
-    assert "race" not in steady.details and steady.makespan == 46
+    assert not {"race", "bound_then_search"} & set(steady.details) and steady.makespan == 46
+
+
+def test_bound_then_search_proves_the_known_optimum():
+    """The default flow on 2 workers and a wall clock (S=4, B=8, cap 4, optimum 46): the
+    tightening on both workers proves the bound up to the optimum, a probe at or above it
+    finds a schedule there; the simulator agrees and the FIFO assumption is carried."""
+    problem = idealized_problem(4, 8, comm=1, activation_cap=4)
+    res = search(problem, CpSatConfig(time_limit_s=20, workers=2))
+    assert res.details["bound_then_search"]["tighten_until_s"] > 0 and "race" not in res.details
+    assert res.status == "optimal" and res.makespan == res.lower_bound == 46
+    assert all(r["status"] == "infeasible" for r in res.details["horizon_tightening"][:-1])
+    sim = simulate(res.schedule, problem.costs)
+    assert sim.makespan == 46 and max(sim.peak_activation) <= 4
+    assert any("FIFO" in a for a in res.bound_assumptions)
 
 
 class _FakeModel:
@@ -240,3 +253,32 @@ def test_no_search_on_all_workers_while_a_probe_runs(monkeypatch):
     assert searches and set(searches) == {1}
     assert "handover_s" not in details["race"]
     assert [r["status"] for r in details["horizon_tightening"]] == ["unknown"]
+
+
+def test_proof_config_uses_the_shared_tree_on_two_or_more_workers():
+    """Tightening probes split the search tree among the workers when they have at least
+    two and CP-SAT's portfolio is left to the config; otherwise the config stays."""
+    two = proof_config(CpSatConfig(workers=2, extra_params=(("log_search_progress", False),)))
+    assert two.subsolvers == ("shared_tree",)
+    assert two.extra_params == (("shared_tree_num_workers", 2), ("log_search_progress", False))
+    assert proof_config(CpSatConfig(workers=4)).extra_params == (("shared_tree_num_workers", 4),)
+    for kept in (CpSatConfig(workers=1), CpSatConfig(workers=2, deterministic_time=5),
+                 CpSatConfig(workers=2, subsolvers=("no_lp", "default_lp")),
+                 CpSatConfig(workers=2, tree_proofs=False)):
+        assert proof_config(kept) is kept
+
+
+def test_bound_mode_tightens_alone_on_all_workers():
+    """``bound`` on a wall clock with 2 workers runs no search beside the tightening: its
+    probes (shared tree on both workers) prove the optimum 46 of S=4, B=8, cap 4, a
+    schedule of 46 comes with it and the simulator confirms it, and the FIFO assumption
+    of the tightening's models is carried."""
+    problem = idealized_problem(4, 8, comm=1, activation_cap=4)
+    res = bound(problem, CpSatConfig(time_limit_s=20, workers=2))
+    assert res.details["bound_first"] == {"workers": 2} and "race" not in res.details
+    assert res.status == "optimal" and res.lower_bound == res.makespan == 46
+    assert all(r["status"] == "infeasible" for r in res.details["horizon_tightening"][:-1])
+    sim = simulate(res.schedule, problem.costs)
+    assert sim.makespan == 46 and max(sim.peak_activation) <= 4
+    assert any("FIFO" in a for a in res.bound_assumptions)
+    assert res.known["1f1b"].makespan == 49 and res.known["1f1b"].gap == pytest.approx(3 / 49)
