@@ -36,8 +36,9 @@ def main(argv=None) -> int:
     print(f"{'horizon':>8} {'outcome':>11} {'wall_s':>8}")
     for row in res.details.get("horizon_tightening", []):
         print(f"{row['horizon']:>8} {row['status']:>11} {row.get('wall_s', ''):>8}")
+    best = res.schedule.name if res.schedule is not None else "-"
     print(f"proven lower bound {res.lower_bound} slots after {wall:.1f} s "
-          f"(best schedule this run: {res.makespan}, {res.details.get('best_known', {}).get('name')} justified or found)")
+          f"(best schedule of this run: {res.makespan} slots, {best})")
     if args.best is not None:
         print(f"a schedule of {args.best} slots is within {(args.best - res.lower_bound) / args.best:.2%} of the optimum")
     return 0

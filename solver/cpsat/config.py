@@ -65,9 +65,10 @@ class CpSatConfig:
     tightening on, the phases after justification use all workers by turns instead
     (``phases.bound_then_search``): the tightening for at most ``bound_share`` of the
     time left, then the upper phase. ``race``: the search and the tightening at once in
-    two threads instead, each on half of the workers (``race``). In ``bound`` mode the
-    tightening runs alone on all workers (``modes.bound``: the bound is what is asked
-    for).
+    two threads instead, each on half of the workers (``race``); None (default) races
+    where a device holds several stages (``modes._races``), True always, False never.
+    In ``bound`` mode the tightening runs alone on all workers (``modes.bound``: the
+    bound is what is asked for).
     ``tree_proofs``: a tightening probe on at least 2 workers (CP-SAT's portfolio left to
     the config, wall-clock limit) runs CP-SAT's shared tree search on all of them
     (``phases.proof_config``).
@@ -96,7 +97,7 @@ class CpSatConfig:
     upper_phase: bool = True
     relaxation: bool = True
     tighten: bool = True
-    race: bool = False
+    race: bool | None = None
     bound_share: float = 0.55
     tree_proofs: bool = True
     device_symmetry: bool = True

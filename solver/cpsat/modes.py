@@ -242,6 +242,17 @@ def evaluate(schedule: Schedule, costs: Costs, config: CpSatConfig | None = None
 
 
 # ---- search (fixed placement) ----------------------------------------------------------------
+def _races(config: CpSatConfig, placement: Placement) -> bool:
+    """Whether a search on all workers races (``race``) rather than bounds first
+    (``bound_then_search``): ``config.race`` when set; by default where a device holds
+    several stages. There the tightening's probes (interval model, no order literals)
+    rarely raise the bound, and on the 20-s benchmark bounding first left bidirectional
+    S=8 and S=16 searches 2-15 slots worse on 6 instances, bounds within 2."""
+    if config.race is not None:
+        return config.race
+    return any(len(placement.stages_on(d)) > 1 for d in range(placement.num_devices))
+
+
 def _search_fixed(
     problem: Problem,
     placement: Placement,
@@ -282,7 +293,7 @@ def _search_fixed(
             # the bound is what is asked for: the tightening alone on all workers
             details["bound_first"] = {"workers": config.workers}
             tighten_horizon(fixed, placement, config, state, deadline, details)
-        elif config.race:
+        elif _races(config, placement):
             race(fixed, placement, config, state, deadline, details)
         else:
             bound_then_search(fixed, placement, config, state, deadline, details)

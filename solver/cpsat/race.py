@@ -1,4 +1,5 @@
-"""Search and bound at once (``CpSatConfig.race``, off by default): on a fixed placement
+"""Search and bound at once (``CpSatConfig.race``; by default only where a device holds
+several stages, ``modes._races``): on a fixed placement
 with an incumbent, one thread keeps improving the incumbent (``phases.improve_upper``)
 while the other proves lower bounds by horizon tightening (``phases.tighten_horizon``),
 each on its share of the workers. They share one ``SearchState``: a schedule either
@@ -11,8 +12,9 @@ S=16, B=64, cap 16, C=1 (2 cores) a one-worker probe proved "no schedule ends by
 29-77 s next to a one-worker search, about as fast as the 2-worker portfolio alone
 (30-48 s); at once, the search reached 371 against a proven 368 (0.81%) in 7 of 10 runs
 of two versions and 6 of 8 of the last. The shared tree search proves the same probe on
-2 workers in 25-31 s, so ``phases.bound_then_search`` now gives all workers to the
-tightening first and then to the search (README, "Bound, then search").
+2 workers in 14-31 s, so where every device holds one stage ``phases.bound_then_search``
+now gives all workers to the tightening first and then to the search (README, "Bound,
+then search").
 """
 
 from __future__ import annotations

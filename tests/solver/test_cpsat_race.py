@@ -266,6 +266,9 @@ def test_proof_config_uses_the_shared_tree_on_two_or_more_workers():
                  CpSatConfig(workers=2, subsolvers=("no_lp", "default_lp")),
                  CpSatConfig(workers=2, tree_proofs=False)):
         assert proof_config(kept) is kept
+    for share in (0, 1, 1.5):
+        with pytest.raises(ValueError, match="bound_share must be between 0 and 1"):
+            CpSatConfig(bound_share=share)
 
 
 def test_bound_mode_tightens_alone_on_all_workers():
@@ -282,3 +285,15 @@ def test_bound_mode_tightens_alone_on_all_workers():
     assert sim.makespan == 46 and max(sim.peak_activation) <= 4
     assert any("FIFO" in a for a in res.bound_assumptions)
     assert res.known["1f1b"].makespan == 49 and res.known["1f1b"].gap == pytest.approx(3 / 49)
+
+
+def test_the_default_races_only_where_a_device_holds_several_stages():
+    """Bound first where every device holds one stage (linear); the race where devices
+    hold several (bidirectional: two stages each); ``race`` set overrides both ways."""
+    from solver.cpsat.modes import _races
+    from solver.cpsat.problem import family_placement
+
+    linear = family_placement("linear", 4, (4,))
+    both = family_placement("bidirectional", 4, (4, 4))
+    assert not _races(CpSatConfig(), linear) and _races(CpSatConfig(), both)
+    assert _races(CpSatConfig(race=True), linear) and not _races(CpSatConfig(race=False), both)
