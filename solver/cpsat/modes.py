@@ -246,8 +246,10 @@ def _races(config: CpSatConfig, placement: Placement) -> bool:
     """Whether a search on all workers races (``race``) rather than bounds first
     (``bound_then_search``): ``config.race`` when set; by default where a device holds
     several stages. There the tightening's probes (interval model, no order literals)
-    rarely raise the bound, and on the 20-s benchmark bounding first left bidirectional
-    S=8 and S=16 searches 2-15 slots worse on 6 instances, bounds within 2."""
+    rarely raise the bound; in one run of the 20-s benchmark bounding first left 6
+    bidirectional S=8 and S=16 searches 2-15 slots worse with bounds within 2 (weak
+    evidence: the race's own searches there differ by as much between runs), so these
+    shapes keep the race, the default before."""
     if config.race is not None:
         return config.race
     return any(len(placement.stages_on(d)) > 1 for d in range(placement.num_devices))
