@@ -225,9 +225,10 @@ def proof_config(config: CpSatConfig) -> CpSatConfig:
     CP-SAT's portfolio left to the config and a wall-clock limit, CP-SAT's shared tree
     search on all workers (they split the search tree and share what they learn: the
     kind of search an infeasibility proof needs). On linear S=16, B=64, cap 16, C=1 (2
-    workers) it proved "no schedule ends by 367" in 25-29 s where the 2-worker portfolio
-    (no-LP search and lower-bound search) took 48 s and one worker 42-61 s, and "by 368"
-    in 139 s (experiments/prove_bound.py). Otherwise ``config`` as it is."""
+    workers, normal machine speed) it proved "no schedule ends by 367" in 14-31 s where
+    the 2-worker portfolio (no-LP search and lower-bound search) took 48 s and one
+    worker 42-61 s, and "by 368" in 106 and 139 s (experiments/prove_bound.py).
+    Otherwise ``config`` as it is."""
     if (not config.tree_proofs or config.workers < 2 or config.subsolvers is not None
             or config.deterministic_time is not None):
         return config
@@ -320,10 +321,11 @@ def bound_then_search(problem, placement, config: CpSatConfig, state: SearchStat
     share has left; then the upper phase on all workers (``upper_phase_config``; on more
     than 2 workers CP-SAT's own portfolio) from the incumbent until ``deadline``.
     Bound first, so the search's share is known when it starts. Measured on linear
-    S=16, B=64, cap 16, C=1 (2 cores, 120 s, experiments/bench_cpsat.py TARGET2): with a
-    share of 0.55 the tightening proved 368 by 45-55 s and the search reached 371 from
-    the justified 375 within about 30 s; with 0.4 the share ended before the probe of 367
-    (twice 371/367). Improves ``state`` in place."""
+    S=16, B=64, cap 16, C=1 (2 cores, 120 s, experiments/bench_cpsat.py TARGET2, normal
+    machine speed): with a share of 0.55 the tightening proved 368 25-45 s into the run
+    and the search reached 371 from the justified 375 within 17-30 s of its start (6 of
+    6 runs); with 0.4 the share ended before the probe of 367 (twice 371/367); on a
+    machine a third slower, once too. Improves ``state`` in place."""
     now = time.perf_counter()
     share = config.bound_share * (deadline - now)
     details["bound_then_search"] = {"tighten_until_s": round(share, 3)}

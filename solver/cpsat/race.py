@@ -1,10 +1,9 @@
 """Search and bound at once (``CpSatConfig.race``; by default only where a device holds
-several stages, ``modes._races``): on a fixed placement
-with an incumbent, one thread keeps improving the incumbent (``phases.improve_upper``)
-while the other proves lower bounds by horizon tightening (``phases.tighten_horizon``),
-each on its share of the workers. They share one ``SearchState``: a schedule either
-finds stops a tightening probe it makes moot, and both stop once the bound meets the
-makespan.
+several stages, ``modes._races``): on a fixed placement with an incumbent, one thread
+keeps improving the incumbent (``phases.improve_upper``) while the other proves lower
+bounds by horizon tightening (``phases.tighten_horizon``), each on its share of the
+workers. They share one ``SearchState``: a schedule either finds stops a tightening
+probe it makes moot, and both stop once the bound meets the makespan.
 
 Why it was the default until CP-SAT's shared tree search was tried for the probes: with
 CP-SAT's portfolio a solve of this model does not use a second worker well. On linear
