@@ -44,7 +44,7 @@ from .phases import (
     upper_phase_config,
 )
 from .problem import Problem
-from .race import all_workers_flow_applies, race
+from .race import race
 from .result import KnownGap, Result, gap_of
 
 _FIFO_LABEL = (
@@ -242,12 +242,22 @@ def evaluate(schedule: Schedule, costs: Costs, config: CpSatConfig | None = None
 
 
 # ---- search (fixed placement) ----------------------------------------------------------------
+def all_workers_flow_applies(config: CpSatConfig) -> bool:
+    """Whether the phases after justification share out all workers by wall clock
+    (``bound_then_search``, ``race``, or in ``bound`` mode the tightening alone) rather
+    than run the sequential flow: at least 2 workers, CP-SAT's portfolio left to the
+    config (no ``subsolvers``), tightening on, and a wall-clock limit only (wall-clock
+    phase ends and stop events could not be reproduced under a deterministic limit)."""
+    return (config.workers >= 2 and config.subsolvers is None and config.tighten
+            and config.deterministic_time is None)
+
+
 def _races(config: CpSatConfig, placement: Placement) -> bool:
     """Whether a search on all workers races (``race``) rather than bounds first
     (``bound_then_search``): ``config.race`` when set; by default where a device holds
     several stages. There the tightening's probes (interval model, no order literals)
     rarely raise the bound; in one run of the 20-s benchmark bounding first left 6
-    bidirectional S=8 and S=16 searches 2-15 slots worse with bounds within 2 (weak
+    bidirectional S=8 and S=16 searches 1-15 slots worse with bounds within 2 (weak
     evidence: the race's own searches there differ by as much between runs), so these
     shapes keep the race, the default before."""
     if config.race is not None:
@@ -293,14 +303,17 @@ def _search_fixed(
         state = SearchState(best, lb)
         if mode == "bound":
             # the bound is what is asked for: the tightening alone on all workers
-            details["bound_first"] = {"workers": config.workers}
+            details["flow"] = "bound first"
             tighten_horizon(fixed, placement, config, state, deadline, details)
         elif _races(config, placement):
+            details["flow"] = "race"
             race(fixed, placement, config, state, deadline, details)
         else:
+            details["flow"] = "bound then search"
             bound_then_search(fixed, placement, config, state, deadline, details)
         assumptions = _search_assumptions(fixed, config, label, details.get("families", ()))
         return _finish_state(fixed, mode, state, t0, t_first, assumptions, details, evals)
+    details["flow"] = "sequential"
     model = CpSatModel(fixed, config, placement, horizon, makespan_lb=lb)
     details["families"] = list(model.applied)
     if best is not None:

@@ -103,6 +103,10 @@ class SearchState:
             self._probe[1].set()
 
 
+# presolve probing off for searches: it delays the first decision by 6-7 s on linear
+# S=16, B=64 and a search hinted with the incumbent does not need it
+PROBING_OFF: tuple[tuple[str, object], ...] = (("cp_model_probing_level", 0),)
+
 # the searches of the upper-bound phase, each with CP-SAT's LNS workers on the other
 # thread; a stalled solve restarts with the next one (and the next random seed)
 UPPER_SEARCHES: tuple[tuple[str, ...], ...] = (("no_lp",), ("default_lp",))
@@ -112,17 +116,22 @@ def upper_phase_config(config: CpSatConfig) -> tuple[CpSatConfig, ...] | None:
     """The configurations of the upper-bound phase's solves, used in turn (None when the
     phase does not run): on at most 2 workers with the default portfolio (whose two
     workers are full searches, no LNS), one full search of ``UPPER_SEARCHES`` with
-    CP-SAT's LNS workers on the other thread, presolve probing off (it delays the first
-    decision by 6-7 s on linear S=16, B=64 and the search does not need it). Measured on
+    CP-SAT's LNS workers on the other thread, presolve probing off (``PROBING_OFF``). Measured on
     that instance (experiments/bench_cpsat.py TARGET2, hinted with the incumbent): no-LP
     search + LNS reached 371 in 10 of 10 solves of 25-50 s, within 8-21 s, from
     incumbents of 372-375; the LP-guided search + LNS in 7 of 9 solves of 25 s from
     three incumbents of 372, and in none of 2 from the third."""
     if not config.upper_phase or config.subsolvers is not None or config.workers > 2:
         return None
-    probing = (("cp_model_probing_level", 0),)
-    return tuple(config.replace(subsolvers=sub, extra_params=probing + config.extra_params)
+    return tuple(config.replace(subsolvers=sub, extra_params=PROBING_OFF + config.extra_params)
                  for sub in UPPER_SEARCHES)
+
+
+def all_worker_searches(config: CpSatConfig) -> tuple[CpSatConfig, ...]:
+    """The solves of a search on all of ``config``'s workers: the upper phase's
+    (``upper_phase_config``) or, where that does not apply, CP-SAT's portfolio with
+    presolve probing off."""
+    return upper_phase_config(config) or (config.replace(extra_params=PROBING_OFF + config.extra_params),)
 
 
 def improve_upper(problem, placement, configs, state: SearchState, deadline, details, stall_fraction=0.4,
@@ -273,10 +282,11 @@ def tighten_horizon(problem, placement, config, state: SearchState, deadline, de
     ``tighten_step``). Infeasible proves ``h + 1``; a schedule found improves the
     incumbent and is optimal when the solve proves it; unknown stops. On linear S=16,
     B=64, cap 16, C=1 this proves 368 where the optimisation model's bound stays at 367.
-    With ``concurrent`` (``race``) a probe stops once a schedule at or below its horizon
-    exists (found by either thread) and the next probe is planned below it, and the
-    tightening ends when even a one-step probe is predicted to need more than the time
-    left (``predicted_proof_time``), leaving its workers to the search. Improves
+    With ``concurrent`` (``race``, ``bound_then_search``) a probe stops once a schedule at
+    or below its horizon exists (its own first one, or one of the race's search) and the
+    next probe is planned below it, and the tightening ends when even a one-step probe
+    is predicted to need more than the time left (``predicted_proof_time``), leaving
+    the workers to the search. Improves
     ``state`` in place. ``proofs``: earlier (horizon, seconds) to predict from (tests).
     Probes run with ``proof_config``."""
     config = proof_config(config)
@@ -322,10 +332,11 @@ def bound_then_search(problem, placement, config: CpSatConfig, state: SearchStat
     than 2 workers CP-SAT's own portfolio) from the incumbent until ``deadline``.
     Bound first, so the search's share is known when it starts. Measured on linear
     S=16, B=64, cap 16, C=1 (2 cores, 120 s, experiments/bench_cpsat.py TARGET2, normal
-    machine speed): with a share of 0.55 the tightening proved 368 25-45 s into the run
-    and the search reached 371 from the justified 375 within 17-30 s of its start (6 of
-    6 runs); with 0.4 the share ended before the probe of 367 (twice 371/367); on a
-    machine a third slower, once too. Improves ``state`` in place."""
+    machine speed): with a share of 0.55 the tightening proved 368 20-61 s into the run
+    and the search's last improvement, from the justified 375 to 371, came 14-22 s into
+    its first solve (6 of 6 runs); with 0.4 the share ended before the probe of 367
+    (twice 371/367); on a machine a third slower, once too. Improves ``state`` in
+    place."""
     now = time.perf_counter()
     share = config.bound_share * (deadline - now)
     details["bound_then_search"] = {"tighten_until_s": round(share, 3)}
@@ -333,6 +344,4 @@ def bound_then_search(problem, placement, config: CpSatConfig, state: SearchStat
     if state.done.is_set():
         return
     details["bound_then_search"]["search_s"] = round(deadline - time.perf_counter(), 3)
-    searches = upper_phase_config(config) or (config.replace(
-        extra_params=(("cp_model_probing_level", 0),) + config.extra_params),)
-    improve_upper(problem, placement, searches, state, deadline, details)
+    improve_upper(problem, placement, all_worker_searches(config), state, deadline, details)

@@ -25,7 +25,7 @@ from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from schedules.schedule import Placement
 
 from .config import CpSatConfig
-from .phases import SearchState, improve_upper, tighten_horizon, upper_phase_config
+from .phases import PROBING_OFF, SearchState, all_worker_searches, improve_upper, tighten_horizon
 from .problem import Problem
 
 # the search thread restarts a solve without a better schedule for this share of the
@@ -35,16 +35,6 @@ SEARCH_STALL_FRACTION = 0.25
 HANDOVER_MIN_S = 2.0
 
 
-def all_workers_flow_applies(config: CpSatConfig) -> bool:
-    """Whether the phases after justification share out all workers by wall clock
-    (``phases.bound_then_search``, ``race``, or in ``bound`` mode the tightening alone)
-    rather than run the sequential flow: at least 2 workers, CP-SAT's portfolio left to
-    the config (no ``subsolvers``), tightening on, and a wall-clock limit only (wall-clock
-    phase ends and stop events could not be reproduced under a deterministic limit)."""
-    return (config.workers >= 2 and config.subsolvers is None and config.tighten
-            and config.deterministic_time is None)
-
-
 def race(problem: Problem, placement: Placement, config: CpSatConfig, state: SearchState,
          deadline: float, details: dict) -> None:
     """Search and tighten at once until ``deadline`` or until the bound meets the
@@ -52,9 +42,9 @@ def race(problem: Problem, placement: Placement, config: CpSatConfig, state: Sea
     one) with presolve probing off (as in the upper phase), the tightening the rest. A
     search solve that finds nothing better for ``SEARCH_STALL_FRACTION`` of the time
     restarts with the next seed from the first incumbent (the justified start), not from
-    the incumbent it stalled at. When the tightening ends early (its next probe predicted to need more than the time left),
-    the search restarts from the incumbent on all workers with the upper phase's
-    searches (``upper_phase_config``: on 2 workers one full search and CP-SAT's LNS).
+    the incumbent it stalled at. When the tightening ends early (its next probe predicted
+    to need more than the time left), the search restarts from the incumbent on all
+    workers (``all_worker_searches``: on 2 workers one full search and CP-SAT's LNS).
     Rows go to ``details["upper_phase"]`` and ``details["horizon_tightening"]``; an error
     in one thread (or an interrupt of the caller) stops the other and is raised."""
     search_workers = max(1, config.workers // 2)
@@ -62,8 +52,7 @@ def race(problem: Problem, placement: Placement, config: CpSatConfig, state: Sea
     # with solves in two threads (a Ctrl-C killed the process); without it Ctrl-C
     # reaches Python's handler in the waiting caller, which stops both solves
     config = config.replace(extra_params=config.extra_params + (("catch_sigint_signal", False),))
-    probing_off = (("cp_model_probing_level", 0),) + config.extra_params
-    search = config.replace(workers=search_workers, extra_params=probing_off)
+    search = config.replace(workers=search_workers, extra_params=PROBING_OFF + config.extra_params)
     bounding = config.replace(workers=config.workers - search_workers)
     handover = state.stop_with_done(threading.Event())
     details["race"] = {"search_workers": search_workers, "bound_workers": bounding.workers}
@@ -76,8 +65,8 @@ def race(problem: Problem, placement: Placement, config: CpSatConfig, state: Sea
         # for lack of time while a probe still runs: that would oversubscribe the cores)
         if handover.is_set() and not state.done.is_set() and deadline - time.perf_counter() >= HANDOVER_MIN_S:
             details["race"]["handover_s"] = round(deadline - time.perf_counter(), 3)
-            alone = upper_phase_config(config) or (config.replace(extra_params=probing_off),)
-            improve_upper(problem, placement, alone, state, deadline, details, concurrent=True)
+            improve_upper(problem, placement, all_worker_searches(config), state, deadline, details,
+                          concurrent=True)
             rows += details["upper_phase"]
         details["upper_phase"] = rows
 

@@ -11,8 +11,9 @@ from schedules import registry
 from solver.cpsat import CpSatConfig, bound, idealized_problem, search
 from solver.cpsat.model import RawSolve
 from solver.cpsat.oracle import evaluate_known
-from solver.cpsat.phases import SearchState, proof_config
-from solver.cpsat.race import all_workers_flow_applies, race
+from solver.cpsat.phases import SearchState, all_worker_searches, proof_config, upper_phase_config
+from solver.cpsat.modes import _races, all_workers_flow_applies
+from solver.cpsat.race import race
 from solver.simulate import simulate
 
 
@@ -63,7 +64,7 @@ def test_race_proves_the_known_optimum():
     FIFO assumption of the tightening's bound is carried."""
     problem = idealized_problem(4, 8, comm=1, activation_cap=4)
     res = search(problem, CpSatConfig(time_limit_s=20, workers=2, race=True))
-    assert res.details["race"] == {"search_workers": 1, "bound_workers": 1}
+    assert res.details["flow"] == "race" and res.details["race"] == {"search_workers": 1, "bound_workers": 1}
     assert res.status == "optimal" and res.makespan == res.lower_bound == 46
     sim = simulate(res.schedule, problem.costs)
     assert sim.makespan == 46 and max(sim.peak_activation) <= 4
@@ -80,7 +81,8 @@ def test_all_workers_flows_apply_only_on_a_wall_clock_with_two_workers():
     assert not all_workers_flow_applies(CpSatConfig(workers=2, tighten=False))
     problem = idealized_problem(4, 8, comm=1, activation_cap=4)
     steady = search(problem, CpSatConfig(time_limit_s=20, workers=2, deterministic_time=20))
-    assert not {"race", "bound_then_search"} & set(steady.details) and steady.makespan == 46
+    assert steady.details["flow"] == "sequential" and not {"race", "bound_then_search"} & set(steady.details)
+    assert steady.makespan == 46
 
 
 def test_bound_then_search_proves_the_known_optimum():
@@ -89,7 +91,8 @@ def test_bound_then_search_proves_the_known_optimum():
     finds a schedule there; the simulator agrees and the FIFO assumption is carried."""
     problem = idealized_problem(4, 8, comm=1, activation_cap=4)
     res = search(problem, CpSatConfig(time_limit_s=20, workers=2))
-    assert res.details["bound_then_search"]["tighten_until_s"] > 0 and "race" not in res.details
+    assert res.details["flow"] == "bound then search" and "race" not in res.details
+    assert 0 < res.details["bound_then_search"]["tighten_until_s"] <= 0.55 * 20
     assert res.status == "optimal" and res.makespan == res.lower_bound == 46
     assert all(r["status"] == "infeasible" for r in res.details["horizon_tightening"][:-1])
     sim = simulate(res.schedule, problem.costs)
@@ -278,7 +281,8 @@ def test_bound_mode_tightens_alone_on_all_workers():
     of the tightening's models is carried."""
     problem = idealized_problem(4, 8, comm=1, activation_cap=4)
     res = bound(problem, CpSatConfig(time_limit_s=20, workers=2))
-    assert res.details["bound_first"] == {"workers": 2} and "race" not in res.details
+    assert res.details["flow"] == "bound first" and res.details["workers"] == 2
+    assert not {"race", "bound_then_search", "upper_phase"} & set(res.details)
     assert res.status == "optimal" and res.lower_bound == res.makespan == 46
     assert all(r["status"] == "infeasible" for r in res.details["horizon_tightening"][:-1])
     sim = simulate(res.schedule, problem.costs)
@@ -290,10 +294,18 @@ def test_bound_mode_tightens_alone_on_all_workers():
 def test_the_default_races_only_where_a_device_holds_several_stages():
     """Bound first where every device holds one stage (linear); the race where devices
     hold several (bidirectional: two stages each); ``race`` set overrides both ways."""
-    from solver.cpsat.modes import _races
     from solver.cpsat.problem import family_placement
 
     linear = family_placement("linear", 4, (4,))
     both = family_placement("bidirectional", 4, (4, 4))
     assert not _races(CpSatConfig(), linear) and _races(CpSatConfig(), both)
     assert _races(CpSatConfig(race=True), linear) and not _races(CpSatConfig(race=False), both)
+
+
+def test_all_worker_searches_are_the_upper_phase_or_the_portfolio_without_probing():
+    two = CpSatConfig(workers=2)
+    assert all_worker_searches(two) == upper_phase_config(two)
+    four = CpSatConfig(workers=4, extra_params=(("log_search_progress", False),))
+    (only,) = all_worker_searches(four)
+    assert only.workers == 4 and only.subsolvers is None
+    assert only.extra_params == (("cp_model_probing_level", 0), ("log_search_progress", False))
