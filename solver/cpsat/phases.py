@@ -234,7 +234,7 @@ def proof_config(config: CpSatConfig) -> CpSatConfig:
     CP-SAT's portfolio left to the config and a wall-clock limit, CP-SAT's shared tree
     search on all workers (they split the search tree and share what they learn: the
     kind of search an infeasibility proof needs). On linear S=16, B=64, cap 16, C=1 (2
-    workers, normal machine speed) it proved "no schedule ends by 367" in 14-31 s where
+    workers, normal machine speed) it proved "no schedule ends by 367" in 14-39 s where
     the 2-worker portfolio (no-LP search and lower-bound search) took 48 s and one
     worker 42-61 s, and "by 368" in 106 and 139 s (experiments/prove_bound.py).
     Otherwise ``config`` as it is."""
@@ -332,9 +332,9 @@ def bound_then_search(problem, placement, config: CpSatConfig, state: SearchStat
     than 2 workers CP-SAT's own portfolio) from the incumbent until ``deadline``.
     Bound first, so the search's share is known when it starts. Measured on linear
     S=16, B=64, cap 16, C=1 (2 cores, 120 s, experiments/bench_cpsat.py TARGET2, normal
-    machine speed): with a share of 0.55 the tightening proved 368 20-61 s into the run
-    and the search's last improvement, from the justified 375 to 371, came 14-22 s into
-    its first solve (6 of 6 runs); with 0.4 the share ended before the probe of 367
+    machine speed): with a share of 0.55 the tightening proved 368 20-63 s into the run
+    and the search's last improvement, from the justified 375 to 371, came 14-26 s into
+    its first solve (7 of 7 runs); with 0.4 the share ended before the probe of 367
     (twice 371/367); on a machine a third slower, once too. Improves ``state`` in
     place."""
     now = time.perf_counter()

@@ -11,7 +11,7 @@ S=16, B=64, cap 16, C=1 (2 cores) a one-worker probe proved "no schedule ends by
 29-77 s next to a one-worker search, about as fast as the 2-worker portfolio alone
 (30-48 s); at once, the search reached 371 against a proven 368 (0.81%) in 7 of 10 runs
 of two versions and 6 of 8 of the last. The shared tree search proves the same probe on
-2 workers in 14-31 s, so where every device holds one stage ``phases.bound_then_search``
+2 workers in 14-39 s, so where every device holds one stage ``phases.bound_then_search``
 now gives all workers to the tightening first and then to the search (README, "Bound,
 then search").
 """
