@@ -6,23 +6,23 @@ STAMP := $(VENV)/.installed
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install -qq --upgrade pip
+	$(PY) -m pip install -qq -e '.[dev]'
 	touch $(STAMP)
 
 venv: $(STAMP)
 
 demo: $(STAMP)
-	$(PY) -m solver.demo
-	$(PY) experiments/reproduce.py --quick --fresh
+	$(PY) -m pipetab.solver.demo
+	$(PY) -m experiments.reproduce --quick --fresh
 
 test: $(STAMP)
 	$(PY) -m pytest
 
 bench: $(STAMP)
-	$(PY) experiments/bench_simulator.py
-	$(PY) experiments/bench_sweep.py
-	$(PY) experiments/bench_cpsat.py
+	$(PY) -m experiments.bench_simulator
+	$(PY) -m experiments.bench_sweep
+	$(PY) -m experiments.bench_cpsat
 
 clean:
 	rm -rf $(VENV) .pytest_cache results

@@ -8,7 +8,7 @@ to proof, final gap, and the best known schedule's makespan beside the bound. Th
 issue's three performance targets.
 
 Writes results/bench_cpsat.csv and prints a table.
-Run: python experiments/bench_cpsat.py [--time-limit SEC] [--quick] [--workers N]
+Run: python -m experiments.bench_cpsat [--time-limit SEC] [--quick] [--workers N]
      [--only-targets] [--out PATH]
 """
 
@@ -25,10 +25,10 @@ from pathlib import Path
 
 import ortools
 
-from schedules import registry
-from solver.costs import hardware_costs, slot_costs
-from solver.cpsat import CpSatConfig, Problem, evaluate, idealized_problem, search
-from schedules.table import SlotDurations
+from pipetab.schedules import registry
+from pipetab.solver.costs import hardware_costs, slot_costs
+from pipetab.solver.cpsat import CpSatConfig, Problem, evaluate, idealized_problem, search
+from pipetab.schedules.table import SlotDurations
 
 FIELDS = [
     "instance", "placement", "S", "B", "cap", "C", "status", "makespan", "lower_bound", "gap",

@@ -2,7 +2,7 @@
 
 Prints a table: schedule, S, B, compute ops, what was timed, median seconds over repeats.
 Generation and cost construction are timed separately from the simulation itself.
-Run: python experiments/bench_simulator.py [--repeats N]
+Run: python -m experiments.bench_simulator [--repeats N]
 """
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ import statistics
 import time
 from dataclasses import replace
 
-from schedules.evaluate import asap
-from schedules.registry import generate
-from schedules.table import SlotDurations
-from solver.costs import hardware_costs, slot_costs
-from solver.simulate import simulate
+from pipetab.schedules.evaluate import asap
+from pipetab.schedules.registry import generate
+from pipetab.schedules.table import SlotDurations
+from pipetab.solver.costs import hardware_costs, slot_costs
+from pipetab.solver.simulate import simulate
 
 
 def timed(fn, repeats: int) -> tuple[float, object]:

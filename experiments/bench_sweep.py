@@ -2,7 +2,7 @@
 {4, 8} x B in {8, ..., 256} x the nine systems -- simulated (levels 1-3 in every row) into a
 fresh results store. Target: <= 60 s on 2 cores.
 
-    python experiments/bench_sweep.py [--workers N] [--executor local|dask] [--target 60]
+    python -m experiments.bench_sweep [--workers N] [--executor local|dask] [--target 60]
 
 Prints one line per schedule (configurations, skipped, evaluation seconds summed over
 workers) and the wall time; exits 1 when the wall time exceeds the target.
@@ -18,14 +18,12 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-if str(HERE.parent) not in sys.path:
-    sys.path.insert(0, str(HERE.parent))
 
-from solver.sweep import ResultStore, load_config, make_executor, plan, run_sweep  # noqa: E402
+from pipetab.solver.sweep import ResultStore, load_config, make_executor, plan, run_sweep
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python experiments/bench_sweep.py", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m experiments.bench_sweep", description=__doc__.split("\n")[0])
     ap.add_argument("--config", default=str(HERE / "configs" / "paper_grid.toml"))
     ap.add_argument("--executor", choices=["local", "dask"], default="local")
     ap.add_argument("--scheduler", default=None)

@@ -1,7 +1,7 @@
 """Figures of the reproduction, drawn from the result CSV files (Fig. 3-6, Table I, CP-SAT)
 or, for the pictures of single schedules (Fig. 1, Fig. 2), from the public API.
 
-    python experiments/figures.py [--results results] [NAME ...]
+    python -m experiments.figures [--results results] [NAME ...]
 
 NAME: fig1 fig2 fig3 fig4 fig5 fig6 table1 cpsat (default: all whose CSV exists).
 Each writes ``<results>/<name>.png`` (Table I also ``table1_hanayo.md``).
@@ -14,12 +14,10 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-if str(HERE.parent) not in sys.path:  # run as a script from anywhere
-    sys.path.insert(0, str(HERE.parent))
 
-import pandas as pd  # noqa: E402
+import pandas as pd
 
-from experiments import common  # noqa: E402
+from experiments import common
 
 COLOURS = {"gpipe": "tab:blue", "1f1b": "tab:orange", "chimera": "tab:green", "hanayo": "tab:red",
            "chimera-asym": "tab:purple", "chimera-fd": "tab:olive", "cpsat": "black"}
@@ -60,9 +58,9 @@ def _log2_x(ax, values) -> None:
 
 def fig1(results: Path, stages: int = 4, microbatches: int = 8) -> Path:
     """Fig. 1-like: the tables (devices x slots, T_F = 1, T_B = 2) of the known schedules."""
-    from schedules import registry
-    from schedules.table import SlotDurations, layout
-    from solver.plot import plot_table
+    from pipetab.schedules import registry
+    from pipetab.schedules.table import SlotDurations, layout
+    from pipetab.solver.plot import plot_table
 
     plt = _plt()
     names = ["gpipe", "1f1b", "chimera", "hanayo"]
@@ -78,11 +76,11 @@ def fig2(results: Path, name: str = "chimera", stages: int = 4, microbatches: in
          system: str = "mid_nw_mid_cp") -> Path:
     """Fig. 2-like: the simulated timeline of one schedule on one system, drawn from the
     execution graph (transfers as arrows, optimizer steps grey); also a Chrome trace."""
-    from schedules import registry
-    from solver.costs import hardware_costs
-    from solver.plot import plot_timeline
-    from solver.simulate import simulate
-    from solver.trace import write_chrome_trace
+    from pipetab.schedules import registry
+    from pipetab.solver.costs import hardware_costs
+    from pipetab.solver.plot import plot_timeline
+    from pipetab.solver.simulate import simulate
+    from pipetab.solver.trace import write_chrome_trace
 
     plt = _plt()
     sched = registry.generate(name, stages, microbatches)
@@ -270,7 +268,7 @@ def draw(results: Path, names: list[str] | None = None) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python experiments/figures.py", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m experiments.figures", description=__doc__.split("\n")[0])
     ap.add_argument("names", nargs="*", metavar="NAME", help=" ".join(FIGURES))
     ap.add_argument("--results", default="results", type=Path)
     args = ap.parse_args(argv)

@@ -6,7 +6,7 @@ its horizon, its outcome and its wall time. "infeasible" at horizon h proves tha
 schedule ends by h, so the optimum is at least h + 1. The makespan of the best schedule
 any search found is passed in (``--best``) only to print the gap it would have.
 
-Run: python experiments/prove_bound.py [--time-limit SEC] [--workers N] [--seed N]
+Run: python -m experiments.prove_bound [--time-limit SEC] [--workers N] [--seed N]
      [--best MAKESPAN]
 """
 
@@ -16,7 +16,7 @@ import argparse
 import os
 import time
 
-from solver.cpsat import CpSatConfig, bound, idealized_problem
+from pipetab.solver.cpsat import CpSatConfig, bound, idealized_problem
 
 
 def main(argv=None) -> int:

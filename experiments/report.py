@@ -3,7 +3,7 @@
 -- every number and every verdict computed here from the CSVs, by the rules printed in the
 report -- plus the CP-SAT results and every assumed parameter.
 
-    python experiments/report.py [--results results] [--out experiments/REPORT.md]
+    python -m experiments.report [--results results] [--out experiments/REPORT.md]
 """
 
 from __future__ import annotations
@@ -15,13 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-if str(HERE.parent) not in sys.path:
-    sys.path.insert(0, str(HERE.parent))
 
-import pandas as pd  # noqa: E402
+import pandas as pd
 
-from experiments import common  # noqa: E402
-from experiments.common import faster, network, pivot  # noqa: E402
+from experiments import common
+from experiments.common import faster, network, pivot
 
 AGREES, PARTLY, DISAGREES, NOT_RUN = "agrees", "partly", "disagrees", "not measured"
 
@@ -592,8 +590,7 @@ def _range(series) -> str:
 
 
 def assumptions(data: dict) -> list[str]:
-    import hardware
-
+    from pipetab import hardware
     lines = ["Systems (values read from the preset TOML files in `hardware/presets/systems/`):", "",
              "| system | peak FLOP/s | e_c | op latency | mem BW | e_m | mem latency | link BW | link latency | memory |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
@@ -766,7 +763,7 @@ def write_report(results: Path, out: Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python experiments/report.py", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m experiments.report", description=__doc__.split("\n")[0])
     ap.add_argument("--results", default="results", type=Path)
     ap.add_argument("--out", default=HERE / "REPORT.md", type=Path)
     args = ap.parse_args(argv)

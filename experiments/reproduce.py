@@ -1,9 +1,9 @@
 """Run every reproduction: the sweeps of ``experiments/configs/*.toml`` into one results
 store, their CSVs, the figures, and REPORT.md.
 
-    python experiments/reproduce.py            # full: results/, experiments/REPORT.md
-    python experiments/reproduce.py --quick    # small: results/quick/, results/quick/REPORT.md
-    python experiments/reproduce.py --executor dask [--scheduler tcp://host:8786]
+    python -m experiments.reproduce            # full: results/, experiments/REPORT.md
+    python -m experiments.reproduce --quick    # small: results/quick/, results/quick/REPORT.md
+    python -m experiments.reproduce --executor dask [--scheduler tcp://host:8786]
 
 Re-running resumes: configurations already in the store are not evaluated again (rows are
 keyed by configuration, not by code version: after changing pipetab, add ``--fresh``).
@@ -19,13 +19,11 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-if str(HERE.parent) not in sys.path:
-    sys.path.insert(0, str(HERE.parent))
 
-from experiments import figures, report  # noqa: E402
-from solver.sweep import ConfigError, ResultStore, load_config, make_executor, run_sweep  # noqa: E402
-from solver.sweep.run import cpsat_unavailable  # noqa: E402
-from solver.sweep.store import export_rows  # noqa: E402
+from experiments import figures, report
+from pipetab.solver.sweep import ConfigError, ResultStore, load_config, make_executor, run_sweep
+from pipetab.solver.sweep.run import cpsat_unavailable
+from pipetab.solver.sweep.store import export_rows
 
 CONFIGS = HERE / "configs"
 ORDER = ["paper_grid", "fig3_bubble", "fig4_runtime", "fig5_memory", "fig6_asym", "table1_hanayo", "cpsat_fig4"]
@@ -44,7 +42,7 @@ def quick_version(config):
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python experiments/reproduce.py", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m experiments.reproduce", description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="small, fast version (for make demo)")
     ap.add_argument("--results", type=Path, default=None, help="results folder (default results/, quick: results/quick/)")
     ap.add_argument("--report", type=Path, default=None,

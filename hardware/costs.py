@@ -54,8 +54,8 @@ from dataclasses import dataclass
 from itertools import accumulate
 from typing import Sequence
 
-from schedules.ops import Kind, Op
-from schedules.schedule import Schedule
+from pipetab.schedules.ops import Kind, Op
+from pipetab.schedules.schedule import Schedule
 
 from .model import TransformerModel, partition
 from .system import Device, Link, System

@@ -17,9 +17,9 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Mapping
 
-from schedules.ops import Kind, Op
-from schedules.schedule import Schedule
-from schedules.table import SlotDurations
+from pipetab.schedules.ops import Kind, Op
+from pipetab.schedules.schedule import Schedule
+from pipetab.schedules.table import SlotDurations
 
 StageKey = tuple[int, int]  # (pipeline, stage)
 
@@ -224,7 +224,7 @@ def hardware_costs(
     """Costs of ``schedule`` on a system for a model (presets by name, TOML paths, or
     ``hardware`` objects): roofline op times, Hockney messages, activation and persistent
     bytes, replica all-reduces and optimizer steps (see ``hardware.costs``); unit ``"s"``."""
-    from hardware import load_model, load_system, schedule_costs
+    from pipetab.hardware import load_model, load_system, schedule_costs
 
     system = load_system(system)
     model = load_model(model)

@@ -11,17 +11,17 @@ import argparse
 import sys
 from pathlib import Path
 
-from schedules import formats, registry
-from schedules.metrics import table_metrics
-from schedules.table import SlotDurations, layout
-from solver.demo_cpsat import run as run_cpsat
+from pipetab.schedules import formats, registry
+from pipetab.schedules.metrics import table_metrics
+from pipetab.schedules.table import SlotDurations, layout
+from pipetab.solver.demo_cpsat import run as run_cpsat
 
 SEEDS = [("gpipe", {}), ("1f1b", {}), ("chimera", {}), ("hanayo", {"waves": 1}), ("chimera-asym", {"split": (1, 2)})]
 
 
 def _levels(stages: int, microbatches: int, system: str, model: str) -> list[dict]:
-    from solver.costs import hardware_costs
-    from solver.simulate import simulate
+    from pipetab.solver.costs import hardware_costs
+    from pipetab.solver.simulate import simulate
 
     rows = []
     for name, opts in SEEDS:
@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
-        from solver.plot import plot_table, plot_timeline
+        from pipetab.solver.plot import plot_table, plot_timeline
 
         fig, axes = plt.subplots(len(rows), 1, figsize=(14, 2.6 * len(rows)))
         for ax, r in zip(axes, rows):

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from schedules import formats, registry
-from schedules.table import PlacedOp, Table
+from pipetab.schedules import formats, registry
+from pipetab.schedules.table import PlacedOp, Table
 
 
 def run(stages: int = 4, microbatches: int = 8, comm: int = 1, cap: int = 4, time_limit: float = 20.0) -> None:
-    from solver.cpsat import CpSatConfig, bound, idealized_problem, search
-    from solver.simulate import simulate
+    from pipetab.solver.cpsat import CpSatConfig, bound, idealized_problem, search
+    from pipetab.solver.simulate import simulate
 
     print(f"\n== 3. CP-SAT: S={stages}, B={microbatches}, forward 1, backward 2, message {comm} slot(s), "
           f"at most {cap} live activations per device, linear placement\n")

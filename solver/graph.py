@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import networkx as nx
 
-from schedules.ops import Kind, data_predecessors
-from schedules.schedule import Schedule
+from pipetab.schedules.ops import Kind, data_predecessors
+from pipetab.schedules.schedule import Schedule
 
 from .costs import Costs
 

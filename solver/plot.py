@@ -3,8 +3,8 @@ given ``ax`` and never save or show; the CLI saves."""
 
 from __future__ import annotations
 
-from schedules.ops import Kind
-from schedules.table import Table
+from pipetab.schedules.ops import Kind
+from pipetab.schedules.table import Table
 
 
 def _colour(microbatch: int, num: int):

@@ -22,9 +22,9 @@ from collections import defaultdict
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
-from schedules.evaluate import deadlock_error
-from schedules.ops import Kind, Op
-from schedules.schedule import Schedule
+from pipetab.schedules.evaluate import deadlock_error
+from pipetab.schedules.ops import Kind, Op
+from pipetab.schedules.schedule import Schedule
 
 from .costs import Costs, Links
 

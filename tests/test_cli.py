@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from solver.cli import main
+from pipetab.solver.cli import main
 
 
 def run(capsys, *argv):
@@ -155,7 +155,7 @@ def test_check_bad_table_files(capsys, tmp_path, content, needle):
 
 
 def test_console_script_no_traceback():
-    proc = subprocess.run([sys.executable, "-m", "solver.cli", "table", "chimera", "-S", "3", "-B", "3"],
+    proc = subprocess.run([sys.executable, "-m", "pipetab.solver.cli", "table", "chimera", "-S", "3", "-B", "3"],
                           capture_output=True, text=True)
     assert proc.returncode == 2
     assert proc.stderr.strip() == "pipetab: error: stages must be even for chimera, got 3"
@@ -164,7 +164,7 @@ def test_console_script_no_traceback():
 def test_interrupt_is_one_line_exit_130(capsys, monkeypatch):
     """Ctrl-C during a command (here a table whose generator is interrupted) ends with
     one line on stderr and the shell's interrupt code, no traceback."""
-    from schedules import registry
+    from pipetab.schedules import registry
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt

@@ -4,11 +4,11 @@ import json
 
 import pytest
 
-from schedules import registry
-from schedules.table import SlotDurations
-from solver.cli import main
-from solver.costs import slot_costs
-from solver.simulate import simulate
+from pipetab.schedules import registry
+from pipetab.schedules.table import SlotDurations
+from pipetab.solver.cli import main
+from pipetab.solver.costs import slot_costs
+from pipetab.solver.simulate import simulate
 
 
 def run(capsys, *argv):

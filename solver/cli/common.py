@@ -6,8 +6,8 @@ import argparse
 import json
 import sys
 
-from schedules import registry
-from schedules.table import SlotDurations
+from pipetab.schedules import registry
+from pipetab.schedules.table import SlotDurations
 
 
 class UsageError(Exception):

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from schedules import registry
-from schedules.metrics import table_metrics
-from schedules.table import layout
-from schedules.validate import validate
+from pipetab.schedules import registry
+from pipetab.schedules.metrics import table_metrics
+from pipetab.schedules.table import layout
+from pipetab.schedules.validate import validate
 
 from . import common
 from .common import UsageError, emit_json
@@ -46,8 +46,8 @@ def evaluate_levels(args) -> dict:
     }
     sim = costs = None
     if args.system or args.trace or args.plot:
-        from solver.costs import hardware_costs
-        from solver.simulate import simulate
+        from pipetab.solver.costs import hardware_costs
+        from pipetab.solver.simulate import simulate
 
         if not args.system:
             raise UsageError("pipetab evaluate: --trace and --plot need --system")
@@ -56,11 +56,11 @@ def evaluate_levels(args) -> dict:
         sim = simulate(schedule, costs)
         doc["simulation"] = simulation_dict(sim)
         if args.trace:
-            from solver.trace import write_chrome_trace
+            from pipetab.solver.trace import write_chrome_trace
 
             write_chrome_trace(sim, args.trace)
         if args.plot:
-            from solver.plot import plot_timeline
+            from pipetab.solver.plot import plot_timeline
 
             common.save_plot(plot_timeline, args.plot, sim, rows=schedule.num_devices,
                        title=f"{args.name} S={args.stages} B={args.microbatches} on {args.system}")
@@ -85,14 +85,14 @@ def simulation_dict(sim) -> dict:
 
 
 def _cpsat(schedule, table, costs, args) -> dict:
-    from solver.cpsat import CpSatConfig, evaluate as cp_evaluate
+    from pipetab.solver.cpsat import CpSatConfig, evaluate as cp_evaluate
 
-    from solver.costs import slot_costs
+    from pipetab.solver.costs import slot_costs
 
     if costs is None:
         result = cp_evaluate(schedule, slot_costs(schedule, common.slots_of(args)), CpSatConfig())
         return {"makespan": result.makespan, "unit": "slots", "status": result.status}
-    from solver.costs import EVALUATE_TICKS_PER_OP
+    from pipetab.solver.costs import EVALUATE_TICKS_PER_OP
 
     tick = args.tick or costs.default_tick(EVALUATE_TICKS_PER_OP)
     q = costs.quantized(tick)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from schedules import formats, registry
-from schedules.metrics import table_metrics
-from schedules.table import layout
-from schedules.validate import schedule_from_table, validate
+from pipetab.schedules import formats, registry
+from pipetab.schedules.metrics import table_metrics
+from pipetab.schedules.table import layout
+from pipetab.schedules.validate import schedule_from_table, validate
 
 from . import common
 from .common import Parser, UsageError, emit_json
@@ -33,8 +33,7 @@ def cmd_schedules(args) -> None:
 
 
 def cmd_presets(args) -> None:
-    import hardware
-
+    from pipetab import hardware
     infos = hardware.list_systems() if args.kind == "systems" else hardware.list_models()
     if args.format == "json":
         emit_json([{"name": i.name, "summary": i.summary, "path": str(i.path)} for i in infos])
@@ -54,7 +53,7 @@ def cmd_table(args) -> None:
     validate(table, schedule)
     metrics = table_metrics(table, schedule)
     if args.plot:
-        from solver.plot import plot_table
+        from pipetab.solver.plot import plot_table
 
         common.save_plot(plot_table, args.plot, table, title=f"{args.name}  S={args.stages} B={args.microbatches}")
     if args.format == "json":

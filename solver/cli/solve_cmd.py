@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import sys
 
-from schedules import registry
+from pipetab.schedules import registry
 
 
 from . import common
@@ -79,7 +79,7 @@ def known_schedules(args) -> list:
 
 def build_problem(args):
     """Problem, the costs' shape schedule (for hardware costs) and a description."""
-    from solver.cpsat import idealized_problem
+    from pipetab.solver.cpsat import idealized_problem
 
     if args.activation_cap is not None and args.system:
         raise UsageError("pipetab: error: --activation-cap goes with idealized costs; with --system use --memory-cap")
@@ -100,7 +100,7 @@ def build_problem(args):
         return problem, known
     from dataclasses import replace
 
-    from solver.costs import SEARCH_TICKS_PER_OP, hardware_costs
+    from pipetab.solver.costs import SEARCH_TICKS_PER_OP, hardware_costs
 
     if not known:
         raise UsageError("pipetab: error: no known schedule has this shape to cost it on hardware "
@@ -121,7 +121,7 @@ def build_problem(args):
 
 def _ops_records(schedule, costs) -> list[dict]:
     """Op records (as in ``pipetab table``) timed by the simulator on the solver's costs."""
-    from solver.simulate import simulate
+    from pipetab.solver.simulate import simulate
 
     sim = simulate(schedule, costs)
     scale = costs.tick_s if costs.tick_s else 1
@@ -135,7 +135,7 @@ def _ops_records(schedule, costs) -> list[dict]:
 
 
 def run(args) -> None:
-    from solver.cpsat import CpSatConfig, bound, search
+    from pipetab.solver.cpsat import CpSatConfig, bound, search
 
     problem, known = build_problem(args)
     config = CpSatConfig(time_limit_s=args.time_limit, workers=args.workers, fifo=args.fifo)
@@ -214,15 +214,15 @@ def _print(args, doc: dict, result) -> None:
         gap = "-" if r["gap"] is None else f"{100 * r['gap']:.2f}%"
         print(f"  {name:<12} makespan {f(r['makespan'])} {unit}, gap to bound {gap}{'' if r['fits'] else ' (does not fit the cap)'}")
     if args.mode == "search" and result.schedule is not None and not args.system and len(doc["ops"]) <= 400:
-        from schedules import formats
-        from schedules.table import PlacedOp, Table
+        from pipetab.schedules import formats
+        from pipetab.schedules.table import PlacedOp, Table
 
         entries = tuple(PlacedOp(_op(r), r["device"], int(r["start"]), int(r["duration"])) for r in doc["ops"])
         sys.stdout.write(formats.to_text(Table(result.schedule.num_devices, entries, "found")))
 
 
 def _op(r):
-    from schedules.ops import Kind, Op
+    from pipetab.schedules.ops import Kind, Op
 
     return Op(Kind(r["kind"]), r["pipeline"], r["stage"], r["microbatch"])
 

@@ -11,8 +11,8 @@ from collections import defaultdict
 
 from ortools.sat.python import cp_model
 
-from schedules.ops import Kind, Op
-from schedules.schedule import Placement
+from pipetab.schedules.ops import Kind, Op
+from pipetab.schedules.schedule import Placement
 
 from .problem import Problem
 from .variables import heads_tails, lifetime_min, successors

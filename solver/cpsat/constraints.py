@@ -8,7 +8,7 @@ from collections import defaultdict
 
 from ortools.sat.python import cp_model
 
-from schedules.ops import Kind, Op
+from pipetab.schedules.ops import Kind, Op
 
 from .problem import Problem
 from .variables import Variables, lifetime_min, min_lag, predecessor, successors

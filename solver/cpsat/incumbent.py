@@ -4,9 +4,9 @@ schedule hints a model in the form its symmetry and dominance families accept.""
 
 from __future__ import annotations
 
-from schedules.schedule import Schedule
-from schedules.table import PlacedOp, Table
-from schedules.validate import validate
+from pipetab.schedules.schedule import Schedule
+from pipetab.schedules.table import PlacedOp, Table
+from pipetab.schedules.validate import validate
 
 from .model import CpSatModel, RawSolve
 from .oracle import KnownEval, evaluate_known, hint_form

@@ -23,8 +23,8 @@ import math
 from dataclasses import dataclass
 from typing import Iterator, Sequence
 
-from schedules.ops import Op
-from schedules.schedule import Placement
+from pipetab.schedules.ops import Op
+from pipetab.schedules.schedule import Placement
 
 from .oracle import KnownEval, evaluate_known, relabel_microbatches
 from .problem import Problem

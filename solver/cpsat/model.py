@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 
 from ortools.sat.python import cp_model
 
-from schedules.evaluate import Timing
-from schedules.ops import Kind, Op
-from schedules.schedule import Placement, Schedule
+from pipetab.schedules.evaluate import Timing
+from pipetab.schedules.ops import Kind, Op
+from pipetab.schedules.schedule import Placement, Schedule
 
 from . import constraints as C
 from .config import CpSatConfig

@@ -14,8 +14,8 @@ import time
 from dataclasses import dataclass, replace
 from typing import Callable, Iterable, Sequence
 
-from schedules.schedule import Placement, Schedule
-from solver.costs import Costs
+from pipetab.schedules.schedule import Placement, Schedule
+from pipetab.solver.costs import Costs
 
 from .bounds import (
     analytic_lower_bound,
@@ -114,7 +114,7 @@ def auto_known(problem: Problem, placement: Placement) -> list[Schedule]:
     options; Hanayo with the problem's waves, interleaved with its chunks) has the
     problem's shape and placement, and greedy memory-aware list schedules (always
     including one microbatch at a time)."""
-    from schedules import registry
+    from pipetab.schedules import registry
 
     out: list[Schedule] = []
     S, B = problem.num_devices, problem.num_microbatches

@@ -12,11 +12,11 @@ import heapq
 from collections import defaultdict
 from dataclasses import dataclass
 
-from schedules.evaluate import DeadlockError, Timing
-from schedules.ops import Kind, Op
-from schedules.schedule import Placement, Schedule
+from pipetab.schedules.evaluate import DeadlockError, Timing
+from pipetab.schedules.ops import Kind, Op
+from pipetab.schedules.schedule import Placement, Schedule
 
-from solver.simulate import simulate
+from pipetab.solver.simulate import simulate
 
 from .problem import Problem
 

@@ -10,7 +10,7 @@ import threading
 import time
 from typing import Sequence
 
-from schedules.schedule import Placement
+from pipetab.schedules.schedule import Placement
 
 from .config import CpSatConfig
 from .incumbent import hint_incumbent, solution_of

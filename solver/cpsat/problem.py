@@ -13,13 +13,13 @@ import math
 from dataclasses import dataclass, replace
 from functools import cached_property
 
-from schedules.ops import Kind, Op
-from schedules.generators.chimera import chimera_placement
-from schedules.generators.hanayo import wave_placement
-from schedules.generators.linear import linear_placement
-from schedules.schedule import Placement, Schedule
-from schedules.table import SlotDurations
-from solver.costs import Costs, shape_slot_costs
+from pipetab.schedules.ops import Kind, Op
+from pipetab.schedules.generators.chimera import chimera_placement
+from pipetab.schedules.generators.hanayo import wave_placement
+from pipetab.schedules.generators.linear import linear_placement
+from pipetab.schedules.schedule import Placement, Schedule
+from pipetab.schedules.table import SlotDurations
+from pipetab.solver.costs import Costs, shape_slot_costs
 
 FAMILIES = ("linear", "bidirectional", "wave", "free")
 

@@ -22,7 +22,7 @@ import threading
 import time
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 
-from schedules.schedule import Placement
+from pipetab.schedules.schedule import Placement
 
 from .config import CpSatConfig
 from .phases import PROBING_OFF, SearchState, all_worker_searches, improve_upper, tighten_horizon

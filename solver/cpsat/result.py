@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from schedules.schedule import Schedule
+from pipetab.schedules.schedule import Schedule
 
 STATUSES = ("optimal", "feasible", "infeasible", "unknown")
 

@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 
 from ortools.sat.python import cp_model
 
-from schedules.ops import Kind, Op
-from schedules.schedule import Placement
+from pipetab.schedules.ops import Kind, Op
+from pipetab.schedules.schedule import Placement
 
 from .problem import Problem
 

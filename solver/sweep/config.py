@@ -56,8 +56,8 @@ from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 from pathlib import Path
 
-from schedules import registry
-from solver.costs import SEARCH_TICKS_PER_OP
+from pipetab.schedules import registry
+from pipetab.solver.costs import SEARCH_TICKS_PER_OP
 
 MODES = ("table", "simulate", "search", "bound")
 RECOMPUTE = ("none", "selective", "full")
@@ -500,8 +500,7 @@ def _regime_error(name: str, stages: int, microbatches: int, options: tuple) -> 
 
 @lru_cache(maxsize=64)
 def _batch_error(model: str, microbatches: int) -> str | None:
-    import hardware
-
+    from pipetab import hardware
     m = hardware.load_model(model)
     if m.global_batch % microbatches:
         return f"global batch {m.global_batch} of model {m.name!r} cannot be split into {microbatches} equal microbatches"
@@ -512,8 +511,7 @@ def _batch_error(model: str, microbatches: int) -> str | None:
 
 
 def _digest(kind: str, name: str) -> str:
-    import hardware
-
+    from pipetab import hardware
     try:
         obj = hardware.load_system(name) if kind == "system" else hardware.load_model(name)
     except ValueError as exc:

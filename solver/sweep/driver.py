@@ -13,7 +13,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from schedules import registry
+from pipetab.schedules import registry
 
 from .config import Configuration, Skipped, SweepConfig, expand
 from .executors import SerialExecutor

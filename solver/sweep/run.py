@@ -27,9 +27,9 @@ from dataclasses import replace
 from functools import lru_cache
 from typing import NamedTuple
 
-from schedules import registry
-from schedules.metrics import table_metrics
-from schedules.table import SlotDurations, layout
+from pipetab.schedules import registry
+from pipetab.schedules.metrics import table_metrics
+from pipetab.schedules.table import SlotDurations, layout
 
 from .config import Configuration, cap_bytes
 
@@ -73,14 +73,14 @@ def _instance(schedule: str, stages: int, microbatches: int, options: tuple, fwd
 
 @lru_cache(maxsize=32)
 def _system(name: str):
-    from hardware import load_system
+    from pipetab.hardware import load_system
 
     return load_system(name)
 
 
 @lru_cache(maxsize=8)
 def _model(name: str):
-    from hardware import load_model
+    from pipetab.hardware import load_model
 
     return load_model(name)
 
@@ -129,7 +129,7 @@ def _tail(c: Configuration, status: str, t0: float, **cp) -> dict:
 
 def _costs(c: Configuration, sched):
     """Hardware costs of ``sched`` with the configuration's memory cap applied."""
-    from solver.costs import hardware_costs
+    from pipetab.solver.costs import hardware_costs
 
     system = _system(c.system)
     costs = hardware_costs(sched, system, _model(c.model), recompute=c.run.recompute,
@@ -170,7 +170,7 @@ def evaluate(c: Configuration) -> dict:
     row = {**_base(c), **_levels_12(c, sched, metrics, formula)}
     if c.run.mode == "table":
         return {**row, **_tail(c, "ok", t0)}
-    from solver.simulate import simulate
+    from pipetab.solver.simulate import simulate
 
     costs = _costs(c, sched)
     sim = simulate(sched, costs)
@@ -192,7 +192,7 @@ def tick_of(c: Configuration, costs) -> float:
 def cpsat_unavailable() -> str | None:
     """None when the CP-SAT API (``solver.cpsat.search`` / ``bound``) can be used, else why not."""
     try:
-        from solver import cpsat
+        from pipetab.solver import cpsat
     except ImportError as exc:  # pragma: no cover - depends on the installation
         return f"solver.cpsat cannot be imported ({exc})"
     missing = [n for n in ("CpSatConfig", "Problem", "search", "bound") if not hasattr(cpsat, n)]
@@ -209,8 +209,8 @@ def _cpsat(c: Configuration, sched, costs) -> dict:
     why = cpsat_unavailable()
     if why:
         raise RuntimeError(f"the CP-SAT model is not available: {why}")
-    from solver import cpsat
-    from solver.simulate import simulate
+    from pipetab.solver import cpsat
+    from pipetab.solver.simulate import simulate
 
     if c.run.contention:
         raise ValueError("the CP-SAT model has no link contention; set run.contention = false")

@@ -2,17 +2,17 @@
 
 import pytest
 
-from hardware.costs import (
+from pipetab.hardware.costs import (
     activation_bytes_per_layer, allreduce_time, head_forward_flops, layer_forward_flops,
     layer_forward_traffic, message_bytes, optimizer_time, ring_allreduce_time, schedule_costs,
     stage_cost,
 )
-from hardware.loaders import load_model
-from hardware.model import TransformerModel
-from hardware.system import Device, Link, System
-from schedules.generators.linear import gpipe, one_f_one_b
-from schedules.ops import B, F, W
-from schedules.schedule import Placement, Schedule
+from pipetab.hardware.loaders import load_model
+from pipetab.hardware.model import TransformerModel
+from pipetab.hardware.system import Device, Link, System
+from pipetab.schedules.generators.linear import gpipe, one_f_one_b
+from pipetab.schedules.ops import B, F, W
+from pipetab.schedules.schedule import Placement, Schedule
 
 # h=8, a=2, s=4, V=16, f=32: small enough to work every number by hand
 MINI = TransformerModel("mini", num_layers=4, hidden=8, heads=2, seq_len=4, vocab=16, global_batch=4)
@@ -150,7 +150,7 @@ def manual_chimera(stages: int, microbatches: int) -> Schedule:
 
 
 def chimera(stages: int, microbatches: int) -> Schedule:
-    from schedules import registry
+    from pipetab.schedules import registry
     try:
         return registry.generate("chimera", stages, microbatches)
     except NotImplementedError:

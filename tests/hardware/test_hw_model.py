@@ -2,7 +2,7 @@
 
 import pytest
 
-from hardware.model import TransformerModel, partition
+from pipetab.hardware.model import TransformerModel, partition
 
 
 def test_partition_by_hand():

@@ -5,11 +5,11 @@ import itertools
 
 import pytest
 
-from hardware.loaders import (
+from pipetab.hardware.loaders import (
     PRESET_DIR, list_models, list_systems, load_model, load_system, model_from_file,
 )
-from hardware.model import TransformerModel
-from hardware.system import System
+from pipetab.hardware.model import TransformerModel
+from pipetab.hardware.system import System
 
 LEVELS = ("slow", "mid", "fast")
 GRID = [f"{n}_nw_{c}_cp" for n, c in itertools.product(LEVELS, LEVELS)]

@@ -2,7 +2,7 @@
 
 import pytest
 
-from hardware.system import Device, Link, System
+from pipetab.hardware.system import Device, Link, System
 
 
 def dev(**kw):

@@ -7,12 +7,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schedules import formulas, registry
-from schedules.generators.chimera import CHIMERA_REGIME, chimera, chimera_asym
-from schedules.metrics import table_metrics
-from schedules.ops import Kind
-from schedules.table import SlotDurations, layout
-from schedules.validate import validate
+from pipetab.schedules import formulas, registry
+from pipetab.schedules.generators.chimera import CHIMERA_REGIME, chimera, chimera_asym
+from pipetab.schedules.metrics import table_metrics
+from pipetab.schedules.ops import Kind
+from pipetab.schedules.table import SlotDurations, layout
+from pipetab.schedules.validate import validate
 
 from conftest import assert_every_op_once, grid_cells, parse_reference_grid
 

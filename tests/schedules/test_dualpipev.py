@@ -16,19 +16,19 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schedules import formulas, registry
-from schedules.generators.dualpipe import (
+from pipetab.schedules import formulas, registry
+from pipetab.schedules.generators.dualpipe import (
     DUALPIPEV_REGIME,
     dualpipev,
     full_backwards,
     overlapped_pairs,
 )
-from schedules.metrics import table_metrics
-from schedules.ops import Kind, Op, data_predecessors
-from schedules.table import PlacedOp, SlotDurations, Table, layout
-from schedules.validate import validate
-from solver.costs import slot_costs
-from solver.simulate import simulate
+from pipetab.schedules.metrics import table_metrics
+from pipetab.schedules.ops import Kind, Op, data_predecessors
+from pipetab.schedules.table import PlacedOp, SlotDurations, Table, layout
+from pipetab.schedules.validate import validate
+from pipetab.solver.costs import slot_costs
+from pipetab.solver.simulate import simulate
 
 from conftest import grid_cells, v_label
 

@@ -8,20 +8,20 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schedules import formulas, registry
-from schedules.evaluate import asap
-from schedules.generators.hanayo import (
+from pipetab.schedules import formulas, registry
+from pipetab.schedules.evaluate import asap
+from pipetab.schedules.generators.hanayo import (
     HANAYO_REGIME,
     chunk_stage,
     hanayo,
     list_schedule_orders,
     wave_placement,
 )
-from schedules.metrics import table_metrics
-from schedules.ops import Kind, Op
-from schedules.schedule import Schedule
-from schedules.table import SlotDurations, layout
-from schedules.validate import validate
+from pipetab.schedules.metrics import table_metrics
+from pipetab.schedules.ops import Kind, Op
+from pipetab.schedules.schedule import Schedule
+from pipetab.schedules.table import SlotDurations, layout
+from pipetab.schedules.validate import validate
 
 # Reference grids from shared/reference/schedules.md §5(d): `Fm.c` = forward of microbatch m
 # on chunk c of the row's device.

@@ -8,18 +8,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schedules import formulas, registry
-from schedules.generators.interleaved import (
+from pipetab.schedules import formulas, registry
+from pipetab.schedules.generators.interleaved import (
     INTERLEAVED_REGIME,
     interleaved,
     warmup,
 )
-from schedules.metrics import table_metrics
-from schedules.ops import Kind, Op
-from schedules.table import SlotDurations, layout
-from schedules.validate import validate
-from solver.costs import slot_costs
-from solver.simulate import simulate
+from pipetab.schedules.metrics import table_metrics
+from pipetab.schedules.ops import Kind, Op
+from pipetab.schedules.table import SlotDurations, layout
+from pipetab.schedules.validate import validate
+from pipetab.solver.costs import slot_costs
+from pipetab.solver.simulate import simulate
 
 # shared/reference/schedules.md §3(d): D=4, v=2, N=8, one slot per chunk op; upper case =
 # chunk 0 (stage d), lower case = chunk 1 (stage 4+d).

@@ -3,10 +3,10 @@
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from schedules import registry
-from schedules.metrics import table_metrics
-from schedules.table import SlotDurations, layout
-from schedules.validate import validate
+from pipetab.schedules import registry
+from pipetab.schedules.metrics import table_metrics
+from pipetab.schedules.table import SlotDurations, layout
+from pipetab.schedules.validate import validate
 
 GPIPE_4x4 = """
 t    |0   1   2   3   4   5   6   7   8   9   10  11  12  13

@@ -5,10 +5,10 @@ import json
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from schedules import formats, registry
-from schedules.ops import Kind, Op
-from schedules.table import PlacedOp, SlotDurations, Table, layout
-from schedules.validate import TableError, schedule_from_table, validate
+from pipetab.schedules import formats, registry
+from pipetab.schedules.ops import Kind, Op
+from pipetab.schedules.table import PlacedOp, SlotDurations, Table, layout
+from pipetab.schedules.validate import TableError, schedule_from_table, validate
 
 
 def _two_stage_table(entries):

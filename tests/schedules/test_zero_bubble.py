@@ -8,19 +8,19 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schedules import formulas, registry
-from schedules.generators.zero_bubble import (
+from pipetab.schedules import formulas, registry
+from pipetab.schedules.generators.zero_bubble import (
     ZB_H1_REGIME,
     ZBV_REGIME,
     zb_h1,
     zbv,
 )
-from schedules.metrics import table_metrics
-from schedules.ops import Kind, Op
-from schedules.table import SlotDurations, layout
-from schedules.validate import validate
-from solver.costs import slot_costs
-from solver.simulate import simulate
+from pipetab.schedules.metrics import table_metrics
+from pipetab.schedules.ops import Kind, Op
+from pipetab.schedules.table import SlotDurations, layout
+from pipetab.schedules.validate import validate
+from pipetab.solver.costs import slot_costs
+from pipetab.solver.simulate import simulate
 
 from conftest import grid_cells, v_label
 

@@ -4,14 +4,14 @@ from dataclasses import replace
 
 import pytest
 
-from schedules import registry
-from schedules.evaluate import asap
-from schedules.ops import B, F
-from schedules.schedule import Placement, Schedule
-from schedules.table import SlotDurations
-from solver.costs import slot_costs
-from solver.cpsat import CpSatConfig, evaluate
-from solver.simulate import simulate
+from pipetab.schedules import registry
+from pipetab.schedules.evaluate import asap
+from pipetab.schedules.ops import B, F
+from pipetab.schedules.schedule import Placement, Schedule
+from pipetab.schedules.table import SlotDurations
+from pipetab.solver.costs import slot_costs
+from pipetab.solver.cpsat import CpSatConfig, evaluate
+from pipetab.solver.simulate import simulate
 
 CFG = CpSatConfig(time_limit_s=20, workers=2)
 
@@ -99,7 +99,7 @@ def test_evaluate_deadlock_is_infeasible_not_a_crash():
 @pytest.mark.parametrize("name", ["1f1b", "chimera"])
 def test_evaluate_equals_simulator_on_hardware_costs(system, name):
     """Quantized hardware costs: transfers, replica all-reduces and optimizer tails."""
-    from solver.costs import hardware_costs
+    from pipetab.solver.costs import hardware_costs
 
     schedule = _generate(name, 4, 8)
     costs = hardware_costs(schedule, system, "paper_gpt")

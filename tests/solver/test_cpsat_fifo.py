@@ -4,11 +4,11 @@ stages per device, two pipelines, split backward, tight caps, latencies)."""
 
 import pytest
 
-from schedules import registry
-from solver.cpsat import CpSatConfig, idealized_problem
-from solver.cpsat.bounds import safe_horizon
-from solver.cpsat.model import CpSatModel
-from solver.cpsat.oracle import evaluate_known, relabel_microbatches
+from pipetab.schedules import registry
+from pipetab.solver.cpsat import CpSatConfig, idealized_problem
+from pipetab.solver.cpsat.bounds import safe_horizon
+from pipetab.solver.cpsat.model import CpSatModel
+from pipetab.solver.cpsat.oracle import evaluate_known, relabel_microbatches
 
 CASES = [
     # family, S, B, forward, backward, comm, cap, split

@@ -3,11 +3,11 @@ its input, never better than a proven optimum, and its use as the search's incum
 
 import pytest
 
-from schedules import registry
-from schedules.ops import Kind, Op
-from solver.cpsat import CpSatConfig, idealized_problem, search
-from solver.cpsat import modes
-from solver.cpsat.justify import (
+from pipetab.schedules import registry
+from pipetab.schedules.ops import Kind, Op
+from pipetab.solver.cpsat import CpSatConfig, idealized_problem, search
+from pipetab.solver.cpsat import modes
+from pipetab.solver.cpsat.justify import (
     _earliest_gap,
     _latest_gap,
     justify,
@@ -15,8 +15,8 @@ from solver.cpsat.justify import (
     precedence_graph,
     right_pass,
 )
-from solver.cpsat.oracle import evaluate_known, relabel_microbatches
-from solver.simulate import simulate
+from pipetab.solver.cpsat.oracle import evaluate_known, relabel_microbatches
+from pipetab.solver.simulate import simulate
 
 
 def _fixed(problem):

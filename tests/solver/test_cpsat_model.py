@@ -2,12 +2,12 @@
 
 import pytest
 
-from schedules import registry
-from solver.cpsat import CpSatConfig, idealized_problem
-from solver.cpsat.bounds import analytic_lower_bound, safe_horizon
-from solver.cpsat.model import CpSatModel
-from solver.cpsat.modes import _canonical_devices
-from solver.cpsat.oracle import evaluate_known, hint_form
+from pipetab.schedules import registry
+from pipetab.solver.cpsat import CpSatConfig, idealized_problem
+from pipetab.solver.cpsat.bounds import analytic_lower_bound, safe_horizon
+from pipetab.solver.cpsat.model import CpSatModel
+from pipetab.solver.cpsat.modes import _canonical_devices
+from pipetab.solver.cpsat.oracle import evaluate_known, hint_form
 
 
 def _solve_with_log(model, seconds=5.0):
@@ -38,10 +38,10 @@ def test_hint_from_known_schedule_is_complete_and_feasible(placement, name, S, B
 
 def test_hint_is_complete_under_free_placement():
     problem = idealized_problem(4, 4, "free", devices=2, comm=1, activation_cap=4)
-    from schedules.schedule import Placement
+    from pipetab.schedules.schedule import Placement
 
     pl = Placement(((1, 1, 0, 0),), 2)  # not canonical: the hint must be relabelled
-    from solver.cpsat.oracle import greedy_schedule
+    from pipetab.solver.cpsat.oracle import greedy_schedule
 
     sched = _canonical_devices(greedy_schedule(problem.with_placement(pl), pl))
     known = evaluate_known(problem.with_placement(sched.placement), sched)

@@ -5,12 +5,12 @@ a known schedule that fits the cap, and every returned schedule validates and re
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from schedules import registry
-from schedules.evaluate import asap
-from schedules.table import PlacedOp, Table
-from schedules.validate import validate
-from solver.cpsat import CpSatConfig, idealized_problem, search
-from solver.simulate import simulate
+from pipetab.schedules import registry
+from pipetab.schedules.evaluate import asap
+from pipetab.schedules.table import PlacedOp, Table
+from pipetab.schedules.validate import validate
+from pipetab.solver.cpsat import CpSatConfig, idealized_problem, search
+from pipetab.solver.simulate import simulate
 
 CFG = CpSatConfig(time_limit_s=3, workers=2)
 

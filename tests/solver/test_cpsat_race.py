@@ -7,14 +7,14 @@ import time
 
 import pytest
 
-from schedules import registry
-from solver.cpsat import CpSatConfig, bound, idealized_problem, search
-from solver.cpsat.model import RawSolve
-from solver.cpsat.oracle import evaluate_known
-from solver.cpsat.phases import SearchState, all_worker_searches, proof_config, upper_phase_config
-from solver.cpsat.modes import _races, all_workers_flow_applies
-from solver.cpsat.race import race
-from solver.simulate import simulate
+from pipetab.schedules import registry
+from pipetab.solver.cpsat import CpSatConfig, bound, idealized_problem, search
+from pipetab.solver.cpsat.model import RawSolve
+from pipetab.solver.cpsat.oracle import evaluate_known
+from pipetab.solver.cpsat.phases import SearchState, all_worker_searches, proof_config, upper_phase_config
+from pipetab.solver.cpsat.modes import _races, all_workers_flow_applies
+from pipetab.solver.cpsat.race import race
+from pipetab.solver.simulate import simulate
 
 
 def _start(S=4, B=8):
@@ -131,7 +131,7 @@ def _race_with_fakes(monkeypatch, search_solve, probe_solve, bound, seconds=60.0
     """Race from 1F1B (49) on S=4, B=8 and ``bound``, ``seconds`` to the deadline, with
     ``phases.CpSatModel`` replaced by ``_FakeModel`` solving as given; returns the state,
     the details and the seconds the race took."""
-    from solver.cpsat import phases
+    from pipetab.solver.cpsat import phases
 
     fake = type("Fake", (_FakeModel,), {"search": staticmethod(search_solve), "probe": staticmethod(probe_solve)})
     monkeypatch.setattr(phases, "CpSatModel", fake)
@@ -237,7 +237,7 @@ def test_no_search_on_all_workers_while_a_probe_runs(monkeypatch):
     minimum lowered to 0.1 s so that time would be enough for it); the probe still runs
     to the deadline, so the search must not restart on both workers (three threads on
     two cores)."""
-    from solver.cpsat import race as race_module
+    from pipetab.solver.cpsat import race as race_module
 
     monkeypatch.setattr(race_module, "HANDOVER_MIN_S", 0.1)
     searches = []
@@ -294,7 +294,7 @@ def test_bound_mode_tightens_alone_on_all_workers():
 def test_the_default_races_only_where_a_device_holds_several_stages():
     """Bound first where every device holds one stage (linear); the race where devices
     hold several (bidirectional: two stages each); ``race`` set overrides both ways."""
-    from solver.cpsat.problem import family_placement
+    from pipetab.solver.cpsat.problem import family_placement
 
     linear = family_placement("linear", 4, (4,))
     both = family_placement("bidirectional", 4, (4, 4))

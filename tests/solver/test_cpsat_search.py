@@ -5,12 +5,12 @@ import time
 
 import pytest
 
-from schedules import registry
-from schedules.evaluate import asap
-from schedules.schedule import Placement
-from schedules.table import PlacedOp, SlotDurations, Table
-from schedules.validate import validate
-from solver.cpsat import (
+from pipetab.schedules import registry
+from pipetab.schedules.evaluate import asap
+from pipetab.schedules.schedule import Placement
+from pipetab.schedules.table import PlacedOp, SlotDurations, Table
+from pipetab.schedules.validate import validate
+from pipetab.solver.cpsat import (
     CpSatConfig,
     Problem,
     bound,
@@ -20,8 +20,8 @@ from solver.cpsat import (
     search,
     search_splits,
 )
-from solver.costs import slot_costs
-from solver.simulate import simulate
+from pipetab.solver.costs import slot_costs
+from pipetab.solver.simulate import simulate
 
 CFG = CpSatConfig(time_limit_s=20, workers=2)
 
@@ -166,8 +166,8 @@ def test_search_splits_labels_partition_and_takes_best():
     assert any("fixed partition per candidate" in a for a in out.best.bound_assumptions)
     assert out.best.lower_bound == min(r["lower_bound"] for r in out.rows)
     # the uneven split re-partitions the same model: total forward work stays 4 x 6 slots
-    from solver.cpsat.modes import scaled_costs
-    from schedules.ops import Kind
+    from pipetab.solver.cpsat.modes import scaled_costs
+    from pipetab.schedules.ops import Kind
 
     c = scaled_costs(problem, cands[1])
     assert sum(c.op_time[(Kind.F, 0, s)] for s in range(4)) == 24
@@ -176,7 +176,7 @@ def test_search_splits_labels_partition_and_takes_best():
 def test_replica_groups_and_optimizer_tails_in_search():
     from dataclasses import replace
 
-    from solver.costs import hardware_costs
+    from pipetab.solver.costs import hardware_costs
 
     s = registry.generate("chimera", 4, 4)
     costs = hardware_costs(s, "mid_nw_mid_cp", "paper_gpt")
@@ -234,7 +234,7 @@ def test_free_placement_with_non_uniform_links():
     """Distinct link costs: no device symmetry; pair literals in the monolithic model."""
     from dataclasses import replace
 
-    from solver.costs import Links
+    from pipetab.solver.costs import Links
 
     base = idealized_problem(3, 3, "free", devices=2, comm=1, activation_cap=3)
     links = Links(latency=1.0, bandwidth=float("inf"), pairs={(0, 1): (3.0, float("inf"))})
@@ -250,7 +250,7 @@ def test_free_placement_with_non_uniform_links():
 def test_hardware_costs_with_a_memory_cap_in_bytes():
     from dataclasses import replace
 
-    from solver.costs import hardware_costs
+    from pipetab.solver.costs import hardware_costs
 
     s = registry.generate("1f1b", 4, 8)
     costs = hardware_costs(s, "dgx_h100_ib", "tiny_gpt")
@@ -271,8 +271,8 @@ def test_hardware_costs_with_a_memory_cap_in_bytes():
 def _tighten_from_1f1b(proofs=()):
     """Tightening on S=4, B=8, F=1, K=2, C=1, cap 4 from bound 44 and 1F1B (49), under a
     deterministic limit; returns the problem, the final state and the details."""
-    from solver.cpsat.oracle import evaluate_known
-    from solver.cpsat.phases import SearchState, tighten_horizon
+    from pipetab.solver.cpsat.oracle import evaluate_known
+    from pipetab.solver.cpsat.phases import SearchState, tighten_horizon
 
     problem = idealized_problem(4, 8, comm=1, activation_cap=4)
     pl = problem.fixed_placement
@@ -304,7 +304,7 @@ def test_tightening_jumps_by_predicted_proof_time():
     is at most half of what remains, staying below the incumbent. Hand-worked: times
     2.5, 3.0 one step apart give ratio 1.2 -> 2; 3.0 * 2**2 = 12 <= 15 but 3.0 * 2**3 =
     24 > 15, so k = 2."""
-    from solver.cpsat.phases import predicted_proof_time, tighten_step
+    from pipetab.solver.cpsat.phases import predicted_proof_time, tighten_step
 
     assert tighten_step([], 100.0, 10) == 1
     assert tighten_step([(360, 0.1)], 100.0, 10) == 1
@@ -334,7 +334,7 @@ def test_upper_phase_config_only_for_the_two_worker_default_portfolio():
     """The upper phase follows the 1-2 worker default portfolio with the no-LP search and
     then the LP-guided one (each with LNS, probing off); an explicit portfolio, more
     workers or the switch turn it off."""
-    from solver.cpsat.phases import upper_phase_config
+    from pipetab.solver.cpsat.phases import upper_phase_config
 
     cfgs = upper_phase_config(CpSatConfig(workers=2, extra_params=(("random_seed", 3),)))
     assert [c.subsolvers for c in cfgs] == [("no_lp",), ("default_lp",)]
@@ -348,8 +348,8 @@ def test_upper_phase_improves_1f1b_to_the_optimum():
     """From 1F1B (49) and bound 44 on S=4, B=8, F=1, K=2, C=1, cap 4 (optimum 46, test
     above) the upper-bound phase returns a schedule of 46 that the simulator confirms,
     and never a bound above it."""
-    from solver.cpsat.phases import SearchState, improve_upper, upper_phase_config
-    from solver.cpsat.oracle import evaluate_known
+    from pipetab.solver.cpsat.phases import SearchState, improve_upper, upper_phase_config
+    from pipetab.solver.cpsat.oracle import evaluate_known
 
     problem = idealized_problem(4, 8, comm=1, activation_cap=4)
     pl = problem.fixed_placement
@@ -394,7 +394,7 @@ class _StalledModel:
         pass
 
     def solve(self, time_limit, workers=None, stall_s=None, **_):
-        from solver.cpsat.model import RawSolve
+        from pipetab.solver.cpsat.model import RawSolve
 
         self.clock.now += 0.3
         return RawSolve("feasible", None, 40, None, None, 0.3, None, 0, stalled=True)
@@ -402,7 +402,7 @@ class _StalledModel:
 
 def _stalled_phases(monkeypatch) -> type:
     """Patch ``phases`` with a fake clock and a fresh stalling stand-in model class."""
-    from solver.cpsat import phases
+    from pipetab.solver.cpsat import phases
 
     fake = type("Stalled", (_StalledModel,), {"clock": _Clock(), "built": []})
     monkeypatch.setattr(phases, "time", fake.clock)
@@ -415,8 +415,8 @@ def test_upper_phase_restarts_a_stalled_solve_with_the_next_search_and_seed(monk
     next seed while at least half the stall limit remains; nothing better found keeps
     the incumbent. With 2.5 s the stall limit is its 2 s floor; solves of 0.3 s leave
     2.2, 1.9, 1.6, 1.3, 1.0, then 0.7 s < 1 s: six solves."""
-    from solver.cpsat import phases
-    from solver.cpsat.oracle import evaluate_known
+    from pipetab.solver.cpsat import phases
+    from pipetab.solver.cpsat.oracle import evaluate_known
 
     problem = idealized_problem(4, 8, comm=1, activation_cap=4)
     pl = problem.fixed_placement
@@ -439,8 +439,8 @@ def test_a_solve_without_progress_stops_on_stall():
     hinted with 1F1B on linear S=16, B=64, cap 16, C=1 (optimum 368-371, not provable
     in seconds) a one-worker solve stalls long before its 60 s limit (the clock starts
     with the solve, presolve included); under a deterministic limit it does not stall."""
-    from solver.cpsat.model import CpSatModel
-    from solver.cpsat.oracle import evaluate_known
+    from pipetab.solver.cpsat.model import CpSatModel
+    from pipetab.solver.cpsat.oracle import evaluate_known
 
     problem = idealized_problem(16, 64, comm=1, activation_cap=16)
     pl = problem.fixed_placement
@@ -462,9 +462,9 @@ def test_a_solve_without_progress_stops_on_stall():
 def test_relaxation_bounds_stay_below_the_optimum():
     """On linear S=6, B=12, cap 6, C=1 (the smallest shape with relaxation sets) every
     relaxation's bound is at most the optimum proven by the full search."""
-    from solver.cpsat.bounds import analytic_lower_bound
-    from solver.cpsat.phases import relaxation_bounds, relaxation_sets
-    from solver.cpsat.oracle import evaluate_known
+    from pipetab.solver.cpsat.bounds import analytic_lower_bound
+    from pipetab.solver.cpsat.phases import relaxation_bounds, relaxation_sets
+    from pipetab.solver.cpsat.oracle import evaluate_known
 
     problem = idealized_problem(6, 12, comm=1, activation_cap=6)
     pl = problem.fixed_placement
@@ -485,8 +485,8 @@ def test_relaxation_bounds_stay_below_the_optimum():
 def test_relaxations_stop_at_a_set_that_neither_solves_nor_raises(monkeypatch):
     """The relaxation sets grow; one left unsolved without a better bound ends the
     phase (the larger sets are harder still)."""
-    from solver.cpsat import phases
-    from solver.cpsat.oracle import evaluate_known
+    from pipetab.solver.cpsat import phases
+    from pipetab.solver.cpsat.oracle import evaluate_known
 
     problem = idealized_problem(16, 64, comm=1, activation_cap=16)
     pl = problem.fixed_placement

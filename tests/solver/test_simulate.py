@@ -4,15 +4,15 @@ from dataclasses import replace
 
 import pytest
 
-from schedules import registry
-from schedules.evaluate import DeadlockError, asap
-from schedules.metrics import table_metrics
-from schedules.ops import B, F, Kind
-from schedules.schedule import Placement, Schedule
-from schedules.table import SlotDurations, layout
-from solver.costs import Costs, Links, ReplicaGroup, slot_costs
-from solver.graph import critical_path, execution_graph
-from solver.simulate import simulate
+from pipetab.schedules import registry
+from pipetab.schedules.evaluate import DeadlockError, asap
+from pipetab.schedules.metrics import table_metrics
+from pipetab.schedules.ops import B, F, Kind
+from pipetab.schedules.schedule import Placement, Schedule
+from pipetab.schedules.table import SlotDurations, layout
+from pipetab.solver.costs import Costs, Links, ReplicaGroup, slot_costs
+from pipetab.solver.graph import critical_path, execution_graph
+from pipetab.solver.simulate import simulate
 
 CASES = [("gpipe", 4, 8, {}), ("1f1b", 4, 8, {}), ("1f1b", 8, 3, {}), ("chimera", 4, 8, {}),
          ("chimera", 8, 16, {}), ("hanayo", 4, 4, {"waves": 1}), ("hanayo", 4, 8, {"waves": 2}),
@@ -134,7 +134,7 @@ def test_ops_frame():
 
 # ---- with hardware costs -----------------------------------------------------------------
 
-from solver.costs import hardware_costs  # noqa: E402
+from pipetab.solver.costs import hardware_costs  # noqa: E402
 
 
 @pytest.mark.parametrize("name,S,B_,opts", [c for c in CASES if c[0] != "chimera-asym" and 64 % c[2] == 0])

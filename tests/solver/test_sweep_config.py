@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from solver.cli import main
-from solver.sweep import ConfigError, expand, load_config, parse_config
-from solver.sweep.config import parse_cap
+from pipetab.solver.cli import main
+from pipetab.solver.sweep import ConfigError, expand, load_config, parse_config
+from pipetab.solver.sweep.config import parse_cap
 
 GOOD = """
 name = "small"

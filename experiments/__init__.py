@@ -1,0 +1,1 @@
+"""Reproductions, sweeps and benchmarks, built only from the public API; run each as ``python -m experiments.NAME``."""
