@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml
 venv: $(STAMP)
 
 demo: $(STAMP)
-	$(PY) -m pipetab.solver.demo
+	$(PY) -m pipetab.demo
 	$(PY) -m experiments.reproduce --quick --fresh
 
 test: $(STAMP)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 
-from pipetab.solver.sweep import ResultStore, load_config, make_executor, plan, run_sweep
+from pipetab.sweep import ResultStore, load_config, make_executor, plan, run_sweep
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -60,7 +60,7 @@ def fig1(results: Path, stages: int = 4, microbatches: int = 8) -> Path:
     """Fig. 1-like: the tables (devices x slots, T_F = 1, T_B = 2) of the known schedules."""
     from pipetab.schedules import registry
     from pipetab.schedules.table import SlotDurations, layout
-    from pipetab.solver.plot import plot_table
+    from pipetab.plot import plot_table
 
     plt = _plt()
     names = ["gpipe", "1f1b", "chimera", "hanayo"]
@@ -78,7 +78,7 @@ def fig2(results: Path, name: str = "chimera", stages: int = 4, microbatches: in
     execution graph (transfers as arrows, optimizer steps grey); also a Chrome trace."""
     from pipetab.schedules import registry
     from pipetab.solver.costs import hardware_costs
-    from pipetab.solver.plot import plot_timeline
+    from pipetab.plot import plot_timeline
     from pipetab.solver.simulate import simulate
     from pipetab.solver.trace import write_chrome_trace
 

@@ -21,9 +21,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 
 from experiments import figures, report
-from pipetab.solver.sweep import ConfigError, ResultStore, load_config, make_executor, run_sweep
-from pipetab.solver.sweep.run import cpsat_unavailable
-from pipetab.solver.sweep.store import export_rows
+from pipetab.sweep import ConfigError, ResultStore, load_config, make_executor, run_sweep
+from pipetab.sweep.run import cpsat_unavailable
+from pipetab.sweep.store import export_rows
 
 CONFIGS = HERE / "configs"
 ORDER = ["paper_grid", "fig3_bubble", "fig4_runtime", "fig5_memory", "fig6_asym", "table1_hanayo", "cpsat_fig4"]

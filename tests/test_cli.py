@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from pipetab.solver.cli import main
+from pipetab.cli import main
 
 
 def run(capsys, *argv):
@@ -155,7 +155,7 @@ def test_check_bad_table_files(capsys, tmp_path, content, needle):
 
 
 def test_console_script_no_traceback():
-    proc = subprocess.run([sys.executable, "-m", "pipetab.solver.cli", "table", "chimera", "-S", "3", "-B", "3"],
+    proc = subprocess.run([sys.executable, "-m", "pipetab.cli", "table", "chimera", "-S", "3", "-B", "3"],
                           capture_output=True, text=True)
     assert proc.returncode == 2
     assert proc.stderr.strip() == "pipetab: error: stages must be even for chimera, got 3"

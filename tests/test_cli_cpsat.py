@@ -6,7 +6,7 @@ import pytest
 
 from pipetab.schedules import registry
 from pipetab.schedules.table import SlotDurations
-from pipetab.solver.cli import main
+from pipetab.cli import main
 from pipetab.solver.costs import slot_costs
 from pipetab.solver.simulate import simulate
 

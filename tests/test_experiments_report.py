@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from experiments import common, report
-from pipetab.solver.sweep import ResultStore, load_config, run_sweep
+from pipetab.sweep import ResultStore, load_config, run_sweep
 
 SMALL = {
     "paper_grid": {"stages": [8], "microbatches": [8, 16, 128]},

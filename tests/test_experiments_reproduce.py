@@ -33,7 +33,7 @@ def test_quick_reproduction_of_two_parts(tmp_path, capsys):
 
 
 def test_every_experiment_config_is_valid():
-    from pipetab.solver.sweep import expand, load_config
+    from pipetab.sweep import expand, load_config
 
     for path in sorted(reproduce.CONFIGS.glob("*.toml")):
         config = load_config(path)

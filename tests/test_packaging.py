@@ -8,7 +8,7 @@ import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-FOLDERS = ("schedules", "hardware", "solver")
+FOLDERS = ("schedules", "hardware", "solver", "pipetab")
 
 
 def test_every_package_folder_is_listed_under_pipetab():
@@ -17,7 +17,7 @@ def test_every_package_folder_is_listed_under_pipetab():
     for top in FOLDERS:
         for init in (ROOT / top).rglob("__init__.py"):
             rel = init.parent.relative_to(ROOT)
-            found.add("pipetab." + ".".join(rel.parts))
+            found.add(".".join(("pipetab", *rel.parts[rel.parts[0] == "pipetab":])))
     assert found <= listed, f"package folders missing from pyproject's packages: {sorted(found - listed)}"
 
 
@@ -25,7 +25,7 @@ def test_only_the_namespace_is_imported():
     """Importing the whole public surface loads no generic top-level ``schedules``,
     ``hardware`` or ``solver`` module (two copies would mean two ``Kind`` enums)."""
     code = (
-        "import sys, pipetab.solver.cli.main, pipetab.solver.cpsat, pipetab.solver.sweep, pipetab.hardware;"
+        "import sys, pipetab.cli.main, pipetab.solver.cpsat, pipetab.sweep, pipetab.hardware;"
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('schedules', 'hardware', 'solver'));"
         "print(','.join(bad))"
     )

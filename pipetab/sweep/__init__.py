@@ -1,7 +1,7 @@
 """Sweeps: a TOML config -> the cross product of schedules x S x B x systems x models x caps
 -> one row per configuration in a resumable SQLite store -> CSV / Parquet.
 
-    from pipetab.solver.sweep import load_config, plan, ResultStore, make_executor, run_sweep
+    from pipetab.sweep import load_config, plan, ResultStore, make_executor, run_sweep
     config = load_config("experiments/configs/fig4_runtime.toml")
     with ResultStore("results/pipetab.sqlite") as store:
         summary = run_sweep(config, store, make_executor("local", workers=2))

@@ -60,7 +60,7 @@ def evaluate_levels(args) -> dict:
 
             write_chrome_trace(sim, args.trace)
         if args.plot:
-            from pipetab.solver.plot import plot_timeline
+            from pipetab.plot import plot_timeline
 
             common.save_plot(plot_timeline, args.plot, sim, rows=schedule.num_devices,
                        title=f"{args.name} S={args.stages} B={args.microbatches} on {args.system}")

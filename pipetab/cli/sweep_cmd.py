@@ -33,7 +33,7 @@ def register(sub) -> None:
 
 
 def run(args) -> None:
-    from pipetab.solver.sweep import ResultStore, load_config, make_executor, plan, run_sweep
+    from pipetab.sweep import ResultStore, load_config, make_executor, plan, run_sweep
 
     config = load_config(args.config)
     if args.export and Path(args.export).suffix.lower() not in (".csv", ".parquet"):

@@ -53,7 +53,7 @@ def cmd_table(args) -> None:
     validate(table, schedule)
     metrics = table_metrics(table, schedule)
     if args.plot:
-        from pipetab.solver.plot import plot_table
+        from pipetab.plot import plot_table
 
         common.save_plot(plot_table, args.plot, table, title=f"{args.name}  S={args.stages} B={args.microbatches}")
     if args.format == "json":

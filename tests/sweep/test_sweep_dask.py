@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from pipetab.solver.sweep import ResultStore, parse_config, plan, run_sweep, same_row
-from pipetab.solver.sweep.executors import DaskExecutor, make_executor
+from pipetab.sweep import ResultStore, parse_config, plan, run_sweep, same_row
+from pipetab.sweep.executors import DaskExecutor, make_executor
 
 distributed = pytest.importorskip("distributed")
 

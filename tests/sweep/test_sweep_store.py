@@ -9,9 +9,9 @@ import sqlite3
 import pandas as pd
 import pytest
 
-from pipetab.solver.cli import main
-from pipetab.solver.sweep import ResultStore, Progress, parse_config, plan, run_sweep, same_row
-from pipetab.solver.sweep.executors import make_executor
+from pipetab.cli import main
+from pipetab.sweep import ResultStore, Progress, parse_config, plan, run_sweep, same_row
+from pipetab.sweep.executors import make_executor
 
 DOC = {
     "name": "resume",

@@ -14,7 +14,7 @@ from pathlib import Path
 from pipetab.schedules import formats, registry
 from pipetab.schedules.metrics import table_metrics
 from pipetab.schedules.table import SlotDurations, layout
-from pipetab.solver.demo_cpsat import run as run_cpsat
+from pipetab.demo_cpsat import run as run_cpsat
 
 SEEDS = [("gpipe", {}), ("1f1b", {}), ("chimera", {}), ("hanayo", {"waves": 1}), ("chimera-asym", {"split": (1, 2)})]
 
@@ -44,7 +44,7 @@ def _levels(stages: int, microbatches: int, system: str, model: str) -> list[dic
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m solver.demo")
+    ap = argparse.ArgumentParser(prog="python -m pipetab.demo")
     ap.add_argument("--stages", type=int, default=8)
     ap.add_argument("--microbatches", type=int, default=16)
     ap.add_argument("--system", default="mid_nw_mid_cp")
@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
-        from pipetab.solver.plot import plot_table, plot_timeline
+        from pipetab.plot import plot_table, plot_timeline
 
         fig, axes = plt.subplots(len(rows), 1, figsize=(14, 2.6 * len(rows)))
         for ax, r in zip(axes, rows):

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from pipetab.solver.cli import main
-from pipetab.solver.sweep import ConfigError, expand, load_config, parse_config
-from pipetab.solver.sweep.config import parse_cap
+from pipetab.cli import main
+from pipetab.sweep import ConfigError, expand, load_config, parse_config
+from pipetab.sweep.config import parse_cap
 
 GOOD = """
 name = "small"

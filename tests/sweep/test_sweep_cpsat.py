@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from pipetab.solver.sweep import ResultStore, parse_config, plan, run_sweep
-from pipetab.solver.sweep.run import cpsat_unavailable
+from pipetab.sweep import ResultStore, parse_config, plan, run_sweep
+from pipetab.sweep.run import cpsat_unavailable
 
 pytestmark = pytest.mark.skipif(cpsat_unavailable() is not None, reason=f"{cpsat_unavailable()}")
 
