@@ -21,6 +21,7 @@ from .costs import (
     layer_forward_flops,
     layer_forward_traffic,
     message_bytes,
+    weight_memory_bytes_per_layer,
     optimizer_time,
     persistent_bytes,
     ring_allreduce_time,
@@ -46,4 +47,5 @@ __all__ = [
     "layer_forward_traffic", "list_models", "list_systems", "load_model", "load_system",
     "message_bytes", "model_from_file", "optimizer_time", "partition", "persistent_bytes",
     "ring_allreduce_time", "schedule_costs", "stage_cost", "system_from_file",
+    "weight_memory_bytes_per_layer",
 ]

@@ -37,6 +37,16 @@ or sequence parallelism), scaled by ``c/2``:
     ``"full"``      ``2*s*b*h``                     (layer input only)
 Embedding, LM-head and logit activations are not counted.
 
+Weight part M_W of a layer's activation (a split backward, Zero Bubble accounting: B frees
+``M - M_W``, W frees ``M_W``): what the weight-gradient GEMMs ``dW = X^T dY`` of the four
+linear layers need between B and W -- their inputs ``X`` (QKV: ``h``, attention output
+projection: ``h``, MLP up: ``h``, MLP down: ``f`` elements per token) and their output
+gradients ``dY`` (``3h``, ``h``, ``f``, ``h``), ``c*s*b*(8h + 2f)`` bytes (= ``32sbh`` at
+f=4h, c=2: the Zero Bubble paper's count), at most the layer's activation. The output
+gradients are produced by B, not kept from F; counting them inside M is the paper's
+convention. With full recomputation W's inputs are recomputed during B and M (``2sbh``)
+caps M_W, which understates the memory between B and W.
+
 Persistent memory of a stage: ``params * model.bytes_per_param_state`` (16 = mixed-precision
 Adam: bf16 weight 2 + bf16 gradient 2 + fp32 master 4 + Adam m 4 + v 4).
 
@@ -131,6 +141,15 @@ def activation_bytes_per_layer(model: TransformerModel, mb: int, recompute: str 
     return half_bytes * model.bytes_per_param_compute // 2
 
 
+def weight_memory_bytes_per_layer(model: TransformerModel, mb: int, recompute: str = "none") -> int:
+    """M_W of one layer: ``c*s*b*(8h + 2f)`` bytes (``32sbh`` at f=4h, c=2), the inputs and
+    output gradients of its weight-gradient GEMMs, at most its activation (module docstring)."""
+    _check_mb(mb)
+    h, s, f = model.hidden, model.seq_len, model.ffn_hidden
+    part = model.bytes_per_param_compute * s * mb * (8 * h + 2 * f)  # type: ignore[operator]
+    return min(part, activation_bytes_per_layer(model, mb, recompute))
+
+
 def message_bytes(model: TransformerModel, mb: int) -> int:
     """Bytes of one activation (forward) or its gradient (backward) between stages:
     ``b*s*h*c``."""
@@ -183,7 +202,8 @@ class StageCost:
     splits the backward; ``weight_s`` is then the weight gradient (W), else 0.
     ``fwd_message_bytes`` is what the stage sends to the next stage per microbatch (0 on the
     last stage), ``bwd_message_bytes`` what it sends to the previous one (0 on the first).
-    ``activation_bytes`` is live from the start of F to the end of B (W when split).
+    ``activation_bytes`` (M) is allocated at the start of F and freed at the end of B;
+    when the backward is split, ``weight_memory_bytes`` (M_W) of it only at the end of W.
     Layers ``first_layer .. first_layer + layers - 1`` of the model.
     """
 
@@ -205,6 +225,7 @@ class StageCost:
     first_layer: int = 0
     has_embedding: bool = False
     has_head: bool = False
+    weight_memory_bytes: int = 0
 
     @property
     def layer_range(self) -> tuple[int, int]:
@@ -257,6 +278,7 @@ def stage_cost(model: TransformerModel, device: Device, mb: int, layers: int, *,
         first_layer=first_layer,
         has_embedding=first,
         has_head=last,
+        weight_memory_bytes=layers * weight_memory_bytes_per_layer(model, mb, recompute),
     )
 
 

@@ -23,6 +23,8 @@ _EXPORTS = {
     "slot_costs": "pipetab.solver.costs",
     "hardware_costs": "pipetab.solver.costs",
     "simulate": "pipetab.solver.simulate",
+    "evaluate_levels": "pipetab.solver.levels",
+    "Levels": "pipetab.solver.levels",
 }
 
 __all__ = sorted(_EXPORTS)

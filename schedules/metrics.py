@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .ops import Kind
+from .memory import at_start, check_weight_fraction, memory_change
 from .schedule import Schedule
 from .table import Table
 from .validate import schedule_from_table
@@ -15,17 +15,18 @@ class TableMetrics:
     """Level-2 metrics of one table.
 
     ``peak_activations[d]``: most activations live at once on device d, counting one per
-    (pipeline, stage, microbatch) from the start of its F to the end of its B (of its W when
-    the backward is split). ``peak_activation_share[d]`` weighs each by its stage's size in
-    units of a stage holding 1/num_devices of the model. ``weight_copies[d]``: weights held,
-    in the same unit.
+    (pipeline, stage, microbatch) as ``schedules.memory`` defines it (from its F's start to
+    its B's end; with a split backward the weight fraction ``weight_memory`` of it until its
+    W's end). ``peak_activation_share[d]`` weighs each by its stage's size in units of a
+    stage holding 1/num_devices of the model. ``weight_copies[d]``: weights held, in the
+    same unit.
     """
 
     makespan_slots: int
     bubble_ratio: float
     idle_slots: tuple[int, ...]
     busy_slots: tuple[int, ...]
-    peak_activations: tuple[int, ...]
+    peak_activations: tuple[float, ...]
     peak_activation_share: tuple[float, ...]
     weight_copies: tuple[float, ...]
 
@@ -41,9 +42,15 @@ class TableMetrics:
         }
 
 
-def table_metrics(table: Table, schedule: Schedule | None = None) -> TableMetrics:
+def _whole(x: float) -> float | int:
+    return int(round(x)) if abs(x - round(x)) < 1e-9 else x
+
+
+def table_metrics(table: Table, schedule: Schedule | None = None, weight_memory: float = 1.0) -> TableMetrics:
     """Measure ``table``; ``schedule`` (its generator's) supplies stage sizes, otherwise
-    they are read off the table's forward durations."""
+    they are read off the table's forward durations. ``weight_memory``: the share M_W / M
+    of an activation held from B's end until W's end when the backward is split."""
+    fraction = check_weight_fraction(weight_memory)
     schedule = schedule or schedule_from_table(table)
     makespan = table.makespan
     busy = [0] * table.num_devices
@@ -51,24 +58,24 @@ def table_metrics(table: Table, schedule: Schedule | None = None) -> TableMetric
         busy[e.device] += e.duration
     idle = [makespan - b for b in busy]
     bubble = sum(idle) / (table.num_devices * makespan) if makespan else 0.0
-    release = Kind.W if schedule.split_backward else Kind.B
+    split = schedule.split_backward
     count, share = [], []
     for d in range(table.num_devices):
-        events = []  # (time, order, delta_count, delta_share); frees sort before allocations
+        events = []  # (time, frees first, delta_count, delta_share)
         for e in table.device_entries(d):
+            kind = e.op.kind
             size = schedule.activation_share(e.op.pipeline, e.op.stage)
-            if e.op.kind is Kind.F:
-                events.append((e.start, 1, 1, size))
-            elif e.op.kind is release:
-                events.append((e.end, 0, -1, -size))
-        level_c = level_s = peak_c = 0
-        peak_s = 0.0
+            dc = memory_change(kind, 1.0, fraction, split)
+            ds = memory_change(kind, size, fraction * size, split)
+            if dc or ds:
+                events.append((e.start if at_start(kind) else e.end, dc > 0, dc, ds))
+        level_c = level_s = peak_c = peak_s = 0.0
         for _, _, dc, ds in sorted(events):
             level_c += dc
             level_s += ds
             peak_c = max(peak_c, level_c)
             peak_s = max(peak_s, level_s)
-        count.append(peak_c)
+        count.append(_whole(peak_c))
         share.append(peak_s)
     return TableMetrics(
         makespan, bubble, tuple(idle), tuple(busy), tuple(count), tuple(share),

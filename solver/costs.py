@@ -17,6 +17,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Mapping
 
+from pipetab.schedules.memory import check_weight_fraction
 from pipetab.schedules.ops import Kind, Op
 from pipetab.schedules.schedule import Schedule
 from pipetab.schedules.table import SlotDurations
@@ -73,7 +74,9 @@ class Costs:
     ``op_time[(kind, p, s)]``: duration of that op for one microbatch.
     ``message_bytes[(kind, p, s)]``: size of the message the op's output sends to the next
     op of its chain on another stage (F: s -> s+1, B: s -> s-1).
-    ``activation[(p, s)]``: memory one live activation of that stage takes.
+    ``activation[(p, s)]``: memory one live activation of that stage takes (M).
+    ``weight_memory[(p, s)]``: the part M_W of it that a split backward keeps from B's end
+    until W's end (``schedules.memory``); a stage not listed keeps all of it (M_W = M).
     ``persistent[d]``: memory always held by device d (weights, gradients, optimizer).
     ``capacity[d]``: memory device d has in total (None: unlimited).
     """
@@ -90,6 +93,7 @@ class Costs:
     tick_s: float | None = None
     contention: bool = False
     rounding: str = "up"  # how times were quantized to ticks: "up" or "down"
+    weight_memory: Mapping[StageKey, float] = field(default_factory=dict)
 
     def duration(self, op: Op) -> float:
         return self.op_time[(op.kind, op.pipeline, op.stage)]
@@ -103,6 +107,17 @@ class Costs:
         if not self.tick_s:
             return t
         return math.ceil(t / self.tick_s - 1e-9) if self.rounding == "up" else math.floor(t / self.tick_s + 1e-9)
+
+    def weight_part(self, pipeline: int, stage: int) -> float:
+        """M_W of stage (pipeline, stage): what its activation keeps from B's end to W's end
+        when the backward is split (the whole activation unless ``weight_memory`` says less)."""
+        key = (pipeline, stage)
+        return self.weight_memory.get(key, self.activation[key])
+
+    def with_weight_fraction(self, fraction: float) -> "Costs":
+        """Same costs with M_W = ``fraction`` x M on every stage (1.0: held until W)."""
+        f = check_weight_fraction(fraction)
+        return replace(self, weight_memory={k: f * a for k, a in self.activation.items()})
 
     def activation_capacity(self, device: int) -> float | None:
         """Memory left for activations on ``device`` (None: unlimited)."""
@@ -168,12 +183,14 @@ def slot_costs(
     slots: SlotDurations | None = None,
     comm_slots: int = 0,
     activation_cap: int | None = None,
+    weight_memory: float = 1.0,
 ) -> Costs:
     """Idealized costs of ``schedule``: table slot durations, ``comm_slots`` per message
-    between devices, each activation counts 1, at most ``activation_cap`` live per device."""
+    between devices, each activation counts 1 (of which ``weight_memory`` is held until W
+    when the backward is split), at most ``activation_cap`` live per device."""
     return shape_slot_costs(
         schedule.num_devices, tuple(schedule.num_stages(p) for p in range(schedule.num_pipelines)),
-        slots, comm_slots, activation_cap, schedule.stage_work, schedule.split_backward,
+        slots, comm_slots, activation_cap, schedule.stage_work, schedule.split_backward, weight_memory,
     )
 
 
@@ -185,6 +202,7 @@ def shape_slot_costs(
     activation_cap: int | None = None,
     stage_work: tuple[tuple[float, ...], ...] | None = None,
     split_backward: bool = False,
+    weight_memory: float = 1.0,
 ) -> Costs:
     """``slot_costs`` for a shape (devices, stages per pipeline, stage work) rather than a
     schedule — what a search over schedules of that shape needs."""
@@ -195,6 +213,7 @@ def shape_slot_costs(
         not isinstance(activation_cap, int) or isinstance(activation_cap, bool) or activation_cap < 1
     ):
         raise ValueError(f"activation cap must be an integer >= 1, got {activation_cap!r}")
+    fraction = check_weight_fraction(weight_memory)
     work = stage_work or tuple((1.0,) * n for n in num_stages)
     lightest = min(min(w) for w in work)
     kinds = (Kind.F, Kind.B, Kind.W) if split_backward else (Kind.F, Kind.B)
@@ -208,6 +227,7 @@ def shape_slot_costs(
         message_bytes={},
         links=Links(constant=comm_slots),
         activation={(p, s): 1 for p, n in enumerate(num_stages) for s in range(n)},
+        weight_memory={(p, s): fraction for p, n in enumerate(num_stages) for s in range(n)} if fraction < 1 else {},
         persistent=(0,) * num_devices,
         capacity=(activation_cap,) * num_devices,
         optimizer_time=(0,) * num_devices,
@@ -229,13 +249,14 @@ def hardware_costs(
     system = load_system(system)
     model = load_model(model)
     sc = schedule_costs(schedule, system, model, recompute=recompute)
-    op_time, message, activation = {}, {}, {}
+    op_time, message, activation, weight_memory = {}, {}, {}, {}
     for p, row in enumerate(sc.stages):
         for s, cost in enumerate(row):
             op_time[(Kind.F, p, s)] = cost.forward_s
             op_time[(Kind.B, p, s)] = cost.backward_s
             if schedule.split_backward:
                 op_time[(Kind.W, p, s)] = cost.weight_s
+                weight_memory[(p, s)] = cost.weight_memory_bytes
             message[(Kind.F, p, s)] = cost.fwd_message_bytes
             message[(Kind.B, p, s)] = cost.bwd_message_bytes
             activation[(p, s)] = cost.activation_bytes
@@ -246,6 +267,7 @@ def hardware_costs(
         message_bytes=message,
         links=Links(system=system),
         activation=activation,
+        weight_memory=weight_memory,
         persistent=tuple(float(b) for b in sc.persistent_bytes),
         capacity=(float(system.device.memory_bytes),) * schedule.num_devices,
         replica_groups=groups,

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 from pipetab.schedules.evaluate import deadlock_error
+from pipetab.schedules.memory import at_start, memory_change
 from pipetab.schedules.ops import Kind, Op
 from pipetab.schedules.schedule import Schedule
 
@@ -85,16 +86,17 @@ class Simulation:
 
     def memory_timeline(self, device: int) -> list[tuple[float, float]]:
         """(time, bytes held) steps of ``device``: persistent memory plus live activations
-        (allocated at F start, freed at B end, or W end when the backward is split)."""
+        as ``schedules.memory`` defines them (F allocates at its start; B, and W when the
+        backward is split, release at their end)."""
         sched, costs = self.schedule, self.costs
-        release = Kind.W if sched.split_backward else Kind.B
+        split = sched.split_backward
         events = []
         for op in sched.orders[device]:
-            size = costs.activation[(op.pipeline, op.stage)]
-            if op.kind is Kind.F:
-                events.append((self.start[op], 1, size))
-            elif op.kind is release:
-                events.append((self.end[op], 0, -size))
+            delta = memory_change(op.kind, costs.activation[(op.pipeline, op.stage)],
+                                  costs.weight_part(op.pipeline, op.stage), split)
+            if delta:
+                t = self.start[op] if at_start(op.kind) else self.end[op]
+                events.append((t, delta > 0, delta))
         level = costs.persistent[device]
         steps = [(0.0, level)]
         for t, _, delta in sorted(events):

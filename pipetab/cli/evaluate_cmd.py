@@ -2,11 +2,6 @@
 
 from __future__ import annotations
 
-from pipetab.schedules import registry
-from pipetab.schedules.metrics import table_metrics
-from pipetab.schedules.table import layout
-from pipetab.schedules.validate import validate
-
 from . import common
 from .common import UsageError, emit_json
 
@@ -29,81 +24,38 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-def evaluate_levels(args) -> dict:
-    """The levels as one JSON-ready dict."""
-    schedule = common.build_schedule(args)
-    table = layout(schedule, common.slots_of(args))
-    validate(table, schedule)
-    formula = registry.formula(args.name, args.stages, args.microbatches, **common.schedule_options(args))
-    metrics = table_metrics(table, schedule)
-    doc = {
-        "schedule": args.name,
-        "stages": args.stages,
-        "microbatches": args.microbatches,
-        "devices": schedule.num_devices,
-        "formula": formula.as_dict(),
-        "table": metrics.as_dict(),
-    }
-    sim = costs = None
-    if args.system or args.trace or args.plot:
-        from pipetab.solver.costs import hardware_costs
-        from pipetab.solver.simulate import simulate
+def levels_of(args):
+    """The schedule named on the command line at the levels (``evaluate_levels``), writing
+    the trace and the picture when asked."""
+    from pipetab.solver.levels import evaluate_levels
 
-        if not args.system:
-            raise UsageError("pipetab evaluate: --trace and --plot need --system")
+    if (args.trace or args.plot) and not args.system:
+        raise UsageError("pipetab evaluate: --trace and --plot need --system")
+    schedule = common.build_schedule(args)
+    costs = None
+    if args.system:
+        from pipetab.solver.costs import hardware_costs
+
         costs = hardware_costs(schedule, args.system, args.model or "paper_gpt",
                                recompute=args.recompute, contention=args.contention)
-        sim = simulate(schedule, costs)
-        doc["simulation"] = simulation_dict(sim)
-        if args.trace:
-            from pipetab.solver.trace import write_chrome_trace
+    levels = evaluate_levels(schedule, slots=common.slots_of(args), costs=costs,
+                             cpsat=args.solver == "cpsat", tick_s=args.tick)
+    sim = levels.simulation
+    if args.trace:
+        from pipetab.solver.trace import write_chrome_trace
 
-            write_chrome_trace(sim, args.trace)
-        if args.plot:
-            from pipetab.plot import plot_timeline
+        write_chrome_trace(sim, args.trace)
+    if args.plot:
+        from pipetab.plot import plot_timeline
 
-            common.save_plot(plot_timeline, args.plot, sim, rows=schedule.num_devices,
-                       title=f"{args.name} S={args.stages} B={args.microbatches} on {args.system}")
-    if args.solver == "cpsat":
-        doc["cpsat"] = _cpsat(schedule, table, costs, args)
-    return doc
-
-
-def simulation_dict(sim) -> dict:
-    """The ``simulation`` block of ``pipetab evaluate --format json``."""
-    return {
-        "makespan_s": sim.makespan,
-        "idle_ratio": sim.idle_ratio,
-        "exposed_comm_s": sim.exposed_comm,
-        "busy_s": list(sim.busy),
-        "peak_activation_bytes": [int(round(x)) for x in sim.peak_activation],
-        "persistent_bytes": [int(round(x)) for x in sim.costs.persistent],
-        "peak_memory_bytes": [int(round(x)) for x in sim.peak_memory],
-        "capacity_bytes": [None if c is None else int(c) for c in sim.costs.capacity],
-        "fits_memory": list(sim.fits_memory),
-    }
-
-
-def _cpsat(schedule, table, costs, args) -> dict:
-    from pipetab.solver.cpsat import CpSatConfig, evaluate as cp_evaluate
-
-    from pipetab.solver.costs import slot_costs
-
-    if costs is None:
-        result = cp_evaluate(schedule, slot_costs(schedule, common.slots_of(args)), CpSatConfig())
-        return {"makespan": result.makespan, "unit": "slots", "status": result.status}
-    from pipetab.solver.costs import EVALUATE_TICKS_PER_OP
-
-    tick = args.tick or costs.default_tick(EVALUATE_TICKS_PER_OP)
-    q = costs.quantized(tick)
-    result = cp_evaluate(schedule, q, CpSatConfig())
-    makespan = None if result.makespan is None else result.makespan * tick
-    return {"makespan": makespan, "unit": "s", "status": result.status, "tick_s": tick,
-            "makespan_ticks": result.makespan}
+        common.save_plot(plot_timeline, args.plot, sim, rows=schedule.num_devices,
+                         title=f"{args.name} S={args.stages} B={args.microbatches} on {args.system}")
+    return levels
 
 
 def run(args) -> None:
-    doc = evaluate_levels(args)
+    doc = levels_of(args).as_dict()
+    doc["schedule"], doc["stages"] = args.name, args.stages
     if args.format == "json":
         emit_json(doc)
         return
@@ -151,8 +103,10 @@ def print_levels(doc: dict) -> None:
         rows.append(("exposed communication", None, None, f"{s['exposed_comm_s']:.4g} s"))
     if "cpsat" in doc:
         c = doc["cpsat"]
-        rows.append(("CP-SAT makespan", None, c["unit"] == "slots" and f"{c['makespan']} slots",
-                     c["unit"] == "s" and f"{c['makespan']:.4g} s"))
+        shown = c["status"] if c["makespan"] is None else (
+            f"{c['makespan']} slots" if c["unit"] == "slots" else f"{c['makespan']:.4g} s")
+        rows.append(("CP-SAT makespan", None, shown if c["unit"] == "slots" else None,
+                     shown if c["unit"] != "slots" else None))
     head = ("quantity", "formula", "table", "simulation")
     cells = [tuple(_fmt(x) if not isinstance(x, str) else x for x in r) for r in rows]
     widths = [max(len(r[i]) for r in [head, *cells]) for i in range(4)]

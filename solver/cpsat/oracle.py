@@ -13,6 +13,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from pipetab.schedules.evaluate import DeadlockError, Timing
+from pipetab.schedules.memory import memory_change
 from pipetab.schedules.ops import Kind, Op
 from pipetab.schedules.schedule import Placement, Schedule
 
@@ -35,20 +36,20 @@ class MemoryCheck:
 
 
 def memory_check(problem: Problem, schedule: Schedule) -> MemoryCheck:
-    """Activation of (p, s, m) is live from its F's start to its B's end (W's when
-    split); on one device ops run one after another, so the live memory at every F start
-    is a prefix sum over the device's order."""
-    release = problem.release_kind
-    act = problem.costs.activation
+    """Activation memory as ``schedules.memory`` defines it (F allocates at its start, B
+    and W release at their end); on one device ops run one after another, so the live
+    memory at every F start is a prefix sum over the device's order."""
+    costs = problem.costs
+    split = problem.split_backward
     peaks = []
     violation = None
     for d, order in enumerate(schedule.orders):
         cap = problem.cap(d)
         live = peak = 0.0
         for op in order:
-            a = act[(op.pipeline, op.stage)]
+            live += memory_change(op.kind, costs.activation[(op.pipeline, op.stage)],
+                                  costs.weight_part(op.pipeline, op.stage), split)
             if op.kind is Kind.F:
-                live += a
                 if live > peak:
                     peak = live
                 if violation is None and cap is not None and live > cap + 1e-9:
@@ -56,8 +57,6 @@ def memory_check(problem: Problem, schedule: Schedule) -> MemoryCheck:
                         f"device {d} exceeds its activation capacity {cap:g} at op {op} "
                         f"({live:g} live)"
                     )
-            elif op.kind is release:
-                live -= a
         peaks.append(peak)
     return MemoryCheck(tuple(peaks), violation)
 

@@ -126,6 +126,13 @@ class Problem:
                         )
                 if (p, s) not in c.activation:
                     raise ValueError(f"costs have no activation size for stage {s} of pipeline {p}")
+        if (self.split_backward and any(cap is not None for cap in c.capacity)
+                and any(c.weight_part(p, s) < c.activation[(p, s)] - 1e-12 for p, s in c.activation)):
+            raise ValueError(
+                "the CP-SAT model holds a split backward's whole activation until W; costs "
+                "that free part of it at B (weight_memory below the activation) under a "
+                "memory cap are not modelled yet"
+            )
         for g in c.replica_groups:
             _int(g.allreduce_time, "an all-reduce time")
             for p, s in g.stages:
