@@ -5,8 +5,11 @@
   form (``F3s2``, ``B3p1s2``); an op of several slots repeats in consecutive cells;
 * CSV: one row per op: device,start,duration,kind,pipeline,stage,microbatch;
 * JSON: ``{"schedule", "stages", "microbatches", "devices", "makespan_slots",
-  "bubble_ratio", "ops": [{"device", "start", "duration", "kind", "pipeline", "stage",
-  "microbatch"}]}``;
+  "tick_slots", "bubble_ratio", "ops": [{"device", "start", "duration", "kind",
+  "pipeline", "stage", "microbatch"}]}``;
+
+Times of ops are in table ticks (``Table.tick_slots`` slots each; 1 unless a device
+holds several stages); ``makespan_slots`` is in slots.
 * torch CSV: PyTorch ``torch.distributed.pipelining`` compute-only form — one row per rank,
   one action per cell (``2F0`` = global stage 2, forward, microbatch 0; ``I``/``W`` for a
   split backward), empty cells for idle slots. Only single-pipeline schedules have it.
@@ -146,7 +149,8 @@ def to_json_dict(table: Table, schedule: str = "", stages: int | None = None, bu
         "stages": stages if stages is not None else table.num_devices,
         "microbatches": table.microbatches,
         "devices": table.num_devices,
-        "makespan_slots": makespan,
+        "makespan_slots": table.makespan_slots,
+        "tick_slots": table.tick_slots,
         "bubble_ratio": bubble_ratio,
         "ops": op_records(table),
     }
@@ -172,7 +176,11 @@ def from_json(text: str, name: str = "") -> Table:
     devices = doc.get("devices", max(e.device for e in entries) + 1)
     if not isinstance(devices, int) or devices < 1:
         raise FormatError(f"JSON table: devices must be an integer >= 1, got {devices!r}")
-    return Table(devices, entries, name or str(doc.get("schedule", "")))
+    tick = doc.get("tick_slots", 1.0)
+    try:
+        return Table(devices, entries, name or str(doc.get("schedule", "")), tick)
+    except ValueError as exc:
+        raise FormatError(f"JSON table: {exc}") from None
 
 
 # ---- torch CSV --------------------------------------------------------------------------

@@ -6,13 +6,14 @@ from dataclasses import dataclass
 
 from .memory import at_start, check_weight_fraction, memory_change
 from .schedule import Schedule
-from .table import Table
+from .table import Table, whole
 from .validate import schedule_from_table
 
 
 @dataclass(frozen=True)
 class TableMetrics:
-    """Level-2 metrics of one table.
+    """Level-2 metrics of one table, times in slots (``makespan_ticks``: in the table's
+    columns of ``tick_slots`` slots, see ``SlotDurations``).
 
     ``peak_activations[d]``: most activations live at once on device d, counting one per
     (pipeline, stage, microbatch) as ``schedules.memory`` defines it (from its F's start to
@@ -22,17 +23,21 @@ class TableMetrics:
     same unit.
     """
 
-    makespan_slots: int
+    makespan_slots: float
     bubble_ratio: float
-    idle_slots: tuple[int, ...]
-    busy_slots: tuple[int, ...]
+    idle_slots: tuple[float, ...]
+    busy_slots: tuple[float, ...]
     peak_activations: tuple[float, ...]
     peak_activation_share: tuple[float, ...]
     weight_copies: tuple[float, ...]
+    makespan_ticks: int = 0
+    tick_slots: float = 1.0
 
     def as_dict(self) -> dict:
         return {
             "makespan_slots": self.makespan_slots,
+            "makespan_ticks": self.makespan_ticks,
+            "tick_slots": self.tick_slots,
             "bubble_ratio": self.bubble_ratio,
             "idle_slots": list(self.idle_slots),
             "busy_slots": list(self.busy_slots),
@@ -40,10 +45,6 @@ class TableMetrics:
             "peak_activation_share": [round(x, 6) for x in self.peak_activation_share],
             "weight_copies": [round(x, 6) for x in self.weight_copies],
         }
-
-
-def _whole(x: float) -> float | int:
-    return int(round(x)) if abs(x - round(x)) < 1e-9 else x
 
 
 def table_metrics(table: Table, schedule: Schedule | None = None, weight_memory: float = 1.0) -> TableMetrics:
@@ -58,6 +59,7 @@ def table_metrics(table: Table, schedule: Schedule | None = None, weight_memory:
         busy[e.device] += e.duration
     idle = [makespan - b for b in busy]
     bubble = sum(idle) / (table.num_devices * makespan) if makespan else 0.0
+    tick = table.tick_slots
     split = schedule.split_backward
     count, share = [], []
     for d in range(table.num_devices):
@@ -75,9 +77,10 @@ def table_metrics(table: Table, schedule: Schedule | None = None, weight_memory:
             level_s += ds
             peak_c = max(peak_c, level_c)
             peak_s = max(peak_s, level_s)
-        count.append(_whole(peak_c))
+        count.append(whole(peak_c))
         share.append(peak_s)
     return TableMetrics(
-        makespan, bubble, tuple(idle), tuple(busy), tuple(count), tuple(share),
-        tuple(schedule.weight_copies()),
+        whole(makespan * tick), bubble, tuple(whole(x * tick) for x in idle),
+        tuple(whole(x * tick) for x in busy), tuple(count), tuple(share),
+        tuple(schedule.weight_copies()), makespan, tick,
     )

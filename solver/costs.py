@@ -3,8 +3,9 @@
 One ``Costs`` value feeds both the simulator and the CP-SAT model, so the two can be held
 to the same number. Costs are either
 
-* idealized (``slot_costs``): ops take their table slots, a message between two devices
-  takes a fixed number of slots, activations count 1 each; unit ``"slots"``;
+* idealized (``slot_costs``): ops take their table ticks (``tick_slots`` slots each, 1
+  unless a device holds several stages), a message between two devices a fixed number of
+  ticks, activations count 1 each; unit ``"slots"``;
 * from hardware (``hardware_costs``): roofline compute and Hockney messages in seconds,
   activations and persistent memory in bytes; unit ``"s"``;
 * quantized (``Costs.quantized``): any of the above in integer ticks of ``tick_s``
@@ -94,6 +95,7 @@ class Costs:
     contention: bool = False
     rounding: str = "up"  # how times were quantized to ticks: "up" or "down"
     weight_memory: Mapping[StageKey, float] = field(default_factory=dict)
+    tick_slots: float = 1.0  # idealized costs: slots per integer time unit (the table's tick)
 
     def duration(self, op: Op) -> float:
         return self.op_time[(op.kind, op.pipeline, op.stage)]
@@ -191,6 +193,7 @@ def slot_costs(
     return shape_slot_costs(
         schedule.num_devices, tuple(schedule.num_stages(p) for p in range(schedule.num_pipelines)),
         slots, comm_slots, activation_cap, schedule.stage_work, schedule.split_backward, weight_memory,
+        SlotDurations.tick_slots(schedule),
     )
 
 
@@ -203,6 +206,7 @@ def shape_slot_costs(
     stage_work: tuple[tuple[float, ...], ...] | None = None,
     split_backward: bool = False,
     weight_memory: float = 1.0,
+    tick_slots: float = 1.0,
 ) -> Costs:
     """``slot_costs`` for a shape (devices, stages per pipeline, stage work) rather than a
     schedule — what a search over schedules of that shape needs."""
@@ -231,6 +235,7 @@ def shape_slot_costs(
         persistent=(0,) * num_devices,
         capacity=(activation_cap,) * num_devices,
         optimizer_time=(0,) * num_devices,
+        tick_slots=tick_slots,
     )
 
 

@@ -19,7 +19,8 @@ def test_table_json_schema(capsys):
     code, out, err = run(capsys, "table", "1f1b", "--stages", "4", "--microbatches", "8", "--format", "json")
     assert code == 0 and err == ""
     doc = json.loads(out)
-    assert set(doc) == {"schedule", "stages", "microbatches", "devices", "makespan_slots", "bubble_ratio", "ops"}
+    assert set(doc) == {"schedule", "stages", "microbatches", "devices", "makespan_slots", "tick_slots", "bubble_ratio",
+                        "ops"}
     assert doc["makespan_slots"] == (8 + 4 - 1) * 3
     assert doc["bubble_ratio"] == pytest.approx(3 / 11)
     assert len(doc["ops"]) == 2 * 4 * 8
@@ -78,7 +79,9 @@ def test_evaluate_simulation_trace_and_plot(capsys, tmp_path):
 def test_table_new_schedules(capsys, argv, makespan):
     code, out, err = run(capsys, "table", *argv, "--backward-slots", "1", "--format", "json")
     assert code == 0, err
-    assert json.loads(out)["makespan_slots"] == makespan
+    doc = json.loads(out)
+    assert doc["makespan_slots"] * 1 == makespan * doc["tick_slots"]  # ticks of 1/v slot
+    assert max(o["start"] + o["duration"] for o in doc["ops"]) == makespan
 
 
 def test_weight_slots_reach_the_table(capsys):

@@ -65,7 +65,17 @@ def cmd_table(args) -> None:
         sys.stdout.write(formats.to_torch_csv(table))
     else:
         sys.stdout.write(formats.to_text(table))
-        print(f"makespan {metrics.makespan_slots} slots, bubble ratio {metrics.bubble_ratio:.4f}")
+        print(f"makespan {metrics.makespan_slots:g} slots{columns_note(table)}, "
+              f"bubble ratio {metrics.bubble_ratio:.4f}")
+
+
+def columns_note(table) -> str:
+    """`` (N ticks of 1/v slot)`` when a table tick is not one slot."""
+    if table.tick_slots == 1:
+        return ""
+    from fractions import Fraction
+
+    return f" ({table.makespan} ticks of {Fraction(table.tick_slots).limit_denominator(64)} slot)"
 
 
 def read_table(path: str):

@@ -76,7 +76,8 @@ def test_reference_tables_cell_for_cell(grid, waves, makespan):
     assert table.makespan == makespan
     assert our_grid(table, 4) == parse_grid(grid)
     m = table_metrics(table, schedule)
-    assert m.idle_slots == (6,) * 4
+    assert m.idle_slots == tuple(x * table.tick_slots for x in (6,) * 4)  # 6 ticks per device
+    assert table.tick_slots == 1 / (2 * waves)
     assert m.bubble_ratio == pytest.approx(3 / (2 * waves * 4 + 3))
 
 

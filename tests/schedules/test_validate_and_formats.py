@@ -116,7 +116,8 @@ def test_formats_round_trip(case, F, K):
 def test_json_schema_exact_keys():
     schedule = registry.generate("gpipe", 2, 2)
     doc = json.loads(formats.to_json(layout(schedule), schedule="gpipe", stages=2))
-    assert set(doc) == {"schedule", "stages", "microbatches", "devices", "makespan_slots", "bubble_ratio", "ops"}
+    assert set(doc) == {"schedule", "stages", "microbatches", "devices", "makespan_slots", "tick_slots", "bubble_ratio",
+                        "ops"}
     assert set(doc["ops"][0]) == {"device", "start", "duration", "kind", "pipeline", "stage", "microbatch"}
     assert doc["makespan_slots"] == 9 and doc["bubble_ratio"] == pytest.approx(1 / 3)
 

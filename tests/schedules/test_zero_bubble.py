@@ -146,7 +146,8 @@ def test_zbv_reference_table_cell_for_cell(reference_grid):
     assert grid_cells(table, v_label(4)) == reference_grid(ZBV_D4_N8)
     assert span_idle(table) == [0, 0, 0, 0]
     m = table_metrics(table, schedule)
-    assert m.idle_slots == (3,) * 4
+    assert table.tick_slots == 0.5 and m.idle_slots == (1.5,) * 4  # 3 ticks of half a slot
+    assert m.makespan_slots == 25.5 and m.makespan_ticks == 51
     assert m.peak_activations == (8,) * 4  # half-stage activations (torch liveness: 8)
     assert m.peak_activation_share == pytest.approx((4.0,) * 4)
     f = formulas.zbv(4, 8)

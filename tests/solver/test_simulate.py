@@ -33,7 +33,7 @@ def test_zero_comm_simulation_reproduces_table(name, S, B_, opts, slots):
     table = layout(schedule, slots)
     sim = simulate(schedule, slot_costs(schedule, slots))
     m = table_metrics(table, schedule)
-    assert sim.makespan == m.makespan_slots
+    assert sim.makespan == m.makespan_ticks
     assert sim.idle_ratio == pytest.approx(m.bubble_ratio)
     for op, e in table.by_op.items():
         assert (sim.start[op], sim.end[op]) == (e.start, e.end)
