@@ -12,7 +12,9 @@ authors' computation of the table (sail-sg/zero-bubble-pipeline-parallelism, bra
 ``arxiv``, ``megatron/core/pipeline_parallel/efficiency.py``).
 
 Each row also carries the least period of the same orders (``solver.periodic.min_period``,
-starts free) and its bubble, which is never above the ASAP one.
+starts free) and its bubble, which is never above the ASAP one, and the steady-state period
+of 6 iterations run back to back through the simulator (``repeated_simulation``), which
+must equal the least period.
 
 The 1F1B-I column is not reproduced: the authors' simulator lets a chunk on device 0 wait
 for the previous chunk's output from device S-1 (and, backward, device S-1 for device 0)
@@ -24,7 +26,7 @@ they are a diagnosis, not pipetab's result (``docs/period.md``).
 Rows are one per (setting, paper column, timing) as dicts; further columns or methods
 (e.g. CP-SAT's ZB-1p / ZB-2p counterparts) add keys or rows, the CSV header is the union.
 Writes results/bench_zero_bubble.csv and prints the comparison.
-Run: python -m experiments.bench_zero_bubble [--out PATH] [--no-min-period]
+Run: python -m experiments.bench_zero_bubble [--out PATH] [--no-periods]
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from pipetab.schedules.evaluate import asap
 from pipetab.schedules.ops import Kind
 from pipetab.schedules.schedule import Schedule
 from pipetab.solver.costs import Costs, Links
-from pipetab.solver.periodic import min_period, span_period
+from pipetab.solver.periodic import min_period, repeated_simulation, span_period
 from pipetab.solver.simulate import simulate
 
 from .zero_bubble_data import MODELS, PROFILES, REFERENCE, TABLE5, Profile
@@ -55,6 +57,7 @@ METHODS = {
     "ZB-H2": ("zb-h2", lambda model: {}),
 }
 MS = 1e-3
+ITERATIONS = 6  # of the repeated simulation
 
 
 def profile_costs(schedule: Schedule, profile: Profile) -> Costs:
@@ -99,12 +102,16 @@ def authors_interleaved_span(schedule: Schedule, costs: Costs) -> float:
     return span_period(t.start, t.end, schedule.device_of)
 
 
+def _profile(row: dict) -> Profile:
+    return next(p for p in PROFILES if (p.model, p.microbatches) == (row["model"], row["microbatches"]))
+
+
 def bubble(cost_ms: float, profile: Profile) -> float:
     """The paper's bubble rate (cost - m(T_F+T_B+T_W)) / cost."""
     return (cost_ms - profile.ideal_ms) / cost_ms
 
 
-def rows(with_min_period: bool = True) -> list[dict]:
+def rows(with_periods: bool = True) -> list[dict]:
     """One row per (Table 6 setting, paper column, timing); see the module docstring."""
     out = []
     for prof in PROFILES:
@@ -119,11 +126,13 @@ def rows(with_min_period: bool = True) -> list[dict]:
             runtime = time.perf_counter() - t0
             paper = TABLE5[(prof.model, prof.microbatches)][column]
             row = _row(prof, column, name, opts, "asap", cost, paper, runtime)
-            if with_min_period:
+            if with_periods:
                 t0 = time.perf_counter()
                 period = min_period(schedule, costs) / MS
                 row.update(min_period_ms=round(period, 6), bubble_min_period=round(bubble(period, prof), 6),
                            min_period_runtime_s=round(time.perf_counter() - t0, 3))
+                run = repeated_simulation(schedule, costs, iterations=ITERATIONS)
+                row.update(repeated_period_ms=round(run.period / MS, 6), repeated_periodic_from=run.periodic_from)
             out.append(row)
             if name == "interleaved":
                 t0 = time.perf_counter()
@@ -175,26 +184,33 @@ def summary(table: list[dict]) -> list[str]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=str(OUT))
-    ap.add_argument("--no-min-period", action="store_true", help="skip the least-period columns")
+    ap.add_argument("--no-periods", action="store_true",
+                    help="skip the least-period and repeated-simulation columns")
     args = ap.parse_args()
     t0 = time.perf_counter()
-    table = rows(with_min_period=not args.no_min_period)
+    table = rows(with_periods=not args.no_periods)
     write_csv(table, Path(args.out))
     print(f"Table 5 of {REFERENCE}, from its Table 6; bubble = (cost - m(TF+TB+TW)) / cost,")
     print("cost = longest per-device span of the ASAP timing (min period: the least span over timings)\n")
     head = f"{'model':<6} {'p':>3} {'m':>4}  {'method':<7} {'timing':<13} {'paper':>7} {'pipetab':>8} {'diff':>8}"
-    if not args.no_min_period:
-        head += f" {'min-period':>10}"
+    if not args.no_periods:
+        head += f" {'min-period':>10} {'K-run':>8}"
     print(head)
     for r in table:
         line = (f"{r['model']:<6} {r['stages']:>3} {r['microbatches']:>4}  {r['method']:<7} {r['timing']:<13} "
                 f"{r['paper_bubble']:>7.4f} {r['bubble']:>8.4f} {r['diff']:>+8.4f}")
         if "bubble_min_period" in r:
-            line += f" {r['bubble_min_period']:>10.4f}"
+            line += f" {r['bubble_min_period']:>10.4f} {bubble(r['repeated_period_ms'], _profile(r)):>8.4f}"
         print(line)
     print()
     for line in summary(table):
         print(line)
+    timed = [r for r in table if "min_period_ms" in r]
+    if timed:
+        same = sum(abs(r["repeated_period_ms"] - r["min_period_ms"]) <= 1e-6 * r["min_period_ms"] for r in timed)
+        lower = sum(r["min_period_ms"] < r["cost_ms"] - 1e-6 for r in timed)
+        print(f"least period: below the ASAP span on {lower}/{len(timed)} rows; "
+              f"{ITERATIONS}-iteration simulation equal to it on {same}/{len(timed)}")
     print(f"\nwrote {args.out} ({len(table)} rows) in {time.perf_counter() - t0:.1f} s")
 
 

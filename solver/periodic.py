@@ -9,7 +9,8 @@ is then the *period*. Three ways to it:
 * ``span_period(start, end, device_of)``: the longest per-device span, from a device's
   first op to its last, of one iteration's timing — the Zero Bubble paper's cost (its
   Section 5.3 and the objective of its ILP, Appendix G). Repeating any valid timing every
-  ``span_period`` of it is a valid periodic schedule.
+  ``span_period`` of it is a valid periodic schedule; ``checked_span_period`` first checks
+  that a timing (e.g. a solver's, starts free) is valid.
 * ``min_period(schedule, costs)``: the least such span over all timings of the schedule's
   orders (starts free, not as soon as possible): the maximum cycle mean of the repeated
   dependency graph — per-device order, data dependencies with their transfer lags, and the
@@ -70,6 +71,30 @@ def span_period(start: Mapping[Op, float], end: Mapping[Op, float],
     if not spans:
         raise ValueError("span_period needs a timing of at least one op")
     return max(spans.values())
+
+
+def checked_span_period(schedule: Schedule, costs: Costs, start: Mapping[Op, float]) -> float:
+    """``span_period`` of a timing given by its ``start`` times (ends from ``costs``), after
+    checking that it runs every op of ``schedule`` once and respects each device's order and
+    every data dependency with its transfer (no link contention) — how a solver's timing
+    with free starts is checked. ``ValueError`` naming the first violated constraint."""
+    tol = 1e-9 * max(1.0, max((abs(t) for t in start.values()), default=1.0))
+    expected = set(schedule.expected_ops())
+    if set(start) != expected:
+        odd = sorted(map(str, expected - set(start))) or sorted(map(str, set(start) - expected))
+        raise ValueError(f"the timing does not match the schedule's ops (first mismatch: {odd[0]})")
+    end = {op: t + costs.duration(op) for op, t in start.items()}
+    nstages = [schedule.num_stages(p) for p in range(schedule.num_pipelines)]
+    for d, order in enumerate(schedule.orders):
+        for a, b in zip(order, order[1:]):
+            if start[b] < end[a] - tol:
+                raise ValueError(f"device {d} starts {b} at {start[b]:g} before {a} ends at {end[a]:g}")
+        for op in order:
+            for q in data_predecessors(op, nstages[op.pipeline]):
+                ready = end[q] + costs.transfer(q, schedule.device_of(q), d)
+                if start[op] < ready - tol:
+                    raise ValueError(f"{op} starts at {start[op]:g} before its input from {q} arrives at {ready:g}")
+    return span_period(start, end, schedule.device_of)
 
 
 # ---- the least period over all timings of the orders -------------------------------------
@@ -285,7 +310,8 @@ def repeated_schedule(schedule: Schedule, iterations: int) -> Schedule:
 @dataclass(frozen=True)
 class RepeatedRun:
     """K iterations simulated back to back. ``first_starts[k][d]`` / ``last_ends[k][d]``:
-    when device d starts / ends iteration k. ``period``: the steady-state time per
+    when device d starts / ends iteration k (d over the devices that run ops: all of them
+    for every registry schedule). ``period``: the steady-state time per
     iteration, the largest per-device growth of first-op starts over the last
     ``cyclicity`` iterations divided by ``cyclicity``; ``periodic_from``: the first
     iteration from which every device's starts repeat with that growth (None if they had

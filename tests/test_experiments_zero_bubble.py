@@ -39,7 +39,7 @@ def test_profile_costs_scale_ops_by_stage_share():
 
 @pytest.fixture(scope="module")
 def table():
-    return rows(with_min_period=False)
+    return rows(with_periods=False)
 
 
 def test_table5_reproduced_to_four_decimals(table):

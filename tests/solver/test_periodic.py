@@ -18,6 +18,7 @@ from pipetab.schedules.table import SlotDurations, layout
 from pipetab.schedules.validate import validate
 from pipetab.solver.costs import ReplicaGroup, hardware_costs, slot_costs
 from pipetab.solver.periodic import (
+    checked_span_period,
     device_spans,
     max_cycle_mean,
     min_period,
@@ -130,7 +131,8 @@ def _assert_periods_agree(sched, costs, iterations, approx):
 
 
 def _assert_valid(sched, costs, start):
-    """Every device order and data dependency (with its transfer) holds in ``start``."""
+    """Every device order and data dependency (with its transfer) holds in ``start`` —
+    checked here independently of ``checked_span_period``, which must agree."""
     for d, order in enumerate(sched.orders):
         for a, b in zip(order, order[1:]):
             assert start[b] >= start[a] + costs.duration(a) - 1e-9
@@ -138,6 +140,24 @@ def _assert_valid(sched, costs, start):
             for q in data_predecessors(op, sched.num_stages(op.pipeline)):
                 lag = costs.transfer(q, sched.device_of(q), d)
                 assert start[op] >= start[q] + costs.duration(q) + lag - 1e-9
+    end = {op: t + costs.duration(op) for op, t in start.items()}
+    assert checked_span_period(sched, costs, start) == span_period(start, end, sched.device_of)
+
+
+def test_checked_span_period_names_the_violation():
+    sched, costs = early_start_case()
+    start = dict(simulate(sched, costs).start)
+    assert checked_span_period(sched, costs, start) == 11
+    start[F(0, 1)] = 2.5  # before F0 of stage 0 ends at 3
+    with pytest.raises(ValueError, match=r"^F0s1 starts at 2.5 before its input from F0s0 arrives at 3$"):
+        checked_span_period(sched, costs, start)
+    start = dict(simulate(sched, costs).start)
+    start[B(0, 0)] = 5.5  # device 0 is busy with F1 until 6
+    with pytest.raises(ValueError, match=r"^device 0 starts B0s0 at 5.5 before F1s0 ends at 6$"):
+        checked_span_period(sched, costs, start)
+    del start[B(0, 0)]
+    with pytest.raises(ValueError, match="first mismatch: B0s0"):
+        checked_span_period(sched, costs, start)
 
 
 def test_fractional_period_repeats_every_two_iterations():
