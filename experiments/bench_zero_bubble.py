@@ -205,6 +205,9 @@ def main() -> None:
     print()
     for line in summary(table):
         print(line)
+    print("1F1B-I is not reproduced: the authors' simulator keeps the wrap-around dependency (device S-1 "
+          "-> device 0 between chunks, and back) only for every S-th microbatch; with the others dropped "
+          "(authors-deps rows, a diagnosis) it is. See docs/period.md.")
     timed = [r for r in table if "min_period_ms" in r]
     if timed:
         same = sum(abs(r["repeated_period_ms"] - r["min_period_ms"]) <= 1e-6 * r["min_period_ms"] for r in timed)
