@@ -139,7 +139,51 @@ def zb_h1(stages: int, microbatches: int) -> Formula:
             "2(B+S-1) plus the last W (pipetab, measured for S <= 16, B <= 64)"
         )
     # p * M_B on every device (ZB paper); with B < S at most B are ever live.
-    return Formula(ratio, source, (float(min(S, n)),) * S, (1.0,) * S)
+    return Formula(ratio, source, zb_h1_peak_activations(S, n), (1.0,) * S)
+
+
+def zb_h2(stages: int, microbatches: int) -> Formula:
+    # Convention: F = B = W = 1 slot (B the input gradient). Busy 3B slots per device.
+    S, n = stages, microbatches
+    if n >= 2 * S - 1:
+        makespan = 3 * n + S - 1
+        source = (
+            "(S-1)/(3B+S-1): ZB-H2 has ZB's (p-1)(T_F+T_B-2T_W) idle time per device span "
+            "(Qi et al., ICLR'24, Table 2), zero at T_F = T_B = T_W = 1 slot; pipetab's global "
+            "convention keeps the staggered start of S-1 slots; exact for B >= 2S-1"
+        )
+    else:
+        makespan = 2 * S + 1 + (5 * (n - 1)) // 2
+        source = (
+            "1 - 3B/(2S+1+floor(5(B-1)/2)) at T_F = T_B = T_W = 1 slot: with B < 2S-1 the "
+            "warm-up cannot fill the pipeline (pipetab, measured for S <= 16, B <= 64)"
+        )
+    return Formula(1 - 3 * n / makespan, source, zb_h2_peak_activations(S, n), (1.0,) * S)
+
+
+def zb_h1_peak_activations(stages: int, microbatches: int, weight_memory: float = 1.0) -> tuple[float, ...]:
+    """Peak live activations per device of ZB-H1 when a B keeps the fraction
+    ``weight_memory`` = M_W / M of its activation until its W: u + f * min(d, B - u) with
+    u = min(S - d, B) — for B >= S the paper's (p - i + 1) M_B + (i - 1) M_W (worker i = d + 1,
+    Qi et al., Section 2.3). A device's live memory depends only on its own order, so this
+    holds for any op durations."""
+    S, n, f = stages, microbatches, weight_memory
+    return tuple(_peak(min(S - d, n), d, n, f) for d in range(S))
+
+
+def zb_h2_peak_activations(stages: int, microbatches: int, weight_memory: float = 1.0) -> tuple[float, ...]:
+    """Peak live activations per device of ZB-H2 (see ``zb_h1_peak_activations``):
+    w + f * min(2d, B - w) with w = min(2(S-1-d)+1, B) — for B >= 2S-1 the paper's
+    (2p - 2i + 1) M_B + (2i - 2) M_W (worker i = d + 1, Qi et al., Section 2.3)."""
+    S, n, f = stages, microbatches, weight_memory
+    return tuple(_peak(min(2 * (S - 1 - d) + 1, n), 2 * d, n, f) for d in range(S))
+
+
+def _peak(before_first_b: int, delayed_w: int, microbatches: int, fraction: float) -> float:
+    """Peak of a device that runs ``before_first_b`` forwards before its first backward, then
+    one forward per backward, and holds the weight part of its first ``delayed_w`` backwards
+    until later: each of those adds ``fraction`` to the level reached before the first B."""
+    return before_first_b + fraction * min(delayed_w, microbatches - before_first_b)
 
 
 def zbv(stages: int, microbatches: int) -> Formula:

@@ -107,6 +107,12 @@ REGISTRY: dict[str, ScheduleSpec] = {
             _zero_bubble.zb_h1, formulas.zb_h1, _zero_bubble.ZB_H1_REGIME,
         ),
         ScheduleSpec(
+            "zb-h2",
+            "zero bubble H2: 2(S-1-d)+1 warm-up forwards on device d, weight gradients delayed "
+            "by 2d microbatches to fill the drain (zero bubble per device span at F=B=W; ~2x memory)",
+            _zero_bubble.zb_h2, formulas.zb_h2, _zero_bubble.ZB_H2_REGIME,
+        ),
+        ScheduleSpec(
             "zbv",
             "zero bubble V: 2 chunks per device in a V (2S stages), split backward, handcrafted order",
             _zero_bubble.zbv, formulas.zbv, _zero_bubble.ZBV_REGIME,

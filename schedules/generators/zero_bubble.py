@@ -13,6 +13,25 @@ exactly when W <= min(F, K) (measured for F, K, W <= 4, S <= 8, B <= 24; at F = 
 for S <= 16, B <= 64: 3B + S - 1). For B < S it is 1F1B's 2(B+S-1) plus the last W at
 F = K = W = 1.
 
+ZB-H2 (Qi et al., arXiv 2401.10241, Section 2.2 and Figure 3 bottom; op for op the order of
+the authors' ``get_hand_schedule(..., warmup_c=2)`` with which they computed the paper's
+Table 5 — sail-sg/zero-bubble-pipeline-parallelism, branch ``arxiv``,
+``megatron/core/pipeline_parallel/efficiency.py``): stage d on device d. Device d runs
+``w = min(2(S-1-d)+1, B)`` warm-up forwards ("more F passes in the warm-up phase to fill
+the bubble preceding the initial B"), then for k = 0 .. B-1 the backward of microbatch k,
+the weight gradient of microbatch k - 2d once k >= 2d, and the next forward if one is left;
+then its remaining W's in ascending order ("reorder the W passes at the tail"). (The worked
+ZB-H2 table of reference ``schedules.md`` §6(d), a greedy B > F > W rule, is a different
+order with the same warm-up.) At F = B = W = 1 slot and B >= 2S-1 every device is busy from
+its first op to its last — zero bubble in ZB's per-device-span convention — and the table's
+makespan is 3B + S - 1; for fewer microbatches it is 2S + 1 + floor(5(B-1)/2) (measured for
+S <= 16, B <= 64). ZB's span idle time (S-1)(T_F+T_B-2T_W) per device, plus 2(S-1)T_comm
+with messages, is exact when T_W <= min(T_F, T_B) and 2 T_comm <= T_F + T_B (B >= 2S-1;
+measured for slot lengths up to 4, T_comm <= 2, S <= 8). Device d holds up to
+w + f min(2d, B - w) activations, f = M_W / M (``formulas.zb_h2_peak_activations``): for
+B >= 2S-1 the paper's (2p-2i+1) M_B + (2i-2) M_W, so (2S-1) M_B on every device when the
+whole activation is held until W.
+
 ZB-V (§7(a) [V]; op-by-op the order of torch ``ScheduleZBVZeroBubble`` and sail-sg
 ``zbv.py`` at T_F = T_B = T_W): V mapping over 2S stages, device d holds stage d (chunk 0)
 and stage 2S-1-d (chunk 1). With per-chunk counters (ascending microbatches) and
@@ -43,7 +62,17 @@ from ..ops import B, F, Kind, Op, W
 from ..schedule import Placement, Schedule
 
 ZB_H1_REGIME = "S >= 2, B >= 1"
+ZB_H2_REGIME = "S >= 2, B >= 1"
 ZBV_REGIME = "S >= 2, B >= 1"
+
+
+def _split_schedule(name: str, placement: Placement, microbatches: int,
+                    orders: tuple[tuple[Op, ...], ...]) -> Schedule:
+    """A one-pipeline split-backward schedule of a generator here (its devices = stages)."""
+    return Schedule(
+        name, placement, (0,) * microbatches, orders, split_backward=True,
+        params={"stages": placement.num_devices, "microbatches": microbatches},
+    )
 
 
 # ---- ZB-H1 ------------------------------------------------------------------------------
@@ -69,14 +98,43 @@ def zb_h1(stages: int, microbatches: int) -> Schedule:
     """ZB-H1: 1F1B with split backward and device d's weight gradients delayed by d
     microbatches (see module doc). Any ``stages >= 2``, ``microbatches >= 1``."""
     check_shape(stages, microbatches)
-    return Schedule(
-        "zb-h1",
-        linear_placement(stages),
-        (0,) * microbatches,
-        zb_h1_orders(stages, microbatches),
-        split_backward=True,
-        params={"stages": stages, "microbatches": microbatches},
-    )
+    return _split_schedule("zb-h1", linear_placement(stages), microbatches, zb_h1_orders(stages, microbatches))
+
+
+# ---- ZB-H2 ------------------------------------------------------------------------------
+
+def zb_h2_warmup(devices: int, microbatches: int, device: int) -> int:
+    """Forwards device ``device`` runs before its first backward: min(2(S-1-d)+1, B)."""
+    return min(2 * (devices - 1 - device) + 1, microbatches)
+
+
+def zb_h2_orders(devices: int, microbatches: int) -> tuple[tuple[Op, ...], ...]:
+    """Per-device orders of ZB-H2: the warm-up forwards, then for each microbatch k its
+    backward, the weight gradient of microbatch k - 2d (once k >= 2d) and the next forward,
+    then the remaining weight gradients (see module doc)."""
+    orders = []
+    for d in range(devices):
+        warm = zb_h2_warmup(devices, microbatches, d)
+        order: list[Op] = [F(m, d) for m in range(warm)]
+        next_w = 0
+        for k in range(microbatches):
+            order.append(B(k, d))
+            if k >= 2 * d:
+                order.append(W(k - 2 * d, d))
+                next_w = k - 2 * d + 1
+            if warm + k < microbatches:
+                order.append(F(warm + k, d))
+        order += [W(m, d) for m in range(next_w, microbatches)]
+        orders.append(tuple(order))
+    return tuple(orders)
+
+
+def zb_h2(stages: int, microbatches: int) -> Schedule:
+    """ZB-H2: 2(S-1-d)+1 warm-up forwards on device d, then [B, W delayed by 2d
+    microbatches, F], then the remaining W's (see module doc). Any ``stages >= 2``,
+    ``microbatches >= 1``."""
+    check_shape(stages, microbatches)
+    return _split_schedule("zb-h2", linear_placement(stages), microbatches, zb_h2_orders(stages, microbatches))
 
 
 # ---- ZB-V -------------------------------------------------------------------------------
@@ -148,11 +206,4 @@ def zbv(stages: int, microbatches: int) -> Schedule:
     """ZB-V: the handcrafted V-shape zero-bubble order over ``stages`` devices (2S stages,
     two per device). Any ``stages >= 2``, ``microbatches >= 1`` (see module doc)."""
     check_shape(stages, microbatches)
-    return Schedule(
-        "zbv",
-        v_placement(stages),
-        (0,) * microbatches,
-        zbv_orders(stages, microbatches),
-        split_backward=True,
-        params={"stages": stages, "microbatches": microbatches},
-    )
+    return _split_schedule("zbv", v_placement(stages), microbatches, zbv_orders(stages, microbatches))
