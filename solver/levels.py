@@ -9,7 +9,7 @@ this value; none builds the levels itself.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from pipetab.schedules import registry
 from pipetab.schedules.formulas import Formula
@@ -55,9 +55,16 @@ class Levels:
     simulation: Simulation | None = None
     cpsat: CpSatLevel | None = None
 
-    def as_dict(self) -> dict:
+    def simulated(self, costs: Costs) -> "Levels":
+        """The same schedule with level 3 on ``costs`` (levels 1 and 2 reused, no CP-SAT):
+        one table, many systems."""
+        return replace(self, simulation=simulate(self.schedule, costs), cpsat=None)
+
+    def as_dict(self, exposed_comm: bool = True) -> dict:
         """Plain data: ``schedule``, ``stages``, ``microbatches``, ``devices``, then one
-        block per level present (``formula``, ``table``, ``simulation``, ``cpsat``)."""
+        block per level present (``formula``, ``table``, ``simulation``, ``cpsat``).
+        ``exposed_comm=False`` leaves out the exposed communication (None), which costs
+        a second simulation."""
         s = self.schedule
         doc = {
             "schedule": s.name,
@@ -68,18 +75,20 @@ class Levels:
             "table": self.metrics.as_dict(),
         }
         if self.simulation is not None:
-            doc["simulation"] = simulation_dict(self.simulation)
+            doc["simulation"] = simulation_dict(self.simulation, exposed_comm)
         if self.cpsat is not None:
             doc["cpsat"] = self.cpsat.as_dict()
         return doc
 
 
-def simulation_dict(sim: Simulation) -> dict:
-    """The level-3 numbers of a simulation as plain data (seconds and bytes)."""
+def simulation_dict(sim: Simulation, exposed_comm: bool = True) -> dict:
+    """The level-3 numbers of a simulation as plain data (seconds and bytes; lists are per
+    device; ``transfers`` counts the messages between devices)."""
     return {
         "makespan_s": sim.makespan,
         "idle_ratio": sim.idle_ratio,
-        "exposed_comm_s": sim.exposed_comm,
+        "exposed_comm_s": sim.exposed_comm if exposed_comm else None,
+        "transfers": len(sim.transfers),
         "busy_s": list(sim.busy),
         "peak_activation_bytes": [int(round(x)) for x in sim.peak_activation],
         "persistent_bytes": [int(round(x)) for x in sim.costs.persistent],

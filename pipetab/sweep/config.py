@@ -61,7 +61,7 @@ from pipetab.solver.costs import SEARCH_TICKS_PER_OP
 
 MODES = ("table", "simulate", "search", "bound")
 RECOMPUTE = ("none", "selective", "full")
-KEY_VERSION = 1  # bump when the meaning of a configuration key changes
+KEY_VERSION = 2  # bump when the meaning of a configuration key or its row changes
 
 _TOP = {"name", "description", "grid", "run", "output"}
 _GRID = {"schedules", "stages", "microbatches", "systems", "models", "caps", "options", "search"}
@@ -167,6 +167,14 @@ class Configuration:
         """Configurations sharing this share one generated schedule and table."""
         return (self.schedule, self.stages, self.microbatches, self.options, self.run.forward_slots,
                 self.run.backward_slots)
+
+    @property
+    def simulation_key(self) -> tuple:
+        """Configurations sharing this differ at most in their memory cap, which does not
+        change the simulation (CP-SAT runs are never shared)."""
+        if self.run.uses_cpsat:
+            return (self.key,)
+        return (self.instance, self.system, self.model, self.digests, self.run)
 
     def label(self) -> str:
         parts = [self.schedule, f"S={self.stages}", f"B={self.microbatches}"]
