@@ -118,7 +118,7 @@ def _print_metrics(d: dict, indent: str = "  ") -> None:
 
 
 def build_parser() -> Parser:
-    from . import evaluate_cmd, solve_cmd, sweep_cmd
+    from . import evaluate_cmd, solve_cmd, sweep_cmd, view_cmd
 
     parser = Parser(prog="pipetab", description="Explore pipeline-parallel training schedules as tables.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
@@ -146,6 +146,7 @@ def build_parser() -> Parser:
     evaluate_cmd.register(sub)
     solve_cmd.register(sub)
     sweep_cmd.register(sub)
+    view_cmd.register(sub)
     return parser
 
 
