@@ -9,6 +9,7 @@ this value; none builds the levels itself.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 from pipetab.schedules import registry
@@ -58,7 +59,7 @@ class Levels:
     def simulated(self, costs: Costs) -> "Levels":
         """The same schedule with level 3 on ``costs`` (levels 1 and 2 reused, no CP-SAT):
         one table, many systems."""
-        return replace(self, simulation=simulate(self.schedule, costs), cpsat=None)
+        return replace(self, simulation=check_finite(simulate(self.schedule, costs)), cpsat=None)
 
     def as_dict(self, exposed_comm: bool = True) -> dict:
         """Plain data: ``schedule``, ``stages``, ``microbatches``, ``devices``, then one
@@ -96,6 +97,15 @@ def simulation_dict(sim: Simulation, exposed_comm: bool = True) -> dict:
         "capacity_bytes": [None if c is None else int(c) for c in sim.costs.capacity],
         "fits_memory": list(sim.fits_memory),
     }
+
+
+def check_finite(sim: Simulation) -> Simulation:
+    """``sim`` when its makespan is a finite number; ``ValueError`` otherwise (costs that
+    overflow, e.g. a system with peak_flops or bandwidth of 1e-300, would give "inf s")."""
+    if not math.isfinite(sim.makespan):
+        raise ValueError(f"the simulated step takes {sim.makespan} s: the costs overflow (is a system's "
+                         "peak_flops, mem_bandwidth or link bandwidth absurdly small?)")
+    return sim
 
 
 def registry_formula(schedule: Schedule) -> Formula | None:
@@ -141,6 +151,8 @@ def evaluate_levels(
     validate(table, schedule)
     metrics = table_metrics(table, schedule, weight_memory=weight_memory)
     sim = simulate(schedule, costs) if costs is not None else None
+    if sim is not None:
+        check_finite(sim)
     cp = _cpsat(schedule, slots, weight_memory, costs, tick_s) if cpsat else None
     return Levels(schedule, registry_formula(schedule), table, metrics, slots, sim, cp)
 

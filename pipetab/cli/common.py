@@ -152,8 +152,8 @@ def output_path(text: str, flag: str, suffixes: tuple[str, ...]) -> Path:
         raise UsageError(f"pipetab: error: {flag} must end in {' or '.join(suffixes)}, got {text!r}")
     if not path.parent.is_dir():
         raise UsageError(f"pipetab: error: {flag} {text!r}: folder {str(path.parent)!r} does not exist")
-    if path.exists() and not path.is_file():
-        raise UsageError(f"pipetab: error: {flag} {text!r} exists and is not a regular file")
+    if path.is_dir():
+        raise UsageError(f"pipetab: error: {flag} {text!r} is a folder, not a file")
     return path
 
 
@@ -171,17 +171,36 @@ def emit_json(doc) -> None:
     sys.stdout.write("\n")
 
 
-def save_plot(fn, path, *a, **kw) -> None:
-    """Draw with ``fn(*a, ax=..., **kw)`` on a new figure and save it to ``path`` (PNG)."""
-    try:
-        import matplotlib
+PLOT_SUFFIXES = (".png", ".svg", ".pdf")
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+
+def check_plot_path(text: str | None) -> Path | None:
+    """``--plot FILE``: a picture file in an existing folder (checked before any work)."""
+    if text is None:
+        return None
+    try:
+        import matplotlib  # noqa: F401
     except ImportError:
-        raise UsageError("--plot needs matplotlib: pip install 'pipetab[plot]'") from None
+        raise UsageError("pipetab: error: --plot needs matplotlib: pip install 'pipetab[plot]'") from None
+    return output_path(text, "--plot", PLOT_SUFFIXES)
+
+
+def save_plot(fn, path: Path, *a, **kw) -> None:
+    """Draw with ``fn(*a, ax=..., **kw)`` on a new figure and save it to ``path`` (its
+    suffix picks PNG, SVG or PDF); a failed write is one line naming --plot."""
+    import io
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
     fig, ax = plt.subplots(figsize=(12, 3 + 0.35 * kw.pop("rows", 4)))
-    fn(*a, ax=ax, **kw)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    try:
+        fn(*a, ax=ax, **kw)
+        fig.tight_layout()
+        buffer = io.BytesIO()
+        fig.savefig(buffer, format=path.suffix[1:].lower(), dpi=120)
+    finally:
+        plt.close(fig)
+    write_output(path, "--plot", lambda p: p.write_bytes(buffer.getvalue()))

@@ -51,8 +51,11 @@ def levels_of(args):
     the trace and the picture when asked."""
     from pipetab.solver.levels import evaluate_levels
 
-    if (args.trace or args.plot) and not args.system:
-        raise UsageError("pipetab evaluate: --trace and --plot need --system")
+    for flag, given in (("--trace", args.trace), ("--plot", args.plot)):
+        if given and not args.system:
+            raise UsageError(f"pipetab: error: {flag} needs --system (it shows the simulation)")
+    plot = common.check_plot_path(args.plot)
+    trace = args.trace and common.output_path(args.trace, "--trace", (".json",))
     if args.tick is not None and (args.solver != "cpsat" or not args.system):
         raise UsageError("pipetab: error: --tick applies to --solver cpsat with --system only "
                          "(idealized costs are whole slots)")
@@ -65,14 +68,14 @@ def levels_of(args):
     levels = evaluate_levels(schedule, slots=common.slots_of(args), costs=costs,
                              cpsat=args.solver == "cpsat", tick_s=args.tick)
     sim = levels.simulation
-    if args.trace:
+    if trace:
         from pipetab.solver.trace import write_chrome_trace
 
-        write_chrome_trace(sim, args.trace)
-    if args.plot:
+        common.write_output(trace, "--trace", lambda p: write_chrome_trace(sim, p))
+    if plot:
         from pipetab.plot import plot_timeline
 
-        common.save_plot(plot_timeline, args.plot, sim, rows=schedule.num_devices,
+        common.save_plot(plot_timeline, plot, sim, rows=schedule.num_devices,
                          title=f"{args.name} S={args.stages} B={args.microbatches} on {args.system}")
     return levels
 

@@ -51,7 +51,6 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-import tomllib
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 from pathlib import Path
@@ -288,14 +287,13 @@ def cap_bytes(cap: str, device_memory: float, persistent: float, max_activation:
 
 def load_config(path: str | Path) -> SweepConfig:
     """Read and validate a sweep file; ``ConfigError`` with one sentence otherwise."""
+    from pipetab.hardware.loaders import parse_toml
+
     path = Path(path)
     try:
-        with path.open("rb") as fh:
-            doc = tomllib.load(fh)
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: not valid TOML ({exc})") from None
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot be read ({exc.strerror})") from None
+        doc = parse_toml(path, "sweep config")
+    except ValueError as exc:
+        raise ConfigError(exc.args[0]) from None
     try:
         return parse_config(doc, name=path.stem, source=str(path))
     except ConfigError as exc:
