@@ -463,9 +463,11 @@ def option_sets(config: SweepConfig, schedule: str) -> list[tuple[tuple[str, obj
     return [tuple(zip(names, combo)) for combo in itertools.product(*(given[n] for n in names))]
 
 
-def expand(config: SweepConfig) -> tuple[list[Configuration], list[Skipped]]:
+def expand(config: SweepConfig, check_regime: bool = True) -> tuple[list[Configuration], list[Skipped]]:
     """The configurations of a sweep in grid order, and the combinations skipped because
-    they lie outside their schedule's regime (with the generator's reason)."""
+    they lie outside their schedule's regime (with the generator's reason) or B does not
+    divide the model's global batch. ``check_regime=False`` leaves the regime to whoever
+    evaluates the configurations (generating a schedule is what checks it)."""
     g = config.grid
     systems = g.get("systems") or [None]
     models = g.get("models") or [None]
@@ -475,7 +477,7 @@ def expand(config: SweepConfig) -> tuple[list[Configuration], list[Skipped]]:
         for opts in option_sets(config, name):
             for S in g["stages"]:
                 for B in g["microbatches"]:
-                    reason = _regime_error(name, S, B, opts)
+                    reason = _regime_error(name, S, B, opts) if check_regime else None
                     for model in models:
                         batch = None if reason or model is None else _batch_error(model, B)
                         for system in systems:

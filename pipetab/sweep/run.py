@@ -43,11 +43,17 @@ LEVEL_BLOCKS = ("formula", "table", "simulation", "cpsat")
 
 
 class Outcome(NamedTuple):
-    """What evaluating one configuration gave: its row, or the error that stopped it."""
+    """What evaluating one configuration gave: its row, the error that stopped it, or why
+    it cannot exist (``skipped``: outside its schedule's regime)."""
 
     key: str
     row: dict | None
     error: str | None
+    skipped: str | None = None
+
+
+class OutsideRegime(ValueError):
+    """The configuration's schedule cannot be generated at its S, B and options."""
 
 
 @lru_cache(maxsize=1)
@@ -89,9 +95,13 @@ def _reduce(value):
 @lru_cache(maxsize=4)
 def _levels(schedule: str, stages: int, microbatches: int, options: tuple, fwd: int, bwd: int) -> Levels:
     """Levels 1 and 2 of one instance (tasks group configurations by instance, so a
-    process generates and lays out each schedule once)."""
-    return evaluate_levels(schedule, stages, microbatches, options=dict(options),
-                           slots=SlotDurations(forward=fwd, backward=bwd))
+    process generates and lays out each schedule once); ``OutsideRegime`` when the
+    generator refuses the instance."""
+    try:
+        sched = registry.generate(schedule, stages, microbatches, **dict(options))
+    except ValueError as exc:
+        raise OutsideRegime(exc.args[0] if exc.args else str(exc)) from None
+    return evaluate_levels(sched, slots=SlotDurations(forward=fwd, backward=bwd))
 
 
 @lru_cache(maxsize=32)
@@ -265,6 +275,8 @@ def evaluate_task(configs: list[Configuration]) -> list[Outcome]:
     for group in groups.values():
         try:
             out.extend(Outcome(c.key, row, None) for c, row in zip(group, evaluate_group(group)))
+        except OutsideRegime as exc:
+            out.extend(Outcome(c.key, None, None, exc.args[0]) for c in group)
         except Exception as exc:  # noqa: BLE001 - recorded per configuration, retried next run
             msg = exc.args[0] if getattr(exc, "args", None) else repr(exc)
             out.extend(Outcome(c.key, None, f"{type(exc).__name__}: {msg}") for c in group)

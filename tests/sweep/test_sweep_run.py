@@ -80,3 +80,20 @@ def test_a_failing_group_is_an_error_outcome_for_each_of_its_configurations(monk
     assert all(o.row is None and o.error == "ZeroDivisionError: no" for o in out)
     with pytest.raises(ValueError, match="differ only in their cap"):
         evaluate_group(configs(["device"]) + configs(["device"], schedules=("1f1b",)))
+
+
+def test_the_run_finds_what_cannot_exist_as_expand_does(tmp_path):
+    from pipetab.sweep import ResultStore, run_sweep
+
+    config = parse_config({
+        "grid": {"schedules": ["gpipe", "chimera", "hanayo", "dualpipev"], "stages": [4, 6],
+                 "microbatches": [4, 8, 12], "systems": ["mid_nw_mid_cp"], "models": ["tiny_gpt"]},
+    })
+    todo, skipped = expand(config)
+    with ResultStore(tmp_path / "s.sqlite") as store:
+        summary = run_sweep(config, store, progress=False)
+        assert store.done_keys() == {c.key for c in todo}
+    assert summary.total == len(todo) and summary.new_rows == len(todo) and not summary.errors
+    found = {(s.configuration.key, s.kind, s.reason) for s in summary.skipped}
+    assert found == {(s.configuration.key, s.kind, s.reason) for s in skipped}
+    assert {k for _, k, _ in found} == {"regime", "batch"}  # tiny_gpt's batch 64 is not split in 12
