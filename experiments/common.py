@@ -41,8 +41,8 @@ def pivot(d: pd.DataFrame, value: str, index=("system", "stages", "microbatches"
 
 def asym_ratio(d: pd.DataFrame) -> pd.DataFrame:
     """T_sim(chimera-asym) / T_sim(chimera) per (system, S, B), with both peak memories."""
-    t = pivot(d, "T_sim_s")
-    m = pivot(d, "peak_memory_bytes")
+    t = pivot(d, "simulation_makespan_s")
+    m = pivot(d, "simulation_peak_memory_bytes")
     out = pd.DataFrame({
         "ratio": t["chimera-asym"] / t["chimera"],
         "mem_chimera": m["chimera"],
@@ -73,8 +73,8 @@ def hanayo_table(d: pd.DataFrame, stages: int = 8, microbatches: int = 8, w: int
     d = only_waves(d[(d.stages == stages) & (d.microbatches == microbatches)], w)
     if not ((d.schedule == "hanayo").any() and (d.schedule == "chimera").any()):
         return pd.DataFrame(columns=["system", "T_chimera", "T_hanayo", "idle_chimera", "idle_hanayo", "speedup"])
-    t = d.pivot_table(index="system", columns="schedule", values="T_sim_s", aggfunc="first")
-    i = d.pivot_table(index="system", columns="schedule", values="idle_ratio", aggfunc="first")
+    t = d.pivot_table(index="system", columns="schedule", values="simulation_makespan_s", aggfunc="first")
+    i = d.pivot_table(index="system", columns="schedule", values="simulation_idle_ratio", aggfunc="first")
     out = pd.DataFrame({
         "T_chimera": t["chimera"], "T_hanayo": t["hanayo"],
         "idle_chimera": i["chimera"], "idle_hanayo": i["hanayo"],
@@ -90,7 +90,7 @@ def hanayo_waves(d: pd.DataFrame) -> list[int]:
     return sorted({waves(o) for o in d[d.schedule == "hanayo"].options})
 
 
-def ratio_to(d: pd.DataFrame, base=("gpipe", "1f1b"), value: str = "T_sim_s") -> pd.DataFrame:
+def ratio_to(d: pd.DataFrame, base=("gpipe", "1f1b"), value: str = "simulation_makespan_s") -> pd.DataFrame:
     """``value`` of every schedule divided by the smallest of the ``base`` schedules', per
     (system, S, B): one column per schedule."""
     t = pivot(d, value)
@@ -131,7 +131,7 @@ def cpsat_cases(cp: pd.DataFrame) -> pd.DataFrame:
             "system": r.system, "microbatches": int(r.microbatches), "cap": r.cap, "schedule": r.schedule,
             "placement": PLACEMENT_OF.get(r.schedule, r.schedule), "known": known, "best_known_s": best,
             "cpsat_s": cs, "bound_s": r.bound_s if pd.notna(r.bound_s) else None, "status": r.status,
-            "gap": r.gap if pd.notna(r.gap) else None, "tick_s": r.tick_s, "T_sim_s": r.T_sim_s,
+            "gap": r.gap if pd.notna(r.gap) else None, "tick_s": r.tick_s, "simulation_makespan_s": r.simulation_makespan_s,
             "gain": None if best is None or cs is None else 1 - cs / best,
             "assumptions": r.bound_assumptions if isinstance(r.bound_assumptions, str) else "",
             "cpsat_real_s": _opt(r, "cpsat_real_s"), "bound_real_s": _opt(r, "bound_real_s"),

@@ -117,8 +117,8 @@ def fig3(results: Path) -> Path:
     """Bubble ratio, formula (dotted) vs table (markers), over B; one panel per S."""
 
     def draw(ax, name, g):
-        _line(ax, g.microbatches, g.table_bubble, name, f"{name} table")
-        _line(ax, g.microbatches, g.formula_bubble, name, f"{name} formula", dashed=True)
+        _line(ax, g.microbatches, g.table_bubble_ratio, name, f"{name} table")
+        _line(ax, g.microbatches, g.formula_bubble_ratio, name, f"{name} formula", dashed=True)
 
     fig = _per_stage_panels(common.read(results, "fig3_bubble"), draw, "bubble ratio",
                             lambda S: f"S={S}: formula (dotted) vs table (markers), T_B = 2 T_F",
@@ -143,8 +143,8 @@ def fig4(results: Path) -> Path:
         g = d[d.system == system]
         for name, h in g.groupby("schedule", sort=False):
             h = h.sort_values("microbatches")
-            _line(axes[0][j], h.microbatches, h.T_sim_s, name)
-            _line(axes[1][j], h.microbatches, h.idle_ratio, name)
+            _line(axes[0][j], h.microbatches, h.simulation_makespan_s, name)
+            _line(axes[1][j], h.microbatches, h.simulation_idle_ratio, name)
         for i in range(2):
             _log2_x(axes[i][j], d.microbatches.unique())
             axes[i][j].set_xlabel("microbatches B")
@@ -168,7 +168,7 @@ def fig5(results: Path) -> Path:
     """Peak per-device activation memory (TiB) vs B, one panel per S."""
 
     def draw(ax, name, g):
-        _line(ax, g.microbatches, g.peak_activation_TiB, name)
+        _line(ax, g.microbatches, g.simulation_peak_activation_bytes / 2**40, name)
 
     fig = _per_stage_panels(common.read(results, "fig5_memory"), draw,
                             "peak activation memory per device (TiB)", lambda S: f"S={S}", yscale="log")

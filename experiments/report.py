@@ -71,7 +71,7 @@ def finding1(grid: pd.DataFrame | None) -> list[Finding]:
     c1b = "1F1B has the lower activation peak."
     if grid is None or not {"gpipe", "1f1b"} <= set(grid.schedule):
         return [_na("1a", c1a, "paper_grid"), _na("1b", c1b, "paper_grid")]
-    t = pivot(grid, "T_sim_s")[["gpipe", "1f1b"]].dropna()
+    t = pivot(grid, "simulation_makespan_s")[["gpipe", "1f1b"]].dropna()
     rel = (t["1f1b"] / t["gpipe"] - 1)
     per_sys = rel.abs().groupby(level="system").max()
     ok = per_sys[per_sys <= SAME_T]
@@ -85,7 +85,7 @@ def finding1(grid: pd.DataFrame | None) -> list[Finding]:
     verdict = tri(len(ok), len(per_sys))
     reason = ""
     if verdict != AGREES:
-        e = pivot(grid, "exposed_comm_s")
+        e = pivot(grid, "simulation_exposed_comm_s")
         bad = sorted(set(per_sys.index) - set(ok.index))
         reason = (
             f"The exceptions are {', '.join(bad)}. At the worst point 1F1B's exposed communication is "
@@ -97,7 +97,7 @@ def finding1(grid: pd.DataFrame | None) -> list[Finding]:
         )
     f1a = Finding("1a", c1a, measured, verdict, reason,
                   f"per system: max |T_1F1B/T_GPipe - 1| <= {pct(SAME_T)}; agrees if on all systems")
-    p = pivot(grid, "peak_activation_bytes")[["gpipe", "1f1b"]].dropna()
+    p = pivot(grid, "simulation_peak_activation_bytes")[["gpipe", "1f1b"]].dropna()
     ratio = p["1f1b"] / p["gpipe"]
     B = ratio.index.get_level_values("microbatches")
     S = ratio.index.get_level_values("stages")
@@ -141,7 +141,7 @@ def _tib(p: pd.DataFrame, S: int, B: int, name: str) -> str:
 def finding2(grid: pd.DataFrame | None, bubble: pd.DataFrame | None) -> list[Finding]:
     out = []
     three = ["gpipe", "1f1b", "chimera"]
-    for fid, level, col in (("2a", "formula", "formula_bubble"), ("2b", "table", "table_bubble")):
+    for fid, level, col in (("2a", "formula", "formula_bubble_ratio"), ("2b", "table", "table_bubble_ratio")):
         claim = f"Chimera has the smallest bubble at the {level} level."
         if bubble is None or not set(three) <= set(bubble.schedule):
             out.append(_na(fid, claim, "fig3_bubble"))
@@ -162,7 +162,7 @@ def finding2(grid: pd.DataFrame | None, bubble: pd.DataFrame | None) -> list[Fin
                 f"pipetab's Chimera concatenates basic units of S microbatches directly; with T_B = 2 T_F each "
                 f"unit leaves idle slots that do not shrink with B, so its table bubble levels off "
                 f"({pct(b.loc[(Smax, Bmax), 'chimera'])} at S={Smax}, B={Bmax}, formula "
-                f"{pct(pivot(bubble, 'formula_bubble', index=('stages', 'microbatches')).loc[(Smax, Bmax), 'chimera'])})"
+                f"{pct(pivot(bubble, 'formula_bubble_ratio', index=('stages', 'microbatches')).loc[(Smax, Bmax), 'chimera'])})"
                 f" while GPipe's and 1F1B's fall as (S-1)/(B+S-1) ({pct(b.loc[(Smax, Bmax), 'gpipe'])}). "
                 f"Chimera wins at {', '.join(f'S={s} B={m}' for s, m in wins) or 'no point'}."
             )
@@ -174,7 +174,7 @@ def finding2(grid: pd.DataFrame | None, bubble: pd.DataFrame | None) -> list[Fin
         out.append(_na("2c", claim, "fig3_bubble"))
     else:
         r = bubble[(bubble.schedule == "chimera") & (bubble.stages == 8) & (bubble.microbatches == 16)].iloc[0]
-        fb, tb = r.formula_bubble, r.table_bubble
+        fb, tb = r.formula_bubble_ratio, r.table_bubble_ratio
         if abs(fb - 0.16) <= 0.01 and abs(tb - 0.26) <= 0.02:
             verdict = AGREES
         elif tb > fb:
@@ -194,7 +194,7 @@ def finding2(grid: pd.DataFrame | None, bubble: pd.DataFrame | None) -> list[Fin
                            ("2g", "On a slow network Chimera's runtime grows with B.")):
             out.append(_na(fid, claim, "paper_grid"))
         return out
-    t = pivot(grid, "T_sim_s")
+    t = pivot(grid, "simulation_makespan_s")
     t8 = t.xs(8, level="stages") if 8 in t.index.get_level_values("stages") else t.iloc[0:0]
     # 2d
     claim = "In simulation Chimera wins only at low B on fast networks (up to ~15 % faster than GPipe, B <= 16-32)."
@@ -211,7 +211,7 @@ def finding2(grid: pd.DataFrame | None, bubble: pd.DataFrame | None) -> list[Fin
         measured = (f"S=8, fast-network systems, B <= 32: Chimera up to {faster(m)} than GPipe ({where[0]}, B={where[1]}). "
                     "B where Chimera beats GPipe: " + "; ".join(f"{s}: {v or 'none'}" for s, v in win_b.items()) + ".")
         verdict = AGREES if m > 0 and close(m, 0.15) else PARTLY if m > 0 else DISAGREES
-        bt = None if bubble is None else pivot(bubble, "table_bubble", index=("stages", "microbatches"))
+        bt = None if bubble is None else pivot(bubble, "table_bubble_ratio", index=("stages", "microbatches"))
         reason = ""
         if verdict != AGREES:
             reason = "the size of the gain follows the table bubbles"
@@ -235,7 +235,7 @@ def finding2(grid: pd.DataFrame | None, bubble: pd.DataFrame | None) -> list[Fin
                     + ", ".join(f"{s} {pct(v)}" for s, v in per.items()) + f"; within {pct(CONVERGED)} on {okn} of {len(per)}.")
         reason = ""
         if verdict != AGREES and bubble is not None:
-            bt = pivot(bubble, "table_bubble", index=("stages", "microbatches"))
+            bt = pivot(bubble, "table_bubble_ratio", index=("stages", "microbatches"))
             Bmax = int(hi.index.get_level_values("microbatches").max())
             if (8, Bmax) in bt.index:
                 reason = (f"Chimera's table bubble stays at {pct(bt.loc[(8, Bmax), 'chimera'])} at B={Bmax} "
@@ -280,7 +280,7 @@ def finding2(grid: pd.DataFrame | None, bubble: pd.DataFrame | None) -> list[Fin
     verdict = tri(n_up, len(grows))
     reason = ""
     if verdict != AGREES:
-        n = pivot(grid, "num_transfers")
+        n = pivot(grid, "simulation_transfers")
         idx = [i for i in n.index if network(i[0]) == "slow" and i[1] == 8]
         if idx:
             lo, hi_ = min(idx, key=lambda i: i[2]), max(idx, key=lambda i: i[2])
@@ -309,8 +309,8 @@ def fd_findings(bubble: pd.DataFrame | None, runtime: pd.DataFrame | None) -> li
         out.append(_na("2b-fd", c2b, "fig3_bubble"))
     else:
         idx = ("stages", "microbatches")
-        b = pivot(bubble, "table_bubble", index=idx)
-        f = pivot(bubble, "formula_bubble", index=idx)
+        b = pivot(bubble, "table_bubble_ratio", index=idx)
+        f = pivot(bubble, "formula_bubble_ratio", index=idx)
         b = b[b[FD].notna()]
         best = b[FD] < b[["gpipe", "1f1b"]].min(axis=1) - 1e-12
         diff = (b[FD] - f.loc[b.index, FD]).abs()
@@ -366,7 +366,7 @@ def fd_findings(bubble: pd.DataFrame | None, runtime: pd.DataFrame | None) -> li
                      f"GPipe/1F1B at every B >= 64 and the distance {'shrinks' if shrinks else 'does not shrink'} "
                      f"with B ({faster(-float(g.iloc[0]))} at B={int(g.index[0])}, "
                      f"{faster(-float(g.iloc[-1]))} at B={int(g.index[-1])})")
-    t = pivot(runtime, "T_sim_s")
+    t = pivot(runtime, "simulation_makespan_s")
     one = (t["1f1b"] / t["gpipe"]).xs(8, level="stages")
     worst = per.idxmax()
     Bmax = int(hi.index.get_level_values("microbatches").max())
@@ -381,7 +381,7 @@ def fd_findings(bubble: pd.DataFrame | None, runtime: pd.DataFrame | None) -> li
                  if not slot_ratio.empty else "")
               + ", and the model's heavier last stage (LM head) runs on two devices for half the microbatches each "
               "instead of on one for all; unlike plain Chimera (2e) it approaches GPipe from below.")
-    mem = pivot(runtime, "peak_activation_bytes")
+    mem = pivot(runtime, "simulation_peak_activation_bytes")
     mem = (mem[FD] / mem["chimera"]).dropna()
     if not mem.empty:
         reason += (f" The price: peak activation memory (worst device) chimera-fd / Chimera = "
@@ -412,8 +412,8 @@ def finding3(t1: pd.DataFrame | None, w: int = 1) -> list[Finding]:
     n_pos = int((fm.speedup > 0).sum())
     verdict = AGREES if len(fm) and n_close == len(fm) else PARTLY if n_pos else DISAGREES if len(fm) else NOT_RUN
     r = common.only_waves(t1[(t1.stages == 8) & (t1.microbatches == 8)], w)
-    tb = r.pivot_table(index="system", columns="schedule", values="table_bubble", aggfunc="first")
-    nt = r.pivot_table(index="system", columns="schedule", values="num_transfers", aggfunc="first")
+    tb = r.pivot_table(index="system", columns="schedule", values="table_bubble_ratio", aggfunc="first")
+    nt = r.pivot_table(index="system", columns="schedule", values="simulation_transfers", aggfunc="first")
     s0 = tb.index[0]
     reason3 = (f"at the table level Hanayo's bubble is already {pct(tb.loc[s0, 'hanayo'])} vs Chimera's "
                f"{pct(tb.loc[s0, 'chimera'])} with T_B = 2 T_F (pipetab's Hanayo order is the reconstructed greedy "
@@ -498,7 +498,7 @@ def finding4(f6: pd.DataFrame | None) -> list[Finding]:
 
 
 def _asym_reason(f6: pd.DataFrame) -> str:
-    tb = pivot(f6, "table_bubble", index=("stages", "microbatches"))
+    tb = pivot(f6, "table_bubble_ratio", index=("stages", "microbatches"))
     diff = (tb["chimera-asym"] - tb["chimera"]).abs().max()
     r = common.asym_ratio(f6)
     return (f"pipetab's asymmetric variant keeps Chimera's order and gives every device one light and one heavy "
@@ -522,7 +522,7 @@ def cpsat_section(cp: pd.DataFrame | None) -> list[str]:
         + ", ".join(f"{t * 1e3:.4g} ms" for t in sorted(set(cp.tick_s.round(12))))
         + "), durations rounded up, so the makespans, bounds and gaps in the quantized columns are those "
         "of the quantized instance (the known schedules' quantized times exceed their real-valued T_sim by "
-        + _range(cp.known_makespan_q_s / cp.T_sim_s - 1) + "). The last two columns leave quantization "
+        + _range(cp.known_makespan_q_s / cp.simulation_makespan_s - 1) + "). The last two columns leave quantization "
         "behind: *CP-SAT, real* is the CP-SAT schedule re-simulated on the real-valued costs, and "
         "*bound, real* is the bound proven with every duration rounded **down** to ticks — a lower bound "
         "of the real-valued problem (same placement; the known schedule's real T_sim is in the Fig. 4 data). Time limit "

@@ -37,6 +37,8 @@ import tomllib
 from pathlib import Path
 from typing import NamedTuple
 
+from pipetab.schedules.formats import read_text_file
+
 from .model import TransformerModel
 from .system import Device, Link, System
 
@@ -104,14 +106,33 @@ class _File:
             raise self.fail(f"{where}{exc}") from None
 
 
-def _parse(path: Path) -> dict:
+def parse_toml(path: Path, what: str = "file") -> dict:
+    """A TOML file as a dict: a regular UTF-8 file (``read_text_file``), valid TOML, not
+    nested too deeply, integers within TOML's 64 bits; ``ValueError`` naming the file."""
+    text = read_text_file(path, what)
     try:
-        with path.open("rb") as fh:
-            return tomllib.load(fh)
+        doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ValueError(f"{path}: not valid TOML ({exc})") from None
-    except OSError as exc:
-        raise ValueError(f"{path}: cannot be read ({exc.strerror})") from None
+    except RecursionError:
+        raise ValueError(f"{path}: nested too deeply to be a {what}") from None
+    _check_integers(path, doc)
+    return doc
+
+
+def _check_integers(path: Path, value, key: str = "") -> None:
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _check_integers(path, v, f"{key}.{k}" if key else k)
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            _check_integers(path, v, f"{key}[{i}]")
+    elif isinstance(value, int) and not isinstance(value, bool) and not -2**63 <= value < 2**63:
+        raise ValueError(f"{path}: key '{key}' is beyond TOML's 64-bit integers, got {value}")
+
+
+def _parse(path: Path) -> dict:
+    return parse_toml(path, "TOML file")
 
 
 def _presets(kind: str) -> dict[str, Path]:
@@ -122,8 +143,8 @@ def _resolve(kind: str, name_or_path: str | Path) -> Path:
     text = str(name_or_path)
     if isinstance(name_or_path, Path) or text.endswith(".toml") or "/" in text or "\\" in text:
         path = Path(name_or_path)
-        if not path.is_file():
-            raise ValueError(f"{kind} file {path} does not exist")
+        if not path.exists():
+            raise ValueError(f"{kind} file {str(path)!r} does not exist")
         return path
     presets = _presets(kind)
     if text not in presets:

@@ -1,14 +1,15 @@
-"""The CP-SAT part of ``make demo``: search and bound on a small idealized instance."""
+"""The CP-SAT part of ``make demo``: search and bound on a small idealized instance, the
+schedule found judged by ``evaluate_levels`` like any other."""
 
 from __future__ import annotations
 
 from pipetab.schedules import formats, registry
-from pipetab.schedules.table import PlacedOp, Table
+from pipetab.schedules.table import SlotDurations
+from pipetab.solver.levels import evaluate_levels
 
 
 def run(stages: int = 4, microbatches: int = 8, comm: int = 1, cap: int = 4, time_limit: float = 20.0) -> None:
     from pipetab.solver.cpsat import CpSatConfig, bound, idealized_problem, search
-    from pipetab.solver.simulate import simulate
 
     print(f"\n== 3. CP-SAT: S={stages}, B={microbatches}, forward 1, backward 2, message {comm} slot(s), "
           f"at most {cap} live activations per device, linear placement\n")
@@ -22,10 +23,12 @@ def run(stages: int = 4, microbatches: int = 8, comm: int = 1, cap: int = 4, tim
         gap = "-" if k.gap is None else f"{100 * k.gap:.1f}% above the bound"
         print(f"  {name:<6} makespan {k.makespan:g} slots, {gap}{fits}")
     if found.schedule is not None:
-        sim = simulate(found.schedule, problem.costs)
-        entries = tuple(PlacedOp(op, found.schedule.device_of(op), int(s), int(sim.end[op] - s)) for op, s in sim.start.items())
-        print("\nthe schedule found (message time shows as gaps):")
-        print(formats.to_text(Table(found.schedule.num_devices, entries, "found")))
+        levels = evaluate_levels(found.schedule, slots=SlotDurations(forward=1, backward=2), costs=problem.costs)
+        sim = levels.simulation
+        print(f"\nthe schedule found as a table without message time ({levels.metrics.makespan_slots:g} slots); "
+              f"with {comm}-slot messages it takes {sim.makespan:g} slots, "
+              f"at most {max(sim.peak_activation):g} live activations per device:")
+        print(formats.to_text(levels.table))
     lb = bound(problem, config, known)
     print(lb.summary())
     print("holds under: " + "; ".join(lb.bound_assumptions))

@@ -32,6 +32,28 @@ class FormatError(ValueError):
     """A table file cannot be read."""
 
 
+def read_text_file(path, what: str = "file") -> str:
+    """The text of a regular UTF-8 file; ``ValueError`` with one sentence naming ``what``
+    and the path when it is missing, not a regular file (a folder, a pipe, a device: they
+    could block or never end), or not UTF-8."""
+    from pathlib import Path
+
+    path = Path(path)
+    if not path.exists():
+        raise ValueError(f"{what} {str(path)!r} does not exist")
+    if not path.is_file():
+        raise ValueError(f"{what} {str(path)!r} is not a regular file")
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ValueError(f"{what} {str(path)!r} cannot be read: {exc.strerror}") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{what} {str(path)!r} is not UTF-8 text (byte 0x{data[exc.start]:02x} at offset "
+                         f"{exc.start})") from None
+
+
 # ---- text -------------------------------------------------------------------------------
 
 def to_text(table: Table) -> str:
@@ -166,6 +188,9 @@ def from_json(text: str, name: str = "") -> Table:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
         raise FormatError(f"JSON table is malformed: {exc.msg} at line {exc.lineno}") from None
+    except RecursionError:
+        raise FormatError("JSON table is nested too deeply (a table is an object with an 'ops' list of "
+                          "flat records)") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("ops"), list):
         raise FormatError("JSON table must be an object with an 'ops' list")
     entries = tuple(

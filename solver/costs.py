@@ -171,14 +171,6 @@ class Costs:
             raise ValueError(f"only costs in seconds have ticks, these are in {self.unit}")
         return min(self.op_time.values()) / ticks_per_op
 
-    def to_seconds(self, value: float) -> float:
-        """A time in these costs' unit, in seconds (ticks only)."""
-        if self.unit == "s":
-            return value
-        if self.tick_s is None:
-            raise ValueError("idealized slot costs have no seconds")
-        return value * self.tick_s
-
 
 def slot_costs(
     schedule: Schedule,

@@ -9,7 +9,8 @@ this value; none builds the levels itself.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, replace
 
 from pipetab.schedules import registry
 from pipetab.schedules.formulas import Formula
@@ -55,9 +56,16 @@ class Levels:
     simulation: Simulation | None = None
     cpsat: CpSatLevel | None = None
 
-    def as_dict(self) -> dict:
+    def simulated(self, costs: Costs) -> "Levels":
+        """The same schedule with level 3 on ``costs`` (levels 1 and 2 reused, no CP-SAT):
+        one table, many systems."""
+        return replace(self, simulation=check_finite(simulate(self.schedule, costs)), cpsat=None)
+
+    def as_dict(self, exposed_comm: bool = True) -> dict:
         """Plain data: ``schedule``, ``stages``, ``microbatches``, ``devices``, then one
-        block per level present (``formula``, ``table``, ``simulation``, ``cpsat``)."""
+        block per level present (``formula``, ``table``, ``simulation``, ``cpsat``).
+        ``exposed_comm=False`` leaves out the exposed communication (None), which costs
+        a second simulation."""
         s = self.schedule
         doc = {
             "schedule": s.name,
@@ -68,18 +76,20 @@ class Levels:
             "table": self.metrics.as_dict(),
         }
         if self.simulation is not None:
-            doc["simulation"] = simulation_dict(self.simulation)
+            doc["simulation"] = simulation_dict(self.simulation, exposed_comm)
         if self.cpsat is not None:
             doc["cpsat"] = self.cpsat.as_dict()
         return doc
 
 
-def simulation_dict(sim: Simulation) -> dict:
-    """The level-3 numbers of a simulation as plain data (seconds and bytes)."""
+def simulation_dict(sim: Simulation, exposed_comm: bool = True) -> dict:
+    """The level-3 numbers of a simulation as plain data (seconds and bytes; lists are per
+    device; ``transfers`` counts the messages between devices)."""
     return {
         "makespan_s": sim.makespan,
         "idle_ratio": sim.idle_ratio,
-        "exposed_comm_s": sim.exposed_comm,
+        "exposed_comm_s": sim.exposed_comm if exposed_comm else None,
+        "transfers": len(sim.transfers),
         "busy_s": list(sim.busy),
         "peak_activation_bytes": [int(round(x)) for x in sim.peak_activation],
         "persistent_bytes": [int(round(x)) for x in sim.costs.persistent],
@@ -87,6 +97,15 @@ def simulation_dict(sim: Simulation) -> dict:
         "capacity_bytes": [None if c is None else int(c) for c in sim.costs.capacity],
         "fits_memory": list(sim.fits_memory),
     }
+
+
+def check_finite(sim: Simulation) -> Simulation:
+    """``sim`` when its makespan is a finite number; ``ValueError`` otherwise (costs that
+    overflow, e.g. a system with peak_flops or bandwidth of 1e-300, would give "inf s")."""
+    if not math.isfinite(sim.makespan):
+        raise ValueError(f"the simulated step takes {sim.makespan} s: the costs overflow (is a system's "
+                         "peak_flops, mem_bandwidth or link bandwidth absurdly small?)")
+    return sim
 
 
 def registry_formula(schedule: Schedule) -> Formula | None:
@@ -132,6 +151,8 @@ def evaluate_levels(
     validate(table, schedule)
     metrics = table_metrics(table, schedule, weight_memory=weight_memory)
     sim = simulate(schedule, costs) if costs is not None else None
+    if sim is not None:
+        check_finite(sim)
     cp = _cpsat(schedule, slots, weight_memory, costs, tick_s) if cpsat else None
     return Levels(schedule, registry_formula(schedule), table, metrics, slots, sim, cp)
 

@@ -125,7 +125,7 @@ def test_presets_listed(capsys):
         (["evaluate", "gpipe", "-S", "4", "-B", "4", "--system", "mid_nw_mid_cp", "--model", "nope"], "unknown model 'nope'"),
         (["evaluate", "gpipe", "-S", "4", "-B", "3", "--system", "mid_nw_mid_cp", "--model", "tiny_gpt"], "global batch"),
         (["evaluate", "gpipe", "-S", "64", "-B", "4", "--system", "mid_nw_mid_cp", "--model", "tiny_gpt"], "16"),
-        (["check", "/nonexistent/table.json"], "cannot read table file"),
+        (["check", "/nonexistent/table.json"], "table file '/nonexistent/table.json' does not exist"),
         (["search", "-S", "4", "-B", "4", "--workers", "0"], "workers must be an integer >= 1, got 0"),
         (["search", "-S", "4", "-B", "4", "--comm-slots", "-1"], "comm slots must be an integer >= 0, got -1"),
         (["sweep", "experiments/configs/fig3_bubble.toml", "--limit", "0"], "limit must be an integer >= 1, got 0"),

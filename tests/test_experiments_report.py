@@ -46,13 +46,13 @@ def test_numbers_in_the_report_come_from_the_csvs(results, tmp_path):
     text = report.render(report.load(results), results)
     t1 = pd.read_csv(results / "table1_hanayo.csv")
     for _, r in t1.iterrows():
-        assert f"{r.T_sim_s:.2f}" in text  # Table I lists every simulated T_sim
+        assert f"{r.simulation_makespan_s:.2f}" in text  # Table I lists every simulated T_sim
     h = common.hanayo_table(t1).set_index("system")
     s = h.loc["slow_nw_fast_cp", "speedup"]
     assert f"Hanayo {common.faster(s)} than Chimera on slow_nw_fast_cp" in text
     b = pd.read_csv(results / "fig3_bubble.csv")
     c = b[(b.schedule == "chimera") & (b.stages == 8) & (b.microbatches == 16)].iloc[0]
-    assert f"formula {c.formula_bubble:.1%}, table {c.table_bubble:.1%}" in text
+    assert f"formula {c.formula_bubble_ratio:.1%}, table {c.table_bubble_ratio:.1%}" in text
     fs = report.findings(report.load(results))
     n = sum(f.verdict == report.AGREES for f in fs)
     assert f"Summary: {n} claims agree" in text
@@ -64,21 +64,21 @@ def test_verdicts_follow_the_data(results, tmp_path):
     r = copy(results, tmp_path)
     # Table I: make Hanayo 12.32 % slower on slow_nw_fast_cp and 13 % faster on fast/mid networks
     t1 = pd.read_csv(r / "table1_hanayo.csv")
-    chim = t1[t1.schedule == "chimera"].set_index("system").T_sim_s
+    chim = t1[t1.schedule == "chimera"].set_index("system").simulation_makespan_s
     han = t1.schedule == "hanayo"
-    t1.loc[han, "T_sim_s"] = [chim[s] * (1.1232 if s == "slow_nw_fast_cp" else 0.87 if common.network(s) != "slow"
+    t1.loc[han, "simulation_makespan_s"] = [chim[s] * (1.1232 if s == "slow_nw_fast_cp" else 0.87 if common.network(s) != "slow"
                                          else 1.0) for s in t1[han].system]
     t1.to_csv(r / "table1_hanayo.csv", index=False)
     # 1F1B exactly as fast as GPipe everywhere
     g = pd.read_csv(r / "paper_grid.csv")
     key = ["system", "stages", "microbatches"]
-    gp = g[g.schedule == "gpipe"].set_index(key).T_sim_s
+    gp = g[g.schedule == "gpipe"].set_index(key).simulation_makespan_s
     one = g.schedule == "1f1b"
-    g.loc[one, "T_sim_s"] = [gp[tuple(x)] for x in g.loc[one, key].itertuples(index=False)]
+    g.loc[one, "simulation_makespan_s"] = [gp[tuple(x)] for x in g.loc[one, key].itertuples(index=False)]
     g.to_csv(r / "paper_grid.csv", index=False)
     # Chimera's table bubble at (8, 16) below its formula
     b = pd.read_csv(r / "fig3_bubble.csv")
-    b.loc[(b.schedule == "chimera") & (b.stages == 8) & (b.microbatches == 16), "table_bubble"] = 0.10
+    b.loc[(b.schedule == "chimera") & (b.stages == 8) & (b.microbatches == 16), "table_bubble_ratio"] = 0.10
     b.to_csv(r / "fig3_bubble.csv", index=False)
     after = verdicts(r)
     assert before["3c"] != report.AGREES and after["3c"] == report.AGREES
@@ -123,7 +123,7 @@ def test_forward_doubling_rows_sit_next_to_2b_and_2e_and_are_not_counted(results
     # numbers come from the CSVs
     b = pd.read_csv(results / "fig3_bubble.csv")
     fd = b[(b.schedule == "chimera-fd") & (b.stages == 8) & (b.microbatches == 16)].iloc[0]
-    assert f"its table bubble is {fd.table_bubble:.1%} against direct concatenation's" in text
+    assert f"its table bubble is {fd.table_bubble_ratio:.1%} against direct concatenation's" in text
     assert "the paper's 26 % table bubble (2c) is direct concatenation's" in text
     t = common.ratio_to(pd.read_csv(results / "fig4_runtime.csv"))
     assert f"{t.loc[('mid_nw_mid_cp', 8, 128), 'chimera-fd']:.3f}" in text
@@ -137,13 +137,13 @@ def test_forward_doubling_verdicts_follow_the_data(results, tmp_path):
     # chimera-fd within 1 % of GPipe at every B on every system -> converges
     d = pd.read_csv(r / "fig4_runtime.csv")
     key = ["system", "stages", "microbatches"]
-    gp = d[d.schedule == "gpipe"].set_index(key).T_sim_s
+    gp = d[d.schedule == "gpipe"].set_index(key).simulation_makespan_s
     fd = d.schedule == "chimera-fd"
-    d.loc[fd, "T_sim_s"] = [gp[tuple(x)] * 1.01 for x in d.loc[fd, key].itertuples(index=False)]
+    d.loc[fd, "simulation_makespan_s"] = [gp[tuple(x)] * 1.01 for x in d.loc[fd, key].itertuples(index=False)]
     d.to_csv(r / "fig4_runtime.csv", index=False)
     # chimera-fd's table bubble above GPipe's everywhere -> disagrees
     b = pd.read_csv(r / "fig3_bubble.csv")
-    b.loc[b.schedule == "chimera-fd", "table_bubble"] = 0.9
+    b.loc[b.schedule == "chimera-fd", "table_bubble_ratio"] = 0.9
     b.to_csv(r / "fig3_bubble.csv", index=False)
     after = {k: f.verdict for k, f in extras(r).items()}
     assert before["2e-fd"] != report.AGREES and after["2e-fd"] == report.AGREES
@@ -165,7 +165,7 @@ def test_hanayo_waves_column_and_sentence(results, tmp_path):
     r = copy(results, tmp_path)
     w2 = (t1.schedule == "hanayo") & (t1.options == "waves=2")
     one = t1[(t1.schedule == "hanayo") & (t1.options == "waves=1")].set_index("system")
-    for col in ("T_sim_s", "idle_ratio"):
+    for col in ("simulation_makespan_s", "simulation_idle_ratio"):
         t1.loc[w2, col] = [one.loc[s, col] for s in t1[w2].system]
     t1.to_csv(r / "table1_hanayo.csv", index=False)
     assert "W = 2 changes no verdict." in report.render(report.load(r), r)

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
+from pathlib import Path
 
 from pipetab.schedules import registry
 from pipetab.schedules.table import SlotDurations
@@ -37,9 +39,30 @@ def positive_int(name: str, minimum: int = 1):
     return parse
 
 
-def add_schedule_args(p: argparse.ArgumentParser, name: bool = True) -> None:
-    """NAME --stages --microbatches [--waves] [--chunks] [--split] [--forward-slots] [--backward-slots]."""
-    if name:
+def positive_float(name: str, maximum: float | None = None):
+    """argparse type: a finite number > 0 (and <= ``maximum``), else a one-line error
+    naming ``name``."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} must be a number, got {text!r}") from None
+        if not math.isfinite(value) or value <= 0 or (maximum is not None and value > maximum):
+            most = f" and <= {maximum:g}" if maximum is not None else ""
+            raise argparse.ArgumentTypeError(f"{name} must be a finite number > 0{most}, got {text!r}")
+        return value
+
+    parse.__name__ = name
+    return parse
+
+
+def add_schedule_args(p: argparse.ArgumentParser, name: bool = True, several: bool = False) -> None:
+    """NAME (or NAME... with ``several``) --stages --microbatches [--waves] [--chunks]
+    [--split] [--forward-slots] [--backward-slots] [--weight-slots]."""
+    if several:
+        p.add_argument("names", metavar="NAME", nargs="+", help="schedule names (see 'pipetab schedules')")
+    elif name:
         p.add_argument("name", metavar="NAME", help="schedule name (see 'pipetab schedules')")
     p.add_argument("--stages", "-S", type=positive_int("stages"), required=True,
                    help="devices S (= stages for GPipe, 1F1B, ZB-H1, Chimera; Hanayo, "
@@ -60,34 +83,87 @@ def add_slot_args(p: argparse.ArgumentParser, weight: bool = True) -> None:
     p.add_argument("--backward-slots", type=positive_int("backward slots"), default=2,
                    help="slots of one backward; the input-gradient part when it is split (default 2)")
     if weight:
-        p.add_argument("--weight-slots", type=positive_int("weight slots"), default=1,
+        p.add_argument("--weight-slots", type=positive_int("weight slots"), default=None,
                        help="slots of one weight-gradient op in split-backward schedules (default 1)")
 
 
-def schedule_options(args) -> dict:
-    """The schedule-specific options the user gave, checked against the registry."""
-    entry = registry.spec(args.name)
-    allowed = {o.name for o in entry.options}
+def given_options(args) -> dict:
+    """The schedule-specific options given on the command line (parsed)."""
     given = {}
     if args.waves is not None:
         given["waves"] = args.waves
     if getattr(args, "chunks", None) is not None:
         given["chunks"] = args.chunks
     if args.split is not None:
-        given["split"] = registry.parse_split(args.split)
-    for key in given:
-        if key not in allowed:
-            raise UsageError(f"--{key} does not apply to schedule {args.name!r}")
+        try:
+            given["split"] = registry.parse_split(args.split)
+        except ValueError as exc:
+            raise UsageError(f"pipetab: error: --{exc.args[0]}") from None
     return given
 
 
-def build_schedule(args):
-    """The schedule named on the command line."""
-    return registry.generate(args.name, args.stages, args.microbatches, **schedule_options(args))
+def schedule_options(args, name: str, strict: bool = True) -> dict:
+    """The given options that schedule ``name`` takes; with ``strict`` an option it does
+    not take is refused (one schedule named), else left to the schedules that take it."""
+    allowed = {o.name for o in registry.spec(name).options}
+    given = given_options(args)
+    if strict:
+        for key in given:
+            if key not in allowed:
+                raise UsageError(f"pipetab: error: --{key} does not apply to schedule {name!r} "
+                                 f"({_takers(key)})")
+    return {k: v for k, v in given.items() if k in allowed}
+
+
+def _takers(option: str) -> str:
+    names = [s.name for s in registry.REGISTRY.values() if any(o.name == option for o in s.options)]
+    return f"only {', '.join(names)} take{'s' if len(names) == 1 else ''} it"
+
+
+def build_schedule(args, name: str | None = None, strict: bool = True):
+    """The schedule ``name`` (default: the one named on the command line) with the given
+    options; ``--weight-slots`` is refused for a schedule without a split backward."""
+    name = name or args.name
+    schedule = registry.generate(name, args.stages, args.microbatches, **schedule_options(args, name, strict))
+    if strict and getattr(args, "weight_slots", None) is not None and not schedule.split_backward:
+        raise UsageError(f"pipetab: error: --weight-slots does not apply to schedule {name!r} "
+                         "(its backward is not split; zb-h1, zbv and dualpipev split it)")
+    return schedule
+
+
+def check_options_apply(args, names: list[str]) -> None:
+    """Each given option applies to at least one of the schedules ``names``."""
+    for key in given_options(args):
+        if not any(key in {o.name for o in registry.spec(n).options} for n in names):
+            raise UsageError(f"pipetab: error: --{key} does not apply to {', '.join(map(repr, names))} "
+                             f"({_takers(key)})")
 
 
 def slots_of(args) -> SlotDurations:
-    return SlotDurations(forward=args.forward_slots, backward=args.backward_slots, weight=args.weight_slots)
+    return SlotDurations(forward=args.forward_slots, backward=args.backward_slots,
+                         weight=getattr(args, "weight_slots", None) or 1)
+
+
+def output_path(text: str, flag: str, suffixes: tuple[str, ...]) -> Path:
+    """An output file named on the command line: its suffix one of ``suffixes`` and its
+    folder existing (checked before any work)."""
+    path = Path(text)
+    if path.suffix.lower() not in suffixes:
+        raise UsageError(f"pipetab: error: {flag} must end in {' or '.join(suffixes)}, got {text!r}")
+    if not path.parent.is_dir():
+        raise UsageError(f"pipetab: error: {flag} {text!r}: folder {str(path.parent)!r} does not exist")
+    if path.is_dir():
+        raise UsageError(f"pipetab: error: {flag} {text!r} is a folder, not a file")
+    return path
+
+
+def write_output(path: Path, flag: str, write) -> None:
+    """Run ``write(path)``; a failure to write (full disk, no permission) becomes one line."""
+    try:
+        write(path)
+    except OSError as exc:
+        raise UsageError(f"pipetab: error: {flag} {str(path)!r} cannot be written: "
+                         f"{exc.strerror or exc}") from None
 
 
 def emit_json(doc) -> None:
@@ -95,17 +171,36 @@ def emit_json(doc) -> None:
     sys.stdout.write("\n")
 
 
-def save_plot(fn, path, *a, **kw) -> None:
-    """Draw with ``fn(*a, ax=..., **kw)`` on a new figure and save it to ``path`` (PNG)."""
-    try:
-        import matplotlib
+PLOT_SUFFIXES = (".png", ".svg", ".pdf")
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+
+def check_plot_path(text: str | None) -> Path | None:
+    """``--plot FILE``: a picture file in an existing folder (checked before any work)."""
+    if text is None:
+        return None
+    try:
+        import matplotlib  # noqa: F401
     except ImportError:
-        raise UsageError("--plot needs matplotlib: pip install 'pipetab[plot]'") from None
+        raise UsageError("pipetab: error: --plot needs matplotlib: pip install 'pipetab[plot]'") from None
+    return output_path(text, "--plot", PLOT_SUFFIXES)
+
+
+def save_plot(fn, path: Path, *a, **kw) -> None:
+    """Draw with ``fn(*a, ax=..., **kw)`` on a new figure and save it to ``path`` (its
+    suffix picks PNG, SVG or PDF); a failed write is one line naming --plot."""
+    import io
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
     fig, ax = plt.subplots(figsize=(12, 3 + 0.35 * kw.pop("rows", 4)))
-    fn(*a, ax=ax, **kw)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    try:
+        fn(*a, ax=ax, **kw)
+        fig.tight_layout()
+        buffer = io.BytesIO()
+        fig.savefig(buffer, format=path.suffix[1:].lower(), dpi=120)
+    finally:
+        plt.close(fig)
+    write_output(path, "--plot", lambda p: p.write_bytes(buffer.getvalue()))

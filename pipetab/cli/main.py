@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+import os
 import sys
 from pathlib import Path
 
@@ -48,14 +50,15 @@ def _plain(value):
 
 
 def cmd_table(args) -> None:
+    plot = common.check_plot_path(args.plot)
     schedule = common.build_schedule(args)
     table = layout(schedule, common.slots_of(args))
     validate(table, schedule)
     metrics = table_metrics(table, schedule)
-    if args.plot:
+    if plot:
         from pipetab.plot import plot_table
 
-        common.save_plot(plot_table, args.plot, table, title=f"{args.name}  S={args.stages} B={args.microbatches}")
+        common.save_plot(plot_table, plot, table, title=f"{args.name}  S={args.stages} B={args.microbatches}")
     if args.format == "json":
         emit_json(formats.to_json_dict(table, schedule=args.name, stages=args.stages,
                                        bubble_ratio=metrics.bubble_ratio))
@@ -81,10 +84,7 @@ def columns_note(table) -> str:
 def read_table(path: str):
     """Read a table file; the format follows the extension (.json, .csv, else text)."""
     p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as exc:
-        raise UsageError(f"cannot read table file {path!r}: {exc.strerror}") from None
+    text = formats.read_text_file(p, "table file")
     suffix = p.suffix.lower()
     if suffix == ".json":
         return formats.from_json(text, p.stem)
@@ -100,12 +100,34 @@ def cmd_check(args) -> None:
     table = read_table(args.file)
     validate(table)
     metrics = table_metrics(table, schedule_from_table(table))
+    if Path(args.file).suffix.lower() == ".json":
+        check_claims(args.file, formats.read_text_file(args.file, "table file"), table, metrics)
     if args.format == "json":
         emit_json({"valid": True, "devices": table.num_devices, "microbatches": table.microbatches,
                    **metrics.as_dict()})
     else:
         print(f"{args.file}: valid table, {table.num_devices} devices, {table.microbatches} microbatches")
         _print_metrics(metrics.as_dict())
+
+
+def check_claims(path: str, text: str, table, metrics) -> None:
+    """What a JSON table file says of itself (``makespan_slots``, ``tick_slots``,
+    ``bubble_ratio``, ``microbatches``, ``stages``) must be what its ops give."""
+    import json
+    import math
+
+    doc = json.loads(text)
+    measured = {"makespan_slots": metrics.makespan_slots, "tick_slots": table.tick_slots,
+                "bubble_ratio": metrics.bubble_ratio, "microbatches": table.microbatches,
+                "stages": table.num_devices}
+    for key, value in measured.items():
+        if key not in doc:
+            continue
+        claim = doc[key]
+        same = (isinstance(claim, (int, float)) and not isinstance(claim, bool)
+                and math.isclose(claim, value, rel_tol=1e-9, abs_tol=1e-12))
+        if not same:
+            raise UsageError(f"pipetab: error: {path}: the file says {key} {claim!r} but its ops give {value:g}")
 
 
 def _print_metrics(d: dict, indent: str = "  ") -> None:
@@ -118,7 +140,7 @@ def _print_metrics(d: dict, indent: str = "  ") -> None:
 
 
 def build_parser() -> Parser:
-    from . import evaluate_cmd, solve_cmd, sweep_cmd
+    from . import evaluate_cmd, solve_cmd, sweep_cmd, view_cmd
 
     parser = Parser(prog="pipetab", description="Explore pipeline-parallel training schedules as tables.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
@@ -146,6 +168,7 @@ def build_parser() -> Parser:
     evaluate_cmd.register(sub)
     solve_cmd.register(sub)
     sweep_cmd.register(sub)
+    view_cmd.register(sub)
     return parser
 
 
@@ -155,6 +178,16 @@ def main(argv: list[str] | None = None) -> int:
         parser = build_parser()
         args = parser.parse_args(argv)
         args.func(args)
+        sys.stdout.flush()
+    except BrokenPipeError:  # e.g. piping into head: the reader has what it wanted
+        _discard_stdout()
+        return 0
+    except OSError as exc:
+        if exc.errno not in (errno.ENOSPC, errno.EIO, errno.EFBIG, errno.EDQUOT):
+            raise
+        _discard_stdout()
+        print(f"pipetab: error: cannot write the output: {exc.strerror}", file=sys.stderr)
+        return 2
     except UsageError as exc:
         print(str(exc), file=sys.stderr)
         return 2
@@ -162,12 +195,23 @@ def main(argv: list[str] | None = None) -> int:
         msg = exc.args[0] if exc.args else str(exc)
         print(f"pipetab: error: {msg}", file=sys.stderr)
         return 2
-    except BrokenPipeError:  # pragma: no cover - e.g. piping into head
-        return 0
+    except RecursionError:
+        print("pipetab: error: an input is nested too deeply", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("pipetab: interrupted", file=sys.stderr)
         return 130
     return 0
+
+
+def _discard_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's last flush of what could not be
+    written adds no second message."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # stdout without a file descriptor (tests)
+        pass
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -25,12 +25,12 @@ from .config import (
 )
 from .driver import Plan, Summary, plan, run_sweep, tasks_of
 from .executors import DaskExecutor, LocalExecutor, SerialExecutor, make_executor
-from .run import Outcome, Progress, evaluate, evaluate_task, same_row, versions
+from .run import Outcome, Progress, evaluate, evaluate_task, flat_levels, same_row, versions
 from .store import ResultStore, export_rows
 
 __all__ = [
     "ConfigError", "Configuration", "DaskExecutor", "LocalExecutor", "Outcome", "Plan", "Progress",
     "ResultStore", "RunSettings", "SerialExecutor", "Skipped", "Summary", "SweepConfig", "evaluate",
-    "evaluate_task", "expand", "export_rows", "load_config", "make_executor", "parse_cap",
+    "evaluate_task", "expand", "flat_levels", "export_rows", "load_config", "make_executor", "parse_cap",
     "parse_config", "plan", "run_sweep", "same_row", "tasks_of", "versions",
 ]

@@ -51,7 +51,6 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-import tomllib
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 from pathlib import Path
@@ -61,7 +60,7 @@ from pipetab.solver.costs import SEARCH_TICKS_PER_OP
 
 MODES = ("table", "simulate", "search", "bound")
 RECOMPUTE = ("none", "selective", "full")
-KEY_VERSION = 1  # bump when the meaning of a configuration key changes
+KEY_VERSION = 2  # bump when the meaning of a configuration key or its row changes
 
 _TOP = {"name", "description", "grid", "run", "output"}
 _GRID = {"schedules", "stages", "microbatches", "systems", "models", "caps", "options", "search"}
@@ -167,6 +166,14 @@ class Configuration:
         """Configurations sharing this share one generated schedule and table."""
         return (self.schedule, self.stages, self.microbatches, self.options, self.run.forward_slots,
                 self.run.backward_slots)
+
+    @property
+    def simulation_key(self) -> tuple:
+        """Configurations sharing this differ at most in their memory cap, which does not
+        change the simulation (CP-SAT runs are never shared)."""
+        if self.run.uses_cpsat:
+            return (self.key,)
+        return (self.instance, self.system, self.model, self.digests, self.run)
 
     def label(self) -> str:
         parts = [self.schedule, f"S={self.stages}", f"B={self.microbatches}"]
@@ -280,14 +287,13 @@ def cap_bytes(cap: str, device_memory: float, persistent: float, max_activation:
 
 def load_config(path: str | Path) -> SweepConfig:
     """Read and validate a sweep file; ``ConfigError`` with one sentence otherwise."""
+    from pipetab.hardware.loaders import parse_toml
+
     path = Path(path)
     try:
-        with path.open("rb") as fh:
-            doc = tomllib.load(fh)
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: not valid TOML ({exc})") from None
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot be read ({exc.strerror})") from None
+        doc = parse_toml(path, "sweep config")
+    except ValueError as exc:
+        raise ConfigError(exc.args[0]) from None
     try:
         return parse_config(doc, name=path.stem, source=str(path))
     except ConfigError as exc:
@@ -457,9 +463,11 @@ def option_sets(config: SweepConfig, schedule: str) -> list[tuple[tuple[str, obj
     return [tuple(zip(names, combo)) for combo in itertools.product(*(given[n] for n in names))]
 
 
-def expand(config: SweepConfig) -> tuple[list[Configuration], list[Skipped]]:
+def expand(config: SweepConfig, check_regime: bool = True) -> tuple[list[Configuration], list[Skipped]]:
     """The configurations of a sweep in grid order, and the combinations skipped because
-    they lie outside their schedule's regime (with the generator's reason)."""
+    they lie outside their schedule's regime (with the generator's reason) or B does not
+    divide the model's global batch. ``check_regime=False`` leaves the regime to whoever
+    evaluates the configurations (generating a schedule is what checks it)."""
     g = config.grid
     systems = g.get("systems") or [None]
     models = g.get("models") or [None]
@@ -469,7 +477,7 @@ def expand(config: SweepConfig) -> tuple[list[Configuration], list[Skipped]]:
         for opts in option_sets(config, name):
             for S in g["stages"]:
                 for B in g["microbatches"]:
-                    reason = _regime_error(name, S, B, opts)
+                    reason = _regime_error(name, S, B, opts) if check_regime else None
                     for model in models:
                         batch = None if reason or model is None else _batch_error(model, B)
                         for system in systems:

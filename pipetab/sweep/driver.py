@@ -81,8 +81,10 @@ class Summary:
         return "\n".join(lines)
 
 
-def plan(config: SweepConfig, store: ResultStore) -> Plan:
-    configurations, skipped = expand(config)
+def plan(config: SweepConfig, store: ResultStore, check_regime: bool = True) -> Plan:
+    """What ``config`` still has to run against ``store``; ``check_regime=False`` does not
+    generate schedules to find those outside their regime (the run's workers find them)."""
+    configurations, skipped = expand(config, check_regime)
     done = store.done_keys(c.key for c in configurations)
     return Plan(configurations, [c for c in configurations if c.key not in done], skipped)
 
@@ -118,7 +120,9 @@ def run_sweep(
     everything stored so far stays). ``export``: write the sweep's rows (.csv / .parquet).
     """
     t0 = time.perf_counter()
-    p = plan(config, store)
+    # without a limit the workers find the configurations outside their regime (generating
+    # each schedule once, in parallel); a limit counts configurations that exist
+    p = plan(config, store, check_regime=limit is not None)
     todo = p.todo
     limited = 0
     if limit is not None:
@@ -127,8 +131,9 @@ def run_sweep(
         limited = max(0, len(todo) - limit)
         todo = todo[:limit]
     executor = executor or SerialExecutor()
-    summary = Summary(config.name, str(store.path), len(p.configurations), p.already_done, p.skipped,
+    summary = Summary(config.name, str(store.path), len(p.configurations), p.already_done, list(p.skipped),
                       executor=executor.name, workers=executor.workers, limited=limited)
+    by_key = {c.key: c for c in todo}
     labels = {c.key: c.label() for c in todo}
     canon = {c.key: c.canonical() for c in todo}
     bar = None
@@ -141,7 +146,10 @@ def run_sweep(
                 for _, outcomes in executor.run(evaluate_task, tasks):
                     ok = [(o.key, o.row, labels[o.key], canon[o.key]) for o in outcomes if o.row is not None]
                     summary.new_rows += store.add_many(ok, sweep=config.name)
-                    bad = [o for o in outcomes if o.row is None]
+                    outside = [Skipped(by_key[o.key], o.skipped) for o in outcomes if o.skipped]
+                    summary.skipped.extend(outside)
+                    summary.total -= len(outside)
+                    bad = [o for o in outcomes if o.error is not None]
                     for o in bad:
                         store.add_error(o.key, o.error, sweep=config.name, label=labels[o.key])
                         summary.errors.append((labels[o.key], o.error))

@@ -9,12 +9,16 @@
 
 An executor is a context manager with ``run(fn, tasks)``, which yields ``(index, result)``
 pairs as tasks finish (in any order). Leaving the context early (an interrupt) cancels what
-has not started.
+has not started. Local pool workers exit by themselves when the process that started them
+dies (even by ``kill -9``), so a killed sweep leaves no orphans.
 """
 
 from __future__ import annotations
 
+import multiprocessing
 import os
+import threading
+import time
 from typing import Callable, Iterator, Sequence
 
 EXECUTORS = ("local", "dask")
@@ -43,8 +47,31 @@ class SerialExecutor:
             yield i, fn(t)
 
 
+PARENT_POLL_S = 0.5
+
+
+def _exit_with_parent(parent: int) -> None:
+    """Pool-worker initializer: a daemon thread ends this process once ``parent`` is gone
+    (this process is then re-parented, so its parent id changes)."""
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_POLL_S)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="pipetab-parent-watch", daemon=True).start()
+
+
+def _pool_context():
+    """Fork where the platform has it: workers start at once with this process's modules
+    imported (no per-worker import of numpy, OR-Tools, pipetab)."""
+    methods = multiprocessing.get_all_start_methods()
+    return multiprocessing.get_context("fork" if "fork" in methods else None)
+
+
 class LocalExecutor:
-    """A process pool of ``workers`` processes (``concurrent.futures``)."""
+    """A process pool of ``workers`` processes (``concurrent.futures``) that exit with
+    their parent."""
 
     name = "local"
 
@@ -57,7 +84,8 @@ class LocalExecutor:
 
         self._depth = getattr(self, "_depth", 0) + 1
         if self._pool is None:
-            self._pool = ProcessPoolExecutor(max_workers=self.workers)
+            self._pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=_pool_context(),
+                                             initializer=_exit_with_parent, initargs=(os.getpid(),))
         return self
 
     def __exit__(self, *exc) -> None:

@@ -3,19 +3,22 @@
 ``evaluate(configuration)`` returns one row (a flat dict of plain values) by mode:
 
 * ``table``: level 1 (formula) and level 2 (the ASAP table at the configured slots);
-* ``simulate``: the above plus level 3 (``hardware_costs`` + ``simulate``) on the
-  configuration's system, model and memory cap;
-* ``search`` / ``bound``: the CP-SAT model on the known schedule's problem (its placement
-  fixed, hinted by it) with costs quantized to integer ticks: the best schedule found (re-
-  evaluated by the simulator) and the proven lower bound (``search``), or the bound alone.
+* ``simulate``: the above plus level 3 on the configuration's system, model and memory cap;
+* ``search`` / ``bound``: the above plus the CP-SAT model on the known schedule's problem
+  (its placement fixed, hinted by it) with costs quantized to integer ticks: the best
+  schedule found (re-evaluated by the simulator) and the proven lower bound (``search``), or
+  the bound alone.
 
+The levels come from ``evaluate_levels`` and keep its vocabulary: a row holds
+``Levels.as_dict()`` flattened (``flat_levels``), block name first (``table_bubble_ratio``,
+``simulation_makespan_s``); per-device lists become their maximum, or ``all`` for yes/no.
 Every row records the pipetab and OR-Tools versions, status, bound, time limit and CP-SAT
 workers (None where they do not apply) and the evaluation's wall time (``runtime_s``, the one
 field that differs between two runs of the same configuration).
 
 ``evaluate_task(configurations)`` evaluates several configurations that share a schedule
-(same generator call and table) and never raises: a failing configuration comes back as an
-error outcome.
+(one generator call, one table) and never raises: a failing configuration comes back as an
+error outcome. Each process caches the last schedules' levels, systems and models.
 """
 
 from __future__ import annotations
@@ -28,22 +31,29 @@ from functools import lru_cache
 from typing import NamedTuple
 
 from pipetab.schedules import registry
-from pipetab.schedules.metrics import table_metrics
-from pipetab.schedules.table import SlotDurations, layout
+from pipetab.schedules.table import SlotDurations
+from pipetab.solver.costs import hardware_costs
+from pipetab.solver.levels import Levels, evaluate_levels
 
 from .config import Configuration, cap_bytes
 
-TiB = 2**40
 # fields that legitimately differ between two evaluations of the same configuration
 VOLATILE = ("runtime_s", "cpsat_wall_s")
+LEVEL_BLOCKS = ("formula", "table", "simulation", "cpsat")
 
 
 class Outcome(NamedTuple):
-    """What evaluating one configuration gave: its row, or the error that stopped it."""
+    """What evaluating one configuration gave: its row, the error that stopped it, or why
+    it cannot exist (``skipped``: outside its schedule's regime)."""
 
     key: str
     row: dict | None
     error: str | None
+    skipped: str | None = None
+
+
+class OutsideRegime(ValueError):
+    """The configuration's schedule cannot be generated at its S, B and options."""
 
 
 @lru_cache(maxsize=1)
@@ -60,15 +70,38 @@ def versions() -> dict:
     return out
 
 
+def flat_levels(doc: dict) -> dict:
+    """``Levels.as_dict()`` as one flat row: ``devices`` and ``<block>_<key>`` for every
+    level present; a per-device list becomes its maximum (``all`` of yes/no values)."""
+    row = {"devices": doc["devices"]}
+    for block in LEVEL_BLOCKS:
+        for key, value in (doc.get(block) or {}).items():
+            row[f"{block}_{key}"] = _reduce(value)
+    return row
+
+
+def _reduce(value):
+    if not isinstance(value, list):
+        return value
+    known = [v for v in value if v is not None]
+    if not known:
+        return None
+    return all(known) if isinstance(known[0], bool) else max(known)
+
+
 # ---- shared pieces, cached per process -------------------------------------------------------
 
 
-@lru_cache(maxsize=8)
-def _instance(schedule: str, stages: int, microbatches: int, options: tuple, fwd: int, bwd: int):
-    sched = registry.generate(schedule, stages, microbatches, **dict(options))
-    table = layout(sched, SlotDurations(forward=fwd, backward=bwd))
-    formula = registry.formula(schedule, stages, microbatches, **dict(options))
-    return sched, table_metrics(table, sched), formula
+@lru_cache(maxsize=4)
+def _levels(schedule: str, stages: int, microbatches: int, options: tuple, fwd: int, bwd: int) -> Levels:
+    """Levels 1 and 2 of one instance (tasks group configurations by instance, so a
+    process generates and lays out each schedule once); ``OutsideRegime`` when the
+    generator refuses the instance."""
+    try:
+        sched = registry.generate(schedule, stages, microbatches, **dict(options))
+    except ValueError as exc:
+        raise OutsideRegime(exc.args[0] if exc.args else str(exc)) from None
+    return evaluate_levels(sched, slots=SlotDurations(forward=fwd, backward=bwd))
 
 
 @lru_cache(maxsize=32)
@@ -97,24 +130,12 @@ def _base(c: Configuration) -> dict:
         "cap": c.cap if c.run.uses_hardware else None,
         "recompute": c.run.recompute if c.run.uses_hardware else None,
         "contention": c.run.contention if c.run.uses_hardware else None,
-    }
-
-
-def _levels_12(c: Configuration, sched, metrics, formula) -> dict:
-    return {
-        "devices": sched.num_devices,
-        "formula_bubble": formula.bubble_ratio,
-        "formula_peak_activations": None if formula.peak_activations is None else max(formula.peak_activations),
-        "table_bubble": metrics.bubble_ratio,
-        "table_makespan_slots": metrics.makespan_slots,
-        "table_peak_activations": max(metrics.peak_activations),
-        "table_peak_activation_share": max(metrics.peak_activation_share),
         "forward_slots": c.run.forward_slots,
         "backward_slots": c.run.backward_slots,
     }
 
 
-def _tail(c: Configuration, status: str, t0: float, **cp) -> dict:
+def _tail(c: Configuration, status: str, seconds: float, **cp) -> dict:
     v = versions()
     return {
         "status": status,
@@ -123,62 +144,64 @@ def _tail(c: Configuration, status: str, t0: float, **cp) -> dict:
         "cpsat_workers": c.run.workers if c.run.uses_cpsat else None,
         "pipetab_version": v["pipetab"],
         "ortools_version": v["ortools"],
-        "runtime_s": time.perf_counter() - t0,
+        "runtime_s": seconds,
     }
 
 
 def _costs(c: Configuration, sched):
-    """Hardware costs of ``sched`` with the configuration's memory cap applied."""
-    from pipetab.solver.costs import hardware_costs
+    """Hardware costs of ``sched`` on the configuration's system and model (no memory cap)."""
+    return hardware_costs(sched, _system(c.system), _model(c.model), recompute=c.run.recompute,
+                          contention=c.run.contention)
 
-    system = _system(c.system)
-    costs = hardware_costs(sched, system, _model(c.model), recompute=c.run.recompute,
-                           contention=c.run.contention)
+
+def _capacity(c: Configuration, costs) -> tuple[float | None, ...]:
+    """The configuration's memory cap in bytes, per device."""
+    device_memory = _system(c.system).device.memory_bytes
     biggest = max(costs.activation.values())
-    capacity = tuple(
-        cap_bytes(c.cap, system.device.memory_bytes, p, biggest) for p in costs.persistent
-    )
-    return replace(costs, capacity=capacity)
+    return tuple(cap_bytes(c.cap, device_memory, p, biggest) for p in costs.persistent)
 
 
-def _simulation(sim, exposed: bool) -> dict:
-    peaks = sim.peak_activation
-    worst = max(range(len(peaks)), key=lambda d: peaks[d])
-    caps = [c for c in sim.costs.capacity if c is not None]
-    return {
-        "T_sim_s": sim.makespan,
-        "idle_ratio": sim.idle_ratio,
-        "exposed_comm_s": sim.exposed_comm if exposed else None,
-        "peak_activation_bytes": peaks[worst],
-        "peak_activation_TiB": peaks[worst] / TiB,
-        "peak_activation_device": worst,
-        "persistent_bytes": max(sim.costs.persistent),
-        "peak_memory_bytes": max(sim.peak_memory),
-        "capacity_bytes": min(caps) if caps else None,
-        "fits_memory": all(sim.fits_memory),
-        "num_transfers": len(sim.transfers),
-    }
-
-
-# ---- modes -----------------------------------------------------------------------------------
+def _with_capacity(doc: dict, capacity: tuple) -> dict:
+    """``Levels.as_dict()`` of a simulation re-judged under another memory capacity: the
+    simulation does not depend on it, only ``capacity_bytes`` and ``fits_memory`` do (the
+    simulator's rule: peak memory within the capacity, 1e-9 bytes of slack)."""
+    sim = doc["simulation"]
+    fits = [cap is None or peak <= cap + 1e-9 for peak, cap in zip(sim["peak_memory_bytes"], capacity)]
+    sim = {**sim, "capacity_bytes": [None if cap is None else int(cap) for cap in capacity], "fits_memory": fits}
+    return {**doc, "simulation": sim}
 
 
 def evaluate(c: Configuration) -> dict:
     """The row of one configuration (raises on failure; see ``evaluate_task``)."""
-    t0 = time.perf_counter()
-    sched, metrics, formula = _instance(*c.instance)
-    row = {**_base(c), **_levels_12(c, sched, metrics, formula)}
-    if c.run.mode == "table":
-        return {**row, **_tail(c, "ok", t0)}
-    from pipetab.solver.simulate import simulate
+    return evaluate_group([c])[0]
 
-    costs = _costs(c, sched)
-    sim = simulate(sched, costs)
-    row.update(_simulation(sim, c.run.exposed_comm and c.run.mode == "simulate"))
-    if c.run.mode == "simulate":
-        return {**row, **_tail(c, "ok", t0)}
-    cp = _cpsat(c, sched, costs)
-    return {**row, **cp, **_tail(c, cp["status"], t0, bound_s=cp["bound_s"])}
+
+def evaluate_group(configs: list[Configuration]) -> list[dict]:
+    """The rows of configurations that differ at most in their memory cap (raises on
+    failure). They share one table and, on hardware, one simulation, which the cap does not
+    change; each row's ``runtime_s`` is its share of the group's wall time."""
+    t0 = time.perf_counter()
+    c0 = configs[0]
+    if any(c.simulation_key != c0.simulation_key for c in configs):
+        raise ValueError("evaluate_group takes configurations that differ only in their cap")
+    levels = _levels(*c0.instance)
+    rows = []
+    if c0.run.mode == "table":
+        doc = levels.as_dict()
+        rows = [{**_base(c), **flat_levels(doc)} for c in configs]
+    else:
+        costs = _costs(c0, levels.schedule)
+        levels = levels.simulated(costs)
+        doc = levels.as_dict(exposed_comm=c0.run.exposed_comm and c0.run.mode == "simulate")
+        for c in configs:
+            capacity = _capacity(c, costs)
+            row = {**_base(c), **flat_levels(_with_capacity(doc, capacity))}
+            if c.run.uses_cpsat:
+                row.update(_cpsat(c, levels.schedule, replace(costs, capacity=capacity)))
+            rows.append(row)
+    share = (time.perf_counter() - t0) / len(configs)
+    return [{**row, **_tail(c, row.get("status", "ok"), share, bound_s=row.get("bound_s"))}
+            for c, row in zip(configs, rows)]
 
 
 def tick_of(c: Configuration, costs) -> float:
@@ -189,16 +212,6 @@ def tick_of(c: Configuration, costs) -> float:
     return costs.default_tick(c.run.ticks_per_op)
 
 
-def cpsat_unavailable() -> str | None:
-    """None when the CP-SAT API (``solver.cpsat.search`` / ``bound``) can be used, else why not."""
-    try:
-        from pipetab.solver import cpsat
-    except ImportError as exc:  # pragma: no cover - depends on the installation
-        return f"solver.cpsat cannot be imported ({exc})"
-    missing = [n for n in ("CpSatConfig", "Problem", "search", "bound") if not hasattr(cpsat, n)]
-    return f"solver.cpsat lacks {', '.join(missing)}" if missing else None
-
-
 def _cpsat(c: Configuration, sched, costs) -> dict:
     """CP-SAT on the known schedule's problem (its placement and microbatch-to-pipeline map
     fixed, orders free), costs quantized to ticks; the known schedule is handed in as a
@@ -206,9 +219,6 @@ def _cpsat(c: Configuration, sched, costs) -> dict:
     returned schedule is re-simulated on the quantized costs and must match, then on the
     real-valued costs (``cpsat_real_s``); ``bound_real_s`` is the bound proven with durations
     rounded down, a lower bound of the real-valued problem (same placement)."""
-    why = cpsat_unavailable()
-    if why:
-        raise RuntimeError(f"the CP-SAT model is not available: {why}")
     from pipetab.solver import cpsat
     from pipetab.solver.simulate import simulate
 
@@ -256,14 +266,20 @@ def _cpsat(c: Configuration, sched, costs) -> dict:
 
 
 def evaluate_task(configs: list[Configuration]) -> list[Outcome]:
-    """Evaluate configurations (ideally sharing a schedule); never raises."""
-    out = []
+    """Evaluate configurations (ideally sharing a schedule, see ``driver.tasks_of``); never
+    raises: a failure becomes the error outcome of the configurations it stopped."""
+    groups: dict = {}
     for c in configs:
+        groups.setdefault(c.simulation_key, []).append(c)
+    out = []
+    for group in groups.values():
         try:
-            out.append(Outcome(c.key, evaluate(c), None))
+            out.extend(Outcome(c.key, row, None) for c, row in zip(group, evaluate_group(group)))
+        except OutsideRegime as exc:
+            out.extend(Outcome(c.key, None, None, exc.args[0]) for c in group)
         except Exception as exc:  # noqa: BLE001 - recorded per configuration, retried next run
             msg = exc.args[0] if getattr(exc, "args", None) else repr(exc)
-            out.append(Outcome(c.key, None, f"{type(exc).__name__}: {msg}"))
+            out.extend(Outcome(c.key, None, f"{type(exc).__name__}: {msg}") for c in group)
     return out
 
 

@@ -151,10 +151,8 @@ def manual_chimera(stages: int, microbatches: int) -> Schedule:
 
 def chimera(stages: int, microbatches: int) -> Schedule:
     from pipetab.schedules import registry
-    try:
-        return registry.generate("chimera", stages, microbatches)
-    except NotImplementedError:
-        return manual_chimera(stages, microbatches)
+
+    return registry.generate("chimera", stages, microbatches)
 
 
 @pytest.mark.parametrize("make", [manual_chimera, chimera])

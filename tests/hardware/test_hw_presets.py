@@ -70,7 +70,7 @@ def test_unknown_preset():
         load_system("x")
     with pytest.raises(ValueError, match=r"unknown model 'nope'; known: .*paper_gpt"):
         load_model("nope")
-    with pytest.raises(ValueError, match="system file .*missing.toml does not exist"):
+    with pytest.raises(ValueError, match="system file .*missing.toml. does not exist"):
         load_system("/no/such/missing.toml")
 
 

@@ -19,17 +19,10 @@ CASES = [("gpipe", 4, 8, {}), ("1f1b", 4, 8, {}), ("1f1b", 8, 3, {}), ("chimera"
          ("chimera-asym", 4, 8, {"split": (1, 2)}), ("chimera-fd", 4, 8, {}), ("chimera-fd", 8, 32, {})]
 
 
-def _generate(name, S, B_, opts):
-    try:
-        return registry.generate(name, S, B_, **opts)
-    except NotImplementedError:  # pragma: no cover - while a generator is being written
-        pytest.skip(f"{name} not implemented")
-
-
 @pytest.mark.parametrize("name,S,B_,opts", CASES)
 @pytest.mark.parametrize("slots", [SlotDurations(1, 1), SlotDurations(1, 2), SlotDurations(2, 3)])
 def test_zero_comm_simulation_reproduces_table(name, S, B_, opts, slots):
-    schedule = _generate(name, S, B_, opts)
+    schedule = registry.generate(name, S, B_, **opts)
     table = layout(schedule, slots)
     sim = simulate(schedule, slot_costs(schedule, slots))
     m = table_metrics(table, schedule)
@@ -43,7 +36,7 @@ def test_zero_comm_simulation_reproduces_table(name, S, B_, opts, slots):
 @pytest.mark.parametrize("name,S,B_,opts", CASES)
 @pytest.mark.parametrize("comm", [1, 3])
 def test_simulator_equals_graph_longest_path_and_evaluator(name, S, B_, opts, comm):
-    schedule = _generate(name, S, B_, opts)
+    schedule = registry.generate(name, S, B_, **opts)
     costs = slot_costs(schedule, SlotDurations(1, 2), comm_slots=comm)
     sim = simulate(schedule, costs)
     length, path = critical_path(execution_graph(schedule, costs))
@@ -139,7 +132,7 @@ from pipetab.solver.costs import hardware_costs  # noqa: E402
 
 @pytest.mark.parametrize("name,S,B_,opts", [c for c in CASES if c[0] != "chimera-asym" and 64 % c[2] == 0])
 def test_peak_activation_bytes_are_count_times_stage_size(name, S, B_, opts):
-    schedule = _generate(name, S, B_, opts)
+    schedule = registry.generate(name, S, B_, **opts)
     costs = hardware_costs(schedule, "mid_nw_mid_cp", "tiny_gpt")
     sim = simulate(schedule, costs)
     counts = table_metrics(layout(schedule), schedule).peak_activations

@@ -102,7 +102,7 @@ def test_cli_rejects_before_any_work(tmp_path, capsys):
     assert len(err.strip().splitlines()) == 1 and "unknown schedule 'nope'" in err
     assert not db.exists()  # nothing was started
     code = main(["sweep", str(tmp_path / "missing.toml")])
-    assert code == 2 and "cannot be read" in capsys.readouterr().err
+    assert code == 2 and "does not exist" in capsys.readouterr().err
     good = write(tmp_path, GOOD, "good.toml")
     assert main(["sweep", str(good), "--db", str(db), "--export", "x.xlsx"]) == 2
     assert main(["sweep", str(good), "--db", str(db), "--scheduler", "tcp://127.0.0.1:1"]) == 2

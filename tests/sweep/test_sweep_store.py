@@ -98,7 +98,7 @@ def test_cli_sweep_resumes_and_exports(tmp_path, capsys):
     frame = pd.read_csv(csv)
     assert len(frame) == 6 and frame.key.is_unique
     assert {"pipetab_version", "ortools_version", "status", "bound_s", "time_limit_s", "cpsat_workers",
-            "T_sim_s", "idle_ratio", "table_bubble", "formula_bubble"} <= set(frame.columns)
+            "simulation_makespan_s", "simulation_idle_ratio", "table_bubble_ratio", "formula_bubble_ratio"} <= set(frame.columns)
     assert main(["sweep", str(cfg), "--db", str(db), "--dry-run"]) == 0
     assert "0 to run, 6 already" in capsys.readouterr().out
 

@@ -1,0 +1,45 @@
+"""``pipetab view``: schedules side by side on one self-contained HTML page."""
+
+from __future__ import annotations
+
+from . import common
+from .common import UsageError
+from .evaluate_cmd import add_hardware_args, hardware_costs_of
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "view", help="write an HTML page comparing schedules (tables, timelines, memory, levels)",
+        description="Write one self-contained HTML page (no server, no network) showing each named "
+        "schedule as its table, its simulated timeline and its memory per device over time, with "
+        "the levels' numbers. Hover an op for its times and memory; the wheel zooms.")
+    common.add_schedule_args(p, several=True)
+    add_hardware_args(p)
+    p.add_argument("--output", "-o", metavar="FILE.html", default="pipetab-view.html",
+                   help="page to write (default pipetab-view.html)")
+    p.add_argument("--open", action="store_true", help="open the page in the web browser")
+    p.set_defaults(func=run)
+
+
+def run(args) -> None:
+    from pipetab.solver.levels import evaluate_levels
+    from pipetab.view import write_page
+
+    if len(set(args.names)) != len(args.names):
+        raise UsageError("pipetab: error: NAME lists a schedule twice")
+    common.check_options_apply(args, args.names)
+    path = common.output_path(args.output, "--output", (".html", ".htm"))
+    levels, titles = [], []
+    for name in args.names:
+        schedule = common.build_schedule(args, name, strict=len(args.names) == 1)
+        levels.append(evaluate_levels(schedule, slots=common.slots_of(args),
+                                      costs=hardware_costs_of(args, schedule)))
+        on = f" on {args.system}" if args.system else " (table slot costs)"
+        titles.append(f"{name} S={args.stages} B={args.microbatches}{on}")
+    common.write_output(path, "--output", lambda p: write_page(p, levels, titles))
+    print(f"wrote {path} ({len(levels)} schedule{'s' if len(levels) > 1 else ''})")
+    if args.open:
+        import webbrowser
+
+        if not webbrowser.open(path.resolve().as_uri()):
+            raise UsageError(f"pipetab: error: --open found no web browser; open {path} yourself")

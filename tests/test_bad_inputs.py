@@ -1,0 +1,371 @@
+"""The bad-input corpus: every case exits with code 2 and one line on stderr that names the
+argument and what is allowed -- no traceback, no hang, nothing silently wrong.
+
+Cases run in-process (``pipetab.cli.main``) under an alarm, so a hang fails the case; the
+few that need a real process (stdout on a full disk) run as one. Classes: numbers out of
+range, non-finite numbers, files that are not regular, not UTF-8 or too deep, inconsistent
+metadata, options that do not apply to the command or schedule, unwritable outputs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pipetab.cli import main
+
+HANG_S = 20  # a case still running after this long has hung
+
+# a valid system file and model file that the broken variants below edit one value of
+SYSTEM = """summary = "test system"
+[device]
+peak_flops = 1e15
+compute_efficiency = 0.7
+compute_latency_s = 1e-6
+mem_bandwidth = 3e12
+mem_efficiency = 0.8
+mem_latency_s = 5e-8
+memory_bytes = 80e9
+[link]
+bandwidth = 50e9
+latency_s = 5e-7
+"""
+MODEL = """summary = "test model"
+num_layers = 8
+hidden = 256
+heads = 4
+seq_len = 128
+vocab = 1000
+global_batch = 64
+"""
+SWEEP = """[grid]
+schedules = ["1f1b"]
+stages = [4]
+microbatches = [8]
+systems = ["mid_nw_mid_cp"]
+"""
+
+
+def _table_json(**changes) -> str:
+    """The JSON form of 1F1B S=2 B=2 (as ``pipetab table`` writes it), with changes."""
+    from pipetab.schedules import formats, registry
+    from pipetab.schedules.table import layout
+
+    sched = registry.generate("1f1b", 2, 2)
+    doc = formats.to_json_dict(layout(sched), schedule="1f1b", stages=2)
+    doc.update(changes)
+    return json.dumps(doc)
+
+
+def _ops_json(edit) -> str:
+    doc = json.loads(_table_json())
+    edit(doc["ops"])
+    return json.dumps(doc)
+
+
+FILES = {
+    # systems: one value out of range or not finite each
+    "sys_tiny_flops.toml": SYSTEM.replace("peak_flops = 1e15", "peak_flops = 1e-300"),
+    "sys_inf_flops.toml": SYSTEM.replace("peak_flops = 1e15", "peak_flops = inf"),
+    "sys_nan_flops.toml": SYSTEM.replace("peak_flops = 1e15", "peak_flops = nan"),
+    "sys_big_flops.toml": SYSTEM.replace("peak_flops = 1e15", "peak_flops = 1e400"),
+    "sys_zero_bw.toml": SYSTEM.replace("bandwidth = 50e9", "bandwidth = 0"),
+    "sys_tiny_bw.toml": SYSTEM.replace("bandwidth = 50e9", "bandwidth = 1e-300"),
+    "sys_neg_latency.toml": SYSTEM.replace("latency_s = 5e-7", "latency_s = -1"),
+    "sys_eff.toml": SYSTEM.replace("compute_efficiency = 0.7", "compute_efficiency = 1.5"),
+    "sys_memory.toml": SYSTEM.replace("memory_bytes = 80e9", "memory_bytes = -80e9"),
+    "sys_unknown_key.toml": SYSTEM + "colour = 1\n",
+    "sys_missing_key.toml": SYSTEM.replace("peak_flops = 1e15\n", ""),
+    "sys_string.toml": SYSTEM.replace("peak_flops = 1e15", 'peak_flops = "fast"'),
+    "sys_bad_toml.toml": "summary = \n",
+    "sys_huge_int.toml": SYSTEM.replace('summary = "test system"', 'summary = "x"\nnum_devices = 123456789012345678901234567890'),
+    # models
+    "model_zero_layers.toml": MODEL.replace("num_layers = 8", "num_layers = 0"),
+    "model_float.toml": MODEL.replace("hidden = 256", "hidden = 256.5"),
+    "model_huge.toml": MODEL.replace("hidden = 256", "hidden = 123456789012345678901234567890"),
+    "model_missing.toml": MODEL.replace("vocab = 1000\n", ""),
+    "model_batch.toml": MODEL.replace("global_batch = 64", "global_batch = 6"),
+    # sweep configs
+    "sweep_ok.toml": SWEEP,
+    "sweep_unknown.toml": SWEEP + "[extra]\n",
+    "sweep_bad.toml": "[grid\n",
+    "sweep_stages.toml": SWEEP.replace("stages = [4]", "stages = [1]"),
+    "sweep_empty.toml": SWEEP.replace('schedules = ["1f1b"]', "schedules = []"),
+    "sweep_deep.toml": "a = " + "[" * 100_000 + "]" * 100_000 + "\n",
+    # tables for check
+    "empty.json": "",
+    "deep.json": "[" * 100_000 + "]" * 100_000,
+    "deep_obj.json": '{"ops": ' + "[" * 100_000 + "]" * 100_000 + "}",
+    "list.json": "[1, 2]",
+    "no_ops.json": '{"devices": 2}',
+    "ops_empty.json": '{"devices": 2, "ops": []}',
+    "claims_makespan.json": _table_json(makespan_slots=999),
+    "claims_bubble.json": _table_json(bubble_ratio=0.0),
+    "claims_devices.json": _table_json(devices=1),
+    "claims_microbatches.json": _table_json(microbatches=7),
+    "claims_stages.json": _table_json(stages=9),
+    "claims_tick.json": _table_json(tick_slots=-1),
+    "huge_start.json": _ops_json(lambda ops: ops[0].update(start=1e400)),
+    "nan_start.json": _table_json().replace('"start": 0', '"start": NaN', 1),
+    "neg_start.json": _ops_json(lambda ops: ops[0].update(start=-1)),
+    "zero_duration.json": _ops_json(lambda ops: ops[0].update(duration=0)),
+    "bad_kind.json": _ops_json(lambda ops: ops[0].update(kind="X")),
+    "string_stage.json": _ops_json(lambda ops: ops[0].update(stage="one")),
+    "overlap.json": _ops_json(lambda ops: ops[1].update(start=ops[0]["start"])),
+    "missing_op.json": _ops_json(lambda ops: ops.pop()),
+    "duplicate_op.json": _ops_json(lambda ops: ops.append(dict(ops[0], start=100))),
+    "early_forward.json": _ops_json(lambda ops: next(o for o in ops if (o["kind"], o["stage"], o["microbatch"])
+                                                    == ("F", 1, 0)).update(start=0)),
+    "no_header.csv": "0,0,1,F,0,0,0\n",
+    "bad_kind.csv": "device,start,duration,kind,pipeline,stage,microbatch\n0,0,1,Q,0,0,0\n",
+    "float.csv": "device,start,duration,kind,pipeline,stage,microbatch\n0,0.5,1,F,0,0,0\n",
+    "header_only.csv": "device,start,duration,kind,pipeline,stage,microbatch\n",
+    "torch_bad.csv": "0F0,XX\n",
+    "torch_stage_twice.csv": "0F0\n0F1\n",
+    "garbage.txt": "hello world\n",
+    "bad_cell.txt": "t | 0 1\ndev0 | F0s0 Z9\n",
+    "rows_gap.txt": "t | 0\ndev0 | F0s0\ndev2 | F0s1\n",
+}
+BINARY = {
+    "latin1.txt": "dev0 | F0s0\n# caf\xe9\n".encode("latin-1"),
+    "latin1.json": '{"schedule": "caf\xe9", "ops": []}'.encode("latin-1"),
+    "latin1_sys.toml": SYSTEM.replace("test system", "caf\xe9").encode("latin-1"),
+    "latin1_model.toml": MODEL.replace("test model", "caf\xe9").encode("latin-1"),
+    "latin1_sweep.toml": ('name = "caf\xe9"\n' + SWEEP).encode("latin-1"),
+    "binary.csv": bytes(range(256)),
+}
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("bad")
+    for name, text in FILES.items():
+        (root / name).write_text(text, encoding="utf-8")
+    for name, data in BINARY.items():
+        (root / name).write_bytes(data)
+    (root / "folder.json").mkdir()
+    (root / "folder.toml").mkdir()
+    (root / "folder.html").mkdir()
+    (root / "folder.png").mkdir()
+    os.mkfifo(root / "fifo.json")
+    os.mkfifo(root / "fifo.toml")
+    os.symlink("/dev/zero", root / "zero.json")
+    return root
+
+
+S4 = ["-S", "4", "-B", "8"]
+SYS = ["--system", "mid_nw_mid_cp"]
+CP = ["--solver", "cpsat"]
+
+# (id, argv with {d} for the files' folder, what the one line must contain)
+SHAPE = [
+    ("stages-zero", ["1f1b", "-S", "0", "-B", "8"], "stages"),
+    ("stages-one", ["1f1b", "-S", "1", "-B", "8"], "stages"),
+    ("stages-negative", ["1f1b", "-S", "-4", "-B", "8"], "stages"),
+    ("stages-word", ["1f1b", "-S", "four", "-B", "8"], "stages"),
+    ("stages-float", ["1f1b", "-S", "2.5", "-B", "8"], "stages"),
+    ("stages-empty", ["1f1b", "-S", "", "-B", "8"], "stages"),
+    ("microbatches-zero", ["1f1b", "-S", "4", "-B", "0"], "microbatches"),
+    ("microbatches-negative", ["1f1b", "-S", "4", "-B", "-1"], "microbatches"),
+    ("microbatches-exp", ["1f1b", "-S", "4", "-B", "1e3"], "microbatches"),
+    ("stages-missing", ["1f1b", "-B", "8"], "stages"),
+    ("waves-zero", ["hanayo", *S4, "--waves", "0"], "waves"),
+    ("waves-nine", ["hanayo", *S4, "--waves", "9"], "waves"),
+    ("chunks-one", ["interleaved", *S4, "--chunks", "1"], "chunks"),
+    ("chunks-many", ["interleaved", *S4, "--chunks", "99"], "chunks"),
+    ("split-zero", ["chimera-asym", *S4, "--split", "0:1"], "split"),
+    ("split-one-number", ["chimera-asym", *S4, "--split", "1"], "split"),
+    ("split-words", ["chimera-asym", *S4, "--split", "a:b"], "split"),
+    ("forward-slots-zero", ["1f1b", *S4, "--forward-slots", "0"], "forward slots"),
+    ("backward-slots-zero", ["1f1b", *S4, "--backward-slots", "0"], "backward slots"),
+    ("weight-slots-zero", ["zb-h1", *S4, "--weight-slots", "0"], "weight slots"),
+    ("chimera-odd", ["chimera", "-S", "3", "-B", "6"], "stages"),
+    ("chimera-batch", ["chimera", "-S", "4", "-B", "6"], "microbatches"),
+    ("hanayo-batch", ["hanayo", "-S", "4", "-B", "6"], "microbatches"),
+    ("interleaved-batch", ["interleaved", "-S", "4", "-B", "6"], "microbatches"),
+    ("dualpipev-batch", ["dualpipev", "-S", "4", "-B", "4"], "microbatches"),
+    ("chimera-fd-batch", ["chimera-fd", "-S", "4", "-B", "4"], "microbatches"),
+    ("unknown-schedule", ["zigzag", *S4], "unknown schedule"),
+    ("waves-on-1f1b", ["1f1b", *S4, "--waves", "2"], "--waves"),
+    ("chunks-on-gpipe", ["gpipe", *S4, "--chunks", "2"], "--chunks"),
+    ("split-on-hanayo", ["hanayo", *S4, "--split", "1:2"], "--split"),
+    ("weight-slots-on-1f1b", ["1f1b", *S4, "--weight-slots", "2"], "--weight-slots"),
+    ("weight-slots-on-chimera", ["chimera", *S4, "--weight-slots", "2"], "--weight-slots"),
+]
+CASES = [(f"{cmd}-{cid}", [cmd, *argv], frag) for cmd in ("table", "evaluate", "view") for cid, argv, frag in SHAPE]
+CASES += [
+    # evaluate: options that need another option, numbers, files
+    ("evaluate-model-without-system", ["evaluate", "1f1b", *S4, "--model", "tiny_gpt"], "--model"),
+    ("evaluate-recompute-without-system", ["evaluate", "1f1b", *S4, "--recompute", "full"], "--recompute"),
+    ("evaluate-contention-without-system", ["evaluate", "1f1b", *S4, "--contention"], "--contention"),
+    ("evaluate-trace-without-system", ["evaluate", "1f1b", *S4, "--trace", "{d}/t.json"], "--trace"),
+    ("evaluate-plot-without-system", ["evaluate", "1f1b", *S4, "--plot", "{d}/t.png"], "--plot"),
+    ("evaluate-tick-without-solver", ["evaluate", "1f1b", *S4, *SYS, "--tick", "0.001"], "--tick"),
+    ("evaluate-tick-without-system", ["evaluate", "1f1b", *S4, *CP, "--tick", "0.001"], "--tick"),
+    ("evaluate-tick-zero", ["evaluate", "1f1b", *S4, *SYS, *CP, "--tick", "0"], "tick"),
+    ("evaluate-tick-negative", ["evaluate", "1f1b", *S4, *SYS, *CP, "--tick", "-1"], "tick"),
+    ("evaluate-tick-nan", ["evaluate", "1f1b", *S4, *SYS, *CP, "--tick", "nan"], "tick"),
+    ("evaluate-tick-inf", ["evaluate", "1f1b", *S4, *SYS, *CP, "--tick", "inf"], "tick"),
+    ("evaluate-tick-overflow", ["evaluate", "1f1b", *S4, *SYS, *CP, "--tick", "1e400"], "tick"),
+    ("evaluate-tick-word", ["evaluate", "1f1b", *S4, *SYS, *CP, "--tick", "fine"], "tick"),
+    ("evaluate-tick-coarse", ["evaluate", "1f1b", *S4, *SYS, *CP, "--tick", "1e9"], "--tick"),
+    ("evaluate-solver-unknown", ["evaluate", "1f1b", *S4, "--solver", "gurobi"], "--solver"),
+    ("evaluate-format-unknown", ["evaluate", "1f1b", *S4, "--format", "xml"], "--format"),
+    ("evaluate-recompute-unknown", ["evaluate", "1f1b", *S4, *SYS, "--recompute", "some"], "--recompute"),
+    ("evaluate-batch-split", ["evaluate", "1f1b", "-S", "4", "-B", "3", *SYS], "global batch"),
+    ("evaluate-batch-too-many", ["evaluate", "1f1b", "-S", "4", "-B", "1024", *SYS], "global batch"),
+    ("evaluate-system-unknown", ["evaluate", "1f1b", *S4, "--system", "cray"], "system"),
+    ("evaluate-system-missing-file", ["evaluate", "1f1b", *S4, "--system", "{d}/none.toml"], "none.toml"),
+    ("evaluate-system-folder", ["evaluate", "1f1b", *S4, "--system", "{d}/folder.toml"], "folder.toml"),
+    ("evaluate-system-fifo", ["evaluate", "1f1b", *S4, "--system", "{d}/fifo.toml"], "fifo.toml"),
+    ("evaluate-system-latin1", ["evaluate", "1f1b", *S4, "--system", "{d}/latin1_sys.toml"], "not UTF-8"),
+    ("evaluate-system-bad-toml", ["evaluate", "1f1b", *S4, "--system", "{d}/sys_bad_toml.toml"], "TOML"),
+    ("evaluate-system-tiny-flops", ["evaluate", "1f1b", *S4, "--system", "{d}/sys_tiny_flops.toml"], "peak_flops"),
+    ("evaluate-system-inf-flops", ["evaluate", "1f1b", *S4, "--system", "{d}/sys_inf_flops.toml"], "peak_flops"),
+    ("evaluate-system-nan-flops", ["evaluate", "1f1b", *S4, "--system", "{d}/sys_nan_flops.toml"], "peak_flops"),
+    ("evaluate-system-big-flops", ["evaluate", "1f1b", *S4, "--system", "{d}/sys_big_flops.toml"], "peak_flops"),
+    ("evaluate-system-zero-bandwidth", ["evaluate", "1f1b", *S4, "--system", "{d}/sys_zero_bw.toml"], "bandwidth"),
+    ("evaluate-system-tiny-bandwidth", ["evaluate", "1f1b", *S4, "--system", "{d}/sys_tiny_bw.toml"], "bandwidth"),
+    ("evaluate-system-negative-latency", ["evaluate", "1f1b", *S4, "--system", "{d}/sys_neg_latency.toml"], "latency"),
+    ("evaluate-system-efficiency", ["evaluate", "1f1b", *S4, "--system", "{d}/sys_eff.toml"], "compute_efficiency"),
+    ("evaluate-system-memory", ["evaluate", "1f1b", *S4, "--system", "{d}/sys_memory.toml"], "memory_bytes"),
+    ("evaluate-system-unknown-key", ["evaluate", "1f1b", *S4, "--system", "{d}/sys_unknown_key.toml"], "colour"),
+    ("evaluate-system-missing-key", ["evaluate", "1f1b", *S4, "--system", "{d}/sys_missing_key.toml"], "peak_flops"),
+    ("evaluate-system-string", ["evaluate", "1f1b", *S4, "--system", "{d}/sys_string.toml"], "peak_flops"),
+    ("evaluate-system-huge-int", ["evaluate", "1f1b", *S4, "--system", "{d}/sys_huge_int.toml"], "num_devices"),
+    ("evaluate-model-unknown", ["evaluate", "1f1b", *S4, *SYS, "--model", "llama9"], "model"),
+    ("evaluate-model-folder", ["evaluate", "1f1b", *S4, *SYS, "--model", "{d}/folder.toml"], "folder.toml"),
+    ("evaluate-model-latin1", ["evaluate", "1f1b", *S4, *SYS, "--model", "{d}/latin1_model.toml"], "not UTF-8"),
+    ("evaluate-model-zero-layers", ["evaluate", "1f1b", *S4, *SYS, "--model", "{d}/model_zero_layers.toml"], "num_layers"),
+    ("evaluate-model-float", ["evaluate", "1f1b", *S4, *SYS, "--model", "{d}/model_float.toml"], "hidden"),
+    ("evaluate-model-huge", ["evaluate", "1f1b", *S4, *SYS, "--model", "{d}/model_huge.toml"], "hidden"),
+    ("evaluate-model-missing-key", ["evaluate", "1f1b", *S4, *SYS, "--model", "{d}/model_missing.toml"], "vocab"),
+    ("evaluate-model-batch", ["evaluate", "1f1b", *S4, *SYS, "--model", "{d}/model_batch.toml"], "global batch"),
+    # unwritable outputs
+    ("evaluate-plot-missing-folder", ["evaluate", "1f1b", *S4, *SYS, "--plot", "{d}/nowhere/t.png"], "--plot"),
+    ("evaluate-plot-full-disk", ["evaluate", "1f1b", *S4, *SYS, "--plot", "/dev/full"], "--plot"),
+    ("evaluate-plot-folder", ["evaluate", "1f1b", *S4, *SYS, "--plot", "{d}/folder.png"], "--plot"),
+    ("evaluate-plot-suffix", ["evaluate", "1f1b", *S4, *SYS, "--plot", "{d}/t.txt"], "--plot"),
+    ("evaluate-trace-missing-folder", ["evaluate", "1f1b", *S4, *SYS, "--trace", "{d}/nowhere/t.json"], "--trace"),
+    ("evaluate-trace-full-disk", ["evaluate", "1f1b", *S4, *SYS, "--trace", "/dev/full"], "--trace"),
+    ("evaluate-trace-folder", ["evaluate", "1f1b", *S4, *SYS, "--trace", "{d}/folder.json"], "--trace"),
+    ("table-plot-missing-folder", ["table", "1f1b", *S4, "--plot", "{d}/nowhere/t.png"], "--plot"),
+    ("table-plot-full-disk", ["table", "1f1b", *S4, "--plot", "/dev/full"], "--plot"),
+    ("table-format-unknown", ["table", "1f1b", *S4, "--format", "yaml"], "--format"),
+    ("table-torch-two-pipelines", ["table", "chimera", *S4, "--format", "torch-csv"], "torch"),
+    ("view-output-missing-folder", ["view", "1f1b", *S4, "-o", "{d}/nowhere/v.html"], "--output"),
+    ("view-output-full-disk", ["view", "1f1b", *S4, "-o", "/dev/full"], "--output"),
+    ("view-output-folder", ["view", "1f1b", *S4, "-o", "{d}/folder.html"], "--output"),
+    ("view-output-suffix", ["view", "1f1b", *S4, "-o", "{d}/v.png"], "--output"),
+    ("view-twice", ["view", "1f1b", "1f1b", *S4], "twice"),
+    ("view-waves-none-takes", ["view", "1f1b", "gpipe", *S4, "--waves", "2"], "--waves"),
+    ("view-one-unknown", ["view", "1f1b", "zigzag", *S4], "unknown schedule"),
+    ("view-one-outside-regime", ["view", "1f1b", "chimera", "-S", "4", "-B", "6"], "microbatches"),
+    # check: files that are not regular, not UTF-8, too deep, malformed, or inconsistent
+    ("check-missing", ["check", "{d}/none.json"], "none.json"),
+    ("check-folder", ["check", "{d}/folder.json"], "folder.json"),
+    ("check-fifo", ["check", "{d}/fifo.json"], "fifo.json"),
+    ("check-dev-zero", ["check", "{d}/zero.json"], "zero.json"),
+    ("check-latin1-text", ["check", "{d}/latin1.txt"], "not UTF-8"),
+    ("check-latin1-json", ["check", "{d}/latin1.json"], "not UTF-8"),
+    ("check-binary-csv", ["check", "{d}/binary.csv"], "not UTF-8"),
+    ("check-empty", ["check", "{d}/empty.json"], "JSON"),
+    ("check-deep-list", ["check", "{d}/deep.json"], "deep"),
+    ("check-deep-ops", ["check", "{d}/deep_obj.json"], "deep"),
+    ("check-list", ["check", "{d}/list.json"], "ops"),
+    ("check-no-ops", ["check", "{d}/no_ops.json"], "ops"),
+    ("check-ops-empty", ["check", "{d}/ops_empty.json"], "no ops"),
+    ("check-claims-makespan", ["check", "{d}/claims_makespan.json"], "makespan_slots"),
+    ("check-claims-bubble", ["check", "{d}/claims_bubble.json"], "bubble_ratio"),
+    ("check-claims-devices", ["check", "{d}/claims_devices.json"], "device"),
+    ("check-claims-microbatches", ["check", "{d}/claims_microbatches.json"], "microbatches"),
+    ("check-claims-stages", ["check", "{d}/claims_stages.json"], "stages"),
+    ("check-claims-tick", ["check", "{d}/claims_tick.json"], "tick_slots"),
+    ("check-huge-start", ["check", "{d}/huge_start.json"], "start"),
+    ("check-nan-start", ["check", "{d}/nan_start.json"], "start"),
+    ("check-negative-start", ["check", "{d}/neg_start.json"], "start"),
+    ("check-zero-duration", ["check", "{d}/zero_duration.json"], "duration"),
+    ("check-bad-kind", ["check", "{d}/bad_kind.json"], "kind"),
+    ("check-string-stage", ["check", "{d}/string_stage.json"], "stage"),
+    ("check-overlap", ["check", "{d}/overlap.json"], "device 0"),
+    ("check-missing-op", ["check", "{d}/missing_op.json"], "missing"),
+    ("check-duplicate-op", ["check", "{d}/duplicate_op.json"], "twice"),
+    ("check-early-forward", ["check", "{d}/early_forward.json"], "F0s1"),
+    ("check-csv-no-header", ["check", "{d}/no_header.csv"], "torch CSV"),
+    ("check-csv-bad-kind", ["check", "{d}/bad_kind.csv"], "kind"),
+    ("check-csv-float", ["check", "{d}/float.csv"], "start"),
+    ("check-csv-header-only", ["check", "{d}/header_only.csv"], "no ops"),
+    ("check-torch-bad", ["check", "{d}/torch_bad.csv"], "action"),
+    ("check-torch-stage-twice", ["check", "{d}/torch_stage_twice.csv"], "stage 0"),
+    ("check-text-garbage", ["check", "{d}/garbage.txt"], "devN"),
+    ("check-text-bad-cell", ["check", "{d}/bad_cell.txt"], "slot 1"),
+    ("check-text-rows-gap", ["check", "{d}/rows_gap.txt"], "dev0..dev1"),
+    ("check-format-unknown", ["check", "{d}/garbage.txt", "--format", "xml"], "--format"),
+    # sweep
+    ("sweep-missing", ["sweep", "{d}/none.toml"], "none.toml"),
+    ("sweep-folder", ["sweep", "{d}/folder.toml"], "folder.toml"),
+    ("sweep-fifo", ["sweep", "{d}/fifo.toml"], "fifo.toml"),
+    ("sweep-latin1", ["sweep", "{d}/latin1_sweep.toml"], "not UTF-8"),
+    ("sweep-bad-toml", ["sweep", "{d}/sweep_bad.toml"], "TOML"),
+    ("sweep-deep-toml", ["sweep", "{d}/sweep_deep.toml"], "deep"),
+    ("sweep-unknown-key", ["sweep", "{d}/sweep_unknown.toml"], "extra"),
+    ("sweep-stages", ["sweep", "{d}/sweep_stages.toml"], "grid.stages"),
+    ("sweep-empty-list", ["sweep", "{d}/sweep_empty.toml"], "grid.schedules"),
+    ("sweep-workers-zero", ["sweep", "{d}/sweep_unknown.toml", "--workers", "0"], "workers"),
+    ("sweep-limit-zero", ["sweep", "{d}/sweep_unknown.toml", "--limit", "0"], "limit"),
+    ("sweep-executor-unknown", ["sweep", "{d}/sweep_unknown.toml", "--executor", "slurm"], "--executor"),
+    ("sweep-export-suffix", ["sweep", "{d}/sweep_ok.toml", "--export", "{d}/x.txt"], "--export"),
+    ("sweep-scheduler-without-dask", ["sweep", "{d}/sweep_ok.toml", "--scheduler", "tcp://127.0.0.1:1"], "--scheduler"),
+    # listings and the command itself
+    ("schedules-format", ["schedules", "--format", "xml"], "--format"),
+    ("systems-extra-argument", ["systems", "extra"], "extra"),
+    ("models-format", ["models", "--format", "csv"], "--format"),
+    ("no-command", [], "command"),
+    ("unknown-command", ["simulate"], "simulate"),
+]
+
+
+@pytest.fixture
+def alarm():
+    """Fail a case that runs longer than ``HANG_S`` instead of hanging the suite."""
+
+    def hung(*_):
+        raise TimeoutError(f"the case ran for more than {HANG_S} s")
+
+    old = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(HANG_S)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, old)
+
+
+def test_the_corpus_is_large_and_ids_unique():
+    assert len(CASES) >= 200 and len({c[0] for c in CASES}) == len(CASES)
+
+
+@pytest.mark.parametrize("argv, fragment", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_bad_input_is_one_clear_line(argv, fragment, files, capsys, alarm, monkeypatch):
+    monkeypatch.chdir(files)  # nothing a case writes lands in the working tree
+    argv = [a.replace("{d}", str(files)) for a in argv]
+    fragment = fragment.replace("{d}", str(files))
+    code = main(argv)
+    out, err = capsys.readouterr()
+    lines = err.strip().splitlines()
+    assert code == 2, f"exit {code}; stderr: {err!r}"
+    assert len(lines) == 1, f"stderr must be one line, got {err!r}"
+    assert "Traceback" not in err and fragment in lines[0], lines[0]
+    assert lines[0].startswith("pipetab"), lines[0]
+
+
+def test_stdout_on_a_full_disk_is_one_line():
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run([sys.executable, "-m", "pipetab.cli", "table", "1f1b", "-S", "4", "-B", "64"],
+                              stdout=full, stderr=subprocess.PIPE, text=True, timeout=60)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines() == ["pipetab: error: cannot write the output: No space left on device"]
