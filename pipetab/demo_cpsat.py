@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pipetab.schedules import formats, registry
-from pipetab.schedules.table import PlacedOp, Table
 
 
 def run(stages: int = 4, microbatches: int = 8, comm: int = 1, cap: int = 4, time_limit: float = 20.0) -> None:
@@ -23,9 +22,8 @@ def run(stages: int = 4, microbatches: int = 8, comm: int = 1, cap: int = 4, tim
         print(f"  {name:<6} makespan {k.makespan:g} slots, {gap}{fits}")
     if found.schedule is not None:
         sim = simulate(found.schedule, problem.costs)
-        entries = tuple(PlacedOp(op, found.schedule.device_of(op), int(s), int(sim.end[op] - s)) for op, s in sim.start.items())
         print("\nthe schedule found (message time shows as gaps):")
-        print(formats.to_text(Table(found.schedule.num_devices, entries, "found")))
+        print(formats.to_text(sim.table("found")))
     lb = bound(problem, config, known)
     print(lb.summary())
     print("holds under: " + "; ".join(lb.bound_assumptions))

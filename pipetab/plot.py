@@ -3,6 +3,7 @@ given ``ax`` and never save or show; the CLI saves."""
 
 from __future__ import annotations
 
+from pipetab.schedules.limits import check_drawable
 from pipetab.schedules.ops import Kind
 from pipetab.schedules.table import Table
 
@@ -37,6 +38,7 @@ def _bars(ax, items, num_mb, labels=False):
 def plot_table(table: Table, ax, title: str = "", labels: bool = True):
     """Draw ``table``: one row per device, one bar per op coloured by microbatch, backward
     hatched (weight-gradient dotted)."""
+    check_drawable(len(table))
     items = [(e.device, e.start, e.duration, e.op) for e in table.entries]
     _bars(ax, items, table.microbatches, labels=labels and table.makespan <= 120)
     ax.set_ylim(table.num_devices - 0.5, -0.5)
@@ -51,6 +53,7 @@ def plot_timeline(sim, ax, title: str = "", transfers: bool = True):
     """Draw a simulation: device rows with ops (coloured by microbatch, backward hatched),
     transfers as thin grey arrows from sender to receiver row, optimizer steps in grey."""
     sched = sim.schedule
+    check_drawable(sched.num_ops)
     unit = sim.costs.unit
     seconds = unit == "s" and sim.makespan >= 10
     scale = (1.0 if seconds else 1e3) if unit == "s" else 1.0

@@ -31,13 +31,15 @@ def levels_of(args):
 
     if (args.trace or args.plot) and not args.system:
         raise UsageError("pipetab evaluate: --trace and --plot need --system")
-    schedule = common.build_schedule(args)
     costs = None
     if args.system:
-        from pipetab.solver.costs import hardware_costs
+        from pipetab.solver.costs import check_hardware, hardware_costs
 
-        costs = hardware_costs(schedule, args.system, args.model or "paper_gpt",
-                               recompute=args.recompute, contention=args.contention)
+        # refuse a system or model that cannot run the request before generating anything
+        system, model = check_hardware(args.system, args.model or "paper_gpt", args.stages, args.microbatches)
+    schedule = common.build_schedule(args)
+    if args.system:
+        costs = hardware_costs(schedule, system, model, recompute=args.recompute, contention=args.contention)
     levels = evaluate_levels(schedule, slots=common.slots_of(args), costs=costs,
                              cpsat=args.solver == "cpsat", tick_s=args.tick)
     sim = levels.simulation

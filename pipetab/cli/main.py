@@ -57,10 +57,11 @@ def cmd_table(args) -> None:
 
         common.save_plot(plot_table, args.plot, table, title=f"{args.name}  S={args.stages} B={args.microbatches}")
     if args.format == "json":
-        emit_json(formats.to_json_dict(table, schedule=args.name, stages=args.stages,
-                                       bubble_ratio=metrics.bubble_ratio))
+        sys.stdout.writelines(formats.json_chunks(table, schedule=args.name, stages=args.stages,
+                                                  bubble_ratio=metrics.bubble_ratio))
+        sys.stdout.write("\n")
     elif args.format == "csv":
-        sys.stdout.write(formats.to_csv(table))
+        sys.stdout.writelines(formats.csv_chunks(table))
     elif args.format == "torch-csv":
         sys.stdout.write(formats.to_torch_csv(table))
     else:
