@@ -95,7 +95,6 @@ def segment_offsets(keys: np.ndarray, num_segments: int) -> np.ndarray:
     return np.searchsorted(keys, np.arange(num_segments + 1), side="left").astype(np.int64)
 
 
-
 def data_predecessors_of(ops: OpArrays, stage_base: np.ndarray, num_microbatches: int) -> np.ndarray:
     """Index of every op's data predecessor among ``ops`` (-1: none): F(s) after F(s-1);
     B(s) after B(s+1), or after F(s) on the last stage; W(s) after B(s). ``ops`` must hold

@@ -244,7 +244,7 @@ def _check_ops(schedule: Schedule) -> None:
     keys = (sid * num_mb + np.where(in_range, mb, 0)) * 3 + kind
     size = int(schedule.stage_base[-1]) * 3 * num_mb
     counts = np.bincount(keys[in_range], minlength=size)
-    device = np.repeat(np.arange(pl.num_devices), np.diff(schedule.offsets))
+    device = schedule.device
     misplaced = in_range & (schedule.stage_device[sid] != device)
     if in_range.all() and not misplaced.any() and counts.max(initial=0) <= 1:
         expected = int(nstages[mb2pipe].sum()) * len(schedule.kinds)
@@ -253,12 +253,11 @@ def _check_ops(schedule: Schedule) -> None:
         present = np.zeros(size, bool)
         present[keys] = True
         _missing(schedule, present, expected - n)
+    valid_keys = np.where(in_range, keys, -1)
+    order = np.argsort(valid_keys, kind="stable")  # equal keys keep their order: repeats come later
+    sk = valid_keys[order]
     repeat = np.zeros(n, bool)
-    order = np.argsort(np.where(in_range, keys, -1), kind="stable")
-    sk = keys[order]
-    dup = np.zeros(n, bool)
-    dup[1:] = (sk[1:] == sk[:-1]) & in_range[order][1:]
-    repeat[order] = dup
+    repeat[order[1:]] = (sk[1:] == sk[:-1]) & (sk[1:] >= 0)
     bad = ~in_range | misplaced | repeat
     i = int(np.argmax(bad))
     op, d = ops.op(i), int(device[i])

@@ -19,7 +19,7 @@ from typing import Mapping, NamedTuple, Sequence
 
 import numpy as np
 
-from .arrays import KINDS, OpArrays, frozen, segment_offsets
+from .arrays import OpArrays, frozen, segment_offsets
 from .evaluate import run_orders
 from .limits import check_grid
 from .ops import Kind, Op

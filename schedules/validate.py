@@ -45,7 +45,7 @@ def _first(mask: np.ndarray) -> int | None:
 
 def _radix_key(columns: list[np.ndarray]) -> np.ndarray | None:
     """One int64 key per row of the columns, equal exactly when the rows are (None when
-    the values span too much for 63 bits)."""
+    the values span too much for 62 bits)."""
     key = np.zeros(len(columns[0]), np.int64)
     span = 1
     for col in columns:
@@ -58,40 +58,34 @@ def _radix_key(columns: list[np.ndarray]) -> np.ndarray | None:
     return key
 
 
-def _repeats(columns: list[np.ndarray]) -> np.ndarray:
-    """Mask of rows equal to an earlier row."""
+def _row_ids(columns: list[np.ndarray]) -> np.ndarray:
+    """One int64 id per row, equal exactly when the rows are (columns of any span)."""
     key = _radix_key(columns)
-    order = np.argsort(key, kind="stable") if key is not None else np.lexsort(columns[::-1])
-    rows = [c[order] for c in columns]
-    same = np.ones(len(order) - 1, bool)
-    for r in rows:
-        same &= r[1:] == r[:-1]
-    out = np.zeros(len(order), bool)
-    out[order[1:][same]] = True
-    return out
+    if key is not None:
+        return key
+    ids = np.zeros(len(columns[0]), np.int64)
+    for col in columns:  # fold the columns in one by one, renumbering densely each time
+        _, col_ids = np.unique(col, return_inverse=True)
+        _, ids = np.unique(ids * (int(col_ids.max()) + 1) + col_ids, return_inverse=True)
+    return ids
+
+
+def _first_of(ids: np.ndarray) -> np.ndarray:
+    """Per row, the index of the first row with the same id."""
+    _, index, inverse = np.unique(ids, return_index=True, return_inverse=True)
+    return index[inverse]
 
 
 def _consistent(group: list[np.ndarray], value: np.ndarray) -> np.ndarray | None:
     """Mask of rows whose ``value`` differs from that of the first row of their ``group``
     (None when there is no such row)."""
-    key = _radix_key(group)
-    if key is not None and int(key.max()) < 4 * len(key) + 1024:
-        seen = np.zeros(int(key.max()) + 1, np.int64)
-        seen[key] = value
-        if (seen[key] == value).all():
+    ids = _row_ids(group)
+    if int(ids.max()) < 4 * len(ids) + 1024:  # the common case, without sorting
+        seen = np.zeros(int(ids.max()) + 1, np.int64)
+        seen[ids] = value
+        if (seen[ids] == value).all():
             return None
-    if key is None:
-        order = np.lexsort(group[::-1])
-        sk = np.stack([g[order] for g in group])
-        new = np.ones(len(order), bool)
-        new[1:] = (sk[:, 1:] != sk[:, :-1]).any(axis=0)
-        first_of = order[np.maximum.accumulate(np.where(new, np.arange(len(order)), 0))]
-        firsts = np.empty(len(order), np.int64)
-        firsts[order] = first_of
-    else:
-        _, index, inverse = np.unique(key, return_index=True, return_inverse=True)
-        firsts = index[inverse]
-    differs = value != value[firsts]
+    differs = value != value[_first_of(ids)]
     return differs if differs.any() else None
 
 
@@ -188,7 +182,8 @@ def validate(table: Table, schedule: Schedule | None = None) -> None:
         cols = [ops.kind.astype(np.int64), ops.pipeline, ops.stage, ops.microbatch]
         key = _radix_key(cols)
         if key is None or int(key.max()) >= 8 * n + 1024 or np.bincount(key).max() > 1:
-            i = _first(_repeats(cols))
+            ids = _row_ids(cols)
+            i = _first(_first_of(ids) != np.arange(n))
             if i is not None:
                 raise TableError(
                     f"op {ops.op(i)} appears twice (again on device {int(table.device[i])} "

@@ -178,39 +178,48 @@ def simulate(schedule: Schedule, costs: Costs) -> Simulation:
     Raises ``DeadlockError`` (naming the devices and the ops that wait on each other) when
     the per-device orders cannot all run.
     """
-    codes, pred, dev = schedule.codes, schedule.pred, schedule.device
+    codes, pred = schedule.codes, schedule.pred
     op_time = costs.op_time
     dur = stage_kind_table(schedule, lambda k, p, s: op_time[(k, p, s)])[codes]
-    # the message into an op: from its data predecessor's (stage, kind), over a fixed link
-    lag_of = np.zeros(len(schedule.stage_kind_keys()))
-    has = pred >= 0
-    src_dev = np.where(has, dev[np.maximum(pred, 0)], dev)
-    crosses = src_dev != dev
-    pair_codes = np.unique(codes[crosses])
-    if pair_codes.size:
-        first = np.zeros(int(codes.max()) + 1, np.int64)
-        first[codes[crosses]] = np.nonzero(crosses)[0]
-        keys = schedule.stage_kind_keys()
-        for c in pair_codes.tolist():
-            i = int(first[c])
-            q = int(pred[i])
-            k, p, s = keys[int(schedule.codes[q])]
-            lag_of[c] = costs.transfer(Op(k, p, s, 0), int(dev[q]), int(dev[i]))
-    lag = np.where(crosses, lag_of[codes], 0.0)
-    link = None
-    if costs.contention:
-        link = np.full(len(codes), -1, np.int64)
-        num = schedule.num_devices
-        senders = pred[crosses]
-        _, ids = np.unique(dev[senders] * num + dev[crosses], return_inverse=True)
-        link[senders] = ids
-    start, end, sent = run_orders(schedule, dur, lag, link)
-    consumers = np.nonzero(crosses)[0]
+    lag_of, link_of = _messages(schedule, costs)
+    lag, link_in = lag_of[codes], link_of[codes]
+    consumers = np.nonzero(link_in >= 0)[0]
     producers = pred[consumers]
+    link = None
+    if costs.contention:  # per op, the link its output crosses
+        link = np.full(len(codes), -1, np.int64)
+        link[producers] = link_in[consumers]
+    start, end, sent = run_orders(schedule, dur, lag, link)
     t0 = end[producers] if sent is None else sent[consumers]
     allreduces, optimizer = _tails(schedule, costs, end)
     return Simulation(schedule, costs, start, end, allreduces, optimizer,
                       (producers, consumers, t0, t0 + lag[consumers]))
+
+
+def _messages(schedule: Schedule, costs: Costs) -> tuple[np.ndarray, np.ndarray]:
+    """Per (stage, kind) code: the time of the message into such an op from its data
+    predecessor (0 on the same device) and the id of the directed link it crosses (-1:
+    none). The predecessor's stage, and so the link, follow from the placement."""
+    keys = schedule.stage_kind_keys()
+    lag = np.zeros(len(keys))
+    link = np.full(len(keys), -1, np.int64)
+    links: dict[tuple[int, int], int] = {}
+    device = schedule.placement.device
+    for c, (k, p, s) in enumerate(keys):
+        last = schedule.num_stages(p) - 1
+        if k is Kind.F:
+            if s == 0:
+                continue
+            q = Op(Kind.F, p, s - 1, 0)
+        elif k is Kind.B:
+            q = Op(Kind.B, p, s + 1, 0) if s < last else Op(Kind.F, p, s, 0)
+        else:
+            q = Op(Kind.B, p, s, 0)
+        src, dst = device(p, q.stage), device(p, s)
+        if src != dst:
+            lag[c] = costs.transfer(q, src, dst)
+            link[c] = links.setdefault((src, dst), len(links))
+    return lag, link
 
 
 def _tails(schedule: Schedule, costs: Costs, end: np.ndarray):

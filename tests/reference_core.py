@@ -283,3 +283,26 @@ def ref_validate_message(table):
                 return (f"op {e.op} on device {e.device} starts at slot {e.start} before its "
                         f"dependency {q} ends at slot {by_op[q].end}")
     return None
+
+
+def ref_schedule_message(schedule_name, placement, microbatch2pipeline, orders, split):
+    """The message of the first op (in device order) that breaks a schedule's rules, or of
+    the first missing op (None if the orders are a schedule), checked op by op."""
+    kinds = (Kind.F, Kind.B, Kind.W) if split else (Kind.F, Kind.B)
+    expected = {Op(k, p, s, m) for m, p in enumerate(microbatch2pipeline)
+                for s in range(placement.num_stages(p)) for k in kinds}
+    seen = set()
+    for d, order in enumerate(orders):
+        for op in order:
+            if op in seen:
+                return f"op {op} appears twice in schedule {schedule_name!r}"
+            if op not in expected:
+                return f"op {op} on device {d} is not part of schedule {schedule_name!r}"
+            if placement.device(op.pipeline, op.stage) != d:
+                return f"op {op} is ordered on device {d} but placed on device {placement.device(op.pipeline, op.stage)}"
+            seen.add(op)
+    missing = expected - seen
+    if missing:
+        first = min(missing, key=lambda o: (o.microbatch, o.pipeline, o.stage, o.kind.value))
+        return f"op {first} is missing from schedule {schedule_name!r} ({len(missing)} missing)"
+    return None

@@ -78,3 +78,15 @@ def test_table_and_evaluate_import_no_solver_dataframe_or_plotting(tmp_path):
     out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "t.json")], capture_output=True, text=True,
                          check=True)
     assert out.stderr.strip() == ""
+
+
+def test_huge_numbers_in_table_files_are_refused_or_named_without_huge_arrays():
+    from pipetab.schedules import formats
+    from pipetab.schedules.validate import TableError, validate
+
+    head = "device,start,duration,kind,pipeline,stage,microbatch\n"
+    with pytest.raises(formats.FormatError, match=r"microbatch must be at most 1099511627776"):
+        formats.from_csv(head + f"0,0,1,F,0,0,{2**41}\n")
+    table = formats.from_csv(head + f"0,0,1,F,0,0,{2**40}\n0,1,1,B,0,{2**40},0\n")
+    with pytest.raises(TableError, match="microbatch 1 has no ops"):
+        validate(table)

@@ -19,8 +19,8 @@ from pipetab.schedules.table import PlacedOp, SlotDurations, Table, layout, whol
 from pipetab.schedules.validate import TableError, validate
 
 from reference_core import (
-    cases, ref_interleaved_orders, ref_one_f_one_b_orders, ref_run, ref_table_metrics,
-    ref_validate_message, ref_zb_h1_orders,
+    cases, ref_interleaved_orders, ref_one_f_one_b_orders, ref_run, ref_schedule_message,
+    ref_table_metrics, ref_validate_message, ref_zb_h1_orders,
 )
 
 
@@ -127,6 +127,34 @@ def test_object_and_array_construction_agree():
     assert OpArrays.from_ops(schedule.ops.to_ops()).equals(schedule.ops)
 
 
+@settings(max_examples=150, deadline=None)
+@given(schedule=cases(max_stages=6, max_microbatches=12), data=st.data())
+def test_schedule_checks_name_the_same_first_problem_as_the_reference(schedule, data):
+    orders = [list(o) for o in schedule.orders]
+    d = data.draw(st.integers(0, len(orders) - 1))
+    i = data.draw(st.integers(0, len(orders[d]) - 1))
+    op = orders[d][i]
+    how = data.draw(st.sampled_from(["drop", "copy", "move", "microbatch", "kind", "stage", "pipeline"]))
+    if how == "drop":
+        del orders[d][i]
+    elif how == "copy":
+        orders[data.draw(st.integers(0, len(orders) - 1))].append(op)
+    elif how == "move":
+        orders[(d + 1) % len(orders)].insert(0, orders[d].pop(i))
+    else:
+        field = {"microbatch": "microbatch", "stage": "stage", "pipeline": "pipeline"}.get(how)
+        orders[d][i] = op._replace(kind=data.draw(st.sampled_from(list(Kind)))) if how == "kind" else \
+            op._replace(**{field: getattr(op, field) + data.draw(st.integers(-1, 3))})
+    args = (schedule.name, schedule.placement, schedule.microbatch2pipeline, orders)
+    want = ref_schedule_message(*args, schedule.split_backward)
+    if want is None:
+        Schedule(*args, schedule.stage_work, schedule.split_backward)
+    else:
+        with pytest.raises(ValueError) as info:
+            Schedule(*args, schedule.stage_work, schedule.split_backward)
+        assert str(info.value) == want
+
+
 def test_schedule_checks_name_the_op():
     placement = Placement(((0, 1),), 2)
     with pytest.raises(ValueError, match="op F0s1 is ordered on device 0 but placed on device 1"):
@@ -135,6 +163,8 @@ def test_schedule_checks_name_the_op():
         Schedule("x", placement, (0,), ((F(0, 0), F(0, 0), B(0, 0)), (F(0, 1), B(0, 1))))
     with pytest.raises(ValueError, match=r"op B0s1 is missing from schedule 'x' \(1 missing\)"):
         Schedule("x", placement, (0,), ((F(0, 0), B(0, 0)), (F(0, 1),)))
+    with pytest.raises(ValueError, match="op F5s0 on device 0 is not part of schedule"):
+        Schedule("x", placement, (0,), ((F(0, 0), F(5, 0), B(0, 0)), (F(0, 1), B(0, 1))))
     with pytest.raises(ValueError, match="op W0s0 on device 0 is not part of schedule"):
         Schedule("x", placement, (0,), ((F(0, 0), B(0, 0), Op(Kind.W, 0, 0, 0)), (F(0, 1), B(0, 1))))
 

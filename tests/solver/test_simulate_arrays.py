@@ -54,3 +54,6 @@ def test_hardware_simulation_equals_the_reference(schedule, contention, rounds, 
     _assert_same(sim, ref_simulation(schedule, costs))
     trace = chrome_trace(sim)["traceEvents"]
     assert sum(e.get("cat") == "send" for e in trace) == len(sim.transfers)
+    ops = [e for e in trace if e.get("pid") == 0 and e["ph"] == "X" and e["name"] != "optimizer"]
+    assert {(e["name"], e["tid"], e["ts"], e["dur"]) for e in ops} == {
+        (str(op), sim.schedule.device_of(op), s * 1e6, (sim.end[op] - s) * 1e6) for op, s in sim.start.items()}
