@@ -7,7 +7,7 @@ by cell (see ``formats``) and checked with ``validate``.
 A table holds its ops as arrays sorted by device and start (``schedules.arrays``);
 ``entries``, ``by_op`` and ``grid`` build ``PlacedOp`` / ``Op`` values on first use.
 Every table, however made (layout, a simulation, a CP-SAT solution, a file, a list of
-``PlacedOp``), is built by ``Table.from_arrays``.
+``PlacedOp``), is built by ``Entries``, which sorts the arrays once.
 """
 
 from __future__ import annotations
@@ -92,60 +92,107 @@ class PlacedOp(NamedTuple):
         return self.start + self.duration
 
 
-class Table:
-    """A schedule written out on integer columns of ``tick_slots`` slots each (see
-    ``SlotDurations``): ``Table(num_devices, entries, name="", tick_slots=1.0)`` with
-    ``entries`` of ``PlacedOp``, or ``Table.from_arrays``. Ops are kept sorted by device,
-    start (ties, which only invalid tables have, by kind, pipeline, stage, microbatch).
-    Immutable."""
+class Entries:
+    """The ops of a table as arrays -- ``ops``, ``device``, ``start``, ``duration`` --
+    sorted by device and start (ties, which only invalid tables have, by kind, pipeline,
+    stage, microbatch). Behaves as the tuple of ``PlacedOp`` it stands for (indexing,
+    iteration, ``len``, equality with such tuples), built on first use."""
 
-    def __init__(self, num_devices: int, entries: Sequence[PlacedOp], name: str = "",
-                 tick_slots: float = 1.0) -> None:
-        entries = tuple(entries)
+    __slots__ = ("ops", "device", "start", "duration", "_tuple")
+
+    def __init__(self, ops: OpArrays, device, start, duration) -> None:
+        device, start, duration = (np.asarray(a, np.int64) for a in (device, start, duration))
+        if not len(ops) == len(device) == len(start) == len(duration):
+            raise ValueError("a table's op, device, start and duration arrays must have the same length")
+        order = _sort_order(device, start, ops)
+        if order is not None:
+            ops, device, start, duration = ops.take(order), device[order], start[order], duration[order]
+        self.ops = ops
+        self.device, self.start, self.duration = (frozen(a, np.int64) for a in (device, start, duration))
+        self._tuple = None
+
+    @classmethod
+    def from_placed(cls, entries) -> "Entries":
+        """The arrays of a sequence of ``PlacedOp``."""
+        entries = entries if isinstance(entries, (list, tuple)) else list(entries)
         ops = OpArrays.from_ops([e.op for e in entries])
         columns = np.array([(e.device, e.start, e.duration) for e in entries], np.int64).reshape(-1, 3)
-        self._init(num_devices, ops, columns[:, 0], columns[:, 1], columns[:, 2], name, tick_slots)
+        return cls(ops, columns[:, 0], columns[:, 1], columns[:, 2])
+
+    def tuple(self) -> tuple[PlacedOp, ...]:
+        if self._tuple is None:
+            self._tuple = tuple(map(PlacedOp, self.ops.to_ops(), self.device.tolist(), self.start.tolist(),
+                                    self.duration.tolist()))
+        return self._tuple
+
+    def __len__(self) -> int:
+        return len(self.ops)
+
+    def __getitem__(self, index):
+        return self.tuple()[index]
+
+    def __iter__(self):
+        return iter(self.tuple())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Entries):
+            return self.ops.equals(other.ops) and all(
+                np.array_equal(getattr(self, f), getattr(other, f)) for f in ("device", "start", "duration"))
+        if isinstance(other, (tuple, list)):
+            return self.tuple() == tuple(other)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash((len(self), int(self.start.sum()) if len(self) else 0))
+
+    def __repr__(self) -> str:
+        return f"Entries(ops={len(self)})"
+
+
+@dataclass(frozen=True)
+class Table:
+    """A schedule written out on integer columns of ``tick_slots`` slots each (see
+    ``SlotDurations``). ``entries``: any sequence of ``PlacedOp``, kept as ``Entries``
+    (arrays sorted by device and start); ``Table.from_arrays`` takes the arrays."""
+
+    num_devices: int
+    entries: Entries
+    name: str = ""
+    tick_slots: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.num_devices < 1:
+            raise ValueError(f"a table needs at least one device, got {self.num_devices}")
+        if isinstance(self.tick_slots, bool) or not isinstance(self.tick_slots, (int, float)) \
+                or not math.isfinite(self.tick_slots) or self.tick_slots <= 0:
+            raise ValueError(f"tick_slots must be a number > 0, got {self.tick_slots!r}")
+        if not isinstance(self.entries, Entries):
+            object.__setattr__(self, "entries", Entries.from_placed(self.entries))
 
     @classmethod
     def from_arrays(cls, num_devices: int, ops: OpArrays, device, start, duration, name: str = "",
                     tick_slots: float = 1.0) -> "Table":
         """The table of ``ops`` on ``device`` at integer ``start`` for ``duration`` columns."""
-        self = cls.__new__(cls)
-        self._init(num_devices, ops, device, start, duration, name, tick_slots)
-        return self
-
-    def _init(self, num_devices, ops, device, start, duration, name, tick_slots) -> None:
-        if num_devices < 1:
-            raise ValueError(f"a table needs at least one device, got {num_devices}")
-        if isinstance(tick_slots, bool) or not isinstance(tick_slots, (int, float)) \
-                or not math.isfinite(tick_slots) or tick_slots <= 0:
-            raise ValueError(f"tick_slots must be a number > 0, got {tick_slots!r}")
-        device, start, duration = (np.asarray(a, np.int64) for a in (device, start, duration))
-        order = _sort_order(device, start, ops)
-        if order is not None:
-            ops, device, start, duration = ops.take(order), device[order], start[order], duration[order]
-        d = self.__dict__
-        d.update(num_devices=num_devices, name=name, tick_slots=tick_slots, ops=ops,
-                 device=frozen(device, np.int64), start=frozen(start, np.int64),
-                 duration=frozen(duration, np.int64))
-
-    def __setattr__(self, name, value):
-        raise AttributeError(f"Table is immutable; cannot set {name!r}")
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Table):
-            return NotImplemented
-        return (self.num_devices == other.num_devices and self.name == other.name
-                and self.tick_slots == other.tick_slots and self.ops.equals(other.ops)
-                and all(np.array_equal(getattr(self, f), getattr(other, f)) for f in ("device", "start", "duration")))
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def __repr__(self) -> str:
-        return f"Table(name={self.name!r}, devices={self.num_devices}, ops={len(self)}, makespan={self.makespan})"
+        return cls(num_devices, Entries(ops, device, start, duration), name, tick_slots)
 
     def __len__(self) -> int:
-        return len(self.ops)
+        return len(self.entries)
+
+    @property
+    def ops(self) -> OpArrays:
+        return self.entries.ops
+
+    @property
+    def device(self) -> np.ndarray:
+        return self.entries.device
+
+    @property
+    def start(self) -> np.ndarray:
+        return self.entries.start
+
+    @property
+    def duration(self) -> np.ndarray:
+        return self.entries.duration
 
     @property
     def end(self) -> np.ndarray:
@@ -167,12 +214,6 @@ class Table:
         """Device d's ops are ``offsets[d]:offsets[d+1]`` (devices outside 0..num_devices-1,
         which only invalid tables have, lie outside every range)."""
         return segment_offsets(self.device, self.num_devices)
-
-    @cached_property
-    def entries(self) -> tuple[PlacedOp, ...]:
-        """Every op placed, sorted by device and start."""
-        return tuple(map(PlacedOp, self.ops.to_ops(), self.device.tolist(), self.start.tolist(),
-                         self.duration.tolist()))
 
     @cached_property
     def by_op(self) -> dict[Op, PlacedOp]:

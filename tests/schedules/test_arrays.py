@@ -172,7 +172,9 @@ def test_schedule_checks_name_the_op():
 def test_table_keeps_its_face():
     table = layout(registry.generate("1f1b", 3, 4))
     again = Table(table.num_devices, reversed(table.entries), table.name, table.tick_slots)
-    assert again == table and again.entries == table.entries
+    assert again == table and again.entries == table.entries and hash(again) == hash(table)
+    assert replace(table, name="x").entries == table.entries and replace(table, name="x").name == "x"
+    assert table.entries[:2] == tuple(table.entries)[:2] and list(table.entries) == list(table.entries.tuple())
     assert table.device_entries(1) == [e for e in table.entries if e.device == 1]
     assert table.by_op[F(2, 1)].device == 1
     assert np.array_equal(table.end, table.start + table.duration)
