@@ -112,55 +112,81 @@ def data_predecessors_of(ops: OpArrays, stage_base: np.ndarray, num_microbatches
     return np.where(has, index[np.where(has, pred_key, 0)], -1)
 
 
-class Orders:
+class LazyTuple:
+    """A tuple of values built from arrays on first use (``tuple()``); its length, and
+    equality with another of its kind, come from the arrays. Subclasses give ``__len__``,
+    ``_build`` and ``_same``."""
+
+    __slots__ = ("_tuple",)
+
+    def __init__(self) -> None:
+        self._tuple = None
+
+    def _build(self) -> tuple:
+        raise NotImplementedError
+
+    def _same(self, other) -> bool:
+        raise NotImplementedError
+
+    def tuple(self) -> tuple:
+        if self._tuple is None:
+            self._tuple = self._build()
+        return self._tuple
+
+    def __len__(self) -> int:
+        raise NotImplementedError
+
+    def __getitem__(self, index):
+        return self.tuple()[index]
+
+    def __iter__(self):
+        return iter(self.tuple())
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is type(self):
+            return len(self) == len(other) and self._same(other)
+        if isinstance(other, (tuple, list)):
+            return self.tuple() == tuple(other)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash((type(self).__name__, len(self)))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(len={len(self)})"
+
+
+class Orders(LazyTuple):
     """Per-device orders held as arrays: device d runs ``ops[offsets[d]:offsets[d+1]]``.
 
     Behaves as a tuple of tuples of ``Op`` (``orders[d]``, iteration, ``len``, equality
     with such tuples); the ``Op`` tuples are built on first use."""
 
-    __slots__ = ("ops", "offsets", "_tuples")
+    __slots__ = ("ops", "offsets")
 
     def __init__(self, ops: OpArrays, offsets) -> None:
+        super().__init__()
         self.ops = ops
         self.offsets = frozen(offsets, np.int64)
         if len(self.offsets) < 1 or self.offsets[0] != 0 or self.offsets[-1] != len(ops) \
                 or np.any(np.diff(self.offsets) < 0):
             raise ValueError("order offsets must rise from 0 to the number of ops")
-        self._tuples = None
 
     @classmethod
     def from_ops(cls, orders) -> "Orders":
         """The arrays of per-device sequences of ``Op`` (the ``Op`` values are not kept:
-        ``tuples`` builds them again on first use)."""
+        ``tuple()`` builds them again on first use)."""
         orders = [order if isinstance(order, (list, tuple)) else list(order) for order in orders]
         ops = OpArrays.from_ops([op for order in orders for op in order])
         return cls(ops, np.cumsum([0] + [len(o) for o in orders], dtype=np.int64))
 
-    def tuples(self) -> tuple[tuple[Op, ...], ...]:
-        if self._tuples is None:
-            ops = self.ops.to_ops()
-            bounds = self.offsets.tolist()
-            self._tuples = tuple(tuple(ops[a:b]) for a, b in zip(bounds[:-1], bounds[1:]))
-        return self._tuples
+    def _build(self) -> tuple[tuple[Op, ...], ...]:
+        ops = self.ops.to_ops()
+        bounds = self.offsets.tolist()
+        return tuple(tuple(ops[a:b]) for a, b in zip(bounds[:-1], bounds[1:]))
+
+    def _same(self, other: "Orders") -> bool:
+        return np.array_equal(self.offsets, other.offsets) and self.ops.equals(other.ops)
 
     def __len__(self) -> int:
         return len(self.offsets) - 1
-
-    def __getitem__(self, device):
-        return self.tuples()[device]
-
-    def __iter__(self):
-        return iter(self.tuples())
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, Orders):
-            return np.array_equal(self.offsets, other.offsets) and self.ops.equals(other.ops)
-        if isinstance(other, (tuple, list)):
-            return self.tuples() == tuple(tuple(o) for o in other)
-        return NotImplemented
-
-    def __hash__(self) -> int:
-        return hash((len(self), len(self.ops)))
-
-    def __repr__(self) -> str:
-        return f"Orders(devices={len(self)}, ops={len(self.ops)})"

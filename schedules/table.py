@@ -19,7 +19,7 @@ from typing import Mapping, NamedTuple, Sequence
 
 import numpy as np
 
-from .arrays import OpArrays, frozen, segment_offsets
+from .arrays import LazyTuple, OpArrays, frozen, segment_offsets
 from .evaluate import run_orders
 from .limits import check_grid
 from .ops import Kind, Op
@@ -92,15 +92,16 @@ class PlacedOp(NamedTuple):
         return self.start + self.duration
 
 
-class Entries:
+class Entries(LazyTuple):
     """The ops of a table as arrays -- ``ops``, ``device``, ``start``, ``duration`` --
     sorted by device and start (ties, which only invalid tables have, by kind, pipeline,
     stage, microbatch). Behaves as the tuple of ``PlacedOp`` it stands for (indexing,
     iteration, ``len``, equality with such tuples), built on first use."""
 
-    __slots__ = ("ops", "device", "start", "duration", "_tuple")
+    __slots__ = ("ops", "device", "start", "duration")
 
     def __init__(self, ops: OpArrays, device, start, duration) -> None:
+        super().__init__()
         device, start, duration = (np.asarray(a, np.int64) for a in (device, start, duration))
         if not len(ops) == len(device) == len(start) == len(duration):
             raise ValueError("a table's op, device, start and duration arrays must have the same length")
@@ -109,7 +110,6 @@ class Entries:
             ops, device, start, duration = ops.take(order), device[order], start[order], duration[order]
         self.ops = ops
         self.device, self.start, self.duration = (frozen(a, np.int64) for a in (device, start, duration))
-        self._tuple = None
 
     @classmethod
     def from_placed(cls, entries) -> "Entries":
@@ -119,34 +119,16 @@ class Entries:
         columns = np.array([(e.device, e.start, e.duration) for e in entries], np.int64).reshape(-1, 3)
         return cls(ops, columns[:, 0], columns[:, 1], columns[:, 2])
 
-    def tuple(self) -> tuple[PlacedOp, ...]:
-        if self._tuple is None:
-            self._tuple = tuple(map(PlacedOp, self.ops.to_ops(), self.device.tolist(), self.start.tolist(),
-                                    self.duration.tolist()))
-        return self._tuple
+    def _build(self) -> tuple[PlacedOp, ...]:
+        return tuple(map(PlacedOp, self.ops.to_ops(), self.device.tolist(), self.start.tolist(),
+                         self.duration.tolist()))
+
+    def _same(self, other: "Entries") -> bool:
+        return self.ops.equals(other.ops) and all(
+            np.array_equal(getattr(self, f), getattr(other, f)) for f in ("device", "start", "duration"))
 
     def __len__(self) -> int:
         return len(self.ops)
-
-    def __getitem__(self, index):
-        return self.tuple()[index]
-
-    def __iter__(self):
-        return iter(self.tuple())
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, Entries):
-            return self.ops.equals(other.ops) and all(
-                np.array_equal(getattr(self, f), getattr(other, f)) for f in ("device", "start", "duration"))
-        if isinstance(other, (tuple, list)):
-            return self.tuple() == tuple(other)
-        return NotImplemented
-
-    def __hash__(self) -> int:
-        return hash((len(self), int(self.start.sum()) if len(self) else 0))
-
-    def __repr__(self) -> str:
-        return f"Entries(ops={len(self)})"
 
 
 @dataclass(frozen=True)

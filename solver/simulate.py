@@ -22,6 +22,7 @@ from functools import cached_property
 
 import numpy as np
 
+from pipetab.schedules.arrays import LazyTuple
 from pipetab.schedules.evaluate import run_orders
 from pipetab.schedules.memory import event_times, live_levels, memory_deltas, peaks
 from pipetab.schedules.ops import Kind, Op
@@ -41,6 +42,29 @@ class Transfer:
     dst: int
     start: float
     end: float
+
+
+class Transfers(LazyTuple):
+    """The messages of a simulation as arrays (producer and consumer op index, start,
+    arrival), behaving as a tuple of ``Transfer`` built on first use."""
+
+    __slots__ = ("schedule", "producer", "consumer", "start", "end")
+
+    def __init__(self, schedule: Schedule, producer, consumer, start, end) -> None:
+        super().__init__()
+        self.schedule, self.producer, self.consumer, self.start, self.end = schedule, producer, consumer, start, end
+
+    def _build(self) -> tuple[Transfer, ...]:
+        ops, dev = self.schedule.ops, self.schedule.device
+        src, dst = self.producer, self.consumer
+        return tuple(map(Transfer, ops.take(src).to_ops(), ops.take(dst).to_ops(), dev[src].tolist(),
+                         dev[dst].tolist(), self.start.tolist(), self.end.tolist()))
+
+    def _same(self, other: "Transfers") -> bool:
+        return self.tuple() == other.tuple()
+
+    def __len__(self) -> int:
+        return len(self.producer)
 
 
 @dataclass(frozen=True, eq=False)
@@ -71,12 +95,10 @@ class Simulation:
         return dict(zip(self.schedule.ops.to_ops(), self.end_times.tolist()))
 
     @cached_property
-    def transfers(self) -> tuple[Transfer, ...]:
-        """Every message between devices, with its start and arrival."""
-        src, dst, t0, t1 = self.transfer_times
-        op, dev = self.schedule.ops.op, self.schedule.device
-        return tuple(Transfer(op(i), op(j), int(dev[i]), int(dev[j]), s, e)
-                     for i, j, s, e in zip(src.tolist(), dst.tolist(), t0.tolist(), t1.tolist()))
+    def transfers(self) -> "Transfers":
+        """Every message between devices, with its start and arrival (by consumer): a
+        sequence of ``Transfer`` whose length needs no ``Transfer`` values."""
+        return Transfers(self.schedule, *self.transfer_times)
 
     @cached_property
     def makespan(self) -> float:

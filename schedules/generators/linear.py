@@ -71,4 +71,4 @@ def one_f_one_b(stages: int, microbatches: int) -> Schedule:
 
 def one_f_one_b_orders(stages: int, microbatches: int) -> tuple[tuple[Op, ...], ...]:
     """1F1B's per-device orders (stage d on device d) as ``Op`` tuples."""
-    return one_f_one_b(stages, microbatches).orders.tuples()
+    return one_f_one_b(stages, microbatches).orders.tuple()

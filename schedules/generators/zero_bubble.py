@@ -73,7 +73,7 @@ def zb_h1_arrays(devices: int, microbatches: int) -> tuple[OpArrays, np.ndarray]
 
 def zb_h1_orders(devices: int, microbatches: int) -> tuple[tuple[Op, ...], ...]:
     """Per-device orders of ZB-H1 as ``Op`` tuples (see ``zb_h1_arrays``)."""
-    return Orders(*zb_h1_arrays(devices, microbatches)).tuples()
+    return Orders(*zb_h1_arrays(devices, microbatches)).tuple()
 
 
 def zb_h1(stages: int, microbatches: int) -> Schedule:

@@ -120,7 +120,7 @@ def test_object_and_array_construction_agree():
                      tuple(tuple(o) for o in schedule.orders), schedule.stage_work, schedule.split_backward,
                      schedule.params)
     assert again == schedule and hash(again) == hash(schedule)
-    assert isinstance(schedule.orders, Orders) and schedule.orders == again.orders.tuples()
+    assert isinstance(schedule.orders, Orders) and schedule.orders == again.orders.tuple()
     assert replace(schedule, name="mine").orders == schedule.orders
     assert [op for order in schedule.orders for op in order] == schedule.ops.to_ops()
     assert schedule.ops.names() == [str(op) for op in schedule.ops.to_ops()]
