@@ -133,9 +133,10 @@ def _stage_counts(pipe: np.ndarray, stage: np.ndarray) -> list[int]:
         present[pipe * width + stage] = True
         rows = present.reshape(num_pipes, width)
         stages_of = [np.nonzero(row)[0] for row in rows]
-    else:
+    else:  # sparse numbers: the distinct (pipeline, stage) pairs, sorted, sliced per pipeline
         pairs = np.unique(np.stack([pipe, stage], axis=1), axis=0)
-        stages_of = (pairs[pairs[:, 0] == p, 1] for p in range(num_pipes))
+        bounds = np.searchsorted(pairs[:, 0], np.arange(num_pipes + 1)).tolist()
+        stages_of = (pairs[bounds[p]:bounds[p + 1], 1] for p in range(num_pipes))
     counts = []
     for p, mine in enumerate(stages_of):
         if not len(mine):
