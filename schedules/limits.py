@@ -19,7 +19,7 @@ from __future__ import annotations
 MAX_DEVICES = 1024
 MAX_OPS = 2**23  # 8,388,608
 BYTES_PER_OP = 240
-MAX_GRID_CELLS = 2**24  # 16,777,216
+MAX_GRID_CELLS = 2**22  # 4,194,304
 MAX_DRAWN_OPS = 2**15  # 32,768
 
 
@@ -50,6 +50,16 @@ def check_grid(num_devices: int, columns: int) -> None:
             f"the table is {num_devices} devices x {columns:,} columns = {cells:,} cells, too many "
             f"to draw as a grid (at most {MAX_GRID_CELLS:,}); use the CSV or JSON form "
             "(see docs/limits.md)"
+        )
+
+
+def check_grid_ops(num_ops: int) -> None:
+    """``ValueError`` when a grid of ``num_ops`` ops is beyond ``MAX_GRID_CELLS`` whatever
+    its layout (every op takes at least one cell): checkable before generating."""
+    if num_ops > MAX_GRID_CELLS:
+        raise ValueError(
+            f"a grid of {num_ops:,} ops has at least as many cells, more than the {MAX_GRID_CELLS:,} "
+            "that can be drawn; use the CSV or JSON form (see docs/limits.md)"
         )
 
 

@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 from pipetab.schedules import formats, registry
+from pipetab.schedules.limits import check_grid_ops
 from pipetab.schedules.metrics import table_metrics
 from pipetab.schedules.table import layout
 from pipetab.schedules.validate import schedule_from_table, validate
@@ -48,6 +49,10 @@ def _plain(value):
 
 
 def cmd_table(args) -> None:
+    if args.format in ("text", "torch-csv"):  # a grid: refuse one too big before generating
+        request = (args.name, args.stages, args.microbatches)
+        registry.check_request(*request, **common.schedule_options(args))
+        check_grid_ops(registry.num_ops(*request, **common.schedule_options(args)) or 0)
     schedule = common.build_schedule(args)
     table = layout(schedule, common.slots_of(args))
     validate(table, schedule)
