@@ -14,6 +14,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from pipetab.schedules.limits import check_drawable
 from pipetab.schedules.ops import Kind
 from pipetab.schedules.table import Table
 
@@ -124,6 +125,7 @@ def _shares(ax, ops: _Ops, num_devices: int, t0: float, t1: float, present) -> N
 def plot_table(table: Table, ax, title: str = "", labels: bool = True, window=None, aggregate=None):
     """Draw ``table``: one row per device, its ops on the slot axis (labelled with kind and
     microbatch when few enough). ``window`` in slots; see the module docstring."""
+    check_drawable(len(table))
     scale = table.tick_slots
     ops = _columns([(e.device, e.start * scale, e.end * scale, e.op.kind, e.op.pipeline, e.op.microbatch)
                     for e in table.entries])
@@ -138,6 +140,7 @@ def plot_timeline(sim, ax, title: str = "", transfers: bool = True, window=None,
     arrows (when few enough to see), optimizer steps in grey. Times in seconds (ms for
     steps under 10 s; ``window`` in that unit) or slots for idealized costs."""
     sched, unit = sim.schedule, sim.costs.unit
+    check_drawable(sched.num_ops)
     if unit == "s":
         scale, label = (1.0, "time (s)") if sim.makespan >= 10 else (1e3, "time (ms)")
     else:

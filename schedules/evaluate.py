@@ -5,20 +5,33 @@ data predecessor has ended plus the lag of the edge (a transfer time when the tw
 on different devices). Because all constraints are difference constraints, this
 as-soon-as-possible timing is simultaneously earliest for every op, hence makespan-optimal
 for the given placement and order.
+
+``run_orders`` is the one kernel: the table's layout and the level-3 simulator both call it
+on per-op arrays (durations, lags) in the schedule's device order. Optionally each directed
+link carries one message at a time, first come first served: a device's messages on a link
+leave in its order, so each link is a running maximum along its sender's order. The kernel
+advances every device by one op per round (numpy over the devices); with few devices a
+plain loop that runs each device as far as its inputs allow is faster, and gives the same
+times (the same additions and maxima).
 """
 
 from __future__ import annotations
 
-from collections import deque
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, NamedTuple
 
-from .ops import Op, data_predecessors
+import numpy as np
+
+from .ops import Op
 from .schedule import Schedule
 
 Duration = Callable[[Op], float]
 Lag = Callable[[Op, Op, bool], float]
 """``lag(pred, op, crosses_devices)``: extra delay between pred's end and op's start."""
+
+ROUNDS_MIN_DEVICES = 24
+"""Schedules with at least this many devices run the numpy rounds, fewer the plain loop
+(where numpy's per-call cost outweighs a round's few ops; see experiments/bench_simulator)."""
 
 
 class DeadlockError(ValueError):
@@ -46,74 +59,183 @@ class Timing:
 
 
 def asap(schedule: Schedule, duration: Duration, lag: Lag = no_lag) -> Timing:
-    """As-soon-as-possible timing of ``schedule``; raises ``DeadlockError`` naming the
-    devices and ops that wait on each other when the orders cannot run."""
-    nstages = [schedule.num_stages(p) for p in range(schedule.num_pipelines)]
-    device_of = schedule.device_of
-    pos = {}
-    for order in schedule.orders:
-        for i, op in enumerate(order):
-            pos[op] = i
-    # successors (with whether the edge carries data) and in-degrees
-    indeg: dict[Op, int] = {}
-    succ: dict[Op, list[tuple[Op, bool]]] = {op: [] for op in pos}
-    for order in schedule.orders:
-        for i, op in enumerate(order):
-            preds = data_predecessors(op, nstages[op.pipeline])
-            for q in preds:
-                succ[q].append((op, True))
-            if i:
-                succ[order[i - 1]].append((op, False))
-            indeg[op] = len(preds) + (1 if i else 0)
-    start: dict[Op, float] = {}
-    end: dict[Op, float] = {}
-    ready_at: dict[Op, float] = dict.fromkeys(pos, 0)
-    queue = deque(op for op, n in indeg.items() if n == 0)
-    while queue:
-        op = queue.popleft()
-        t = ready_at[op]
-        start[op] = t
-        e = t + duration(op)
-        end[op] = e
-        dev = device_of(op)
-        for nxt, carries_data in succ[op]:
-            cand = e + lag(op, nxt, device_of(nxt) != dev) if carries_data else e
-            if cand > ready_at[nxt]:
-                ready_at[nxt] = cand
-            indeg[nxt] -= 1
-            if indeg[nxt] == 0:
-                queue.append(nxt)
-    if len(start) != len(pos):
-        raise deadlock_error(schedule, start)
-    return Timing(start, end)
+    """As-soon-as-possible timing of ``schedule`` with per-op ``duration`` and per-edge
+    ``lag`` callables; raises ``DeadlockError`` naming the devices and ops that wait on
+    each other when the orders cannot run. (The array form is ``run_orders``.)"""
+    ops = schedule.ops.to_ops()
+    dur = np.array([duration(op) for op in ops], float)
+    pred, dev = schedule.pred, schedule.device
+    lags = np.zeros(len(ops))
+    for i in np.nonzero(pred >= 0)[0].tolist():
+        q = int(pred[i])
+        lags[i] = lag(ops[q], ops[i], bool(dev[q] != dev[i]))
+    start, end, _ = run_orders(schedule, dur, lags)
+    return Timing(dict(zip(ops, start.tolist())), dict(zip(ops, end.tolist())))
 
 
-def deadlock_error(schedule: Schedule, done: dict[Op, float]) -> DeadlockError:
-    """Describe the cycle of devices waiting on each other, given the ops that ran."""
-    nstages = [schedule.num_stages(p) for p in range(schedule.num_pipelines)]
-    heads: dict[int, Op] = {}
-    for d, order in enumerate(schedule.orders):
-        for op in order:
-            if op not in done:
-                heads[d] = op
-                break
-    waits: dict[int, tuple[Op, Op]] = {}
-    for d, op in heads.items():
-        for q in data_predecessors(op, nstages[op.pipeline]):
-            if q not in done:
-                waits[d] = (op, q)
-                break
+class Run(NamedTuple):
+    """Per op (the schedule's op order): start, end and, with links, when the message
+    into it left its sender (``sent``; None without links)."""
+
+    start: np.ndarray
+    end: np.ndarray
+    sent: np.ndarray | None = None
+
+
+def run_orders(schedule: Schedule, dur: np.ndarray, lag: np.ndarray, link: np.ndarray | None = None) -> Run:
+    """The ASAP run of ``schedule``: op i lasts ``dur[i]`` and may start ``lag[i]`` after
+    its data predecessor ended. With ``link`` (per op, the id of the directed link its
+    output crosses, -1 if it stays on its device) a link carries one message at a time in
+    the sender's order. Raises ``DeadlockError``."""
+    n = schedule.num_ops
+    pred = schedule.pred
+    dur = np.asarray(dur, float)
+    lag = np.asarray(lag, float)
+    # ``value`` holds every op's end, then (with links) every op's input arrival, then a
+    # sentinel 0 for ops without a data predecessor; ``source[i]`` is where op i's input is
+    source = np.where(pred >= 0, pred, 2 * n)
+    succ = None
+    if link is not None:
+        crosses = (pred >= 0) & (schedule.device[np.maximum(pred, 0)] != schedule.device)
+        source = np.where(crosses, n + np.arange(n), source)
+        succ = np.full(n, -1, np.int64)
+        succ[pred[crosses]] = np.nonzero(crosses)[0]
+        wait = np.where(crosses, 0.0, lag)  # arrival already includes the message
+    else:
+        wait = lag
+    value = np.full(2 * n + 1, -1.0)
+    value[2 * n] = 0.0
+    start = np.zeros(n)
+    sent = np.zeros(n) if link is not None else None
+    kernel = _rounds if schedule.num_devices >= ROUNDS_MIN_DEVICES else _sweep
+    kernel(schedule.offsets, dur, wait, source, value, start, succ, lag, link, sent)
+    end = value[:n]
+    if (end < 0).any():
+        raise deadlock_error(schedule, end >= 0)
+    return Run(start, end.copy(), sent)
+
+
+def _rounds(offsets, dur, wait, source, value, start, succ, lag, link, sent) -> None:
+    """Every round, each device whose next op has its input runs that op. ``head``,
+    ``stop`` and ``free`` hold the devices still running, in a compact order."""
+    head = offsets[:-1].copy()
+    stop = offsets[1:].copy()
+    running = head < stop
+    head, stop = head[running], stop[running]
+    free = np.zeros(len(head))
+    n = len(dur)
+    link_free = np.zeros(int(link.max(initial=-1)) + 1) if link is not None else None
+    check_in = 0  # rounds until a device can have finished (each runs at most one op a round)
+    while head.size:
+        ready = value[source[head]]
+        ok = ready >= 0
+        if ok.all():
+            ran = head
+        else:
+            if not ok.any():
+                return  # deadlock: the caller names it
+            ran, ready = head[ok], ready[ok]
+        s = np.maximum(ready + wait[ran], free if ran is head else free[ok])
+        start[ran] = s
+        e = s + dur[ran]
+        value[ran] = e
+        if ran is head:
+            free = e
+            head = head + 1
+        else:
+            free[ok] = e
+            head[ok] += 1
+        if succ is not None:
+            nxt = succ[ran]
+            sends = nxt >= 0
+            if sends.any():
+                lk, nxt = link[ran[sends]], nxt[sends]
+                t = np.maximum(e[sends], link_free[lk])
+                sent[nxt] = t
+                arrive = t + lag[nxt]
+                link_free[lk] = arrive
+                value[n + nxt] = arrive
+        check_in -= 1
+        if check_in <= 0:
+            left = stop - head
+            running = left > 0
+            if not running.all():
+                head, stop, free, left = head[running], stop[running], free[running], left[running]
+            check_in = int(left.min(initial=0))
+
+
+def _sweep(offsets, dur, wait, source, value, start, succ, lag, link, sent) -> None:
+    """Sweep the devices, running each one's order as far as its inputs allow, until no
+    device can advance (plain Python on lists)."""
+    n = len(dur)
+    dur_l, wait_l, source_l = dur.tolist(), wait.tolist(), source.tolist()
+    val = value.tolist()
+    st = start.tolist()
+    succ_l = succ.tolist() if succ is not None else None
+    lag_l = lag.tolist()
+    link_l = link.tolist() if link is not None else None
+    link_free = [0.0] * (max(link_l, default=-1) + 1) if link is not None else None
+    sent_l = [0.0] * n
+    bounds = [[a, b] for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist())]
+    free = [0.0] * len(bounds)
+    progressed = True
+    while progressed:
+        progressed = False
+        for d, (i, stop) in enumerate(bounds):
+            i0, f = i, free[d]
+            while i < stop:
+                r = val[source_l[i]]
+                if r < 0:
+                    break
+                r += wait_l[i]
+                t = r if r > f else f
+                st[i] = t
+                f = t + dur_l[i]
+                val[i] = f
+                if succ_l is not None and succ_l[i] >= 0:
+                    k, lk = succ_l[i], link_l[i]
+                    lf = link_free[lk]
+                    lf = f if f > lf else lf
+                    sent_l[k] = lf
+                    a = lf + lag_l[k]
+                    link_free[lk] = a
+                    val[n + k] = a
+                i += 1
+            if i != i0:
+                bounds[d][0] = i
+                free[d] = f
+                progressed = True
+    value[:] = val
+    start[:] = st
+    if sent is not None:
+        sent[:] = sent_l
+
+
+def deadlock_error(schedule: Schedule, done: np.ndarray) -> DeadlockError:
+    """Describe the cycle of devices waiting on each other, given which ops ran (a mask in
+    the schedule's op order)."""
+    offsets, pred, device = schedule.offsets, schedule.pred, schedule.device
+    waits: dict[int, tuple[int, int]] = {}  # device -> (index of its head, missing input)
+    for d in range(schedule.num_devices):
+        a, b = int(offsets[d]), int(offsets[d + 1])
+        pending = np.nonzero(~done[a:b])[0]
+        if pending.size:
+            i = a + int(pending[0])
+            q = int(pred[i])
+            if q >= 0 and not done[q]:
+                waits[d] = (i, q)
     # follow the wait-for chain from any blocked device until it repeats
     d = next(iter(waits))
     seen: list[int] = []
     while d not in seen:
         seen.append(d)
-        d = schedule.device_of(waits[d][1])
+        d = int(device[waits[d][1]])
         if d not in waits:  # pragma: no cover - a blocked chain always ends in a cycle
             break
     cycle_devices = seen[seen.index(d):] if d in seen else seen
-    cycle = [(dev, waits[dev][0], waits[dev][1]) for dev in cycle_devices]
+    op = schedule.ops.op
+    cycle = [(dev, op(waits[dev][0]), op(waits[dev][1])) for dev in cycle_devices]
     parts = "; ".join(
-        f"device {dev} waits at {op} for {q} (device {schedule.device_of(q)})" for dev, op, q in cycle
+        f"device {dev} waits at {a} for {q} (device {schedule.device_of(q)})" for dev, a, q in cycle
     )
     return DeadlockError(f"deadlock in schedule {schedule.name!r}: {parts}", cycle)

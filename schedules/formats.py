@@ -22,8 +22,12 @@ import io
 import json
 import re
 
+import numpy as np
+
+from .arrays import KIND_CODES, OpArrays
+from .limits import check_grid
 from .ops import Kind, Op
-from .table import PlacedOp, Table
+from .table import Table
 
 FIELDS = ("device", "start", "duration", "kind", "pipeline", "stage", "microbatch")
 
@@ -58,16 +62,19 @@ def read_text_file(path, what: str = "file") -> str:
 
 def to_text(table: Table) -> str:
     """The aligned grid (see module docstring)."""
-    grid = table.grid()
-    labels = [[str(c) if c is not None else "." for c in row] for row in grid]
-    width = max([len(x) for row in labels for x in row] + [len(str(table.makespan - 1)), 1])
+    check_grid(table.num_devices, table.makespan)
+    names = table.ops.names() + ["."]
+    cells = np.full((table.num_devices, table.makespan), len(names) - 1, np.int64)
+    rows = np.repeat(table.device, table.duration)
+    first = np.repeat(table.start - np.cumsum(np.concatenate([[0], table.duration[:-1]])), table.duration)
+    cols = first + np.arange(len(rows))
+    cells[rows, cols] = np.repeat(np.arange(len(table)), table.duration)
+    width = max(max(map(len, names)), len(str(table.makespan - 1)), 1)
     dev_w = len(f"dev{table.num_devices - 1}")
+    padded = np.array([x.ljust(width) for x in names], dtype=object)
     head = "t".ljust(dev_w) + " | " + " ".join(str(t).ljust(width) for t in range(table.makespan))
-    rows = [
-        f"dev{d}".ljust(dev_w) + " | " + " ".join(x.ljust(width) for x in row)
-        for d, row in enumerate(labels)
-    ]
-    return "\n".join(line.rstrip() for line in [head, *rows]) + "\n"
+    lines = [head] + [f"dev{d}".ljust(dev_w) + " | " + " ".join(padded[row]) for d, row in enumerate(cells)]
+    return "\n".join(line.rstrip() for line in lines) + "\n"
 
 
 def from_text(text: str, name: str = "") -> Table:
@@ -76,7 +83,7 @@ def from_text(text: str, name: str = "") -> Table:
     rows = [ln for ln in lines if re.match(r"^\s*dev\d+\s*\|", ln)]
     if not rows:
         raise FormatError("text table has no 'devN | ...' rows")
-    entries: list[PlacedOp] = []
+    records: list[tuple[Op, int, int, int]] = []
     devices = []
     for ln in rows:
         head, _, body = ln.partition("|")
@@ -96,25 +103,50 @@ def from_text(text: str, name: str = "") -> Table:
             t0 = t
             while t < len(cells) and cells[t] == cell:
                 t += 1
-            entries.append(PlacedOp(op, d, t0, t - t0))
+            records.append((op, d, t0, t - t0))
     if sorted(devices) != list(range(len(devices))):
         raise FormatError(f"text table rows must be dev0..dev{len(devices) - 1}, got {sorted(devices)}")
-    return Table(len(devices), tuple(entries), name)
+    return _table(len(devices), records, name)
+
+
+def _table(num_devices: int, records: list[tuple[Op, int, int, int]], name: str, tick_slots: float = 1.0) -> Table:
+    """The table of (op, device, start, duration) records."""
+    if not records:
+        return Table.from_arrays(num_devices, OpArrays.from_ops([]), [], [], [], name, tick_slots)
+    ops, device, start, duration = zip(*records)
+    return Table.from_arrays(num_devices, OpArrays.from_ops(ops), device, start, duration, name, tick_slots)
 
 
 # ---- CSV --------------------------------------------------------------------------------
 
+CHUNK_OPS = 65536  # ops per chunk of the streamed CSV and JSON forms
+
+
 def to_csv(table: Table) -> str:
     """One row per op, header ``device,start,duration,kind,pipeline,stage,microbatch``."""
-    out = io.StringIO()
-    w = csv.writer(out, lineterminator="\n")
-    w.writerow(FIELDS)
-    for e in table.entries:
-        w.writerow([e.device, e.start, e.duration, e.op.kind.value, e.op.pipeline, e.op.stage, e.op.microbatch])
-    return out.getvalue()
+    return "".join(csv_chunks(table))
 
 
-def _record_to_entry(rec: dict, where: str) -> PlacedOp:
+def csv_chunks(table: Table):
+    """``to_csv`` in pieces of at most ``CHUNK_OPS`` rows (for writing large tables)."""
+    yield ",".join(FIELDS) + "\n"
+    for a in range(0, len(table), CHUNK_OPS):
+        rows = zip(*(map(str, c) for c in _columns(table, slice(a, a + CHUNK_OPS))))
+        yield "".join(f"{','.join(r)}\n" for r in rows)
+
+
+def _columns(table: Table, part: slice = slice(None)) -> list[list]:
+    """The ``FIELDS`` columns of (a slice of) the table as lists of plain values."""
+    ops = table.ops
+    letters = np.array(["F", "B", "W"])[ops.kind[part]].tolist()
+    return [table.device[part].tolist(), table.start[part].tolist(), table.duration[part].tolist(), letters,
+            ops.pipeline[part].tolist(), ops.stage[part].tolist(), ops.microbatch[part].tolist()]
+
+
+MAX_FIELD = 2**40  # larger numbers in a table file are refused (not a table pipetab can hold)
+
+
+def _record_to_entry(rec: dict, where: str) -> tuple[Op, int, int, int]:
     missing = [f for f in FIELDS if f not in rec]
     if missing:
         raise FormatError(f"{where}: missing field {missing[0]!r} (fields: {', '.join(FIELDS)})")
@@ -133,8 +165,10 @@ def _record_to_entry(rec: dict, where: str) -> PlacedOp:
             raise FormatError(f"{where}: {f} must be an integer, got {raw!r}") from None
         if values[f] < 0 or (f == "duration" and values[f] < 1):
             raise FormatError(f"{where}: {f} must be {'>= 1' if f == 'duration' else '>= 0'}, got {raw!r}")
+        if values[f] > MAX_FIELD:
+            raise FormatError(f"{where}: {f} must be at most {MAX_FIELD}, got {raw!r}")
     op = Op(kind, values["pipeline"], values["stage"], values["microbatch"])
-    return PlacedOp(op, values["device"], values["start"], values["duration"])
+    return op, values["device"], values["start"], values["duration"]
 
 
 def from_csv(text: str, name: str = "", num_devices: int | None = None) -> Table:
@@ -142,29 +176,29 @@ def from_csv(text: str, name: str = "", num_devices: int | None = None) -> Table
     reader = csv.DictReader(io.StringIO(text))
     if reader.fieldnames is None or set(FIELDS) - set(reader.fieldnames):
         raise FormatError(f"CSV table must have the header {','.join(FIELDS)}")
-    entries = tuple(_record_to_entry(r, f"CSV row {i + 2}") for i, r in enumerate(reader))
-    if not entries:
+    records = [_record_to_entry(r, f"CSV row {i + 2}") for i, r in enumerate(reader)]
+    if not records:
         raise FormatError("CSV table has no ops")
-    n = num_devices or max(e.device for e in entries) + 1
-    return Table(n, entries, name)
+    n = num_devices or max(r[1] for r in records) + 1
+    return _table(n, records, name)
 
 
 # ---- JSON -------------------------------------------------------------------------------
 
 def op_records(table: Table) -> list[dict]:
     """The ``ops`` records of the JSON form."""
-    return [
-        {"device": e.device, "start": e.start, "duration": e.duration, "kind": e.op.kind.value,
-         "pipeline": e.op.pipeline, "stage": e.op.stage, "microbatch": e.op.microbatch}
-        for e in table.entries
-    ]
+    return [dict(zip(FIELDS, row)) for row in zip(*_columns(table))]
 
 
 def to_json_dict(table: Table, schedule: str = "", stages: int | None = None, bubble_ratio: float | None = None) -> dict:
     """The JSON form as a dict (see module docstring)."""
+    return {**_json_head(table, schedule, stages, bubble_ratio), "ops": op_records(table)}
+
+
+def _json_head(table: Table, schedule: str, stages: int | None, bubble_ratio: float | None) -> dict:
     makespan = table.makespan
     if bubble_ratio is None:
-        busy = sum(e.duration for e in table.entries)
+        busy = int(table.duration.sum())
         bubble_ratio = 1 - busy / (table.num_devices * makespan) if makespan else 0.0
     return {
         "schedule": schedule or table.name,
@@ -174,12 +208,24 @@ def to_json_dict(table: Table, schedule: str = "", stages: int | None = None, bu
         "makespan_slots": table.makespan_slots,
         "tick_slots": table.tick_slots,
         "bubble_ratio": bubble_ratio,
-        "ops": op_records(table),
     }
 
 
 def to_json(table: Table, **kwargs) -> str:
-    return json.dumps(to_json_dict(table, **kwargs), indent=1)
+    """The JSON form as text: the fields indented, one op per line."""
+    return "".join(json_chunks(table, **kwargs))
+
+
+def json_chunks(table: Table, schedule: str = "", stages: int | None = None, bubble_ratio: float | None = None):
+    """``to_json`` in pieces of at most ``CHUNK_OPS`` ops (for writing large tables)."""
+    head = json.dumps(_json_head(table, schedule, stages, bubble_ratio), indent=1)
+    yield head[:-2] + ',\n "ops": ['
+    fields = ", ".join(f'"{f}": "{{}}"' if f == "kind" else f'"{f}": {{}}' for f in FIELDS)
+    template = "\n  {{" + fields + "}}"
+    for a in range(0, len(table), CHUNK_OPS):
+        lines = (template.format(*row) for row in zip(*_columns(table, slice(a, a + CHUNK_OPS))))
+        yield ("," if a else "") + ",".join(lines)
+    yield "\n ]\n}"
 
 
 def from_json(text: str, name: str = "") -> Table:
@@ -193,17 +239,17 @@ def from_json(text: str, name: str = "") -> Table:
                           "flat records)") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("ops"), list):
         raise FormatError("JSON table must be an object with an 'ops' list")
-    entries = tuple(
+    records = [
         _record_to_entry(r if isinstance(r, dict) else {}, f"JSON op {i}") for i, r in enumerate(doc["ops"])
-    )
-    if not entries:
+    ]
+    if not records:
         raise FormatError("JSON table has no ops")
-    devices = doc.get("devices", max(e.device for e in entries) + 1)
+    devices = doc.get("devices", max(r[1] for r in records) + 1)
     if not isinstance(devices, int) or devices < 1:
         raise FormatError(f"JSON table: devices must be an integer >= 1, got {devices!r}")
     tick = doc.get("tick_slots", 1.0)
     try:
-        return Table(devices, entries, name or str(doc.get("schedule", "")), tick)
+        return _table(devices, records, name or str(doc.get("schedule", "")), tick)
     except ValueError as exc:
         raise FormatError(f"JSON table: {exc}") from None
 
@@ -217,18 +263,22 @@ def to_torch_csv(table: Table) -> str:
     """PyTorch compute-only CSV (one row per rank; idle slots empty). With a split backward
     the input-gradient op is written ``I`` and the weight-gradient op ``W``, as torch does;
     otherwise a backward is ``B``. Multi-slot ops are written once, at their start slot."""
-    if any(e.op.pipeline for e in table.entries):
+    ops = table.ops
+    if ops.pipeline.any():
         raise ValueError("torch CSV holds one pipeline; this table has several (e.g. Chimera)")
-    split = any(e.op.kind is Kind.W for e in table.entries)
+    check_grid(table.num_devices, table.makespan)
+    split = bool((ops.kind == KIND_CODES[Kind.W]).any())
+    letters = np.array(["F", "I" if split else "B", "W"])[ops.kind].tolist()
+    actions = [f"{s}{k}{m}" for s, k, m in zip(ops.stage.tolist(), letters, ops.microbatch.tolist())]
     out = io.StringIO()
     w = csv.writer(out, lineterminator="\n")
+    bounds = table.offsets.tolist()
+    starts = table.start.tolist()
     for d in range(table.num_devices):
-        row = [""] * table.makespan
-        for e in table.device_entries(d):
-            letter = "I" if (split and e.op.kind is Kind.B) else e.op.kind.value
-            row[e.start] = f"{e.op.stage}{letter}{e.op.microbatch}"
-        while row and row[-1] == "":
-            row.pop()
+        a, b = bounds[d], bounds[d + 1]
+        row = [""] * (starts[b - 1] + 1 if b > a else 0)
+        for i in range(a, b):
+            row[starts[i]] = actions[i]
         w.writerow(row)
     return out.getvalue()
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .memory import at_start, check_weight_fraction, memory_change
+import numpy as np
+
+from .memory import check_weight_fraction, event_times, live_levels, memory_deltas, peaks
 from .schedule import Schedule
 from .table import Table, whole
 from .validate import schedule_from_table
@@ -54,33 +56,22 @@ def table_metrics(table: Table, schedule: Schedule | None = None, weight_memory:
     fraction = check_weight_fraction(weight_memory)
     schedule = schedule or schedule_from_table(table)
     makespan = table.makespan
-    busy = [0] * table.num_devices
-    for e in table.entries:
-        busy[e.device] += e.duration
+    num_devices = table.num_devices
+    busy = np.bincount(table.device, weights=table.duration, minlength=num_devices).astype(np.int64).tolist()
     idle = [makespan - b for b in busy]
-    bubble = sum(idle) / (table.num_devices * makespan) if makespan else 0.0
+    bubble = sum(idle) / (num_devices * makespan) if makespan else 0.0
     tick = table.tick_slots
+    ops = table.ops
+    shares = np.array([schedule.activation_share(p, s) for p, s in schedule.stage_keys])
+    size = shares[schedule.stage_base[ops.pipeline] + ops.stage]
+    ones = np.ones(len(ops))
     split = schedule.split_backward
-    count, share = [], []
-    for d in range(table.num_devices):
-        events = []  # (time, frees first, delta_count, delta_share)
-        for e in table.device_entries(d):
-            kind = e.op.kind
-            size = schedule.activation_share(e.op.pipeline, e.op.stage)
-            dc = memory_change(kind, 1.0, fraction, split)
-            ds = memory_change(kind, size, fraction * size, split)
-            if dc or ds:
-                events.append((e.start if at_start(kind) else e.end, dc > 0, dc, ds))
-        level_c = level_s = peak_c = peak_s = 0.0
-        for _, _, dc, ds in sorted(events):
-            level_c += dc
-            level_s += ds
-            peak_c = max(peak_c, level_c)
-            peak_s = max(peak_s, level_s)
-        count.append(whole(peak_c))
-        share.append(peak_s)
+    count_delta = memory_deltas(ops.kind, ones, fraction * ones, split)
+    share_delta = memory_deltas(ops.kind, size, fraction * size, split)
+    time = event_times(ops.kind, table.start, table.end)
+    _, offsets, (count, share) = live_levels(table.device, time, [count_delta, share_delta], num_devices)
     return TableMetrics(
         whole(makespan * tick), bubble, tuple(whole(x * tick) for x in idle),
-        tuple(whole(x * tick) for x in busy), tuple(count), tuple(share),
-        tuple(schedule.weight_copies()), makespan, tick,
+        tuple(whole(x * tick) for x in busy), tuple(whole(x) for x in peaks(count, offsets).tolist()),
+        tuple(peaks(share, offsets).tolist()), tuple(schedule.weight_copies()), makespan, tick,
     )

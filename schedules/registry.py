@@ -7,6 +7,7 @@ from typing import Callable
 
 from . import formulas
 from .generators import check_shape
+from .limits import check_size
 from .generators import chimera as _chimera
 from .generators import dualpipe as _dualpipe
 from .generators import hanayo as _hanayo
@@ -29,7 +30,11 @@ class Option:
 
 @dataclass(frozen=True)
 class ScheduleSpec:
-    """How to make a known schedule and what its authors say of it."""
+    """How to make a known schedule and what its authors say of it.
+
+    ``ops_per_microbatch(stages, **options)``: how many ops one microbatch has (stages it
+    passes x 2, or x 3 with a split backward), so that sizes are checked before anything
+    is generated; without it, ``3 * stages`` (one stage per device, split backward)."""
 
     name: str
     summary: str
@@ -37,6 +42,7 @@ class ScheduleSpec:
     formula: Callable[..., formulas.Formula]
     regime: str
     options: tuple[Option, ...] = ()
+    ops_per_microbatch: Callable[..., int] | None = None
 
 
 def parse_split(text: str) -> tuple[int, int]:
@@ -64,47 +70,55 @@ SPLIT = Option(
     "layer split A:B between the lighter and heavier stage of each device", parse_split,
 )
 
+def _two_per_stage(stages: int) -> int:
+    return 2 * stages
+
+
 REGISTRY: dict[str, ScheduleSpec] = {
     spec.name: spec
     for spec in (
         ScheduleSpec(
             "gpipe", "fill-drain: all forwards, then all backwards",
-            _linear.gpipe, formulas.gpipe, "S >= 2, B >= 1",
+            _linear.gpipe, formulas.gpipe, "S >= 2, B >= 1", ops_per_microbatch=_two_per_stage,
         ),
         ScheduleSpec(
             "1f1b", "one-forward-one-backward after a warm-up (PipeDream-Flush, Megatron)",
-            _linear.one_f_one_b, formulas.one_f_one_b, "S >= 2, B >= 1",
+            _linear.one_f_one_b, formulas.one_f_one_b, "S >= 2, B >= 1", ops_per_microbatch=_two_per_stage,
         ),
         ScheduleSpec(
             "chimera", "two opposite pipelines over the same devices, basic units concatenated",
-            _chimera.chimera, formulas.chimera, _chimera.CHIMERA_REGIME,
+            _chimera.chimera, formulas.chimera, _chimera.CHIMERA_REGIME, ops_per_microbatch=_two_per_stage,
         ),
         ScheduleSpec(
             "chimera-fd",
             "Chimera with forward doubling: units of 2S microbatches, forwards run in pairs "
             "(no intermediate bubbles at backward = 2 x forward, ~2x activation memory)",
             _chimera.chimera_forward_doubling, formulas.chimera_fd, _chimera.CHIMERA_FD_REGIME,
+            ops_per_microbatch=_two_per_stage,
         ),
         ScheduleSpec(
             "hanayo", "one pipeline of 2*W*S stages laid out as waves over the devices",
             _hanayo.hanayo, formulas.hanayo, _hanayo.HANAYO_REGIME, (WAVES,),
+            lambda stages, waves: 2 * 2 * waves * stages,
         ),
         ScheduleSpec(
             "chimera-asym",
             "Chimera placement whose stages split the layers unevenly (A:B) between the "
             "two stages each device holds",
             _chimera.chimera_asym, formulas.chimera_asym, _chimera.CHIMERA_REGIME, (SPLIT,),
+            lambda stages, split: 2 * stages,
         ),
         ScheduleSpec(
             "interleaved",
             "Megatron interleaved 1F1B: v chunks per device, one pipeline of v*S stages (loop)",
             _interleaved.interleaved, formulas.interleaved, _interleaved.INTERLEAVED_REGIME,
-            (CHUNKS,),
+            (CHUNKS,), lambda stages, chunks: 2 * chunks * stages,
         ),
         ScheduleSpec(
             "zb-h1",
             "zero bubble H1: 1F1B with split backward, weight gradients delayed to fill bubbles",
             _zero_bubble.zb_h1, formulas.zb_h1, _zero_bubble.ZB_H1_REGIME,
+            ops_per_microbatch=lambda stages: 3 * stages,
         ),
         ScheduleSpec(
             "zb-h2",
@@ -116,11 +130,13 @@ REGISTRY: dict[str, ScheduleSpec] = {
             "zbv",
             "zero bubble V: 2 chunks per device in a V (2S stages), split backward, handcrafted order",
             _zero_bubble.zbv, formulas.zbv, _zero_bubble.ZBV_REGIME,
+            ops_per_microbatch=lambda stages: 3 * 2 * stages,
         ),
         ScheduleSpec(
             "dualpipev",
             "DeepSeek DualPipeV: 2S stages in a V over S devices, split backward, W queue",
             _dualpipe.dualpipev, formulas.dualpipev, _dualpipe.DUALPIPEV_REGIME,
+            ops_per_microbatch=lambda stages: 3 * 2 * stages,
         ),
     )
 }
@@ -143,9 +159,31 @@ def _options(entry: ScheduleSpec, options: dict) -> dict:
     return {o.name: options.get(o.name, o.default) for o in entry.options}
 
 
+def num_ops(name: str, stages: int, microbatches: int, **options) -> int | None:
+    """How many ops the named schedule would have (None when the options are not numbers
+    the generator could accept; it will say why)."""
+    entry = spec(name)
+    check_shape(stages, microbatches)
+    opts = _options(entry, options)
+    try:
+        per = entry.ops_per_microbatch(stages, **opts) if entry.ops_per_microbatch else 3 * stages
+    except TypeError:
+        return None
+    return per * microbatches if isinstance(per, int) and not isinstance(per, bool) else None
+
+
+def check_request(name: str, stages: int, microbatches: int, **options) -> None:
+    """``ValueError`` (one sentence) when the named schedule is beyond the size limits
+    (``schedules.limits``), before anything is generated."""
+    ops = num_ops(name, stages, microbatches, **options)
+    shown = "".join(f", {k}={v}" for k, v in options.items())
+    check_size(stages, ops or 0, f"{name} with S={stages}, B={microbatches}{shown}")
+
+
 def generate(name: str, stages: int, microbatches: int, **options) -> Schedule:
     """Build the named schedule; ``ValueError`` with one clear sentence when it cannot
-    (every generator checks its own arguments)."""
+    (sizes are checked first, then every generator checks its own arguments)."""
+    check_request(name, stages, microbatches, **options)
     entry = spec(name)
     return entry.generator(stages, microbatches, **_options(entry, options))
 

@@ -3,14 +3,20 @@
 A schedule is a placement ((pipeline, stage) -> device), the pipeline each microbatch takes,
 and per device the order of its ops. Times are not part of a schedule; ``layout`` (table)
 and the simulator (level 3) derive them.
+
+Underneath, a schedule holds its ops as arrays (``schedules.arrays``) in device order;
+``orders`` (tuples of ``Op``) is built from them on first use. Generators may give either.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Iterator, Mapping
+from typing import Iterator, Mapping, Sequence
 
+import numpy as np
+
+from .arrays import KIND_CODES, OpArrays, Orders, data_predecessors_of, frozen
 from .ops import Kind, Op
 
 
@@ -58,24 +64,31 @@ class Placement:
 class Schedule:
     """Placement + per-device order (+ which pipeline each microbatch takes).
 
+    ``orders[d]`` is device d's ops in order: any sequence of ``Op`` sequences, kept as
+    ``arrays.Orders`` (``Schedule.from_arrays`` takes the arrays directly).
     ``stage_work[p][s]`` is the relative amount of computation (share of the model's
     layers) of stage ``s`` of pipeline ``p``; equal by default. ``split_backward`` means
-    every backward is split into B (input gradient) and W (weight gradient).
+    every backward is split into B (input gradient) and W (weight gradient). Checked on
+    construction: each op of every microbatch's chain exactly once, on the device its
+    stage is placed on.
     """
 
     name: str
     placement: Placement
     microbatch2pipeline: tuple[int, ...]
-    orders: tuple[tuple[Op, ...], ...]
+    orders: Orders
     stage_work: tuple[tuple[float, ...], ...] | None = None
     split_backward: bool = False
     params: Mapping[str, object] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
         pl = self.placement
-        if len(self.orders) != pl.num_devices:
+        orders = self.orders if isinstance(self.orders, Orders) else Orders.from_ops(self.orders)
+        object.__setattr__(self, "orders", orders)
+        object.__setattr__(self, "microbatch2pipeline", tuple(int(p) for p in self.microbatch2pipeline))
+        if len(orders) != pl.num_devices:
             raise ValueError(
-                f"schedule {self.name!r} has orders for {len(self.orders)} devices, "
+                f"schedule {self.name!r} has orders for {len(orders)} devices, "
                 f"placement has {pl.num_devices}"
             )
         if not self.microbatch2pipeline:
@@ -87,26 +100,38 @@ class Schedule:
             object.__setattr__(
                 self, "stage_work", tuple((1.0,) * len(s) for s in pl.stage2device)
             )
+        object.__setattr__(self, "stage_work", tuple(tuple(w) for w in self.stage_work))
         if [len(w) for w in self.stage_work] != [len(s) for s in pl.stage2device]:
             raise ValueError("stage_work must give one value per stage of every pipeline")
         if any(w <= 0 for ws in self.stage_work for w in ws):
             raise ValueError("stage_work values must be > 0")
-        expected = set(self.expected_ops())
-        seen: set[Op] = set()
-        for d, order in enumerate(self.orders):
-            for op in order:
-                if op in seen:
-                    raise ValueError(f"op {op} appears twice in schedule {self.name!r}")
-                if op not in expected:
-                    raise ValueError(f"op {op} on device {d} is not part of schedule {self.name!r}")
-                want = pl.device(op.pipeline, op.stage)
-                if want != d:
-                    raise ValueError(f"op {op} is ordered on device {d} but placed on device {want}")
-                seen.add(op)
-        missing = expected - seen
-        if missing:
-            first = min(missing, key=lambda o: (o.microbatch, o.pipeline, o.stage, o.kind.value))
-            raise ValueError(f"op {first} is missing from schedule {self.name!r} ({len(missing)} missing)")
+        _check_ops(self)
+
+    @classmethod
+    def from_arrays(
+        cls,
+        name: str,
+        placement: Placement,
+        microbatch2pipeline: Sequence[int],
+        ops: OpArrays,
+        offsets: Sequence[int],
+        stage_work: Sequence[Sequence[float]] | None = None,
+        split_backward: bool = False,
+        params: Mapping[str, object] | None = None,
+    ) -> "Schedule":
+        """The schedule whose device d runs ``ops[offsets[d]:offsets[d+1]]`` in that order."""
+        return cls(name, placement, tuple(microbatch2pipeline), Orders(ops, offsets), stage_work,
+                   split_backward, dict(params or {}))
+
+    @property
+    def ops(self) -> OpArrays:
+        """Every op, in device order (device 0's order, then device 1's, ...)."""
+        return self.orders.ops
+
+    @property
+    def offsets(self) -> np.ndarray:
+        """Device d's ops are ``ops[offsets[d]:offsets[d+1]]``."""
+        return self.orders.offsets
 
     # ---- shape ----------------------------------------------------------------------
     @property
@@ -139,9 +164,9 @@ class Schedule:
     def device_of(self, op: Op) -> int:
         return self.placement.device(op.pipeline, op.stage)
 
-    @cached_property
+    @property
     def num_ops(self) -> int:
-        return sum(len(o) for o in self.orders)
+        return len(self.ops)
 
     def work(self, op: Op) -> float:
         """Relative work of the op's stage (see ``stage_work``)."""
@@ -160,3 +185,102 @@ class Schedule:
             for s, d in enumerate(stages):
                 copies[d] += self.activation_share(p, s)
         return copies
+
+    # ---- arrays (per op, in device order) ---------------------------------------------
+    @cached_property
+    def stage_base(self) -> np.ndarray:
+        """Flat stage ids: stage s of pipeline p is ``stage_base[p] + s``."""
+        return np.cumsum([0] + [len(s) for s in self.placement.stage2device], dtype=np.int64)
+
+    @cached_property
+    def stage_keys(self) -> tuple[tuple[int, int], ...]:
+        """(pipeline, stage) of every flat stage id."""
+        return tuple((p, s) for p, stages in enumerate(self.placement.stage2device) for s in range(len(stages)))
+
+    @cached_property
+    def stage_device(self) -> np.ndarray:
+        """Device of every flat stage id."""
+        return np.array([d for stages in self.placement.stage2device for d in stages], np.int64)
+
+    @cached_property
+    def device(self) -> np.ndarray:
+        """Device of every op."""
+        return frozen(np.repeat(np.arange(self.num_devices), np.diff(self.offsets)), np.int64)
+
+    @cached_property
+    def stage_ids(self) -> np.ndarray:
+        """Flat stage id of every op."""
+        return frozen(self.stage_base[self.ops.pipeline] + self.ops.stage, np.int64)
+
+    @cached_property
+    def codes(self) -> np.ndarray:
+        """``3 * stage id + kind`` of every op: index into per-(stage, kind) tables
+        (see ``stage_kind_keys``)."""
+        return frozen(self.stage_ids * 3 + self.ops.kind, np.int64)
+
+    def stage_kind_keys(self) -> list[tuple[Kind, int, int]]:
+        """(kind, pipeline, stage) of every code 0 .. 3 * stages - 1."""
+        return [(k, p, s) for p, s in self.stage_keys for k in (Kind.F, Kind.B, Kind.W)]
+
+    @cached_property
+    def pred(self) -> np.ndarray:
+        """Index of every op's data predecessor (-1: none): F(s) after F(s-1); B(s) after
+        B(s+1), or after F(s) on the last stage; W(s) after B(s)."""
+        return frozen(data_predecessors_of(self.ops, self.stage_base, self.num_microbatches), np.int64)
+
+
+def _check_ops(schedule: Schedule) -> None:
+    """``ValueError`` naming the first op (in device order) that is not part of the
+    schedule, placed elsewhere or repeated, else the first missing op."""
+    ops, pl = schedule.ops, schedule.placement
+    n, num_mb, name = len(ops), schedule.num_microbatches, schedule.name
+    nstages = np.array([len(s) for s in pl.stage2device], np.int64)
+    mb2pipe = np.array(schedule.microbatch2pipeline, np.int64)
+    kind, pipe, stage, mb = ops.kind, ops.pipeline, ops.stage, ops.microbatch
+    in_range = (kind >= 0) & (kind < (3 if schedule.split_backward else 2)) & (mb >= 0) & (mb < num_mb)
+    in_range &= (pipe == mb2pipe[np.where(in_range, mb, 0)]) & (stage >= 0)
+    in_range &= stage < nstages[np.where(in_range, pipe, 0)]
+    sid = np.where(in_range, schedule.stage_base[np.where(in_range, pipe, 0)] + stage, 0)
+    keys = (sid * num_mb + np.where(in_range, mb, 0)) * 3 + kind
+    size = int(schedule.stage_base[-1]) * 3 * num_mb
+    counts = np.bincount(keys[in_range], minlength=size)
+    device = schedule.device
+    misplaced = in_range & (schedule.stage_device[sid] != device)
+    if in_range.all() and not misplaced.any() and counts.max(initial=0) <= 1:
+        expected = int(nstages[mb2pipe].sum()) * len(schedule.kinds)
+        if n == expected:
+            return
+        present = np.zeros(size, bool)
+        present[keys] = True
+        _missing(schedule, present, expected - n)
+    valid_keys = np.where(in_range, keys, -1)
+    order = np.argsort(valid_keys, kind="stable")  # equal keys keep their order: repeats come later
+    sk = valid_keys[order]
+    repeat = np.zeros(n, bool)
+    repeat[order[1:]] = (sk[1:] == sk[:-1]) & (sk[1:] >= 0)
+    bad = ~in_range | misplaced | repeat
+    i = int(np.argmax(bad))
+    op, d = ops.op(i), int(device[i])
+    if repeat[i]:
+        raise ValueError(f"op {op} appears twice in schedule {name!r}")
+    if not in_range[i]:
+        raise ValueError(f"op {op} on device {d} is not part of schedule {name!r}")
+    raise ValueError(f"op {op} is ordered on device {d} but placed on device {pl.device(op.pipeline, op.stage)}")
+
+
+def _missing(schedule: Schedule, present: np.ndarray, count: int) -> None:
+    """Raise naming the first missing op by (microbatch, pipeline, stage, kind letter)."""
+    num_mb = schedule.num_microbatches
+    first = None
+    for m, p in enumerate(schedule.microbatch2pipeline):
+        base = int(schedule.stage_base[p])
+        for s in range(schedule.num_stages(p)):
+            for k in sorted(schedule.kinds, key=lambda k: k.value):
+                if not present[((base + s) * num_mb + m) * 3 + KIND_CODES[k]]:
+                    first = Op(k, p, s, m)
+                    break
+            if first:
+                break
+        if first:
+            break
+    raise ValueError(f"op {first} is missing from schedule {schedule.name!r} ({count} missing)")

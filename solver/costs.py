@@ -231,6 +231,19 @@ def shape_slot_costs(
     )
 
 
+def check_hardware(system, model, num_devices: int, num_microbatches: int):
+    """The loaded (system, model) when ``num_devices`` devices of ``system`` can run
+    ``num_microbatches`` equal microbatches of ``model``'s global batch; ``ValueError``
+    (one sentence) otherwise. Cheap: call it before generating a schedule."""
+    from pipetab.hardware import load_model, load_system
+
+    system = load_system(system)
+    model = load_model(model)
+    system.check_devices(num_devices)
+    model.microbatch_size(num_microbatches)
+    return system, model
+
+
 def hardware_costs(
     schedule: Schedule,
     system,
@@ -241,10 +254,9 @@ def hardware_costs(
     """Costs of ``schedule`` on a system for a model (presets by name, TOML paths, or
     ``hardware`` objects): roofline op times, Hockney messages, activation and persistent
     bytes, replica all-reduces and optimizer steps (see ``hardware.costs``); unit ``"s"``."""
-    from pipetab.hardware import load_model, load_system, schedule_costs
+    from pipetab.hardware import schedule_costs
 
-    system = load_system(system)
-    model = load_model(model)
+    system, model = check_hardware(system, model, schedule.num_devices, schedule.num_microbatches)
     sc = schedule_costs(schedule, system, model, recompute=recompute)
     op_time, message, activation, weight_memory = {}, {}, {}, {}
     for p, row in enumerate(sc.stages):

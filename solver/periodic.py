@@ -38,6 +38,8 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Callable, Hashable, Mapping
 
+import numpy as np
+
 from pipetab.schedules.evaluate import deadlock_error
 from pipetab.schedules.ops import Op, data_predecessors
 from pipetab.schedules.schedule import Schedule
@@ -146,8 +148,9 @@ class _Graph:
                 if indeg[v] == 0:
                     stack.append(v)
         if len(self.order) != len(ops):
-            done = set(self.order)
-            raise deadlock_error(schedule, {ops[i]: 0.0 for i in done})
+            done = np.zeros(len(ops), dtype=bool)  # ops are in the schedule's op order
+            done[self.order] = True
+            raise deadlock_error(schedule, done)
         self.exact = all(_is_int(x) for x in self.dur) and all(
             _is_int(w) for out in self.succ for _, w in out
         )

@@ -17,15 +17,17 @@ Rules (the execution graph, see ``solver.graph``):
 
 from __future__ import annotations
 
-import heapq
-from collections import defaultdict
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
-from pipetab.schedules.evaluate import deadlock_error
-from pipetab.schedules.memory import at_start, memory_change
+import numpy as np
+
+from pipetab.schedules.arrays import LazyTuple
+from pipetab.schedules.evaluate import run_orders
+from pipetab.schedules.memory import event_times, live_levels, memory_deltas, peaks
 from pipetab.schedules.ops import Kind, Op
 from pipetab.schedules.schedule import Schedule
+from pipetab.schedules.table import Table, timed_table
 
 from .costs import Costs, Links
 
@@ -42,25 +44,61 @@ class Transfer:
     end: float
 
 
-@dataclass(frozen=True)
+class Transfers(LazyTuple):
+    """The messages of a simulation as arrays (producer and consumer op index, start,
+    arrival), behaving as a tuple of ``Transfer`` built on first use."""
+
+    __slots__ = ("schedule", "producer", "consumer", "start", "end")
+
+    def __init__(self, schedule: Schedule, producer, consumer, start, end) -> None:
+        super().__init__()
+        self.schedule, self.producer, self.consumer, self.start, self.end = schedule, producer, consumer, start, end
+
+    def _build(self) -> tuple[Transfer, ...]:
+        ops, dev = self.schedule.ops, self.schedule.device
+        src, dst = self.producer, self.consumer
+        return tuple(map(Transfer, ops.take(src).to_ops(), ops.take(dst).to_ops(), dev[src].tolist(),
+                         dev[dst].tolist(), self.start.tolist(), self.end.tolist()))
+
+    def _same(self, other: "Transfers") -> bool:
+        return self.tuple() == other.tuple()
+
+    def __len__(self) -> int:
+        return len(self.producer)
+
+
+@dataclass(frozen=True, eq=False)
 class Simulation:
-    """Times of every op, transfer, all-reduce and optimizer step of one training step."""
+    """Times of every op, transfer, all-reduce and optimizer step of one training step.
+
+    ``start_times`` / ``end_times``: per op, in the schedule's op order (``schedule.ops``);
+    ``transfer_times``: (producer index, consumer index, start, end) arrays of every message
+    between devices. ``start``, ``end`` and ``transfers`` give the same as ``Op``-keyed
+    values, built on first use."""
 
     schedule: Schedule
     costs: Costs
-    start: dict[Op, float]
-    end: dict[Op, float]
+    start_times: np.ndarray
+    end_times: np.ndarray
     allreduces: tuple[tuple[tuple[tuple[int, int], ...], float, float], ...]
     optimizer: tuple[tuple[float, float], ...]
-    # (ops, devices, [(producer, consumer, start, end)]) by op index; ``transfers`` builds
-    # the ``Transfer`` values on first use (building them eagerly doubles simulate's time)
-    transfer_log: tuple = field(default=((), (), ()), compare=False, repr=False)
+    transfer_times: tuple = field(default=(), repr=False)
 
     @cached_property
-    def transfers(self) -> tuple[Transfer, ...]:
-        """Every message between devices, with its start and arrival."""
-        ops, dev, raw = self.transfer_log
-        return tuple(Transfer(ops[i], ops[j], dev[i], dev[j], s, e) for i, j, s, e in raw)
+    def start(self) -> dict[Op, float]:
+        """Start of every op (one ``Op`` per op: not for the hot path)."""
+        return dict(zip(self.schedule.ops.to_ops(), self.start_times.tolist()))
+
+    @cached_property
+    def end(self) -> dict[Op, float]:
+        """End of every op (one ``Op`` per op: not for the hot path)."""
+        return dict(zip(self.schedule.ops.to_ops(), self.end_times.tolist()))
+
+    @cached_property
+    def transfers(self) -> "Transfers":
+        """Every message between devices, with its start and arrival (by consumer): a
+        sequence of ``Transfer`` whose length needs no ``Transfer`` values."""
+        return Transfers(self.schedule, *self.transfer_times)
 
     @cached_property
     def makespan(self) -> float:
@@ -70,12 +108,9 @@ class Simulation:
     @cached_property
     def busy(self) -> tuple[float, ...]:
         """Compute (ops + optimizer) time per device."""
-        busy = [0.0] * self.schedule.num_devices
-        for op, s in self.start.items():
-            busy[self.schedule.device_of(op)] += self.end[op] - s
-        for d, (s, e) in enumerate(self.optimizer):
-            busy[d] += e - s
-        return tuple(busy)
+        busy = np.bincount(self.schedule.device, weights=self.end_times - self.start_times,
+                           minlength=self.schedule.num_devices).tolist()
+        return tuple(b + (e - s) for b, (s, e) in zip(busy, self.optimizer))
 
     @cached_property
     def idle_ratio(self) -> float:
@@ -84,34 +119,35 @@ class Simulation:
         n = self.schedule.num_devices
         return 1 - sum(self.busy) / (n * t) if t > 0 else 0.0
 
+    @cached_property
+    def _memory(self):
+        """Live-memory levels of every device (``schedules.memory.live_levels``)."""
+        sched, costs = self.schedule, self.costs
+        keys = sched.stage_keys
+        size = np.array([costs.activation[k] for k in keys], float)[sched.stage_ids]
+        part = np.array([costs.weight_part(*k) for k in keys], float)[sched.stage_ids]
+        delta = memory_deltas(sched.ops.kind, size, part, sched.split_backward)
+        time = event_times(sched.ops.kind, self.start_times, self.end_times)
+        changes = delta != 0  # ops that change nothing make no step
+        time, delta, device = time[changes], delta[changes], sched.device[changes]
+        order, offsets, (levels,) = live_levels(device, time, [delta], sched.num_devices,
+                                                np.array(costs.persistent, float))
+        return time[order], offsets, levels
+
     def memory_timeline(self, device: int) -> list[tuple[float, float]]:
         """(time, bytes held) steps of ``device``: persistent memory plus live activations
         as ``schedules.memory`` defines them (F allocates at its start; B, and W when the
         backward is split, release at their end)."""
-        sched, costs = self.schedule, self.costs
-        split = sched.split_backward
-        events = []
-        for op in sched.orders[device]:
-            delta = memory_change(op.kind, costs.activation[(op.pipeline, op.stage)],
-                                  costs.weight_part(op.pipeline, op.stage), split)
-            if delta:
-                t = self.start[op] if at_start(op.kind) else self.end[op]
-                events.append((t, delta > 0, delta))
-        level = costs.persistent[device]
-        steps = [(0.0, level)]
-        for t, _, delta in sorted(events):
-            level += delta
-            steps.append((t, level))
-        return steps
+        times, offsets, levels = self._memory
+        a, b = int(offsets[device]), int(offsets[device + 1])
+        steps = levels[a + device:b + device + 1].tolist()
+        return [(0.0, steps[0])] + list(zip(times[a:b].tolist(), steps[1:]))
 
     @cached_property
     def peak_activation(self) -> tuple[float, ...]:
         """Largest activation memory live at once, per device."""
-        out = []
-        for d in range(self.schedule.num_devices):
-            base = self.costs.persistent[d]
-            out.append(max(level for _, level in self.memory_timeline(d)) - base)
-        return tuple(out)
+        _, offsets, levels = self._memory
+        return tuple(p - b for p, b in zip(peaks(levels, offsets).tolist(), self.costs.persistent))
 
     @cached_property
     def peak_memory(self) -> tuple[float, ...]:
@@ -132,16 +168,30 @@ class Simulation:
         free = replace(self.costs, links=Links(constant=0), contention=False)
         return self.makespan - simulate(self.schedule, free).makespan
 
+    def table(self, name: str | None = None) -> Table:
+        """The ops' times as a table (whole-number times only: slot or tick costs)."""
+        return timed_table(self.schedule, self.start_times, self.end_times, name,
+                           self.costs.tick_slots if self.costs.unit == "slots" else 1.0)
+
     def ops_frame(self):
         """One row per op: device, kind, pipeline, stage, microbatch, start, end (pandas)."""
         import pandas as pd
 
-        rows = [
-            (self.schedule.device_of(op), op.kind.value, op.pipeline, op.stage, op.microbatch, s, self.end[op])
-            for op, s in self.start.items()
-        ]
-        cols = ["device", "kind", "pipeline", "stage", "microbatch", "start", "end"]
-        return pd.DataFrame(rows, columns=cols).sort_values(["device", "start"], ignore_index=True)
+        ops = self.schedule.ops
+        frame = pd.DataFrame({
+            "device": self.schedule.device, "kind": np.array(["F", "B", "W"])[ops.kind],
+            "pipeline": ops.pipeline, "stage": ops.stage, "microbatch": ops.microbatch,
+            "start": self.start_times, "end": self.end_times,
+        })
+        return frame.sort_values(["device", "start"], ignore_index=True, kind="stable")
+
+
+def stage_kind_table(schedule: Schedule, value) -> np.ndarray:
+    """``value(kind, pipeline, stage)`` for every (stage, kind) code of ``schedule`` (0
+    where the kind does not occur), as an array indexed by ``schedule.codes``."""
+    split = schedule.split_backward
+    return np.array([value(k, p, s) if (k is not Kind.W or split) else 0.0
+                     for k, p, s in schedule.stage_kind_keys()], float)
 
 
 def simulate(schedule: Schedule, costs: Costs) -> Simulation:
@@ -150,186 +200,69 @@ def simulate(schedule: Schedule, costs: Costs) -> Simulation:
     Raises ``DeadlockError`` (naming the devices and the ops that wait on each other) when
     the per-device orders cannot all run.
     """
-    ops: list[Op] = []
-    dev: list[int] = []
-    for d, order in enumerate(schedule.orders):
-        ops.extend(order)
-        dev.extend([d] * len(order))
-    n = len(ops)
-    # integer keys: ((pipeline * max_stages + stage) * num_mb + microbatch) * 3 + kind
-    nstages = [schedule.num_stages(p) for p in range(schedule.num_pipelines)]
-    max_s, num_mb = max(nstages), schedule.num_microbatches
-    code = {Kind.F: 0, Kind.B: 1, Kind.W: 2}
-    index = [-1] * (3 * num_mb * max_s * len(nstages))
-    keys = [0] * n
-    for i, op in enumerate(ops):
-        k = ((op.pipeline * max_s + op.stage) * num_mb + op.microbatch) * 3 + code[op.kind]
-        keys[i] = k
-        index[k] = i
+    codes, pred = schedule.codes, schedule.pred
     op_time = costs.op_time
-    dur = [op_time[(op.kind, op.pipeline, op.stage)] for op in ops]
-    # one device predecessor and at most one data predecessor per op
-    dev_prev = [-1] * n
-    first = 0
-    for order in schedule.orders:
-        for k in range(1, len(order)):
-            dev_prev[first + k] = first + k - 1
-        first += len(order)
-    data_pred = [-1] * n
-    lag = [0.0] * n
-    step_s = 3 * num_mb  # key distance between neighbouring stages
-    transfer_cache: dict[tuple[int, int, int], float] = {}
-    for i in range(n):
-        k = keys[i]
-        c = k % 3
-        if c == 0:  # F(s) after F(s-1)
-            q = index[k - step_s] if ops[i].stage > 0 else -1
-        elif c == 1:  # B(s) after B(s+1), or after F on the last stage
-            op = ops[i]
-            q = index[k + step_s] if op.stage < nstages[op.pipeline] - 1 else index[k - 1]
-        else:  # W after B
-            q = index[k - 1]
-        data_pred[i] = q
-        if q >= 0 and dev[q] != dev[i]:
-            ck = (keys[q] // 3 // num_mb * 3 + keys[q] % 3, dev[q], dev[i])  # (stage, kind), link
-            t = transfer_cache.get(ck)
-            if t is None:
-                t = transfer_cache[ck] = costs.transfer(ops[q], dev[q], dev[i])
-            lag[i] = t
-    start = [0.0] * n
-    end = [-1.0] * n  # -1: not run yet
-    if costs.contention:
-        transfers, done = _run_with_contention(ops, dev, dur, dev_prev, data_pred, lag, start, end)
-    else:
-        done = _run(schedule, dur, data_pred, lag, start, end)
-        transfers = [(q, i, end[q], end[q] + lag[i]) for i, q in enumerate(data_pred)
-                     if q >= 0 and dev[q] != dev[i]]
-    if done != n:
-        raise deadlock_error(schedule, {ops[i]: 0.0 for i in range(n) if end[i] >= 0})
-    start_map = dict(zip(ops, start))
-    end_map = dict(zip(ops, end))
-    allreduces, optimizer = _tails(schedule, costs, ops, dev, end)
-    return Simulation(
-        schedule, costs, start_map, end_map, allreduces, optimizer, (ops, dev, transfers),
-    )
+    dur = stage_kind_table(schedule, lambda k, p, s: op_time[(k, p, s)])[codes]
+    lag_of, link_of = _messages(schedule, costs)
+    lag, link_in = lag_of[codes], link_of[codes]
+    consumers = np.nonzero(link_in >= 0)[0]
+    producers = pred[consumers]
+    link = None
+    if costs.contention:  # per op, the link its output crosses
+        link = np.full(len(codes), -1, np.int64)
+        link[producers] = link_in[consumers]
+    start, end, sent = run_orders(schedule, dur, lag, link)
+    t0 = end[producers] if sent is None else sent[consumers]
+    allreduces, optimizer = _tails(schedule, costs, end)
+    return Simulation(schedule, costs, start, end, allreduces, optimizer,
+                      (producers, consumers, t0, t0 + lag[consumers]))
 
 
-def _run(schedule: Schedule, dur, data_pred, lag, start, end) -> int:
-    """Sweep the devices, running each one's order as far as its inputs allow, until no
-    device can advance. Returns the number of ops run."""
-    bounds, first = [], 0
-    for order in schedule.orders:
-        bounds.append([first, first + len(order)])
-        first += len(order)
-    dev_end = [0.0] * len(bounds)
-    done = 0
-    progressed = True
-    while progressed:
-        progressed = False
-        for d, (i, stop) in enumerate(bounds):
-            i0, free = i, dev_end[d]
-            while i < stop:
-                q = data_pred[i]
-                if q >= 0:
-                    eq = end[q]
-                    if eq < 0:
-                        break
-                    eq += lag[i]
-                    t = eq if eq > free else free
-                else:
-                    t = free
-                start[i] = t
-                free = t + dur[i]
-                end[i] = free
-                i += 1
-            if i != i0:
-                bounds[d][0] = i
-                dev_end[d] = free
-                done += i - i0
-                progressed = True
-    return done
+def _messages(schedule: Schedule, costs: Costs) -> tuple[np.ndarray, np.ndarray]:
+    """Per (stage, kind) code: the time of the message into such an op from its data
+    predecessor (0 on the same device) and the id of the directed link it crosses (-1:
+    none). The predecessor's stage, and so the link, follow from the placement."""
+    keys = schedule.stage_kind_keys()
+    lag = np.zeros(len(keys))
+    link = np.full(len(keys), -1, np.int64)
+    links: dict[tuple[int, int], int] = {}
+    device = schedule.placement.device
+    for c, (k, p, s) in enumerate(keys):
+        last = schedule.num_stages(p) - 1
+        if k is Kind.F:
+            if s == 0:
+                continue
+            q = Op(Kind.F, p, s - 1, 0)
+        elif k is Kind.B:
+            q = Op(Kind.B, p, s + 1, 0) if s < last else Op(Kind.F, p, s, 0)
+        else:
+            q = Op(Kind.B, p, s, 0)
+        src, dst = device(p, q.stage), device(p, s)
+        if src != dst:
+            lag[c] = costs.transfer(q, src, dst)
+            link[c] = links.setdefault((src, dst), len(links))
+    return lag, link
 
 
-def _run_with_contention(ops, dev, dur, dev_prev, data_pred, lag, start, end):
-    """Event-driven run in which each directed link carries one transfer at a time, served
-    first come first served by ready time (ties by producing op). Returns the transfers
-    and the number of ops run."""
-    n = len(ops)
-    succs: list[list[int]] = [[] for _ in range(n)]
-    indeg = [0] * n
-    for i in range(n):
-        for q in (dev_prev[i], data_pred[i]):
-            if q >= 0:
-                succs[q].append(i)
-                indeg[i] += 1
-    arrive = [0.0] * n
-    dev_free = [0.0] * n
-    link_free: dict[tuple[int, int], float] = defaultdict(float)
-    heap: list[tuple[float, int, int]] = []  # (ready time, producer, consumer)
-    transfers: list[tuple[int, int, float, float]] = []
-    done = 0
-
-    def release(j: int) -> None:
-        nonlocal done
-        stack = [j]
-        while stack:
-            i = stack.pop()
-            t = arrive[i] if arrive[i] > dev_free[i] else dev_free[i]
-            start[i] = t
-            e = t + dur[i]
-            end[i] = e
-            done += 1
-            for k in succs[i]:
-                if data_pred[k] == i:
-                    if dev[k] != dev[i]:
-                        heapq.heappush(heap, (e, i, k))
-                        continue  # released when the transfer arrives
-                    arrive[k] = e
-                if dev_prev[k] == i:
-                    dev_free[k] = e
-                indeg[k] -= 1
-                if indeg[k] == 0:
-                    stack.append(k)
-
-    for i in [i for i in range(n) if indeg[i] == 0]:
-        release(i)
-    while heap:
-        ready, i, k = heapq.heappop(heap)
-        key = (dev[i], dev[k])
-        s = ready if ready > link_free[key] else link_free[key]
-        e = s + lag[k]
-        link_free[key] = e
-        transfers.append((i, k, s, e))
-        arrive[k] = e
-        indeg[k] -= 1
-        if indeg[k] == 0:
-            release(k)
-    return transfers, done
-
-
-def _tails(schedule: Schedule, costs: Costs, ops: list[Op], dev: list[int], end: list[float]):
+def _tails(schedule: Schedule, costs: Costs, end: np.ndarray):
     """All-reduces of replicated stages and per-device optimizer steps."""
-    last_bwd = Kind.W if schedule.split_backward else Kind.B
-    stage_last: dict[tuple[int, int], float] = defaultdict(float)
-    dev_last = [0.0] * schedule.num_devices
-    for op, d, e in zip(ops, dev, end):
-        if e > dev_last[d]:
-            dev_last[d] = e
-    if costs.replica_groups:
-        for op, e in zip(ops, end):
-            if op.kind is last_bwd:
-                key = (op.pipeline, op.stage)
-                if e > stage_last[key]:
-                    stage_last[key] = e
-    ready = list(dev_last)
+    num = schedule.num_devices
+    dev_last = np.zeros(num)
+    np.maximum.at(dev_last, schedule.device, end)
+    ready = dev_last.tolist()
     allreduces = []
-    for group in costs.replica_groups:
-        s = max(stage_last[k] for k in group.stages)
-        e = s + group.allreduce_time
-        allreduces.append((group.stages, s, e))
-        for p, st in group.stages:
-            d = schedule.placement.device(p, st)
-            ready[d] = max(ready[d], e)
-    opt = costs.optimizer_time or (0,) * schedule.num_devices
+    if costs.replica_groups:
+        last_bwd = 2 if schedule.split_backward else 1
+        mine = schedule.ops.kind == last_bwd
+        stage_last = np.zeros(len(schedule.stage_keys))
+        np.maximum.at(stage_last, schedule.stage_ids[mine], end[mine])
+        for group in costs.replica_groups:
+            s = max(float(stage_last[schedule.stage_base[p] + st]) for p, st in group.stages)
+            e = s + group.allreduce_time
+            allreduces.append((group.stages, s, e))
+            for p, st in group.stages:
+                d = schedule.placement.device(p, st)
+                ready[d] = max(ready[d], e)
+    opt = costs.optimizer_time or (0,) * num
     optimizer = tuple((r, r + opt[d]) for d, r in enumerate(ready))
     return tuple(allreduces), optimizer

@@ -127,8 +127,22 @@ def build_schedule(args, name: str | None = None, strict: bool = True):
     schedule = registry.generate(name, args.stages, args.microbatches, **schedule_options(args, name, strict))
     if strict and getattr(args, "weight_slots", None) is not None and not schedule.split_backward:
         raise UsageError(f"pipetab: error: --weight-slots does not apply to schedule {name!r} "
-                         "(its backward is not split; zb-h1, zbv and dualpipev split it)")
+                         f"(its backward is not split; {', '.join(split_backward_schedules())} split it)")
     return schedule
+
+
+def split_backward_schedules() -> list[str]:
+    """Registry names whose schedules split the backward (checked on a tiny instance)."""
+    out = []
+    for name in registry.REGISTRY:
+        for S, B in ((2, 4), (4, 8), (2, 8)):
+            try:
+                if registry.generate(name, S, B).split_backward:
+                    out.append(name)
+                break
+            except ValueError:
+                continue
+    return out
 
 
 def check_options_apply(args, names: list[str]) -> None:

@@ -59,6 +59,11 @@ def levels_of(args):
     if args.tick is not None and (args.solver != "cpsat" or not args.system):
         raise UsageError("pipetab: error: --tick applies to --solver cpsat with --system only "
                          "(idealized costs are whole slots)")
+    if args.system:
+        from pipetab.solver.costs import check_hardware
+
+        # refuse a system or model that cannot run the request before generating anything
+        check_hardware(args.system, args.model or "paper_gpt", args.stages, args.microbatches)
     schedule = common.build_schedule(args)
     costs = hardware_costs_of(args, schedule)
     if args.tick is not None and args.tick > costs.default_tick(MIN_TICKS_PER_OP):

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from pipetab.schedules import formats, registry
+from pipetab.schedules.limits import check_grid_ops
 from pipetab.schedules.metrics import table_metrics
 from pipetab.schedules.table import layout
 from pipetab.schedules.validate import schedule_from_table, validate
@@ -51,6 +52,10 @@ def _plain(value):
 
 def cmd_table(args) -> None:
     plot = common.check_plot_path(args.plot)
+    if args.format in ("text", "torch-csv"):  # a grid: refuse one too big before generating
+        options = common.schedule_options(args, args.name)
+        registry.check_request(args.name, args.stages, args.microbatches, **options)
+        check_grid_ops(registry.num_ops(args.name, args.stages, args.microbatches, **options) or 0)
     schedule = common.build_schedule(args)
     table = layout(schedule, common.slots_of(args))
     validate(table, schedule)
@@ -60,10 +65,11 @@ def cmd_table(args) -> None:
 
         common.save_plot(plot_table, plot, table, title=f"{args.name}  S={args.stages} B={args.microbatches}")
     if args.format == "json":
-        emit_json(formats.to_json_dict(table, schedule=args.name, stages=args.stages,
-                                       bubble_ratio=metrics.bubble_ratio))
+        sys.stdout.writelines(formats.json_chunks(table, schedule=args.name, stages=args.stages,
+                                                  bubble_ratio=metrics.bubble_ratio))
+        sys.stdout.write("\n")
     elif args.format == "csv":
-        sys.stdout.write(formats.to_csv(table))
+        sys.stdout.writelines(formats.csv_chunks(table))
     elif args.format == "torch-csv":
         sys.stdout.write(formats.to_torch_csv(table))
     else:

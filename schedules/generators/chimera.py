@@ -45,7 +45,10 @@ heavier-first variant. Nothing is normalised: ``stage_work`` carries the raw ``a
 
 from __future__ import annotations
 
+import numpy as np
+
 from . import check_shape
+from ..arrays import OpArrays, Orders
 from ..ops import B, F, Op
 from ..schedule import Placement, Schedule
 
@@ -123,6 +126,29 @@ def _orders(stages: int, microbatches: int, per: int = 1) -> tuple[tuple[Op, ...
     return tuple(orders)
 
 
+def _orders_arrays(stages: int, microbatches: int, per: int = 1) -> Orders:
+    """``_orders`` as arrays without building every op: a device's order is unit 0, then
+    units 1.. (each the previous with microbatches one unit later, starting with the
+    previous unit's step 5), then the last unit's step 5; the orders of one and two units
+    give every piece."""
+    unit = per * stages
+    units = microbatches // unit
+    half = stages // 2
+    columns: list[list[np.ndarray]] = [[], [], [], []]
+    sizes = []
+    for d, (one, two) in enumerate(zip(_orders(stages, unit, per), _orders(stages, 2 * unit, per))):
+        a = half - d if d < half else d - half + 1  # step 5's length
+        first, later, tail = (OpArrays.from_ops(x) for x in (one[:-a], two[len(one) - a:-a], two[-a:]))
+        shift = np.repeat(np.arange(units - 1) * unit, len(later))
+        for col, name in zip(columns, ("kind", "pipeline", "stage", "microbatch")):
+            f, l, t = getattr(first, name), getattr(later, name), getattr(tail, name)
+            extra = (shift, (units - 2) * unit) if name == "microbatch" else (0, 0)
+            col += [f, np.tile(l, units - 1) + extra[0], t + extra[1]]
+        sizes.append(len(first) + (units - 1) * len(later) + len(tail))
+    ops = OpArrays(*(np.concatenate(col) for col in columns))
+    return Orders(ops, np.cumsum([0] + sizes, dtype=np.int64))
+
+
 def chimera(stages: int, microbatches: int) -> Schedule:
     """Chimera with two pipelines and directly concatenated basic units (see module doc).
 
@@ -132,7 +158,7 @@ def chimera(stages: int, microbatches: int) -> Schedule:
         "chimera",
         chimera_placement(stages),
         _microbatch2pipeline(stages, microbatches),
-        _orders(stages, microbatches),
+        _orders_arrays(stages, microbatches),
         params={"stages": stages, "microbatches": microbatches},
     )
 
@@ -147,7 +173,7 @@ def chimera_forward_doubling(stages: int, microbatches: int) -> Schedule:
         "chimera-fd",
         chimera_placement(stages),
         _microbatch2pipeline(stages, microbatches, per=2),
-        _orders(stages, microbatches, per=2),
+        _orders_arrays(stages, microbatches, per=2),
         params={"stages": stages, "microbatches": microbatches},
     )
 
@@ -170,7 +196,7 @@ def chimera_asym(stages: int, microbatches: int, split: tuple[int, int] = (1, 2)
         "chimera-asym",
         chimera_placement(stages),
         _microbatch2pipeline(stages, microbatches),
-        _orders(stages, microbatches),
+        _orders_arrays(stages, microbatches),
         stage_work=(work, work),
         params={"stages": stages, "microbatches": microbatches, "split": (a, b)},
     )

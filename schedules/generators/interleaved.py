@@ -26,8 +26,11 @@ Memory: device d peaks at min(w_d + 1, vB) live chunk activations of A/v each, i
 
 from __future__ import annotations
 
+import numpy as np
+
 from . import check_shape
-from ..ops import B, F, Op
+from .linear import warmup_pairs
+from ..arrays import B_CODE, F_CODE, OpArrays, Orders
 from ..schedule import Placement, Schedule
 
 MAX_CHUNKS = 16
@@ -56,32 +59,19 @@ def warmup(devices: int, microbatches: int, chunks: int, device: int) -> int:
     return min((chunks - 1) * devices + 2 * (devices - 1 - device), chunks * microbatches)
 
 
-def interleaved_orders(devices: int, microbatches: int, chunks: int) -> tuple[tuple[Op, ...], ...]:
-    """Per-device orders of the Megatron rule (see module doc); needs B a multiple of S."""
+def interleaved_arrays(devices: int, microbatches: int, chunks: int) -> tuple[OpArrays, np.ndarray]:
+    """Op arrays and offsets of the Megatron rule (see module doc); needs B a multiple of S."""
     group = devices * chunks
     total = chunks * microbatches
-
-    def mb_chunk(k: int) -> tuple[int, int]:
-        return (k // group) * devices + k % devices, (k % group) // devices
-
-    orders = []
-    for d in range(devices):
-
-        def fwd(k: int) -> Op:
-            m, c = mb_chunk(k)
-            return F(m, c * devices + d)
-
-        def bwd(k: int) -> Op:
-            m, c = mb_chunk(k)
-            return B(m, (chunks - 1 - c) * devices + d)
-
-        w = warmup(devices, microbatches, chunks, d)
-        order = [fwd(k) for k in range(w)]
-        for k in range(total - w):
-            order += [fwd(k + w), bwd(k)]
-        order += [bwd(k) for k in range(total - w, total)]
-        orders.append(tuple(order))
-    return tuple(orders)
+    warm = np.array([warmup(devices, microbatches, chunks, d) for d in range(devices)])
+    forward, k = warmup_pairs(warm, total)
+    mb = (k // group) * devices + k % devices
+    chunk = (k % group) // devices
+    chunk = np.where(forward, chunk, chunks - 1 - chunk)
+    stage = chunk * devices + np.arange(devices)[:, None]
+    ops = OpArrays(np.where(forward, F_CODE, B_CODE).ravel(), np.zeros(forward.size, np.int64),
+                   stage.ravel(), mb.ravel())
+    return ops, np.arange(devices + 1, dtype=np.int64) * (2 * total)
 
 
 def interleaved(stages: int, microbatches: int, chunks: int = 2) -> Schedule:
@@ -93,6 +83,6 @@ def interleaved(stages: int, microbatches: int, chunks: int = 2) -> Schedule:
         "interleaved",
         loop_placement(stages, chunks),
         (0,) * microbatches,
-        interleaved_orders(stages, microbatches, chunks),
+        Orders(*interleaved_arrays(stages, microbatches, chunks)),
         params={"stages": stages, "microbatches": microbatches, "chunks": chunks},
     )

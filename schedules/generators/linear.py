@@ -1,10 +1,18 @@
-"""Single-pipeline schedules with stage d on device d: GPipe and 1F1B."""
+"""Single-pipeline schedules with stage d on device d: GPipe and 1F1B.
+
+Both are built as arrays, one row per device (``warmup_pairs``): the 1F1B pattern of
+warm-up forwards, forward/backward pairs and draining backwards, of which GPipe is the case
+where every forward is a warm-up forward.
+"""
 
 from __future__ import annotations
 
-from ..ops import B, F, Op
-from . import check_shape
+import numpy as np
+
+from ..arrays import B_CODE, F_CODE, OpArrays
+from ..ops import Op
 from ..schedule import Placement, Schedule
+from . import check_shape
 
 
 def linear_placement(stages: int) -> Placement:
@@ -12,18 +20,45 @@ def linear_placement(stages: int) -> Placement:
     return Placement((tuple(range(stages)),), stages)
 
 
+def warmup_pairs(warmup: np.ndarray, total: int) -> tuple[np.ndarray, np.ndarray]:
+    """The 1F1B pattern over ``total`` forwards and backwards, one row per device with
+    ``warmup[d]`` warm-up forwards: forwards 0..w-1, then the pairs [forward w+k,
+    backward k], then the remaining backwards. Returns (is forward, index) arrays of shape
+    (devices, 2 * total)."""
+    j = np.arange(2 * total, dtype=np.int32)[None, :]
+    w = np.asarray(warmup, np.int32)[:, None]
+    rel = j - w  # position after the warm-up
+    drain = j >= 2 * total - w
+    forward = (rel < 0) | (((rel & 1) == 0) & ~drain)
+    index = np.where(rel < 0, j, np.where(drain, j - total, (rel >> 1) + np.where(forward, w, 0)))
+    return forward, index.astype(np.int64)
+
+
+def linear_arrays(kind: np.ndarray, microbatch: np.ndarray) -> tuple[OpArrays, np.ndarray]:
+    """Op arrays and offsets of rows of equal length, row d on stage d of pipeline 0."""
+    rows, width = kind.shape
+    stage = np.broadcast_to(np.arange(rows)[:, None], kind.shape)
+    ops = OpArrays(kind.ravel(), np.zeros(kind.size, np.int64), stage.ravel(), microbatch.ravel())
+    return ops, np.arange(rows + 1, dtype=np.int64) * width
+
+
+def _linear(name: str, stages: int, microbatches: int, warmup: np.ndarray) -> Schedule:
+    forward, index = warmup_pairs(warmup, microbatches)
+    ops, offsets = linear_arrays(np.where(forward, F_CODE, B_CODE), index)
+    return Schedule.from_arrays(name, linear_placement(stages), (0,) * microbatches, ops, offsets,
+                                params={"stages": stages, "microbatches": microbatches})
+
+
+def one_f_one_b_warmup(stages: int, microbatches: int) -> np.ndarray:
+    """Warm-up forwards of each device in 1F1B: ``min(S-1-d, B)``."""
+    return np.minimum(stages - 1 - np.arange(stages), microbatches)
+
+
 def gpipe(stages: int, microbatches: int) -> Schedule:
     """GPipe (fill-drain): every device runs all forwards, then all backwards, both in
     ascending microbatch order (as torch's ``ScheduleGPipe``)."""
     check_shape(stages, microbatches)
-    orders = tuple(
-        tuple(F(m, d) for m in range(microbatches)) + tuple(B(m, d) for m in range(microbatches))
-        for d in range(stages)
-    )
-    return Schedule(
-        "gpipe", linear_placement(stages), (0,) * microbatches, orders,
-        params={"stages": stages, "microbatches": microbatches},
-    )
+    return _linear("gpipe", stages, microbatches, np.full(stages, microbatches))
 
 
 def one_f_one_b(stages: int, microbatches: int) -> Schedule:
@@ -31,20 +66,9 @@ def one_f_one_b(stages: int, microbatches: int) -> Schedule:
     ``min(S-1-d, B)`` warm-up forwards, then alternates one forward and one backward,
     then drains the remaining backwards."""
     check_shape(stages, microbatches)
-    return Schedule(
-        "1f1b", linear_placement(stages), (0,) * microbatches, one_f_one_b_orders(stages, microbatches),
-        params={"stages": stages, "microbatches": microbatches},
-    )
+    return _linear("1f1b", stages, microbatches, one_f_one_b_warmup(stages, microbatches))
 
 
 def one_f_one_b_orders(stages: int, microbatches: int) -> tuple[tuple[Op, ...], ...]:
-    """1F1B's per-device orders (stage d on device d): warm-up forwards, F/B pairs, drain."""
-    orders = []
-    for d in range(stages):
-        warmup = min(stages - 1 - d, microbatches)
-        order: list[Op] = [F(m, d) for m in range(warmup)]
-        for k in range(microbatches - warmup):
-            order += [F(warmup + k, d), B(k, d)]
-        order += [B(m, d) for m in range(microbatches - warmup, microbatches)]
-        orders.append(tuple(order))
-    return tuple(orders)
+    """1F1B's per-device orders (stage d on device d) as ``Op`` tuples."""
+    return one_f_one_b(stages, microbatches).orders.tuple()

@@ -56,9 +56,12 @@ activations on every device (ZB's p * M_B) once B >= 2S-1.
 
 from __future__ import annotations
 
+import numpy as np
+
 from . import check_shape
-from .linear import linear_placement, one_f_one_b_orders
-from ..ops import B, F, Kind, Op, W
+from .linear import linear_arrays, linear_placement, one_f_one_b_warmup, warmup_pairs
+from ..arrays import B_CODE, F_CODE, W_CODE, OpArrays, Orders
+from ..ops import B, F, Op, W
 from ..schedule import Placement, Schedule
 
 ZB_H1_REGIME = "S >= 2, B >= 1"
@@ -77,28 +80,40 @@ def _split_schedule(name: str, placement: Placement, microbatches: int,
 
 # ---- ZB-H1 ------------------------------------------------------------------------------
 
-def zb_h1_orders(devices: int, microbatches: int) -> tuple[tuple[Op, ...], ...]:
-    """Per-device orders of ZB-H1: 1F1B's orders with device d's weight gradient of
+def zb_h1_arrays(devices: int, microbatches: int) -> tuple[OpArrays, np.ndarray]:
+    """Op arrays and offsets of ZB-H1: 1F1B's rows with device d's weight gradient of
     microbatch k - d right after its k-th backward, the rest at the end (see module doc)."""
-    orders = []
-    for d, base in enumerate(one_f_one_b_orders(devices, microbatches)):
-        order: list[Op] = []
-        next_w = 0
-        for op in base:
-            order.append(op)
-            if op.kind is Kind.B and op.microbatch >= d:
-                order.append(W(op.microbatch - d, d))
-                next_w = op.microbatch - d + 1
-        order += [W(m, d) for m in range(next_w, microbatches)]
-        orders.append(tuple(order))
-    return tuple(orders)
+    forward, mb = warmup_pairs(one_f_one_b_warmup(devices, microbatches), microbatches)
+    rows, width = forward.shape
+    d = np.arange(rows)[:, None]
+    inserted = ~forward & (mb >= d)
+    pos = np.arange(width)[None, :] + np.cumsum(inserted, axis=1) - inserted
+    row = np.broadcast_to(d, forward.shape)
+    kind = np.full((rows, 3 * microbatches), W_CODE, np.int8)
+    out_mb = np.empty((rows, 3 * microbatches), np.int64)
+    kind[row, pos] = np.where(forward, F_CODE, B_CODE)
+    out_mb[row, pos] = mb
+    out_mb[row[inserted], pos[inserted] + 1] = (mb - d)[inserted]
+    cols = np.arange(3 * microbatches)[None, :]
+    tail = cols >= width + inserted.sum(axis=1)[:, None]  # the remaining W's, ascending
+    out_mb[tail] = np.broadcast_to(cols - width, out_mb.shape)[tail]
+    return linear_arrays(kind, out_mb)
+
+
+def zb_h1_orders(devices: int, microbatches: int) -> tuple[tuple[Op, ...], ...]:
+    """Per-device orders of ZB-H1 as ``Op`` tuples (see ``zb_h1_arrays``)."""
+    return Orders(*zb_h1_arrays(devices, microbatches)).tuple()
 
 
 def zb_h1(stages: int, microbatches: int) -> Schedule:
     """ZB-H1: 1F1B with split backward and device d's weight gradients delayed by d
     microbatches (see module doc). Any ``stages >= 2``, ``microbatches >= 1``."""
     check_shape(stages, microbatches)
-    return _split_schedule("zb-h1", linear_placement(stages), microbatches, zb_h1_orders(stages, microbatches))
+    ops, offsets = zb_h1_arrays(stages, microbatches)
+    return Schedule.from_arrays(
+        "zb-h1", linear_placement(stages), (0,) * microbatches, ops, offsets,
+        split_backward=True, params={"stages": stages, "microbatches": microbatches},
+    )
 
 
 # ---- ZB-H2 ------------------------------------------------------------------------------

@@ -5,7 +5,7 @@ schedule hints a model in the form its symmetry and dominance families accept.""
 from __future__ import annotations
 
 from pipetab.schedules.schedule import Schedule
-from pipetab.schedules.table import PlacedOp, Table
+from pipetab.schedules.table import Table, timed_table
 from pipetab.schedules.validate import validate
 
 from .model import CpSatModel, RawSolve
@@ -15,11 +15,7 @@ from .problem import Problem
 
 def table_of(problem: Problem, schedule: Schedule, timing) -> Table:
     """The table of ``schedule`` under ``timing``."""
-    entries = tuple(
-        PlacedOp(op, schedule.device_of(op), int(timing.start[op]), int(timing.end[op] - timing.start[op]))
-        for op in timing.start
-    )
-    return Table(problem.num_devices, entries, schedule.name)
+    return timed_table(schedule, timing.start, timing.end)
 
 
 def checked(problem: Problem, schedule: Schedule, claimed: int | None) -> KnownEval:
