@@ -245,15 +245,25 @@ def hardware_costs(
     model,
     recompute: str = "none",
     contention: bool = False,
+    *,
+    parallel=None,
+    microbatch_size: int | None = None,
 ) -> Costs:
     """Costs of ``schedule`` on a system for a model (presets by name, TOML paths, or
     ``hardware`` objects): roofline op times, Hockney messages, activation and persistent
-    bytes, replica all-reduces and optimizer steps (see ``hardware.costs``); unit ``"s"``."""
+    bytes, replica all-reduces and per-device tails (see ``hardware.costs``); unit ``"s"``.
+
+    ``parallel`` (a ``hardware.Parallel``): each schedule device is a tensor-parallel group
+    replicated for data parallelism on the system's GPUs; times, memory and capacity are
+    per GPU, and ``optimizer_time`` is each device's tail (exposed data-parallel
+    reduction, optimizer step, ZeRO weight gather). ``microbatch_size`` sequences (default
+    ``global_batch / (dp * microbatches)``). Capacity is the device's usable memory."""
     from pipetab.hardware import load_model, load_system, schedule_costs
 
     system = load_system(system)
     model = load_model(model)
-    sc = schedule_costs(schedule, system, model, recompute=recompute)
+    sc = schedule_costs(schedule, system, model, recompute=recompute, parallel=parallel,
+                        microbatch_size=microbatch_size)
     op_time, message, activation, weight_memory = {}, {}, {}, {}
     for p, row in enumerate(sc.stages):
         for s, cost in enumerate(row):
@@ -270,11 +280,11 @@ def hardware_costs(
         unit="s",
         op_time=op_time,
         message_bytes=message,
-        links=Links(system=system),
+        links=Links(system=sc.system),
         activation=activation,
         weight_memory=weight_memory,
         persistent=tuple(float(b) for b in sc.persistent_bytes),
-        capacity=(float(system.device.memory_bytes),) * schedule.num_devices,
+        capacity=(float(system.device.usable_memory_bytes),) * schedule.num_devices,
         replica_groups=groups,
         optimizer_time=tuple(sc.optimizer_s),
         contention=contention,
