@@ -135,7 +135,7 @@ def _print_metrics(d: dict, indent: str = "  ") -> None:
 
 
 def build_parser() -> Parser:
-    from . import evaluate_cmd, solve_cmd, sweep_cmd
+    from . import calibrate_cmd, evaluate_cmd, plan_cmd, solve_cmd, sweep_cmd
 
     parser = Parser(prog="pipetab", description="Explore pipeline-parallel training schedules as tables.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
@@ -163,6 +163,8 @@ def build_parser() -> Parser:
     evaluate_cmd.register(sub)
     solve_cmd.register(sub)
     sweep_cmd.register(sub)
+    plan_cmd.register(sub)
+    calibrate_cmd.register(sub)
     return parser
 
 
