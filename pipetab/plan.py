@@ -396,9 +396,10 @@ def plan(space: PlanSpace, progress: Callable[[str], None] | None = None, profil
     if profile is not None:
         return plan_profiled(space, profile, say, t0)
     bounds = _Bounds(space)
-    pool = _worker_pool() if space.cpsat_shapes else None
+    pool = _worker_pool(min(2, space.cpsat_shapes)) if space.cpsat_shapes else None
     if pool:
-        pool.submit(int)  # fork now, while the process is small
+        for _ in range(min(2, space.cpsat_shapes)):
+            pool.submit(int)  # fork now, while the process is small
     cap = space.system.device.usable_memory_bytes
     candidates, misfits = [], []
     all_shapes = shapes(space)
@@ -601,14 +602,15 @@ def _cpsat_outcome(space: PlanSpace, shape: Shape, result, ranked: list[Configur
             f"({100 * gain:+.3f}% against the best registry schedule of this shape{'' if better else '; not shown'})")
 
 
-def _worker_pool():
-    """One forked worker for CP-SAT, so its search overlaps the validation on the other core
-    (None where processes cannot be forked: CP-SAT then runs inline)."""
+def _worker_pool(workers: int):
+    """Forked workers for CP-SAT (one solver thread each), so the searches overlap the
+    validation on the other core (None where processes cannot be forked: CP-SAT then runs
+    inline)."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
     try:
-        return ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork"))
+        return ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"))
     except ValueError:
         return None
 

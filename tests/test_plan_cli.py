@@ -51,7 +51,8 @@ def test_plan_text_and_progress(capsys):
     (["--plot", "/no/such/dir/p.png"], "--plot directory /no/such/dir does not exist"),
     (["--model", "nope"], "unknown model 'nope'"),
     (["--gpu", "H100", "--system", "dgx_h100_ib"], "not allowed with argument"),
-    (["--profile", "/no/such.toml"], "profile file /no/such.toml does not exist"),
+    (["--profile", "experiments/profiles/zb_1p5b_p8_m24.toml"], "--cpsat-shapes does not apply with --profile"),
+    (["--cpsat-time", "2"], "--cpsat-time does not apply with --cpsat-shapes 0"),
 ])
 def test_plan_bad_input_is_one_line(capsys, args, message):
     argv = list(QUICK)
@@ -65,10 +66,19 @@ def test_plan_bad_input_is_one_line(capsys, args, message):
     assert err.count("\n") == 1 and message in err and "Traceback" not in err
 
 
-def test_plan_with_a_profile(capsys):
+def test_plan_missing_profile(capsys):
     code, out, err = run(capsys, "plan", "--model", "zb_1p5b", "--nodes", "1", "--gpus-per-node", "8",
-                         "--gpu", "A100", "--global-batch", "144", "--quiet", "--format", "json",
-                         "--profile", "experiments/profiles/zb_1p5b_p8_m24.toml")
+                         "--global-batch", "144", "--profile", "/no/such.toml")
+    assert code == 2 and err.count("\n") == 1 and "profile file /no/such.toml does not exist" in err
+
+
+def test_plan_with_a_profile(capsys):
+    profile = "experiments/profiles/zb_1p5b_p8_m24.toml"
+    base = ["plan", "--model", "zb_1p5b", "--nodes", "1", "--gpus-per-node", "8", "--gpu", "A100",
+            "--global-batch", "144", "--quiet", "--profile", profile]
+    code, _, err = run(capsys, *base, "--recompute", "full")
+    assert code == 2 and "--recompute does not apply with --profile" in err
+    code, out, err = run(capsys, *base, "--format", "json")
     assert code == 0, err
     doc = json.loads(out)
     assert doc["profile"] == "zb_1p5b_p8_m24"

@@ -72,7 +72,7 @@ def register(sub) -> None:
                    help="recomputation options to try, e.g. none,full (default: all that apply)")
     p.add_argument("--schedules", type=_word_list("schedules"), default=(),
                    help="registry schedules to try, e.g. 1f1b,zbv (default: all; see 'pipetab schedules')")
-    p.add_argument("--zero", type=int, choices=[0, 1, 2], default=1,
+    p.add_argument("--zero", type=int, choices=[0, 1, 2], default=None,
                    help="ZeRO stage with data parallelism: 0 none, 1 optimizer state (default), 2 and gradients")
     p.add_argument("--no-sequence-parallel", dest="sequence_parallel", action="store_false",
                    help="tensor parallelism without sequence parallelism (default: with)")
@@ -80,9 +80,9 @@ def register(sub) -> None:
                    help="do not overlap the data-parallel gradient reduction with the last backward")
     p.add_argument("--top", type=common.positive_int("top"), default=10,
                    help="configurations to show, ranked exactly (default 10)")
-    p.add_argument("--cpsat-shapes", type=common.positive_int("cpsat shapes", minimum=0), default=2,
+    p.add_argument("--cpsat-shapes", type=common.positive_int("cpsat shapes", minimum=0), default=None,
                    help="best shapes CP-SAT searches for a better linear schedule (default 2; 0: none)")
-    p.add_argument("--cpsat-time", type=_seconds, default=3.0, help="seconds of CP-SAT per shape (default 3)")
+    p.add_argument("--cpsat-time", type=_seconds, default=None, help="seconds of CP-SAT per shape (default 3)")
     add_profile_arg(p)
     p.add_argument("--plot", metavar="FILE.png", help="Pareto plot: step time against peak memory per GPU")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
@@ -90,9 +90,23 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
+# options the profile fixes: refused with --profile
+_PROFILED = (("microbatch_sizes", "--microbatch-sizes", ()), ("recompute", "--recompute", ()),
+             ("zero", "--zero", None), ("sequence_parallel", "--no-sequence-parallel", True),
+             ("overlap", "--no-overlap", True), ("cpsat_shapes", "--cpsat-shapes", None),
+             ("cpsat_time", "--cpsat-time", None))
+
+
 def run(args) -> None:
     from pipetab.plan import plan, plan_question
 
+    if args.profile:
+        for attr, flag, default in _PROFILED:
+            if getattr(args, attr) != default:
+                raise UsageError(f"pipetab plan: {flag} does not apply with --profile (the profile fixes "
+                                 "the split, microbatch size, recomputation and op times)")
+    if args.cpsat_time is not None and args.cpsat_shapes == 0:
+        raise UsageError("pipetab plan: --cpsat-time does not apply with --cpsat-shapes 0")
     if args.plot:
         _check_dir(args.plot)
     t0 = time.perf_counter()
@@ -104,8 +118,9 @@ def run(args) -> None:
     space = plan_question(
         args.model, args.nodes, args.gpus_per_node, args.global_batch, args.system or args.gpu or "H100",
         args.seq, microbatch_sizes=args.microbatch_sizes, recompute=args.recompute, schedules=args.schedules,
-        zero=args.zero, sequence_parallel=args.sequence_parallel, overlap=args.overlap, top=args.top,
-        cpsat_shapes=args.cpsat_shapes, cpsat_time_s=args.cpsat_time,
+        zero=1 if args.zero is None else args.zero, sequence_parallel=args.sequence_parallel,
+        overlap=args.overlap, top=args.top, cpsat_shapes=2 if args.cpsat_shapes is None else args.cpsat_shapes,
+        cpsat_time_s=args.cpsat_time or 3.0,
     )
     result = plan(space, progress=progress, profile=profile_of(args))
     if args.plot:
