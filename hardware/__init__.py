@@ -8,7 +8,8 @@
   and links a stage's collectives and messages use).
 - ``costs``: ``stage_cost``, collectives, optimizer; ``schedule_costs(schedule, system,
   model, parallel=...)`` costs every stage of a schedule.
-- ``profile``: measured op times (``Profile``, ``load_profile``) and ``calibrate``.
+- ``profile``: measured op times (``Profile``, ``load_profile``); ``calibrate``: a system's
+  efficiencies fitted to a profile.
 - ``loaders``: presets as TOML files (``load_system``, ``load_model``, ``list_*``).
 
 ``hardware`` imports ``schedules`` only, never ``solver`` or OR-Tools.
@@ -42,13 +43,16 @@ from .loaders import (
     model_from_file,
     system_from_file,
 )
+from .calibrate import Calibration, calibrate, system_to_toml
 from .layer import model_flops_per_sequence
 from .model import TransformerModel, partition
 from .parallel import Layout, Parallel
+from .profile import Profile, StageProfile, load_profile, profile_to_toml
 from .system import Device, Link, System
 
 __all__ = [
-    "RECOMPUTE", "AllReduce", "Device", "Layout", "Link", "Parallel", "PresetInfo", "ScheduleCosts", "StageCost",
+    "RECOMPUTE", "AllReduce", "Calibration", "Device", "Layout", "Link", "Parallel", "PresetInfo",
+    "Profile", "StageProfile", "calibrate", "load_profile", "profile_to_toml", "system_to_toml", "ScheduleCosts", "StageCost",
     "System", "TransformerModel", "activation_bytes_per_layer", "allreduce_time",
     "attention_core_flops", "head_forward_flops", "layer_forward_flops",
     "layer_forward_traffic", "list_models", "list_systems", "load_model", "load_system",

@@ -42,7 +42,7 @@ def _pictures(result, out: Path) -> None:
     except ImportError:
         print("\n(matplotlib not installed: no pictures)")
         return
-    from pipetab.plan_plot import plot_plan
+    from pipetab.plan.plot import plot_plan
     from pipetab.plot import plot_timeline
 
     fig, ax = plt.subplots(figsize=(10, 6))

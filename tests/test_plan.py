@@ -6,7 +6,7 @@ from dataclasses import replace
 import pytest
 
 from pipetab.hardware.model import TransformerModel
-from pipetab.plan import PlanSpace, _small_microbatches, cluster, order_peaks, plan, schedule_label, shapes
+from pipetab.plan import PlanSpace, cluster, order_peaks, plan, schedule_label, shapes, small_microbatches
 from pipetab.schedules import registry
 from pipetab.schedules.validate import validate
 from pipetab.solver.costs import hardware_costs
@@ -97,7 +97,7 @@ def test_bound_assumptions_hold_for_every_registry_schedule(name, opts):
     microbatches and that each microbatch beyond ``4 pp`` adds at least the average device
     work to the step."""
     pp = 4
-    small, big = _small_microbatches(pp, 64), 64
+    small, big = small_microbatches(pp, 64), 64
     assert small == 16
     try:
         s_small = registry.generate(name, pp, small, **opts)

@@ -124,7 +124,7 @@ def run(args) -> None:
     )
     result = plan(space, progress=progress, profile=profile_of(args))
     if args.plot:
-        from pipetab.plan_plot import plot_plan
+        from pipetab.plan.plot import plot_plan
 
         common.save_plot(plot_plan, args.plot, result, rows=10)
     if args.format == "json":

@@ -153,3 +153,25 @@ def test_pure_pipeline_reproduces_before(name, S, B, opts, system, model, rc, t_
         sim = simulate(sched, hardware_costs(sched, system, model, recompute=rc, parallel=par))
         assert sim.makespan == t_sim
         assert max(sim.peak_memory) == peak
+
+
+def test_gqa_swiglu_flash_layer_by_hand():
+    """h=8, 4 heads of 2 (2 K/V heads: kv width 4), SwiGLU f=12, no dropout, flash, c=2."""
+    from pipetab.hardware.layer import (
+        head_activation_bytes, layer_forward_flops, weight_memory_bytes_per_layer,
+    )
+
+    m = TransformerModel("g", num_layers=2, hidden=8, heads=4, seq_len=4, vocab=10, global_batch=1,
+                         kv_heads=2, ffn_hidden=12, mlp="swiglu", norm="rmsnorm", bias=False, dropout=False)
+    # kept per token: norms and GEMM inputs 4*c*h = 64, Q + attention output 2*c*h = 32,
+    # K and V 2*c*4 = 16, gate, up and product 3*c*f = 72, log-sum-exp 4 bytes x 4 heads = 16
+    assert activation_bytes_per_layer(m, 1) == 4 * (64 + 32 + 16 + 72 + 16) == 800
+    # M_W per token: X of QKV, output projection, gate/up, down: h + h + h + f; dY of them:
+    # (h + 2*kv) + h + 2f + h, i.e. 6h + 3f + 2kv = 92 elements of c bytes
+    assert weight_memory_bytes_per_layer(m, 1) == 4 * 2 * 92 == 736
+    # forward FLOPs: 2*s*(2h^2 + 2*h*kv + 3*h*f) + 4*s^2*h
+    assert layer_forward_flops(m, 1) == 2 * 4 * (128 + 64 + 288) + 4 * 16 * 8
+    # the last stage keeps the head's inputs 2*c*s*h = 128 and fp32 logits 4*s*V = 160
+    assert head_activation_bytes(m, 1) == 128 + 160
+    # tp = 2: one K/V head per GPU, sequence parallelism splits the replicated part
+    assert activation_bytes_per_layer(m, 1, tp=2, sequence_parallel=True) == 4 * (32 + 16 + 8 + 36 + 8)
