@@ -51,8 +51,13 @@ def _pictures(result, out: Path) -> None:
     fig.savefig(out / "plan.png", dpi=110)
     plt.close(fig)
     best = result.configurations[0]
-    fig, ax = plt.subplots(figsize=(14, 2 + 0.5 * best.shape.pp))
-    plot_timeline(best.levels.simulation, ax=ax, title=f"best: {best.label}", transfers=False)
+    sim, shape = best.levels.simulation, best.shape
+    window = sim.makespan * min(1.0, (shape.pp + 8) / shape.microbatches)  # the warm-up and a few more
+    fig, ax = plt.subplots(figsize=(14, 2 + 0.5 * shape.pp))
+    plot_timeline(sim, ax=ax, transfers=False,
+                  title=f"best: {best.label}, PP{shape.pp} TP{shape.tp} DP{shape.dp}: the first {window:.0f} s "
+                        f"of {sim.makespan:.0f} s")
+    ax.set_xlim(0, window if sim.makespan >= 10 else window * 1e3)
     fig.tight_layout()
     fig.savefig(out / "best_timeline.png", dpi=110)
     plt.close(fig)
