@@ -1,9 +1,15 @@
 """What a schedule runs on and what its ops cost.
 
 - ``system``: ``Device`` (roofline), ``Link`` (Hockney), ``System`` (devices + links).
-- ``model``: ``TransformerModel`` (GPT decoder, parameter counts) and ``partition``.
-- ``costs``: FLOPs, memory traffic, activation / persistent bytes, messages, all-reduce,
-  optimizer; ``schedule_costs(schedule, system, model)`` costs every stage of a schedule.
+- ``model``: ``TransformerModel`` (decoder families: GQA, SwiGLU, RMSNorm, tied
+  embeddings; parameter counts) and ``partition``.
+- ``layer``: per-layer FLOPs, activation bytes, M_W and traffic per GPU.
+- ``parallel``: ``Parallel`` (tensor / data parallelism, ZeRO) and ``Layout`` (which GPUs
+  and links a stage's collectives and messages use).
+- ``costs``: ``stage_cost``, collectives, optimizer; ``schedule_costs(schedule, system,
+  model, parallel=...)`` costs every stage of a schedule.
+- ``profile``: measured op times (``Profile``, ``load_profile``); ``calibrate``: a system's
+  efficiencies fitted to a profile.
 - ``loaders``: presets as TOML files (``load_system``, ``load_model``, ``list_*``).
 
 ``hardware`` imports ``schedules`` only, never ``solver`` or OR-Tools.
@@ -37,15 +43,20 @@ from .loaders import (
     model_from_file,
     system_from_file,
 )
+from .calibrate import Calibration, calibrate, system_to_toml
+from .layer import model_flops_per_sequence
 from .model import TransformerModel, partition
+from .parallel import Layout, Parallel
+from .profile import Profile, StageProfile, load_profile, profile_to_toml
 from .system import Device, Link, System
 
 __all__ = [
-    "RECOMPUTE", "AllReduce", "Device", "Link", "PresetInfo", "ScheduleCosts", "StageCost",
+    "RECOMPUTE", "AllReduce", "Calibration", "Device", "Layout", "Link", "Parallel", "PresetInfo",
+    "Profile", "StageProfile", "calibrate", "load_profile", "profile_to_toml", "system_to_toml", "ScheduleCosts", "StageCost",
     "System", "TransformerModel", "activation_bytes_per_layer", "allreduce_time",
     "attention_core_flops", "head_forward_flops", "layer_forward_flops",
     "layer_forward_traffic", "list_models", "list_systems", "load_model", "load_system",
-    "message_bytes", "model_from_file", "optimizer_time", "partition", "persistent_bytes",
+    "message_bytes", "model_flops_per_sequence", "model_from_file", "optimizer_time", "partition", "persistent_bytes",
     "ring_allreduce_time", "schedule_costs", "stage_cost", "system_from_file",
     "weight_memory_bytes_per_layer",
 ]

@@ -1,61 +1,28 @@
 """What a schedule's ops and messages cost on a system (the paper's level-3 cost model).
 
-Notation: ``b`` sequences per microbatch, ``s`` sequence length, ``h`` hidden size, ``f`` MLP
-hidden size (``4h`` by default), ``a`` heads, ``V`` vocabulary, ``L`` layers of the stage,
-``c`` = ``model.bytes_per_param_compute`` (2 = bf16). All counts are exact integers; times
-are seconds.
+Per-layer formulas (FLOPs, activation memory, M_W, traffic, message size) are in
+``hardware.layer``; the parallel context of a stage (tensor and data parallelism, the
+cluster's links for each message) in ``hardware.parallel``. This module puts them
+together per stage and per schedule.
 
-FLOPs (Megatron, Narayanan et al. 2021; a multiply-add = 2 FLOPs)
-    forward of a layer   ``2*b*s*(4h^2 + 2hf) + 4*b*s^2*h``  (= ``24bsh^2 + 4bs^2h`` at f=4h)
-    LM head (last stage) ``2*b*s*h*V``; the embedding lookup is 0 FLOPs
-    full backward        ``2 x forward`` (input gradient + weight gradient, each ~ the forward)
-    split backward       B (input gradient) = W (weight gradient) = ``1 x forward`` each
-    recomputation adds to the backward (to B when split): ``"selective"`` the attention core
-    ``4*b*s^2*h`` per layer, ``"full"`` the layers' whole forward (not the LM head).
+Op time: roofline, ``max(F/(P*e_c(n)) + L_c, V_m/(BW_m*e_m) + L_m)`` (``Device.compute_time``,
+``n`` the microbatch's tokens), plus the op's tensor-parallel collectives (not overlapped):
+two all-reduces of ``c*b*s*h`` bytes per layer in F and in B (four in B with full
+recomputation), one more in the first stage's F (embedding) and the last stage's B (head).
 
-Memory traffic (bytes moved to/from device memory; an [I] choice, not in the paper)
-    forward of a layer   ``c*P_layer + c*b*s*(18h + 4f)``: weights read once, and every
-    tensor of Korthikanti et al.'s activation accounting written once and read once
-    (``2 x 34bsh`` bytes at f=4h, c=2) -- except the ``a*s*s`` attention scores, which a
-    fused (FlashAttention-style) kernel keeps on chip.
-    LM head              ``c*V*h + 2*c*b*s*V`` (weights; logits written and read by the loss)
-    embedding            ``2*c*b*s*h`` (rows gathered, output written)
-    backward             ``2 x forward`` (B = W = 1 x forward when split); ``"full"``
-    recomputation adds the layers' forward traffic to B; ``"selective"`` adds none (fused).
-    Reason: with the scores counted, a paper_gpt layer moves ~5.7x more activation bytes, and every
-    ``*_fast_cp`` system would be memory-bound at 3.35 TB/s, hiding the compute scaling.
+Messages between consecutive stages: ``b*s*h*c`` bytes over the pipeline link of the two
+devices (``Layout.pipeline_link``; ``system.link(src, dst)`` with one GPU per stage),
+Hockney time ``n/BW + L``; 0 s on one device.
 
-Op time: roofline, ``max(F/(P*e_c) + L_c, V_m/(BW_m*e_m) + L_m)`` (``Device.compute_time``).
+Persistent memory of a GPU: its parameters' weights, gradients and optimizer state
+(``Parallel.persistent_bytes``; ``params * bytes_per_param_state`` without ZeRO).
 
-Messages between consecutive stages: ``b*s*h*c`` bytes (activation forward, gradient
-backward), Hockney time ``n/BW + L`` over ``system.link(src, dst)``; 0 s on one device.
-
-Activation memory of one microbatch per layer (Korthikanti et al. 2022, 16-bit, no tensor
-or sequence parallelism), scaled by ``c/2``:
-    ``"none"``      ``s*b*(18h + 4f) + 5*a*s^2*b``  (= ``s*b*h*(34 + 5*a*s/h)`` at f=4h)
-    ``"selective"`` ``s*b*(18h + 4f)``              (= ``34*s*b*h``)
-    ``"full"``      ``2*s*b*h``                     (layer input only)
-Embedding, LM-head and logit activations are not counted.
-
-Weight part M_W of a layer's activation (a split backward, Zero Bubble accounting: B frees
-``M - M_W``, W frees ``M_W``): what the weight-gradient GEMMs ``dW = X^T dY`` of the four
-linear layers need between B and W -- their inputs ``X`` (QKV: ``h``, attention output
-projection: ``h``, MLP up: ``h``, MLP down: ``f`` elements per token) and their output
-gradients ``dY`` (``3h``, ``h``, ``f``, ``h``), ``c*s*b*(8h + 2f)`` bytes (= ``32sbh`` at
-f=4h, c=2: the Zero Bubble paper's count), at most the layer's activation. The output
-gradients are produced by B, not kept from F; counting them inside M is the paper's
-convention. With full recomputation W's inputs are recomputed during B and M (``2sbh``)
-caps M_W, which understates the memory between B and W.
-
-Persistent memory of a stage: ``params * model.bytes_per_param_state`` (16 = mixed-precision
-Adam: bf16 weight 2 + bf16 gradient 2 + fp32 master 4 + Adam m 4 + v 4).
-
-Gradient all-reduce among R replicas (ring): ``2(R-1)/R * n/BW + 2(R-1)*L`` with
-``n = params * model.bytes_per_grad``; the ring visits the devices in ascending order and
-runs at the slowest hop's bandwidth and latency.
-
-Optimizer step (Adam, memory-bound): reads and writes every persistent byte once,
-``2 * bytes_per_param_state * params`` bytes, timed by the roofline with 0 FLOPs.
+Replicated stages (Chimera's two pipelines) all-reduce their gradients between the devices
+holding the same layers (ring, ascending devices, slowest hop). Each device then runs its
+*tail* (``ScheduleCosts.optimizer_s``): the data-parallel gradient reduction's exposed part,
+the optimizer step (Adam, memory-bound: every persistent byte of its ZeRO shard read and
+written once, ``2 * bytes_per_param_state * params``, 0 FLOPs), and the exposed part of the
+ZeRO weight all-gather (``hardware.parallel``).
 """
 
 from __future__ import annotations
@@ -67,98 +34,37 @@ from typing import Sequence
 from pipetab.schedules.ops import Kind, Op
 from pipetab.schedules.schedule import Schedule
 
+from .layer import (
+    RECOMPUTE,
+    activation_bytes_per_layer,
+    attention_core_flops,
+    check_mb,
+    check_recompute,
+    embedding_forward_traffic,
+    head_activation_bytes,
+    head_forward_flops,
+    head_forward_traffic,
+    layer_forward_flops,
+    layer_forward_traffic,
+    layer_gemm_flops,
+    message_bytes,
+    stage_params_per_gpu,
+    weight_memory_bytes_per_layer,
+)
 from .model import TransformerModel, partition
+from .parallel import Layout, Parallel, ring_time
 from .system import Device, Link, System
 
-RECOMPUTE = ("none", "selective", "full")
-
-
-def _check_recompute(recompute: str) -> None:
-    if recompute not in RECOMPUTE:
-        raise ValueError(f"recompute must be one of {', '.join(RECOMPUTE)}, got {recompute!r}")
-
-
-def _check_mb(mb: int) -> None:
-    if not isinstance(mb, int) or isinstance(mb, bool) or mb < 1:
-        raise ValueError(f"microbatch size must be an integer >= 1 sequences, got {mb!r}")
-
-
-# ---- per-layer formulas ----------------------------------------------------------------
-def layer_forward_flops(model: TransformerModel, mb: int) -> int:
-    """``2*b*s*(4h^2 + 2hf) + 4*b*s^2*h`` (= ``24bsh^2 + 4bs^2h`` at f=4h)."""
-    _check_mb(mb)
-    h, s, f = model.hidden, model.seq_len, model.ffn_hidden
-    return 2 * mb * s * (4 * h * h + 2 * h * f) + 4 * mb * s * s * h  # type: ignore[operator]
-
-
-def attention_core_flops(model: TransformerModel, mb: int) -> int:
-    """``4*b*s^2*h``: the ``QK^T`` and ``softmax*V`` products of one layer (what selective
-    recomputation recomputes)."""
-    _check_mb(mb)
-    return 4 * mb * model.seq_len ** 2 * model.hidden
-
-
-def head_forward_flops(model: TransformerModel, mb: int) -> int:
-    """LM head ``2*b*s*h*V``."""
-    _check_mb(mb)
-    return 2 * mb * model.seq_len * model.hidden * model.vocab
-
-
-def layer_forward_traffic(model: TransformerModel, mb: int) -> int:
-    """``c*P_layer + c*b*s*(18h + 4f)`` bytes (weights read; non-score intermediates
-    written and read once)."""
-    _check_mb(mb)
-    c, h, s, f = model.bytes_per_param_compute, model.hidden, model.seq_len, model.ffn_hidden
-    return c * model.layer_params + c * mb * s * (18 * h + 4 * f)  # type: ignore[operator]
-
-
-def head_forward_traffic(model: TransformerModel, mb: int) -> int:
-    """``c*V*h + 2*c*b*s*V`` bytes (weights read; logits written and read)."""
-    _check_mb(mb)
-    c = model.bytes_per_param_compute
-    return c * model.head_params + 2 * c * mb * model.seq_len * model.vocab
-
-
-def embedding_forward_traffic(model: TransformerModel, mb: int) -> int:
-    """``2*c*b*s*h`` bytes (embedding rows gathered, output written)."""
-    _check_mb(mb)
-    return 2 * model.bytes_per_param_compute * mb * model.seq_len * model.hidden
-
-
-def activation_bytes_per_layer(model: TransformerModel, mb: int, recompute: str = "none") -> int:
-    """Bytes one layer keeps for the backward of one microbatch (Korthikanti et al. 2022,
-    scaled by ``c/2``): ``"none"`` ``s*b*(18h+4f) + 5*a*s^2*b`` (= ``sbh(34 + 5as/h)``),
-    ``"selective"`` ``s*b*(18h+4f)`` (= ``34sbh``), ``"full"`` ``2sbh``."""
-    _check_mb(mb)
-    _check_recompute(recompute)
-    h, s, a, f = model.hidden, model.seq_len, model.heads, model.ffn_hidden
-    if recompute == "full":
-        half_bytes = 2 * s * mb * h
-    else:
-        half_bytes = s * mb * (18 * h + 4 * f)  # type: ignore[operator]
-        if recompute == "none":
-            half_bytes += 5 * a * s * s * mb
-    return half_bytes * model.bytes_per_param_compute // 2
-
-
-def weight_memory_bytes_per_layer(model: TransformerModel, mb: int, recompute: str = "none") -> int:
-    """M_W of one layer: ``c*s*b*(8h + 2f)`` bytes (``32sbh`` at f=4h, c=2), the inputs and
-    output gradients of its weight-gradient GEMMs, at most its activation (module docstring)."""
-    _check_mb(mb)
-    h, s, f = model.hidden, model.seq_len, model.ffn_hidden
-    part = model.bytes_per_param_compute * s * mb * (8 * h + 2 * f)  # type: ignore[operator]
-    return min(part, activation_bytes_per_layer(model, mb, recompute))
-
-
-def message_bytes(model: TransformerModel, mb: int) -> int:
-    """Bytes of one activation (forward) or its gradient (backward) between stages:
-    ``b*s*h*c``."""
-    _check_mb(mb)
-    return mb * model.seq_len * model.hidden * model.bytes_per_param_compute
+__all__ = [
+    "RECOMPUTE", "AllReduce", "ScheduleCosts", "StageCost", "activation_bytes_per_layer",
+    "allreduce_time", "attention_core_flops", "head_forward_flops", "layer_forward_flops",
+    "layer_forward_traffic", "message_bytes", "optimizer_time", "persistent_bytes",
+    "ring_allreduce_time", "schedule_costs", "stage_cost", "weight_memory_bytes_per_layer",
+]
 
 
 def persistent_bytes(model: TransformerModel, params: int) -> int:
-    """``params * bytes_per_param_state`` (weights, gradients, optimizer state)."""
+    """``params * bytes_per_param_state`` (weights, gradients, optimizer state; no ZeRO)."""
     return params * model.bytes_per_param_state
 
 
@@ -170,10 +76,7 @@ def ring_allreduce_time(nbytes: float, num_replicas: int, link: Link) -> float:
         raise ValueError(f"num_replicas must be an integer >= 1, got {num_replicas!r}")
     if nbytes < 0:
         raise ValueError(f"all-reduce size must be >= 0 bytes, got {nbytes!r}")
-    r = num_replicas
-    if r == 1:
-        return 0.0
-    return 2 * (r - 1) / r * nbytes / link.bandwidth + 2 * (r - 1) * link.latency_s
+    return ring_time(nbytes, num_replicas, link)
 
 
 def allreduce_time(system: System, devices: Sequence[int], nbytes: float) -> float:
@@ -196,15 +99,17 @@ def optimizer_time(device: Device, model: TransformerModel, params: int) -> floa
 # ---- one stage -----------------------------------------------------------------------------
 @dataclass(frozen=True)
 class StageCost:
-    """Costs of one stage for one microbatch.
+    """Costs of one stage for one microbatch, per GPU of its tensor-parallel group.
 
     ``backward_s`` is the full backward, or only the input gradient (B) when the schedule
     splits the backward; ``weight_s`` is then the weight gradient (W), else 0.
     ``fwd_message_bytes`` is what the stage sends to the next stage per microbatch (0 on the
-    last stage), ``bwd_message_bytes`` what it sends to the previous one (0 on the first).
-    ``activation_bytes`` (M) is allocated at the start of F and freed at the end of B;
-    when the backward is split, ``weight_memory_bytes`` (M_W) of it only at the end of W.
-    Layers ``first_layer .. first_layer + layers - 1`` of the model.
+    last stage), ``bwd_message_bytes`` what it sends to the previous one (0 on the first),
+    both for the whole group. ``activation_bytes`` (M) is allocated at the start of F and
+    freed at the end of B; when the backward is split, ``weight_memory_bytes`` (M_W) of it
+    only at the end of W. ``tp_comm_*`` are the seconds of tensor-parallel collectives
+    inside each op. Layers ``first_layer .. first_layer + layers - 1`` of the model;
+    ``params`` per GPU.
     """
 
     layers: int
@@ -226,6 +131,8 @@ class StageCost:
     has_embedding: bool = False
     has_head: bool = False
     weight_memory_bytes: int = 0
+    tp_comm_forward_s: float = 0.0
+    tp_comm_backward_s: float = 0.0
 
     @property
     def layer_range(self) -> tuple[int, int]:
@@ -235,39 +142,59 @@ class StageCost:
 
 def stage_cost(model: TransformerModel, device: Device, mb: int, layers: int, *,
                first: bool, last: bool, first_layer: int = 0, recompute: str = "none",
-               split_backward: bool = False) -> StageCost:
-    """Costs of a stage of ``layers`` layers for a microbatch of ``mb`` sequences; ``first``
-    / ``last`` add the embedding / LM head (see the module docstring for the formulas)."""
-    _check_mb(mb)
-    _check_recompute(recompute)
+               split_backward: bool = False, parallel: Parallel = Parallel(),
+               tp_link: Link | None = None) -> StageCost:
+    """Costs of a stage of ``layers`` layers for a microbatch of ``mb`` sequences on one
+    GPU of a ``parallel.tp``-way group whose collectives run over ``tp_link``; ``first`` /
+    ``last`` add the embedding / LM head (formulas: ``hardware.layer`` and the module
+    docstring)."""
+    check_mb(mb)
+    check_recompute(recompute)
     if not isinstance(layers, int) or isinstance(layers, bool) or layers < 0:
         raise ValueError(f"layers must be an integer >= 0, got {layers!r}")
-    layer_f = layers * layer_forward_flops(model, mb)
-    flops_f = layer_f + (head_forward_flops(model, mb) if last else 0)
-    layer_v = layers * layer_forward_traffic(model, mb)
-    traffic_f = (layer_v + (head_forward_traffic(model, mb) if last else 0)
+    t, sp = parallel.tp, parallel.sequence_parallel
+    if t > 1:
+        parallel.check(model)
+        if tp_link is None:
+            raise ValueError(f"a tensor-parallel group of {t} GPUs needs the link its collectives use")
+    flash = model.attention == "flash"
+    gemm, core = layers * layer_gemm_flops(model, mb, t), layers * attention_core_flops(model, mb, t)
+    head = head_forward_flops(model, mb, t) if last else 0
+    flops_f = gemm + core + head
+    flash_extra = core // 2 if flash else 0  # the recomputed QK^T
+    extra_f = {"none": 0, "selective": 0 if flash else core, "full": gemm + core}[recompute]
+    layer_v = layers * layer_forward_traffic(model, mb, tp=t, sequence_parallel=sp)
+    traffic_f = (layer_v + (head_forward_traffic(model, mb, t) if last else 0)
                  + (embedding_forward_traffic(model, mb) if first else 0))
-    extra_f = {"none": 0, "selective": layers * attention_core_flops(model, mb), "full": layer_f}[recompute]
     extra_v = layer_v if recompute == "full" else 0
+    one = ring_time(message_bytes(model, mb), t, tp_link)  # one all-reduce of an activation
+    comm_f = one * (2 * layers + (1 if first else 0))
+    comm_b = one * ((4 if recompute == "full" else 2) * layers + (1 if last else 0))
+    tokens = mb * model.seq_len
     if split_backward:
-        flops_b, flops_w = flops_f + extra_f, flops_f
+        flops_b = gemm + 2 * core + flash_extra + head + extra_f
+        flops_w = gemm + head
         traffic_b, traffic_w = traffic_f + extra_v, traffic_f
-        weight_s = device.compute_time(flops_w, traffic_w)
+        weight_s = device.compute_time(flops_w, traffic_w, tokens)
     else:
-        flops_b, flops_w = 2 * flops_f + extra_f, 0
+        flops_b, flops_w = 2 * flops_f + flash_extra + extra_f, 0
         traffic_b, traffic_w = 2 * traffic_f + extra_v, 0
         weight_s = 0.0
-    params = model.stage_params(layers, first, last)
+    params = stage_params_per_gpu(model, layers, first, last, t)
     msg = message_bytes(model, mb)
+    activation = layers * activation_bytes_per_layer(model, mb, recompute, tp=t, sequence_parallel=sp)
+    if last:
+        activation += head_activation_bytes(model, mb, tp=t, sequence_parallel=sp)
+    weight_part = layers * weight_memory_bytes_per_layer(model, mb, recompute, tp=t, sequence_parallel=sp)
     return StageCost(
         layers=layers,
-        forward_s=device.compute_time(flops_f, traffic_f),
-        backward_s=device.compute_time(flops_b, traffic_b),
+        forward_s=device.compute_time(flops_f, traffic_f, tokens) + comm_f,
+        backward_s=device.compute_time(flops_b, traffic_b, tokens) + comm_b,
         weight_s=weight_s,
         fwd_message_bytes=0 if last else msg,
         bwd_message_bytes=0 if first else msg,
-        activation_bytes=layers * activation_bytes_per_layer(model, mb, recompute),
-        persistent_bytes=persistent_bytes(model, params),
+        activation_bytes=activation,
+        persistent_bytes=parallel.persistent_bytes(model, params),
         flops_forward=flops_f,
         flops_backward=flops_b,
         flops_weight=flops_w,
@@ -278,7 +205,9 @@ def stage_cost(model: TransformerModel, device: Device, mb: int, layers: int, *,
         first_layer=first_layer,
         has_embedding=first,
         has_head=last,
-        weight_memory_bytes=layers * weight_memory_bytes_per_layer(model, mb, recompute),
+        weight_memory_bytes=weight_part,
+        tp_comm_forward_s=comm_f,
+        tp_comm_backward_s=comm_b,
     )
 
 
@@ -289,9 +218,9 @@ class AllReduce:
 
     ``members`` are the (pipeline, stage) pairs holding layers ``layers = (start, stop)``
     (plus the embedding / LM head when flagged); ``devices`` their distinct devices.
-    ``time_s`` is the ring all-reduce of ``nbytes = params * bytes_per_grad`` (0 when all
-    members sit on one device). It can start once every member's last backward (W when
-    split) has finished, and must end before the optimizer step of those devices.
+    ``time_s`` is the ring all-reduce of ``nbytes = params * bytes_per_grad`` per GPU (0
+    when all members sit on one device). It can start once every member's last backward
+    (W when split) has finished, and must end before the optimizer step of those devices.
     """
 
     members: tuple[tuple[int, int], ...]
@@ -309,8 +238,10 @@ class ScheduleCosts:
     """Everything a schedule's ops and messages cost on one system for one model.
 
     ``stages[p][s]`` is the ``StageCost`` of stage ``s`` of pipeline ``p``; per device
-    ``persistent_bytes`` (sum over the stages it holds, each replica a separate copy) and
-    ``optimizer_s``; ``allreduces`` the gradient all-reduces of replicated model parts.
+    ``persistent_bytes`` (sum over the stages it holds, each replica a separate copy, per
+    GPU) and ``optimizer_s`` (the device's tail: data-parallel reduction, optimizer step,
+    weight gather); ``allreduces`` the gradient all-reduces of replicated model parts.
+    ``system`` has one device per pipeline device (``Layout.pipeline_system``).
     """
 
     schedule_name: str
@@ -324,6 +255,8 @@ class ScheduleCosts:
     persistent_bytes: tuple[int, ...]
     optimizer_s: tuple[float, ...]
     allreduces: tuple[AllReduce, ...]
+    parallel: Parallel = Parallel()
+    dp_sync_s: tuple[float, ...] = ()
 
     @property
     def num_devices(self) -> int:
@@ -362,14 +295,16 @@ class ScheduleCosts:
         return (
             f"{self.schedule_name} on {self.system.name} with {self.model.name}: "
             f"microbatch {self.microbatch_size} sequences, recompute {self.recompute}, "
-            f"max persistent {max(self.persistent_bytes) / 2**30:.3g} GiB/device"
+            f"{self.parallel.label}, max persistent {max(self.persistent_bytes) / 2**30:.3g} GiB/GPU"
         )
 
 
-def _allreduces(system: System, model: TransformerModel, stage2device, ranges) -> tuple[AllReduce, ...]:
+def _allreduces(model: TransformerModel, stage2device, ranges, parallel: Parallel,
+                reduce_time) -> tuple[AllReduce, ...]:
     """Group the model's units (embedding, layers 0..L-1, LM head) by the tuple of stages
     holding them (one per pipeline); consecutive units with the same holders form one
-    group; groups held by more than one stage are all-reduced."""
+    group; groups held by more than one stage are all-reduced (``reduce_time(devices,
+    nbytes)``)."""
     num_layers = model.num_layers
     holders_of_layer = []
     for layer in range(num_layers):
@@ -395,26 +330,65 @@ def _allreduces(system: System, model: TransformerModel, stage2device, ranges) -
         has_emb, has_head = -1 in unit_list, num_layers in unit_list
         start = layer_units[0] if layer_units else (0 if has_emb else num_layers)
         stop = layer_units[-1] + 1 if layer_units else start
-        params = model.stage_params(len(layer_units), has_emb, has_head)
+        params = stage_params_per_gpu(model, len(layer_units), has_emb, has_head, parallel.tp)
         devices = tuple(sorted({stage2device[p][s] for p, s in holders}))
         nbytes = params * model.bytes_per_grad
         out.append(AllReduce(holders, devices, (start, stop), has_emb, has_head, params,
-                             nbytes, allreduce_time(system, devices, nbytes)))
+                             nbytes, reduce_time(devices, nbytes)))
     return tuple(out)
 
 
+def _exposed(total: float, window: float, layers: int, overlap: bool) -> float:
+    """What stays of a collective of ``total`` seconds overlapped with ``window`` seconds
+    of compute: ``max(total - window, total / layers)``; all of it without overlap."""
+    if not overlap or total == 0:
+        return total
+    return max(total - window, total / max(layers, 1))
+
+
+def _device_tail(layout: Layout, model: TransformerModel, device: int, params: int,
+                 stage_costs: list[StageCost], split: bool) -> tuple[float, float]:
+    """(data-parallel sync seconds exposed, whole tail seconds) of one pipeline device."""
+    par = layout.parallel
+    opt = optimizer_time(layout.system.device, model, par.updated_params(params))
+    d = par.dp
+    if d == 1 or not stage_costs:
+        return 0.0, opt
+    link = layout.dp_link(device)
+    grads = params * model.bytes_per_grad
+    layers = sum(c.layers for c in stage_costs)
+    last_bwd = min(c.weight_s if split else c.backward_s for c in stage_costs)
+    first_fwd = min(c.forward_s for c in stage_costs)
+    if par.zero >= 1:
+        reduce = ring_time(grads, d, link, steps=1)
+        gather = ring_time(params * model.bytes_per_param_compute, d, link, steps=1)
+    else:
+        reduce, gather = ring_time(grads, d, link, steps=2), 0.0
+    sync = _exposed(reduce, last_bwd, layers, par.overlap) + _exposed(gather, first_fwd, layers, par.overlap)
+    return sync, sync + opt
+
+
 def schedule_costs(schedule: Schedule, system: System, model: TransformerModel,
-                   recompute: str = "none") -> ScheduleCosts:
+                   recompute: str = "none", *, parallel: Parallel | None = None,
+                   microbatch_size: int | None = None) -> ScheduleCosts:
     """Cost every stage of ``schedule`` on ``system`` for ``model``.
 
     Each pipeline is the whole model: its layers are ``partition(schedule.stage_work[p],
-    model.num_layers)``; its first stage holds the embedding, its last the LM head. The
-    microbatch size is ``global_batch / num_microbatches``. Model parts held by stages of
-    several pipelines (Chimera) are replicas and get a gradient all-reduce.
+    model.num_layers)``; its first stage holds the embedding, its last the LM head. A
+    schedule device is a tensor-parallel group of ``parallel.tp`` GPUs, the pipeline is
+    replicated ``parallel.dp`` ways (``hardware.parallel``; default: one GPU, one replica).
+    The microbatch size is ``microbatch_size`` sequences, by default ``global_batch /
+    (dp * num_microbatches)``. Model parts held by stages of several pipelines (Chimera)
+    are replicas and get a gradient all-reduce.
     """
-    _check_recompute(recompute)
-    system.check_devices(schedule.num_devices)
-    mb = model.microbatch_size(schedule.num_microbatches)
+    check_recompute(recompute)
+    parallel = parallel or Parallel()
+    layout = Layout(system, parallel, schedule.num_devices)
+    if microbatch_size is None:
+        mb = model.microbatch_size(schedule.num_microbatches * parallel.dp)
+    else:
+        check_mb(microbatch_size)
+        mb = microbatch_size
     stage2device = schedule.placement.stage2device
     stages, ranges = [], []
     for p, works in enumerate(schedule.stage_work):
@@ -424,23 +398,34 @@ def schedule_costs(schedule: Schedule, system: System, model: TransformerModel,
         stages.append(tuple(
             stage_cost(model, system.device, mb, n, first=s == 0, last=s == len(counts) - 1,
                        first_layer=starts[s], recompute=recompute,
-                       split_backward=schedule.split_backward)
+                       split_backward=schedule.split_backward, parallel=parallel,
+                       tp_link=layout.tp_link(stage2device[p][s]))
             for s, n in enumerate(counts)
         ))
     per_device_params = [0] * schedule.num_devices
+    per_device_stages: list[list[StageCost]] = [[] for _ in range(schedule.num_devices)]
     for p, row in enumerate(stages):
         for s, cost in enumerate(row):
             per_device_params[stage2device[p][s]] += cost.params
+            per_device_stages[stage2device[p][s]].append(cost)
+    tails = [_device_tail(layout, model, d, n, per_device_stages[d], schedule.split_backward)
+             for d, n in enumerate(per_device_params)]
+
+    def reduce_time(devices, nbytes):  # replicas: tensor rank 0 of each device, per GPU
+        return allreduce_time(system, [layout.gpu(0, 0, d) for d in devices], nbytes)
+
     return ScheduleCosts(
         schedule_name=schedule.name,
-        system=system,
+        system=layout.pipeline_system,
         model=model,
         recompute=recompute,
         microbatch_size=mb,
         split_backward=schedule.split_backward,
         stage2device=stage2device,
         stages=tuple(stages),
-        persistent_bytes=tuple(persistent_bytes(model, n) for n in per_device_params),
-        optimizer_s=tuple(optimizer_time(system.device, model, n) for n in per_device_params),
-        allreduces=_allreduces(system, model, stage2device, ranges),
+        persistent_bytes=tuple(parallel.persistent_bytes(model, n) for n in per_device_params),
+        optimizer_s=tuple(t for _, t in tails),
+        allreduces=_allreduces(model, stage2device, ranges, parallel, reduce_time),
+        parallel=parallel,
+        dp_sync_s=tuple(s for s, _ in tails),
     )

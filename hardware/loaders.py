@@ -17,6 +17,8 @@ System file::
     mem_efficiency = 0.8              # (0, 1]
     mem_latency_s = 50e-9             # s per op
     memory_bytes = 80e9               # bytes
+    reserved_bytes = 4e9              # optional: memory the model cannot use (default 0)
+    efficiency_half_tokens = 256      # optional: efficiency curve (see Device; default flat)
     [link]                            # required: between nodes, or between any two devices
     bandwidth = 50e9                  # bytes/s
     latency_s = 500e-9                # s
@@ -24,8 +26,11 @@ System file::
     [[links]]                         # optional per-pair overrides: src, dst, bandwidth, latency_s
 
 Model file: ``summary``, ``num_layers``, ``hidden``, ``heads``, ``seq_len``, ``vocab``,
-``global_batch`` (required); ``ffn_hidden``, ``bytes_per_param_compute``,
-``bytes_per_grad``, ``bytes_per_param_state`` (optional). See ``TransformerModel``.
+``global_batch`` (required); ``ffn_hidden``, ``kv_heads``, ``bytes_per_param_compute``,
+``bytes_per_grad``, ``bytes_per_param_state``, ``logit_bytes`` (integers), ``mlp``
+(``"gelu"``/``"swiglu"``), ``norm`` (``"layernorm"``/``"rmsnorm"``), ``attention``
+(``"flash"``/``"classic"``), ``bias``, ``tied_embeddings``, ``dropout`` (true/false)
+(optional). See ``TransformerModel``.
 
 Any problem (bad TOML, unknown / missing key, wrong type, out-of-range value) raises one
 ``ValueError`` naming the file and the key.
@@ -87,6 +92,8 @@ class _File:
             ok, what = isinstance(value, _NUMBER) and not isinstance(value, bool), "a number"
         elif kind is str:
             ok, what = isinstance(value, str), "a string"
+        elif kind is bool:
+            ok, what = isinstance(value, bool), "true or false"
         elif kind is dict:
             ok, what = isinstance(value, dict), "a table"
         else:
@@ -155,6 +162,7 @@ def _resolve(kind: str, name_or_path: str | Path) -> Path:
 _DEVICE_KEYS = {k: float for k in (
     "peak_flops", "compute_efficiency", "compute_latency_s", "mem_bandwidth",
     "mem_efficiency", "mem_latency_s", "memory_bytes")}
+_DEVICE_OPTIONAL = {"reserved_bytes": float, "efficiency_half_tokens": float}
 _LINK_KEYS = {"bandwidth": float, "latency_s": float}
 
 
@@ -172,7 +180,7 @@ def system_from_file(path: str | Path) -> System:
         {"num_devices": int, "devices_per_node": int, "intra_node_link": dict, "links": list},
     )
     dev = f.sub("device")
-    dev.check_keys(_DEVICE_KEYS, {})
+    dev.check_keys(_DEVICE_KEYS, _DEVICE_OPTIONAL)
     device = dev.build(Device, **dev.table)
     default = _link(f.sub("link"))
     intra = _link(f.sub("intra_node_link")) if "intra_node_link" in f.table else None
@@ -191,8 +199,12 @@ def system_from_file(path: str | Path) -> System:
 
 
 _MODEL_REQUIRED = {k: int for k in ("num_layers", "hidden", "heads", "seq_len", "vocab", "global_batch")}
-_MODEL_OPTIONAL = {k: int for k in ("ffn_hidden", "bytes_per_param_compute", "bytes_per_grad",
-                                    "bytes_per_param_state")}
+_MODEL_OPTIONAL = {
+    **{k: int for k in ("ffn_hidden", "kv_heads", "bytes_per_param_compute", "bytes_per_grad",
+                        "bytes_per_param_state", "logit_bytes")},
+    **{k: str for k in ("mlp", "norm", "attention")},
+    **{k: bool for k in ("bias", "tied_embeddings", "dropout")},
+}
 
 
 def model_from_file(path: str | Path) -> TransformerModel:

@@ -57,9 +57,17 @@ def si(value: float, unit: str) -> str:
 class Device:
     """One accelerator, as the roofline model sees it.
 
-    ``peak_flops`` (FLOP/s) reaches ``compute_efficiency`` of its peak, ``mem_bandwidth``
-    (bytes/s) reaches ``mem_efficiency``; every op pays ``compute_latency_s`` on the compute
-    side and ``mem_latency_s`` on the memory side. ``memory_bytes`` is the device memory.
+    ``peak_flops`` (FLOP/s) reaches ``compute_efficiency`` of its peak on large GEMMs,
+    ``mem_bandwidth`` (bytes/s) reaches ``mem_efficiency``; every op pays
+    ``compute_latency_s`` on the compute side and ``mem_latency_s`` on the memory side.
+    ``memory_bytes`` is the device memory, of which ``reserved_bytes`` are not available
+    to the model (CUDA context, communication buffers, allocator fragmentation).
+
+    Efficiency curve: an op over ``n`` tokens (a microbatch of ``b`` sequences of ``s``
+    tokens: ``n = b*s``) reaches ``compute_efficiency * n / (n + efficiency_half_tokens)``
+    of peak — GEMMs with few rows fill fewer tiles of the GPU's cores and pay their fixed
+    costs over less work (tile and wave quantization, NVIDIA's "Matrix Multiplication
+    Background" guide). ``efficiency_half_tokens = 0`` (default) is a flat efficiency.
     """
 
     peak_flops: float
@@ -69,6 +77,8 @@ class Device:
     mem_efficiency: float
     mem_latency_s: float
     memory_bytes: float
+    efficiency_half_tokens: float = 0.0
+    reserved_bytes: float = 0.0
 
     def __post_init__(self) -> None:
         _positive("peak_flops", self.peak_flops, "FLOP/s")
@@ -78,6 +88,12 @@ class Device:
         _fraction("mem_efficiency", self.mem_efficiency)
         _non_negative("mem_latency_s", self.mem_latency_s)
         _positive("memory_bytes", self.memory_bytes, "bytes")
+        _non_negative("efficiency_half_tokens", self.efficiency_half_tokens, "tokens")
+        _non_negative("reserved_bytes", self.reserved_bytes, "bytes")
+        if self.reserved_bytes >= self.memory_bytes:
+            raise ValueError(
+                f"reserved_bytes ({self.reserved_bytes:g}) must be below memory_bytes ({self.memory_bytes:g})"
+            )
 
     @property
     def effective_flops(self) -> float:
@@ -89,13 +105,27 @@ class Device:
         """``mem_bandwidth * mem_efficiency`` (bytes/s)."""
         return self.mem_bandwidth * self.mem_efficiency
 
-    def compute_time(self, flops: float, traffic_bytes: float) -> float:
+    @property
+    def usable_memory_bytes(self) -> float:
+        """``memory_bytes - reserved_bytes``: what the model's state and activations may use."""
+        return self.memory_bytes - self.reserved_bytes
+
+    def efficiency(self, tokens: float | None = None) -> float:
+        """Compute efficiency of an op over ``tokens`` tokens (the curve in the class
+        docstring; ``compute_efficiency`` when ``tokens`` is None or the curve is flat)."""
+        if tokens is None or self.efficiency_half_tokens == 0:
+            return self.compute_efficiency
+        _positive("tokens", tokens, "tokens")
+        return self.compute_efficiency * tokens / (tokens + self.efficiency_half_tokens)
+
+    def compute_time(self, flops: float, traffic_bytes: float, tokens: float | None = None) -> float:
         """Roofline time of one op (paper, level 3):
-        ``max(F / (P * e_c) + L_c, V_m / (BW_m * e_m) + L_m)``."""
+        ``max(F / (P * e_c(n)) + L_c, V_m / (BW_m * e_m) + L_m)``, ``e_c(n)`` the
+        efficiency at ``tokens`` tokens."""
         _non_negative("flops", flops, "FLOP")
         _non_negative("traffic_bytes", traffic_bytes, "bytes")
         return max(
-            flops / self.effective_flops + self.compute_latency_s,
+            flops / (self.peak_flops * self.efficiency(tokens)) + self.compute_latency_s,
             traffic_bytes / self.effective_mem_bandwidth + self.mem_latency_s,
         )
 
@@ -106,6 +136,8 @@ class Device:
             f"(+{si(self.compute_latency_s, 's')}), "
             f"memory {si(self.mem_bandwidth, 'B/s')} x {self.mem_efficiency:g} "
             f"(+{si(self.mem_latency_s, 's')}), {si(self.memory_bytes, 'B')}"
+            + (f" ({si(self.reserved_bytes, 'B')} reserved)" if self.reserved_bytes else "")
+            + (f", half efficiency at {self.efficiency_half_tokens:g} tokens" if self.efficiency_half_tokens else "")
         )
 
 

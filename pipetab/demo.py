@@ -1,102 +1,93 @@
-"""``make demo``: the main job on built-in defaults.
+"""``make demo``: the main job on a realistic default.
 
-1. the seed schedules at S=8, B=16 as tables (F=1, B=2 slots) with formula and table levels;
-2. the three levels side by side on the paper's balanced system, and a timeline picture;
-3. the CP-SAT model: a searched schedule and a proven lower bound beside the known ones.
+1. ``plan``: Llama 3 70B on 4 nodes of 8 H100, global batch 1024 sequences of 8192 tokens —
+   the (PP, TP, DP) split, microbatch size, recomputation and schedule ranked by simulated
+   step time, with a Pareto picture;
+2. the best configuration at the three levels (formula, table, simulation), with its
+   simulated timeline;
+3. the CP-SAT model on a small idealized instance (search and bound).
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 
-from pipetab.schedules import formats, registry
-from pipetab.schedules.metrics import table_metrics
-from pipetab.schedules.table import SlotDurations, layout
+from pipetab.cli.plan_cmd import print_plan
 from pipetab.demo_cpsat import run as run_cpsat
-
-SEEDS = [("gpipe", {}), ("1f1b", {}), ("chimera", {}), ("hanayo", {"waves": 1}), ("chimera-asym", {"split": (1, 2)})]
-
-
-def _levels(stages: int, microbatches: int, system: str, model: str) -> list[dict]:
-    from pipetab.solver.costs import hardware_costs
-    from pipetab.solver.simulate import simulate
-
-    rows = []
-    for name, opts in SEEDS:
-        try:
-            schedule = registry.generate(name, stages, microbatches, **opts)
-        except ValueError as exc:
-            print(f"  {name}: skipped ({exc})")
-            continue
-        table = layout(schedule, SlotDurations(1, 2))
-        m = table_metrics(table, schedule)
-        f = registry.formula(name, stages, microbatches, **opts)
-        sim = simulate(schedule, hardware_costs(schedule, system, model))
-        rows.append({
-            "schedule": name, "formula_bubble": f.bubble_ratio, "table_bubble": m.bubble_ratio,
-            "makespan_slots": m.makespan_slots, "sim_idle": sim.idle_ratio, "T_sim_s": sim.makespan,
-            "peak_act_TiB": max(sim.peak_activation) / 2**40, "peak_mem_TiB": max(sim.peak_memory) / 2**40,
-            "fits": all(sim.fits_memory), "_sim": sim, "_table": table,
-        })
-    return rows
+from pipetab.plan import plan, plan_question
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m pipetab.demo")
-    ap.add_argument("--stages", type=int, default=8)
-    ap.add_argument("--microbatches", type=int, default=16)
-    ap.add_argument("--system", default="mid_nw_mid_cp")
-    ap.add_argument("--model", default="paper_gpt")
-    ap.add_argument("--out", default="results/demo")
-    ap.add_argument("--no-tables", action="store_true", help="skip printing the full tables")
-    args = ap.parse_args(argv)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    S, B = args.stages, args.microbatches
+def _levels(conf) -> None:
+    doc = conf.levels.as_dict()
+    f, t, s = doc["formula"], doc["table"], doc["simulation"]
+    gib = 2**30
+    print(f"{conf.label} on PP{conf.shape.pp} TP{conf.shape.tp} DP{conf.shape.dp}, "
+          f"{conf.shape.microbatches} microbatches of {conf.shape.microbatch_size}:")
+    print(f"  formula     bubble {'-' if f is None or f['bubble_ratio'] is None else format(f['bubble_ratio'], '.4f')}")
+    print(f"  table       bubble {t['bubble_ratio']:.4f}, makespan {t['makespan_slots']:g} slots")
+    print(f"  simulation  idle {s['idle_ratio']:.4f}, step {s['makespan_s']:.1f} s, exposed messages "
+          f"{s['exposed_comm_s']:.2f} s, peak memory per GPU {max(s['peak_memory_bytes']) / gib:.1f} GiB "
+          f"of {s['capacity_bytes'][0] / gib:.1f} GiB usable")
 
-    print(f"== 1. Seed schedules at S={S}, B={B} as tables (forward 1 slot, backward 2 slots)\n")
-    rows = _levels(S, B, args.system, args.model)
-    for r in rows:
-        if not args.no_tables:
-            print(f"-- {r['schedule']}")
-            sys.stdout.write(formats.to_text(r["_table"]))
-            print()
-    print(f"== 2. Three levels side by side on {args.system} with {args.model}\n")
-    head = f"{'schedule':<13} {'formula':>8} {'table':>7} {'slots':>6} {'sim idle':>9} {'T_sim (s)':>10} {'peak act TiB':>13} {'peak mem TiB':>13} fits"
-    print(head)
-    print("-" * len(head))
-    for r in rows:
-        fb = "-" if r["formula_bubble"] is None else f"{r['formula_bubble']:.3f}"
-        print(f"{r['schedule']:<13} {fb:>8} {r['table_bubble']:>7.3f} {r['makespan_slots']:>6} "
-              f"{r['sim_idle']:>9.3f} {r['T_sim_s']:>10.2f} {r['peak_act_TiB']:>13.3f} {r['peak_mem_TiB']:>13.3f} "
-              f"{'yes' if r['fits'] else 'no'}")
-    print("\n(formula/table: bubble ratio; sim idle: simulated idle ratio; memory with no recomputation,"
-          " as in the paper's Fig. 5 — far beyond one device's 80 GB)")
+
+def _pictures(result, out: Path) -> None:
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
-
-        from pipetab.plot import plot_table, plot_timeline
-
-        fig, axes = plt.subplots(len(rows), 1, figsize=(14, 2.6 * len(rows)))
-        for ax, r in zip(axes, rows):
-            plot_timeline(r["_sim"], ax=ax, title=f"{r['schedule']} on {args.system}", transfers=False)
-        fig.tight_layout()
-        fig.savefig(out / "timelines.png", dpi=110)
-        plt.close(fig)
-        fig, axes = plt.subplots(len(rows), 1, figsize=(14, 2.6 * len(rows)))
-        for ax, r in zip(axes, rows):
-            plot_table(r["_table"], ax=ax, title=r["schedule"], labels=False)
-        fig.tight_layout()
-        fig.savefig(out / "tables.png", dpi=110)
-        plt.close(fig)
-        print(f"\npictures: {out / 'tables.png'}, {out / 'timelines.png'}")
     except ImportError:
         print("\n(matplotlib not installed: no pictures)")
+        return
+    from pipetab.plan.plot import plot_plan
+    from pipetab.plot import plot_timeline
+
+    fig, ax = plt.subplots(figsize=(10, 6))
+    plot_plan(result, ax=ax)
+    fig.tight_layout()
+    fig.savefig(out / "plan.png", dpi=110)
+    plt.close(fig)
+    best = result.configurations[0]
+    sim, shape = best.levels.simulation, best.shape
+    window = sim.makespan * min(1.0, (shape.pp + 8) / shape.microbatches)  # the warm-up and a few more
+    fig, ax = plt.subplots(figsize=(14, 2 + 0.5 * shape.pp))
+    plot_timeline(sim, ax=ax, transfers=False,
+                  title=f"best: {best.label}, PP{shape.pp} TP{shape.tp} DP{shape.dp}: the first {window:.0f} s "
+                        f"of {sim.makespan:.0f} s")
+    ax.set_xlim(0, window if sim.makespan >= 10 else window * 1e3)
+    fig.tight_layout()
+    fig.savefig(out / "best_timeline.png", dpi=110)
+    plt.close(fig)
+    print(f"\npictures: {out / 'plan.png'}, {out / 'best_timeline.png'}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m pipetab.demo")
+    ap.add_argument("--model", default="llama3_70b")
+    ap.add_argument("--nodes", type=int, default=4)
+    ap.add_argument("--gpus-per-node", type=int, default=8)
+    ap.add_argument("--gpu", default="H100")
+    ap.add_argument("--global-batch", type=int, default=1024)
+    ap.add_argument("--seq", type=int, default=8192)
+    ap.add_argument("--out", default="results/demo")
+    args = ap.parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+
+    print(f"== 1. pipetab plan --model {args.model} --nodes {args.nodes} --gpus-per-node {args.gpus_per_node} "
+          f"--gpu {args.gpu} --global-batch {args.global_batch} --seq {args.seq}\n")
+    t0 = time.perf_counter()
+    result = plan(plan_question(args.model, args.nodes, args.gpus_per_node, args.global_batch, args.gpu, args.seq),
+                  progress=lambda msg: print(f"  [{time.perf_counter() - t0:5.1f} s] {msg}", file=sys.stderr))
+    print_plan(result)
+    if not result.configurations:
+        return 0
+    print("\n== 2. The best configuration at the three levels\n")
+    _levels(result.configurations[0])
+    _pictures(result, out)
     run_cpsat()
     print("\n== 4. The paper's experiments, small version: experiments/reproduce.py --quick (next)")
     return 0

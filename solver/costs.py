@@ -231,16 +231,19 @@ def shape_slot_costs(
     )
 
 
-def check_hardware(system, model, num_devices: int, num_microbatches: int):
+def check_hardware(system, model, num_devices: int, num_microbatches: int, dp: int = 1,
+                   microbatch_size: int | None = None):
     """The loaded (system, model) when ``num_devices`` devices of ``system`` can run
-    ``num_microbatches`` equal microbatches of ``model``'s global batch; ``ValueError``
-    (one sentence) otherwise. Cheap: call it before generating a schedule."""
+    ``num_microbatches`` equal microbatches of ``model``'s global batch on each of ``dp``
+    data-parallel replicas (unless ``microbatch_size`` is given); ``ValueError`` (one
+    sentence) otherwise. Cheap: call it before generating a schedule."""
     from pipetab.hardware import load_model, load_system
 
     system = load_system(system)
     model = load_model(model)
     system.check_devices(num_devices)
-    model.microbatch_size(num_microbatches)
+    if microbatch_size is None:
+        model.microbatch_size(num_microbatches * dp)
     return system, model
 
 
@@ -250,14 +253,26 @@ def hardware_costs(
     model,
     recompute: str = "none",
     contention: bool = False,
+    *,
+    parallel=None,
+    microbatch_size: int | None = None,
 ) -> Costs:
     """Costs of ``schedule`` on a system for a model (presets by name, TOML paths, or
     ``hardware`` objects): roofline op times, Hockney messages, activation and persistent
-    bytes, replica all-reduces and optimizer steps (see ``hardware.costs``); unit ``"s"``."""
+    bytes, replica all-reduces and per-device tails (see ``hardware.costs``); unit ``"s"``.
+
+    ``parallel`` (a ``hardware.Parallel``): each schedule device is a tensor-parallel group
+    replicated for data parallelism on the system's GPUs; times, memory and capacity are
+    per GPU, and ``optimizer_time`` is each device's tail (exposed data-parallel
+    reduction, optimizer step, ZeRO weight gather). ``microbatch_size`` sequences (default
+    ``global_batch / (dp * microbatches)``). Capacity is the device's usable memory."""
     from pipetab.hardware import schedule_costs
 
-    system, model = check_hardware(system, model, schedule.num_devices, schedule.num_microbatches)
-    sc = schedule_costs(schedule, system, model, recompute=recompute)
+    dp = 1 if parallel is None else parallel.dp
+    system, model = check_hardware(system, model, schedule.num_devices, schedule.num_microbatches,
+                                   dp=dp, microbatch_size=microbatch_size)
+    sc = schedule_costs(schedule, system, model, recompute=recompute, parallel=parallel,
+                        microbatch_size=microbatch_size)
     op_time, message, activation, weight_memory = {}, {}, {}, {}
     for p, row in enumerate(sc.stages):
         for s, cost in enumerate(row):
@@ -274,12 +289,100 @@ def hardware_costs(
         unit="s",
         op_time=op_time,
         message_bytes=message,
-        links=Links(system=system),
+        links=Links(system=sc.system),
         activation=activation,
         weight_memory=weight_memory,
         persistent=tuple(float(b) for b in sc.persistent_bytes),
-        capacity=(float(system.device.memory_bytes),) * schedule.num_devices,
+        capacity=(float(system.device.usable_memory_bytes),) * schedule.num_devices,
         replica_groups=groups,
         optimizer_time=tuple(sc.optimizer_s),
         contention=contention,
     )
+
+
+def profile_costs(schedule: Schedule, profile, contention: bool = False) -> Costs:
+    """Costs of ``schedule`` from measured op times (a ``hardware.Profile`` or a profile
+    TOML path); unit ``"s"``.
+
+    A profile stage is what one pipeline device does for a stage holding ``1/devices`` of
+    the model; a schedule stage holding a share ``w`` of its pipeline's work (``stage_work``)
+    takes ``w * devices`` of the device's times and memory (1 for one stage per device,
+    ``1/v`` for interleaved chunks, ``1/2`` for V shapes) — the table's slot convention. A
+    message between devices ``d`` and ``d+1`` (and from the last device back to device 0)
+    takes device ``d``'s message time, any other pair the longest one. A schedule without a
+    split backward takes ``T_B + T_W`` as its backward (as the Zero Bubble paper times
+    1F1B from its profiles); a split-backward schedule needs a profile with ``T_W``. The profile's
+    ``tail`` is each device's optimizer time; replicas (Chimera) get no all-reduce (a
+    profile does not measure one). Capacity: the profile's ``memory_bytes`` (None: memory
+    not checked)."""
+    from pipetab.hardware.profile import load_profile
+
+    profile = load_profile(profile)
+    n = schedule.num_devices
+    profile.check_devices(n)
+    if schedule.split_backward and not profile.split_backward:
+        raise ValueError(
+            f"schedule {schedule.name!r} splits the backward but profile {profile.name!r} has no weight times"
+        )
+    op_time, activation, weight_memory = {}, {}, {}
+    for p, works in enumerate(schedule.stage_work):
+        total = sum(works)
+        for s, w in enumerate(works):
+            st = profile.stage(schedule.placement.device(p, s))
+            share = w * n / total
+            op_time[(Kind.F, p, s)] = st.forward_s * share
+            full = st.backward_s + (st.weight_s or 0.0) if not schedule.split_backward else st.backward_s
+            op_time[(Kind.B, p, s)] = full * share
+            activation[(p, s)] = st.activation_bytes * share
+            if schedule.split_backward:
+                op_time[(Kind.W, p, s)] = st.weight_s * share
+                if st.weight_memory_bytes is not None:
+                    weight_memory[(p, s)] = st.weight_memory_bytes * share
+    messages = [profile.stage(d).message_s for d in range(n)]
+    pairs: dict[tuple[int, int], tuple[float, float]] = {}
+    for d in range(n if n > 1 else 0):  # d -> d+1 first, then the wrap n-1 -> 0
+        pairs.setdefault((min(d, (d + 1) % n), max(d, (d + 1) % n)), (messages[d], math.inf))
+    return Costs(
+        unit="s",
+        op_time=op_time,
+        message_bytes={},
+        links=Links(latency=max(messages), pairs=pairs),
+        activation=activation,
+        weight_memory=weight_memory,
+        persistent=tuple(float(profile.stage(d).persistent_bytes) for d in range(n)),
+        capacity=(profile.memory_bytes,) * n,
+        optimizer_time=tuple(profile.stage(d).tail_s for d in range(n)),
+        contention=contention,
+    )
+
+
+def costs_profile(schedule: Schedule, costs: Costs, name: str = "predicted", **info):
+    """The profile of ``costs`` (in seconds) for a schedule with one stage per device and
+    one pipeline: what ``profile_costs`` turns back into the same op times, messages,
+    memory and tails. ``info``: ``Profile`` fields such as ``microbatch_size``."""
+    from pipetab.hardware.profile import Profile, StageProfile
+
+    if costs.unit != "s":
+        raise ValueError(f"a profile holds seconds, these costs are in {costs.unit}")
+    n = schedule.num_devices
+    if schedule.num_pipelines != 1 or schedule.num_stages(0) != n:
+        raise ValueError("a profile of predicted costs needs one pipeline with one stage per device")
+    if any(schedule.placement.device(0, s) != s for s in range(n)):
+        raise ValueError("a profile of predicted costs needs stage s on device s")
+    split = schedule.split_backward
+    stages = []
+    for d in range(n):
+        nxt = (d + 1) % n
+        stages.append(StageProfile(
+            forward_s=costs.op_time[(Kind.F, 0, d)],
+            backward_s=costs.op_time[(Kind.B, 0, d)],
+            weight_s=costs.op_time[(Kind.W, 0, d)] if split else None,
+            message_s=costs.links.time(d, nxt, costs.message_bytes.get((Kind.F, 0, d), 0.0)) if n > 1 else 0.0,
+            activation_bytes=costs.activation[(0, d)],
+            weight_memory_bytes=costs.weight_part(0, d) if split else None,
+            persistent_bytes=costs.persistent[d],
+            tail_s=costs.optimizer_time[d] if costs.optimizer_time else 0.0,
+        ))
+    capacity = {c for c in costs.capacity}
+    memory = capacity.pop() if len(capacity) == 1 else None
+    return Profile(name, tuple(stages), memory_bytes=memory, **info)

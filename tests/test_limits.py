@@ -59,7 +59,7 @@ def test_grids_and_pictures_beyond_their_limits_are_refused(capsys):
     assert main(["table", "1f1b", "-S", "4", "-B", "8", "--forward-slots", "10000000", "--format", "csv"]) == 0
     capsys.readouterr()
     pytest.importorskip("matplotlib")
-    err = _refused(capsys, "table", "1f1b", "-S", "64", "-B", "1024", "--format", "csv", "--plot", "x.png")
+    err = _refused(capsys, "table", "1f1b", "-S", "64", "-B", "4096", "--format", "csv", "--plot", "x.png")
     assert "too many to draw" in err
 
 

@@ -37,13 +37,30 @@ def cmd_schedules(args) -> None:
 
 def cmd_presets(args) -> None:
     from pipetab import hardware
-    infos = hardware.list_systems() if args.kind == "systems" else hardware.list_models()
+    if args.kind == "models":
+        return _print_models(hardware, args.format)
+    infos = hardware.list_systems()
     if args.format == "json":
         emit_json([{"name": i.name, "summary": i.summary, "path": str(i.path)} for i in infos])
         return
     width = max(len(i.name) for i in infos)
     for i in infos:
         print(f"{i.name:<{width}}  {i.summary}")
+
+
+def _print_models(hardware, fmt: str) -> None:
+    """Model presets with their parameter counts (``--format json``: ``parameters``)."""
+    rows = []
+    for info in hardware.list_models():
+        m = hardware.load_model(info.path)
+        rows.append({"name": info.name, "summary": info.summary, "path": str(info.path),
+                     "parameters": m.total_params, "family": m.family})
+    if fmt == "json":
+        emit_json(rows)
+        return
+    width = max(len(r["name"]) for r in rows)
+    for r in rows:
+        print(f"{r['name']:<{width}}  {r['parameters'] / 1e9:8.2f} B  {r['summary']}")
 
 
 def _plain(value):
@@ -146,7 +163,7 @@ def _print_metrics(d: dict, indent: str = "  ") -> None:
 
 
 def build_parser() -> Parser:
-    from . import evaluate_cmd, solve_cmd, sweep_cmd, view_cmd
+    from . import calibrate_cmd, evaluate_cmd, plan_cmd, solve_cmd, sweep_cmd, view_cmd
 
     parser = Parser(prog="pipetab", description="Explore pipeline-parallel training schedules as tables.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
@@ -175,6 +192,8 @@ def build_parser() -> Parser:
     solve_cmd.register(sub)
     sweep_cmd.register(sub)
     view_cmd.register(sub)
+    plan_cmd.register(sub)
+    calibrate_cmd.register(sub)
     return parser
 
 

@@ -3,7 +3,7 @@
 import pytest
 
 from pipetab.hardware.costs import (
-    activation_bytes_per_layer, allreduce_time, head_forward_flops, layer_forward_flops,
+    activation_bytes_per_layer, allreduce_time, attention_core_flops, head_forward_flops, layer_forward_flops,
     layer_forward_traffic, message_bytes, optimizer_time, ring_allreduce_time, schedule_costs,
     stage_cost,
 )
@@ -14,8 +14,10 @@ from pipetab.schedules.generators.linear import gpipe, one_f_one_b
 from pipetab.schedules.ops import B, F, W
 from pipetab.schedules.schedule import Placement, Schedule
 
-# h=8, a=2, s=4, V=16, f=32: small enough to work every number by hand
-MINI = TransformerModel("mini", num_layers=4, hidden=8, heads=2, seq_len=4, vocab=16, global_batch=4)
+# h=8, a=2, s=4, V=16, f=32: small enough to work every number by hand; the GPT family
+# with classic (score-storing) attention and no loss activation, as before model families
+MINI = TransformerModel("mini", num_layers=4, hidden=8, heads=2, seq_len=4, vocab=16, global_batch=4,
+                        attention="classic", logit_bytes=0)
 # 1 MFLOP/s, 1 MB/s, no latencies, efficiency 1: a time is FLOPs/1e6 or bytes/1e6 seconds
 UNIT = Device(peak_flops=1e6, compute_efficiency=1.0, compute_latency_s=0.0,
               mem_bandwidth=1e6, mem_efficiency=1.0, mem_latency_s=0.0, memory_bytes=1e9)
@@ -71,8 +73,12 @@ def test_stage_cost_by_hand():
     assert last.flops_forward == 13312 + 1024
 
     split = stage_cost(MINI, UNIT, 1, 2, first=False, last=False, split_backward=True)
-    assert split.flops_backward == split.flops_weight == split.flops_forward  # B = W = F
-    assert split.backward_s == pytest.approx(13.312e-3) and split.weight_s == pytest.approx(13.312e-3)
+    # Zero Bubble paper, Table 1: B = GEMMs + 2 x attention core, W = GEMMs
+    # (per layer GEMMs 24*b*s*h^2 = 6144, core 4*b*s^2*h = 512)
+    assert split.flops_backward == 2 * (6144 + 2 * 512) == 14336
+    assert split.flops_weight == 2 * 6144
+    assert split.flops_backward + split.flops_weight == 2 * split.flops_forward
+    assert split.backward_s == pytest.approx(14.336e-3) and split.weight_s == pytest.approx(12.288e-3)
 
     sel = stage_cost(MINI, UNIT, 1, 2, first=False, last=False, recompute="selective")
     assert sel.flops_backward == 2 * 13312 + 2 * 512  # + 4*b*s^2*h per layer
@@ -205,4 +211,5 @@ def test_split_backward_schedule():
     st = c.stage(0, 1)
     assert c.microbatch_size == 64
     assert st.weight_s > 0 and c.op_time(W(0, 1)) == st.weight_s
-    assert st.flops_backward == st.flops_weight == st.flops_forward
+    assert st.flops_backward + st.flops_weight == 2 * st.flops_forward
+    assert st.flops_backward - st.flops_weight == 2 * 8 * attention_core_flops(tiny, 64)  # 8 layers

@@ -58,3 +58,51 @@ def test_microbatch_size():
     assert m.microbatch_size(16) == 4
     with pytest.raises(ValueError, match="global batch 64 .* cannot be split into 3 equal microbatches"):
         m.microbatch_size(3)
+
+
+def test_family_param_counts_by_hand():
+    # h=8, 4 heads of 2 with 2 K/V heads (kv width 4), SwiGLU f=12, RMSNorm, no biases:
+    # attention 2*64 + 2*8*4 = 192, MLP 3*8*12 = 288, norms 2*8 = 16
+    m = TransformerModel("g", num_layers=3, hidden=8, heads=4, seq_len=4, vocab=10, global_batch=1,
+                         kv_heads=2, ffn_hidden=12, mlp="swiglu", norm="rmsnorm", bias=False,
+                         tied_embeddings=True)
+    assert m.kv_hidden == 4 and m.mlp_matrices == 3
+    assert m.layer_params == 192 + 288 + 16 == 496
+    assert m.total_params == 3 * 496 + 80  # the tied matrix counted once
+    assert m.stage_params(1, first=False, last=True) == 496 + 80  # the last stage holds its copy
+    assert m.family == "GQA 4/2, SwiGLU, RMSNorm, tied, flash attention"
+    mqa = TransformerModel("q", 1, 8, 4, 4, 10, 1, kv_heads=1)
+    assert mqa.family.startswith("MQA") and mqa.kv_hidden == 2
+
+
+# Published parameter counts (1 % tolerance): Hugging Face model cards of
+# meta-llama/Meta-Llama-3-8B ("8.03B params"), meta-llama/Meta-Llama-3-70B ("70.6B params"),
+# meta-llama/Llama-3.1-405B (Meta: 405B); GPT-3, Brown et al. 2020, Table 2.1 (175.0B).
+PUBLISHED = {"llama3_8b": 8.03e9, "llama3_70b": 70.6e9, "llama3_405b": 405e9, "gpt3_175b": 175.0e9}
+
+
+@pytest.mark.parametrize("name, published", sorted(PUBLISHED.items()))
+def test_presets_match_published_parameter_counts(name, published):
+    from pipetab.hardware.loaders import load_model
+
+    assert load_model(name).total_params == pytest.approx(published, rel=0.01)
+
+
+def test_zero_bubble_models_match_their_names():
+    from pipetab.hardware.loaders import load_model
+
+    for name, size in (("zb_1p5b", 1.5e9), ("zb_6p2b", 6.2e9), ("zb_14p6b", 14.6e9), ("zb_28p3b", 28.3e9)):
+        assert load_model(name).total_params == pytest.approx(size, rel=0.02)
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("kv_heads", 3, r"kv_heads must divide heads \(4\), got 3"),
+    ("norm", "batchnorm", "norm must be one of layernorm, rmsnorm, got 'batchnorm'"),
+    ("attention", "sparse", "attention must be one of flash, classic, got 'sparse'"),
+    ("bias", 1, "bias must be true or false, got 1"),
+    ("logit_bytes", -1, "logit_bytes must be an integer >= 0, got -1"),
+    ("bytes_per_param_state", 3, r"bytes_per_param_state \(3\) must hold at least the weight and the gradient \(4 bytes\)"),
+])
+def test_family_validation(field, value, message):
+    with pytest.raises(ValueError, match=message):
+        TransformerModel("m", 2, 8, 4, 4, 16, 4, **{field: value})

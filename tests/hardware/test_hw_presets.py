@@ -148,7 +148,10 @@ global_batch = 8
     (lambda t: t.replace("hidden = 64", 'hidden = "64"'), "key 'hidden' must be an integer, got '64'"),
     (lambda t: t.replace("hidden = 64", "hidden = 64.0"), "key 'hidden' must be an integer, got 64.0"),
     (lambda t: t.replace("vocab = 128\n", ""), "missing key 'vocab'"),
-    (lambda t: t + "dropout = 1\n", "unknown key 'dropout'"),
+    (lambda t: t + "colour = 1\n", "unknown key 'colour'"),
+    (lambda t: t + "dropout = 1\n", "key 'dropout' must be true or false, got 1"),
+    (lambda t: t + 'mlp = "relu"\n', "mlp must be one of gelu, swiglu, got 'relu'"),
+    (lambda t: t + "kv_heads = 3\n", r"kv_heads must divide heads \(4\), got 3"),
     (lambda t: t.replace("num_layers = 4", "num_layers = 0"), "num_layers must be an integer >= 1, got 0"),
     (lambda t: t.replace("=", ":", 1), "not valid TOML"),
 ])

@@ -1,0 +1,79 @@
+"""Benchmark of ``pipetab plan`` over a set of questions: wall and CPU time, the search's
+counts, and the answer (best configuration, MFU, memory). Writes ``results/bench_plan.csv``.
+
+    python -m experiments.bench_plan            # every question
+    python -m experiments.bench_plan --quick    # the default question only (issue 16's target)
+
+The machine's load average is recorded with each row: the 2-core CI and shared machines
+make single timings noisy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import time
+from pathlib import Path
+
+from pipetab.plan import plan, plan_question
+
+# model, nodes, GPUs per node, GPU, global batch (sequences), sequence length
+QUESTIONS = [
+    ("llama3_70b", 4, 8, "H100", 1024, 8192),   # the default (issue 16's 20-s target)
+    ("llama3_8b", 1, 8, "H100", 256, 8192),
+    ("llama3_70b", 8, 8, "H100", 1024, 8192),
+    ("gpt3_175b", 8, 8, "A100", 1536, 2048),
+    ("zb_28p3b", 4, 8, "A100", 96, 1024),
+    ("llama3_405b", 16, 8, "H100", 2048, 8192),
+]
+COLUMNS = ["model", "gpus", "gpu", "global_batch", "seq", "cpsat_shapes", "candidates", "pruned_memory",
+           "pruned_time", "simulated", "wall_s", "cpu_s", "load_avg_1min", "best", "pp", "tp", "dp",
+           "microbatch_size", "microbatches", "recompute", "step_s", "mfu", "peak_gib", "capacity_gib"]
+
+
+def run(question, cpsat_shapes: int) -> dict:
+    model, nodes, gpn, gpu, batch, seq = question
+    load = os.getloadavg()[0]
+    wall, cpu = time.perf_counter(), time.process_time()
+    result = plan(plan_question(model, nodes, gpn, batch, gpu, seq, cpsat_shapes=cpsat_shapes))
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    row = {"model": model, "gpus": nodes * gpn, "gpu": gpu, "global_batch": batch, "seq": seq,
+           "cpsat_shapes": cpsat_shapes, "candidates": result.candidates, "pruned_memory": result.pruned_memory,
+           "pruned_time": result.pruned_time, "simulated": result.simulated, "wall_s": round(wall, 2),
+           "cpu_s": round(cpu, 2), "load_avg_1min": round(load, 2)}
+    if result.configurations:
+        c = result.configurations[0]
+        s = c.shape
+        row.update(best=c.label if c.fits else f"{c.label} (does not fit)", pp=s.pp, tp=s.tp, dp=s.dp,
+                   microbatch_size=s.microbatch_size, microbatches=s.microbatches, recompute=s.recompute,
+                   step_s=round(c.step_time_s, 3), mfu=round(c.mfu, 4),
+                   peak_gib=round(c.peak_memory_bytes / 2**30, 2), capacity_gib=round(c.capacity_bytes / 2**30, 2))
+    return row
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m experiments.bench_plan")
+    ap.add_argument("--quick", action="store_true", help="the default question only")
+    ap.add_argument("--repeat", type=int, default=1, help="runs per question (default 1)")
+    ap.add_argument("--cpsat-shapes", type=int, default=2)
+    ap.add_argument("--out", default="results/bench_plan.csv")
+    args = ap.parse_args(argv)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    questions = QUESTIONS[:1] if args.quick else QUESTIONS
+    with out.open("w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=COLUMNS)
+        writer.writeheader()
+        for q in questions:
+            for _ in range(args.repeat):
+                row = run(q, args.cpsat_shapes)
+                writer.writerow(row)
+                fh.flush()
+                print(", ".join(f"{k}={row.get(k, '')}" for k in COLUMNS))
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,159 @@
+"""Fit a system's compute and memory efficiencies to a profile of measured op times.
+
+For every profiled op (F, B and W of each stage) the cost model gives its FLOPs ``F_i``,
+memory traffic ``V_i``, tokens ``n`` and tensor-parallel collective time ``C_i`` on the
+system. The op is compute-bound when ``F_i / (P e_c(n)) + L_c >= V_i / (BW e_m) + L_m``.
+The fit is the ratio of sums over the compute-bound ops (least squares of the times
+weighted by their size):
+
+    e_c = sum F_i / (P * r(n_i))  /  sum (T_i - L_c - C_i)
+
+with ``r(n)`` the system's efficiency curve shape (``Device.efficiency`` at ``e_c = 1``),
+and likewise ``e_m = sum V_i / BW / sum (T_i - L_m - C_i)`` over the memory-bound ops,
+alternating until the classification stops changing. With no memory-bound op ``e_m`` is
+not identifiable and is kept. Efficiencies are capped at 1. The fitted efficiency of each
+op kind alone is reported too (the Zero Bubble paper's profiles show W running at a lower
+efficiency than F, which one efficiency cannot express).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from .costs import stage_cost
+from .model import TransformerModel, partition
+from .parallel import Layout, Parallel
+from .profile import Profile, toml_value
+from .system import Device, System
+
+
+@dataclass(frozen=True)
+class OpFit:
+    """One op kind over all profiled stages: measured and fitted seconds in total, and the
+    compute efficiency this kind alone would need."""
+
+    kind: str
+    measured_s: float
+    fitted_s: float
+    efficiency: float
+
+    @property
+    def error(self) -> float:
+        """(fitted - measured) / measured."""
+        return (self.fitted_s - self.measured_s) / self.measured_s
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """The fitted system and how well it reproduces the profile."""
+
+    system: System
+    compute_efficiency: float
+    mem_efficiency: float
+    mem_identified: bool
+    ops: tuple[OpFit, ...]
+    memory_bound_ops: int
+    total_ops: int
+
+    def as_dict(self) -> dict:
+        return {
+            "system": self.system.name,
+            "compute_efficiency": self.compute_efficiency,
+            "mem_efficiency": self.mem_efficiency,
+            "mem_efficiency_fitted": self.mem_identified,
+            "memory_bound_ops": self.memory_bound_ops,
+            "ops": [{"kind": o.kind, "measured_s": o.measured_s, "fitted_s": o.fitted_s,
+                     "error": o.error, "efficiency_alone": o.efficiency} for o in self.ops],
+        }
+
+
+def _layers(profile: Profile, model: TransformerModel, stages: int) -> list[int]:
+    if all(profile.stage(d).layers is not None for d in range(stages)):
+        return [profile.stage(d).layers for d in range(stages)]  # type: ignore[misc]
+    if profile.uniform:
+        raise ValueError(f"profile {profile.name!r} gives no 'layers': calibrate needs the layers of its stage")
+    return list(partition([1.0] * stages, model.num_layers))
+
+
+def calibrate(profile: Profile, model: TransformerModel, system: System, recompute: str = "none") -> Calibration:
+    """Fit ``system``'s compute (and, where identifiable, memory) efficiency to
+    ``profile`` for ``model`` (module docstring); the profile's ``microbatch_size``,
+    ``tp`` and ``dp`` give the op sizes."""
+    if profile.microbatch_size is None:
+        raise ValueError(f"profile {profile.name!r} gives no 'microbatch_size': calibrate needs it")
+    stages = profile.num_stages or 1
+    parallel = Parallel(tp=profile.tp, dp=profile.dp)
+    layout = Layout(system, parallel, max(stages, 1))
+    mb, tokens = profile.microbatch_size, profile.microbatch_size * model.seq_len
+    split = profile.split_backward
+    ops = []  # (kind, measured, flops, traffic, collective)
+    for d, layers in enumerate(_layers(profile, model, stages)):
+        ends = not profile.uniform
+        cost = stage_cost(model, system.device, mb, layers, first=ends and d == 0,
+                          last=ends and d == stages - 1, recompute=recompute, split_backward=split,
+                          parallel=parallel, tp_link=layout.tp_link(d))
+        measured = profile.stage(d)
+        ops.append(("F", measured.forward_s, cost.flops_forward, cost.traffic_forward, cost.tp_comm_forward_s))
+        ops.append(("B", measured.backward_s, cost.flops_backward, cost.traffic_backward, cost.tp_comm_backward_s))
+        if split:
+            ops.append(("W", measured.weight_s, cost.flops_weight, cost.traffic_weight, 0.0))
+    dev = system.device
+    shape = replace(dev, compute_efficiency=1.0).efficiency(tokens)
+    e_c, e_m = dev.compute_efficiency, dev.mem_efficiency
+    bound: list[bool] = []
+    for _ in range(20):
+        fitted = replace(dev, compute_efficiency=min(e_c, 1.0), mem_efficiency=min(e_m, 1.0))
+        now = [v / fitted.effective_mem_bandwidth + dev.mem_latency_s
+               > f / (dev.peak_flops * fitted.efficiency(tokens)) + dev.compute_latency_s
+               for _, _, f, v, _ in ops]
+        if now == bound:
+            break
+        bound = now
+        compute = [(t, f, c) for (_, t, f, _, c), m in zip(ops, bound) if not m]
+        memory = [(t, v, c) for (_, t, _, v, c), m in zip(ops, bound) if m]
+        if compute:
+            e_c = (sum(f for _, f, _ in compute) / (dev.peak_flops * shape)
+                   / max(sum(t - dev.compute_latency_s - c for t, _, c in compute), 1e-300))
+        if memory:
+            e_m = (sum(v for _, v, _ in memory) / dev.mem_bandwidth
+                   / max(sum(t - dev.mem_latency_s - c for t, _, c in memory), 1e-300))
+    e_c, e_m = min(e_c, 1.0), min(e_m, 1.0)
+    fitted_dev = replace(dev, compute_efficiency=e_c, mem_efficiency=e_m)
+    kinds = []
+    for kind in ("F", "B", "W") if split else ("F", "B"):
+        mine = [o for o in ops if o[0] == kind]
+        measured = sum(o[1] for o in mine)
+        fitted = sum(fitted_dev.compute_time(f, v, tokens) + c for _, _, f, v, c in mine)
+        alone = (sum(f for _, _, f, _, _ in mine) / (dev.peak_flops * shape)
+                 / max(sum(t - dev.compute_latency_s - c for _, t, _, _, c in mine), 1e-300))
+        kinds.append(OpFit(kind, measured, fitted, alone))
+    fitted_system = replace(system, device=fitted_dev, name=f"{system.name}_calibrated",
+                            summary=f"{system.summary} (efficiencies fitted to profile {profile.name})")
+    return Calibration(fitted_system, e_c, e_m, any(bound), tuple(kinds), sum(bound), len(ops))
+
+
+def system_to_toml(system: System, note: str = "") -> str:
+    """The TOML text of ``system`` (``loaders.system_from_file`` reads it back)."""
+    lines = [f"# {line}" for line in note.splitlines()] if note else []
+    lines.append(f"summary = {toml_value(system.summary or system.name)}")
+    if system.num_devices is not None:
+        lines.append(f"num_devices = {system.num_devices}")
+    if system.devices_per_node is not None:
+        lines.append(f"devices_per_node = {system.devices_per_node}")
+    lines += ["", "[device]"]
+    d: Device = system.device
+    for key in ("peak_flops", "compute_efficiency", "compute_latency_s", "mem_bandwidth",
+                "mem_efficiency", "mem_latency_s", "memory_bytes", "reserved_bytes",
+                "efficiency_half_tokens"):
+        lines.append(f"{key} = {toml_value(float(getattr(d, key)))}")
+    links = [("link", system.default_link)]
+    if system.intra_node_link is not None:
+        links.append(("intra_node_link", system.intra_node_link))
+    for name, link in links:
+        lines += ["", f"[{name}]", f"bandwidth = {toml_value(float(link.bandwidth))}",
+                  f"latency_s = {toml_value(float(link.latency_s))}"]
+    for (a, b), link in system.links:
+        lines += ["", "[[links]]", f"src = {a}", f"dst = {b}",
+                  f"bandwidth = {toml_value(float(link.bandwidth))}",
+                  f"latency_s = {toml_value(float(link.latency_s))}"]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,53 @@
+"""``pipetab calibrate PROFILE --model M --system S``: fit a system's efficiencies to a profile."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .common import UsageError, emit_json
+
+
+def register(sub) -> None:
+    p = sub.add_parser("calibrate", help="fit a system's compute and memory efficiencies to a profile "
+                                         "of measured op times and write the system file")
+    p.add_argument("profile", metavar="PROFILE", help="profile TOML file (docs/cluster.md)")
+    p.add_argument("--model", required=True, help="model preset or TOML file the profile ran")
+    p.add_argument("--system", required=True, help="system preset or TOML file to start from")
+    p.add_argument("--recompute", choices=["none", "selective", "full"], default="none",
+                   help="activation recomputation of the profiled run (default none)")
+    p.add_argument("--out", metavar="FILE.toml", default=None,
+                   help="where to write the fitted system (default: SYSTEM_calibrated.toml)")
+    p.add_argument("--format", choices=["text", "json"], default="text")
+    p.set_defaults(func=run)
+
+
+def run(args) -> None:
+    from pipetab.hardware.calibrate import calibrate, system_to_toml
+    from pipetab.hardware.loaders import load_model, load_system
+    from pipetab.hardware.profile import load_profile
+
+    profile = load_profile(args.profile)
+    model, system = load_model(args.model), load_system(args.system)
+    fit = calibrate(profile, model, system, recompute=args.recompute)
+    out = Path(args.out or f"{system.name}_calibrated.toml")
+    if not out.parent.is_dir():
+        raise UsageError(f"pipetab calibrate: --out directory {out.parent} does not exist")
+    note = (f"{fit.system.name}: {system.name} with efficiencies fitted by 'pipetab calibrate' to profile "
+            f"{args.profile} for model {model.name}\n[F] fitted: compute_efficiency"
+            + (", mem_efficiency" if fit.mem_identified else " (mem_efficiency kept: no memory-bound op)"))
+    try:
+        out.write_text(system_to_toml(fit.system, note))
+    except OSError as exc:
+        raise UsageError(f"pipetab calibrate: cannot write --out {out}: {exc.strerror}") from None
+    if args.format == "json":
+        emit_json({**fit.as_dict(), "written": str(out)})
+        return
+    print(f"calibrated {system.name} to {profile.name} ({model.name}, microbatch {profile.microbatch_size}):")
+    print(f"  compute efficiency {fit.compute_efficiency:.3f} (was {system.device.compute_efficiency:g}), "
+          f"memory efficiency {fit.mem_efficiency:.3f}"
+          + ("" if fit.mem_identified else " (kept: every op is compute-bound)"))
+    print(f"  {'op':<3} {'measured':>12} {'fitted':>12} {'error':>8} {'efficiency alone':>17}")
+    for o in fit.ops:
+        print(f"  {o.kind:<3} {o.measured_s * 1e3:>10.3f}ms {o.fitted_s * 1e3:>10.3f}ms "
+              f"{100 * o.error:>7.1f}% {o.efficiency:>17.3f}")
+    print(f"wrote {out}")

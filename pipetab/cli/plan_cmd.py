@@ -1,0 +1,163 @@
+"""``pipetab plan``: rank (PP, TP, DP) splits, microbatch sizes, recomputation and schedules
+for a model on a cluster by simulated step time (``pipetab.plan``)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from . import common
+from .common import UsageError, emit_json
+from .profile_arg import add_profile_arg, profile_of
+
+
+def _int_list(name: str):
+    def parse(text: str) -> tuple[int, ...]:
+        try:
+            values = tuple(int(x) for x in text.split(","))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} must be integers separated by commas, got {text!r}") from None
+        if any(v < 1 for v in values):
+            raise argparse.ArgumentTypeError(f"{name} must be integers >= 1, got {text!r}")
+        return values
+
+    parse.__name__ = name
+    return parse
+
+
+def _word_list(name: str, allowed: tuple[str, ...] | None = None):
+    def parse(text: str) -> tuple[str, ...]:
+        values = tuple(x.strip() for x in text.split(",") if x.strip())
+        bad = [v for v in values if allowed is not None and v not in allowed]
+        if not values or bad:
+            raise argparse.ArgumentTypeError(
+                f"{name} must be a comma-separated list of {', '.join(allowed or ('names',))}, got {text!r}")
+        return values
+
+    parse.__name__ = name
+    return parse
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"cpsat time must be a number of seconds, got {text!r}") from None
+    if not (value > 0 and value < 1e6):
+        raise argparse.ArgumentTypeError(f"cpsat time must be between 0 and 1e6 seconds, got {text!r}")
+    return value
+
+
+def register(sub) -> None:
+    from pipetab.hardware.layer import RECOMPUTE
+
+    p = sub.add_parser("plan", help="the best schedule, parallel split, microbatch size and recomputation "
+                                    "for a model on a cluster, ranked by simulated step time")
+    p.add_argument("--model", required=True, help="model preset or TOML file (see 'pipetab models')")
+    p.add_argument("--nodes", type=common.positive_int("nodes"), required=True, help="nodes of the cluster")
+    p.add_argument("--gpus-per-node", type=common.positive_int("gpus per node"), required=True,
+                   help="GPUs per node (tensor parallelism stays inside a node)")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--gpu", default=None, help="GPU: H100 (default) or A100")
+    where.add_argument("--system", default=None,
+                       help="system preset or TOML file giving the GPU and the intra-/inter-node links")
+    p.add_argument("--global-batch", type=common.positive_int("global batch"), required=True,
+                   help="sequences per training step")
+    p.add_argument("--seq", type=common.positive_int("sequence length"), default=None,
+                   help="tokens per sequence (default: the model's)")
+    p.add_argument("--microbatch-sizes", type=_int_list("microbatch sizes"), default=(),
+                   help="sequences per microbatch to try, e.g. 1,2,4 (default: powers of two up to 32768 tokens)")
+    p.add_argument("--recompute", type=_word_list("recompute", RECOMPUTE), default=(),
+                   help="recomputation options to try, e.g. none,full (default: all that apply)")
+    p.add_argument("--schedules", type=_word_list("schedules"), default=(),
+                   help="registry schedules to try, e.g. 1f1b,zbv (default: all; see 'pipetab schedules')")
+    p.add_argument("--zero", type=int, choices=[0, 1, 2], default=None,
+                   help="ZeRO stage with data parallelism: 0 none, 1 optimizer state (default), 2 and gradients")
+    p.add_argument("--no-sequence-parallel", dest="sequence_parallel", action="store_false",
+                   help="tensor parallelism without sequence parallelism (default: with)")
+    p.add_argument("--no-overlap", dest="overlap", action="store_false",
+                   help="do not overlap the data-parallel gradient reduction with the last backward")
+    p.add_argument("--top", type=common.positive_int("top"), default=10,
+                   help="configurations to show, ranked exactly (default 10)")
+    p.add_argument("--cpsat-shapes", type=common.positive_int("cpsat shapes", minimum=0), default=None,
+                   help="best shapes CP-SAT searches for a better linear schedule (default 2; 0: none)")
+    p.add_argument("--cpsat-time", type=_seconds, default=None, help="seconds of CP-SAT per shape (default 3)")
+    add_profile_arg(p)
+    p.add_argument("--plot", metavar="FILE.png", help="Pareto plot: step time against peak memory per GPU")
+    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    p.add_argument("--format", choices=["text", "json"], default="text")
+    p.set_defaults(func=run)
+
+
+# options the profile fixes: refused with --profile
+_PROFILED = (("microbatch_sizes", "--microbatch-sizes", ()), ("recompute", "--recompute", ()),
+             ("zero", "--zero", None), ("sequence_parallel", "--no-sequence-parallel", True),
+             ("overlap", "--no-overlap", True), ("cpsat_shapes", "--cpsat-shapes", None),
+             ("cpsat_time", "--cpsat-time", None))
+
+
+def run(args) -> None:
+    from pipetab.plan import plan, plan_question
+
+    if args.profile:
+        for attr, flag, default in _PROFILED:
+            if getattr(args, attr) != default:
+                raise UsageError(f"pipetab plan: {flag} does not apply with --profile (the profile fixes "
+                                 "the split, microbatch size, recomputation and op times)")
+    if args.cpsat_time is not None and args.cpsat_shapes == 0:
+        raise UsageError("pipetab plan: --cpsat-time does not apply with --cpsat-shapes 0")
+    plot = common.check_plot_path(args.plot)
+    t0 = time.perf_counter()
+
+    def progress(message: str) -> None:
+        if not args.quiet:
+            print(f"plan [{time.perf_counter() - t0:5.1f} s] {message}", file=sys.stderr, flush=True)
+
+    space = plan_question(
+        args.model, args.nodes, args.gpus_per_node, args.global_batch, args.system or args.gpu or "H100",
+        args.seq, microbatch_sizes=args.microbatch_sizes, recompute=args.recompute, schedules=args.schedules,
+        zero=1 if args.zero is None else args.zero, sequence_parallel=args.sequence_parallel,
+        overlap=args.overlap, top=args.top, cpsat_shapes=2 if args.cpsat_shapes is None else args.cpsat_shapes,
+        cpsat_time_s=args.cpsat_time or 3.0,
+    )
+    result = plan(space, progress=progress, profile=profile_of(args))
+    if plot:
+        from pipetab.plan.plot import plot_plan
+
+        common.save_plot(plot_plan, plot, result, rows=10)
+    if args.format == "json":
+        emit_json(result.as_dict())
+        return
+    print_plan(result)
+    if args.plot:
+        print(f"plot: {args.plot}")
+
+
+def print_plan(result) -> None:
+    """The ranked configurations as an aligned table, then what the search did."""
+    q = result.question
+    print(f"plan: {q['model']} on {q['gpus']} GPUs ({q['gpus_per_node']} per node, {q['system']}), "
+          f"global batch {q['global_batch']} x {q['seq_len']} tokens")
+    head = ("#", "schedule", "PP", "TP", "DP", "mb", "micro", "recompute", "step (s)", "tokens/s",
+            "MFU", "peak GiB", "free GiB", "fits")
+    rows = []
+    for i, c in enumerate(result.configurations, 1):
+        s = c.shape
+        rows.append((str(i), c.label, str(s.pp), str(s.tp), str(s.dp), str(s.microbatch_size),
+                     str(s.microbatches), s.recompute, f"{c.step_time_s:.4g}", f"{c.tokens_per_s:,.0f}",
+                     f"{100 * c.mfu:.1f}%", f"{c.peak_memory_bytes / 2**30:.1f}",
+                     f"{c.headroom_bytes / 2**30:.1f}", "yes" if c.fits else "NO"))
+    if not rows:
+        print("no configuration: no split of the GPUs, microbatch size and schedule fits the question")
+    else:
+        widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
+        for r in [head, *rows]:
+            print("  ".join(x.rjust(w) if j not in (1, 7) else x.ljust(w) for j, (x, w) in enumerate(zip(r, widths))))
+    if rows and not result.configurations[0].fits:
+        print("none of these fits the GPU memory: the closest are shown")
+    print(f"searched {result.candidates} candidates: {result.pruned_memory} cannot fit the memory, "
+          f"{result.pruned_time} cannot beat the configurations shown, {result.simulated} simulated; "
+          f"{result.runtime_s:.1f} s")
+    for note in result.cpsat_notes:
+        print(f"CP-SAT {note}")

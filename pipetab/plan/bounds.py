@@ -1,0 +1,105 @@
+"""Lower bounds that let ``plan`` skip candidates without simulating them."""
+
+from __future__ import annotations
+
+from pipetab.hardware.layer import (
+    activation_bytes_per_layer,
+    stage_params_per_gpu,
+    weight_memory_bytes_per_layer,
+)
+from pipetab.hardware.model import partition
+from pipetab.hardware.parallel import Parallel
+from pipetab.schedules import registry
+from pipetab.schedules.memory import memory_change
+from pipetab.schedules.ops import Kind
+from pipetab.schedules.schedule import Schedule
+
+from .space import PlanSpace, Shape
+
+
+def order_peaks(schedule: Schedule, size: dict, part: dict) -> list[float]:
+    """Peak live activation per device from the per-device orders alone (a device runs its
+    ops one after another, so the peak does not depend on timing); ``size`` / ``part``: M
+    and M_W per (pipeline, stage), changes as ``schedules.memory.memory_change`` defines."""
+    split = schedule.split_backward
+    change = {(k, p, s): memory_change(k, size[(p, s)], part[(p, s)], split)
+              for (p, s) in size for k in (Kind.F, Kind.B, Kind.W)}
+    peaks = []
+    for order in schedule.orders:
+        level = peak = 0.0
+        for kind, p, s, _ in order:
+            level += change[(kind, p, s)]
+            if level > peak:
+                peak = level
+        peaks.append(peak)
+    return peaks
+
+
+def small_microbatches(pp: int, m: int) -> int:
+    """At most ``4 pp`` microbatches with the same divisibility by ``pp`` and ``2 pp``."""
+    return 4 * pp if m > 4 * pp and m % (2 * pp) == 0 else m
+
+
+class Bounds:
+    """Cached generation and per-candidate lower bounds."""
+
+    def __init__(self, space: PlanSpace) -> None:
+        self.space = space
+        self.schedules: dict = {}
+        self.units: dict = {}
+
+    def schedule(self, name: str, opts: dict, pp: int, m: int) -> Schedule | None:
+        key = (name, tuple(sorted(opts.items())), pp, m)
+        if key not in self.schedules:
+            try:
+                sched = registry.generate(name, pp, m, **opts)
+                partition(sched.stage_work[0], self.space.model.num_layers)
+                self.schedules[key] = sched
+            except ValueError:
+                self.schedules[key] = None
+        return self.schedules[key]
+
+    def layer_units(self, sched: Schedule, fraction: float) -> list[float]:
+        """Peak activation per device in layer activations (M = layers of the stage)."""
+        key = (id(sched), round(fraction, 9))
+        if key not in self.units:
+            layers = {(p, s): n for p, w in enumerate(sched.stage_work)
+                      for s, n in enumerate(partition(w, self.space.model.num_layers))}
+            self.units[key] = order_peaks(sched, layers, {k: fraction * n for k, n in layers.items()})
+        return self.units[key]
+
+    def memory(self, name: str, opts: dict, shape: Shape, par: Parallel) -> float | None:
+        """Lower bound of the peak memory per GPU (bytes); None when the generator refuses."""
+        model = self.space.model
+        act = activation_bytes_per_layer(model, shape.microbatch_size, shape.recompute, tp=par.tp,
+                                         sequence_parallel=par.sequence_parallel)
+        part = weight_memory_bytes_per_layer(model, shape.microbatch_size, shape.recompute, tp=par.tp,
+                                             sequence_parallel=par.sequence_parallel)
+        sched = self.schedule(name, opts, shape.pp, small_microbatches(shape.pp, shape.microbatches))
+        if sched is None:
+            return None
+        units = self.layer_units(sched, part / act if sched.split_backward else 1.0)
+        params = [0] * sched.num_devices  # type: ignore[union-attr]
+        for p, w in enumerate(sched.stage_work):  # type: ignore[union-attr]
+            counts = partition(w, model.num_layers)
+            for s, n in enumerate(counts):
+                params[sched.placement.device(p, s)] += stage_params_per_gpu(  # type: ignore[union-attr]
+                    model, n, s == 0, s == len(counts) - 1, par.tp)
+        return max(par.persistent_bytes(model, n) + u * act for n, u in zip(params, units))
+
+    def time(self, name: str, opts: dict, shape: Shape, par: Parallel) -> float:
+        """Lower bound of the step time: the simulated step of the instance of at most ``4 pp``
+        microbatches, plus the average device work of each further microbatch (module
+        docstring); exact when the instance is the shape itself."""
+        from pipetab.solver.costs import hardware_costs
+        from pipetab.solver.simulate import simulate
+
+        small_m = small_microbatches(shape.pp, shape.microbatches)
+        sched = self.schedule(name, opts, shape.pp, small_m)
+        costs = hardware_costs(sched, self.space.system, self.space.model, shape.recompute,  # type: ignore[arg-type]
+                               parallel=par, microbatch_size=shape.microbatch_size)
+        step = simulate(sched, costs).makespan  # type: ignore[arg-type]
+        if small_m == shape.microbatches:
+            return step
+        work = sum(costs.duration(op) for order in sched.orders for op in order)  # type: ignore[union-attr]
+        return step + (shape.microbatches - small_m) * work / (sched.num_devices * small_m)  # type: ignore[union-attr]

@@ -1,0 +1,88 @@
+"""CP-SAT on the plan's best shapes: a search of the linear placement in worker processes."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+from pipetab.schedules import registry
+
+from .result import Configuration, activation_peaks, configuration
+from .space import PlanSpace, Shape, costs_of
+
+# alone takes longer to build than a plan's seconds allow (measured: 8,192 ops searched in
+# 2-7 s on 2 shared cores; 131,072 ops ran for minutes past a 3-s limit)
+CPSAT_MAX_OPS = 10_000
+
+
+def cpsat_shapes(space: PlanSpace, ranked: list[Configuration]) -> tuple[list[Shape], list[str]]:
+    """The best ``space.cpsat_shapes`` distinct shapes that fit, and notes on the shapes
+    skipped for their size (``CPSAT_MAX_OPS``)."""
+    seen: list[Shape] = []
+    out: list[Shape] = []
+    skipped: list[str] = []
+    for conf in ranked:
+        if len(seen) >= space.cpsat_shapes or not conf.fits:
+            break
+        s = conf.shape
+        if s in seen:
+            continue
+        seen.append(s)
+        ops = 2 * s.pp * s.microbatches
+        if ops > CPSAT_MAX_OPS:
+            skipped.append(f"PP{s.pp} TP{s.tp} DP{s.dp} b={s.microbatch_size} recompute {s.recompute}: not searched, "
+                           f"{ops} ops are more than CP-SAT handles in seconds (at most {CPSAT_MAX_OPS})")
+        else:
+            out.append(s)
+    return out, skipped
+
+
+def cpsat_search(space: PlanSpace, shape: Shape):
+    """CP-SAT search of the linear placement (full backward, 1F1B and GPipe as hints) of
+    ``shape`` on its quantized hardware costs under the memory cap; returns the ``Result``."""
+    from pipetab.solver.costs import SEARCH_TICKS_PER_OP
+    from pipetab.solver.cpsat import CpSatConfig, idealized_problem, search
+
+    known = []
+    for name in ("1f1b", "gpipe"):
+        try:
+            known.append(registry.generate(name, shape.pp, shape.microbatches))
+        except ValueError:
+            continue
+    costs = costs_of(space, known[0], shape)
+    quantized = costs.quantized(costs.default_tick(SEARCH_TICKS_PER_OP))
+    problem = replace(idealized_problem(shape.pp, shape.microbatches, "linear"), costs=quantized,
+                      name=f"plan {shape}")
+    return search(problem, CpSatConfig(time_limit_s=space.cpsat_time_s, workers=1), known)
+
+
+def cpsat_outcome(space: PlanSpace, shape: Shape, result, ranked: list[Configuration]) -> tuple:
+    """(configuration when it beats the shape's best registry schedule, else None; note)."""
+    from pipetab.solver.simulate import simulate
+
+    where = f"PP{shape.pp} TP{shape.tp} DP{shape.dp} b={shape.microbatch_size} recompute {shape.recompute}"
+    if result.schedule is None:
+        return None, f"{where}: no schedule within {space.cpsat_time_s:g} s ({result.status})"
+    sched = result.schedule
+    costs = costs_of(space, sched, shape)
+    found = configuration(space, "cpsat", {}, shape, sched, costs, simulate(sched, costs).makespan,
+                           activation_peaks(sched, costs), searched=sched)
+    best = min((c.step_time_s for c in ranked if c.shape == shape and c.fits), default=math.inf)
+    better = found.fits and found.step_time_s < best * (1 - 1e-9)
+    gain = (best - found.step_time_s) / best if math.isfinite(best) else 0.0
+    return (found if better else None,
+            f"{where}: {result.status} in {result.runtime_s:.1f} s, {found.step_time_s:.6g} s "
+            f"({100 * gain:+.3f}% against the best registry schedule of this shape{'' if better else '; not shown'})")
+
+
+def worker_pool(workers: int):
+    """Forked workers for CP-SAT (one solver thread each), so the searches overlap the
+    validation on the other core (None where processes cannot be forked: CP-SAT then runs
+    inline)."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    try:
+        return ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"))
+    except ValueError:
+        return None

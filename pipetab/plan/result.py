@@ -1,0 +1,106 @@
+"""What ``plan`` returns: ranked ``Configuration`` values in a ``Plan``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from pipetab.hardware.layer import model_flops_per_sequence
+from pipetab.schedules.schedule import Schedule
+
+from .bounds import order_peaks
+from .space import PlanSpace, Shape, schedule_label
+
+
+@dataclass(frozen=True)
+class Configuration:
+    """One ranked candidate: a schedule (``source`` ``registry`` or ``cpsat``) on a shape,
+    its simulated step time, throughput, MFU and peak memory per GPU against the usable
+    capacity."""
+
+    schedule: str
+    options: tuple[tuple[str, object], ...]
+    shape: Shape
+    step_time_s: float
+    tokens_per_s: float
+    mfu: float
+    peak_memory_bytes: int
+    capacity_bytes: int
+    fits: bool
+    idle_ratio: float
+    source: str = "registry"
+    levels: object = field(default=None, compare=False, repr=False)
+    searched: Schedule | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def headroom_bytes(self) -> int:
+        return self.capacity_bytes - self.peak_memory_bytes
+
+    @property
+    def label(self) -> str:
+        return schedule_label(self.schedule, dict(self.options))
+
+    def as_dict(self) -> dict:
+        s = self.shape
+        return {
+            "schedule": self.schedule, "options": {k: v for k, v in self.options}, "source": self.source,
+            "pp": s.pp, "tp": s.tp, "dp": s.dp, "microbatch_size": s.microbatch_size,
+            "microbatches": s.microbatches, "recompute": s.recompute,
+            "step_time_s": self.step_time_s, "tokens_per_s": self.tokens_per_s, "mfu": self.mfu,
+            "peak_memory_bytes": self.peak_memory_bytes, "capacity_bytes": self.capacity_bytes,
+            "headroom_bytes": self.headroom_bytes, "fits": self.fits, "idle_ratio": self.idle_ratio,
+        }
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The ranked configurations (fitting ones first, each group by step time) and what
+    the search did: candidates enumerated, pruned by the memory and time bounds, simulated,
+    and CP-SAT's notes."""
+
+    configurations: tuple[Configuration, ...]
+    candidates: int
+    pruned_memory: int
+    pruned_time: int
+    simulated: int
+    cpsat_notes: tuple[str, ...]
+    runtime_s: float
+    question: dict
+    evaluated: tuple[Configuration, ...] = ()  # every simulated candidate, ranked (for plots)
+
+    def as_dict(self) -> dict:
+        return {
+            **self.question,
+            "candidates": self.candidates, "pruned_by_memory_bound": self.pruned_memory,
+            "pruned_by_time_bound": self.pruned_time, "simulated": self.simulated,
+            "cpsat": list(self.cpsat_notes), "runtime_s": round(self.runtime_s, 3),
+            "configurations": [c.as_dict() for c in self.configurations],
+        }
+
+
+def configuration(space: PlanSpace, name: str, opts: dict, shape: Shape, sched: Schedule, costs,
+                   step: float, acts: list[float], searched: Schedule | None = None,
+                   capacity: float | None = None) -> Configuration:
+    """A ranked candidate from its simulated step time and its peak activations per device
+    (``order_peaks``: the simulator's memory definition); busy time from the op durations."""
+    model, system = space.model, space.system
+    peak = max(p + a for p, a in zip(costs.persistent, acts))
+    fits = all(c is None or p + a <= c + 1e-9 for p, a, c in zip(costs.persistent, acts, costs.capacity))
+    per_pipeline = [sched.microbatch2pipeline.count(p) for p in range(sched.num_pipelines)]
+    busy = sum(n * costs.op_time[(kind, p, s)] for (kind, p, s) in costs.op_time
+               for n in (per_pipeline[p],)) + sum(costs.optimizer_time)
+    tokens = space.global_batch * model.seq_len
+    flops = model_flops_per_sequence(model) * space.global_batch
+    return Configuration(
+        name, tuple(sorted(opts.items())), shape, step, tokens / step,
+        flops / (step * space.num_gpus * system.device.peak_flops),
+        int(round(peak)), int(capacity or system.device.usable_memory_bytes), fits,
+        1 - busy / (sched.num_devices * step), "registry" if searched is None else "cpsat",
+        searched=searched)
+
+
+def activation_peaks(sched: Schedule, costs) -> list[float]:
+    return order_peaks(sched, costs.activation, {k: costs.weight_part(*k) for k in costs.activation})
+
+
+def rank(configs) -> list[Configuration]:
+    return sorted(configs, key=lambda c: (not c.fits, c.step_time_s, c.schedule))

@@ -1,0 +1,188 @@
+"""The question ``plan`` answers: a model, a cluster and a global batch (``PlanSpace``), and
+the shapes it enumerates (``Shape``: a (PP, TP, DP) split, microbatch size and count,
+recomputation)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from pipetab.hardware.layer import RECOMPUTE
+from pipetab.hardware.loaders import load_model, load_system
+from pipetab.hardware.model import TransformerModel
+from pipetab.hardware.parallel import Parallel
+from pipetab.hardware.system import System
+from pipetab.schedules import registry
+from pipetab.schedules.schedule import Schedule
+
+GPUS = {"H100": "dgx_h100_ib", "A100": "a100_cluster"}
+# registry schedules with more than their default options
+VARIANTS: dict[str, tuple[dict, ...]] = {
+    "interleaved": ({"chunks": 2}, {"chunks": 4}),
+    "hanayo": ({"waves": 1}, {"waves": 2}),
+}
+MAX_TOKENS_PER_MICROBATCH = 32768  # default microbatch sizes: powers of two up to this many tokens
+# CP-SAT is skipped on shapes with more ops than this (stages x microbatches x 2): its model
+# alone takes longer to build than a plan's seconds allow (measured: 8,192 ops searched in
+# 2-7 s on 2 shared cores; 131,072 ops ran for minutes past a 3-s limit)
+CPSAT_MAX_OPS = 10_000
+
+
+def schedule_label(name: str, options: dict) -> str:
+    """``interleaved(chunks=4)``, ``chimera-asym(split=1:2)``, ``1f1b``."""
+    def text(v):
+        return ":".join(map(str, v)) if isinstance(v, tuple) else str(v)
+
+    opts = ",".join(f"{k}={text(v)}" for k, v in sorted(options.items()))
+    return f"{name}({opts})" if opts else name
+
+
+def _count(what: str, value: object) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"{what} must be an integer >= 1, got {value!r}")
+
+
+def cluster(gpu_or_system: str | System, nodes: int, gpus_per_node: int) -> System:
+    """``nodes`` nodes of ``gpus_per_node`` GPUs: the device, intra-node and inter-node links
+    of a GPU name (``GPUS``), a system preset or file; ``num_devices = nodes x gpus_per_node``."""
+    _count("nodes", nodes)
+    _count("gpus per node", gpus_per_node)
+    if isinstance(gpu_or_system, str) and gpu_or_system.upper() in GPUS:
+        gpu_or_system = GPUS[gpu_or_system.upper()]
+    base = load_system(gpu_or_system)
+    intra = base.intra_node_link or base.default_link
+    return System(f"{nodes}x{gpus_per_node} {base.name}", base.device, base.default_link,
+                  nodes * gpus_per_node, (), gpus_per_node, intra, base.summary)
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A split of the cluster and a batch layout: ``pp`` x ``tp`` x ``dp`` GPUs, microbatches
+    of ``microbatch_size`` sequences, ``microbatches`` per replica, ``recompute``."""
+
+    pp: int
+    tp: int
+    dp: int
+    microbatch_size: int
+    microbatches: int
+    recompute: str
+
+    def parallel(self, sequence_parallel: bool, zero: int, overlap: bool) -> Parallel:
+        return Parallel(tp=self.tp, dp=self.dp, sequence_parallel=sequence_parallel and self.tp > 1,
+                        zero=zero if self.dp > 1 else 0, overlap=overlap)
+
+
+@dataclass(frozen=True)
+class PlanSpace:
+    """The question: ``model`` with ``global_batch`` sequences per step on ``system`` (a
+    ``cluster``), and which options to search. Empty tuples mean the defaults: microbatch
+    sizes powers of two up to ``MAX_TOKENS_PER_MICROBATCH`` tokens, every recompute option
+    (``selective`` only with classic attention), every registry schedule."""
+
+    model: TransformerModel
+    system: System
+    global_batch: int
+    microbatch_sizes: tuple[int, ...] = ()
+    recompute: tuple[str, ...] = ()
+    schedules: tuple[str, ...] = ()
+    zero: int = 1
+    sequence_parallel: bool = True
+    overlap: bool = True
+    top: int = 10
+    cpsat_shapes: int = 2
+    cpsat_time_s: float = 3.0
+
+    def __post_init__(self) -> None:
+        _count("global batch", self.global_batch)
+        _count("top", self.top)
+        if self.system.num_devices is None or self.system.devices_per_node is None:
+            raise ValueError("plan needs a cluster with a number of GPUs and GPUs per node (use plan.cluster)")
+        for b in self.microbatch_sizes:
+            _count("microbatch size", b)
+        for r in self.recompute:
+            if r not in RECOMPUTE:
+                raise ValueError(f"recompute must be among {', '.join(RECOMPUTE)}, got {r!r}")
+        for name in self.schedules:
+            registry.spec(name)
+        if self.zero not in (0, 1, 2):
+            raise ValueError(f"zero must be 0, 1 or 2, got {self.zero!r}")
+        if not (isinstance(self.cpsat_shapes, int) and self.cpsat_shapes >= 0):
+            raise ValueError(f"cpsat shapes must be an integer >= 0, got {self.cpsat_shapes!r}")
+        if not (math.isfinite(self.cpsat_time_s) and self.cpsat_time_s > 0):
+            raise ValueError(f"cpsat time must be a number of seconds > 0, got {self.cpsat_time_s!r}")
+
+    @property
+    def num_gpus(self) -> int:
+        return self.system.num_devices  # type: ignore[return-value]
+
+    def sizes(self) -> tuple[int, ...]:
+        if self.microbatch_sizes:
+            return self.microbatch_sizes
+        out, b = [], 1
+        while b * self.model.seq_len <= MAX_TOKENS_PER_MICROBATCH and b <= self.global_batch:
+            out.append(b)
+            b *= 2
+        return tuple(out) or (1,)
+
+    def recomputes(self) -> tuple[str, ...]:
+        if self.recompute:
+            return self.recompute
+        return tuple(r for r in RECOMPUTE if not (r == "selective" and self.model.attention == "flash"))
+
+    def variants(self) -> list[tuple[str, dict]]:
+        """(schedule, options) pairs: each registry schedule with its default options, or the
+        ``VARIANTS`` listed for it."""
+        names = self.schedules or tuple(registry.REGISTRY)
+        out = []
+        for n in names:
+            defaults = {o.name: o.default for o in registry.spec(n).options}
+            out += [(n, {**defaults, **o}) for o in VARIANTS.get(n, ({},))]
+        return out
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def shapes(space: PlanSpace) -> list[Shape]:
+    """Every (pp, tp, dp) split with tp inside a node dividing the model, pp >= 2, and every
+    microbatch size and recompute option the global batch allows."""
+    model, G, N = space.model, space.system.devices_per_node, space.num_gpus
+    out = []
+    for tp in _divisors(G):  # type: ignore[arg-type]
+        try:
+            Parallel(tp=tp).check(model)
+        except ValueError:
+            continue
+        for pp in _divisors(N // tp):
+            if pp < 2 or pp > model.num_layers or (N // tp) % pp:
+                continue
+            dp = N // (tp * pp)
+            for b in space.sizes():
+                if space.global_batch % (dp * b):
+                    continue
+                for rc in space.recomputes():
+                    out.append(Shape(pp, tp, dp, b, space.global_batch // (dp * b), rc))
+    return out
+
+
+
+def costs_of(space: PlanSpace, sched: Schedule, shape: Shape):
+    """``hardware_costs`` of ``sched`` on ``shape`` (its parallel context and microbatch size)."""
+    from pipetab.solver.costs import hardware_costs
+
+    par = shape.parallel(space.sequence_parallel, space.zero, space.overlap)
+    return hardware_costs(sched, space.system, space.model, shape.recompute, parallel=par,
+                          microbatch_size=shape.microbatch_size)
+
+
+def plan_question(model: str | TransformerModel, nodes: int, gpus_per_node: int, global_batch: int,
+                  gpu: str = "H100", seq_len: int | None = None, **options) -> PlanSpace:
+    """A ``PlanSpace`` from plain arguments: model preset or file, cluster size, GPU name or
+    system, global batch in sequences, optional sequence length; ``options`` are the other
+    ``PlanSpace`` fields."""
+    m = load_model(model)
+    if seq_len is not None:
+        _count("sequence length", seq_len)
+        m = replace(m, seq_len=seq_len)
+    return PlanSpace(m, cluster(gpu, nodes, gpus_per_node), global_batch, **options)
