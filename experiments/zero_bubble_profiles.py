@@ -21,19 +21,15 @@ from pipetab.hardware.layer import (
 )
 from pipetab.hardware.loaders import load_model
 
+from experiments.zero_bubble_data import MODELS, PROFILES
+
 OUT = Path(__file__).resolve().parent / "profiles"
 
-# model, GPUs p, microbatch size b, interior layers per stage, then per m: T_F, T_B, T_W, T_comm (ms)
-TABLE_6 = {
-    ("zb_1p5b", 8, 6, 3): {24: (18.522, 18.086, 9.337, 0.601), 32: (18.513, 18.086, 9.331, 0.626),
-                           64: (18.546, 18.097, 9.321, 0.762)},
-    ("zb_6p2b", 8, 3, 4): {24: (29.718, 29.444, 19.927, 0.527), 32: (29.802, 29.428, 19.530, 0.577),
-                           64: (29.935, 29.621, 19.388, 0.535)},
-    ("zb_14p6b", 16, 1, 3): {48: (11.347, 11.248, 8.132, 0.377), 64: (11.307, 11.254, 8.101, 0.379),
-                             128: (11.325, 11.308, 8.109, 0.378)},
-    ("zb_28p3b", 32, 1, 2): {96: (10.419, 10.207, 7.715, 0.408), 128: (10.408, 10.204, 7.703, 0.408),
-                             256: (10.402, 10.248, 7.698, 0.460)},
-}
+
+
+def preset_name(model: str) -> str:
+    """pipetab's preset of a Table 3 model: ``1.5B`` -> ``zb_1p5b``."""
+    return "zb_" + model.lower().replace(".", "p")
 
 
 def profile_text(model_name: str, gpus: int, mb: int, layers: int, m: int, times) -> str:
@@ -71,11 +67,14 @@ persistent_bytes = {float(persistent)!r}    # [I] {layers} layers x 18 bytes per
 
 def main() -> int:
     OUT.mkdir(exist_ok=True)
-    for (model, gpus, mb, layers), rows in TABLE_6.items():
-        for m, times in rows.items():
-            path = OUT / f"{model}_p{gpus}_m{m}.toml"
-            path.write_text(profile_text(model, gpus, mb, layers, m, times))
-            print(path)
+    for row in PROFILES:
+        model = MODELS[row.model]
+        name = preset_name(row.model)
+        # interior stages hold a whole number of layers: the count the authors divide into chunks
+        path = OUT / f"{name}_p{model.pipelines}_m{row.microbatches}.toml"
+        path.write_text(profile_text(name, model.pipelines, model.microbatch_size, model.chunks,
+                                     row.microbatches, (row.t_f, row.t_b, row.t_w, row.t_comm)))
+        print(path)
     return 0
 
 

@@ -106,6 +106,24 @@ class Simulation:
         return max(e for _, e in self.optimizer)
 
     @cached_property
+    def device_spans(self) -> tuple[float, ...]:
+        """Per device, from the start of its first op to the end of its last (0 for a device
+        without ops); all-reduces and the optimizer step are not part of it."""
+        n = self.schedule.num_devices
+        first = np.full(n, np.inf)
+        last = np.full(n, -np.inf)
+        np.minimum.at(first, self.schedule.device, self.start_times)
+        np.maximum.at(last, self.schedule.device, self.end_times)
+        return tuple(np.where(last >= first, last - first, 0.0).tolist())
+
+    @cached_property
+    def span_period(self) -> float:
+        """The longest per-device span: the steady-state iteration time of this timing
+        repeated with no barrier between steps (the Zero Bubble paper's cost; see
+        ``solver.periodic`` for the least period over all timings of the same orders)."""
+        return max(self.device_spans)
+
+    @cached_property
     def busy(self) -> tuple[float, ...]:
         """Compute (ops + optimizer) time per device."""
         busy = np.bincount(self.schedule.device, weights=self.end_times - self.start_times,

@@ -2,19 +2,23 @@
 
 import pytest
 
-from experiments.zero_bubble_profiles import OUT, TABLE_6, profile_text
+from experiments.zero_bubble_data import MODELS, PROFILES, TABLE5
+from experiments.zero_bubble_profiles import OUT, preset_name, profile_text
 from pipetab.hardware.calibrate import calibrate
 from pipetab.hardware.loaders import load_model, load_system
 from pipetab.hardware.profile import load_profile
 
-SETTINGS = [(key, m) for key, rows in TABLE_6.items() for m in rows]
+# ((preset, GPUs), m) of the 12 settings, in Table 6's order
+SETTINGS = [((preset_name(r.model), MODELS[r.model].pipelines), r.microbatches) for r in PROFILES]
 
 
 def test_twelve_settings_written_and_current():
-    assert len(SETTINGS) == 12
-    for (model, gpus, mb, layers), m in SETTINGS:
-        path = OUT / f"{model}_p{gpus}_m{m}.toml"
-        assert path.read_text() == profile_text(model, gpus, mb, layers, m, TABLE_6[(model, gpus, mb, layers)][m])
+    assert len(PROFILES) == 12
+    for r in PROFILES:
+        model = MODELS[r.model]
+        path = OUT / f"{preset_name(r.model)}_p{model.pipelines}_m{r.microbatches}.toml"
+        assert path.read_text() == profile_text(preset_name(r.model), model.pipelines, model.microbatch_size,
+                                                model.chunks, r.microbatches, (r.t_f, r.t_b, r.t_w, r.t_comm))
 
 
 def test_published_values_read_back():
@@ -31,29 +35,29 @@ def test_published_values_read_back():
 def test_calibrated_a100_efficiency_is_plausible(key, m):
     """The paper's A100 times imply 55-65 % of the 312 TFLOP/s peak (0.44 of it for the 1.5B
     forward, zero-bubble.md's check): a fit far outside would mean the FLOP model is off."""
-    model, gpus, _, _ = key
+    model, gpus = key
     fit = calibrate(load_profile(OUT / f"{model}_p{gpus}_m{m}.toml"), load_model(model), load_system("a100_cluster"))
     assert 0.5 < fit.compute_efficiency < 0.7
     f = next(o for o in fit.ops if o.kind == "F")
     assert 0.4 < f.efficiency < 0.65
 
 
-# The Zero Bubble paper's Table 5 (ICLR 2024; arXiv 2401.10241 Table 10), bubble rates computed
-# from Table 6's times: 1F1B and ZB-H1 columns, the 12 settings in the order of TABLE_6.
-TABLE_5 = {"1f1b": [0.2431, 0.1985, 0.1240, 0.2347, 0.1898, 0.1091, 0.2552, 0.2082, 0.1251, 0.2646, 0.2168, 0.1352],
-           "zb-h1": [0.1585, 0.1242, 0.0674, 0.1323, 0.1045, 0.0554, 0.1397, 0.1088, 0.0576, 0.1421, 0.1106, 0.0594]}
+# The Zero Bubble paper's Table 5 columns of the registry's schedules (experiments/zero_bubble_data.py)
+TABLE_5 = {"1f1b": "1F1B", "zb-h1": "ZB-H1", "zb-h2": "ZB-H2"}
 
 
 @pytest.mark.parametrize("name", sorted(TABLE_5))
 def test_profiles_reproduce_table_5(name):
-    """Simulating the profiles gives the paper's bubble rates, (T - m(T_F+T_B+T_W)) / T."""
+    """Simulating the profiles gives the paper's bubble rates, (T - m(T_F+T_B+T_W)) / T with
+    T the longest per-device span (the paper's cost; for 1F1B and ZB-H1 the step's compute)."""
     from pipetab.schedules import registry
     from pipetab.solver.costs import profile_costs
     from pipetab.solver.simulate import simulate
 
-    for ((model, gpus, _, _), m), published in zip(SETTINGS, TABLE_5[name]):
+    for r, ((model, gpus), m) in zip(PROFILES, SETTINGS):
+        published = TABLE5[(r.model, m)][TABLE_5[name]]
         prof = load_profile(OUT / f"{model}_p{gpus}_m{m}.toml")
         sched = registry.generate(name, gpus, m)
-        step = simulate(sched, profile_costs(sched, prof)).makespan
+        step = simulate(sched, profile_costs(sched, prof)).span_period
         st = prof.stage(0)
         assert 1 - m * (st.forward_s + st.backward_s + st.weight_s) / step == pytest.approx(published, abs=5e-5)

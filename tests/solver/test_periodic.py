@@ -235,3 +235,15 @@ def test_one_iteration_run_reports_its_span():
     run = repeated_simulation(sched, slot_costs(sched, UNIT), iterations=1)
     assert run.period == 27 and run.periodic_from is None
     assert run.iteration_spans(0) == (27, 26, 25, 24)
+
+
+def test_simulation_span_period_equals_the_dict_form():
+    """The simulator's array span period and ``span_period`` over its per-op dicts agree."""
+    from pipetab.schedules.registry import generate
+    from pipetab.schedules.table import SlotDurations
+    from pipetab.solver.costs import slot_costs
+
+    for name in ("1f1b", "zb-h2", "zbv", "chimera", "interleaved"):
+        sched = generate(name, 4, 8)
+        sim = simulate(sched, slot_costs(sched, SlotDurations(2, 3, 1), comm_slots=1))
+        assert sim.span_period == span_period(sim.start, sim.end, sched.device_of)
