@@ -38,26 +38,37 @@ FIELDS = [
 ]
 
 
+def _first_solver_time(res) -> float | None:
+    """Seconds into the run of the first solve that found a schedule (None: none did)."""
+    t = sum(ph.wall_s for ph in res.phases if ph.name == "start")
+    for ph in res.phases:
+        if ph.name == "start":
+            continue
+        for r in ph.solves:
+            if r.value is not None:
+                return round(t + r.wall_s, 3)
+            t += r.wall_s
+    return None
+
+
 def _row(name, placement, S, B, cap, C, res, config) -> dict:
-    d = res.details
     known = {k: v for k, v in res.known.items() if v.fits and v.makespan is not None}
     best_name = min(known, key=lambda k: known[k].makespan) if known else None
-    bk = d.get("best_known") or {}
     return {
         "instance": name, "placement": placement, "S": S, "B": B,
         "cap": "none" if cap is None else cap, "C": C, "status": res.status,
         "makespan": res.makespan, "lower_bound": res.lower_bound,
         "gap": None if res.gap is None else round(res.gap, 5),
         "time_to_first_s": None if res.time_to_first_s is None else round(res.time_to_first_s, 3),
-        "solver_first_s": d.get("solver_first_s"),
+        "solver_first_s": _first_solver_time(res),
         "time_to_proof_s": round(res.runtime_s, 3) if res.status in ("optimal", "infeasible") else None,
         "runtime_s": round(res.runtime_s, 3),
-        "best_known": best_name or bk.get("name"),
-        "best_known_makespan": known[best_name].makespan if best_name else bk.get("makespan"),
+        "best_known": best_name,
+        "best_known_makespan": known[best_name].makespan if best_name else None,
         "best_known_gap": None if not best_name or known[best_name].gap is None else round(known[best_name].gap, 5),
         "1f1b_makespan": res.known["1f1b"].makespan if "1f1b" in res.known and res.known["1f1b"].fits else None,
-        "analytic_bound": d.get("analytic_bound"),
-        "families": "+".join(d.get("families", ())),
+        "analytic_bound": res.analytic_bound,
+        "families": "+".join(res.solver.families),
         "unit": res.unit, "workers": config.workers, "time_limit_s": config.time_limit_s,
         "seed": config.random_seed, "ortools": ortools.__version__, "cores": os.cpu_count(),
     }

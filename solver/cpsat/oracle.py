@@ -80,10 +80,13 @@ class KnownEval:
         return self.schedule.name
 
 
-def evaluate_known(problem: Problem, schedule: Schedule) -> KnownEval:
+def evaluate_known(problem: Problem, schedule: Schedule, time_unfit: bool = True) -> KnownEval:
     """``schedule`` timed by the simulator on the problem's costs (step makespan with
-    all-reduce and optimizer tails), with its memory checked against the problem's caps."""
+    all-reduce and optimizer tails), with its memory checked against the problem's caps;
+    ``time_unfit=False``: a schedule that breaks a cap is not timed (makespan None)."""
     mem = memory_check(problem, schedule)
+    if not mem.fits and not time_unfit:
+        return KnownEval(schedule, None, None, mem, "not timed: it breaks the memory cap")
     try:
         sim = simulate(schedule, problem.costs)
     except DeadlockError as exc:
@@ -178,7 +181,6 @@ def greedy_schedule(
     D = placement.num_devices
     nst = problem.num_stages
     act = problem.costs.activation
-    release = problem.release_kind
     dev_of = {(p, s): placement.device(p, s) for p, s in problem.stages}
     caps = [problem.cap(d) for d in range(D)]
     prio = {Kind.B: 0, Kind.W: 1, Kind.F: 2} if backward_first else {Kind.F: 0, Kind.B: 1, Kind.W: 2}
@@ -250,11 +252,14 @@ def greedy_schedule(
             free_at[d] = end
             orders[d].append(op)
             remaining -= 1
-            a = act[(op.pipeline, op.stage)]
-            if op.kind is Kind.F and not reserve:
-                live[d] += a
-            elif op.kind is release:
-                heapq.heappush(releases, (end, d, a))
+            if op.kind is Kind.F:
+                if not reserve:
+                    live[d] += act[(op.pipeline, op.stage)]
+            else:
+                freed = -memory_change(op.kind, act[(op.pipeline, op.stage)],
+                                       problem.weight_part(op.pipeline, op.stage), problem.split_backward)
+                if freed > 0:
+                    heapq.heappush(releases, (end, d, freed))
             done[op.microbatch] += 1
             if done[op.microbatch] == ops_per_mb[op.microbatch]:
                 heapq.heappush(finishes, end)
@@ -287,28 +292,4 @@ def _successors(op: Op, num_stages: int, split: bool) -> list[Op]:
             out.append(Op(Kind.B, p, s - 1, m))
         if split:
             out.append(Op(Kind.W, p, s, m))
-    return out
-
-
-def greedy_candidates(problem: Problem, placement: Placement) -> list[Schedule]:
-    """Greedy schedules for a few priority rules and admission windows (largest first),
-    always including the one-microbatch-at-a-time schedule, which fits any feasible cap."""
-    out: list[Schedule] = []
-    B = problem.num_microbatches
-    windows = sorted({B, 2 * problem.num_devices, problem.num_devices, 1}, reverse=True)
-    for w in windows:
-        if w > B:
-            continue
-        for bf in (True, False):
-            if w == 1 and not bf:
-                continue
-            s = greedy_schedule(problem, placement, w, bf, name=f"greedy-w{w}{'' if bf else '-ff'}")
-            if s is not None:
-                out.append(s)
-    if any(problem.cap(d) is not None for d in range(problem.num_devices)):
-        for bf in (True, False):
-            s = greedy_schedule(problem, placement, None, bf, name=f"greedy-reserve{'' if bf else '-ff'}",
-                                reserve=True)
-            if s is not None:
-                out.append(s)
     return out

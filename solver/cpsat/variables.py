@@ -71,10 +71,10 @@ def heads_tails(problem: Problem, placement: Placement | None) -> tuple[dict[Op,
     return head, tail
 
 
-def lifetime_min(problem: Problem, placement: Placement | None, p: int, s: int) -> int:
-    """Least time from the start of F(p, s) to the end of its release op (B, or W)."""
+def lifetime_min(problem: Problem, placement: Placement | None, p: int, s: int, kind: Kind) -> int:
+    """Least time from the start of F(p, s) to the end of its op ``kind`` (B or W)."""
     head, _ = heads_tails(problem, placement)
-    rel = Op(problem.release_kind, p, s, 0)
+    rel = Op(kind, p, s, 0)
     return head[rel] + problem.duration(rel) - head[Op(Kind.F, p, s, 0)]
 
 
@@ -96,10 +96,12 @@ class Variables:
     alt: list[list[cp_model.IntervalVar]] = field(default_factory=list)
     lag: dict[tuple[Op, Op], object] = field(default_factory=dict)  # int or LinearExpr
     lag_vars: dict[tuple[Kind, int, int], tuple[cp_model.IntVar, list]] = field(default_factory=dict)
-    lifetime_size: dict[tuple[int, int, int], cp_model.IntVar] = field(default_factory=dict)
-    lifetime: dict[tuple[int, int, int], object] = field(default_factory=dict)  # interval or {d: interval}
+    lifetime_size: dict[tuple[int, int, int, Kind], cp_model.IntVar] = field(default_factory=dict)
     ar: list[cp_model.IntVar] = field(default_factory=list)
     makespan: cp_model.IntVar | None = None
+    period: cp_model.IntVar | None = None
+    first: list[cp_model.IntVar] = field(default_factory=list)  # period: each device's first start
+    last: list[cp_model.IntVar] = field(default_factory=list)  # period: each device's last end
     resource_devices: frozenset[int] | None = None  # None: all; else a relaxation
     # precedences between op chains (kind, pipeline, stage) under FIFO: (a, c) -> k means
     # op (a, j) ends before op (c, j + k) starts (memory windows, last-stage glue)
@@ -143,7 +145,13 @@ class Variables:
                     model.new_optional_fixed_size_interval_var(v.start[i], v.dur[i], lits[d], f"i_{op}_d{d}")
                     for d in range(D)
                 ])
-        v.makespan = model.new_int_var(max(makespan_lb, 0), horizon, "makespan")
+        if problem.objective == "period":
+            v.makespan = model.new_int_var(0, horizon, "makespan")
+            v.period = model.new_int_var(max(makespan_lb, 0), horizon, "period")
+            v.first = [model.new_int_var(0, horizon, f"first_d{d}") for d in range(D)]
+            v.last = [model.new_int_var(0, horizon, f"last_d{d}") for d in range(D)]
+        else:
+            v.makespan = model.new_int_var(max(makespan_lb, 0), horizon, "makespan")
         for g_i, _ in enumerate(problem.costs.replica_groups):
             v.ar.append(model.new_int_var(0, horizon, f"ar_{g_i}"))
         return v
