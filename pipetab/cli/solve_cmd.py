@@ -277,9 +277,13 @@ def run(args) -> None:
                 None if v.makespan is None else v.makespan * problem.costs.tick_s)
             known[k] = {"makespan": t, "fits": v.fits, "gap": gap_of(t, lb) if v.fits else None}
         ops_costs = real
+    status, message = result.status, result.message
+    if real is not None and status == "optimal" and (lb is None or value is None or lb < value - 1e-12):
+        status = "feasible"
+        message = ("optimal on the quantized durations; the real-valued time lies above the bound of "
+                   "durations rounded down")
     doc = {
-        "status": result.status if real is None or result.status != "optimal" or (
-            lb is not None and value is not None and lb >= value - 1e-12) else "feasible",
+        "status": status,
         "objective": args.objective,
         "makespan": value,
         "lower_bound": lb,
@@ -291,7 +295,7 @@ def run(args) -> None:
         "runtime_s": round(result.runtime_s, 3),
         "time_to_first_s": result.time_to_first_s,
         "min_feasible_cap": result.min_feasible_cap,
-        "message": result.message,
+        "message": message,
         "known": known,
         "phases": [ph.as_dict() for ph in result.phases],
     }

@@ -5,6 +5,7 @@ bounds — every result solver-independent (``Result``) and re-checked by the ev
 Public API::
 
     Problem, idealized_problem, idealized_costs     what to solve
+    profiled_problem                                  ... on measured op times in seconds
     CpSatConfig, MaxRuntime, NoImprovement, GapBelow  how to solve (limits, stop rules)
     evaluate(schedule, costs, config) -> Result       fixed placement and order
     search(problem, config, known) -> Result          free order (and placement)
@@ -28,7 +29,15 @@ from .modes import (
     search,
     search_splits,
 )
-from .problem import FAMILIES, OBJECTIVES, Problem, family_placement, idealized_costs, idealized_problem
+from .problem import (
+    FAMILIES,
+    OBJECTIVES,
+    Problem,
+    family_placement,
+    idealized_costs,
+    idealized_problem,
+    profiled_problem,
+)
 from .result import KnownGap, PhaseRecord, Result, SolveRecord, SolverInfo
 
 __all__ = [
@@ -36,5 +45,5 @@ __all__ = [
     "NoImprovement", "PhaseRecord", "Problem", "Result", "SolveRecord", "SolverInfo",
     "SplitSearch", "analytic_lower_bound", "bound", "canonical_placements", "evaluate",
     "family_placement", "idealized_costs", "idealized_problem", "memory_front",
-    "min_feasible_cap", "scaled_costs", "search", "search_splits",
+    "min_feasible_cap", "profiled_problem", "scaled_costs", "search", "search_splits",
 ]

@@ -70,6 +70,7 @@ def add_precedences(model: cp_model.CpModel, v: Variables) -> None:
     stages sit on different devices."""
     problem = v.problem
     for i, op in enumerate(v.ops):
+        v.check()
         pred = predecessor(op, problem.num_stages[op.pipeline])
         if pred is None:
             continue
@@ -174,6 +175,7 @@ def add_order_literals(model: cp_model.CpModel, v: Variables, limit: int) -> fro
                         return frozenset()
     lits: dict[tuple, cp_model.IntVar] = {}
     for a, c, j, i in pairs:
+        v.check()
         ia = v.index[Op(a[0], a[1], a[2], by_pipe[a[1]][j])]
         ic = v.index[Op(c[0], c[1], c[2], by_pipe[c[1]][i])]
         lit = model.new_bool_var(f"ord_{v.ops[ia]}_{v.ops[ic]}")
@@ -182,6 +184,7 @@ def add_order_literals(model: cp_model.CpModel, v: Variables, limit: int) -> fro
         lits[(a, c, j, i)] = lit
         v.order_lits.append((lit, ia, ic))
     for (a, c, j, i), lit in lits.items():
+        v.check()
         earlier = lits.get((a, c, j - 1, i))
         if earlier is not None:
             model.add_implication(lit, earlier)
@@ -229,6 +232,7 @@ def add_memory(model: cp_model.CpModel, v: Variables, fifo: bool = False) -> lis
             for p, s in problem.stages for kind, _ in problem.lifetimes(p, s)}
     for m, p in enumerate(problem.microbatch2pipeline):
         for s in range(problem.num_stages[p]):
+            v.check()
             if act[(p, s)] <= 0:
                 continue
             if v.placement is not None:
@@ -278,6 +282,7 @@ def _add_fifo_memory_precedences(model: cp_model.CpModel, v: Variables) -> set[i
             shifts, is_exact = problem.window_shifts(p, s, cap)
             pairs, _ = problem.memory_windows(p, s, cap)
             for release, forward in pairs:
+                v.check()
                 model.add(v.start[v.index[forward]] >= v.end(v.index[release]))
             for kind, k in shifts:
                 v.chain_shift[((kind, p, s), (Kind.F, p, s))] = k
@@ -419,6 +424,7 @@ def add_fifo(model: cp_model.CpModel, v: Variables) -> None:
         for s in range(problem.num_stages[p]):
             for k in problem.kinds:
                 for a, b in zip(mbs, mbs[1:]):
+                    v.check()
                     ia = v.index[Op(k, p, s, a)]
                     ib = v.index[Op(k, p, s, b)]
                     model.add(v.start[ib] >= v.start[ia] + v.dur[ia])

@@ -104,7 +104,8 @@ class CpSatModel:
     (an upper bound on the makespan of some optimal schedule, e.g. a known schedule's for
     the makespan objective); ``makespan_lb`` an already-known lower bound of the objective;
     ``objective_cap``: only schedules whose objective is at most this (a tightening probe
-    of the period; for the makespan the horizon says it)."""
+    of the period; for the makespan the horizon says it). ``deadline`` (``perf_counter``
+    time): building past it raises ``BuildTimeout``."""
 
     def __init__(
         self,
@@ -115,6 +116,7 @@ class CpSatModel:
         orders=None,
         makespan_lb: int = 0,
         objective_cap: int | None = None,
+        deadline: float | None = None,
     ):
         self.problem = problem
         self.config = config
@@ -124,8 +126,9 @@ class CpSatModel:
         self.applied: list[str] = []
         m = self.model
         self.fixed_order = orders is not None
+        t0 = time.perf_counter()
         v = self.vars = Variables.build(
-            m, problem, placement, self.horizon, makespan_lb, intervals=not self.fixed_order)
+            m, problem, placement, self.horizon, makespan_lb, intervals=not self.fixed_order, deadline=deadline)
         C.add_precedences(m, v)
         if orders is not None:
             if placement is None:
@@ -167,6 +170,7 @@ class CpSatModel:
         if problem.objective == "period":
             C.add_period(m, v, orders, fifo=self.fifo)
         set_objective(m, v, objective_cap)
+        self.build_s = time.perf_counter() - t0
 
     # ---- hints -------------------------------------------------------------------------
     def hint(self, schedule: Schedule, timing: Timing) -> None:

@@ -9,6 +9,7 @@ solver's, memory-checked, and its table validated. The search on a fixed placeme
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import time
@@ -28,6 +29,7 @@ from .oracle import KnownEval, evaluate_known, greedy_schedule, relabel_microbat
 from .problem import Problem, family_placement
 from .result import KnownGap, PhaseRecord, Result, SolverInfo, gap_of
 from .strategy import Clock, SearchState, bound_phase, search_phase, solve_record
+from .variables import BuildTimeout
 
 _FIFO_LABEL = (
     "every stage runs a pipeline's microbatches in one order (FIFO) — without loss of "
@@ -136,7 +138,7 @@ def _registry_schedules(problem: Problem, placement: Placement) -> Iterator[Sche
         names = {o.name for o in spec.options}
         opts = {k: v for k, v in extra.items() if k in names}
         try:
-            if not _shape_fits(registry.generate(name, *_PROBE, **opts), problem, placement, family):
+            if not _shape_fits(_generate(name, *_PROBE, tuple(opts.items())), problem, placement, family):
                 continue
             f = spec.formula(S, B, **opts)
         except (ValueError, NotImplementedError, TypeError):
@@ -146,11 +148,20 @@ def _registry_schedules(problem: Problem, placement: Placement) -> Iterator[Sche
         candidates.append((key, name, opts))
     for _, name, opts in sorted(candidates, key=lambda c: (c[0], c[1])):
         try:
-            s = registry.generate(name, S, B, **opts)
+            s = _generate(name, S, B, tuple(opts.items()))
         except (ValueError, NotImplementedError, TypeError):
             continue
         if fixed.matches(s) is None:
             yield s
+
+
+@functools.lru_cache(maxsize=16)
+def _generate(name: str, stages: int, microbatches: int, opts: tuple) -> Schedule:
+    """A registry schedule (schedules are immutable: a free-placement search asks for the
+    same ones once per placement)."""
+    from pipetab.schedules import registry
+
+    return registry.generate(name, stages, microbatches, **dict(opts))
 
 
 # (devices, microbatches) of the small instance that tells a generator's shape
@@ -394,7 +405,10 @@ def _search_fixed(problem: Problem, placement: Placement, config: CpSatConfig, k
         # no start: one solve of the whole model for the time left
         t = time.perf_counter()
         horizon = period_h or safe_horizon(fixed, placement)
-        model = CpSatModel(fixed, config, placement, horizon, makespan_lb=lb)
+        try:
+            model = CpSatModel(fixed, config, placement, horizon, makespan_lb=lb, deadline=clock.deadline)
+        except BuildTimeout:
+            return finish("unknown", None, None, lb, "no schedule within the time limit")
         wall, det = clock.budget(1.0).limits()
         raw = model.solve(wall, det)
         phases.append(PhaseRecord("solve", round(time.perf_counter() - t, 3),

@@ -27,7 +27,7 @@ from pipetab.schedules.generators.linear import linear_placement
 from pipetab.schedules.generators.zero_bubble import v_placement
 from pipetab.schedules.schedule import Placement, Schedule
 from pipetab.schedules.table import SlotDurations
-from pipetab.solver.costs import Costs, shape_slot_costs
+from pipetab.solver.costs import Costs, Links, shape_slot_costs
 
 FAMILIES = ("linear", "bidirectional", "wave", "v", "interleaved", "free")
 OBJECTIVES = ("makespan", "period")
@@ -433,3 +433,40 @@ def idealized_problem(
                             split_backward, weight_memory)
     return Problem(D, mb2p, num_stages, costs, placement, split_backward, stage_work,
                    f"{label}-S{stages}-B{microbatches}", objective)
+
+
+def profiled_problem(
+    stages: int,
+    microbatches: int,
+    forward_s: float,
+    backward_s: float,
+    weight_s: float | None = None,
+    comm_s: float = 0.0,
+    *,
+    tick_s: float,
+    placement: Placement | str = "linear",
+    activation_limit: float | None = None,
+    weight_memory: float = 1.0,
+    objective: str = "makespan",
+    rounding: str = "up",
+    chunks: int = 2,
+) -> Problem:
+    """A problem on measured op times in seconds — T_F, T_B (input gradient when
+    ``weight_s`` is given, which splits the backward) and T_W of a stage holding 1/S of the
+    model, a constant message time T_comm between devices — quantized to integer ticks of
+    ``tick_s`` (``rounding="up"`` for schedules, ``"down"`` for bounds of the real-valued
+    problem). Stages holding a share of the model take that share of the times.
+    ``activation_limit``: per device, in M_B; ``weight_memory``: M_W / M."""
+    for name, t in (("forward_s", forward_s), ("backward_s", backward_s), ("comm_s", comm_s),
+                    ("weight_s", 1.0 if weight_s is None else weight_s), ("tick_s", tick_s)):
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t < 0 \
+                or (t == 0 and name != "comm_s"):
+            raise ValueError(f"{name} must be a time in seconds > 0 (comm_s >= 0), got {t!r}")
+    split = weight_s is not None
+    shape = idealized_problem(stages, microbatches, placement, activation_cap=activation_limit, chunks=chunks,
+                              split_backward=split, weight_memory=weight_memory, objective=objective)
+    base = {Kind.F: forward_s, Kind.B: backward_s, Kind.W: weight_s}
+    c = shape.costs
+    op_time = {(k, p, s): base[k] * c.activation[(p, s)] for k, p, s in c.op_time}
+    real = replace(c, unit="s", op_time=op_time, links=Links(constant=float(comm_s)), tick_slots=1.0)
+    return replace(shape, costs=real.quantized(tick_s, rounding), name=f"profiled-{shape.name}")

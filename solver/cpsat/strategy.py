@@ -27,19 +27,27 @@ from pipetab.schedules.schedule import Placement
 from .config import CpSatConfig
 from .incumbent import hint_incumbent, solution_of
 from .model import CpSatModel, RawSolve
+from .variables import BuildTimeout
 from .oracle import KnownEval
 from .problem import Problem
 from .result import SolveRecord, gap_of
 
 
+# the phases end this share of the limit early: CP-SAT's presolve overruns short limits by
+# tenths of a second, and the schedule found is re-checked (simulated, validated) after
+SAFETY_SHARE = 0.05
+
+
 class Clock:
-    """The time of one call: a wall-clock deadline always; with ``deterministic_time``,
-    phases share CP-SAT's deterministic seconds instead (reproducible), the wall clock
-    still capping every solve."""
+    """The time of one call: a wall-clock deadline (``SAFETY_SHARE`` before the limit)
+    always; with ``deterministic_time``, phases share CP-SAT's deterministic seconds
+    instead (reproducible), the wall clock still capping every solve."""
 
     def __init__(self, config: CpSatConfig, t0: float | None = None, deadline: float | None = None):
         self.t0 = time.perf_counter() if t0 is None else t0
-        self.deadline = self.t0 + config.time_limit_s if deadline is None else deadline
+        if deadline is None:
+            deadline = self.t0 + (1 - SAFETY_SHARE) * config.time_limit_s
+        self.deadline = deadline
         self.deterministic = config.deterministic_time is not None
         self.det_left = config.deterministic_time
 
@@ -73,6 +81,17 @@ class Budget:
         if self.clock.deterministic:
             return min(self.amount, self.clock.det_left) if self.clock.wall_left() > 0 else 0.0
         return min(self.wall_end, self.clock.deadline) - time.perf_counter()
+
+    def end(self) -> float:
+        """The wall-clock time the phase must end by."""
+        return min(self.wall_end, self.clock.deadline)
+
+    def room(self, build_s: float) -> bool:
+        """Whether another model build (``build_s`` seconds, as the last one took) and a
+        solve still fit: CP-SAT's presolve may overrun a short limit by tenths of a second."""
+        if self.clock.deterministic:
+            return self.left() >= 0.01 and self.clock.wall_left() > 0
+        return self.left() >= max(0.5, 1.5 * build_s)
 
     def limits(self) -> tuple[float, float | None]:
         """(wall-clock, deterministic) limits of a solve that may use all of the budget."""
@@ -119,6 +138,8 @@ class SearchState:
         self.last_change = time.perf_counter()
         self.stopped_by: str | None = None
         self.families: tuple[str, ...] = ()  # of the first model built
+        self.build_s = 0.0  # the longest model build so far
+        self.build_timeouts = 0
         self._probe: tuple[int, threading.Event] | None = None
 
     @property
@@ -220,13 +241,14 @@ def proof_config(config: CpSatConfig) -> CpSatConfig:
 
 
 def build_model(problem: Problem, placement: Placement, config: CpSatConfig, horizon: int, bound: int,
-                cap: int | None = None) -> CpSatModel:
+                cap: int | None = None, deadline: float | None = None) -> CpSatModel:
     """The model whose schedules have objective at most ``cap`` (None: any), with every
     time below ``horizon``: for the makespan ``cap`` is the horizon; for the period the
-    horizon is ``period_horizon``."""
+    horizon is ``period_horizon``. Building past ``deadline`` raises ``BuildTimeout``."""
     if problem.objective == "makespan":
-        return CpSatModel(problem, config, placement, horizon if cap is None else cap, makespan_lb=bound)
-    return CpSatModel(problem, config, placement, horizon, makespan_lb=bound, objective_cap=cap)
+        return CpSatModel(problem, config, placement, horizon if cap is None else cap, makespan_lb=bound,
+                          deadline=deadline)
+    return CpSatModel(problem, config, placement, horizon, makespan_lb=bound, objective_cap=cap, deadline=deadline)
 
 
 def search_phase(problem: Problem, placement: Placement, config: CpSatConfig, state: SearchState,
@@ -237,12 +259,14 @@ def search_phase(problem: Problem, placement: Placement, config: CpSatConfig, st
     configs = search_configs(config)
     stall_s = max(2.0, budget.left() * STALL_SHARE)
     attempt = 0
-    while not state.should_stop() and budget.left() >= (0.01 if budget.clock.deterministic else 0.5):
+    while not state.should_stop() and budget.room(state.build_s):
         incumbent, bound = state.snapshot()
         base = configs[attempt % len(configs)]
         cfg = base.replace(random_seed=base.random_seed + attempt)
-        model = build_model(problem, placement, cfg, horizon_of(incumbent), bound)
-        state.families = state.families or tuple(model.applied)
+        model = _built(state, lambda: build_model(problem, placement, cfg, horizon_of(incumbent), bound,
+                                                  deadline=budget.end()))
+        if model is None:
+            break
         hint_incumbent(model, problem, incumbent)
         wall, det = budget.limits()
         raw = model.solve(wall, det, stall_s=stall_s, stop=StopSignal(state), on_solution=state.improved)
@@ -265,10 +289,8 @@ def bound_phase(problem: Problem, placement: Placement, config: CpSatConfig, sta
     predicted to need more than the budget left, leaving the time to the search."""
     config = proof_config(config)
     proofs: list[tuple[int, float]] = []
-    while not state.should_stop():
+    while not state.should_stop() and budget.room(state.build_s):
         remaining = budget.left()
-        if remaining < (0.01 if budget.clock.deterministic else 0.5):
-            break
         bound, value = state.bound, state.value
         predicted = predicted_proof_time(proofs, 1)
         if leave_early and predicted is not None and predicted > remaining:
@@ -276,10 +298,12 @@ def bound_phase(problem: Problem, placement: Placement, config: CpSatConfig, sta
         h = bound + tighten_step(proofs, remaining, value - bound) - 1
         stop = state.probe(h)
         if period_horizon is None:
-            model = build_model(problem, placement, config, h, bound)
+            model = _built(state, lambda: build_model(problem, placement, config, h, bound, deadline=budget.end()))
         else:
-            model = build_model(problem, placement, config, period_horizon, bound, cap=h)
-        state.families = state.families or tuple(model.applied)
+            model = _built(state, lambda: build_model(problem, placement, config, period_horizon, bound, cap=h,
+                                                      deadline=budget.end()))
+        if model is None:
+            break
         wall, det = budget.limits()
         raw = model.solve(wall, det, stop=StopSignal(state, stop), on_solution=state.improved)
         budget.charge(raw, len(problem.ops))
@@ -297,6 +321,18 @@ def bound_phase(problem: Problem, placement: Placement, config: CpSatConfig, sta
         if raw.makespan is not None or stop.is_set():
             continue
         break
+
+
+def _built(state: "SearchState", build) -> CpSatModel | None:
+    """``build()``, its time and families noted in ``state``; None when it ran out of time."""
+    try:
+        model = build()
+    except BuildTimeout:
+        state.build_timeouts += 1
+        return None
+    state.build_s = max(state.build_s, model.build_s)
+    state.families = state.families or tuple(model.applied)
+    return model
 
 
 def tighten_step(proofs: Sequence[tuple[int, float]], remaining: float, gap: int) -> int:

@@ -4,6 +4,7 @@ activation lifetime intervals, all-reduce starts, transfer lags and the makespan
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 from ortools.sat.python import cp_model
@@ -78,6 +79,10 @@ def lifetime_min(problem: Problem, placement: Placement | None, p: int, s: int, 
     return head[rel] + problem.duration(rel) - head[Op(Kind.F, p, s, 0)]
 
 
+class BuildTimeout(Exception):
+    """The model could not be built within the time limit."""
+
+
 @dataclass
 class Variables:
     """All variables of one model. ``placement`` None means free placement."""
@@ -107,6 +112,15 @@ class Variables:
     # op (a, j) ends before op (c, j + k) starts (memory windows, last-stage glue)
     chain_shift: dict[tuple[tuple, tuple], int] = field(default_factory=dict)
     order_lits: list[tuple[cp_model.IntVar, int, int]] = field(default_factory=list)  # (lit, a, c): a before c
+    deadline: float | None = None  # building past it raises BuildTimeout
+    _steps: int = 0
+
+    def check(self) -> None:
+        """Called in the builder's loops: past ``deadline`` (looked at every 2048 calls)
+        the build stops with ``BuildTimeout``."""
+        self._steps += 1
+        if self.deadline is not None and not self._steps & 2047 and time.perf_counter() > self.deadline:
+            raise BuildTimeout("the time limit ran out while building the CP-SAT model")
 
     def has_resources(self, device: int) -> bool:
         return self.resource_devices is None or device in self.resource_devices
@@ -114,15 +128,16 @@ class Variables:
     @classmethod
     def build(
         cls, model: cp_model.CpModel, problem: Problem, placement: Placement | None,
-        horizon: int, makespan_lb: int = 0, intervals: bool = True,
+        horizon: int, makespan_lb: int = 0, intervals: bool = True, deadline: float | None = None,
     ) -> "Variables":
-        v = cls(problem, placement, horizon, makespan_lb)
+        v = cls(problem, placement, horizon, makespan_lb, deadline=deadline)
         v.ops = problem.ops
         v.index = {op: i for i, op in enumerate(v.ops)}
         head, tail = heads_tails(problem, placement)
         D = problem.num_devices
         min_opt = min((problem.optimizer(d) for d in range(D)), default=0)
         for op in v.ops:
+            v.check()
             key = op._replace(microbatch=0)
             d = problem.duration(op)
             lo = head[key]
