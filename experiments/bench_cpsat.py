@@ -39,38 +39,7 @@ from pipetab.solver.costs import hardware_costs, slot_costs
 from pipetab.solver.cpsat import CpSatConfig, Problem, evaluate, idealized_problem, search
 from pipetab.schedules.table import SlotDurations
 
-SPLIT_TIME_LIMIT_CASES = (
-    # (placement, S, B, time limit): issue 17's sizes; B = 8S (S=128: the issue's B=1024)
-    ("linear", 16, 128, 5.0), ("linear", 32, 256, 5.0), ("linear", 64, 512, 5.0), ("linear", 128, 1024, 5.0),
-    ("bidirectional", 32, 64, 10.0),
-)
-
-
-def run_time_limits(out: Path) -> None:
-    """Wall time of whole ``pipetab search`` processes (cap S, C=1, text output as in the
-    issue's command) against their limit."""
-    import subprocess
-
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with out.open("w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=["placement", "S", "B", "time_limit_s", "wall_s", "within", "status",
-                                           "makespan", "lower_bound", "cores"])
-        w.writeheader()
-        for placement, S, B, limit in TIME_LIMIT_CASES:
-            argv = [sys.executable, "-m", "pipetab.cli", "search", "-S", str(S), "-B", str(B), "--placement",
-                    placement, "--activation-cap", str(S), "--comm-slots", "1", "--time-limit", str(limit)]
-            t0 = time.perf_counter()
-            proc = subprocess.run(argv, capture_output=True, text=True)
-            wall = time.perf_counter() - t0
-            m = re.search(r"status (\w+), makespan (\S+) slots, lower bound (\S+),", proc.stdout)
-            row = {"placement": placement, "S": S, "B": B, "time_limit_s": limit, "wall_s": round(wall, 2),
-                   "within": wall <= 1.1 * limit + 1.0, "status": m[1] if m else f"exit {proc.returncode}",
-                   "makespan": m[2] if m else None, "lower_bound": m[3] if m else None, "cores": os.cpu_count()}
-            w.writerow(row)
-            print(row, flush=True)
-
-
-FIELDS = [
+SPLIT_FIELDS = [
     "instance", "S", "B", "fbw", "C", "cap", "weight_memory", "seeds", "status", "makespan", "lower_bound", "gap",
     "best_start", "best_start_value", "time_to_first_s", "runtime_s", "time_limit_s", "workers", "ortools", "cores",
 ]
