@@ -286,7 +286,8 @@ def _start(problem: Problem, placement: Placement, config: CpSatConfig, known: S
     sources.append(("greedy", greedy_starts(problem, placement)))
     hard = clock.deadline - pace.reserve()
     for step, schedules in sources:
-        while pace.fits(step, until if _best(evals) else hard) and pace.fits("evaluate", until if _best(evals) else hard):
+        # until one fits, a start may use all the time: without one nothing comes back
+        while pace.fits(step, until if _best(evals) else hard, 1 + _COST["evaluate"] / _COST[step]):
             s = next(schedules, None)
             if s is None:
                 break

@@ -33,9 +33,11 @@ from .problem import Problem
 from .result import SolveRecord, gap_of
 
 
-# the phases end this share of the limit early: CP-SAT's presolve overruns short limits by
-# tenths of a second, and the schedule found is re-checked (simulated, validated) after
+# the phases end this share of the limit (at most SAFETY_MAX_S) early: CP-SAT's presolve
+# overruns short limits by tenths of a second, and the schedule found is re-checked
+# (simulated, validated) after
 SAFETY_SHARE = 0.05
+SAFETY_MAX_S = 1.0
 
 
 class Clock:
@@ -46,7 +48,7 @@ class Clock:
     def __init__(self, config: CpSatConfig, t0: float | None = None, deadline: float | None = None):
         self.t0 = time.perf_counter() if t0 is None else t0
         if deadline is None:
-            deadline = self.t0 + (1 - SAFETY_SHARE) * config.time_limit_s
+            deadline = self.t0 + config.time_limit_s - min(SAFETY_SHARE * config.time_limit_s, SAFETY_MAX_S)
         self.deadline = deadline
         self.deterministic = config.deterministic_time is not None
         self.det_left = config.deterministic_time

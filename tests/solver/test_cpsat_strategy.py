@@ -203,3 +203,14 @@ def test_time_limit_holds_on_large_instances(S, placement, limit):
     res = search(problem, CpSatConfig(time_limit_s=limit, workers=2))
     assert time.perf_counter() - t0 <= 1.1 * limit + 1.0
     assert res.status in ("feasible", "optimal") and res.lower_bound <= res.makespan
+
+
+def test_the_model_stands_without_seeds():
+    """Without the registry's schedules the model's own greedy starts give a schedule on
+    issue 14's largest idealized instances (S=16, split backward, tight cap) at once."""
+    problem = idealized_problem(16, 64, forward=3, backward=4, weight=2, comm=1, activation_cap=16,
+                                split_backward=True, weight_memory=32 / 34)
+    res = search(problem, CpSatConfig(time_limit_s=3, workers=2, known_generators=False))
+    assert res.status in ("feasible", "optimal") and not res.known
+    assert res.schedule is not None and res.lower_bound <= res.makespan
+    assert all(simulate(res.schedule, problem.costs).fits_memory)
