@@ -96,15 +96,33 @@ def analytic_lower_bound(problem: Problem, placement: Placement | None) -> tuple
 
 
 def _period_lower_bound(problem: Problem, placement: Placement | None) -> tuple[int, str]:
-    """A device's span holds all of its ops, one at a time."""
+    """A device's span holds all of its ops, one at a time; on a device holding one stage
+    s it also holds the warm-up idle: from F(0, s)'s start (FIFO: the device's first op)
+    to B(0, s)'s start at least L = the round trip of microbatch 0 passes, in which only
+    forwards of s can run — at most k of them, k the activations that fit the cap (the
+    (k+1)-th waits for B(0)'s end, ``Problem.window_shifts``) — so span >= load +
+    L - k * F."""
     if placement is None:
         total = sum(problem.duration(op) for op in problem.ops)
         return math.ceil(total / problem.num_devices), "total work over devices"
     load: dict[int, int] = defaultdict(int)
     for op in problem.ops:
         load[placement.device(op.pipeline, op.stage)] += problem.duration(op)
-    d = max(load, key=load.get)
-    return load[d], f"load of device {d}"
+    best, why = 0, ""
+    head, _ = heads_tails(problem, placement)
+    counts = _pipeline_counts(problem)
+    for d, ld in load.items():
+        idle = 0
+        held = placement.stages_on(d)
+        if len(held) == 1:
+            (p, s), = held
+            f = Op(Kind.F, p, s, 0)
+            k = problem.activations_fit(problem.cap(d), p, s)
+            k = counts[p] if k is None else min(k, counts[p])
+            idle = max(0, head[Op(Kind.B, p, s, 0)] - head[f] - k * problem.duration(f))
+        if ld + idle > best:
+            best, why = ld + idle, f"load of device {d}" + (" and its warm-up idle" if idle else "")
+    return best, why
 
 
 def period_horizon(problem: Problem, placement: Placement) -> int:

@@ -7,7 +7,7 @@ import itertools
 import pytest
 
 from pipetab.schedules.ops import Kind, Op
-from pipetab.solver.cpsat import CpSatConfig, bound, idealized_problem, search
+from pipetab.solver.cpsat import CpSatConfig, analytic_lower_bound, bound, idealized_problem, search
 from pipetab.solver.cpsat.oracle import evaluate_known, span
 from pipetab.solver.simulate import simulate
 
@@ -53,6 +53,8 @@ CASES = [
     (3, 2, 1, 1, 1, 1, 1.25, 0.25, "makespan"),
     (2, 3, 3, 3, 2, 1, 2.0, 0.75, "period"),
     (2, 3, 1, 2, 1, 1, 1.0, 1.0, "period"),
+    (3, 2, 1, 1, 1, 1, 1.0, 0.5, "period"),
+    (3, 2, 2, 1, 1, 2, 1.5, 0.5, "period"),
 ]
 
 
@@ -61,8 +63,9 @@ def test_split_backward_optimum_equals_enumeration(S, B_, f, b, w, comm, cap, fr
     problem = idealized_problem(S, B_, forward=f, backward=b, weight=w, comm=comm, activation_cap=cap,
                                 split_backward=True, weight_memory=frac, objective=objective)
     res = search(problem, CpSatConfig(time_limit_s=20, workers=2))
-    assert res.status == "optimal"
-    assert res.makespan == _enumerated_optimum(problem)
+    optimum = _enumerated_optimum(problem)
+    assert res.status == "optimal" and res.makespan == optimum
+    assert analytic_lower_bound(problem, problem.fixed_placement)[0] <= optimum
     sim = simulate(res.schedule, problem.costs)
     assert all(sim.fits_memory)
 
@@ -72,7 +75,9 @@ def test_split_backward_optimum_equals_enumeration(S, B_, f, b, w, comm, cap, fr
 def test_unsplit_optimum_equals_enumeration(S, B_, comm, cap, objective):
     problem = idealized_problem(S, B_, comm=comm, activation_cap=cap, objective=objective)
     res = bound(problem, CpSatConfig(time_limit_s=20, workers=2))
-    assert res.status == "optimal" and res.lower_bound == _enumerated_optimum(problem)
+    optimum = _enumerated_optimum(problem)
+    assert res.status == "optimal" and res.lower_bound == optimum
+    assert analytic_lower_bound(problem, problem.fixed_placement)[0] <= optimum
 
 
 def test_partial_weight_memory_is_what_makes_a_schedule_fit():
