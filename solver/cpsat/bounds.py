@@ -125,12 +125,13 @@ def _period_lower_bound(problem: Problem, placement: Placement | None) -> tuple[
     return best, why
 
 
-def period_horizon(problem: Problem, placement: Placement) -> int:
-    """An upper bound on every time of some schedule of least period: in any schedule an
-    idle stretch of all devices longer than the longest transfer can be shortened to it
-    (shifting everything after it earlier) without lengthening any device's span or
-    changing any order, so all ops end by the total work plus one longest transfer per
-    op; all-reduce and optimizer tails added."""
+def period_horizon(problem: Problem, placement: Placement, period: int | None = None) -> int:
+    """An upper bound on every time of some schedule of least period (at most ``period``
+    when given). In any schedule, a stretch where no device is between its first and its
+    last op can be shortened to the longest transfer (everything after it moved earlier)
+    without changing any span or order; the devices' windows are at most ``period`` long
+    each, so all ops end by D * period plus D - 1 transfers, and in any case by the total
+    work plus one transfer per op. All-reduce and optimizer tails added."""
     D = problem.num_devices
     lag = 0
     for p, mbs in problem.pipeline_microbatches.items():
@@ -142,6 +143,8 @@ def period_horizon(problem: Problem, placement: Placement) -> int:
                     if a != b:
                         lag = max(lag, problem.lag(op, a, b))
     total = sum(problem.duration(op) for op in problem.ops) + len(problem.ops) * lag
+    if period is not None:
+        total = min(total, D * period + (D - 1) * lag)
     total += sum(int(round(g.allreduce_time)) for g in problem.costs.replica_groups)
     total += max((problem.optimizer(d) for d in range(D)), default=0)
     return max(1, total)

@@ -385,11 +385,6 @@ def _search_fixed(problem: Problem, placement: Placement, config: CpSatConfig, k
     best = start.best
     t_first = time.perf_counter() - t0 if best else None
     lb, lb_why = analytic_lower_bound(fixed, placement)
-    period_h = period_horizon(fixed, placement) if fixed.objective == "period" else None
-
-    def horizon_of(incumbent: KnownEval) -> int:
-        return incumbent.makespan if period_h is None else period_h
-
     def finish(status, schedule, value, bound, message, families=(), stopped_by=None):
         return _finish(fixed, mode, status, schedule, value, bound, t0, t_first,
                        _search_assumptions(fixed, label, families), message, start.evals, config,
@@ -405,7 +400,7 @@ def _search_fixed(problem: Problem, placement: Placement, config: CpSatConfig, k
     if best is None:
         # no start: one solve of the whole model for the time left
         t = time.perf_counter()
-        horizon = period_h or safe_horizon(fixed, placement)
+        horizon = period_horizon(fixed, placement) if fixed.objective == "period" else safe_horizon(fixed, placement)
         try:
             model = CpSatModel(fixed, config, placement, horizon, makespan_lb=lb, deadline=clock.deadline)
         except BuildTimeout:
@@ -430,12 +425,12 @@ def _search_fixed(problem: Problem, placement: Placement, config: CpSatConfig, k
     rows: list = []
     t = time.perf_counter()
     share = 1.0 if mode == "bound" else config.bound_share
-    bound_phase(fixed, placement, config, state, clock.budget(share), period_h, rows, leave_early=mode != "bound")
+    bound_phase(fixed, placement, config, state, clock.budget(share), rows, leave_early=mode != "bound")
     phases.append(PhaseRecord("bound", round(time.perf_counter() - t, 3), tuple(rows)))
     if mode != "bound" and not state.should_stop():
         rows = []
         t = time.perf_counter()
-        search_phase(fixed, placement, config, state, clock.budget(1.0), horizon_of, rows)
+        search_phase(fixed, placement, config, state, clock.budget(1.0), rows)
         phases.append(PhaseRecord("search", round(time.perf_counter() - t, 3), tuple(rows)))
     incumbent, bound = state.snapshot()
     status = "optimal" if bound >= incumbent.makespan else "feasible"

@@ -25,6 +25,7 @@ from typing import Sequence
 from pipetab.schedules.schedule import Placement
 
 from .config import CpSatConfig
+from .bounds import period_horizon
 from .incumbent import hint_incumbent, solution_of
 from .model import CpSatModel, RawSolve
 from .variables import BuildTimeout
@@ -167,10 +168,7 @@ class SearchState:
     def improved(self, value: int) -> None:
         """A running solve found a schedule of objective ``value``."""
         with self._lock:
-            if value < self.value:
-                self.value = value
-                self.last_change = time.perf_counter()
-            self._settle()
+            self._lower_value(value)
 
     def offer(self, found: KnownEval | None) -> None:
         """A judged schedule from a finished solve; kept when better than the incumbent."""
@@ -179,9 +177,9 @@ class SearchState:
         with self._lock:
             if found.makespan < self.incumbent.makespan:
                 self.incumbent = found
-            self.improved_locked(found.makespan)
+            self._lower_value(found.makespan)
 
-    def improved_locked(self, value: int) -> None:
+    def _lower_value(self, value: int) -> None:
         if value < self.value:
             self.value = value
             self.last_change = time.perf_counter()
@@ -242,19 +240,19 @@ def proof_config(config: CpSatConfig) -> CpSatConfig:
                           extra_params=(("shared_tree_num_workers", config.workers),) + config.extra_params)
 
 
-def build_model(problem: Problem, placement: Placement, config: CpSatConfig, horizon: int, bound: int,
-                cap: int | None = None, deadline: float | None = None) -> CpSatModel:
-    """The model whose schedules have objective at most ``cap`` (None: any), with every
-    time below ``horizon``: for the makespan ``cap`` is the horizon; for the period the
-    horizon is ``period_horizon``. Building past ``deadline`` raises ``BuildTimeout``."""
+def build_model(problem: Problem, placement: Placement, config: CpSatConfig, cap: int, bound: int,
+                deadline: float | None = None) -> CpSatModel:
+    """The model of the schedules whose objective is at most ``cap`` (for the makespan
+    the horizon; for the period ``period_horizon`` of it bounds every time), the
+    objective at least ``bound``. Building past ``deadline`` raises ``BuildTimeout``."""
     if problem.objective == "makespan":
-        return CpSatModel(problem, config, placement, horizon if cap is None else cap, makespan_lb=bound,
-                          deadline=deadline)
-    return CpSatModel(problem, config, placement, horizon, makespan_lb=bound, objective_cap=cap, deadline=deadline)
+        return CpSatModel(problem, config, placement, cap, makespan_lb=bound, deadline=deadline)
+    return CpSatModel(problem, config, placement, period_horizon(problem, placement, cap), makespan_lb=bound,
+                      objective_cap=cap, deadline=deadline)
 
 
 def search_phase(problem: Problem, placement: Placement, config: CpSatConfig, state: SearchState,
-                 budget: Budget, horizon_of, rows: list) -> None:
+                 budget: Budget, rows: list) -> None:
     """The model hinted with the incumbent until the budget is spent; a solve that finds
     nothing better for ``STALL_SHARE`` of the budget restarts from the incumbent with the
     next of ``search_configs`` and the next seed (not under a deterministic limit)."""
@@ -265,7 +263,7 @@ def search_phase(problem: Problem, placement: Placement, config: CpSatConfig, st
         incumbent, bound = state.snapshot()
         base = configs[attempt % len(configs)]
         cfg = base.replace(random_seed=base.random_seed + attempt)
-        model = _built(state, lambda: build_model(problem, placement, cfg, horizon_of(incumbent), bound,
+        model = _built(state, lambda: build_model(problem, placement, cfg, incumbent.makespan, bound,
                                                   deadline=budget.end()))
         if model is None:
             break
@@ -282,7 +280,7 @@ def search_phase(problem: Problem, placement: Placement, config: CpSatConfig, st
 
 
 def bound_phase(problem: Problem, placement: Placement, config: CpSatConfig, state: SearchState,
-                budget: Budget, period_horizon: int | None, rows: list, leave_early: bool) -> None:
+                budget: Budget, rows: list, leave_early: bool) -> None:
     """Horizon tightening: while the budget lasts, ask whether a schedule with objective
     at most h >= the bound exists (the model rebuilt for h, so presolve works on tight
     domains). Infeasible proves h + 1; a schedule found improves the incumbent (optimal
@@ -299,11 +297,7 @@ def bound_phase(problem: Problem, placement: Placement, config: CpSatConfig, sta
             break
         h = bound + tighten_step(proofs, remaining, value - bound) - 1
         stop = state.probe(h)
-        if period_horizon is None:
-            model = _built(state, lambda: build_model(problem, placement, config, h, bound, deadline=budget.end()))
-        else:
-            model = _built(state, lambda: build_model(problem, placement, config, period_horizon, bound, cap=h,
-                                                      deadline=budget.end()))
+        model = _built(state, lambda: build_model(problem, placement, config, h, bound, deadline=budget.end()))
         if model is None:
             break
         wall, det = budget.limits()

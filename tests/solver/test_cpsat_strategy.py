@@ -82,7 +82,7 @@ def test_bound_phase_proves_step_by_step_and_finds_the_optimum():
     fixed, pl, start = _start()
     state = strategy.SearchState(start, 44, CpSatConfig(), time.perf_counter())
     rows = []
-    strategy.bound_phase(fixed, pl, CpSatConfig(workers=2, deterministic_time=20), state, _budget(), None, rows,
+    strategy.bound_phase(fixed, pl, CpSatConfig(workers=2, deterministic_time=20), state, _budget(), rows,
                          leave_early=False)
     found, bound = state.snapshot()
     assert bound == 46 and found.makespan == 46
@@ -132,8 +132,7 @@ def test_search_phase_improves_1f1b_to_the_optimum():
     fixed, pl, start = _start()
     state = strategy.SearchState(start, 44, CpSatConfig(), time.perf_counter())
     rows = []
-    strategy.search_phase(fixed, pl, CpSatConfig(workers=2, deterministic_time=20), state, _budget(),
-                          lambda inc: inc.makespan, rows)
+    strategy.search_phase(fixed, pl, CpSatConfig(workers=2, deterministic_time=20), state, _budget(), rows)
     found, lb = state.snapshot()
     assert found.makespan == 46 and 44 <= lb <= 46
     assert [r.value for r in rows] == [46]  # one solve: deterministic limit, no stall restarts
@@ -178,7 +177,7 @@ def test_search_phase_restarts_a_stalled_solve_with_the_next_search_and_seed(mon
     state = strategy.SearchState(start, 44, config, fake.now)
     clock = strategy.Clock(config, fake.now)
     rows = []
-    strategy.search_phase(fixed, pl, config, state, strategy.Budget(clock, 2.5), lambda inc: inc.makespan, rows)
+    strategy.search_phase(fixed, pl, config, state, strategy.Budget(clock, 2.5), rows)
     assert state.snapshot() == (start, 44)
     assert [b[0] for b in built] == [("no_lp",), ("default_lp",)] * 3
     assert [b[1] for b in built] == [7, 8, 9, 10, 11, 12]
