@@ -385,7 +385,10 @@ def _search_fixed(problem: Problem, placement: Placement, config: CpSatConfig, k
     best = start.best
     t_first = time.perf_counter() - t0 if best else None
     lb, lb_why = analytic_lower_bound(fixed, placement)
+
     def finish(status, schedule, value, bound, message, families=(), stopped_by=None):
+        if schedule is not None and schedule.name != "cpsat" and pace.fits("evaluate", clock.deadline + 1.0, 3):
+            checked(fixed, schedule, value)  # a start: its table validated too (solver schedules are already)
         return _finish(fixed, mode, status, schedule, value, bound, t0, t_first,
                        _search_assumptions(fixed, label, families), message, start.evals, config,
                        tuple(phases), families, lb, stopped_by)
