@@ -145,9 +145,7 @@ def add_order_literals(model: cp_model.CpModel, v: Variables, limit: int) -> fro
     c_i) and => lit(a_j, c_i+1). With the FIFO chains this is exactly the device's
     no-overlap, which it replaces. Only on devices holding one stage (two or three
     chains): with several stages per device (bidirectional, wave) the cross-pipeline pairs
-    are dense and the interval model was measured better. On linear S=16, B=64, cap 16,
-    C=1 the 120-s search proved 367 in every run at normal machine speed (with the
-    interval model: 366-367; see experiments/bench_cpsat.py TARGET2). Applied only when
+    are dense and the interval model does better (docs/cpsat.md). Applied only when
     at most ``limit`` literals are needed in all (else the no-overlap stays everywhere).
     Returns the devices it covers."""
     problem = v.problem

@@ -11,8 +11,7 @@ generation passes with gap insertion: every op as late as possible before the cu
 makespan, latest-ending first, then every op as early as possible in the order of those
 late starts. Each pass keeps every constraint, and a pass may move an op past others on its
 device into an idle gap, which changes the per-device orders — unlike re-timing a fixed
-order. On linear S=16, B=64, F=1, K=2, C=1, cap 16 it turns 1F1B's 385 into 375 in one round
-(the best greedy list schedule is 378; experiments/bench_cpsat.py TARGET2).
+order (docs/cpsat.md has what it gains).
 """
 
 from __future__ import annotations

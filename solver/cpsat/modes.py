@@ -39,8 +39,7 @@ _FIFO_LABEL = (
 _SYM_LABEL = "stage-0 forwards start in microbatch order (relabelling symmetry, without loss of generality)"
 
 # Predicted cost of the start's steps and of a model build, in units of one evaluation of
-# a schedule by the simulator (measured on linear S=64, B=512: evaluation 0.36 s, greedy
-# list schedule 1.1 s, double justification with its graph 4.0 s, model build 3.3 s).
+# a schedule by the simulator (ratios of their times on a long pipeline, docs/cpsat.md).
 _COST = {"evaluate": 1.0, "greedy": 3.0, "justify": 12.0, "build": 10.0}
 # a model is built only when the time left holds this many builds (build, presolve, search)
 _BUILDS_LEFT = 2.5
