@@ -291,7 +291,10 @@ def run(args) -> None:
         "unit": unit,
         "tick_slots": problem.costs.tick_slots if real is None else None,
         "tick_s": problem.costs.tick_s,
-        "bound_assumptions": list(result.bound_assumptions),
+        "bound_assumptions": [a if real is None or not a.startswith("durations rounded up") else
+                              "lower bound: durations rounded down to ticks (a bound of the real-valued problem); "
+                              "schedules searched with durations rounded up, timed by the simulator"
+                              for a in result.bound_assumptions],
         "runtime_s": round(result.runtime_s, 3),
         "time_to_first_s": result.time_to_first_s,
         "min_feasible_cap": result.min_feasible_cap,

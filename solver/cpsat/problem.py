@@ -299,6 +299,9 @@ class Problem:
             return "different stages per pipeline"
         if schedule.split_backward != self.split_backward:
             return "different backward split"
+        work = self.stage_work or tuple((1.0,) * n for n in self.num_stages)
+        if any(abs(a - b) > 1e-9 for w, sw in zip(work, schedule.stage_work) for a, b in zip(w, sw)):
+            return "different stage partition"
         fixed = self.fixed_placement
         if fixed is not None and schedule.placement.stage2device != fixed.stage2device:
             return "different placement"
