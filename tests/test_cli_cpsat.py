@@ -148,3 +148,19 @@ def test_hardware_bound_is_a_bound_of_the_real_problem(capsys):
     assert doc["lower_bound"] <= real
     assert doc["makespan"] is None or doc["lower_bound"] <= doc["makespan"]
     assert any("rounded down" in a for a in doc["bound_assumptions"])
+
+
+def test_period_objective_from_the_command_line(capsys):
+    """The period of a schedule is at most its makespan, so the least period is at most the
+    least makespan; both proven on a small split-backward instance."""
+    base = ["-S", "3", "-B", "4", "--split-backward", "--weight-memory", "0.5", "--activation-cap", "2",
+            "--comm-slots", "1", "--time-limit", "20", "--format", "json"]
+    docs = {}
+    for objective in ("makespan", "period"):
+        code, out, err = run(capsys, "bound", *base, "--objective", objective)
+        assert code == 0, err
+        docs[objective] = json.loads(out)
+        assert docs[objective]["objective"] == objective and docs[objective]["status"] == "optimal"
+    assert docs["period"]["lower_bound"] <= docs["makespan"]["lower_bound"]
+    assert any("longest device span" in a for a in docs["period"]["bound_assumptions"])
+    assert [p["name"] for p in docs["period"]["phases"]][0] == "start"
