@@ -245,6 +245,9 @@ class CpSatModel:
             # presolve probing runs until 1.0 deterministic seconds by default, which
             # delays the first decision by seconds on long pipelines (docs/cpsat.md)
             prm.probing_deterministic_time_limit = 0.1
+            # one feasibility-pump task ran 19 s past a 14-s limit (it does not check the
+            # clock); it never found a schedule here
+            prm.ignore_subsolvers.append("feasibility_pump")
         for key, value in cfg.extra_params:
             setattr(prm, key, value)
         if self.fixed_order:

@@ -114,14 +114,18 @@ class Budget:
 
 
 class StopSignal:
-    """``is_set()`` for a solve's watch thread: the search is done or a stop rule holds."""
+    """``is_set()`` for a solve's watch thread: the search is done, a stop rule holds, the
+    ``extra`` event is set, or the wall clock is past ``deadline`` (CP-SAT's own time
+    limit is not always checked in time: a solve with a 13-s limit was seen to run 25 s)."""
 
-    def __init__(self, state: "SearchState", extra: threading.Event | None = None):
+    def __init__(self, state: "SearchState", extra: threading.Event | None = None, deadline: float | None = None):
         self.state = state
         self.extra = extra
+        self.deadline = deadline
 
     def is_set(self) -> bool:
-        return self.state.should_stop() or (self.extra is not None and self.extra.is_set())
+        return (self.state.should_stop() or (self.extra is not None and self.extra.is_set())
+                or (self.deadline is not None and time.perf_counter() > self.deadline))
 
 
 class SearchState:
@@ -233,7 +237,9 @@ def search_configs(config: CpSatConfig) -> tuple[CpSatConfig, ...]:
 def proof_config(config: CpSatConfig) -> CpSatConfig:
     """A tightening probe's config: on at least 2 workers with the default portfolio and
     a wall-clock limit, CP-SAT's shared tree search on all of them (the workers split one
-    search tree — the kind of search an infeasibility proof needs); else ``config``."""
+    search tree — the kind of search an infeasibility proof needs); else ``config``.
+    Used only on models without a memory cumulative (``bound_phase``): with cumulatives
+    of variable-size lifetimes a shared-tree task ran 43 s past a 14-s limit."""
     if config.workers < 2 or config.subsolvers is not None or config.deterministic_time is not None:
         return config
     return config.replace(subsolvers=("shared_tree",),
@@ -269,7 +275,8 @@ def search_phase(problem: Problem, placement: Placement, config: CpSatConfig, st
             break
         hint_incumbent(model, problem, incumbent)
         wall, det = budget.limits()
-        raw = model.solve(wall, det, stall_s=stall_s, stop=StopSignal(state), on_solution=state.improved)
+        raw = model.solve(wall, det, stall_s=stall_s, stop=StopSignal(state, deadline=budget.end()),
+                          on_solution=state.improved)
         budget.charge(raw, len(problem.ops))
         rows.append(solve_record("search", cfg, None, raw))
         state.offer(solution_of(problem, model, raw))
@@ -286,8 +293,8 @@ def bound_phase(problem: Problem, placement: Placement, config: CpSatConfig, sta
     domains). Infeasible proves h + 1; a schedule found improves the incumbent (optimal
     when proven); unknown ends the phase. After two timed proofs h jumps ahead
     (``tighten_step``). With ``leave_early`` the phase ends once even a one-step probe is
-    predicted to need more than the budget left, leaving the time to the search."""
-    config = proof_config(config)
+    predicted to need more than the budget left, leaving the time to the search. Probes
+    of models without a memory cumulative run ``proof_config``."""
     proofs: list[tuple[int, float]] = []
     while not state.should_stop() and budget.room(state.build_s):
         remaining = budget.left()
@@ -300,10 +307,12 @@ def bound_phase(problem: Problem, placement: Placement, config: CpSatConfig, sta
         model = _built(state, lambda: build_model(problem, placement, config, h, bound, deadline=budget.end()))
         if model is None:
             break
+        if "cumulative" not in model.applied:
+            model.config = proof_config(config)
         wall, det = budget.limits()
-        raw = model.solve(wall, det, stop=StopSignal(state, stop), on_solution=state.improved)
+        raw = model.solve(wall, det, stop=StopSignal(state, stop, budget.end()), on_solution=state.improved)
         budget.charge(raw, len(problem.ops))
-        rows.append(solve_record("bound", config, h, raw))
+        rows.append(solve_record("bound", model.config, h, raw))
         if raw.status == "infeasible":
             proofs.append((h, budget.cost(raw, len(problem.ops))))
             state.raise_bound(h + 1)
