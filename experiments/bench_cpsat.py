@@ -1,4 +1,4 @@
-"""Benchmark of the CP-SAT model (issue 4): search + bound on idealized instances.
+"""Benchmark of the CP-SAT model: search + bound on idealized instances.
 
 Grid: S in {4, 8, 16}, B in {S, 2S, 4S}, activation caps {S, 2S, none}, F=1, K=2,
 C in {0, 1}, linear and bidirectional placement (plus, unless --quick or --no-systems,
@@ -7,9 +7,17 @@ first schedule (a known or greedy one; the solver's own first solution separatel
 to proof, final gap, and the best known schedule's makespan beside the bound. Then the
 issue's three performance targets.
 
-Writes results/bench_cpsat.csv and prints a table.
+``--split-set`` runs issue 14's idealized set instead: S in {4, 8, 16}, B in {2S, 4S},
+F:B:W in {1:1:1, 3:3:2, 3:4:2}, C in {0, 1}, caps {S, 2S} M_B, M_W/M in {1.0, 32/34 (the
+transformer's with fused attention: 32sbh of the 34sbh a layer keeps, hardware.costs)},
+linear placement, split backward, each with and without the registry's seeds (288 runs).
+It appends to its CSV and skips the rows already there, so it can run in parts
+(``--part I/N``: the I-th of N interleaved parts, each instance with both weight
+memories and with and without seeds) and resume.
+
+Writes results/bench_cpsat.csv (results/bench_cpsat_split.csv) and prints a table.
 Run: python -m experiments.bench_cpsat [--time-limit SEC] [--quick] [--workers N]
-     [--only-targets] [--out PATH]
+     [--only-targets] [--split-set [--part I/N]] [--out PATH]
 """
 
 from __future__ import annotations
@@ -18,6 +26,7 @@ import argparse
 import csv
 import os
 import platform
+import re
 import sys
 import time
 from dataclasses import replace
@@ -30,6 +39,95 @@ from pipetab.solver.costs import hardware_costs, slot_costs
 from pipetab.solver.cpsat import CpSatConfig, Problem, evaluate, idealized_problem, search
 from pipetab.schedules.table import SlotDurations
 
+SPLIT_FIELDS = [
+    "instance", "S", "B", "fbw", "C", "cap", "weight_memory", "seeds", "status", "makespan", "lower_bound", "gap",
+    "best_start", "best_start_value", "time_to_first_s", "runtime_s", "time_limit_s", "workers", "ortools", "cores",
+]
+TRANSFORMER_WEIGHT_FRACTION = 32 / 34
+
+
+def split_set():
+    for S in (4, 8, 16):
+        for B in (2 * S, 4 * S):
+            for fbw in ((1, 1, 1), (3, 3, 2), (3, 4, 2)):
+                for C in (0, 1):
+                    for cap in (S, 2 * S):
+                        for wm in (1.0, TRANSFORMER_WEIGHT_FRACTION):
+                            for seeds in (True, False):
+                                yield S, B, fbw, C, cap, wm, seeds
+
+
+def _split_name(S, B, fbw, C, cap, wm, seeds) -> str:
+    return f"S{S}-B{B}-fbw{':'.join(map(str, fbw))}-C{C}-cap{cap}-mw{wm:.4f}-{'seeds' if seeds else 'noseeds'}"
+
+
+def run_split_set(limit: float, workers: int, out: Path, part: tuple[int, int]) -> None:
+    """Issue 14's idealized split-backward set, appended row by row to ``out`` (rows
+    already there are skipped)."""
+    done = set()
+    if out.exists():
+        with out.open() as fh:
+            done = {r["instance"] for r in csv.DictReader(fh)}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    new = not out.exists()
+    with out.open("a", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=SPLIT_FIELDS)
+        if new:
+            w.writeheader()
+        for i, (S, B, fbw, C, cap, wm, seeds) in enumerate(split_set()):
+            name = _split_name(S, B, fbw, C, cap, wm, seeds)
+            if name in done or (i // 4) % part[1] != part[0]:
+                continue
+            problem = idealized_problem(S, B, forward=fbw[0], backward=fbw[1], weight=fbw[2], comm=C,
+                                        activation_cap=cap, split_backward=True, weight_memory=wm)
+            cfg = CpSatConfig(time_limit_s=limit, workers=workers, known_generators=seeds)
+            res = search(problem, cfg)
+            start = res.phases[0].note if res.phases else ""
+            best = start.rsplit("best start ", 1)[-1].split() if "best start " in start else [None, None]
+            row = {"instance": name, "S": S, "B": B, "fbw": ":".join(map(str, fbw)), "C": C, "cap": cap,
+                   "weight_memory": round(wm, 4), "seeds": seeds, "status": res.status, "makespan": res.makespan,
+                   "lower_bound": res.lower_bound, "gap": None if res.gap is None else round(res.gap, 5),
+                   "best_start": best[0], "best_start_value": best[1],
+                   "time_to_first_s": None if res.time_to_first_s is None else round(res.time_to_first_s, 3),
+                   "runtime_s": round(res.runtime_s, 3), "time_limit_s": limit, "workers": workers,
+                   "ortools": ortools.__version__, "cores": os.cpu_count()}
+            w.writerow(row)
+            fh.flush()
+            print(f"{name:<52} {res.status:>10} {res.makespan!s:>6} {res.lower_bound!s:>6} "
+                  f"{'-' if res.gap is None else f'{100 * res.gap:.2f}%':>7} {res.runtime_s:6.1f} s", flush=True)
+
+
+TIME_LIMIT_CASES = (
+    # (placement, S, B, time limit): issue 17's sizes; B = 8S (S=128: the issue's B=1024)
+    ("linear", 16, 128, 5.0), ("linear", 32, 256, 5.0), ("linear", 64, 512, 5.0), ("linear", 128, 1024, 5.0),
+    ("bidirectional", 32, 64, 10.0),
+)
+
+
+def run_time_limits(out: Path) -> None:
+    """Wall time of whole ``pipetab search`` processes (cap S, C=1, text output as in the
+    issue's command) against their limit."""
+    import subprocess
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with out.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=["placement", "S", "B", "time_limit_s", "wall_s", "within", "status",
+                                           "makespan", "lower_bound", "cores"])
+        w.writeheader()
+        for placement, S, B, limit in TIME_LIMIT_CASES:
+            argv = [sys.executable, "-m", "pipetab.cli", "search", "-S", str(S), "-B", str(B), "--placement",
+                    placement, "--activation-cap", str(S), "--comm-slots", "1", "--time-limit", str(limit)]
+            t0 = time.perf_counter()
+            proc = subprocess.run(argv, capture_output=True, text=True)
+            wall = time.perf_counter() - t0
+            m = re.search(r"status (\w+), makespan (\S+) slots, lower bound (\S+),", proc.stdout)
+            row = {"placement": placement, "S": S, "B": B, "time_limit_s": limit, "wall_s": round(wall, 2),
+                   "within": wall <= 1.1 * limit + 1.0, "status": m[1] if m else f"exit {proc.returncode}",
+                   "makespan": m[2] if m else None, "lower_bound": m[3] if m else None, "cores": os.cpu_count()}
+            w.writerow(row)
+            print(row, flush=True)
+
+
 FIELDS = [
     "instance", "placement", "S", "B", "cap", "C", "status", "makespan", "lower_bound", "gap",
     "time_to_first_s", "solver_first_s", "time_to_proof_s", "runtime_s", "best_known",
@@ -38,26 +136,37 @@ FIELDS = [
 ]
 
 
+def _first_solver_time(res) -> float | None:
+    """Seconds into the run of the first solve that found a schedule (None: none did)."""
+    t = sum(ph.wall_s for ph in res.phases if ph.name == "start")
+    for ph in res.phases:
+        if ph.name == "start":
+            continue
+        for r in ph.solves:
+            if r.value is not None:
+                return round(t + r.wall_s, 3)
+            t += r.wall_s
+    return None
+
+
 def _row(name, placement, S, B, cap, C, res, config) -> dict:
-    d = res.details
     known = {k: v for k, v in res.known.items() if v.fits and v.makespan is not None}
     best_name = min(known, key=lambda k: known[k].makespan) if known else None
-    bk = d.get("best_known") or {}
     return {
         "instance": name, "placement": placement, "S": S, "B": B,
         "cap": "none" if cap is None else cap, "C": C, "status": res.status,
         "makespan": res.makespan, "lower_bound": res.lower_bound,
         "gap": None if res.gap is None else round(res.gap, 5),
         "time_to_first_s": None if res.time_to_first_s is None else round(res.time_to_first_s, 3),
-        "solver_first_s": d.get("solver_first_s"),
+        "solver_first_s": _first_solver_time(res),
         "time_to_proof_s": round(res.runtime_s, 3) if res.status in ("optimal", "infeasible") else None,
         "runtime_s": round(res.runtime_s, 3),
-        "best_known": best_name or bk.get("name"),
-        "best_known_makespan": known[best_name].makespan if best_name else bk.get("makespan"),
+        "best_known": best_name,
+        "best_known_makespan": known[best_name].makespan if best_name else None,
         "best_known_gap": None if not best_name or known[best_name].gap is None else round(known[best_name].gap, 5),
         "1f1b_makespan": res.known["1f1b"].makespan if "1f1b" in res.known and res.known["1f1b"].fits else None,
-        "analytic_bound": d.get("analytic_bound"),
-        "families": "+".join(d.get("families", ())),
+        "analytic_bound": res.analytic_bound,
+        "families": "+".join(res.solver.families),
         "unit": res.unit, "workers": config.workers, "time_limit_s": config.time_limit_s,
         "seed": config.random_seed, "ortools": ortools.__version__, "cores": os.cpu_count(),
     }
@@ -135,8 +244,26 @@ def main(argv=None) -> int:
     ap.add_argument("--no-systems", action="store_true")
     ap.add_argument("--no-targets", action="store_true")
     ap.add_argument("--only-targets", action="store_true")
-    ap.add_argument("--out", default=str(Path(__file__).resolve().parent.parent / "results" / "bench_cpsat.csv"))
+    ap.add_argument("--split-set", action="store_true", help="issue 14's idealized split-backward set (resumable)")
+    ap.add_argument("--time-limits", action="store_true",
+                    help="wall time of whole search processes on issue 17's sizes against their limit")
+    ap.add_argument("--part", default="0/1", help="with --split-set: run rows i mod n == I of I/N (default 0/1)")
+    ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
+    results = Path(__file__).resolve().parent.parent / "results"
+    if args.time_limits:
+        run_time_limits(Path(args.out or results / "bench_cpsat_time_limits.csv"))
+        return 0
+    if args.split_set:
+        try:
+            part = tuple(int(x) for x in args.part.split("/"))
+            assert len(part) == 2 and 0 <= part[0] < part[1]
+        except (ValueError, AssertionError):
+            ap.error(f"--part must look like I/N with 0 <= I < N, got {args.part!r}")
+        limit = 5.0 if args.quick and args.time_limit == 20.0 else 30.0 if args.time_limit == 20.0 else args.time_limit
+        run_split_set(limit, args.workers, Path(args.out or results / "bench_cpsat_split.csv"), part)
+        return 0
+    args.out = args.out or str(results / "bench_cpsat.csv")
     limit = 5.0 if args.quick and args.time_limit == 20.0 else args.time_limit
     config = CpSatConfig(time_limit_s=limit, workers=args.workers, random_seed=args.seed)
     rows: list[dict] = []

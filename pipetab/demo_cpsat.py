@@ -32,3 +32,12 @@ def run(stages: int = 4, microbatches: int = 8, comm: int = 1, cap: int = 4, tim
     lb = bound(problem, config, known)
     print(lb.summary())
     print("holds under: " + "; ".join(lb.bound_assumptions))
+    print(f"\n== split backward (B, W = 1 slot each), half of each activation freed at B, at most {cap} "
+          "activations per device: the step and the steady-state period\n")
+    for objective in ("makespan", "period"):
+        split = idealized_problem(stages, microbatches, forward=1, backward=1, weight=1, comm=comm,
+                                  activation_cap=cap, split_backward=True, weight_memory=0.5, objective=objective)
+        res = search(split, config)
+        print(res.summary())
+        for name, k in res.known.items():
+            print(f"  {name:<6} {objective} {k.makespan:g} slots" + ("" if k.fits else "  (needs more memory)"))

@@ -44,10 +44,10 @@ def test_bound_reports_gaps_of_known_schedules(capsys):
     code, out, err = run(capsys, "bound", "-S", "4", "-B", "4", "--time-limit", "20", "--format", "json")
     assert code == 0, err
     doc = json.loads(out)
-    assert {"lower_bound", "status", "unit", "bound_assumptions", "schedules"} <= set(doc)
+    assert {"lower_bound", "status", "unit", "bound_assumptions", "known"} <= set(doc)
     # no latency, no cap, linear placement: the optimum is (B+S-1)(F+K) = 7 * 3
     assert doc["lower_bound"] == 21
-    assert doc["schedules"]["1f1b"]["makespan"] == 21 and doc["schedules"]["1f1b"]["gap"] == 0
+    assert doc["known"]["1f1b"]["makespan"] == 21 and doc["known"]["1f1b"]["gap"] == 0
     assert any("linear" in a for a in doc["bound_assumptions"])
 
 
@@ -59,14 +59,15 @@ def test_slot_durations_reach_the_bound(capsys):
 
 
 def test_infeasible_cap_is_an_answer(capsys):
-    # a wave placement sends every microbatch through device 0 twice (stages 0 and 2S-1), and
-    # the stage-0 activation is still live when the last stage runs: 1 activation cannot do
-    code, out, err = run(capsys, "search", "-S", "2", "-B", "2", "--placement", "wave", "--activation-cap", "1",
+    # a wave placement sends every microbatch through device 0 twice (stages 0 and 2S-1,
+    # each half a device's share of the model: M_B / 2), and the stage-0 activation is
+    # still live when the last stage runs: half an M_B cannot do
+    code, out, err = run(capsys, "search", "-S", "2", "-B", "2", "--placement", "wave", "--activation-cap", "0.5",
                          "--time-limit", "10", "--format", "json")
     assert code == 0, err
     doc = json.loads(out)
     assert doc["status"] == "infeasible" and doc["ops"] == []
-    assert doc["min_feasible_cap"] == 2
+    assert doc["min_feasible_cap"] == 1
 
 
 def test_evaluate_with_cpsat_equals_simulation(capsys):
@@ -90,10 +91,76 @@ def test_evaluate_with_cpsat_equals_simulation(capsys):
         (["search", "-S", "4", "-B", "4", "--memory-cap", "lots", "--system", "mid_nw_mid_cp"], "memory cap must be bytes"),
         (["search", "-S", "4", "-B", "4", "--placement", "diagonal"], "invalid choice"),
         (["bound", "-S", "4", "-B", "4", "--devices", "2"], "--devices and --pipelines apply to --placement free only"),
-        (["search", "-S", "4", "-B", "4", "--time-limit", "0"], "time_limit_s must be > 0"),
-        (["search", "-S", "4", "-B", "4", "--weight-slots", "2"], "unrecognized arguments: --weight-slots"),
+        (["search", "-S", "4", "-B", "4", "--time-limit", "0"], "--time-limit must be a number > 0"),
+        (["search", "-S", "4", "-B", "4", "--weight-slots", "2"], "--weight-slots needs --split-backward"),
+        (["search", "-S", "4", "-B", "4", "--weight-memory", "0.5"], "--weight-memory needs --split-backward"),
+        (["search", "-S", "4", "-B", "4", "--split-backward", "--weight-memory", "1.5"], "between 0 and 1"),
+        (["search", "-S", "4", "-B", "4", "--system", "mid_nw_mid_cp", "--comm-slots", "1"], "--comm-slots goes with"),
+        (["search", "-S", "4", "-B", "4", "--chunks", "3"], "--chunks applies to --placement interleaved only"),
+        (["search", "-S", "4", "-B", "4", "--waves", "2"], "--waves applies to --placement wave only"),
+        (["bound", "-S", "4", "-B", "4", "--recompute", "full"], "--recompute needs --system"),
+        (["bound", "-S", "4", "-B", "4", "--activation-cap", "-1"], "--activation-cap must be a number > 0"),
     ],
 )
 def test_search_bad_input(capsys, argv, needle):
     code, out, err = run(capsys, *argv)
     assert code == 2 and out == "" and needle in err and err.count("\n") == 1
+
+
+def test_split_backward_with_partial_weight_memory(capsys):
+    """ZB-H1's shape: split backward, M_W = M/2; the search is no worse than ZB-H1 and
+    names it among the known schedules."""
+    code, out, err = run(capsys, "search", "-S", "4", "-B", "8", "--split-backward", "--weight-memory", "0.5",
+                         "--activation-cap", "4", "--time-limit", "10", "--format", "json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["status"] in ("optimal", "feasible") and doc["known"]["zb-h1"]["fits"]
+    assert doc["makespan"] <= doc["known"]["zb-h1"]["makespan"]
+    assert {o["kind"] for o in doc["ops"]} == {"F", "B", "W"}
+    assert any("M_W to its W's end" in a for a in doc["bound_assumptions"])
+
+
+def test_v_placement_reports_slots(capsys):
+    """V placement on ticks of half a slot: makespan and ops in slots, the tick stated."""
+    code, out, err = run(capsys, "search", "-S", "2", "-B", "4", "--placement", "v", "--time-limit", "10",
+                         "--format", "json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["tick_slots"] == 0.5 and doc["status"] == "optimal"
+    assert max(o["start"] + o["duration"] for o in doc["ops"]) == doc["makespan"]
+    # a device's work per microbatch is F + B = 3 slots as on a linear pipeline: 4 microbatches
+    # on 2 devices take at least 4 * 3 slots
+    assert doc["makespan"] >= 12
+
+
+def test_hardware_bound_is_a_bound_of_the_real_problem(capsys):
+    """Durations rounded down for bounds: the bound never exceeds the simulator's
+    real-valued time of 1F1B on that system (paper_gpt does not fit its devices' memory,
+    which bound uses by default: a memory cap lifts that)."""
+    code, out, err = run(capsys, "bound", "-S", "4", "-B", "8", "--system", "mid_nw_mid_cp", "--time-limit", "10",
+                         "--memory-cap", "100TB", "--format", "json")
+    assert code == 0, err
+    doc = json.loads(out)
+    one_f_one_b = registry.generate("1f1b", 4, 8)
+    from pipetab.solver.costs import hardware_costs
+
+    real = simulate(one_f_one_b, hardware_costs(one_f_one_b, "mid_nw_mid_cp", "paper_gpt")).makespan
+    assert doc["lower_bound"] <= real
+    assert doc["makespan"] is None or doc["lower_bound"] <= doc["makespan"]
+    assert any("rounded down" in a for a in doc["bound_assumptions"])
+
+
+def test_period_objective_from_the_command_line(capsys):
+    """The period of a schedule is at most its makespan, so the least period is at most the
+    least makespan; both proven on a small split-backward instance."""
+    base = ["-S", "3", "-B", "4", "--split-backward", "--weight-memory", "0.5", "--activation-cap", "2",
+            "--comm-slots", "1", "--time-limit", "20", "--format", "json"]
+    docs = {}
+    for objective in ("makespan", "period"):
+        code, out, err = run(capsys, "bound", *base, "--objective", objective)
+        assert code == 0, err
+        docs[objective] = json.loads(out)
+        assert docs[objective]["objective"] == objective and docs[objective]["status"] == "optimal"
+    assert docs["period"]["lower_bound"] <= docs["makespan"]["lower_bound"]
+    assert any("longest device span" in a for a in docs["period"]["bound_assumptions"])
+    assert [p["name"] for p in docs["period"]["phases"]][0] == "start"

@@ -5,7 +5,8 @@ bounds — every result solver-independent (``Result``) and re-checked by the ev
 Public API::
 
     Problem, idealized_problem, idealized_costs     what to solve
-    CpSatConfig                                       how to solve (limits, families)
+    profiled_problem                                  ... on measured op times in seconds
+    CpSatConfig, MaxRuntime, NoImprovement, GapBelow  how to solve (limits, stop rules)
     evaluate(schedule, costs, config) -> Result       fixed placement and order
     search(problem, config, known) -> Result          free order (and placement)
     bound(problem, config, known) -> Result           lower bound + known schedules' gaps
@@ -15,7 +16,7 @@ Public API::
 """
 
 from .bounds import analytic_lower_bound, min_feasible_cap
-from .config import CpSatConfig
+from .config import CpSatConfig, GapBelow, MaxRuntime, NoImprovement
 from .model import CpSatModel
 from .modes import (
     FrontPoint,
@@ -28,12 +29,21 @@ from .modes import (
     search,
     search_splits,
 )
-from .problem import FAMILIES, Problem, family_placement, idealized_costs, idealized_problem
-from .result import KnownGap, Result
+from .problem import (
+    FAMILIES,
+    OBJECTIVES,
+    Problem,
+    family_placement,
+    idealized_costs,
+    idealized_problem,
+    profiled_problem,
+)
+from .result import KnownGap, PhaseRecord, Result, SolveRecord, SolverInfo
 
 __all__ = [
-    "FAMILIES", "CpSatConfig", "CpSatModel", "FrontPoint", "KnownGap", "Problem", "Result",
+    "FAMILIES", "OBJECTIVES", "CpSatConfig", "CpSatModel", "FrontPoint", "GapBelow", "KnownGap", "MaxRuntime",
+    "NoImprovement", "PhaseRecord", "Problem", "Result", "SolveRecord", "SolverInfo",
     "SplitSearch", "analytic_lower_bound", "bound", "canonical_placements", "evaluate",
     "family_placement", "idealized_costs", "idealized_problem", "memory_front",
-    "min_feasible_cap", "scaled_costs", "search", "search_splits",
+    "min_feasible_cap", "profiled_problem", "scaled_costs", "search", "search_splits",
 ]

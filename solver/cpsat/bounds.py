@@ -29,7 +29,10 @@ def analytic_lower_bound(problem: Problem, placement: Placement | None) -> tuple
     """The largest of: the chain of one microbatch with its stage-0 ops serialized; each
     device's load plus least head and tail (fixed placement); total work over devices
     (free placement); the memory chain on stage 0 (fixed placement, capacity given); and
-    the all-reduce tails. Returns (bound, which one)."""
+    the all-reduce tails. For the period objective: the largest device load (fixed
+    placement) or total work over devices (free). Returns (bound, which one)."""
+    if problem.objective == "period":
+        return _period_lower_bound(problem, placement)
     head, tail = heads_tails(problem, placement)
     D = problem.num_devices
     opts = [problem.optimizer(d) for d in range(D)]
@@ -75,7 +78,7 @@ def analytic_lower_bound(problem: Problem, placement: Placement | None) -> tuple
             k = fit + 1
             if k < 2 or k > n:
                 continue
-            L = lifetime_min(problem, placement, p, 0)
+            L = lifetime_min(problem, placement, p, 0, problem.chain_release(p, 0))
             q, r = divmod(n - 1, k - 1)
             f0 = problem.duration(Op(Kind.F, p, 0, 0))
             take(q * max(L, (k - 1) * f0) + r * f0 + L + opts[placement.device(p, 0)],
@@ -90,6 +93,61 @@ def analytic_lower_bound(problem: Problem, placement: Placement | None) -> tuple
                 op = Op(rel, p, s, 0)
                 take(head[op] + problem.duration(op) + t + dev_opt(p, s), "all-reduce tail")
     return best, why
+
+
+def _period_lower_bound(problem: Problem, placement: Placement | None) -> tuple[int, str]:
+    """A device's span holds all of its ops, one at a time; on a device holding one stage
+    s it also holds the warm-up idle: from F(0, s)'s start (FIFO: the device's first op)
+    to B(0, s)'s start at least L = the round trip of microbatch 0 passes, in which only
+    forwards of s can run — at most k of them, k the activations that fit the cap (the
+    (k+1)-th waits for B(0)'s end, ``Problem.window_shifts``) — so span >= load +
+    L - k * F."""
+    if placement is None:
+        total = sum(problem.duration(op) for op in problem.ops)
+        return math.ceil(total / problem.num_devices), "total work over devices"
+    load: dict[int, int] = defaultdict(int)
+    for op in problem.ops:
+        load[placement.device(op.pipeline, op.stage)] += problem.duration(op)
+    best, why = 0, ""
+    head, _ = heads_tails(problem, placement)
+    counts = _pipeline_counts(problem)
+    for d, ld in load.items():
+        idle = 0
+        held = placement.stages_on(d)
+        if len(held) == 1:
+            (p, s), = held
+            f = Op(Kind.F, p, s, 0)
+            k = problem.activations_fit(problem.cap(d), p, s)
+            k = counts[p] if k is None else min(k, counts[p])
+            idle = max(0, head[Op(Kind.B, p, s, 0)] - head[f] - k * problem.duration(f))
+        if ld + idle > best:
+            best, why = ld + idle, f"load of device {d}" + (" and its warm-up idle" if idle else "")
+    return best, why
+
+
+def period_horizon(problem: Problem, placement: Placement, period: int | None = None) -> int:
+    """An upper bound on every time of some schedule of least period (at most ``period``
+    when given). In any schedule, a stretch where no device is between its first and its
+    last op can be shortened to the longest transfer (everything after it moved earlier)
+    without changing any span or order; the devices' windows are at most ``period`` long
+    each, so all ops end by D * period plus D - 1 transfers, and in any case by the total
+    work plus one transfer per op. All-reduce and optimizer tails added."""
+    D = problem.num_devices
+    lag = 0
+    for p, mbs in problem.pipeline_microbatches.items():
+        for s in range(problem.num_stages[p]):
+            for k in problem.kinds:
+                op = Op(k, p, s, mbs[0])
+                for nx in successors(op, problem.num_stages[p], problem.split_backward):
+                    a, b = placement.device(p, s), placement.device(p, nx.stage)
+                    if a != b:
+                        lag = max(lag, problem.lag(op, a, b))
+    total = sum(problem.duration(op) for op in problem.ops) + len(problem.ops) * lag
+    if period is not None:
+        total = min(total, D * period + (D - 1) * lag)
+    total += sum(int(round(g.allreduce_time)) for g in problem.costs.replica_groups)
+    total += max((problem.optimizer(d) for d in range(D)), default=0)
+    return max(1, total)
 
 
 def safe_horizon(problem: Problem, placement: Placement | None) -> int:

@@ -1,113 +1,108 @@
-"""Solver configuration: limits, portfolio and one switch per constraint family.
-
-Every constraint family of the model can be switched off by a config value, so an ablation
-is ``config.replace(family=False)``. All families are without loss of generality (each is
-argued where it is added, in ``constraints``); the conventions a bound does rest on
-(placement, partition, time quantum, memory semantics) are listed in every result's
-``bound_assumptions``.
-"""
+"""How to solve: limits, stop rules, seeds, and the model families an ablation may switch
+off. The strategy itself (``strategy``) has no switches; ``docs/cpsat.md`` describes it."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
 # On 2 cores CP-SAT's default 2-worker portfolio has neither a no-LP worker nor a bound
-# worker; reference/cpsat.md §9 measured both to matter (the LP relaxation of this
-# disjunctive model is weak). These are the portfolios used when ``subsolvers`` is None.
+# worker; both matter for this disjunctive model (reference/cpsat.md §9). These are the
+# portfolios used when ``subsolvers`` is None (>= 4 workers: CP-SAT's own).
 DEFAULT_PORTFOLIOS: dict[int, tuple[str, ...]] = {
     1: ("no_lp",),
-    2: ("no_lp", "objective_lb_search_no_lp"),  # both as full solvers (see model.parameters)
+    2: ("no_lp", "objective_lb_search_no_lp"),
     3: ("no_lp", "objective_lb_search_no_lp", "default_lp"),
 }
+
+# Model families an ablation can switch off (``CpSatConfig.ablate``). Each is without loss
+# of generality (argued where ``constraints`` adds it); none is needed for correctness.
+FAMILIES_OFF = (
+    "fifo",             # every stage runs each kind of op in microbatch order
+    "symmetry_break",   # stage-0 forwards in microbatch order (implied by fifo)
+    "dominance",        # last stage: B right after its F (unsplit backward)
+    "order_literals",   # one-stage devices: pairwise order literals instead of no-overlap
+    "redundant",        # memory chain, interval makespan, total-work cut
+    "device_symmetry",  # free placement: identical devices relabelled
+    "hints",            # complete hints from the incumbent
+    "justify",          # double justification of the starting schedules
+    "decompose",        # free placement: one fixed-placement search per canonical placement
+)
+
+
+@dataclass(frozen=True)
+class MaxRuntime:
+    """Stop once ``seconds`` of wall-clock time have passed."""
+
+    seconds: float
+
+    def __post_init__(self) -> None:
+        if not self.seconds > 0:
+            raise ValueError(f"MaxRuntime seconds must be > 0, got {self.seconds!r}")
+
+    def __call__(self, elapsed_s: float, since_improvement_s: float, gap: float | None) -> bool:
+        return elapsed_s >= self.seconds
+
+
+@dataclass(frozen=True)
+class NoImprovement:
+    """Stop once neither the best schedule nor the bound has improved for ``seconds``."""
+
+    seconds: float
+
+    def __post_init__(self) -> None:
+        if not self.seconds > 0:
+            raise ValueError(f"NoImprovement seconds must be > 0, got {self.seconds!r}")
+
+    def __call__(self, elapsed_s: float, since_improvement_s: float, gap: float | None) -> bool:
+        return since_improvement_s >= self.seconds
+
+
+@dataclass(frozen=True)
+class GapBelow:
+    """Stop once the gap (makespan - bound) / makespan is at most ``gap``."""
+
+    gap: float
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.gap < 1:
+            raise ValueError(f"GapBelow gap must be in [0, 1), got {self.gap!r}")
+
+    def __call__(self, elapsed_s: float, since_improvement_s: float, gap: float | None) -> bool:
+        return gap is not None and gap <= self.gap
+
+
+StopRule = MaxRuntime | NoImprovement | GapBelow
 
 
 @dataclass(frozen=True)
 class CpSatConfig:
     """How to solve.
 
-    Limits: ``time_limit_s`` (wall clock, whole call), ``deterministic_time`` (CP-SAT's
-    deterministic limit per solve, for reproducible tests), ``workers``, ``random_seed``,
-    ``log`` (CP-SAT's search log to stdout). ``extra_params``: (name, value) pairs set on
-    CP-SAT's ``SatParameters`` as they are.
+    ``time_limit_s``: wall clock of the whole call, model building included (results come
+    back within it, with the best schedule and bound so far). ``stop``: further stop rules
+    (``MaxRuntime``, ``NoImprovement``, ``GapBelow``); the search stops at the first that
+    holds. ``deterministic_time``: CP-SAT deterministic seconds shared by the phases
+    instead of wall-clock shares (reproducible tests; the wall-clock limit still holds).
+    ``workers``, ``random_seed``, ``log`` (CP-SAT's log to stdout).
 
-    Families: ``symmetry_break`` (stage-0 forwards of each pipeline start in microbatch
-    order — a relabelling of identical microbatches, safe), ``fifo`` (every stage runs each
-    kind of op of a pipeline's microbatches in one order; it implies the symmetry break
-    and is *also* without loss of generality — see ``constraints.add_fifo`` for the
-    relabelling argument; tests check it against the unrestricted model), ``memory``
-    (cumulative activation lifetimes per device; under FIFO, precedences on single-stage
-    devices), ``redundant`` (memory pigeonhole chain on stage 0, interval makespan per
-    device, total-work cut for free placement), ``hints`` (complete hints from the best
-    known or constructed schedule), ``device_symmetry`` (free placement: device
-    relabelling for identical devices and uniform links).
-
-    ``subsolvers``: CP-SAT subsolver names; None picks ``DEFAULT_PORTFOLIOS[workers]`` (for
-    workers >= 4 CP-SAT's own portfolio, which includes no_lp and bound workers).
-    ``decompose``: free placement is solved as one fixed-placement model per canonical
-    placement, pruned by bound (reference/cpsat.md §9); False builds one monolithic model.
-    ``dominance``: with FIFO, a device holding only a pipeline's last stage runs each B
-    right after its F (an exchange argument, see ``constraints.add_last_stage_glue``).
-    Phases after an unproven full model (fixed placement), in this order:
-    ``upper_phase``: on at most 2 workers with the default portfolio, re-solve the model
-    with one full search and CP-SAT's LNS, hinted with the incumbent, restarting a solve
-    that stalls with the other search of ``phases.UPPER_SEARCHES`` and the next seed (the
-    no-LP pair finds the first schedules and bounds fastest, LNS improves long pipelines
-    further). ``relaxation``: prove bounds on relaxations that keep the
-    no-overlap and memory constraints of only some devices (both pipeline ends first; any
-    relaxation's bound is a bound of the problem). ``tighten``: rebuild the model with a
-    horizon at or (once two proofs are timed) ahead of the bound; infeasible proves
-    horizon + 1, a schedule found improves the incumbent, until time runs out
-    (``phases.tighten_horizon``). Time split: justification at most 10%, then full model
-    30% of what remains (without the upper phase: 50% before relaxations, 85% before
-    tightening), upper phase half of the rest, relaxations a quarter of what then
-    remains, tightening the rest.
-    With at least 2 workers, a wall-clock limit, CP-SAT's portfolio left to the config and
-    tightening on, the phases after justification use all workers by turns instead
-    (``phases.bound_then_search``): the tightening for at most ``bound_share`` of the
-    time left, then the upper phase. ``race``: the search and the tightening at once in
-    two threads instead, each on half of the workers (``race``); None (default) races
-    where a device holds several stages (``modes._races``), True always, False never.
-    In ``bound`` mode the tightening runs alone on all workers (``modes.bound``: the
-    bound is what is asked for).
-    ``tree_proofs``: a tightening probe on at least 2 workers (CP-SAT's portfolio left to
-    the config, wall-clock limit) runs CP-SAT's shared tree search on all of them
-    (``phases.proof_config``).
-    ``order_literals``: fixed placement under FIFO, a literal per pair of ops of two
-    chains on a device whose order is open, with staircase implications, replacing the
-    device's no-overlap (``constraints.add_order_literals``) when at most
-    ``order_literal_limit`` literals are needed.
-    ``max_placements``: above this many canonical placements the monolithic model is used.
-    ``known_generators``: also judge the registry's matching schedules and greedy list
-    schedules as known schedules (hints, horizon, gaps); off for ablations of the solver.
-    ``justify``: fixed placement, improve every fitting known schedule by double
-    justification (``justify``) for the hint and horizon, within 10% of the time limit.
-    """
+    ``known_generators``: also try the registry's schedules of the problem's shape as
+    starting schedules and judge them (their gaps in ``Result.known``); the model's own
+    greedy list schedules are always tried. ``bound_share``: the share of the time left
+    after the start that the bound phase may use before the search phase
+    (``strategy``). ``ablate``: model families to switch off (``FAMILIES_OFF``).
+    ``subsolvers`` / ``extra_params``: CP-SAT's portfolio and raw ``SatParameters``
+    (None: ``DEFAULT_PORTFOLIOS``)."""
 
     time_limit_s: float = 60.0
     workers: int = 2
     deterministic_time: float | None = None
     random_seed: int = 0
     log: bool = False
-    symmetry_break: bool = True
-    fifo: bool = True
-    memory: bool = True
-    redundant: bool = True
-    hints: bool = True
-    dominance: bool = True
-    upper_phase: bool = True
-    relaxation: bool = True
-    tighten: bool = True
-    race: bool | None = None
-    bound_share: float = 0.55
-    tree_proofs: bool = True
-    device_symmetry: bool = True
-    order_literals: bool = True
-    order_literal_limit: int = 60000
-    subsolvers: tuple[str, ...] | None = None
-    decompose: bool = True
-    max_placements: int = 20000
+    stop: tuple[StopRule, ...] = ()
     known_generators: bool = True
-    justify: bool = True
+    bound_share: float = 0.55
+    ablate: frozenset[str] = frozenset()
+    subsolvers: tuple[str, ...] | None = None
     extra_params: tuple[tuple[str, object], ...] = field(default=())
 
     def __post_init__(self) -> None:
@@ -119,12 +114,27 @@ class CpSatConfig:
             raise ValueError(f"deterministic_time must be > 0, got {self.deterministic_time!r}")
         if not 0 < self.bound_share < 1:
             raise ValueError(f"bound_share must be between 0 and 1 (exclusive), got {self.bound_share!r}")
+        object.__setattr__(self, "stop", tuple(self.stop))
+        for rule in self.stop:
+            if not isinstance(rule, (MaxRuntime, NoImprovement, GapBelow)):
+                raise ValueError(f"stop rules must be MaxRuntime, NoImprovement or GapBelow, got {rule!r}")
+        object.__setattr__(self, "ablate", frozenset(self.ablate))
+        unknown = sorted(self.ablate - set(FAMILIES_OFF))
+        if unknown:
+            raise ValueError(f"ablate names unknown families {unknown}; allowed: {', '.join(FAMILIES_OFF)}")
         if self.subsolvers is not None:
             object.__setattr__(self, "subsolvers", tuple(self.subsolvers))
         object.__setattr__(self, "extra_params", tuple(tuple(kv) for kv in self.extra_params))
 
     def replace(self, **changes) -> "CpSatConfig":
         return replace(self, **changes)
+
+    def uses(self, family: str) -> bool:
+        """Whether the model family ``family`` (one of ``FAMILIES_OFF``) is on."""
+        return family not in self.ablate
+
+    def stop_rules(self) -> tuple[StopRule, ...]:
+        return (MaxRuntime(self.time_limit_s),) + self.stop
 
     def portfolio(self) -> tuple[str, ...] | None:
         """Subsolver names handed to CP-SAT (None: CP-SAT's own choice)."""

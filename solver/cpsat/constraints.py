@@ -70,6 +70,7 @@ def add_precedences(model: cp_model.CpModel, v: Variables) -> None:
     stages sit on different devices."""
     problem = v.problem
     for i, op in enumerate(v.ops):
+        v.check()
         pred = predecessor(op, problem.num_stages[op.pipeline])
         if pred is None:
             continue
@@ -144,9 +145,7 @@ def add_order_literals(model: cp_model.CpModel, v: Variables, limit: int) -> fro
     c_i) and => lit(a_j, c_i+1). With the FIFO chains this is exactly the device's
     no-overlap, which it replaces. Only on devices holding one stage (two or three
     chains): with several stages per device (bidirectional, wave) the cross-pipeline pairs
-    are dense and the interval model was measured better. On linear S=16, B=64, cap 16,
-    C=1 the 120-s search proved 367 in every run at normal machine speed (with the
-    interval model: 366-367; see experiments/bench_cpsat.py TARGET2). Applied only when
+    are dense and the interval model does better (docs/cpsat.md). Applied only when
     at most ``limit`` literals are needed in all (else the no-overlap stays everywhere).
     Returns the devices it covers."""
     problem = v.problem
@@ -174,6 +173,7 @@ def add_order_literals(model: cp_model.CpModel, v: Variables, limit: int) -> fro
                         return frozenset()
     lits: dict[tuple, cp_model.IntVar] = {}
     for a, c, j, i in pairs:
+        v.check()
         ia = v.index[Op(a[0], a[1], a[2], by_pipe[a[1]][j])]
         ic = v.index[Op(c[0], c[1], c[2], by_pipe[c[1]][i])]
         lit = model.new_bool_var(f"ord_{v.ops[ia]}_{v.ops[ic]}")
@@ -182,6 +182,7 @@ def add_order_literals(model: cp_model.CpModel, v: Variables, limit: int) -> fro
         lits[(a, c, j, i)] = lit
         v.order_lits.append((lit, ia, ic))
     for (a, c, j, i), lit in lits.items():
+        v.check()
         earlier = lits.get((a, c, j - 1, i))
         if earlier is not None:
             model.add_implication(lit, earlier)
@@ -200,15 +201,16 @@ def add_order_chains(model: cp_model.CpModel, v: Variables, orders) -> None:
 
 
 def add_memory(model: cp_model.CpModel, v: Variables, fifo: bool = False) -> list[str]:
-    """Activation of (p, s, m) is live from its F's start to its B's end (W's when split),
-    with demand ``costs.activation[(p, s)]``; one cumulative per device against its
-    activation capacity (devices without a capacity are unconstrained).
+    """An activation of (p, s, m) is live from its F's start to its B's end; with a split
+    backward its part M - M_W until B's end and its part M_W until W's end
+    (``Problem.lifetimes``, the accounting of ``schedules.memory``). One cumulative per
+    device against its activation capacity (devices without a capacity are unconstrained).
 
     With ``fifo`` (every stage runs a pipeline's microbatches in one order) a device's
-    live activations of one stage are a window of consecutive microbatches, so if k of them
-    fill the capacity, F(j+k) starts after the release of j: a precedence. On a device that
-    holds a single stage (fixed placement) these precedences are the whole memory
-    constraint and replace the cumulative. Returns the forms used."""
+    live activations of one stage are a window of consecutive microbatches, so the memory
+    windows of ``Problem.window_shifts`` are precedences; on a device that holds a single
+    stage whose windows are exact they are the whole memory constraint and replace the
+    cumulative. Returns the forms used."""
     problem = v.problem
     D = problem.num_devices
     caps = [problem.cap(d) for d in range(D)]
@@ -221,33 +223,35 @@ def add_memory(model: cp_model.CpModel, v: Variables, fifo: bool = False) -> lis
         if exact_devices:
             forms.append("memory as FIFO precedences")
     act = problem.costs.activation
-    scale = _memory_scale([act[k] for k in problem.stages] + [c for c in caps if c is not None])
-    rel = problem.release_kind
+    sizes = [x for k in problem.stages for _, x in problem.lifetimes(*k)]
+    scale = _memory_scale(sizes + [c for c in caps if c is not None])
     per_device: dict[int, list[tuple[object, int]]] = defaultdict(list)
+    lmin = {(p, s, kind): lifetime_min(problem, v.placement, p, s, kind)
+            for p, s in problem.stages for kind, _ in problem.lifetimes(p, s)}
     for m, p in enumerate(problem.microbatch2pipeline):
         for s in range(problem.num_stages[p]):
+            v.check()
+            if act[(p, s)] <= 0:
+                continue
             if v.placement is not None:
                 d = v.placement.device(p, s)
                 if caps[d] is None or d in exact_devices or not v.has_resources(d):
                     continue  # no cumulative on this device: no lifetime needed
             f = v.index[Op(Kind.F, p, s, m)]
-            r = v.index[Op(rel, p, s, m)]
-            lmin = lifetime_min(problem, v.placement, p, s)
-            size = model.new_int_var(lmin, v.horizon, f"life_p{p}s{s}m{m}")
-            v.lifetime_size[(p, s, m)] = size
-            demand = int(round(act[(p, s)] * scale))
-            if v.placement is not None:
-                iv = model.new_interval_var(v.start[f], size, v.end(r), f"life_p{p}s{s}m{m}")
-                v.lifetime[(p, s, m)] = iv
-                per_device[d].append((iv, demand))
-            else:
-                ivs = {}
-                for d in range(D):
-                    iv = model.new_optional_interval_var(
-                        v.start[f], size, v.end(r), v.x[(p, s)][d], f"life_p{p}s{s}m{m}_d{d}")
-                    ivs[d] = iv
+            for kind, part in problem.lifetimes(p, s):
+                r = v.index[Op(kind, p, s, m)]
+                name = f"life_{kind.value}p{p}s{s}m{m}"
+                size = model.new_int_var(lmin[(p, s, kind)], v.horizon, name)
+                v.lifetime_size[(p, s, m, kind)] = size
+                demand = int(round(part * scale))
+                if v.placement is not None:
+                    iv = model.new_interval_var(v.start[f], size, v.end(r), name)
                     per_device[d].append((iv, demand))
-                v.lifetime[(p, s, m)] = ivs
+                else:
+                    for d2 in range(D):
+                        iv = model.new_optional_interval_var(
+                            v.start[f], size, v.end(r), v.x[(p, s)][d2], f"{name}_d{d2}")
+                        per_device[d2].append((iv, demand))
     for d in range(D):
         if caps[d] is None or not per_device[d] or d in exact_devices or not v.has_resources(d):
             continue
@@ -263,11 +267,9 @@ def add_memory(model: cp_model.CpModel, v: Variables, fifo: bool = False) -> lis
 
 
 def _add_fifo_memory_precedences(model: cp_model.CpModel, v: Variables) -> set[int]:
-    """Under FIFO, F(p, s, j+k) >= release(p, s, j).end where k = activations of (p, s)
-    that fit the device's capacity on their own. Returns the devices holding one stage,
-    for which this is exact."""
+    """Under FIFO, the memory windows of ``Problem.memory_windows`` for each stage with the
+    capacity of its device. Returns the devices holding one stage whose windows are exact."""
     problem = v.problem
-    rel = problem.release_kind
     exact: set[int] = set()
     for d in range(problem.num_devices):
         keys = v.placement.stages_on(d)
@@ -275,14 +277,15 @@ def _add_fifo_memory_precedences(model: cp_model.CpModel, v: Variables) -> set[i
         if cap is None or not v.has_resources(d):
             continue
         for p, s in keys:
-            k = problem.activations_fit(cap, p, s)
-            if not k:
-                continue  # none kept, or a single activation does not fit (the cumulative says infeasible)
-            for release, forward in problem.memory_windows(p, s, k):
+            shifts, is_exact = problem.window_shifts(p, s, cap)
+            pairs, _ = problem.memory_windows(p, s, cap)
+            for release, forward in pairs:
+                v.check()
                 model.add(v.start[v.index[forward]] >= v.end(v.index[release]))
-            v.chain_shift[((rel, p, s), (Kind.F, p, s))] = k
-        if len(keys) == 1 and problem.activations_fit(cap, *keys[0]):
-            exact.add(d)
+            for kind, k in shifts:
+                v.chain_shift[((kind, p, s), (Kind.F, p, s))] = k
+            if len(keys) == 1 and is_exact:
+                exact.add(d)
     return exact
 
 
@@ -348,6 +351,43 @@ def add_makespan(model: cp_model.CpModel, v: Variables, orders=None, fifo: bool 
             model.add(v.makespan >= ar + t + opt_of(p, s))
 
 
+def add_period(model: cp_model.CpModel, v: Variables, orders=None, fifo: bool = False) -> None:
+    """period >= last_d - first_d on every device d holding ops, with first_d at most the
+    start of each op on d and last_d at least the end of each (minimizing the period
+    makes them the device's first start and last end). Only ops that can be first (F) or
+    last (the release op) count; with fixed ``orders`` each device's first and last op,
+    under ``fifo`` each stage's first F and last release op. Fixed placement only."""
+    problem = v.problem
+    if v.placement is None:
+        raise ValueError("the period objective needs a fixed placement (free placement is decomposed)")
+    rel = problem.release_kind
+    firsts: dict[int, list[int]] = defaultdict(list)
+    lasts: dict[int, list[int]] = defaultdict(list)
+    if orders is not None:
+        for d, order in enumerate(orders):
+            if order:
+                firsts[d].append(v.index[order[0]])
+                lasts[d].append(v.index[order[-1]])
+    elif fifo:
+        for p, mbs in problem.pipeline_microbatches.items():
+            for s in range(problem.num_stages[p]):
+                d = v.placement.device(p, s)
+                firsts[d].append(v.index[Op(Kind.F, p, s, mbs[0])])
+                lasts[d].append(v.index[Op(rel, p, s, mbs[-1])])
+    else:
+        for i, op in enumerate(v.ops):
+            if op.kind is Kind.F:
+                firsts[v.device[i]].append(i)
+            if op.kind is rel:
+                lasts[v.device[i]].append(i)
+    for d in firsts:
+        for i in firsts[d]:
+            model.add(v.first[d] <= v.start[i])
+        for i in lasts[d]:
+            model.add(v.last[d] >= v.end(i))
+        model.add(v.period >= v.last[d] - v.first[d])
+
+
 # ---- symmetry and restrictions -------------------------------------------------------------
 def add_symmetry_break(model: cp_model.CpModel, v: Variables) -> None:
     """Microbatches of one pipeline are identical, so relabelling them is a symmetry: fix
@@ -382,6 +422,7 @@ def add_fifo(model: cp_model.CpModel, v: Variables) -> None:
         for s in range(problem.num_stages[p]):
             for k in problem.kinds:
                 for a, b in zip(mbs, mbs[1:]):
+                    v.check()
                     ia = v.index[Op(k, p, s, a)]
                     ib = v.index[Op(k, p, s, b)]
                     model.add(v.start[ib] >= v.start[ia] + v.dur[ia])
@@ -454,8 +495,9 @@ def add_last_stage_glue(model: cp_model.CpModel, v: Variables) -> bool:
 def add_memory_chain(model: cp_model.CpModel, v: Variables) -> bool:
     """Pigeonhole cut (needs the stage-0 symmetry break): if k stage-0 activations of a
     pipeline exceed the device's capacity, then among microbatches j..j+k-1 (in stage-0
-    order) one of the first k-1 has been freed when the last starts, so
-    start F(j+k-1) >= start F(j) + least lifetime of a stage-0 activation."""
+    order) one of the first k-1 has ended its ``Problem.chain_release`` op when the last
+    starts (else k whole activations would be live), so start F(j+k-1) >= start F(j) +
+    least time from a stage-0 F's start to that op's end."""
     problem = v.problem
     D = problem.num_devices
     applied = False
@@ -471,7 +513,7 @@ def add_memory_chain(model: cp_model.CpModel, v: Variables) -> bool:
         k = fit + 1
         if k < 2 or k > len(mbs):
             continue
-        L = lifetime_min(problem, v.placement, p, 0)
+        L = lifetime_min(problem, v.placement, p, 0, problem.chain_release(p, 0))
         for j in range(len(mbs) - k + 1):
             ia = v.index[Op(Kind.F, p, 0, mbs[j])]
             ib = v.index[Op(Kind.F, p, 0, mbs[j + k - 1])]

@@ -35,11 +35,11 @@ def checked(problem: Problem, schedule: Schedule, claimed: int | None) -> KnownE
 
 
 def hint_incumbent(model: CpSatModel, problem: Problem, known: KnownEval) -> None:
-    """Hint ``model`` (when ``hints`` is on) with a judged schedule, in the form its
+    """Hint ``model`` (unless ``hints`` is ablated) with a judged schedule, in the form its
     symmetry and dominance families accept."""
-    if model.config.hints:
+    if model.config.uses("hints"):
         h = hint_form(problem, known, "last-stage glue" in model.applied)
-        model.hint(h.schedule, h.timing, h.makespan)
+        model.hint(h.schedule, h.timing)
 
 
 def solution_of(problem: Problem, model: CpSatModel, raw: RawSolve) -> KnownEval | None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 
@@ -17,9 +17,13 @@ from pipetab.schedules.schedule import Placement, Schedule
 
 from . import constraints as C
 from .config import CpSatConfig
-from .objective import minimize_makespan
+from .objective import set_objective
 from .problem import Problem
 from .variables import Variables
+
+# order literals replace a device's no-overlap only when the whole model needs at most
+# this many (``constraints.add_order_literals``)
+ORDER_LITERAL_LIMIT = 60000
 
 _STATUS = {
     cp_model.OPTIMAL: "optimal",
@@ -29,20 +33,19 @@ _STATUS = {
 }
 
 
-@dataclass
+@dataclass(frozen=True)
 class RawSolve:
     """What one CP-SAT solve returned, without OR-Tools types."""
 
     status: str
-    makespan: int | None
+    makespan: int | None  # the objective's value (the step makespan or the period)
     bound: int | None
     starts: dict[Op, int] | None
     placement: Placement | None
     wall_time: float
+    det_time: float
     first_solution_time: float | None
     num_solutions: int
-    log: list[str] = field(default_factory=list)
-    trace: list[tuple[float, float]] = field(default_factory=list)  # (seconds, objective)
     stalled: bool = False  # stopped early: no better solution for ``stall_s`` seconds
 
 
@@ -98,8 +101,11 @@ class _Watch:
 class CpSatModel:
     """The model of ``problem`` with ``placement`` fixed (None: free placement) and,
     optionally, fixed per-device ``orders`` (evaluate mode). ``horizon`` bounds every time
-    (an upper bound on the optimal makespan, e.g. a known schedule's); ``makespan_lb`` an
-    already-known lower bound."""
+    (an upper bound on the makespan of some optimal schedule, e.g. a known schedule's for
+    the makespan objective); ``makespan_lb`` an already-known lower bound of the objective;
+    ``objective_cap``: only schedules whose objective is at most this (a tightening probe
+    of the period; for the makespan the horizon says it). ``deadline`` (``perf_counter``
+    time): building past it raises ``BuildTimeout``."""
 
     def __init__(
         self,
@@ -109,7 +115,8 @@ class CpSatModel:
         horizon: int,
         orders=None,
         makespan_lb: int = 0,
-        resource_devices=None,
+        objective_cap: int | None = None,
+        deadline: float | None = None,
     ):
         self.problem = problem
         self.config = config
@@ -119,55 +126,57 @@ class CpSatModel:
         self.applied: list[str] = []
         m = self.model
         self.fixed_order = orders is not None
+        t0 = time.perf_counter()
         v = self.vars = Variables.build(
-            m, problem, placement, self.horizon, makespan_lb, intervals=not self.fixed_order)
-        if resource_devices is not None:
-            # a relaxation: only these devices keep their no-overlap and memory constraints
-            v.resource_devices = frozenset(resource_devices)
-            self.applied.append("device relaxation")
+            m, problem, placement, self.horizon, makespan_lb, intervals=not self.fixed_order, deadline=deadline)
         C.add_precedences(m, v)
         if orders is not None:
             if placement is None:
                 raise ValueError("fixed orders need a fixed placement")
             C.add_order_chains(m, v, orders)
             self.applied.append("order fixed")
-        self.fifo = orders is None and config.fifo
-        if config.memory and not self.fixed_order:
+        uses = config.uses
+        self.fifo = orders is None and uses("fifo")
+        if not self.fixed_order:
             # a fixed order's memory profile does not depend on timing: the evaluator's
             # prefix sums decide it exactly (oracle.memory_check)
             self.applied += C.add_memory(m, v, fifo=self.fifo)
         if self.fifo:
             C.add_fifo(m, v)
             self.applied.append("fifo")
-            if config.dominance and C.add_last_stage_glue(m, v):
+            if uses("dominance") and C.add_last_stage_glue(m, v):
                 self.applied.append("last-stage glue")
-        elif orders is None and config.symmetry_break:
+        elif orders is None and uses("symmetry_break"):
             C.add_symmetry_break(m, v)
             self.applied.append("symmetry break")
         if orders is None:
             covered: frozenset[int] = frozenset()
-            if self.fifo and placement is not None and config.order_literals:
-                covered = C.add_order_literals(m, v, config.order_literal_limit)
+            if self.fifo and placement is not None and uses("order_literals"):
+                covered = C.add_order_literals(m, v, ORDER_LITERAL_LIMIT)
                 if covered:
                     self.applied.append("order literals")
-            C.add_no_overlap(m, v, makespan_intervals=config.redundant, skip=covered)
-            if config.redundant and len(covered) < problem.num_devices:
+            C.add_no_overlap(m, v, makespan_intervals=uses("redundant"), skip=covered)
+            if uses("redundant") and len(covered) < problem.num_devices:
                 self.applied.append("interval makespan")
-            if (self.fifo or config.symmetry_break) and config.redundant and config.memory:
+            if (self.fifo or uses("symmetry_break")) and uses("redundant"):
                 if C.add_memory_chain(m, v):
                     self.applied.append("memory chain")
             if placement is None:
-                if config.device_symmetry and C.add_device_symmetry(m, v):
+                if uses("device_symmetry") and C.add_device_symmetry(m, v):
                     self.applied.append("device symmetry")
-                if config.redundant:
+                if uses("redundant"):
                     C.add_total_work(m, v)
         C.add_makespan(m, v, orders, fifo=self.fifo)
-        minimize_makespan(m, v)
+        if problem.objective == "period":
+            C.add_period(m, v, orders, fifo=self.fifo)
+        set_objective(m, v, objective_cap)
+        self.build_s = time.perf_counter() - t0
 
     # ---- hints -------------------------------------------------------------------------
-    def hint(self, schedule: Schedule, timing: Timing, makespan: int) -> None:
+    def hint(self, schedule: Schedule, timing: Timing) -> None:
         """Hint every variable (starts, placement literals, lags, lifetimes, all-reduce
-        starts, makespan) from a schedule of this problem and its timing (complete hint)."""
+        starts, makespan, period) from a schedule of this problem and its timing (a
+        complete hint)."""
         m, v, problem = self.model, self.vars, self.problem
         m.clear_hints()
         pl = schedule.placement
@@ -191,25 +200,35 @@ class CpSatModel:
         rel = problem.release_kind
         for lit, a, c in v.order_lits:
             m.add_hint(lit, int(starts[v.ops[a]] < starts[v.ops[c]]))
-        for (p, s, mb), size in v.lifetime_size.items():
-            f = Op(Kind.F, p, s, mb)
-            r = Op(rel, p, s, mb)
-            m.add_hint(size, starts[r] + problem.duration(r) - starts[f])
+        for (p, s, mb, kind), size in v.lifetime_size.items():
+            r = Op(kind, p, s, mb)
+            m.add_hint(size, starts[r] + problem.duration(r) - starts[Op(Kind.F, p, s, mb)])
+        ends = {op: starts[op] + problem.duration(op) for op in v.ops}
+        pl_of = schedule.placement
+        step = max((ends[op] + problem.optimizer(pl_of.device(op.pipeline, op.stage)) for op in v.ops), default=0)
         for g_i, g in enumerate(problem.costs.replica_groups):
             members = set(g.stages)
-            m.add_hint(v.ar[g_i], max(
-                (starts[op] + problem.duration(op) for op in v.ops
-                 if op.kind is rel and (op.pipeline, op.stage) in members), default=0))
-        m.add_hint(v.makespan, int(makespan))
+            ar = max((ends[op] for op in v.ops if op.kind is rel and (op.pipeline, op.stage) in members), default=0)
+            m.add_hint(v.ar[g_i], ar)
+            t = int(round(g.allreduce_time))
+            step = max([step] + [ar + t + problem.optimizer(pl_of.device(p, s)) for p, s in members])
+        m.add_hint(v.makespan, step)
+        if v.period is not None:
+            firsts = [min((starts[op] for op in o), default=0) for o in schedule.orders]
+            lasts = [max((ends[op] for op in o), default=0) for o in schedule.orders]
+            for d in range(problem.num_devices):
+                m.add_hint(v.first[d], firsts[d])
+                m.add_hint(v.last[d], lasts[d])
+            m.add_hint(v.period, max(b - a for a, b in zip(firsts, lasts)))
 
     # ---- solve ---------------------------------------------------------------------------
-    def parameters(self, time_limit: float, workers: int | None = None):
+    def parameters(self, time_limit: float, det_limit: float | None = None, workers: int | None = None):
         cfg = self.config
         solver = cp_model.CpSolver()
         prm = solver.parameters
         prm.max_time_in_seconds = max(0.01, float(time_limit))
-        if cfg.deterministic_time is not None:
-            prm.max_deterministic_time = cfg.deterministic_time
+        if det_limit is not None:
+            prm.max_deterministic_time = max(1e-3, float(det_limit))
         w = workers or cfg.workers
         prm.num_workers = w
         prm.random_seed = cfg.random_seed
@@ -220,36 +239,39 @@ class CpSatModel:
                 prm.subsolvers.extend(portfolio)
                 if cfg.subsolvers is None and len(portfolio) == w:
                     # otherwise CP-SAT keeps one of the few threads for LNS and drops the
-                    # bound worker (seen in the log: "1 full problem subsolver")
+                    # bound worker (its log: "1 full problem subsolver")
                     prm.num_full_subsolvers = w
         if not self.fixed_order:
-            # presolve probing runs until 1.0 deterministic seconds by default: on linear
-            # S=16, B=64 with order literals that is two rounds of ~5-7 s each before any
-            # search; 0.1 keeps most of its fixings (measured: search starts at 4 s, not 17 s)
+            # presolve probing runs until 1.0 deterministic seconds by default, which
+            # delays the first decision by seconds on long pipelines (docs/cpsat.md)
             prm.probing_deterministic_time_limit = 0.1
+            # one feasibility-pump task ran 19 s past a 14-s limit (it does not check the
+            # clock); it never found a schedule here
+            prm.ignore_subsolvers.append("feasibility_pump")
         for key, value in cfg.extra_params:
             setattr(prm, key, value)
         if self.fixed_order:
             # a difference-constraint system: root propagation is the whole solve; presolve
-            # and the LP relaxation only cost time (measured 3x on 4,096 ops), and the
-            # classic linear propagator settles the chains ~3x faster than the new one
+            # and the LP relaxation only cost time, and the classic linear propagator
+            # settles the chains faster than the new one
             prm.num_workers = 1
             prm.cp_model_presolve = False
             prm.linearization_level = 0
             prm.new_linear_propagation = False
         return solver
 
-    def solve(self, time_limit: float, workers: int | None = None, stall_s: float | None = None,
-              stop: threading.Event | None = None, on_solution=None) -> RawSolve:
-        """Solve within ``time_limit`` seconds; with ``stall_s``, stop early once no better
-        solution has come for that long (``RawSolve.stalled``) — except under a
-        deterministic time limit, which a wall-clock stop would make irreproducible.
-        ``stop``: an event that ends the solve early when set (from another thread);
-        ``on_solution``: called with the makespan of each improving solution."""
-        solver = self.parameters(time_limit, workers)
+    def solve(self, time_limit: float, det_limit: float | None = None, workers: int | None = None,
+              stall_s: float | None = None, stop: threading.Event | None = None, on_solution=None) -> RawSolve:
+        """Solve within ``time_limit`` wall-clock seconds (and ``det_limit`` deterministic
+        ones when given); with ``stall_s``, stop early once no better solution has come for
+        that long (``RawSolve.stalled``) — not under a deterministic limit, which a
+        wall-clock stop would make irreproducible. ``stop``: an event that ends the solve
+        early when set (from another thread or a stop rule); ``on_solution``: called with
+        the objective of each improving solution."""
+        solver = self.parameters(time_limit, det_limit, workers)
         t0 = time.perf_counter()
         cb = _Progress(t0, on_solution)
-        if self.config.deterministic_time is not None:
+        if det_limit is not None:
             stall_s = None
         watch = None
         if stall_s is not None or stop is not None:
@@ -264,10 +286,10 @@ class CpSatModel:
             raise RuntimeError(f"CP-SAT rejected the model: {self.model.validate()}")
         status = _STATUS.get(code, "unknown")
         v = self.vars
-        makespan = starts = placement = None
+        value = starts = placement = None
         bound = None
         if status in ("optimal", "feasible"):
-            makespan = int(round(solver.objective_value))
+            value = int(round(solver.objective_value))
             starts = {op: int(solver.value(v.start[i])) for i, op in enumerate(v.ops)}
             if v.placement is None:
                 placement = Placement(
@@ -283,14 +305,14 @@ class CpSatModel:
             else:
                 placement = v.placement
         if status == "optimal":
-            bound = makespan
+            bound = value
         elif status != "infeasible":
             b = solver.best_objective_bound
             if math.isfinite(b):
                 bound = int(math.ceil(b - 1e-9))
         first = cb.trace[0][0] if cb.trace else None
-        return RawSolve(status, makespan, bound, starts, placement, wall, first, len(cb.trace),
-                        trace=list(cb.trace), stalled=watch is not None and watch.stalled)
+        return RawSolve(status, value, bound, starts, placement, wall, solver.response_proto.deterministic_time,
+                        first, len(cb.trace), stalled=watch is not None and watch.stalled)
 
     def schedule_from(self, raw: RawSolve, name: str = "cpsat") -> Schedule:
         """The schedule of a solution: its placement and, per device, its ops by start."""

@@ -1,51 +1,35 @@
-"""The three modes of the CP-SAT model — evaluate, search, bound — plus the memory front
-and the layer-split search, each returning a solver-independent ``Result``.
+"""The modes of the CP-SAT model — evaluate, search, bound — plus the memory front and
+the layer-split search, each returning a solver-independent ``Result``.
 
-Every schedule a mode returns is re-timed by the solver-free evaluator
-(``schedules.evaluate.asap`` with the transfer lags, plus all-reduce and optimizer tails),
-whose makespan is asserted to be no worse than the solver's, and its table is validated.
+Every schedule a mode returns is re-timed by the solver-free evaluator (the simulator on
+the problem's integer costs), whose objective is asserted to be no worse than the
+solver's, memory-checked, and its table validated. The search on a fixed placement is
+``strategy``'s; free placement solves one fixed placement after another.
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import time
 from dataclasses import dataclass, replace
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 from pipetab.schedules.schedule import Placement, Schedule
 from pipetab.solver.costs import Costs
 
-from .bounds import (
-    analytic_lower_bound,
-    cap_violations,
-    min_feasible_cap,
-    safe_horizon,
-)
+from .bounds import analytic_lower_bound, cap_violations, min_feasible_cap, period_horizon, safe_horizon
 from .config import CpSatConfig
 from .constraints import devices_identical
-from .incumbent import checked, hint_incumbent, solution_of
+from .incumbent import checked, hint_incumbent
 from .justify import justify, precedence_graph
 from .model import CpSatModel
-from .oracle import (
-    KnownEval,
-    evaluate_known,
-    greedy_candidates,
-    relabel_microbatches,
-)
-from .phases import (
-    SearchState,
-    bound_then_search,
-    improve_upper,
-    relaxation_bounds,
-    relaxation_sets,
-    tighten_horizon,
-    upper_phase_config,
-)
-from .problem import Problem
-from .race import race
-from .result import KnownGap, Result, gap_of
+from .oracle import KnownEval, evaluate_known, greedy_schedule, relabel_microbatches
+from .problem import Problem, family_placement
+from .result import KnownGap, PhaseRecord, Result, SolverInfo, gap_of
+from .strategy import Clock, SearchState, bound_phase, search_phase, solve_record
+from .variables import BuildTimeout
 
 _FIFO_LABEL = (
     "every stage runs a pipeline's microbatches in one order (FIFO) — without loss of "
@@ -54,12 +38,19 @@ _FIFO_LABEL = (
 )
 _SYM_LABEL = "stage-0 forwards start in microbatch order (relabelling symmetry, without loss of generality)"
 
+# Predicted cost of the start's steps and of a model build, in units of one evaluation of
+# a schedule by the simulator (ratios of their times on a long pipeline, docs/cpsat.md).
+_COST = {"evaluate": 1.0, "greedy": 3.0, "justify": 12.0, "build": 10.0}
+# a model is built only when the time left holds this many builds (build, presolve, search)
+_BUILDS_LEFT = 2.5
+# the share of the time the start may take before it stops trying further schedules
+# (once it has one that fits; before, it may take all the time)
+_START_SHARE = 0.3
+# above this many ops a known schedule that breaks the cap is not timed
+_TIME_UNFIT_OPS = 20000
+
 
 # ---- helpers ---------------------------------------------------------------------------------
-def _unit(problem: Problem) -> str:
-    return problem.costs.unit
-
-
 def _base_assumptions(problem: Problem, placement_label: str) -> list[str]:
     out = [placement_label]
     if len(set(problem.microbatch2pipeline)) > 1:
@@ -67,24 +58,24 @@ def _base_assumptions(problem: Problem, placement_label: str) -> list[str]:
     out.append("stage partition fixed (op times as given)")
     c = problem.costs
     if c.tick_s is not None:
-        if getattr(c, "rounding", "up") == "down":
-            out.append(
-                f"durations rounded down to ticks of {c.tick_s:g} s (a lower bound of the real-valued problem)"
-            )
+        if c.rounding == "down":
+            out.append(f"durations rounded down to ticks of {c.tick_s:g} s (a lower bound of the real-valued problem)")
         else:
-            out.append(
-                f"durations rounded up to ticks of {c.tick_s:g} s (bound of the quantized problem)"
-            )
+            out.append(f"durations rounded up to ticks of {c.tick_s:g} s (bound of the quantized problem)")
     elif c.unit == "slots":
-        out.append("idealized slot costs")
-    caps = [problem.cap(d) for d in range(problem.num_devices)]
-    if any(cap is not None for cap in caps):
-        rel = "W" if problem.split_backward else "B"
-        out.append(f"activation live from its F's start to its {rel}'s end")
+        out.append("idealized slot costs" + (f", ticks of {c.tick_slots:g} slot" if c.tick_slots != 1 else ""))
+    if any(problem.cap(d) is not None for d in range(problem.num_devices)):
+        if problem.split_backward:
+            out.append("activation live from its F's start: M - M_W to its B's end, M_W to its W's end")
+        else:
+            out.append("activation live from its F's start to its B's end")
+    if problem.objective == "period":
+        out.append("objective: the longest device span from its first op's start to its last op's end "
+                   "(steady state without a global barrier; all-reduce and optimizer not counted)")
     return out
 
 
-def _search_assumptions(problem: Problem, config: CpSatConfig, placement_label: str, applied: Iterable[str]) -> tuple[str, ...]:
+def _search_assumptions(problem: Problem, placement_label: str, applied: Iterable[str]) -> tuple[str, ...]:
     out = _base_assumptions(problem, placement_label)
     applied = set(applied)
     if "fifo" in applied:
@@ -96,77 +87,175 @@ def _search_assumptions(problem: Problem, config: CpSatConfig, placement_label: 
     return tuple(out)
 
 
+_FAMILY_LABELS = {
+    "linear": "linear (stage d on device d)",
+    "bidirectional": "bidirectional (down s->s, up s->S-1-s)",
+    "wave": "wave (stages zig-zag over devices)",
+    "v": "v (device d holds stages d and 2S-1-d)",
+    "interleaved": "interleaved (stage s on device s mod S)",
+}
+
+
 def _placement_label(problem: Problem, placement: Placement | None) -> str:
     if placement is None:
         return "placement free"
     if isinstance(problem.placement, str) and problem.placement != "free":
-        names = {
-            "linear": "linear (stage d on device d)",
-            "bidirectional": "bidirectional (down s->s, up s->S-1-s)",
-            "wave": "wave (stages zig-zag over devices)",
-        }
-        return f"placement fixed: {names[problem.placement]}"
+        return f"placement fixed: {_FAMILY_LABELS[problem.placement]}"
     return f"placement fixed: {[list(x) for x in placement.stage2device]}"
 
 
-def auto_known(problem: Problem, placement: Placement) -> list[Schedule]:
-    """Known schedules of this problem: every registry generator whose schedule (default
-    options; Hanayo with the problem's waves, interleaved with its chunks) has the
-    problem's shape and placement, and greedy memory-aware list schedules (always
-    including one microbatch at a time)."""
+def _solver_info(config: CpSatConfig, families=(), stopped_by=None) -> SolverInfo:
+    return SolverInfo(config.workers, config.random_seed, tuple(config.portfolio() or ()), config.time_limit_s,
+                      config.deterministic_time, tuple(families), stopped_by)
+
+
+def _registry_options(problem: Problem) -> dict[str, dict]:
+    S, n0 = problem.num_devices, problem.num_stages[0]
+    opts = {}
+    if problem.num_pipelines == 1 and n0 % (2 * S) == 0:
+        opts["waves"] = n0 // (2 * S)
+    if problem.num_pipelines == 1 and n0 % S == 0 and n0 >= 2 * S:
+        opts["chunks"] = n0 // S
+    return opts
+
+
+def _registry_schedules(problem: Problem, placement: Placement) -> Iterator[Schedule]:
+    """The registry's schedules (default options; Hanayo with the problem's waves,
+    interleaved with its chunks) of the problem's shape and placement — under a memory
+    cap those of least formula peak memory first, else those of least formula bubble.
+    The shape is checked on a small instance first, so large problems generate only
+    those that fit it."""
     from pipetab.schedules import registry
 
-    out: list[Schedule] = []
     S, B = problem.num_devices, problem.num_microbatches
     fixed = problem.with_placement(placement)
-    n0 = problem.num_stages[0]
+    extra = _registry_options(problem)
+    capped = any(problem.cap(d) is not None for d in range(S))
+    family = problem.placement if isinstance(problem.placement, str) and problem.placement != "free" else None
+    candidates = []
     for name, spec in registry.REGISTRY.items():
-        opts = {}
         names = {o.name for o in spec.options}
-        if "waves" in names and problem.num_pipelines == 1 and n0 % (2 * S) == 0:
-            opts["waves"] = n0 // (2 * S)
-        if "chunks" in names and problem.num_pipelines == 1 and n0 % S == 0:
-            opts["chunks"] = n0 // S
+        opts = {k: v for k, v in extra.items() if k in names}
         try:
-            s = registry.generate(name, S, B, **opts)
+            if not _shape_fits(_generate(name, *_PROBE, tuple(opts.items())), problem, placement, family):
+                continue
+            f = spec.formula(S, B, **opts)
+        except (ValueError, NotImplementedError, TypeError):
+            continue
+        peak = max(f.peak_activations) if f.peak_activations else math.inf
+        key = peak if capped else (f.bubble_ratio if f.bubble_ratio is not None else math.inf)
+        candidates.append((key, name, opts))
+    for _, name, opts in sorted(candidates, key=lambda c: (c[0], c[1])):
+        try:
+            s = _generate(name, S, B, tuple(opts.items()))
         except (ValueError, NotImplementedError, TypeError):
             continue
         if fixed.matches(s) is None:
-            out.append(s)
-    out += greedy_candidates(problem, placement)
-    return out
+            yield s
 
 
-def _judge(problem: Problem, schedules: Iterable[Schedule]) -> tuple[list[KnownEval], list[str]]:
+@functools.lru_cache(maxsize=16)
+def _generate(name: str, stages: int, microbatches: int, opts: tuple) -> Schedule:
+    """A registry schedule (schedules are immutable: a free-placement search asks for the
+    same ones once per placement)."""
+    from pipetab.schedules import registry
+
+    return registry.generate(name, stages, microbatches, **dict(opts))
+
+
+# (devices, microbatches) of the small instance that tells a generator's shape
+_PROBE = (4, 8)
+
+
+def _shape_fits(probe: Schedule, problem: Problem, placement: Placement, family: str | None) -> bool:
+    """Whether a generator's small ``probe`` has the problem's shape: split, stages per
+    device, and the problem's placement family at the probe's size (a given placement:
+    the probe's placement scaled up must be it — only checked on the full schedule)."""
+    S = problem.num_devices
+    if probe.split_backward != problem.split_backward or probe.num_pipelines != problem.num_pipelines:
+        return False
+    n = tuple(probe.num_stages(p) for p in range(probe.num_pipelines))
+    if any(a * S != b * probe.num_devices for a, b in zip(n, problem.num_stages)):
+        return False
+    if family is None:
+        return True
+    try:
+        return family_placement(family, probe.num_devices, n).stage2device == probe.placement.stage2device
+    except ValueError:
+        return False
+
+
+def greedy_starts(problem: Problem, placement: Placement) -> Iterator[Schedule]:
+    """The model's own starting schedules: greedy memory-aware list schedules, the
+    reserving one-microbatch-window kinds first (they never deadlock and fit any feasible
+    cap), then wider admission windows and forward-first priorities."""
+    B, D = problem.num_microbatches, problem.num_devices
+    capped = any(problem.cap(d) is not None for d in range(D))
+    if capped:
+        yield from filter(None, [greedy_schedule(problem, placement, None, True, "greedy-reserve", reserve=True)])
+    for w in sorted({D, B, 2 * D, 1}, reverse=False if capped else True):
+        if w > B:
+            continue
+        for bf in (True, False):
+            if w == 1 and not bf:
+                continue
+            s = greedy_schedule(problem, placement, w, bf, name=f"greedy-w{w}{'' if bf else '-ff'}")
+            if s is not None:
+                yield s
+    if capped:
+        s = greedy_schedule(problem, placement, None, False, "greedy-reserve-ff", reserve=True)
+        if s is not None:
+            yield s
+
+
+def auto_known(problem: Problem, placement: Placement) -> list[Schedule]:
+    """Known schedules of this problem: the registry's of its shape and placement, and the
+    greedy list schedules (``greedy_starts``)."""
+    return list(_registry_schedules(problem, placement)) + list(greedy_starts(problem, placement))
+
+
+class _Pace:
+    """Predicts the start's steps and a model build from the measured time of one
+    evaluation (``_COST``); under a deterministic limit nothing is skipped for time."""
+
+    def __init__(self, clock: Clock, num_ops: int):
+        self.clock = clock
+        self.unit: float | None = None
+        self.num_ops = num_ops
+
+    def measured(self, seconds: float) -> None:
+        if self.unit is None:
+            self.unit = max(seconds, 1e-4)
+
+    def fits(self, step: str, until: float, times: float = 1.0) -> bool:
+        """Whether ``step`` is predicted to end (``times`` over) before ``until``."""
+        if self.clock.deterministic:
+            return time.perf_counter() < self.clock.deadline
+        need = (self.unit or 0.0) * _COST[step] * times
+        return time.perf_counter() + need < until
+
+    def model_fits(self) -> bool:
+        return self.fits("build", self.clock.deadline - self.reserve(), _BUILDS_LEFT)
+
+    def reserve(self) -> float:
+        """Time kept for re-checking a solver's schedule (evaluate and validate)."""
+        return (self.unit or 0.0) * 3
+
+
+def _judge(problem: Problem, schedules: Iterable[Schedule], pace: _Pace | None = None) -> tuple[list[KnownEval], list[str]]:
+    """Each schedule of this problem judged by the evaluator (``pace``: measured, and a
+    schedule that breaks the memory cap is not timed on large problems)."""
     evals, skipped = [], []
     for s in schedules:
         why = problem.matches(s)
         if why is not None:
             skipped.append(f"{s.name}: {why}")
             continue
-        evals.append(evaluate_known(problem, s))
+        t = time.perf_counter()
+        evals.append(evaluate_known(problem, s, time_unfit=pace is None or len(problem.ops) <= _TIME_UNFIT_OPS))
+        if pace is not None and evals[-1].timing is not None:
+            pace.measured(time.perf_counter() - t)
     return evals, skipped
-
-
-def _justified(problem: Problem, placement: Placement, evals: Sequence[KnownEval], until: float) -> list[KnownEval]:
-    """The fitting known schedules improved by double justification (``justify``), best
-    known first, while the clock is before ``until``. Each is worth trying: on linear
-    S=16, B=64, cap 16, C=1 the best known (greedy, 378) does not improve but 1F1B (385)
-    becomes 375."""
-    fitting = sorted((e for e in evals if e.fits), key=lambda e: e.makespan)
-    if not fitting or time.perf_counter() > until:
-        return []  # e.g. later placements of a free-placement search, past the 10%
-    graph = precedence_graph(problem, placement)
-    if graph is None:
-        return []
-    out = []
-    for e in fitting:
-        if time.perf_counter() > until:
-            break
-        better = justify(problem, placement, e, graph)
-        if better is not None:
-            out.append(better)
-    return out
 
 
 def _best(evals: Iterable[KnownEval]) -> KnownEval | None:
@@ -174,206 +263,188 @@ def _best(evals: Iterable[KnownEval]) -> KnownEval | None:
     return min(fitting, key=lambda e: e.makespan) if fitting else None
 
 
-def _solver_details(config: CpSatConfig, time_limit: float) -> dict:
-    return {
-        "workers": config.workers,
-        "random_seed": config.random_seed,
-        "subsolvers": list(config.portfolio() or ()),
-        "time_limit_s": round(time_limit, 3),
-        "deterministic_time": config.deterministic_time,
-    }
+@dataclass
+class _Start:
+    evals: list[KnownEval]
+    best: KnownEval | None
+    note: str
+    wall_s: float
+
+
+def _start(problem: Problem, placement: Placement, config: CpSatConfig, known: Sequence[Schedule],
+           clock: Clock, pace: _Pace) -> _Start:
+    """Phase 1: judge the given known schedules, the registry's (``known_generators``)
+    and the greedy starts, then double-justify the fitting ones, best first — each step
+    only while it is predicted to end within ``_START_SHARE`` of the time."""
+    t = time.perf_counter()
+    until = t + _START_SHARE * max(0.0, clock.wall_left())
+    evals, skipped = _judge(problem, known, pace)
+    sources = []
+    if config.known_generators:
+        sources.append(("evaluate", _registry_schedules(problem, placement)))
+    sources.append(("greedy", greedy_starts(problem, placement)))
+    hard = clock.deadline - pace.reserve()
+    for step, schedules in sources:
+        # until one fits, a start may use all the time: without one nothing comes back
+        while pace.fits(step, until if _best(evals) else hard, 1 + _COST["evaluate"] / _COST[step]):
+            s = next(schedules, None)
+            if s is None:
+                break
+            evals += _judge(problem, [s], pace)[0]
+    notes = [f"{len(evals)} schedules judged"]
+    if skipped:
+        notes.append("skipped: " + "; ".join(skipped))
+    if config.uses("justify"):
+        fitting = sorted((e for e in evals if e.fits), key=lambda e: e.makespan)
+        graph = precedence_graph(problem, placement) if fitting and pace.fits("justify", until) else None
+        justified = []
+        for e in fitting if graph is not None else ():
+            if not pace.fits("justify", until, 0.75):
+                break
+            better = justify(problem, placement, e, graph)
+            if better is not None:
+                justified.append(better)
+        if justified:
+            notes.append("justified: " + ", ".join(f"{e.name} {e.makespan}" for e in justified))
+        evals += justified
+    best = _best(evals)
+    if best is not None:
+        notes.append(f"best start {best.name} {best.makespan}")
+    return _Start(evals, best, "; ".join(notes), round(time.perf_counter() - t, 3))
 
 
 def _infeasible_cap(problem: Problem, mode: str, t0: float, placement: Placement | None, reasons: list[str],
-                    label: str | None = None) -> Result:
+                    config: CpSatConfig, label: str | None = None) -> Result:
     mfc = min_feasible_cap(problem)
     shown = "; ".join(reasons[:2]) + (f" (and {len(reasons) - 2} more devices)" if len(reasons) > 2 else "")
     return Result(
-        mode, "infeasible", None, None, None, _unit(problem), time.perf_counter() - t0,
+        mode, "infeasible", None, None, None, problem.costs.unit, time.perf_counter() - t0,
         bound_assumptions=tuple(_base_assumptions(problem, label or _placement_label(problem, placement))),
         message=shown + f"; the smallest feasible activation cap is {mfc:g}",
-        min_feasible_cap=mfc, tick_s=problem.costs.tick_s,
+        min_feasible_cap=mfc, tick_s=problem.costs.tick_s, objective=problem.objective,
+        tick_slots=problem.costs.tick_slots, solver=_solver_info(config),
     )
 
 
 # ---- evaluate ---------------------------------------------------------------------------------
 def evaluate(schedule: Schedule, costs: Costs, config: CpSatConfig | None = None) -> Result:
     """CP-SAT in fixed mode: the schedule's placement and per-device orders fixed (orders
-    as precedence chains) → its makespan, which must equal the evaluator's (asap with
-    transfer lags, plus all-reduce and optimizer tails). A memory cap the order breaks is
+    as precedence chains) → its makespan, which must equal the evaluator's (the simulator
+    with transfer lags, all-reduce and optimizer tails). A memory cap the order breaks is
     reported as ``infeasible`` naming the device (prefix sums, no solver needed); so is a
-    deadlocking order."""
+    deadlocking order. Past the time limit: ``unknown`` with the evaluator's makespan."""
     config = config or CpSatConfig()
     t0 = time.perf_counter()
     problem = Problem.from_schedule(schedule, costs)
     label = f"placement and per-device order fixed: {schedule.name}"
     known = evaluate_known(problem, schedule)
     mem = known.memory
+    common = dict(tick_s=costs.tick_s, tick_slots=costs.tick_slots, peak_activations=tuple(mem.peaks),
+                  solver=_solver_info(config.replace(workers=1, subsolvers=())))
     if not mem.fits or known.makespan is None:
-        return Result(
-            "evaluate", "infeasible", schedule, None, None, _unit(problem), time.perf_counter() - t0,
-            bound_assumptions=(label,), message=mem.violation or known.error,
-            details={"peak_activations": list(mem.peaks)}, tick_s=costs.tick_s,
-        )
+        return Result("evaluate", "infeasible", schedule, None, None, costs.unit, time.perf_counter() - t0,
+                      bound_assumptions=(label,), message=mem.violation or known.error, **common)
     oracle = known.makespan
-    cfg = config.replace(hints=False)
-    horizon = safe_horizon(problem, schedule.placement)
-    model = CpSatModel(problem, cfg, schedule.placement, horizon, orders=schedule.orders)
-    raw = model.solve(max(0.05, config.time_limit_s - (time.perf_counter() - t0)), workers=1)
+    pace = _Pace(Clock(config, t0), len(problem.ops))
+    pace.measured(time.perf_counter() - t0)
+    if not pace.fits("build", pace.clock.deadline, 1.5):
+        return Result("evaluate", "unknown", schedule, oracle, None, costs.unit, time.perf_counter() - t0, None,
+                      (label,), message="the time limit leaves no time to build the CP-SAT model; "
+                      "makespan from the evaluator", **common)
+    model = CpSatModel(problem, config, schedule.placement, safe_horizon(problem, schedule.placement),
+                       orders=schedule.orders)
+    raw = model.solve(max(0.05, pace.clock.wall_left()), config.deterministic_time, workers=1)
     runtime = time.perf_counter() - t0
-    details = {"evaluator_makespan": oracle, "peak_activations": list(mem.peaks),
-               **_solver_details(config, config.time_limit_s), "workers": 1, "subsolvers": []}
     if raw.status != "optimal":
-        return Result(
-            "evaluate", "unknown" if raw.status != "infeasible" else "infeasible", schedule,
-            raw.makespan, raw.bound, _unit(problem), runtime, raw.first_solution_time, (label,),
-            message=f"CP-SAT did not settle the fixed schedule ({raw.status}) within the limit",
-            details=details, tick_s=costs.tick_s,
-        )
+        return Result("evaluate", "unknown" if raw.status != "infeasible" else "infeasible", schedule,
+                      raw.makespan, raw.bound, costs.unit, runtime, raw.first_solution_time, (label,),
+                      message=f"CP-SAT did not settle the fixed schedule ({raw.status}) within the limit",
+                      **common)
     if raw.makespan != oracle:
         raise RuntimeError(
             f"CP-SAT fixed mode gives makespan {raw.makespan} for {schedule.name!r}, "
             f"the evaluator {oracle}: a modelling bug"
         )
-    return Result(
-        "evaluate", "optimal", schedule, raw.makespan, raw.makespan, _unit(problem), runtime,
-        raw.first_solution_time, (label,), details=details, tick_s=costs.tick_s,
-    )
+    return Result("evaluate", "optimal", schedule, raw.makespan, raw.makespan, costs.unit, runtime,
+                  raw.first_solution_time, (label,), **common)
 
 
 # ---- search (fixed placement) ----------------------------------------------------------------
-def all_workers_flow_applies(config: CpSatConfig) -> bool:
-    """Whether the phases after justification share out all workers by wall clock
-    (``bound_then_search``, ``race``, or in ``bound`` mode the tightening alone) rather
-    than run the sequential flow: at least 2 workers, CP-SAT's portfolio left to the
-    config (no ``subsolvers``), tightening on, and a wall-clock limit only (wall-clock
-    phase ends and stop events could not be reproduced under a deterministic limit)."""
-    return (config.workers >= 2 and config.subsolvers is None and config.tighten
-            and config.deterministic_time is None)
-
-
-def _races(config: CpSatConfig, placement: Placement) -> bool:
-    """Whether a search on all workers races (``race``) rather than bounds first
-    (``bound_then_search``): ``config.race`` when set; by default where a device holds
-    several stages. There the tightening's probes (interval model, no order literals)
-    rarely raise the bound; in one run of the 20-s benchmark bounding first left 6
-    bidirectional S=8 and S=16 searches 1-15 slots worse with bounds within 2 (weak
-    evidence: the race's own searches there differ by as much between runs), so these
-    shapes keep the race, the default before."""
-    if config.race is not None:
-        return config.race
-    return any(len(placement.stages_on(d)) > 1 for d in range(placement.num_devices))
-
-
-def _search_fixed(
-    problem: Problem,
-    placement: Placement,
-    config: CpSatConfig,
-    known: Sequence[Schedule],
-    t0: float,
-    deadline: float,
-    mode: str,
-    use_auto_known: bool = True,
-    label: str | None = None,
-) -> Result:
+def _search_fixed(problem: Problem, placement: Placement, config: CpSatConfig, known: Sequence[Schedule],
+                  clock: Clock, mode: str, label: str | None = None) -> Result:
     fixed = problem.with_placement(placement)
     label = label or _placement_label(problem, placement)
+    t0 = clock.t0
     violations = cap_violations(fixed, placement)
     if violations:
-        return _infeasible_cap(fixed, mode, t0, placement, violations, label)
-    use_auto_known = use_auto_known and config.known_generators
-    schedules = list(known) + (auto_known(fixed, placement) if use_auto_known else [])
-    evals, skipped = _judge(fixed, schedules)
-    justified = _justified(fixed, placement, evals, t0 + 0.1 * (deadline - t0)) if config.justify else []
-    best = _best(evals + justified)
+        return _infeasible_cap(fixed, mode, t0, placement, violations, config, label)
+    pace = _Pace(clock, len(fixed.ops))
+    start = _start(fixed, placement, config, known, clock, pace)
+    phases = [PhaseRecord("start", start.wall_s, note=start.note)]
+    best = start.best
     t_first = time.perf_counter() - t0 if best else None
     lb, lb_why = analytic_lower_bound(fixed, placement)
-    horizon = best.makespan if best else safe_horizon(fixed, placement)
-    details = {**_solver_details(config, deadline - t0), "analytic_bound": lb, "analytic_bound_from": lb_why,
-               "best_known": None if best is None else {"name": best.name, "makespan": best.makespan}}
-    if skipped:
-        details["skipped_known"] = skipped
-    if justified:
-        details["justified"] = {e.name: e.makespan for e in justified}
+
+    def finish(status, schedule, value, bound, message, families=(), stopped_by=None):
+        if schedule is not None and schedule.name != "cpsat" and pace.fits("evaluate", clock.deadline + 1.0, 3):
+            checked(fixed, schedule, value)  # a start: its table validated too (solver schedules are already)
+        return _finish(fixed, mode, status, schedule, value, bound, t0, t_first,
+                       _search_assumptions(fixed, label, families), message, start.evals, config,
+                       tuple(phases), families, lb, stopped_by)
+
     if best is not None and lb >= best.makespan:
-        assumptions = _search_assumptions(fixed, config, label, ())
-        return _finish(fixed, mode, "optimal", best.schedule, best.makespan, lb, t0, t_first,
-                       assumptions, "a known schedule meets the analytic bound", details, evals)
-    if best is not None and all_workers_flow_applies(config):
-        state = SearchState(best, lb)
-        if mode == "bound":
-            # the bound is what is asked for: the tightening alone on all workers
-            details["flow"] = "bound first"
-            tighten_horizon(fixed, placement, config, state, deadline, details)
-        elif _races(config, placement):
-            details["flow"] = "race"
-            race(fixed, placement, config, state, deadline, details)
-        else:
-            details["flow"] = "bound then search"
-            bound_then_search(fixed, placement, config, state, deadline, details)
-        assumptions = _search_assumptions(fixed, config, label, details.get("families", ()))
-        return _finish_state(fixed, mode, state, t0, t_first, assumptions, details, evals)
-    details["flow"] = "sequential"
-    model = CpSatModel(fixed, config, placement, horizon, makespan_lb=lb)
-    details["families"] = list(model.applied)
-    if best is not None:
-        hint_incumbent(model, fixed, best)
-    relax_sets = relaxation_sets(fixed, placement) if config.relaxation else []
-    upper = upper_phase_config(config)
-    remaining = deadline - time.perf_counter()
-    # time split among the phases that follow an unproven full model: the full model
-    # gets 30% before the upper-bound phase, else half before relaxations (one-stage
-    # devices), else 85% before tightening
-    share = 0.3 if upper is not None else 0.5 if relax_sets else 0.85 if config.tighten else 1.0
-    raw = model.solve(max(0.05, remaining * share))
-    details.update(solver_status=raw.status, solver_bound=raw.bound, solver_makespan=raw.makespan,
-                   solver_wall_s=round(raw.wall_time, 3), solutions=raw.num_solutions,
-                   solver_first_s=None if raw.first_solution_time is None else round(raw.first_solution_time, 3))
-    assumptions = _search_assumptions(fixed, config, label, model.applied)
-    incumbent = best
-    found = solution_of(fixed, model, raw)
-    if found is not None and (incumbent is None or found.makespan < incumbent.makespan):
-        incumbent = found
-        if t_first is None and raw.first_solution_time is not None:
-            t_first = (deadline - t0) - remaining + raw.first_solution_time
-    if raw.status == "infeasible":
-        if best is not None:
-            raise RuntimeError("CP-SAT reports infeasible although a known schedule fits: a modelling bug")
-        return _finish(fixed, mode, "infeasible", None, None, None, t0, None, assumptions,
-                       "no schedule exists under these constraints", details, evals)
-    bound = max(lb, raw.bound) if raw.bound is not None else lb
-    if incumbent is None:
-        return _finish(fixed, mode, "unknown", None, None, bound, t0, None, assumptions,
-                       "no schedule found within the limit", details, evals)
-
-    def until(fraction: float) -> float:
-        return min(deadline, time.perf_counter() + fraction * (deadline - time.perf_counter()))
-
-    state = SearchState(incumbent, bound)
-    if upper is not None and not state.done.is_set():
-        improve_upper(fixed, placement, upper, state, until(0.5 if relax_sets or config.tighten else 1.0), details)
-    if relax_sets and not state.done.is_set():
-        incumbent, bound = state.snapshot()
-        state.raise_bound(relaxation_bounds(fixed, placement, config, relax_sets, incumbent, bound,
-                                            until(0.25 if config.tighten else 1.0), details))
-    if config.tighten and not state.done.is_set():
-        tighten_horizon(fixed, placement, config, state, deadline, details)
-    return _finish_state(fixed, mode, state, t0, t_first, assumptions, details, evals)
-
-
-def _finish_state(problem, mode, state: SearchState, t0, t_first, assumptions, details, evals) -> Result:
-    """The result of a search that ended with ``state``'s incumbent and bound."""
+        return finish("optimal", best.schedule, best.makespan, lb, f"a start meets the analytic bound ({lb_why})")
+    if not pace.model_fits():
+        if best is None:
+            return finish("unknown", None, None, lb, "no schedule within the time limit")
+        return finish("feasible", best.schedule, best.makespan, lb,
+                      "the time limit leaves no time to build the CP-SAT model; best start and analytic bound")
+    if best is None:
+        # no start: one solve of the whole model for the time left
+        t = time.perf_counter()
+        horizon = period_horizon(fixed, placement) if fixed.objective == "period" else safe_horizon(fixed, placement)
+        try:
+            model = CpSatModel(fixed, config, placement, horizon, makespan_lb=lb, deadline=clock.deadline)
+        except BuildTimeout:
+            return finish("unknown", None, None, lb, "no schedule within the time limit")
+        wall, det = clock.budget(1.0).limits()
+        raw = model.solve(wall, det)
+        phases.append(PhaseRecord("solve", round(time.perf_counter() - t, 3),
+                                  (solve_record("solve", config, None, raw),)))
+        families = tuple(model.applied)
+        found = None
+        if raw.starts is not None:
+            found = checked(fixed, model.schedule_from(raw), raw.makespan)
+            t_first = time.perf_counter() - t0
+        if raw.status == "infeasible":
+            return finish("infeasible", None, None, None, "no schedule exists under these constraints", families)
+        bound = max(lb, raw.bound or lb)
+        if found is None:
+            return finish("unknown", None, None, bound, "no schedule found within the limit", families)
+        return finish("optimal" if bound >= found.makespan else "feasible", found.schedule, found.makespan,
+                      min(bound, found.makespan), "", families)
+    state = SearchState(best, lb, config, t0)
+    rows: list = []
+    t = time.perf_counter()
+    share = 1.0 if mode == "bound" else config.bound_share
+    bound_phase(fixed, placement, config, state, clock.budget(share), rows, leave_early=mode != "bound")
+    phases.append(PhaseRecord("bound", round(time.perf_counter() - t, 3), tuple(rows)))
+    if mode != "bound" and not state.should_stop():
+        rows = []
+        t = time.perf_counter()
+        search_phase(fixed, placement, config, state, clock.budget(1.0), rows)
+        phases.append(PhaseRecord("search", round(time.perf_counter() - t, 3), tuple(rows)))
     incumbent, bound = state.snapshot()
-    makespan = incumbent.makespan
-    status = "optimal" if bound >= makespan else "feasible"
-    return _finish(problem, mode, status, incumbent.schedule, makespan, min(bound, makespan), t0, t_first,
-                   assumptions, "", details, evals)
+    status = "optimal" if bound >= incumbent.makespan else "feasible"
+    return finish(status, incumbent.schedule, incumbent.makespan, min(bound, incumbent.makespan), "",
+                  state.families, state.stopped_by if not state.done else None)
 
 
-def _finish(problem, mode, status, schedule, makespan, bound, t0, t_first, assumptions, message, details, evals) -> Result:
+def _finish(problem, mode, status, schedule, value, bound, t0, t_first, assumptions, message, evals, config,
+            phases=(), families=(), analytic=None, stopped_by=None) -> Result:
     known = {}
     for e in evals:
-        if e.name.startswith("greedy"):
+        if e.name.startswith(("greedy", "justified-")):
             continue
         known[e.name] = KnownGap(
             e.makespan, e.fits, gap_of(e.makespan, bound) if e.fits else None,
@@ -382,14 +453,20 @@ def _finish(problem, mode, status, schedule, makespan, bound, t0, t_first, assum
     if schedule is not None and schedule.name.startswith("justified-") and not message:
         message = f"best schedule is {schedule.name!r}, a known schedule improved by double justification"
     elif schedule is not None and schedule.name != "cpsat" and not message:
-        message = f"best schedule is the known {schedule.name!r}"
+        message = f"best schedule is the start {schedule.name!r}"
     return Result(
-        mode, status, schedule, makespan, bound, _unit(problem), time.perf_counter() - t0, t_first,
-        tuple(assumptions), message, known=known, details=details, tick_s=problem.costs.tick_s,
+        mode, status, schedule, value, bound, problem.costs.unit, time.perf_counter() - t0, t_first,
+        tuple(assumptions), message, known=known, tick_s=problem.costs.tick_s, objective=problem.objective,
+        tick_slots=problem.costs.tick_slots, phases=tuple(phases),
+        solver=_solver_info(config, families, stopped_by), analytic_bound=analytic,
     )
 
 
 # ---- search (free placement) -----------------------------------------------------------------
+# above this many canonical placements free placement is one model with placement literals
+MAX_PLACEMENTS = 20000
+
+
 def canonical_placements(problem: Problem, limit: int) -> list[Placement] | None:
     """Every placement of the problem's stages on its devices, up to relabelling of
     identical devices (restricted growth strings); None when more than ``limit``."""
@@ -448,184 +525,174 @@ def _canonical_devices(schedule: Schedule) -> Schedule:
                     schedule.stage_work, schedule.split_backward, schedule.params)
 
 
-def _search_free(problem: Problem, config: CpSatConfig, known: Sequence[Schedule], t0: float,
-                 deadline: float, mode: str) -> Result:
+def _search_free(problem: Problem, config: CpSatConfig, known: Sequence[Schedule], clock: Clock,
+                 mode: str) -> Result:
+    t0 = clock.t0
     evals, skipped = _judge(problem, known)
-    placements = canonical_placements(problem, config.max_placements) if config.decompose else None
+    placements = canonical_placements(problem, MAX_PLACEMENTS) if config.uses("decompose") else None
     if placements is None:
-        return _search_free_monolithic(problem, config, evals, skipped, t0, deadline, mode)
+        return _search_free_monolithic(problem, config, evals, clock, mode)
     identical = devices_identical(problem)
     label = (
         f"placement free: all {len(placements)} placements"
         + (" up to relabelling of identical devices" if identical else "")
         + " enumerated, each solved with its placement fixed, pruned by bound"
     )
-    rows = []
     feasible = []
     for pl in placements:
         fp = problem.with_placement(pl)
         if cap_violations(fp, pl):
             continue
-        lb, _ = analytic_lower_bound(fp, pl)
-        feasible.append((pl, lb))
+        feasible.append((pl, analytic_lower_bound(fp, pl)[0]))
     if not feasible:
-        return _infeasible_cap(problem, mode, t0, None, ["no placement fits the memory capacity"])
+        return _infeasible_cap(problem, mode, t0, None, ["no placement fits the memory capacity"], config)
     # known schedules first (their placements give the first incumbent), then by bound
-    known_pl = {}
+    known_pl: dict = {}
     for e in evals:
         if e.fits:
-            key = e.schedule.placement.stage2device
-            if identical:
-                key = _canonical_devices(e.schedule).placement.stage2device
+            key = (_canonical_devices(e.schedule) if identical else e.schedule).placement.stage2device
             known_pl.setdefault(key, []).append(e)
     feasible.sort(key=lambda x: (x[0].stage2device not in known_pl, x[1]))
-    inc_sched, inc_ms = None, None
     best_known = _best(evals)
-    if best_known is not None:
-        inc_sched, inc_ms = best_known.schedule, best_known.makespan
+    inc_sched, inc_val = (best_known.schedule, best_known.makespan) if best_known else (None, None)
     t_first = time.perf_counter() - t0 if inc_sched else None
-    bounds = []
-    solved = pruned = unsolved = 0
-    all_applied: set[str] = set()
+    bounds, phases = [], []
+    unsolved = 0
+    families: set[str] = set()
     for idx, (pl, lb) in enumerate(feasible):
-        now = time.perf_counter()
-        if inc_ms is not None and lb >= inc_ms:
+        if inc_val is not None and lb >= inc_val:
             bounds.append(lb)
-            pruned += 1
-            rows.append({"placement": [list(x) for x in pl.stage2device], "analytic_bound": lb, "pruned": True})
+            phases.append(PhaseRecord(f"placement {[list(x) for x in pl.stage2device]}", 0.0,
+                                      note=f"pruned: analytic bound {lb} >= {inc_val}"))
             continue
-        remaining = deadline - now
+        remaining = clock.wall_left()
         if remaining <= 0.05:
             bounds.append(lb)
             unsolved += 1
             continue
-        left = sum(1 for p2, lb2 in feasible[idx:] if inc_ms is None or lb2 < inc_ms)
+        left = sum(1 for _, lb2 in feasible[idx:] if inc_val is None or lb2 < inc_val)
         slice_s = max(remaining / max(1, left), min(remaining, 0.5))
-        kn = [_canonical_devices(e.schedule) if identical else e.schedule
-              for e in known_pl.get(pl.stage2device, [])]
+        kn = [_canonical_devices(e.schedule) if identical else e.schedule for e in known_pl.get(pl.stage2device, [])]
         if inc_sched is not None and inc_sched.placement.stage2device == pl.stage2device:
             kn.append(inc_sched)
-        sub_cfg = config.replace(time_limit_s=max(0.05, slice_s))
-        res = _search_fixed(problem, pl, sub_cfg, kn, time.perf_counter(), time.perf_counter() + slice_s,
-                            mode, label=label)
-        solved += 1
-        all_applied.update(res.details.get("families", ()))
-        sub_lb = res.lower_bound if res.lower_bound is not None else lb
-        if res.status == "infeasible":
-            sub_lb = math.inf
+        sub_cfg = config.replace(time_limit_s=max(0.05, slice_s), deterministic_time=None if
+                                 config.deterministic_time is None else config.deterministic_time / len(feasible))
+        now = time.perf_counter()
+        res = _search_fixed(problem, pl, sub_cfg, kn, Clock(sub_cfg, now, now + slice_s), mode, label=label)
+        families.update(res.solver.families)
+        sub_lb = math.inf if res.status == "infeasible" else (res.lower_bound if res.lower_bound is not None else lb)
         bounds.append(sub_lb)
-        rows.append({"placement": [list(x) for x in pl.stage2device], "status": res.status,
-                     "makespan": res.makespan, "lower_bound": res.lower_bound})
-        if res.makespan is not None and (inc_ms is None or res.makespan < inc_ms):
-            inc_sched, inc_ms = res.schedule, res.makespan
+        phases.append(PhaseRecord(f"placement {[list(x) for x in pl.stage2device]}", round(res.runtime_s, 3),
+                                  tuple(r for ph in res.phases for r in ph.solves),
+                                  f"{res.status}, {problem.objective} {res.makespan}, bound {res.lower_bound}"))
+        if res.makespan is not None and (inc_val is None or res.makespan < inc_val):
+            inc_sched, inc_val = res.schedule, res.makespan
             if t_first is None:
                 t_first = time.perf_counter() - t0
     lb_all = min(bounds) if bounds else None
-    if inc_ms is not None and lb_all is not None:
-        lb_all = min(lb_all, inc_ms)
+    if inc_val is not None and lb_all is not None:
+        lb_all = min(lb_all, inc_val)
     if lb_all is not None and not math.isfinite(lb_all):
         lb_all = None
     if identical:
-        all_applied.add("device symmetry")
-    assumptions = _search_assumptions(problem, config, label, all_applied | {"fifo"} if config.fifo else all_applied)
-    details = {**_solver_details(config, deadline - t0), "placements": len(feasible), "solved": solved,
-               "pruned": pruned, "unsolved": unsolved, "runs": rows[:200]}
+        families.add("device symmetry")
     if skipped:
-        details["skipped_known"] = skipped
+        phases.insert(0, PhaseRecord("start", 0.0, note="skipped: " + "; ".join(skipped)))
+    assumptions = _search_assumptions(problem, label, families)
     if inc_sched is None:
         status = "unknown" if unsolved else "infeasible"
         return _finish(problem, mode, status, None, None, lb_all, t0, None, assumptions,
-                       "no schedule found" if unsolved else "no schedule exists", details, evals)
-    ev = checked(problem.with_placement(inc_sched.placement), inc_sched, inc_ms)
+                       "no schedule found" if unsolved else "no schedule exists", evals, config, phases,
+                       tuple(sorted(families)))
+    ev = checked(problem.with_placement(inc_sched.placement), inc_sched, inc_val)
     status = "optimal" if lb_all is not None and lb_all >= ev.makespan else "feasible"
-    return _finish(problem, mode, status, inc_sched, ev.makespan, lb_all, t0, t_first, assumptions, "", details, evals)
+    return _finish(problem, mode, status, inc_sched, ev.makespan, lb_all, t0, t_first, assumptions, "", evals,
+                   config, phases, tuple(sorted(families)))
 
 
-def _search_free_monolithic(problem, config, evals, skipped, t0, deadline, mode) -> Result:
+def _search_free_monolithic(problem: Problem, config: CpSatConfig, evals, clock: Clock, mode: str) -> Result:
+    """One model with placement literals (above ``MAX_PLACEMENTS`` canonical placements)."""
+    if problem.objective == "period":
+        raise ValueError("the period objective with free placement needs the decomposition "
+                         f"(at most {MAX_PLACEMENTS} canonical placements)")
+    t0 = clock.t0
     best = _best(evals)
-    lb, lb_why = analytic_lower_bound(problem, None)
+    lb, _ = analytic_lower_bound(problem, None)
     horizon = best.makespan if best else safe_horizon(problem, None)
-    if best is None and config.hints:
-        # a linear-ish greedy schedule as a first incumbent
+    if best is None:
+        # a schedule on stages dealt round-robin over the devices as a first incumbent
         D = problem.num_devices
         pl = Placement(tuple(tuple(s % D for s in range(n)) for n in problem.num_stages), D)
         fp = problem.with_placement(pl)
         if not cap_violations(fp, pl):
-            cands = [evaluate_known(fp, s) for s in greedy_candidates(fp, pl)]
-            best = _best(cands)
+            best = _best(evaluate_known(fp, s) for s in greedy_starts(fp, pl))
             if best is not None:
                 horizon = best.makespan
     t_first = time.perf_counter() - t0 if best else None
     model = CpSatModel(problem, config, None, horizon, makespan_lb=lb)
-    if config.hints and best is not None:
+    if config.uses("hints") and best is not None:
         sched = _canonical_devices(best.schedule) if "device symmetry" in model.applied else best.schedule
         ev = evaluate_known(problem.with_placement(sched.placement), sched)
         s2, tm = relabel_microbatches(sched, ev.timing)
-        model.hint(s2, tm, ev.makespan)
-    remaining = deadline - time.perf_counter()
-    raw = model.solve(max(0.05, remaining))
+        model.hint(s2, tm)
+    t = time.perf_counter()
+    wall, det = clock.budget(1.0).limits()
+    raw = model.solve(wall, det)
+    phases = (PhaseRecord("solve", round(time.perf_counter() - t, 3), (solve_record("solve", config, None, raw),)),)
     label = "placement free (one model with placement literals)"
-    assumptions = _search_assumptions(problem, config, label, model.applied)
-    details = {**_solver_details(config, deadline - t0), "analytic_bound": lb, "analytic_bound_from": lb_why,
-               "families": list(model.applied), "solver_status": raw.status}
-    if skipped:
-        details["skipped_known"] = skipped
-    chosen, makespan = (best.schedule, best.makespan) if best else (None, None)
+    assumptions = _search_assumptions(problem, label, model.applied)
+    chosen, value = (best.schedule, best.makespan) if best else (None, None)
     if raw.starts is not None:
         cand = model.schedule_from(raw)
         ev = checked(problem.with_placement(cand.placement), cand, raw.makespan)
-        if makespan is None or ev.makespan < makespan:
-            chosen, makespan = cand, ev.makespan
-            if t_first is None and raw.first_solution_time is not None:
-                t_first = (deadline - t0) - remaining + raw.first_solution_time
+        if value is None or ev.makespan < value:
+            chosen, value = cand, ev.makespan
+            if t_first is None:
+                t_first = time.perf_counter() - t0
+    fam = tuple(model.applied)
     if raw.status == "infeasible" and chosen is None:
-        return _finish(problem, mode, "infeasible", None, None, None, t0, None, assumptions,
-                       "no schedule exists", details, evals)
+        return _finish(problem, mode, "infeasible", None, None, None, t0, None, assumptions, "no schedule exists",
+                       evals, config, phases, fam, lb)
     bound = max(lb, raw.bound) if raw.bound is not None else lb
     if chosen is None:
         return _finish(problem, mode, "unknown", None, None, bound, t0, None, assumptions,
-                       "no schedule found within the limit", details, evals)
-    status = "optimal" if bound >= makespan else "feasible"
-    return _finish(problem, mode, status, chosen, makespan, min(bound, makespan), t0, t_first,
-                   assumptions, "", details, evals)
+                       "no schedule found within the limit", evals, config, phases, fam, lb)
+    status = "optimal" if bound >= value else "feasible"
+    return _finish(problem, mode, status, chosen, value, min(bound, value), t0, t_first, assumptions, "", evals,
+                   config, phases, fam, lb)
 
 
 # ---- public modes ----------------------------------------------------------------------------
 def search(problem: Problem, config: CpSatConfig | None = None, known: Sequence[Schedule] = ()) -> Result:
     """Free the per-device orders (and the placement when ``problem.placement`` is
     ``"free"``) under the memory caps; return the best schedule found (never worse than the
-    best known schedule that fits), its makespan, the proven lower bound and the gap.
-
-    Known schedules (``known`` plus the registry's generators and greedy list schedules
-    that match the problem) are evaluated first; the best that fits gives the horizon and a
-    complete hint. An infeasible cap returns status ``infeasible`` with
+    best start that fits), its objective, the proven lower bound and the gap, within the
+    time limit (``strategy``). An infeasible cap returns status ``infeasible`` with
     ``min_feasible_cap``."""
     config = config or CpSatConfig()
-    t0 = time.perf_counter()
-    deadline = t0 + config.time_limit_s
+    clock = Clock(config)
     if problem.is_free:
-        return _search_free(problem, config, known, t0, deadline, "search")
-    return _search_fixed(problem, problem.fixed_placement, config, known, t0, deadline, "search")
+        return _search_free(problem, config, known, clock, "search")
+    return _search_fixed(problem, problem.fixed_placement, config, known, clock, "search")
 
 
 def bound(problem: Problem, config: CpSatConfig | None = None, known: Sequence[Schedule] = ()) -> Result:
-    """The proven lower bound on the optimal makespan (max of analytic and CP-SAT bounds)
+    """The proven lower bound on the optimal objective (max of analytic and CP-SAT bounds)
     and each known schedule's gap to it (``Result.known``); also the best schedule found
-    on the way."""
+    on the way. The bound phase gets all of the time after the start."""
     config = config or CpSatConfig()
-    t0 = time.perf_counter()
-    deadline = t0 + config.time_limit_s
+    clock = Clock(config)
     if problem.is_free:
-        res = _search_free(problem, config, known, t0, deadline, "bound")
+        res = _search_free(problem, config, known, clock, "bound")
         if not res.known and problem.num_pipelines == 1 and problem.num_stages[0] == problem.num_devices:
             # judge the linear known schedules against the free-placement bound too
             pl = Placement((tuple(range(problem.num_devices)),), problem.num_devices)
-            evals, _ = _judge(problem, auto_known(problem, pl))
+            evals, _ = _judge(problem, _registry_schedules(problem.with_placement(pl), pl))
             known_gaps = {e.name: KnownGap(e.makespan, e.fits, gap_of(e.makespan, res.lower_bound) if e.fits else None)
-                          for e in evals if not e.name.startswith("greedy")}
+                          for e in evals}
             res = replace(res, known=known_gaps)
         return res
-    return _search_fixed(problem, problem.fixed_placement, config, known, t0, deadline, "bound")
+    return _search_fixed(problem, problem.fixed_placement, config, known, clock, "bound")
 
 
 @dataclass(frozen=True)

@@ -80,15 +80,84 @@ class KnownEval:
         return self.schedule.name
 
 
-def evaluate_known(problem: Problem, schedule: Schedule) -> KnownEval:
+def evaluate_known(problem: Problem, schedule: Schedule, time_unfit: bool = True) -> KnownEval:
     """``schedule`` timed by the simulator on the problem's costs (step makespan with
-    all-reduce and optimizer tails), with its memory checked against the problem's caps."""
+    all-reduce and optimizer tails) — for the period objective, its least period
+    (``min_period``) — with its memory checked against the problem's caps;
+    ``time_unfit=False``: a schedule that breaks a cap is not timed (makespan None)."""
     mem = memory_check(problem, schedule)
+    if not mem.fits and not time_unfit:
+        return KnownEval(schedule, None, None, mem, "not timed: it breaks the memory cap")
     try:
         sim = simulate(schedule, problem.costs)
     except DeadlockError as exc:
         return KnownEval(schedule, None, None, mem, str(exc))
+    if problem.objective == "period":
+        period, timing = min_period(problem, schedule, Timing(sim.start, sim.end))
+        return KnownEval(schedule, period, timing, mem)
     return KnownEval(schedule, int(round(sim.makespan)), Timing(sim.start, sim.end), mem)
+
+
+def span(schedule: Schedule, timing: Timing) -> float:
+    """The longest device span of a timed schedule: from its first op's start to its last
+    op's end (the period of a repeated step without a global barrier)."""
+    return max((max(timing.end[op] for op in order) - min(timing.start[op] for op in order)
+                for order in schedule.orders if order), default=0)
+
+
+def min_period(problem: Problem, schedule: Schedule, asap: Timing) -> tuple[int, Timing]:
+    """The least ``span`` of ``schedule``'s per-device orders over all timings that keep
+    every dependency with its transfer time (starts free, not as early as possible) and
+    the earliest timing reaching it. For a candidate period P the timings are the
+    solutions of difference constraints — the data and order edges (a DAG, in the order
+    of ``asap`` starts) and one edge per device from its last op back to its first
+    (first.start >= last.end - P); longest paths settle within one pass per device plus
+    one when P is feasible. P is found by bisection between the largest device load and
+    the ``asap`` span."""
+    dur = problem.duration
+    pl = schedule.placement
+    ops = sorted(asap.start, key=lambda o: asap.start[o])
+    preds: dict[Op, list[tuple[Op, int]]] = defaultdict(list)
+    for order in schedule.orders:
+        for a, b in zip(order, order[1:]):
+            preds[b].append((a, dur(a)))
+    for op in ops:
+        for nx in _successors(op, problem.num_stages[op.pipeline], problem.split_backward):
+            a, b = pl.device(op.pipeline, op.stage), pl.device(nx.pipeline, nx.stage)
+            preds[nx].append((op, dur(op) + (problem.lag(op, a, b) if a != b else 0)))
+    ends = [(order[0], order[-1]) for order in schedule.orders if order]
+
+    def earliest(P: int) -> dict[Op, int] | None:
+        start = {op: 0 for op in ops}
+        for _ in range(len(ends) + 2):
+            for op in ops:
+                t = max((start[a] + w for a, w in preds[op]), default=start[op])
+                if t > start[op]:
+                    start[op] = t
+            changed = False
+            for first, last in ends:
+                t = start[last] + dur(last) - P
+                if t > start[first]:
+                    start[first] = t
+                    changed = True
+            if not changed:
+                return start
+        return None
+
+    lo = max(sum(dur(op) for op in order) for order in schedule.orders if order)
+    hi = int(round(span(schedule, asap)))
+    best = {op: int(round(t)) for op, t in asap.start.items()}
+    while lo < hi:
+        mid = (lo + hi) // 2
+        found = earliest(mid)
+        if found is None:
+            lo = mid + 1
+        else:
+            hi, best = mid, found
+    if hi != int(round(span(schedule, asap))) or best is not None:
+        found = earliest(hi)
+        best = found if found is not None else best
+    return hi, Timing(best, {op: t + dur(op) for op, t in best.items()})
 
 
 def relabel_microbatches(schedule: Schedule, timing: Timing) -> tuple[Schedule, Timing]:
@@ -178,7 +247,6 @@ def greedy_schedule(
     D = placement.num_devices
     nst = problem.num_stages
     act = problem.costs.activation
-    release = problem.release_kind
     dev_of = {(p, s): placement.device(p, s) for p, s in problem.stages}
     caps = [problem.cap(d) for d in range(D)]
     prio = {Kind.B: 0, Kind.W: 1, Kind.F: 2} if backward_first else {Kind.F: 0, Kind.B: 1, Kind.W: 2}
@@ -250,11 +318,14 @@ def greedy_schedule(
             free_at[d] = end
             orders[d].append(op)
             remaining -= 1
-            a = act[(op.pipeline, op.stage)]
-            if op.kind is Kind.F and not reserve:
-                live[d] += a
-            elif op.kind is release:
-                heapq.heappush(releases, (end, d, a))
+            if op.kind is Kind.F:
+                if not reserve:
+                    live[d] += act[(op.pipeline, op.stage)]
+            else:
+                freed = -memory_change(op.kind, act[(op.pipeline, op.stage)],
+                                       problem.weight_part(op.pipeline, op.stage), problem.split_backward)
+                if freed > 0:
+                    heapq.heappush(releases, (end, d, freed))
             done[op.microbatch] += 1
             if done[op.microbatch] == ops_per_mb[op.microbatch]:
                 heapq.heappush(finishes, end)
@@ -287,28 +358,4 @@ def _successors(op: Op, num_stages: int, split: bool) -> list[Op]:
             out.append(Op(Kind.B, p, s - 1, m))
         if split:
             out.append(Op(Kind.W, p, s, m))
-    return out
-
-
-def greedy_candidates(problem: Problem, placement: Placement) -> list[Schedule]:
-    """Greedy schedules for a few priority rules and admission windows (largest first),
-    always including the one-microbatch-at-a-time schedule, which fits any feasible cap."""
-    out: list[Schedule] = []
-    B = problem.num_microbatches
-    windows = sorted({B, 2 * problem.num_devices, problem.num_devices, 1}, reverse=True)
-    for w in windows:
-        if w > B:
-            continue
-        for bf in (True, False):
-            if w == 1 and not bf:
-                continue
-            s = greedy_schedule(problem, placement, w, bf, name=f"greedy-w{w}{'' if bf else '-ff'}")
-            if s is not None:
-                out.append(s)
-    if any(problem.cap(d) is not None for d in range(problem.num_devices)):
-        for bf in (True, False):
-            s = greedy_schedule(problem, placement, None, bf, name=f"greedy-reserve{'' if bf else '-ff'}",
-                                reserve=True)
-            if s is not None:
-                out.append(s)
     return out

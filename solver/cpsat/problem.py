@@ -3,8 +3,14 @@ their integer costs, the devices, and how much of the placement is fixed.
 
 ``placement`` is a fixed ``Placement``, a family name (``"linear"``: stage d on device d;
 ``"bidirectional"``: Chimera's down pipeline s -> s and up pipeline s -> S-1-s;
-``"wave"``: Hanayo's 2WS stages zig-zagging over S devices), or ``"free"`` (any device for
-every (pipeline, stage); the solver chooses).
+``"wave"``: Hanayo's 2WS stages zig-zagging over S devices; ``"v"``: 2S stages, device d
+holding stages d and 2S-1-d as ZB-V and DualPipeV; ``"interleaved"``: vS stages, stage s
+on device s mod S), or ``"free"`` (any device for every (pipeline, stage); the solver
+chooses).
+
+``objective``: ``"makespan"`` (one synchronous step, all-reduce and optimizer included) or
+``"period"`` (the steady-state time of a repeated step without a global barrier: the
+longest span of any device from its first op's start to its last op's end).
 """
 
 from __future__ import annotations
@@ -16,12 +22,15 @@ from functools import cached_property
 from pipetab.schedules.ops import Kind, Op
 from pipetab.schedules.generators.chimera import chimera_placement
 from pipetab.schedules.generators.hanayo import wave_placement
+from pipetab.schedules.generators.interleaved import loop_placement
 from pipetab.schedules.generators.linear import linear_placement
+from pipetab.schedules.generators.zero_bubble import v_placement
 from pipetab.schedules.schedule import Placement, Schedule
 from pipetab.schedules.table import SlotDurations
-from pipetab.solver.costs import Costs, shape_slot_costs
+from pipetab.solver.costs import Costs, Links, shape_slot_costs
 
-FAMILIES = ("linear", "bidirectional", "wave", "free")
+FAMILIES = ("linear", "bidirectional", "wave", "v", "interleaved", "free")
+OBJECTIVES = ("makespan", "period")
 
 StageKey = tuple[int, int]
 
@@ -48,6 +57,16 @@ def family_placement(family: str, num_devices: int, num_stages: tuple[int, ...])
                 f"wave placement needs one pipeline of 2*W*{D} stages (W waves), got {list(num_stages)}"
             )
         return wave_placement(D, num_stages[0] // (2 * D))
+    if family == "v":
+        if num_stages != (2 * D,):
+            raise ValueError(f"v placement needs one pipeline of {2 * D} stages (two per device), got {list(num_stages)}")
+        return v_placement(D)
+    if family == "interleaved":
+        if len(num_stages) != 1 or num_stages[0] % D or num_stages[0] < 2 * D:
+            raise ValueError(
+                f"interleaved placement needs one pipeline of v*{D} stages (v >= 2 chunks), got {list(num_stages)}"
+            )
+        return loop_placement(D, num_stages[0] // D)
     raise ValueError(f"placement must be one of {', '.join(FAMILIES)} or a Placement, got {family!r}")
 
 
@@ -75,8 +94,11 @@ class Problem:
     split_backward: bool = False
     stage_work: tuple[tuple[float, ...], ...] | None = None
     name: str = "problem"
+    objective: str = "makespan"
 
     def __post_init__(self) -> None:
+        if self.objective not in OBJECTIVES:
+            raise ValueError(f"objective must be one of {', '.join(OBJECTIVES)}, got {self.objective!r}")
         object.__setattr__(self, "microbatch2pipeline", tuple(self.microbatch2pipeline))
         object.__setattr__(self, "num_stages", tuple(self.num_stages))
         D = self.num_devices
@@ -126,13 +148,6 @@ class Problem:
                         )
                 if (p, s) not in c.activation:
                     raise ValueError(f"costs have no activation size for stage {s} of pipeline {p}")
-        if (self.split_backward and any(cap is not None for cap in c.capacity)
-                and any(c.weight_part(p, s) < c.activation[(p, s)] - 1e-12 for p, s in c.activation)):
-            raise ValueError(
-                "the CP-SAT model holds a split backward's whole activation until W; costs "
-                "that free part of it at B (weight_memory below the activation) under a "
-                "memory cap are not modelled yet"
-            )
         for g in c.replica_groups:
             _int(g.allreduce_time, "an all-reduce time")
             for p, s in g.stages:
@@ -217,13 +232,50 @@ class Problem:
             return None
         return int(math.floor(cap / a + 1e-9))
 
-    def memory_windows(self, p: int, s: int, k: int) -> list[tuple[Op, Op]]:
-        """Under FIFO, with ``k`` activations of stage (p, s) held at once: the pairs
-        (release of microbatch j, forward of microbatch j + k) — that forward cannot start
-        before that release ends."""
+    def weight_part(self, p: int, s: int) -> float:
+        """M_W of stage (p, s) when the backward is split (0 without a split: B frees all)."""
+        return self.costs.weight_part(p, s) if self.split_backward else 0.0
+
+    def lifetimes(self, p: int, s: int) -> list[tuple[Kind, float]]:
+        """An activation of stage (p, s) as parts live from its F's start to the end of an
+        op: [(B, M - M_W), (W, M_W)] with a split backward (parts of size 0 left out),
+        [(B, M)] without — ``schedules.memory``'s accounting."""
+        a = self.costs.activation[(p, s)]
+        w = min(a, self.weight_part(p, s))
+        parts = [(Kind.B, a - w), (Kind.W, w)] if self.split_backward else [(Kind.B, a)]
+        return [(k, x) for k, x in parts if x > 1e-12]
+
+    def chain_release(self, p: int, s: int) -> Kind:
+        """The op whose end surely frees part of an activation of (p, s) and, when one part
+        is all of it, the whole: W when a split backward keeps all of it until W, else B."""
+        parts = self.lifetimes(p, s)
+        return parts[-1][0] if len(parts) == 1 else Kind.B
+
+    def window_shifts(self, p: int, s: int, cap: float | None) -> tuple[list[tuple[Kind, int]], bool]:
+        """Under FIFO, with ``cap`` for stage (p, s)'s activations alone: pairs (kind, k)
+        meaning the release op ``kind`` of microbatch j ends before F of microbatch j + k
+        starts (else more than ``cap`` would be live), and whether these are the whole
+        memory constraint of a device holding only this stage (exact). One part (B, or W
+        holding all): (that op, k) for k = activations that fit, exact. Two parts
+        [(B, M - M_W), (W, M_W)]: (B, k) and (W, k_W) for the least k_W with
+        M + k_W M_W > cap — necessary, not exact."""
+        k = self.activations_fit(cap, p, s)
+        if not k:
+            return [], False
+        parts = self.lifetimes(p, s)
+        if len(parts) == 1:
+            return [(parts[0][0], k)], True
+        a = self.costs.activation[(p, s)]
+        kw = int(math.floor((cap - a) / parts[1][1] + 1e-9)) + 1
+        return [(Kind.B, k), (Kind.W, kw)], False
+
+    def memory_windows(self, p: int, s: int, cap: float | None) -> tuple[list[tuple[Op, Op]], bool]:
+        """``window_shifts`` as op pairs (release of microbatch j, forward of j + k)."""
+        shifts, exact = self.window_shifts(p, s, cap)
         mbs = self.pipeline_microbatches[p]
-        rel = self.release_kind
-        return [(Op(rel, p, s, mbs[j]), Op(Kind.F, p, s, mbs[j + k])) for j in range(len(mbs) - k)]
+        pairs = [(Op(kind, p, s, mbs[j]), Op(Kind.F, p, s, mbs[j + sh]))
+                 for kind, sh in shifts for j in range(len(mbs) - sh)]
+        return pairs, exact
 
     @cached_property
     def pipeline_microbatches(self) -> dict[int, tuple[int, ...]]:
@@ -247,6 +299,9 @@ class Problem:
             return "different stages per pipeline"
         if schedule.split_backward != self.split_backward:
             return "different backward split"
+        work = self.stage_work or tuple((1.0,) * n for n in self.num_stages)
+        if any(abs(a - b) > 1e-9 for w, sw in zip(work, schedule.stage_work) for a, b in zip(w, sw)):
+            return "different stage partition"
         fixed = self.fixed_placement
         if fixed is not None and schedule.placement.stage2device != fixed.stage2device:
             return "different placement"
@@ -297,14 +352,30 @@ def idealized_costs(
     backward: int = 2,
     weight: int = 1,
     comm: int = 0,
-    activation_cap: int | None = None,
+    activation_cap: float | None = None,
     stage_work: tuple[tuple[float, ...], ...] | None = None,
     split_backward: bool = False,
+    weight_memory: float = 1.0,
 ) -> Costs:
-    """Idealized slot costs for a problem shape: ``solver.costs.shape_slot_costs`` (the
-    numbers ``slot_costs`` gives a schedule of that shape)."""
-    return shape_slot_costs(num_devices, num_stages, SlotDurations(forward, backward, weight),
-                            comm, activation_cap, stage_work, split_backward)
+    """Idealized costs for a problem shape (``solver.costs.shape_slot_costs``), with times
+    in ticks of the lightest stage's share of the model (``tick_slots``) and every
+    activation sized by its stage's share of the model (units of M_B, the activation of a
+    stage holding 1/num_devices of it): a device's work and memory per microbatch are
+    the same for every placement. ``activation_cap``: at most that much (in M_B) live per
+    device; ``weight_memory``: M_W / M of a split backward."""
+    if activation_cap is not None and (isinstance(activation_cap, bool) or not isinstance(activation_cap, (int, float))
+                                       or not math.isfinite(activation_cap) or activation_cap <= 0):
+        raise ValueError(f"activation cap must be a number > 0 (units of M_B), got {activation_cap!r}")
+    work = stage_work or tuple((1.0,) * n for n in num_stages)
+    share = {(p, s): w[s] * num_devices / sum(w) for p, w in enumerate(work) for s in range(len(w))}
+    costs = shape_slot_costs(num_devices, num_stages, SlotDurations(forward, backward, weight), comm, None,
+                             stage_work, split_backward, weight_memory, min(share.values()))
+    return replace(
+        costs,
+        activation=share,
+        weight_memory={k: f * share[k] for k, f in costs.weight_memory.items()},
+        capacity=(activation_cap,) * num_devices,
+    )
 
 
 def idealized_problem(
@@ -316,25 +387,31 @@ def idealized_problem(
     backward: int = 2,
     weight: int = 1,
     comm: int = 0,
-    activation_cap: int | None = None,
+    activation_cap: float | None = None,
     waves: int = 1,
+    chunks: int = 2,
     pipelines: int = 1,
     devices: int | None = None,
     stage_work: tuple[tuple[float, ...], ...] | None = None,
     split_backward: bool = False,
+    weight_memory: float = 1.0,
+    objective: str = "makespan",
 ) -> Problem:
     """An idealized problem on ``stages`` devices (``devices`` for free placement).
 
     ``linear``: one pipeline of ``stages`` stages; ``bidirectional``: two pipelines of
     ``stages`` stages, microbatches split half/half per unit; ``wave``: one pipeline of
-    2*waves*stages stages; ``free``: ``pipelines`` pipelines (1 or 2, split like
-    bidirectional) of ``stages`` stages on ``devices`` (default ``stages``) devices."""
+    2*waves*stages stages; ``v``: one pipeline of 2*stages stages; ``interleaved``: one
+    of chunks*stages stages; ``free``: ``pipelines`` pipelines (1 or 2, split like
+    bidirectional) of ``stages`` stages on ``devices`` (default ``stages``) devices.
+    Costs: ``idealized_costs``."""
     if not isinstance(stages, int) or isinstance(stages, bool) or stages < 1:
         raise ValueError(f"stages must be an integer >= 1, got {stages!r}")
     if not isinstance(microbatches, int) or isinstance(microbatches, bool) or microbatches < 1:
         raise ValueError(f"microbatches must be an integer >= 1, got {microbatches!r}")
     D = devices or stages
     label = placement if isinstance(placement, str) else "given"
+    mb2p = (0,) * microbatches
     if label == "bidirectional" or (label in ("free", "given") and pipelines == 2):
         num_stages = (stages, stages)
         mb2p = bidirectional_microbatches(stages, microbatches)
@@ -342,16 +419,57 @@ def idealized_problem(
         if not isinstance(waves, int) or waves < 1:
             raise ValueError(f"waves must be an integer >= 1, got {waves!r}")
         num_stages = (2 * waves * stages,)
-        mb2p = (0,) * microbatches
+    elif label == "v":
+        num_stages = (2 * stages,)
+    elif label == "interleaved":
+        if not isinstance(chunks, int) or isinstance(chunks, bool) or chunks < 2:
+            raise ValueError(f"chunks must be an integer >= 2, got {chunks!r}")
+        num_stages = (chunks * stages,)
     else:
         if pipelines not in (1, 2):
             raise ValueError(f"pipelines must be 1 or 2, got {pipelines!r}")
         num_stages = (stages,)
-        mb2p = (0,) * microbatches
     if isinstance(placement, Placement):
         D = placement.num_devices
         num_stages = tuple(len(s) for s in placement.stage2device)
-    costs = idealized_costs(
-        D, num_stages, forward, backward, weight, comm, activation_cap, stage_work, split_backward
-    )
-    return Problem(D, mb2p, num_stages, costs, placement, split_backward, stage_work, f"{label}-S{stages}-B{microbatches}")
+    costs = idealized_costs(D, num_stages, forward, backward, weight, comm, activation_cap, stage_work,
+                            split_backward, weight_memory)
+    return Problem(D, mb2p, num_stages, costs, placement, split_backward, stage_work,
+                   f"{label}-S{stages}-B{microbatches}", objective)
+
+
+def profiled_problem(
+    stages: int,
+    microbatches: int,
+    forward_s: float,
+    backward_s: float,
+    weight_s: float | None = None,
+    comm_s: float = 0.0,
+    *,
+    tick_s: float,
+    placement: Placement | str = "linear",
+    activation_limit: float | None = None,
+    weight_memory: float = 1.0,
+    objective: str = "makespan",
+    rounding: str = "up",
+    chunks: int = 2,
+) -> Problem:
+    """A problem on measured op times in seconds — T_F, T_B (input gradient when
+    ``weight_s`` is given, which splits the backward) and T_W of a stage holding 1/S of the
+    model, a constant message time T_comm between devices — quantized to integer ticks of
+    ``tick_s`` (``rounding="up"`` for schedules, ``"down"`` for bounds of the real-valued
+    problem). Stages holding a share of the model take that share of the times.
+    ``activation_limit``: per device, in M_B; ``weight_memory``: M_W / M."""
+    for name, t in (("forward_s", forward_s), ("backward_s", backward_s), ("comm_s", comm_s),
+                    ("weight_s", 1.0 if weight_s is None else weight_s), ("tick_s", tick_s)):
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t < 0 \
+                or (t == 0 and name != "comm_s"):
+            raise ValueError(f"{name} must be a time in seconds > 0 (comm_s >= 0), got {t!r}")
+    split = weight_s is not None
+    shape = idealized_problem(stages, microbatches, placement, activation_cap=activation_limit, chunks=chunks,
+                              split_backward=split, weight_memory=weight_memory, objective=objective)
+    base = {Kind.F: forward_s, Kind.B: backward_s, Kind.W: weight_s}
+    c = shape.costs
+    op_time = {(k, p, s): base[k] * c.activation[(p, s)] for k, p, s in c.op_time}
+    real = replace(c, unit="s", op_time=op_time, links=Links(constant=float(comm_s)), tick_slots=1.0)
+    return replace(shape, costs=real.quantized(tick_s, rounding), name=f"profiled-{shape.name}")

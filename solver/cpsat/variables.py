@@ -4,6 +4,7 @@ activation lifetime intervals, all-reduce starts, transfer lags and the makespan
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 from ortools.sat.python import cp_model
@@ -71,11 +72,15 @@ def heads_tails(problem: Problem, placement: Placement | None) -> tuple[dict[Op,
     return head, tail
 
 
-def lifetime_min(problem: Problem, placement: Placement | None, p: int, s: int) -> int:
-    """Least time from the start of F(p, s) to the end of its release op (B, or W)."""
+def lifetime_min(problem: Problem, placement: Placement | None, p: int, s: int, kind: Kind) -> int:
+    """Least time from the start of F(p, s) to the end of its op ``kind`` (B or W)."""
     head, _ = heads_tails(problem, placement)
-    rel = Op(problem.release_kind, p, s, 0)
+    rel = Op(kind, p, s, 0)
     return head[rel] + problem.duration(rel) - head[Op(Kind.F, p, s, 0)]
+
+
+class BuildTimeout(Exception):
+    """The model could not be built within the time limit."""
 
 
 @dataclass
@@ -96,15 +101,26 @@ class Variables:
     alt: list[list[cp_model.IntervalVar]] = field(default_factory=list)
     lag: dict[tuple[Op, Op], object] = field(default_factory=dict)  # int or LinearExpr
     lag_vars: dict[tuple[Kind, int, int], tuple[cp_model.IntVar, list]] = field(default_factory=dict)
-    lifetime_size: dict[tuple[int, int, int], cp_model.IntVar] = field(default_factory=dict)
-    lifetime: dict[tuple[int, int, int], object] = field(default_factory=dict)  # interval or {d: interval}
+    lifetime_size: dict[tuple[int, int, int, Kind], cp_model.IntVar] = field(default_factory=dict)
     ar: list[cp_model.IntVar] = field(default_factory=list)
     makespan: cp_model.IntVar | None = None
+    period: cp_model.IntVar | None = None
+    first: list[cp_model.IntVar] = field(default_factory=list)  # period: each device's first start
+    last: list[cp_model.IntVar] = field(default_factory=list)  # period: each device's last end
     resource_devices: frozenset[int] | None = None  # None: all; else a relaxation
     # precedences between op chains (kind, pipeline, stage) under FIFO: (a, c) -> k means
     # op (a, j) ends before op (c, j + k) starts (memory windows, last-stage glue)
     chain_shift: dict[tuple[tuple, tuple], int] = field(default_factory=dict)
     order_lits: list[tuple[cp_model.IntVar, int, int]] = field(default_factory=list)  # (lit, a, c): a before c
+    deadline: float | None = None  # building past it raises BuildTimeout
+    _steps: int = 0
+
+    def check(self) -> None:
+        """Called in the builder's loops: past ``deadline`` (looked at every 2048 calls)
+        the build stops with ``BuildTimeout``."""
+        self._steps += 1
+        if self.deadline is not None and not self._steps & 2047 and time.perf_counter() > self.deadline:
+            raise BuildTimeout("the time limit ran out while building the CP-SAT model")
 
     def has_resources(self, device: int) -> bool:
         return self.resource_devices is None or device in self.resource_devices
@@ -112,15 +128,16 @@ class Variables:
     @classmethod
     def build(
         cls, model: cp_model.CpModel, problem: Problem, placement: Placement | None,
-        horizon: int, makespan_lb: int = 0, intervals: bool = True,
+        horizon: int, makespan_lb: int = 0, intervals: bool = True, deadline: float | None = None,
     ) -> "Variables":
-        v = cls(problem, placement, horizon, makespan_lb)
+        v = cls(problem, placement, horizon, makespan_lb, deadline=deadline)
         v.ops = problem.ops
         v.index = {op: i for i, op in enumerate(v.ops)}
         head, tail = heads_tails(problem, placement)
         D = problem.num_devices
         min_opt = min((problem.optimizer(d) for d in range(D)), default=0)
         for op in v.ops:
+            v.check()
             key = op._replace(microbatch=0)
             d = problem.duration(op)
             lo = head[key]
@@ -143,7 +160,13 @@ class Variables:
                     model.new_optional_fixed_size_interval_var(v.start[i], v.dur[i], lits[d], f"i_{op}_d{d}")
                     for d in range(D)
                 ])
-        v.makespan = model.new_int_var(max(makespan_lb, 0), horizon, "makespan")
+        if problem.objective == "period":
+            v.makespan = model.new_int_var(0, horizon, "makespan")
+            v.period = model.new_int_var(max(makespan_lb, 0), horizon, "period")
+            v.first = [model.new_int_var(0, horizon, f"first_d{d}") for d in range(D)]
+            v.last = [model.new_int_var(0, horizon, f"last_d{d}") for d in range(D)]
+        else:
+            v.makespan = model.new_int_var(max(makespan_lb, 0), horizon, "makespan")
         for g_i, _ in enumerate(problem.costs.replica_groups):
             v.ar.append(model.new_int_var(0, horizon, f"ar_{g_i}"))
         return v

@@ -25,7 +25,8 @@ CASES = [
 
 def _optimum(problem, fifo, order_literals=True):
     pl = problem.fixed_placement
-    config = CpSatConfig(time_limit_s=30, workers=2, fifo=fifo, order_literals=order_literals)
+    off = ({"fifo"} if not fifo else set()) | ({"order_literals"} if not order_literals else set())
+    config = CpSatConfig(time_limit_s=30, workers=2, ablate=off)
     model = CpSatModel(problem, config, pl, safe_horizon(problem, pl))
     if problem.placement == "linear":
         assert ("order literals" in model.applied) == (fifo and order_literals)

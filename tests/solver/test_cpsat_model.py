@@ -31,7 +31,7 @@ def test_hint_from_known_schedule_is_complete_and_feasible(placement, name, S, B
     model = CpSatModel(problem, CpSatConfig(), problem.fixed_placement, known.makespan)
     h = hint_form(problem, known, "last-stage glue" in model.applied)
     assert h.makespan <= known.makespan
-    model.hint(h.schedule, h.timing, h.makespan)
+    model.hint(h.schedule, h.timing)
     _, log = _solve_with_log(model)
     assert "The solution hint is complete and is feasible" in log
 
@@ -48,31 +48,26 @@ def test_hint_is_complete_under_free_placement():
     model = CpSatModel(problem, CpSatConfig(), None, known.makespan)
     assert "device symmetry" in model.applied
     h = hint_form(problem, known, False)
-    model.hint(h.schedule, h.timing, h.makespan)
+    model.hint(h.schedule, h.timing)
     _, log = _solve_with_log(model)
     assert "The solution hint is complete and is feasible" in log
 
 
-@pytest.mark.parametrize("switch", ["symmetry_break", "fifo", "memory", "redundant", "dominance", "order_literals"])
+@pytest.mark.parametrize("switch", ["symmetry_break", "fifo", "redundant", "dominance", "order_literals"])
 def test_each_family_can_be_switched_off(switch):
     problem = idealized_problem(4, 6, comm=1, activation_cap=3)
     pl = problem.fixed_placement
     # the symmetry break is only added when FIFO is off (FIFO subsumes it); without the
-    # memory precedences or the last-stage glue more pairs need order literals, so those
-    # two are compared without them
+    # last-stage glue more pairs need order literals, so it is compared without them
     base = {
-        "symmetry_break": CpSatConfig(fifo=False),
-        "memory": CpSatConfig(order_literals=False),
-        "dominance": CpSatConfig(order_literals=False),
+        "symmetry_break": CpSatConfig(ablate={"fifo"}),
+        "dominance": CpSatConfig(ablate={"order_literals"}),
     }.get(switch, CpSatConfig())
     on = CpSatModel(problem, base, pl, safe_horizon(problem, pl))
-    off = CpSatModel(problem, base.replace(**{switch: False}), pl, safe_horizon(problem, pl))
+    off = CpSatModel(problem, base.replace(ablate=base.ablate | {switch}), pl, safe_horizon(problem, pl))
     assert len(off.model.proto.constraints) < len(on.model.proto.constraints)
     r_on, r_off = on.solve(20), off.solve(20)
-    if switch == "memory":
-        assert r_off.makespan <= r_on.makespan
-    else:
-        assert r_on.makespan == r_off.makespan  # every other family loses nothing
+    assert r_on.makespan == r_off.makespan  # every family loses nothing
 
 
 def test_analytic_bound_never_exceeds_known_schedules():
@@ -102,8 +97,12 @@ def test_order_literals_only_where_no_precedence_decides():
     assert per_device == {0: 9, 1: 9, 2: 9}
 
 
-def test_order_literal_limit_falls_back_to_no_overlap():
+def test_order_literal_limit_falls_back_to_no_overlap(monkeypatch):
+    from pipetab.solver.cpsat import model as model_module
+
+    monkeypatch.setattr(model_module, "ORDER_LITERAL_LIMIT", 26)
     problem = idealized_problem(4, 6, comm=1, activation_cap=3)
-    model = CpSatModel(problem, CpSatConfig(order_literal_limit=26), problem.fixed_placement, 200)
+    model = CpSatModel(problem, CpSatConfig(), problem.fixed_placement, 200)
     assert "order literals" not in model.applied and not model.vars.order_lits
-    assert model.solve(20).makespan == CpSatModel(problem, CpSatConfig(), problem.fixed_placement, 200).solve(20).makespan
+    full = CpSatModel(problem, CpSatConfig(ablate={"order_literals"}), problem.fixed_placement, 200)
+    assert model.solve(20).makespan == full.solve(20).makespan

@@ -48,11 +48,12 @@ def test_hand_derivable_optimum_linear_no_latency_no_cap(S, B_, F, K):
 
 
 def test_solver_alone_proves_the_hand_optimum():
-    """Without known schedules the model itself finds and proves (B+S-1)(F+K)."""
+    """Without the registry's schedules (its own greedy starts only) the model finds and
+    proves (B+S-1)(F+K); no known schedule is judged."""
     problem = idealized_problem(4, 5)
     res = search(problem, CFG.replace(known_generators=False))
     assert res.status == "optimal" and res.makespan == 8 * 3
-    assert res.schedule.name == "cpsat"
+    assert not res.known
 
 
 def test_search_beats_1f1b_under_cap_with_latency():
@@ -63,7 +64,7 @@ def test_search_beats_1f1b_under_cap_with_latency():
     res = search(problem, CFG.replace(known_generators=False), known=[one_f_one_b])
     assert res.status == "optimal"
     assert res.makespan == 46 < 49
-    assert res.schedule.name == "cpsat"
+    assert res.schedule.name != "1f1b"
     assert max(simulate(res.schedule, problem.costs).peak_activation) <= 4
     _check_schedule(problem, res)
     assert res.known["1f1b"].makespan == 49
@@ -88,22 +89,23 @@ def test_search_never_worse_than_fitting_known(placement, S, B_, cap, comm):
 
 
 def test_infeasible_cap_reports_min_feasible_cap():
-    # wave placement: each device holds two stages of the one pipeline -> needs 2
-    problem = idealized_problem(4, 8, "wave", comm=1, activation_cap=1)
+    # wave placement: each device holds two stages of the one pipeline, M_B / 2 each -> needs 1
+    problem = idealized_problem(4, 8, "wave", comm=1, activation_cap=0.5)
     res = search(problem, CFG)
     assert res.status == "infeasible"
     assert res.schedule is None and res.makespan is None
-    assert res.min_feasible_cap == 2
+    assert res.min_feasible_cap == 1
     assert "smallest feasible" in res.message
-    ok = search(idealized_problem(4, 8, "wave", comm=1, activation_cap=2), CFG.replace(time_limit_s=5))
+    ok = search(idealized_problem(4, 8, "wave", comm=1, activation_cap=1), CFG.replace(time_limit_s=5))
     assert ok.status in ("optimal", "feasible")
 
 
 def test_min_feasible_cap_free_placement_spreads_stages():
-    problem = idealized_problem(4, 3, "free", devices=2, activation_cap=1)
-    assert min_feasible_cap(problem) == 2  # 4 stages of one pipeline on 2 devices
+    # 4 stages of one pipeline on 2 devices, M_B / 2 each: two per device
+    problem = idealized_problem(4, 3, "free", devices=2, activation_cap=0.5)
+    assert min_feasible_cap(problem) == 1
     res = search(problem, CFG)
-    assert res.status == "infeasible" and res.min_feasible_cap == 2
+    assert res.status == "infeasible" and res.min_feasible_cap == 1
 
 
 def test_bound_mode_reports_known_gaps_and_assumptions():
@@ -122,7 +124,7 @@ def test_bound_mode_reports_known_gaps_and_assumptions():
 
 def test_bound_labels_stage0_symmetry_without_fifo():
     problem = idealized_problem(4, 8, comm=1, activation_cap=4)
-    res = bound(problem, CFG.replace(fifo=False))
+    res = bound(problem, CFG.replace(ablate={"fifo"}))
     assert res.lower_bound == 46  # the same optimum as with FIFO
     assert any("stage-0 forwards" in a for a in res.bound_assumptions)
     assert not any("FIFO" in a for a in res.bound_assumptions)
@@ -137,14 +139,14 @@ def test_memory_front_is_monotone():
     assert spans == sorted(spans, reverse=True)
     assert front[-1].makespan <= simulate(registry.generate("gpipe", 4, 8), problem.costs).makespan
     assert all(p.lower_bound <= p.makespan for p in front)
-    infeasible = memory_front(idealized_problem(4, 8, "wave", comm=1), [1], CFG.replace(time_limit_s=5))
-    assert infeasible[0].status == "infeasible" and infeasible[0].min_feasible_cap == 2
+    infeasible = memory_front(idealized_problem(4, 8, "wave", comm=1), [0.5], CFG.replace(time_limit_s=5))
+    assert infeasible[0].status == "infeasible" and infeasible[0].min_feasible_cap == 1
 
 
 def test_free_placement_decomposition_agrees_with_monolithic():
     problem = idealized_problem(4, 4, "free", devices=2, comm=1, activation_cap=4)
     dec = search(problem, CFG)
-    mono = search(problem, CFG.replace(decompose=False))
+    mono = search(problem, CFG.replace(ablate={"decompose"}))
     assert dec.status == mono.status == "optimal"
     assert dec.makespan == mono.makespan
     assert any("placement free" in a for a in dec.bound_assumptions)
@@ -240,7 +242,7 @@ def test_free_placement_with_non_uniform_links():
     links = Links(latency=1.0, bandwidth=float("inf"), pairs={(0, 1): (3.0, float("inf"))})
     problem = replace(base, costs=replace(base.costs, links=links))
     dec = search(problem, CFG)
-    mono = search(problem, CFG.replace(decompose=False))
+    mono = search(problem, CFG.replace(ablate={"decompose"}))
     assert dec.status == mono.status == "optimal"
     assert dec.makespan == mono.makespan
     assert not any("device relabelling" in a for a in dec.bound_assumptions)
@@ -268,172 +270,6 @@ def test_hardware_costs_with_a_memory_cap_in_bytes():
     assert res.status == "infeasible" and res.min_feasible_cap == pytest.approx(act)
 
 
-def _tighten_from_1f1b(proofs=()):
-    """Tightening on S=4, B=8, F=1, K=2, C=1, cap 4 from bound 44 and 1F1B (49), under a
-    deterministic limit; returns the problem, the final state and the details."""
-    from pipetab.solver.cpsat.oracle import evaluate_known
-    from pipetab.solver.cpsat.phases import SearchState, tighten_horizon
-
-    problem = idealized_problem(4, 8, comm=1, activation_cap=4)
-    pl = problem.fixed_placement
-    fixed = problem.with_placement(pl)
-    state = SearchState(evaluate_known(fixed, registry.generate("1f1b", 4, 8)), 44)
-    assert state.makespan == 49
-    details = {}
-    tighten_horizon(fixed, pl, CpSatConfig(workers=2, deterministic_time=20), state,
-                    time.perf_counter() + 60, details, proofs=proofs)
-    return problem, state, details
-
-
-def test_horizon_tightening_proves_step_by_step_and_finds_the_optimum():
-    """S=4, B=8, F=1, K=2, C=1, cap 4 has optimum 46 (test above). Starting from bound 44
-    and 1F1B's 49, tightening proves no schedule ends by 44 or 45 and then finds one
-    ending at 46, which goes through the evaluator."""
-    problem, state, details = _tighten_from_1f1b()
-    found, bound = state.snapshot()
-    assert bound == 46
-    assert [r["status"] for r in details["horizon_tightening"]] == ["infeasible", "infeasible", "optimal"]
-    assert found.makespan == 46
-    sim = simulate(found.schedule, problem.costs)
-    assert sim.makespan == 46 and max(sim.peak_activation) <= 4
-
-
-def test_tightening_jumps_by_predicted_proof_time():
-    """One step at a time until two proofs are timed; then the largest jump whose
-    predicted time (last proof time times the clamped growth ratio per step of horizon)
-    is at most half of what remains, staying below the incumbent. Hand-worked: times
-    2.5, 3.0 one step apart give ratio 1.2 -> 2; 3.0 * 2**2 = 12 <= 15 but 3.0 * 2**3 =
-    24 > 15, so k = 2."""
-    from pipetab.solver.cpsat.phases import predicted_proof_time, tighten_step
-
-    assert tighten_step([], 100.0, 10) == 1
-    assert tighten_step([(360, 0.1)], 100.0, 10) == 1
-    assert tighten_step([(360, 2.5), (361, 3.0)], 30.0, 10) == 2
-    assert tighten_step([(360, 2.0), (361, 6.0)], 400.0, 10) == 3   # ratio 3: 6 * 27 = 162 <= 200 < 6 * 81
-    assert tighten_step([(360, 1.0), (361, 1.0)], 1000.0, 3) == 2   # horizon stays below the incumbent
-    assert tighten_step([(360, 1.0), (361, 10.0)], 100.0, 10) == 1  # ratio 10 -> 4: 10 * 16 > 50
-    assert tighten_step([(360, 1.0), (361, 1.0)], 1000.0, 1) == 1
-    # a jump of 3 steps that took 6x longer grows 6 ** (1/3) = 1.82 per step -> 2, not 4
-    assert predicted_proof_time([(363, 4.0), (366, 24.0)], 1) == pytest.approx(48.0)
-    assert predicted_proof_time([(363, 1.0), (365, 16.0)], 1) == pytest.approx(64.0)  # 4 per step
-    assert predicted_proof_time([(363, 1.0)], 1) is None
-
-
-def test_tightening_jump_that_finds_a_schedule_keeps_it():
-    """With proof times known the first probe jumps: from bound 44 and incumbent 49 on the
-    S=4, B=8, C=1, cap 4 instance (optimum 46), a probe at 47 finds and proves 46."""
-    _, state, details = _tighten_from_1f1b(proofs=[(42, 0.01), (43, 0.01)])
-    found, bound = state.snapshot()
-    rows = details["horizon_tightening"]
-    assert rows[0]["horizon"] > 44
-    assert bound == 46 and found.makespan == 46
-    assert rows[-1]["status"] == "optimal"
-
-
-def test_upper_phase_config_only_for_the_two_worker_default_portfolio():
-    """The upper phase follows the 1-2 worker default portfolio with the no-LP search and
-    then the LP-guided one (each with LNS, probing off); an explicit portfolio, more
-    workers or the switch turn it off."""
-    from pipetab.solver.cpsat.phases import upper_phase_config
-
-    cfgs = upper_phase_config(CpSatConfig(workers=2, extra_params=(("random_seed", 3),)))
-    assert [c.subsolvers for c in cfgs] == [("no_lp",), ("default_lp",)]
-    assert all(c.extra_params == (("cp_model_probing_level", 0), ("random_seed", 3)) for c in cfgs)
-    assert upper_phase_config(CpSatConfig(workers=4)) is None
-    assert upper_phase_config(CpSatConfig(workers=2, subsolvers=("no_lp",))) is None
-    assert upper_phase_config(CpSatConfig(workers=2, upper_phase=False)) is None
-
-
-def test_upper_phase_improves_1f1b_to_the_optimum():
-    """From 1F1B (49) and bound 44 on S=4, B=8, F=1, K=2, C=1, cap 4 (optimum 46, test
-    above) the upper-bound phase returns a schedule of 46 that the simulator confirms,
-    and never a bound above it."""
-    from pipetab.solver.cpsat.phases import SearchState, improve_upper, upper_phase_config
-    from pipetab.solver.cpsat.oracle import evaluate_known
-
-    problem = idealized_problem(4, 8, comm=1, activation_cap=4)
-    pl = problem.fixed_placement
-    fixed = problem.with_placement(pl)
-    config = upper_phase_config(CpSatConfig(workers=2, deterministic_time=20))
-    start = evaluate_known(fixed, registry.generate("1f1b", 4, 8))
-    assert start.makespan == 49
-    details = {}
-    state = SearchState(start, 44)
-    improve_upper(fixed, pl, config, state, time.perf_counter() + 60, details)
-    found, lb = state.snapshot()
-    assert found.makespan == 46 and 44 <= lb <= 46
-    assert [r["makespan"] for r in details["upper_phase"]] == [46]  # one solve: deterministic limit
-    sim = simulate(found.schedule, problem.costs)
-    assert sim.makespan == 46 and max(sim.peak_activation) <= 4
-
-
-class _Clock:
-    """A fake ``time`` module for ``phases``: only solves move it."""
-
-    def __init__(self):
-        self.now = 1000.0
-
-    def perf_counter(self):
-        return self.now
-
-
-class _StalledModel:
-    """Stands in for CpSatModel: every solve takes 0.3 s of the fake ``clock``, stalls,
-    finds nothing better and proves nothing new; ``built`` records (subsolvers, seed,
-    horizon) of each model."""
-
-    clock: _Clock
-    built: list
-    applied: list = []
-
-    def __init__(self, problem, config, placement, horizon, makespan_lb=0, **_):
-        self.config = config
-        self.built.append((config.subsolvers, config.random_seed, horizon))
-
-    def hint(self, *args):
-        pass
-
-    def solve(self, time_limit, workers=None, stall_s=None, **_):
-        from pipetab.solver.cpsat.model import RawSolve
-
-        self.clock.now += 0.3
-        return RawSolve("feasible", None, 40, None, None, 0.3, None, 0, stalled=True)
-
-
-def _stalled_phases(monkeypatch) -> type:
-    """Patch ``phases`` with a fake clock and a fresh stalling stand-in model class."""
-    from pipetab.solver.cpsat import phases
-
-    fake = type("Stalled", (_StalledModel,), {"clock": _Clock(), "built": []})
-    monkeypatch.setattr(phases, "time", fake.clock)
-    monkeypatch.setattr(phases, "CpSatModel", fake)
-    return fake
-
-
-def test_upper_phase_restarts_a_stalled_solve_with_the_next_search_and_seed(monkeypatch):
-    """A stalled solve restarts from the same incumbent with the other search and the
-    next seed while at least half the stall limit remains; nothing better found keeps
-    the incumbent. With 2.5 s the stall limit is its 2 s floor; solves of 0.3 s leave
-    2.2, 1.9, 1.6, 1.3, 1.0, then 0.7 s < 1 s: six solves."""
-    from pipetab.solver.cpsat import phases
-    from pipetab.solver.cpsat.oracle import evaluate_known
-
-    problem = idealized_problem(4, 8, comm=1, activation_cap=4)
-    pl = problem.fixed_placement
-    fixed = problem.with_placement(pl)
-    start = evaluate_known(fixed, registry.generate("1f1b", 4, 8))
-    configs = phases.upper_phase_config(CpSatConfig(workers=2, random_seed=7))
-    fake = _stalled_phases(monkeypatch)
-    details = {}
-    state = phases.SearchState(start, 44)
-    phases.improve_upper(fixed, pl, configs, state, fake.clock.now + 2.5, details)
-    assert state.snapshot() == (start, 44)
-    assert [b[0] for b in fake.built] == [("no_lp",), ("default_lp",)] * 3
-    assert [b[1] for b in fake.built] == [7, 8, 9, 10, 11, 12]
-    assert all(b[2] == 49 for b in fake.built)  # the incumbent's makespan is every horizon
-    assert len(details["upper_phase"]) == 6 and all(r["stalled"] for r in details["upper_phase"])
-
-
 def test_a_solve_without_progress_stops_on_stall():
     """CpSatModel.solve(stall_s=...) stops once no better solution came for that long:
     hinted with 1F1B on linear S=16, B=64, cap 16, C=1 (optimum 368-371, not provable
@@ -447,54 +283,13 @@ def test_a_solve_without_progress_stops_on_stall():
     fixed = problem.with_placement(pl)
     start = evaluate_known(fixed, registry.generate("1f1b", 16, 64))
     model = CpSatModel(fixed, CpSatConfig(workers=1, subsolvers=("no_lp",)), pl, start.makespan)
-    model.hint(start.schedule, start.timing, start.makespan)
+    model.hint(start.schedule, start.timing)
     raw = model.solve(60, stall_s=2)
     assert raw.stalled and raw.wall_time < 30
     assert raw.status in ("feasible", "unknown")  # not proven; the hint may not be loaded yet
     assert raw.makespan is None or raw.makespan <= start.makespan
     # under a deterministic limit a wall-clock stall would make the run irreproducible
     small = idealized_problem(8, 32, comm=1, activation_cap=8)
-    steady = CpSatModel(small, CpSatConfig(workers=1, subsolvers=("no_lp",), deterministic_time=0.3),
+    steady = CpSatModel(small, CpSatConfig(workers=1, subsolvers=("no_lp",)),
                         small.fixed_placement, 200)
-    assert not steady.solve(60, stall_s=0.01).stalled
-
-
-def test_relaxation_bounds_stay_below_the_optimum():
-    """On linear S=6, B=12, cap 6, C=1 (the smallest shape with relaxation sets) every
-    relaxation's bound is at most the optimum proven by the full search."""
-    from pipetab.solver.cpsat.bounds import analytic_lower_bound
-    from pipetab.solver.cpsat.phases import relaxation_bounds, relaxation_sets
-    from pipetab.solver.cpsat.oracle import evaluate_known
-
-    problem = idealized_problem(6, 12, comm=1, activation_cap=6)
-    pl = problem.fixed_placement
-    fixed = problem.with_placement(pl)
-    sets = relaxation_sets(fixed, pl)
-    assert sets == [frozenset({0, 3, 4, 5})]  # first max(1, 6 // 8) device and the last 3
-    best = search(problem, CpSatConfig(time_limit_s=30, workers=2, deterministic_time=30))
-    assert best.status == "optimal"
-    start = evaluate_known(fixed, registry.generate("1f1b", 6, 12))
-    lb, _ = analytic_lower_bound(fixed, pl)
-    details = {}
-    cfg = CpSatConfig(workers=2, deterministic_time=10)
-    bound = relaxation_bounds(fixed, pl, cfg, sets, start, lb, time.perf_counter() + 30, details)
-    assert lb <= bound <= best.makespan
-    assert [r["devices"] for r in details["relaxations"]] == [[0, 3, 4, 5]]
-
-
-def test_relaxations_stop_at_a_set_that_neither_solves_nor_raises(monkeypatch):
-    """The relaxation sets grow; one left unsolved without a better bound ends the
-    phase (the larger sets are harder still)."""
-    from pipetab.solver.cpsat import phases
-    from pipetab.solver.cpsat.oracle import evaluate_known
-
-    problem = idealized_problem(16, 64, comm=1, activation_cap=16)
-    pl = problem.fixed_placement
-    fixed = problem.with_placement(pl)
-    sets = phases.relaxation_sets(fixed, pl)
-    assert len(sets) == 3
-    start = evaluate_known(fixed, registry.generate("1f1b", 16, 64))
-    fake = _stalled_phases(monkeypatch)
-    details = {}
-    bound = phases.relaxation_bounds(fixed, pl, CpSatConfig(), sets, start, 360, fake.clock.now + 5, details)
-    assert bound == 360 and len(details["relaxations"]) == 1 and len(fake.built) == 1
+    assert not steady.solve(60, det_limit=0.3, stall_s=0.01).stalled

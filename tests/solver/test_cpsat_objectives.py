@@ -1,0 +1,134 @@
+"""Split backward with partial weight memory and the period objective: CP-SAT's optimum
+equals an enumeration of every per-device order of tiny instances, each judged by the
+simulator and the memory accounting of ``schedules.memory`` (no CP-SAT involved)."""
+
+import itertools
+
+import pytest
+
+from pipetab.schedules.ops import Kind, Op
+from pipetab.solver.cpsat import CpSatConfig, analytic_lower_bound, bound, idealized_problem, search
+from pipetab.solver.cpsat.oracle import evaluate_known, span
+from pipetab.solver.simulate import simulate
+
+
+def _device_orders(stage: int, microbatches: int, kinds):
+    """Every order of one stage's ops in which each kind runs in microbatch order (FIFO,
+    without loss of generality) and F(j) < B(j) < W(j)."""
+    n = len(kinds)
+
+    def rec(done, seq):
+        if all(d == microbatches for d in done):
+            yield tuple(seq)
+            return
+        for i, kind in enumerate(kinds):
+            j = done[i]
+            if j < microbatches and (i == 0 or done[i - 1] > j):
+                done[i] += 1
+                seq.append(Op(kind, 0, stage, j))
+                yield from rec(done, seq)
+                seq.pop()
+                done[i] -= 1
+
+    yield from rec([0] * n, [])
+
+
+def _enumerated_optimum(problem):
+    """The least objective over all FIFO per-device orders that fit the caps."""
+    kinds = problem.kinds
+    per_device = [list(_device_orders(s, problem.num_microbatches, kinds)) for s in range(problem.num_devices)]
+    best = None
+    for orders in itertools.product(*per_device):
+        ev = evaluate_known(problem, problem.schedule("enum", problem.fixed_placement, orders))
+        if ev.fits and (best is None or ev.makespan < best):
+            best = ev.makespan
+    return best
+
+
+CASES = [
+    # S, B, F, B, W, comm, cap (M_B), M_W / M, objective
+    (2, 3, 1, 1, 1, 1, 1.5, 0.5, "makespan"),
+    (2, 3, 1, 1, 1, 0, 1.5, 0.5, "period"),
+    (2, 2, 1, 2, 1, 1, 1.0, 0.5, "makespan"),
+    (3, 2, 1, 1, 1, 1, 1.25, 0.25, "makespan"),
+    (2, 3, 3, 3, 2, 1, 2.0, 0.75, "period"),
+    (2, 3, 1, 2, 1, 1, 1.0, 1.0, "period"),
+    (3, 2, 1, 1, 1, 1, 1.0, 0.5, "period"),
+    (3, 2, 2, 1, 1, 2, 1.5, 0.5, "period"),
+]
+
+
+@pytest.mark.parametrize("S,B_,f,b,w,comm,cap,frac,objective", CASES)
+def test_split_backward_optimum_equals_enumeration(S, B_, f, b, w, comm, cap, frac, objective):
+    problem = idealized_problem(S, B_, forward=f, backward=b, weight=w, comm=comm, activation_cap=cap,
+                                split_backward=True, weight_memory=frac, objective=objective)
+    res = search(problem, CpSatConfig(time_limit_s=20, workers=2))
+    optimum = _enumerated_optimum(problem)
+    assert res.status == "optimal" and res.makespan == optimum
+    assert analytic_lower_bound(problem, problem.fixed_placement)[0] <= optimum
+    sim = simulate(res.schedule, problem.costs)
+    assert all(sim.fits_memory)
+
+
+@pytest.mark.parametrize("S,B_,comm,cap,objective", [(2, 3, 1, 2, "period"), (3, 2, 1, None, "period"),
+                                                     (2, 3, 0, 1, "makespan")])
+def test_unsplit_optimum_equals_enumeration(S, B_, comm, cap, objective):
+    problem = idealized_problem(S, B_, comm=comm, activation_cap=cap, objective=objective)
+    res = bound(problem, CpSatConfig(time_limit_s=20, workers=2))
+    optimum = _enumerated_optimum(problem)
+    assert res.status == "optimal" and res.lower_bound == optimum
+    assert analytic_lower_bound(problem, problem.fixed_placement)[0] <= optimum
+
+
+def test_partial_weight_memory_is_what_makes_a_schedule_fit():
+    """S=2, B=3 with cap 1.5 M_B: holding whole activations until W (M_W = M) is slower
+    than freeing half at B (M_W = M/2), which the enumeration confirms."""
+    kw = dict(forward=1, backward=1, weight=1, comm=1, activation_cap=1.5, split_backward=True)
+    held = idealized_problem(2, 3, weight_memory=1.0, **kw)
+    freed = idealized_problem(2, 3, weight_memory=0.5, **kw)
+    assert _enumerated_optimum(freed) < _enumerated_optimum(held)
+    cfg = CpSatConfig(time_limit_s=20, workers=2)
+    assert search(freed, cfg).makespan == _enumerated_optimum(freed)
+    assert search(held, cfg).makespan == _enumerated_optimum(held)
+
+
+def test_period_of_a_timed_schedule_by_hand():
+    """One device: F, B back to back is a span of F + B; two devices with a message of 1:
+    device 0 spans F, message, F, B, message, B = 1 + 1 + 1 + 2 + 1 + 2 = 8, device 1
+    F + B = 3; the least period keeps device 0's span (its ops are chained)."""
+    problem = idealized_problem(2, 1, comm=1, objective="period")
+    orders = ((Op(Kind.F, 0, 0, 0), Op(Kind.B, 0, 0, 0)), (Op(Kind.F, 0, 1, 0), Op(Kind.B, 0, 1, 0)))
+    ev = evaluate_known(problem, problem.schedule("one", problem.fixed_placement, orders))
+    assert ev.makespan == 8 == span(ev.schedule, ev.timing)
+
+
+def test_profiled_problem_rounds_up_for_schedules_and_down_for_bounds():
+    """Measured times in seconds (T_F = 18.5 ms, T_B = 18.8 ms, T_W = 12.4 ms, T_comm =
+    0.6 ms) on ticks of 1 ms: up gives 19, 19, 13, 1 ticks, down 18, 18, 12, 0; the bound
+    on the rounded-down problem is below ZB-H1's real-valued time, the search's schedule
+    at most its rounded-up one."""
+    from dataclasses import replace
+
+    from pipetab.schedules import registry
+    from pipetab.solver.cpsat import profiled_problem
+
+    kw = dict(tick_s=1e-3, activation_limit=4, weight_memory=0.5)
+    up = profiled_problem(4, 8, 0.0185, 0.0188, 0.0124, 0.0006, **kw)
+    down = profiled_problem(4, 8, 0.0185, 0.0188, 0.0124, 0.0006, rounding="down", **kw)
+    assert [up.costs.op_time[(k, 0, 0)] for k in (Kind.F, Kind.B, Kind.W)] == [19, 19, 13]
+    assert [down.costs.op_time[(k, 0, 0)] for k in (Kind.F, Kind.B, Kind.W)] == [18, 18, 12]
+    zb = registry.generate("zb-h1", 4, 8)
+    real = replace(up.costs, unit="s", tick_s=None, op_time={(k, 0, s): {Kind.F: 0.0185, Kind.B: 0.0188,
+                   Kind.W: 0.0124}[k] for k, _, s in up.costs.op_time})
+    from pipetab.solver.costs import Links
+
+    real = replace(real, links=Links(constant=0.0006))
+    real_time = simulate(zb, real).makespan
+    cfg = CpSatConfig(time_limit_s=10, workers=2)
+    lb = bound(down, cfg)
+    assert lb.lower_bound * 1e-3 <= real_time + 1e-12
+    found = search(up, cfg)
+    assert found.makespan <= found.known["zb-h1"].makespan
+    assert simulate(found.schedule, real).makespan <= found.makespan * 1e-3 + 1e-12
+    with pytest.raises(ValueError, match="forward_s"):
+        profiled_problem(4, 8, -1.0, 0.01, tick_s=1e-3)
