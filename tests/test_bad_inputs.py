@@ -19,8 +19,10 @@ from pathlib import Path
 import pytest
 
 from pipetab.cli import main
+from pipetab.cli.main import COMMANDS, build_parser
 
-HANG_S = 20  # a case still running after this long has hung
+HANG_S = 20
+  # a case still running after this long has hung
 
 # a valid system file and model file that the broken variants below edit one value of
 SYSTEM = """summary = "test system"
@@ -345,6 +347,12 @@ def alarm():
     signal.signal(signal.SIGALRM, old)
 
 
+def test_every_command_is_known_before_parsing():
+    """``main`` names the command in errors argparse raises before it knows it."""
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    assert set(COMMANDS) == set(sub.choices)
+
+
 def test_the_corpus_is_large_and_ids_unique():
     assert len(CASES) >= 200 and len({c[0] for c in CASES}) == len(CASES)
 
@@ -360,7 +368,8 @@ def test_bad_input_is_one_clear_line(argv, fragment, files, capsys, alarm, monke
     assert code == 2, f"exit {code}; stderr: {err!r}"
     assert len(lines) == 1, f"stderr must be one line, got {err!r}"
     assert "Traceback" not in err and fragment in lines[0], lines[0]
-    assert lines[0].startswith("pipetab"), lines[0]
+    command = argv[0] if argv and not argv[0].startswith("-") and argv[0] in COMMANDS else None
+    assert lines[0].startswith(f"pipetab {command}: error: " if command else "pipetab: error: "), lines[0]
 
 
 def test_stdout_on_a_full_disk_is_one_line():
@@ -368,4 +377,4 @@ def test_stdout_on_a_full_disk_is_one_line():
         proc = subprocess.run([sys.executable, "-m", "pipetab.cli", "table", "1f1b", "-S", "4", "-B", "64"],
                               stdout=full, stderr=subprocess.PIPE, text=True, timeout=60)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
-    assert proc.stderr.strip().splitlines() == ["pipetab: error: cannot write the output: No space left on device"]
+    assert proc.stderr.strip().splitlines() == ["pipetab table: error: cannot write the output: No space left on device"]

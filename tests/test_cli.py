@@ -161,7 +161,7 @@ def test_console_script_no_traceback():
     proc = subprocess.run([sys.executable, "-m", "pipetab.cli", "table", "chimera", "-S", "3", "-B", "3"],
                           capture_output=True, text=True)
     assert proc.returncode == 2
-    assert proc.stderr.strip() == "pipetab: error: stages must be even for chimera, got 3"
+    assert proc.stderr.strip() == "pipetab table: error: stages must be even for chimera, got 3"
 
 
 def test_interrupt_is_one_line_exit_130(capsys, monkeypatch):
@@ -174,4 +174,4 @@ def test_interrupt_is_one_line_exit_130(capsys, monkeypatch):
 
     monkeypatch.setattr(registry, "generate", interrupted)
     code, out, err = run(capsys, "table", "1f1b", "--stages", "4", "--microbatches", "8")
-    assert code == 130 and err.strip() == "pipetab: interrupted" and "Traceback" not in err
+    assert code == 130 and err.strip() == "pipetab table: interrupted" and "Traceback" not in err

@@ -13,14 +13,33 @@ from pipetab.schedules.table import SlotDurations
 
 
 class UsageError(Exception):
-    """Bad input: printed as one line, exit code 2."""
+    """Bad input: printed as one line (``error_line``), exit code 2. ``command``: the
+    sub-command it belongs to, when the raiser knows it better than ``main``."""
+
+    def __init__(self, message: str, command: str | None = None):
+        super().__init__(message)
+        self.command = command
+
+
+# messages written before the one prefix existed (solve_cmd.py) still carry it
+_OLD_PREFIX = "pipetab: error: "
+
+
+def error_line(command: str | None, message: str) -> str:
+    """The one error line of every command: ``pipetab COMMAND: error: MESSAGE`` (``pipetab:
+    error: MESSAGE`` before a command is known), on one line whatever ``message`` holds."""
+    message = " ".join(str(message).split())
+    if message.startswith(_OLD_PREFIX):
+        message = message[len(_OLD_PREFIX):]
+    return f"pipetab {command}: error: {message}" if command else f"pipetab: error: {message}"
 
 
 class Parser(argparse.ArgumentParser):
     """argparse, but errors are one line on stderr with exit code 2."""
 
     def error(self, message: str):  # type: ignore[override]
-        raise UsageError(f"{self.prog}: {message}")
+        words = self.prog.split()
+        raise UsageError(message, words[1] if len(words) > 1 else None)
 
 
 def positive_int(name: str, minimum: int = 1):
@@ -98,7 +117,7 @@ def given_options(args) -> dict:
         try:
             given["split"] = registry.parse_split(args.split)
         except ValueError as exc:
-            raise UsageError(f"pipetab: error: --{exc.args[0]}") from None
+            raise UsageError(f"--{exc.args[0]}") from None
     return given
 
 
@@ -110,7 +129,7 @@ def schedule_options(args, name: str, strict: bool = True) -> dict:
     if strict:
         for key in given:
             if key not in allowed:
-                raise UsageError(f"pipetab: error: --{key} does not apply to schedule {name!r} "
+                raise UsageError(f"--{key} does not apply to schedule {name!r} "
                                  f"({_takers(key)})")
     return {k: v for k, v in given.items() if k in allowed}
 
@@ -126,7 +145,7 @@ def build_schedule(args, name: str | None = None, strict: bool = True):
     name = name or args.name
     schedule = registry.generate(name, args.stages, args.microbatches, **schedule_options(args, name, strict))
     if strict and getattr(args, "weight_slots", None) is not None and not schedule.split_backward:
-        raise UsageError(f"pipetab: error: --weight-slots does not apply to schedule {name!r} "
+        raise UsageError(f"--weight-slots does not apply to schedule {name!r} "
                          f"(its backward is not split; {', '.join(split_backward_schedules())} split it)")
     return schedule
 
@@ -149,7 +168,7 @@ def check_options_apply(args, names: list[str]) -> None:
     """Each given option applies to at least one of the schedules ``names``."""
     for key in given_options(args):
         if not any(key in {o.name for o in registry.spec(n).options} for n in names):
-            raise UsageError(f"pipetab: error: --{key} does not apply to {', '.join(map(repr, names))} "
+            raise UsageError(f"--{key} does not apply to {', '.join(map(repr, names))} "
                              f"({_takers(key)})")
 
 
@@ -163,11 +182,11 @@ def output_path(text: str, flag: str, suffixes: tuple[str, ...]) -> Path:
     folder existing (checked before any work)."""
     path = Path(text)
     if path.suffix.lower() not in suffixes:
-        raise UsageError(f"pipetab: error: {flag} must end in {' or '.join(suffixes)}, got {text!r}")
+        raise UsageError(f"{flag} must end in {' or '.join(suffixes)}, got {text!r}")
     if not path.parent.is_dir():
-        raise UsageError(f"pipetab: error: {flag} {text!r}: folder {str(path.parent)!r} does not exist")
+        raise UsageError(f"{flag} {text!r}: folder {str(path.parent)!r} does not exist")
     if path.is_dir():
-        raise UsageError(f"pipetab: error: {flag} {text!r} is a folder, not a file")
+        raise UsageError(f"{flag} {text!r} is a folder, not a file")
     return path
 
 
@@ -176,7 +195,7 @@ def write_output(path: Path, flag: str, write) -> None:
     try:
         write(path)
     except OSError as exc:
-        raise UsageError(f"pipetab: error: {flag} {str(path)!r} cannot be written: "
+        raise UsageError(f"{flag} {str(path)!r} cannot be written: "
                          f"{exc.strerror or exc}") from None
 
 
@@ -195,7 +214,7 @@ def check_plot_path(text: str | None) -> Path | None:
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        raise UsageError("pipetab: error: --plot needs matplotlib: pip install 'pipetab[plot]'") from None
+        raise UsageError("--plot needs matplotlib: pip install 'pipetab[plot]'") from None
     return output_path(text, "--plot", PLOT_SUFFIXES)
 
 

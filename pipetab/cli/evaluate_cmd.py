@@ -38,7 +38,7 @@ def hardware_costs_of(args, schedule):
         for flag, given in (("--model", args.model), ("--recompute", args.recompute != "none"),
                             ("--contention", args.contention)):
             if given:
-                raise UsageError(f"pipetab: error: {flag} needs --system (it sets the simulation's costs)")
+                raise UsageError(f"{flag} needs --system (it sets the simulation's costs)")
         return None
     from pipetab.solver.costs import hardware_costs
 
@@ -53,11 +53,11 @@ def levels_of(args):
 
     for flag, given in (("--trace", args.trace), ("--plot", args.plot)):
         if given and not args.system:
-            raise UsageError(f"pipetab: error: {flag} needs --system (it shows the simulation)")
+            raise UsageError(f"{flag} needs --system (it shows the simulation)")
     plot = common.check_plot_path(args.plot)
     trace = args.trace and common.output_path(args.trace, "--trace", (".json",))
     if args.tick is not None and (args.solver != "cpsat" or not args.system):
-        raise UsageError("pipetab: error: --tick applies to --solver cpsat with --system only "
+        raise UsageError("--tick applies to --solver cpsat with --system only "
                          "(idealized costs are whole slots)")
     if args.system:
         from pipetab.solver.costs import check_hardware
@@ -67,7 +67,7 @@ def levels_of(args):
     schedule = common.build_schedule(args)
     costs = hardware_costs_of(args, schedule)
     if args.tick is not None and args.tick > costs.default_tick(MIN_TICKS_PER_OP):
-        raise UsageError(f"pipetab: error: --tick must be at most {costs.default_tick(MIN_TICKS_PER_OP):.3g} s "
+        raise UsageError(f"--tick must be at most {costs.default_tick(MIN_TICKS_PER_OP):.3g} s "
                          f"(1/{MIN_TICKS_PER_OP} of the shortest op, so rounding each op up to whole ticks "
                          f"adds at most {100 // MIN_TICKS_PER_OP}%), got {args.tick:g}")
     levels = evaluate_levels(schedule, slots=common.slots_of(args), costs=costs,

@@ -150,7 +150,7 @@ def check_claims(path: str, text: str, table, metrics) -> None:
         same = (isinstance(claim, (int, float)) and not isinstance(claim, bool)
                 and math.isclose(claim, value, rel_tol=1e-9, abs_tol=1e-12))
         if not same:
-            raise UsageError(f"pipetab: error: {path}: the file says {key} {claim!r} but its ops give {value:g}")
+            raise UsageError(f"{path}: the file says {key} {claim!r} but its ops give {value:g}")
 
 
 def _print_metrics(d: dict, indent: str = "  ") -> None:
@@ -160,6 +160,10 @@ def _print_metrics(d: dict, indent: str = "  ") -> None:
         elif isinstance(v, list):
             v = ", ".join(f"{x:.4g}" if isinstance(x, float) else str(x) for x in v)
         print(f"{indent}{k}: {v}")
+
+
+COMMANDS = ("schedules", "table", "check", "systems", "models", "evaluate", "search", "bound", "sweep",
+            "view", "plan", "calibrate")
 
 
 def build_parser() -> Parser:
@@ -198,10 +202,14 @@ def build_parser() -> Parser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the command line; returns the exit code (0 ok, 2 bad input, 130 interrupted)."""
+    """Run the command line; returns the exit code (0 ok, 2 bad input, 130 interrupted).
+    Every error is one line, ``pipetab COMMAND: error: ...`` (``common.error_line``)."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    command = next((a for a in argv[:1] if a in COMMANDS), None)  # before parsing, for its errors
     try:
         parser = build_parser()
         args = parser.parse_args(argv)
+        command = args.command
         args.func(args)
         sys.stdout.flush()
     except BrokenPipeError:  # e.g. piping into head: the reader has what it wanted
@@ -211,22 +219,22 @@ def main(argv: list[str] | None = None) -> int:
         if exc.errno not in (errno.ENOSPC, errno.EIO, errno.EFBIG, errno.EDQUOT):
             raise
         _discard_stdout()
-        print(f"pipetab: error: cannot write the output: {exc.strerror}", file=sys.stderr)
-        return 2
+        return _fail(command, f"cannot write the output: {exc.strerror}")
     except UsageError as exc:
-        print(str(exc), file=sys.stderr)
-        return 2
+        return _fail(exc.command or command, str(exc))
     except (ValueError, KeyError) as exc:
-        msg = exc.args[0] if exc.args else str(exc)
-        print(f"pipetab: error: {msg}", file=sys.stderr)
-        return 2
+        return _fail(command, str(exc.args[0] if exc.args else exc))
     except RecursionError:
-        print("pipetab: error: an input is nested too deeply", file=sys.stderr)
-        return 2
+        return _fail(command, "an input is nested too deeply")
     except KeyboardInterrupt:
-        print("pipetab: interrupted", file=sys.stderr)
+        print(common.error_line(command, "interrupted").replace(" error: ", " ", 1), file=sys.stderr)
         return 130
     return 0
+
+
+def _fail(command: str | None, message: str) -> int:
+    print(common.error_line(command, message), file=sys.stderr)
+    return 2
 
 
 def _discard_stdout() -> None:

@@ -26,7 +26,7 @@ def run(args) -> None:
     from pipetab.view import write_page
 
     if len(set(args.names)) != len(args.names):
-        raise UsageError("pipetab: error: NAME lists a schedule twice")
+        raise UsageError("NAME lists a schedule twice")
     common.check_options_apply(args, args.names)
     path = common.output_path(args.output, "--output", (".html", ".htm"))
     levels, titles = [], []
@@ -42,4 +42,4 @@ def run(args) -> None:
         import webbrowser
 
         if not webbrowser.open(path.resolve().as_uri()):
-            raise UsageError(f"pipetab: error: --open found no web browser; open {path} yourself")
+            raise UsageError(f"--open found no web browser; open {path} yourself")
