@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from . import common
 from .common import UsageError, emit_json
+from .hardware_args import add_hardware_args, cost_source
 
 MIN_TICKS_PER_OP = 10  # --tick at most 1/10 of the shortest op: rounding adds <= 10% per op
 
@@ -21,51 +22,23 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-def add_hardware_args(p) -> None:
-    """--system, --model, --recompute, --contention: the costs of the simulation level."""
-    p.add_argument("--system", help="system preset or TOML file; adds the simulation level")
-    p.add_argument("--model", default=None, help="model preset or TOML file (default: paper_gpt)")
-    p.add_argument("--recompute", choices=["none", "selective", "full"], default="none",
-                   help="activation recomputation assumed for activation memory (default none)")
-    p.add_argument("--contention", action="store_true",
-                   help="links carry one transfer at a time (off by default, as in the paper)")
-
-
-def hardware_costs_of(args, schedule):
-    """The simulation's costs of ``schedule`` (None without --system); the hardware options
-    without --system are refused."""
-    if not args.system:
-        for flag, given in (("--model", args.model), ("--recompute", args.recompute != "none"),
-                            ("--contention", args.contention)):
-            if given:
-                raise UsageError(f"{flag} needs --system (it sets the simulation's costs)")
-        return None
-    from pipetab.solver.costs import hardware_costs
-
-    return hardware_costs(schedule, args.system, args.model or "paper_gpt",
-                          recompute=args.recompute, contention=args.contention)
-
-
 def levels_of(args):
-    """The schedule named on the command line at the levels (``evaluate_levels``), writing
-    the trace and the picture when asked."""
+    """The schedule named on the command line at the levels (``evaluate_levels``) and the
+    ``CostSource`` of its simulation (None without one), writing the trace and the picture
+    when asked."""
     from pipetab.solver.levels import evaluate_levels
 
+    source = cost_source(args, args.stages, args.microbatches)
     for flag, given in (("--trace", args.trace), ("--plot", args.plot)):
-        if given and not args.system:
-            raise UsageError(f"{flag} needs --system (it shows the simulation)")
+        if given and source is None:
+            raise UsageError(f"{flag} needs --system or --profile (it shows the simulation)")
     plot = common.check_plot_path(args.plot)
     trace = args.trace and common.output_path(args.trace, "--trace", (".json",))
-    if args.tick is not None and (args.solver != "cpsat" or not args.system):
-        raise UsageError("--tick applies to --solver cpsat with --system only "
+    if args.tick is not None and (args.solver != "cpsat" or source is None):
+        raise UsageError("--tick applies to --solver cpsat with --system or --profile only "
                          "(idealized costs are whole slots)")
-    if args.system:
-        from pipetab.solver.costs import check_hardware
-
-        # refuse a system or model that cannot run the request before generating anything
-        check_hardware(args.system, args.model or "paper_gpt", args.stages, args.microbatches)
     schedule = common.build_schedule(args)
-    costs = hardware_costs_of(args, schedule)
+    costs = None if source is None else source.costs(schedule)
     if args.tick is not None and args.tick > costs.default_tick(MIN_TICKS_PER_OP):
         raise UsageError(f"--tick must be at most {costs.default_tick(MIN_TICKS_PER_OP):.3g} s "
                          f"(1/{MIN_TICKS_PER_OP} of the shortest op, so rounding each op up to whole ticks "
@@ -81,13 +54,16 @@ def levels_of(args):
         from pipetab.plot import plot_timeline
 
         common.save_plot(plot_timeline, plot, sim, rows=schedule.num_devices,
-                         title=f"{args.name} S={args.stages} B={args.microbatches} on {args.system}")
-    return levels
+                         title=f"{args.name} S={args.stages} B={args.microbatches} {source.label}")
+    return levels, source
 
 
 def run(args) -> None:
-    doc = levels_of(args).as_dict()
+    levels, source = levels_of(args)
+    doc = levels.as_dict()
     doc["schedule"], doc["stages"] = args.name, args.stages
+    if source is not None:
+        doc["context"] = source.as_dict()
     if args.format == "json":
         emit_json(doc)
         return
@@ -101,6 +77,8 @@ def print_levels(doc: dict) -> None:
     rows = [HEADER, *level_rows(doc)]
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
     print(f"{doc['schedule']}  S={doc['stages']}  B={doc['microbatches']}  devices={doc['devices']}")
+    if doc.get("context"):
+        print("costs: " + ", ".join(f"{k} {v}" for k, v in doc["context"].items() if v is not None))
     for r in rows:
         print("  ".join(x.ljust(w) for x, w in zip(r, widths)).rstrip())
     print(f"formula source: {formula_source(doc)}")

@@ -9,7 +9,7 @@ import time
 
 from . import common
 from .common import UsageError, emit_json
-from .profile_arg import add_profile_arg, profile_of
+from .hardware_args import DEFAULT_ZERO, add_batch_args, add_parallel_switches, add_profile_arg, load_profile_arg
 
 
 def _int_list(name: str):
@@ -62,22 +62,14 @@ def register(sub) -> None:
     where.add_argument("--gpu", default=None, help="GPU: H100 (default) or A100")
     where.add_argument("--system", default=None,
                        help="system preset or TOML file giving the GPU and the intra-/inter-node links")
-    p.add_argument("--global-batch", type=common.positive_int("global batch"), required=True,
-                   help="sequences per training step")
-    p.add_argument("--seq", type=common.positive_int("sequence length"), default=None,
-                   help="tokens per sequence (default: the model's)")
+    add_batch_args(p, required=True)
     p.add_argument("--microbatch-sizes", type=_int_list("microbatch sizes"), default=(),
                    help="sequences per microbatch to try, e.g. 1,2,4 (default: powers of two up to 32768 tokens)")
     p.add_argument("--recompute", type=_word_list("recompute", RECOMPUTE), default=(),
                    help="recomputation options to try, e.g. none,full (default: all that apply)")
     p.add_argument("--schedules", type=_word_list("schedules"), default=(),
                    help="registry schedules to try, e.g. 1f1b,zbv (default: all; see 'pipetab schedules')")
-    p.add_argument("--zero", type=int, choices=[0, 1, 2], default=None,
-                   help="ZeRO stage with data parallelism: 0 none, 1 optimizer state (default), 2 and gradients")
-    p.add_argument("--no-sequence-parallel", dest="sequence_parallel", action="store_false",
-                   help="tensor parallelism without sequence parallelism (default: with)")
-    p.add_argument("--no-overlap", dest="overlap", action="store_false",
-                   help="do not overlap the data-parallel gradient reduction with the last backward")
+    add_parallel_switches(p)
     p.add_argument("--top", type=common.positive_int("top"), default=10,
                    help="configurations to show, ranked exactly (default 10)")
     p.add_argument("--cpsat-shapes", type=common.positive_int("cpsat shapes", minimum=0), default=None,
@@ -117,11 +109,11 @@ def run(args) -> None:
     space = plan_question(
         args.model, args.nodes, args.gpus_per_node, args.global_batch, args.system or args.gpu or "H100",
         args.seq, microbatch_sizes=args.microbatch_sizes, recompute=args.recompute, schedules=args.schedules,
-        zero=1 if args.zero is None else args.zero, sequence_parallel=args.sequence_parallel,
+        zero=DEFAULT_ZERO if args.zero is None else args.zero, sequence_parallel=args.sequence_parallel,
         overlap=args.overlap, top=args.top, cpsat_shapes=2 if args.cpsat_shapes is None else args.cpsat_shapes,
         cpsat_time_s=args.cpsat_time or 3.0,
     )
-    result = plan(space, progress=progress, profile=profile_of(args))
+    result = plan(space, progress=progress, profile=load_profile_arg(args))
     if plot:
         from pipetab.plan.plot import plot_plan
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import sys
 
-from . import common
+from . import common, hardware_args
 from .common import UsageError, emit_json
 
 PLACEMENTS = ("linear", "bidirectional", "wave", "v", "interleaved", "free")
@@ -100,13 +100,14 @@ def register(sub) -> None:
         p.add_argument("--no-fifo", dest="fifo", action="store_false",
                        help="do not fix every stage to one microbatch order (ablation: FIFO loses nothing for "
                             "identical microbatches and makes proofs much faster)")
+        hardware_args.add_context_args(p)
         p.add_argument("--format", choices=["text", "json"], default="text")
         p.set_defaults(func=run, mode=name)
 
 
 def _refuse_options(args) -> None:
     """One line for every option that does not apply to the others given."""
-    hw = args.system is not None
+    hw = args.system is not None or args.profile is not None
     rules = [
         (args.waves is not None and args.placement != "wave", "--waves applies to --placement wave only"),
         (args.chunks is not None and args.placement != "interleaved",
@@ -144,7 +145,7 @@ def _shape(args):
               objective=args.objective)
     if args.placement == "free":
         kw.update(devices=args.devices, pipelines=args.pipelines or 1)
-    if args.system:
+    if args.system or args.profile:
         return idealized_problem(args.stages, args.microbatches, args.placement, **kw)
     return idealized_problem(
         args.stages, args.microbatches, args.placement, forward=args.forward_slots or 1,
@@ -178,23 +179,20 @@ def build_problem(args):
     from dataclasses import replace
 
     _refuse_options(args)
+    source = hardware_args.cost_source(args, args.stages, args.microbatches)
     shape = _shape(args)
-    if not args.system:
+    if source is None:
         return shape, None
-    from pipetab.solver.costs import SEARCH_TICKS_PER_OP, hardware_costs
+    from pipetab.solver.costs import SEARCH_TICKS_PER_OP
 
-    try:
-        costs = hardware_costs(shape_schedule(shape), args.system, args.model or "paper_gpt",
-                               recompute=args.recompute or "none")
-    except (ValueError, KeyError, FileNotFoundError) as exc:
-        raise UsageError(f"pipetab: error: {exc}") from None
+    costs = source.costs(shape_schedule(shape))
     if args.memory_cap is not None:
         costs = replace(costs, capacity=(args.memory_cap,) * len(costs.capacity))
     tick = args.tick or costs.default_tick(SEARCH_TICKS_PER_OP)
     # bounds of the real-valued problem need durations rounded down; schedules are
     # searched with durations rounded up (their real time is at most the quantized one)
     q = costs.quantized(tick, "down" if args.mode == "bound" else "up")
-    return replace(shape, costs=q, name=f"{args.placement} on {args.system}"), costs
+    return replace(shape, costs=q, name=f"{args.placement} {source.label}"), costs
 
 
 def _ops_records(schedule, costs, scale: float = 1.0) -> list[dict]:
@@ -320,12 +318,13 @@ def _print(args, doc: dict, result, ops_costs) -> None:
     if args.split_backward:
         where += ", split backward"
     costs = (f"system {args.system}, model {args.model or 'paper_gpt'}" if args.system else
+             f"profile {args.profile}" if args.profile else
              f"F={args.forward_slots or 1} B={args.backward_slots or 2}"
              + (f" W={args.weight_slots or 1} M_W/M={1.0 if args.weight_memory is None else args.weight_memory:g}"
                 if args.split_backward else "") + f" C={args.comm_slots or 0} slots")
     cap = (f", activation cap {args.activation_cap:g} M_B" if args.activation_cap else
            f", memory cap {args.memory_cap:.4g} B" if args.memory_cap else
-           ", device memory" if args.system else ", no memory cap")
+           ", device memory" if args.system or args.profile else ", no memory cap")
     print(f"{args.mode}: {where}; {costs}{cap}; objective {args.objective}")
     gap = "-" if doc["gap"] is None else f"{100 * doc['gap']:.2f}"
     print(f"status {doc['status']}, {args.objective} {f(doc['makespan'])} {unit}, lower bound "

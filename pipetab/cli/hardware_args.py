@@ -1,0 +1,208 @@
+"""The costs of the simulation level from the command line, for every command that has one.
+
+Two sources, never both: ``--system`` (with ``--model``, ``--recompute``, ``--contention``
+and the real-cluster options) costs each op by the roofline model; ``--profile FILE.toml``
+takes measured op times (``hardware.profile``). The real-cluster options have the names and
+defaults of ``pipetab plan``: ``--tp`` and ``--dp`` (each schedule device is a
+tensor-parallel group of ``tp`` GPUs, the pipeline replicated ``dp`` ways),
+``--no-sequence-parallel`` (with ``tp > 1``), ``--zero`` (with ``dp > 1``; default 1),
+``--no-overlap`` (with ``dp > 1``), ``--microbatch-size``, ``--global-batch`` and ``--seq``.
+
+``add_hardware_args(parser)`` adds them all (``evaluate``, ``view``); ``add_context_args``
+adds all but ``--system``/``--model``/``--recompute``/``--contention`` (``search`` and
+``bound`` define those themselves). ``cost_source(args, stages, microbatches)`` checks every
+combination before anything is generated and returns a ``CostSource`` (None without
+hardware) whose ``costs(schedule)`` are the simulation's costs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from . import common
+from .common import UsageError
+
+# (attribute, flag, value when not given): the real-cluster options
+CLUSTER_OPTIONS = (
+    ("tp", "--tp", None), ("dp", "--dp", None), ("sequence_parallel", "--no-sequence-parallel", True),
+    ("zero", "--zero", None), ("overlap", "--no-overlap", True), ("microbatch_size", "--microbatch-size", None),
+    ("global_batch", "--global-batch", None), ("seq", "--seq", None),
+)
+DEFAULT_ZERO = 1  # as in 'pipetab plan': ZeRO-1 whenever there is data parallelism
+
+
+def add_hardware_args(p) -> None:
+    """--system, --model, --recompute, --contention, then ``add_context_args``."""
+    p.add_argument("--system", help="system preset or TOML file; adds the simulation level")
+    p.add_argument("--model", default=None, help="model preset or TOML file (default: paper_gpt)")
+    p.add_argument("--recompute", choices=["none", "selective", "full"], default=None,
+                   help="activation recomputation assumed for activation memory (default none)")
+    p.add_argument("--contention", action="store_true",
+                   help="links carry one transfer at a time (off by default, as in the paper)")
+    add_context_args(p)
+
+
+def add_profile_arg(p) -> None:
+    """--profile FILE.toml (measured op times)."""
+    p.add_argument("--profile", metavar="FILE.toml", default=None,
+                   help="measured op times per stage (T_F, T_B, T_W, message, memory; docs/cluster.md) "
+                        "instead of the roofline model of --system")
+
+
+def add_context_args(p) -> None:
+    """--profile and the real-cluster options (module docstring)."""
+    add_profile_arg(p)
+    g = p.add_argument_group("real cluster (with --system; names and defaults as in 'pipetab plan')")
+    g.add_argument("--tp", type=common.positive_int("tp"), default=None,
+                   help="tensor-parallel GPUs per schedule device (default 1)")
+    g.add_argument("--dp", type=common.positive_int("dp"), default=None,
+                   help="data-parallel replicas of the pipeline (default 1)")
+    add_parallel_switches(g)
+    g.add_argument("--microbatch-size", type=common.positive_int("microbatch size"), default=None,
+                   help="sequences per microbatch (default: global batch / (dp x microbatches))")
+    add_batch_args(g, required=False)
+
+
+def add_parallel_switches(p) -> None:
+    """--no-sequence-parallel, --zero, --no-overlap (shared with ``pipetab plan``)."""
+    p.add_argument("--no-sequence-parallel", dest="sequence_parallel", action="store_false",
+                   help="tensor parallelism without sequence parallelism (default: with, when TP > 1)")
+    p.add_argument("--zero", type=int, choices=[0, 1, 2], default=None,
+                   help="ZeRO stage with data parallelism: 0 none, 1 optimizer state (default), 2 and gradients")
+    p.add_argument("--no-overlap", dest="overlap", action="store_false",
+                   help="do not overlap the data-parallel gradient reduction with the last backward")
+
+
+def add_batch_args(p, required: bool) -> None:
+    """--global-batch and --seq (shared with ``pipetab plan``)."""
+    p.add_argument("--global-batch", type=common.positive_int("global batch"), default=None, required=required,
+                   help="sequences per training step" + ("" if required else " (default: the model's)"))
+    p.add_argument("--seq", type=common.positive_int("sequence length"), default=None,
+                   help="tokens per sequence (default: the model's)")
+
+
+def load_profile_arg(args):
+    """The ``Profile`` named by ``--profile`` (None without it)."""
+    if getattr(args, "profile", None) is None:
+        return None
+    from pipetab.hardware.profile import load_profile
+
+    return load_profile(args.profile)
+
+
+@dataclass(frozen=True)
+class CostSource:
+    """Where the simulation's costs come from: a ``system`` and ``model`` (loaded, with
+    the ``parallel`` context and ``microbatch_size``), or a ``profile``."""
+
+    system: object = None
+    model: object = None
+    recompute: str = "none"
+    contention: bool = False
+    parallel: object = None
+    microbatch_size: int | None = None
+    profile: object = None
+    profile_path: str | None = None
+
+    def costs(self, schedule):
+        """The simulation's costs of ``schedule``."""
+        from pipetab.solver.costs import hardware_costs, profile_costs
+
+        if self.profile is not None:
+            return profile_costs(schedule, self.profile, contention=self.contention)
+        return hardware_costs(schedule, self.system, self.model, recompute=self.recompute,
+                              contention=self.contention, parallel=self.parallel,
+                              microbatch_size=self.microbatch_size)
+
+    @property
+    def label(self) -> str:
+        """``on SYSTEM`` with the context, or ``profile NAME``."""
+        if self.profile is not None:
+            return f"profile {self.profile.name}"
+        par = self.parallel
+        extra = "" if par.tp == par.dp == 1 else f", {par.label}"
+        return f"on {self.system.name}{extra}"
+
+    def as_dict(self) -> dict:
+        """The inputs of the costs as plain data (the ``context`` of ``evaluate --format json``)."""
+        if self.profile is not None:
+            p = self.profile
+            return {"profile": self.profile_path, "microbatch_size": p.microbatch_size, "tp": p.tp, "dp": p.dp,
+                    "contention": self.contention}
+        par, m = self.parallel, self.model
+        return {"system": self.system.name, "model": m.name, "recompute": self.recompute,
+                "contention": self.contention, "tp": par.tp, "dp": par.dp,
+                "sequence_parallel": par.sequence_parallel, "zero": par.zero, "overlap": par.overlap,
+                "microbatch_size": self.microbatch_size, "seq_len": m.seq_len, "global_batch": m.global_batch}
+
+
+def _given(args) -> list[str]:
+    """The flags of the real-cluster options given on the command line."""
+    return [flag for attr, flag, unset in CLUSTER_OPTIONS if getattr(args, attr, unset) != unset]
+
+
+def cost_source(args, stages: int, microbatches: int) -> CostSource | None:
+    """The costs named on the command line for a schedule on ``stages`` devices with
+    ``microbatches`` microbatches (None: no hardware); every option that does not apply is
+    refused, and the system, model or profile that cannot run the request, before anything
+    is generated."""
+    recompute = getattr(args, "recompute", None)
+    recompute = None if recompute in (None, "none") else recompute
+    contention = bool(getattr(args, "contention", False))
+    if args.profile is not None:
+        for flag, given in (("--system", args.system), ("--model", args.model), ("--recompute", recompute),
+                            *((f, True) for f in _given(args))):
+            if given:
+                raise UsageError(f"{flag} does not apply with --profile (the profile's measured times fix "
+                                 "the system, model, parallel split, microbatch size and recomputation)")
+        return _profile_source(args.profile, stages, contention)
+    if not args.system:
+        for flag, given in (("--model", args.model), ("--recompute", recompute), ("--contention", contention),
+                            *((f, True) for f in _given(args))):
+            if given:
+                raise UsageError(f"{flag} needs --system or, for measured times, --profile "
+                                 "(it sets the simulation's costs)")
+        return None
+    return _system_source(args, stages, microbatches, recompute or "none", contention)
+
+
+def _profile_source(path: str, stages: int, contention: bool) -> CostSource:
+    from pipetab.hardware.profile import load_profile
+
+    profile = load_profile(path)
+    if profile.num_stages is not None and profile.num_stages != stages:
+        raise UsageError(f"--profile {path} describes {profile.num_stages} pipeline devices but --stages is "
+                         f"{stages}: profile the same number of stages or give 'stages' only in [default]")
+    return CostSource(contention=contention, profile=profile, profile_path=path)
+
+
+def _system_source(args, stages: int, microbatches: int, recompute: str, contention: bool) -> CostSource:
+    from pipetab.hardware.loaders import load_model, load_system
+    from pipetab.hardware.parallel import Parallel
+    from pipetab.solver.costs import check_hardware
+
+    tp, dp = args.tp or 1, args.dp or 1
+    for flag, given, needs in (("--no-sequence-parallel", not args.sequence_parallel and tp == 1, "--tp > 1"),
+                               ("--zero", args.zero is not None and dp == 1, "--dp > 1"),
+                               ("--no-overlap", not args.overlap and dp == 1, "--dp > 1")):
+        if given:
+            raise UsageError(f"{flag} applies with {needs} only (it shapes "
+                             f"{'tensor' if needs.startswith('--tp') else 'data'} parallelism)")
+    model = load_model(args.model or "paper_gpt")
+    changes = {k: v for k, v in (("seq_len", args.seq), ("global_batch", args.global_batch)) if v is not None}
+    model = replace(model, **changes) if changes else model
+    b = args.microbatch_size
+    if b is not None and args.global_batch is not None and args.global_batch != dp * microbatches * b:
+        raise UsageError(f"--global-batch {args.global_batch} must be dp x microbatches x --microbatch-size = "
+                         f"{dp} x {microbatches} x {b} = {dp * microbatches * b} (or give one of them)")
+    parallel = Parallel(tp=tp, dp=dp, sequence_parallel=args.sequence_parallel and tp > 1,
+                        zero=(DEFAULT_ZERO if args.zero is None else args.zero) if dp > 1 else 0,
+                        overlap=args.overlap)
+    parallel.check(model)
+    system = load_system(args.system)
+    if system.num_devices is not None and stages * tp * dp > system.num_devices:
+        raise UsageError(f"--system {system.name} has {system.num_devices} GPUs; stages x tp x dp = "
+                         f"{stages} x {tp} x {dp} needs {stages * tp * dp}")
+    check_hardware(system, model, stages, microbatches, dp=dp, microbatch_size=b)
+    b = b if b is not None else model.global_batch // (dp * microbatches)
+    return CostSource(system, model, recompute, contention, parallel, b)

@@ -1,0 +1,127 @@
+"""The simulation's costs on the command line: ``--profile`` and the real-cluster options on
+evaluate, view, search and bound, end to end through ``pipetab.cli.main``."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pipetab.cli import main
+from pipetab.hardware.parallel import Parallel
+from pipetab.hardware.profile import profile_to_toml
+from pipetab.schedules import registry
+from pipetab.solver.costs import costs_profile, hardware_costs
+from pipetab.solver.simulate import simulate
+
+
+def run_json(capsys, *argv) -> dict:
+    code = main([*argv, "--format", "json"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    return json.loads(out)
+
+
+def own_profile(tmp_path, name, S, B, system, model, parallel=None, microbatch_size=None):
+    """A profile file of the simulator's own costs of ``name`` and their T_sim."""
+    sched = registry.generate(name, S, B)
+    costs = hardware_costs(sched, system, model, parallel=parallel, microbatch_size=microbatch_size)
+    path = tmp_path / f"{name}_{S}_{B}.toml"
+    path.write_text(profile_to_toml(costs_profile(sched, costs, microbatch_size=microbatch_size)))
+    return path, simulate(sched, costs).makespan
+
+
+@pytest.mark.parametrize("name, S, B, system, model, par, b", [
+    ("1f1b", 4, 8, "mid_nw_mid_cp", "paper_gpt", None, None),
+    ("zb-h1", 4, 8, "dgx_h100_ib", "llama3_8b", Parallel(tp=2, dp=2, sequence_parallel=True, zero=1), 1),
+    ("gpipe", 8, 16, "a100_cluster", "tiny_gpt", None, None),
+])
+def test_evaluate_with_a_profile_of_the_simulators_times_gives_its_t_sim(capsys, tmp_path, name, S, B, system,
+                                                                        model, par, b):
+    path, t_sim = own_profile(tmp_path, name, S, B, system, model, par, b)
+    doc = run_json(capsys, "evaluate", name, "-S", str(S), "-B", str(B), "--profile", str(path))
+    assert doc["simulation"]["makespan_s"] == pytest.approx(t_sim, rel=1e-12)
+    assert doc["context"]["profile"] == str(path)
+
+
+def test_the_cli_options_give_the_api_costs(capsys):
+    """--tp 2 --dp 2 --microbatch-size 2 is Parallel(tp=2, dp=2, sequence parallel, ZeRO-1)
+    -- plan's defaults -- at 2 sequences per microbatch."""
+    sched = registry.generate("1f1b", 4, 8)
+    par = Parallel(tp=2, dp=2, sequence_parallel=True, zero=1)
+    want = simulate(sched, hardware_costs(sched, "dgx_h100_ib", "llama3_8b", parallel=par, microbatch_size=2))
+    doc = run_json(capsys, "evaluate", "1f1b", "-S", "4", "-B", "8", "--system", "dgx_h100_ib", "--model",
+                   "llama3_8b", "--tp", "2", "--dp", "2", "--microbatch-size", "2")
+    assert doc["simulation"]["makespan_s"] == pytest.approx(want.makespan, rel=1e-12)
+    assert doc["simulation"]["peak_memory_bytes"] == [int(round(x)) for x in want.peak_memory]
+    ctx = doc["context"]
+    assert (ctx["tp"], ctx["dp"], ctx["sequence_parallel"], ctx["zero"], ctx["microbatch_size"]) == (2, 2, True, 1, 2)
+    # the switches move the numbers the way they should
+    no_zero = run_json(capsys, "evaluate", "1f1b", "-S", "4", "-B", "8", "--system", "dgx_h100_ib", "--model",
+                       "llama3_8b", "--tp", "2", "--dp", "2", "--microbatch-size", "2", "--zero", "0")
+    assert min(no_zero["simulation"]["persistent_bytes"]) > max(doc["simulation"]["persistent_bytes"])
+
+
+def _levels(doc: dict) -> dict:
+    return {k: v for k, v in doc.items() if k != "context"}
+
+
+@pytest.mark.parametrize("extra", [
+    ["--tp", "1"], ["--dp", "1"], ["--tp", "1", "--dp", "1"], ["--global-batch", "512"],
+    ["--microbatch-size", "64"], ["--seq", "4096"], ["--global-batch", "512", "--microbatch-size", "64"],
+])
+def test_tp_dp_one_and_the_models_own_batch_give_todays_numbers(capsys, extra):
+    base = ["evaluate", "1f1b", "-S", "4", "-B", "8", "--system", "mid_nw_mid_cp"]
+    assert _levels(run_json(capsys, *base, *extra)) == _levels(run_json(capsys, *base))
+
+
+def test_global_batch_sets_the_microbatch_size(capsys):
+    """Doubling the global batch at the same B doubles the microbatch: same as giving it."""
+    base = ["evaluate", "1f1b", "-S", "4", "-B", "8", "--system", "mid_nw_mid_cp"]
+    by_batch = run_json(capsys, *base, "--global-batch", "1024")
+    by_size = run_json(capsys, *base, "--microbatch-size", "128")
+    assert by_batch["context"]["microbatch_size"] == 128
+    assert _levels(by_batch) == _levels(by_size)
+    assert by_batch["simulation"]["makespan_s"] > 1.9 * run_json(capsys, *base)["simulation"]["makespan_s"]
+
+
+def test_plan_and_evaluate_agree_on_the_same_configuration(capsys):
+    """The best configuration ``plan`` ranks, given to ``evaluate`` by its options, has the
+    step time plan ranked it by (same names, same defaults)."""
+    doc = run_json(capsys, "plan", "--model", "llama3_8b", "--nodes", "1", "--gpus-per-node", "8",
+                   "--global-batch", "32", "--seq", "2048", "--schedules", "1f1b,gpipe", "--recompute", "none",
+                   "--cpsat-shapes", "0", "--quiet")
+    best = doc["configurations"][0]
+    got = run_json(capsys, "evaluate", best["schedule"], "-S", str(best["pp"]), "-B", str(best["microbatches"]),
+                   "--system", "dgx_h100_ib", "--model", "llama3_8b", "--seq", "2048", "--global-batch", "32",
+                   "--tp", str(best["tp"]), "--dp", str(best["dp"]))
+    assert got["context"]["microbatch_size"] == best["microbatch_size"]
+    assert got["simulation"]["makespan_s"] == pytest.approx(best["step_time_s"], rel=1e-9)
+
+
+def test_view_takes_a_profile(capsys, tmp_path):
+    path, _ = own_profile(tmp_path, "1f1b", 4, 8, "mid_nw_mid_cp", "paper_gpt")
+    page = tmp_path / "v.html"
+    assert main(["view", "1f1b", "gpipe", "-S", "4", "-B", "8", "--profile", str(path), "-o", str(page)]) == 0
+    assert "profile 1f1b_4_8" in page.read_text()
+
+
+def test_bound_with_a_profile_is_the_bound_on_the_system(capsys, tmp_path):
+    """The profile of the shape's own hardware costs gives the same lower bound as --system."""
+    path, _ = own_profile(tmp_path, "1f1b", 4, 8, "mid_nw_mid_cp", "tiny_gpt")
+    by_system = run_json(capsys, "bound", "-S", "4", "-B", "8", "--system", "mid_nw_mid_cp", "--model", "tiny_gpt",
+                         "--time-limit", "10")
+    by_profile = run_json(capsys, "bound", "-S", "4", "-B", "8", "--profile", str(path), "--time-limit", "10")
+    assert by_profile["unit"] == "s" and by_profile["lower_bound"] is not None
+    assert by_profile["lower_bound"] == pytest.approx(by_system["lower_bound"], rel=1e-9)
+
+
+def test_search_with_cluster_options(capsys):
+    doc = run_json(capsys, "search", "-S", "4", "-B", "8", "--system", "dgx_h100_ib", "--model", "llama3_8b",
+                   "--tp", "2", "--dp", "2", "--microbatch-size", "1", "--time-limit", "5")
+    sched = registry.generate("1f1b", 4, 8)
+    par = Parallel(tp=2, dp=2, sequence_parallel=True, zero=1)
+    t_1f1b = simulate(sched, hardware_costs(sched, "dgx_h100_ib", "llama3_8b", parallel=par,
+                                            microbatch_size=1)).makespan
+    assert doc["known"]["1f1b"]["makespan"] == pytest.approx(t_1f1b, rel=1e-9)
+    assert doc["makespan"] <= t_1f1b * (1 + 1e-9)
