@@ -11,10 +11,22 @@ File format (every key optional unless marked)::
     microbatches = [8, 16, 32]              # required, integers >= 1
     systems = ["mid_nw_mid_cp"]             # presets or TOML paths (not in mode "table")
     models = ["paper_gpt"]                  # presets or TOML paths (default ["paper_gpt"])
+    profiles = ["step.toml"]                # instead of systems x models: measured op times
     caps = ["device"]                       # per-device memory caps, see ``parse_cap``
     [grid.options]                          # schedule options, each a list of values
     hanayo = { waves = [1, 2] }
     chimera-asym = { split = ["1:2"] }
+    [grid.cluster]                          # with systems: the real-cluster context (docs/sweeps.md)
+    gpus = 32                               #   GPUs of the cluster: S = gpus / (tp x dp), grid.stages
+                                            #   left out (without gpus: grid.stages as given)
+    tp = [4, 8]                             #   tensor-parallel degrees to cross (default [1])
+    dp = [1]                                #   data-parallel degrees to cross (default [1])
+    sequence_parallel = true                #   as 'pipetab plan' (default true; with tp > 1)
+    zero = 1                                #   ZeRO stage with dp > 1 (default 1)
+    overlap = true                          #   overlap the DP reduction (default true)
+    global_batch = 1024                     #   sequences per step (default: the model's); the
+    microbatch_size = 1                     #   microbatch is global_batch / (dp x B), or fixed
+    seq = 8192                              #   tokens per sequence (default: the model's)
     [grid.search]                           # search / bound only: CP-SAT settings to cross
     time_limit = [5.0, 30.0]                #   (any of time_limit, workers, tick_s, ticks_per_op;
     ticks_per_op = [10, 20]                 #   each overrides the [run] value)
@@ -40,10 +52,10 @@ value of the wrong type -- raises ``ConfigError`` (a ``ValueError``) with one se
 the key, before any configuration runs.
 
 Expansion (``expand``) crosses schedules x options x stages x microbatches x models x
-systems x caps (x the [grid.search] settings). Combinations that cannot exist are *skipped*, not errors, and returned
+systems (or profiles) x the [grid.cluster] degrees x caps (x the [grid.search] settings). Combinations that cannot exist are *skipped*, not errors, and returned
 separately with the reason: outside a schedule's regime (``registry.generate`` refuses
 them, e.g. Chimera with B not a multiple of S), or, with hardware, B not dividing the
-model's global batch.
+model's global batch, or tp x dp not dividing [grid.cluster] gpus.
 """
 
 from __future__ import annotations
@@ -63,7 +75,9 @@ RECOMPUTE = ("none", "selective", "full")
 KEY_VERSION = 2  # bump when the meaning of a configuration key or its row changes
 
 _TOP = {"name", "description", "grid", "run", "output"}
-_GRID = {"schedules", "stages", "microbatches", "systems", "models", "caps", "options", "search"}
+_GRID = {"schedules", "stages", "microbatches", "systems", "models", "profiles", "caps", "options", "search",
+         "cluster"}
+_CLUSTER = {"gpus", "tp", "dp", "sequence_parallel", "zero", "overlap", "global_batch", "microbatch_size", "seq"}
 _SEARCH = ("time_limit", "workers", "tick_s", "ticks_per_op")
 _RUN = {
     "mode", "recompute", "contention", "exposed_comm", "forward_slots", "backward_slots",
@@ -119,8 +133,13 @@ class RunSettings:
 class Configuration:
     """One point of a sweep: everything that decides its row. ``options`` are the
     schedule's options as sorted (name, value) pairs; ``system`` / ``model`` are None in
-    mode "table"; ``cap`` is canonical cap text (see ``parse_cap``); ``digests`` pin the
-    content of the system and model files, so editing a preset gives new keys."""
+    mode "table" or with a ``profile`` (a profile file, its digest in ``digests``); ``cap``
+    is canonical cap text (see ``parse_cap``); ``digests`` pin the content of the system
+    and model files, so editing a preset gives new keys; ``cluster``: the [grid.cluster]
+    context as sorted (name, value) pairs (empty without it)."""
+
+    def cluster_dict(self) -> dict:
+        return dict(self.cluster)
 
     schedule: str
     stages: int
@@ -131,6 +150,8 @@ class Configuration:
     cap: str
     run: RunSettings
     digests: tuple[str, str] = ("", "")
+    profile: str | None = None
+    cluster: tuple[tuple[str, object], ...] = ()
 
     def options_dict(self) -> dict:
         return dict(self.options)
@@ -151,6 +172,9 @@ class Configuration:
             "cap": self.cap if self.run.uses_hardware else None,
             "digests": list(self.digests),
             "run": self.run.key_fields(),
+            # only when used, so the keys of sweeps without them stay what they were
+            **({"profile": self.profile} if self.profile else {}),
+            **({"cluster": dict(self.cluster)} if self.cluster else {}),
         }
 
     @cached_property
@@ -173,7 +197,7 @@ class Configuration:
         change the simulation (CP-SAT runs are never shared)."""
         if self.run.uses_cpsat:
             return (self.key,)
-        return (self.instance, self.system, self.model, self.digests, self.run)
+        return (self.instance, self.system, self.model, self.digests, self.run, self.profile, self.cluster)
 
     def label(self) -> str:
         parts = [self.schedule, f"S={self.stages}", f"B={self.microbatches}"]
@@ -183,6 +207,11 @@ class Configuration:
             parts.append(self.system)
         if self.model and self.model != "paper_gpt":
             parts.append(self.model)
+        if self.profile:
+            parts.append(f"profile={self.profile}")
+        if self.cluster:
+            c = self.cluster_dict()
+            parts.append(f"TP{c['tp']} DP{c['dp']}")
         if self.run.uses_hardware and self.cap != "device":
             parts.append(f"cap={self.cap}")
         if self.run.uses_cpsat:
@@ -225,7 +254,8 @@ class SweepConfig:
 @dataclass(frozen=True)
 class Skipped:
     """A combination that cannot exist: outside its schedule's regime (``kind`` "regime"),
-    or B not dividing the model's global batch (``kind`` "batch")."""
+    B not dividing the global batch (``kind`` "batch"), or a [grid.cluster] split leaving
+    no pipeline (``kind`` "cluster")."""
 
     configuration: Configuration
     reason: str
@@ -316,7 +346,8 @@ def parse_config(doc: dict, name: str = "sweep", source: str = "") -> SweepConfi
     export = _str(out["export"], "output.export") if "export" in out else None
     if export is not None:
         _export_suffix(export, "output.export")
-    for req in ("schedules", "stages", "microbatches"):
+    cluster_gpus = isinstance(grid_doc.get("cluster"), dict) and "gpus" in grid_doc["cluster"]
+    for req in ("schedules", "microbatches") if cluster_gpus else ("schedules", "stages", "microbatches"):
         if req not in grid_doc:
             raise ConfigError(f"grid.{req} is required")
     return _validated(name, dict(grid_doc), run, db, export, description, source)
@@ -327,18 +358,34 @@ def _validated(name, grid_doc, run, db, export, description, source) -> SweepCon
     grid["schedules"] = _list(grid_doc.get("schedules"), "grid.schedules", str)
     for s in grid["schedules"]:
         _spec(s, "grid.schedules")
-    grid["stages"] = _list(grid_doc.get("stages"), "grid.stages", int)
-    for s in grid["stages"]:
-        if s < 2:
-            raise ConfigError(f"grid.stages: stages must be integers >= 2, got {s}")
+    cluster = _parse_cluster(grid_doc["cluster"], run) if "cluster" in grid_doc else None
+    if cluster is not None and "gpus" in cluster:
+        if "stages" in grid_doc:
+            raise ConfigError("grid.stages follows from grid.cluster.gpus / (tp x dp): leave grid.stages out "
+                              "(or leave out gpus)")
+        grid["gpus"] = cluster.pop("gpus")
+    else:
+        grid["stages"] = _list(grid_doc.get("stages"), "grid.stages", int)
+        for s in grid["stages"]:
+            if s < 2:
+                raise ConfigError(f"grid.stages: stages must be integers >= 2, got {s}")
     grid["microbatches"] = _list(grid_doc.get("microbatches"), "grid.microbatches", int)
     for b in grid["microbatches"]:
         if b < 1:
             raise ConfigError(f"grid.microbatches: microbatches must be integers >= 1, got {b}")
     digests: dict = {}
-    if run.uses_hardware:
+    if run.uses_hardware and "profiles" in grid_doc:
+        for key in ("systems", "models", "cluster"):
+            if key in grid_doc:
+                raise ConfigError(f"grid.profiles and grid.{key} exclude each other: a profile's measured "
+                                  "times fix the system, model and parallel context")
+        grid["profiles"] = _list(grid_doc["profiles"], "grid.profiles", str)
+        grid["caps"] = [parse_cap(c) for c in _list(grid_doc.get("caps", ["device"]), "grid.caps", (str, int, float))]
+        for p in grid["profiles"]:
+            digests[("profile", p)] = _digest("profile", p)
+    elif run.uses_hardware:
         if "systems" not in grid_doc:
-            raise ConfigError(f"grid.systems is required in mode {run.mode!r}")
+            raise ConfigError(f"grid.systems is required in mode {run.mode!r} (or grid.profiles)")
         grid["systems"] = _list(grid_doc["systems"], "grid.systems", str)
         grid["models"] = _list(grid_doc.get("models", ["paper_gpt"]), "grid.models", str)
         grid["caps"] = [parse_cap(c) for c in _list(grid_doc.get("caps", ["device"]), "grid.caps", (str, int, float))]
@@ -346,17 +393,67 @@ def _validated(name, grid_doc, run, db, export, description, source) -> SweepCon
             digests[("system", s)] = _digest("system", s)
         for m in grid["models"]:
             digests[("model", m)] = _digest("model", m)
+        if cluster is not None:
+            grid["cluster"] = cluster
     else:
-        for key in ("systems", "models", "caps"):
+        for key in ("systems", "models", "profiles", "caps", "cluster"):
             if key in grid_doc:
                 raise ConfigError(f"grid.{key} is not used in mode 'table' (the table level has no hardware)")
     grid["options"] = _parse_options(grid_doc.get("options", {}), grid["schedules"])
     if "search" in grid_doc:
         grid["runs"] = _parse_search(grid_doc["search"], run)
-    for key in ("schedules", "stages", "microbatches", "systems", "models", "caps"):
+    for key in ("schedules", "stages", "microbatches", "systems", "models", "profiles", "caps"):
         if key in grid and len(set(map(str, grid[key]))) != len(grid[key]):
             raise ConfigError(f"grid.{key} lists a value twice")
     return SweepConfig(name, grid, run, db, export, description, source, digests, dict(grid_doc))
+
+
+def _parse_cluster(doc: object, run: RunSettings) -> dict:
+    """``[grid.cluster]``: lists ``tp`` and ``dp``, the rest single values (module docstring)."""
+    doc = _table(doc, "grid.cluster")
+    if not run.uses_hardware:
+        raise ConfigError("grid.cluster is not used in mode 'table' (the table level has no hardware)")
+    _keys(doc, _CLUSTER, "[grid.cluster]")
+    out: dict = {}
+    for key in ("tp", "dp"):
+        out[key] = _list(doc.get(key, [1]), f"grid.cluster.{key}", int)
+        if any(v < 1 for v in out[key]) or len(set(out[key])) != len(out[key]):
+            raise ConfigError(f"grid.cluster.{key} must list different integers >= 1, got {out[key]!r}")
+    for key in ("gpus", "global_batch", "microbatch_size", "seq"):
+        if key in doc:
+            v = doc[key]
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise ConfigError(f"grid.cluster.{key} must be an integer >= 1, got {v!r}")
+            out[key] = v
+    if "global_batch" in out and "microbatch_size" in out:
+        raise ConfigError("grid.cluster.global_batch and grid.cluster.microbatch_size exclude each other: the "
+                          "global batch is dp x microbatches x microbatch_size")
+    for key, default in (("sequence_parallel", True), ("overlap", True)):
+        v = doc.get(key, default)
+        if not isinstance(v, bool):
+            raise ConfigError(f"grid.cluster.{key} must be true or false, got {v!r}")
+        out[key] = v
+    zero = doc.get("zero", 1)
+    if zero not in (0, 1, 2) or isinstance(zero, bool):
+        raise ConfigError(f"grid.cluster.zero must be 0, 1 or 2, got {zero!r}")
+    out["zero"] = zero
+    return out
+
+
+def cluster_settings(grid: dict) -> list[tuple[tuple[str, object], ...]]:
+    """One ``Configuration.cluster`` per (tp, dp) of ``[grid.cluster]`` (``[()]`` without
+    it): ZeRO only with dp > 1 and sequence parallelism only with tp > 1, as ``plan``."""
+    c = grid.get("cluster")
+    if c is None:
+        return [()]
+    out = []
+    for tp in c["tp"]:
+        for dp in c["dp"]:
+            d = {k: v for k, v in c.items() if k not in ("tp", "dp")}
+            d.update(tp=tp, dp=dp, sequence_parallel=c["sequence_parallel"] and tp > 1,
+                     zero=c["zero"] if dp > 1 else 0)
+            out.append(tuple(sorted(d.items())))
+    return out
 
 
 def _merge_run(run: RunSettings, changes: dict) -> dict:
@@ -469,32 +566,49 @@ def expand(config: SweepConfig, check_regime: bool = True) -> tuple[list[Configu
     divide the model's global batch. ``check_regime=False`` leaves the regime to whoever
     evaluates the configurations (generating a schedule is what checks it)."""
     g = config.grid
-    systems = g.get("systems") or [None]
-    models = g.get("models") or [None]
+    sources = [(None, None, p) for p in g.get("profiles", ())] or [
+        (system, model, None) for model in g.get("models") or [None] for system in g.get("systems") or [None]]
     caps = g.get("caps") or ["device"]
+    clusters = cluster_settings(g)
     todo, skipped = [], []
     for name in g["schedules"]:
         for opts in option_sets(config, name):
-            for S in g["stages"]:
-                for B in g["microbatches"]:
-                    reason = _regime_error(name, S, B, opts) if check_regime else None
-                    for model in models:
-                        batch = None if reason or model is None else _batch_error(model, B)
-                        for system in systems:
+            for cluster in clusters:
+                c_ = dict(cluster)
+                for S in _stages(g, c_):
+                    for B in g["microbatches"]:
+                        regime = (_regime_error(name, S, B, opts) if check_regime and S >= 2
+                                  else _cluster_error(g, c_) if S < 2 else None)
+                        for system, model, profile in sources:
+                            batch = None if regime or model is None else _batch_error(model, B, cluster)
+                            digests = (config._digests.get(("system", system), "")
+                                       or config._digests.get(("profile", profile), ""),
+                                       config._digests.get(("model", model), ""))
                             for cap in caps:
-                                digests = (
-                                    config._digests.get(("system", system), ""),
-                                    config._digests.get(("model", model), ""),
-                                )
                                 for run in config.runs:
-                                    c = Configuration(name, S, B, opts, system, model, cap, run, digests)
-                                    if reason:
-                                        skipped.append(Skipped(c, reason, "regime"))
+                                    c = Configuration(name, S, B, opts, system, model, cap, run, digests,
+                                                      profile, cluster)
+                                    if regime:
+                                        skipped.append(Skipped(c, regime, "cluster" if S < 2 else "regime"))
                                     elif batch:
                                         skipped.append(Skipped(c, batch, "batch"))
                                     else:
                                         todo.append(c)
     return todo, skipped
+
+
+def _stages(grid: dict, cluster: dict) -> list[int]:
+    """grid.stages, or the one S that [grid.cluster] gpus leaves for tp x dp (0 when
+    tp x dp does not divide it, 1 when it leaves one stage: skipped)."""
+    if "gpus" not in grid:
+        return grid["stages"]
+    tp_dp = cluster["tp"] * cluster["dp"]
+    return [grid["gpus"] // tp_dp if grid["gpus"] % tp_dp == 0 else 0]
+
+
+def _cluster_error(grid: dict, cluster: dict) -> str:
+    return (f"tp {cluster['tp']} x dp {cluster['dp']} leaves no pipeline of at least 2 stages on "
+            f"grid.cluster.gpus {grid['gpus']}")
 
 
 @lru_cache(maxsize=4096)
@@ -507,11 +621,16 @@ def _regime_error(name: str, stages: int, microbatches: int, options: tuple) -> 
 
 
 @lru_cache(maxsize=64)
-def _batch_error(model: str, microbatches: int) -> str | None:
+def _batch_error(model: str, microbatches: int, cluster: tuple = ()) -> str | None:
     from pipetab import hardware
+    c = dict(cluster)
+    if "microbatch_size" in c:
+        return None  # the global batch follows: dp x microbatches x microbatch_size
     m = hardware.load_model(model)
-    if m.global_batch % microbatches:
-        return f"global batch {m.global_batch} of model {m.name!r} cannot be split into {microbatches} equal microbatches"
+    batch, dp = c.get("global_batch", m.global_batch), c.get("dp", 1)
+    if batch % (microbatches * dp):
+        return (f"global batch {batch} cannot be split into {microbatches} equal microbatches"
+                + (f" on each of {dp} data-parallel replicas" if dp > 1 else f" (model {m.name!r})"))
     return None
 
 
@@ -520,8 +639,10 @@ def _batch_error(model: str, microbatches: int) -> str | None:
 
 def _digest(kind: str, name: str) -> str:
     from pipetab import hardware
+    from pipetab.hardware.profile import load_profile
+    loaders = {"system": hardware.load_system, "model": hardware.load_model, "profile": load_profile}
     try:
-        obj = hardware.load_system(name) if kind == "system" else hardware.load_model(name)
+        obj = loaders[kind](name)
     except ValueError as exc:
         raise ConfigError(f"grid.{kind}s: {exc.args[0] if exc.args else exc}") from None
     return hashlib.sha256(repr(obj).encode()).hexdigest()[:12]

@@ -68,7 +68,10 @@ class Summary:
             parts = [f"{n} {name} (needs {registry.spec(name).regime})" for name, n in by.items()]
             batch = sum(1 for s in self.skipped if s.kind == "batch")
             if batch:
-                parts.append(f"{batch} with B not dividing the model's global batch")
+                parts.append(f"{batch} with B not dividing the global batch")
+            cluster = sum(1 for s in self.skipped if s.kind == "cluster")
+            if cluster:
+                parts.append(f"{cluster} whose tp x dp leaves no pipeline on the cluster's GPUs")
             lines.append(f"skipped {len(self.skipped)} combinations that cannot exist (not errors): "
                          + "; ".join(parts))
         for label, msg in self.errors[:5]:

@@ -32,11 +32,12 @@ from typing import NamedTuple
 
 from pipetab.schedules import registry
 from pipetab.schedules.table import SlotDurations
-from pipetab.solver.costs import hardware_costs
+from pipetab.solver.costs import hardware_costs, profile_costs
 from pipetab.solver.levels import Levels, evaluate_levels
 
 from .config import Configuration, cap_bytes
 
+CLUSTER_COLUMNS = ("tp", "dp", "global_batch")  # None without [grid.cluster]
 # fields that legitimately differ between two evaluations of the same configuration
 VOLATILE = ("runtime_s", "cpsat_wall_s")
 LEVEL_BLOCKS = ("formula", "table", "simulation", "cpsat")
@@ -112,10 +113,31 @@ def _system(name: str):
 
 
 @lru_cache(maxsize=8)
-def _model(name: str):
+def _model(name: str, seq: int | None = None, global_batch: int | None = None):
+    """A model preset or file, with the [grid.cluster] sequence length and global batch."""
     from pipetab.hardware import load_model
 
-    return load_model(name)
+    m = load_model(name)
+    changes = {k: v for k, v in (("seq_len", seq), ("global_batch", global_batch)) if v is not None}
+    return replace(m, **changes) if changes else m
+
+
+@lru_cache(maxsize=8)
+def _profile(path: str):
+    from pipetab.hardware.profile import load_profile
+
+    return load_profile(path)
+
+
+def _parallel(c: Configuration):
+    """The configuration's ``Parallel`` (None without [grid.cluster])."""
+    if not c.cluster:
+        return None
+    from pipetab.hardware.parallel import Parallel
+
+    d = c.cluster_dict()
+    return Parallel(tp=d["tp"], dp=d["dp"], sequence_parallel=d["sequence_parallel"], zero=d["zero"],
+                    overlap=d["overlap"])
 
 
 def _base(c: Configuration) -> dict:
@@ -127,6 +149,9 @@ def _base(c: Configuration) -> dict:
         "mode": c.run.mode,
         "system": c.system,
         "model": c.model,
+        "profile": c.profile,
+        **{k: c.cluster_dict().get(k) for k in CLUSTER_COLUMNS},
+        "microbatch_size": _microbatch_size(c),
         "cap": c.cap if c.run.uses_hardware else None,
         "recompute": c.run.recompute if c.run.uses_hardware else None,
         "contention": c.run.contention if c.run.uses_hardware else None,
@@ -148,15 +173,41 @@ def _tail(c: Configuration, status: str, seconds: float, **cp) -> dict:
     }
 
 
+def _microbatch_size(c: Configuration) -> int | None:
+    """Sequences per microbatch of a hardware configuration: [grid.cluster]'s
+    ``microbatch_size``, else its (or the model's) global batch / (dp x B); a profile's own."""
+    if not c.run.uses_hardware:
+        return None
+    if c.profile:
+        return _profile(c.profile).microbatch_size
+    d = c.cluster_dict()
+    if "microbatch_size" in d:
+        return d["microbatch_size"]
+    return d.get("global_batch", _model(c.model).global_batch) // (d.get("dp", 1) * c.microbatches)
+
+
 def _costs(c: Configuration, sched):
-    """Hardware costs of ``sched`` on the configuration's system and model (no memory cap)."""
-    return hardware_costs(sched, _system(c.system), _model(c.model), recompute=c.run.recompute,
-                          contention=c.run.contention)
+    """Costs of ``sched`` on the configuration's system and model in its [grid.cluster]
+    context, or from its profile (no memory cap)."""
+    if c.profile:
+        if c.run.recompute != "none":
+            raise ValueError("run.recompute does not apply to a profile (its measured times fix it)")
+        return profile_costs(sched, _profile(c.profile), contention=c.run.contention)
+    d = c.cluster_dict()
+    return hardware_costs(sched, _system(c.system), _model(c.model, d.get("seq"), d.get("global_batch")),
+                          recompute=c.run.recompute, contention=c.run.contention, parallel=_parallel(c),
+                          microbatch_size=d.get("microbatch_size"))
 
 
 def _capacity(c: Configuration, costs) -> tuple[float | None, ...]:
-    """The configuration's memory cap in bytes, per device."""
-    device_memory = _system(c.system).device.memory_bytes
+    """The configuration's memory cap in bytes, per device ("device" with a profile: its
+    ``memory_bytes``, unlimited when it has none)."""
+    if c.profile:
+        device_memory = _profile(c.profile).memory_bytes
+        if device_memory is None and c.cap == "device":
+            return (None,) * len(costs.persistent)
+    else:
+        device_memory = _system(c.system).device.memory_bytes
     biggest = max(costs.activation.values())
     return tuple(cap_bytes(c.cap, device_memory, p, biggest) for p in costs.persistent)
 

@@ -91,7 +91,7 @@ def test_cli_sweep_resumes_and_exports(tmp_path, capsys):
     # of 512 (gpipe at S=4 and 6, chimera at (6, 6)): all skipped, not errors
     assert "6 configurations (1 run now" in out
     assert "skipped 6 combinations that cannot exist (not errors): 3 chimera (needs S even" in out
-    assert "3 with B not dividing the model's global batch" in out
+    assert "3 with B not dividing the global batch" in out
     assert main(["sweep", str(cfg), "--db", str(db), "--workers", "1", "--export", str(csv), "--quiet"]) == 0
     out = capsys.readouterr().out
     assert "5 run now, 1 already in the store" in out and "exported 6 rows" in out
