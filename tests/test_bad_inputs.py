@@ -46,6 +46,22 @@ seq_len = 128
 vocab = 1000
 global_batch = 64
 """
+PROFILE = """summary = "test profile"
+time_unit = "ms"
+stages = 4
+microbatch_size = 2
+[default]
+forward = 2.0
+backward = 3.0
+message = 0.25
+activation_bytes = 1e6
+layers = 2
+"""
+CLUSTER = """
+[grid.cluster]
+gpus = 16
+tp = [2]
+"""
 SWEEP = """[grid]
 schedules = ["1f1b"]
 stages = [4]
@@ -86,6 +102,7 @@ FILES = {
     "sys_missing_key.toml": SYSTEM.replace("peak_flops = 1e15\n", ""),
     "sys_string.toml": SYSTEM.replace("peak_flops = 1e15", 'peak_flops = "fast"'),
     "sys_bad_toml.toml": "summary = \n",
+    "sys_eight.toml": SYSTEM.replace('summary = "test system"', 'summary = "eight GPUs"\nnum_devices = 8'),
     "sys_huge_int.toml": SYSTEM.replace('summary = "test system"', 'summary = "x"\nnum_devices = 123456789012345678901234567890'),
     # models
     "model_zero_layers.toml": MODEL.replace("num_layers = 8", "num_layers = 0"),
@@ -93,8 +110,35 @@ FILES = {
     "model_huge.toml": MODEL.replace("hidden = 256", "hidden = 123456789012345678901234567890"),
     "model_missing.toml": MODEL.replace("vocab = 1000\n", ""),
     "model_batch.toml": MODEL.replace("global_batch = 64", "global_batch = 6"),
+    # profiles
+    "prof_ok.toml": PROFILE,
+    "prof_negative.toml": PROFILE.replace("forward = 2.0", "forward = -2.0"),
+    "prof_zero.toml": PROFILE.replace("backward = 3.0", "backward = 0"),
+    "prof_nan.toml": PROFILE.replace("forward = 2.0", "forward = nan"),
+    "prof_inf.toml": PROFILE.replace("message = 0.25", "message = inf"),
+    "prof_unit.toml": PROFILE.replace('time_unit = "ms"', 'time_unit = "hours"'),
+    "prof_unknown_key.toml": PROFILE.replace("layers = 2", "colour = 2"),
+    "prof_missing_forward.toml": PROFILE.replace("forward = 2.0\n", ""),
+    "prof_stages_zero.toml": PROFILE.replace("stages = 4", "stages = 0"),
+    "prof_stage_count.toml": PROFILE + "[[stage]]\nforward = 1.0\n",
+    "prof_weight_memory.toml": PROFILE.replace("layers = 2", "weight = 1.0\nweight_memory_bytes = 2e6"),
+    "prof_memory.toml": PROFILE.replace("microbatch_size = 2", "memory_bytes = -1"),
+    "prof_no_size.toml": PROFILE.replace("microbatch_size = 2\n", ""),
+    "prof_mb_zero.toml": PROFILE.replace("microbatch_size = 2", "microbatch_size = 0"),
+    "prof_string.toml": PROFILE.replace("forward = 2.0", 'forward = "fast"'),
+    "prof_empty.toml": 'summary = "nothing"\n',
+    "prof_deep.toml": 'summary = "x"\nsource = ' + "[" * 100_000 + "]" * 100_000 + "\n",
     # sweep configs
     "sweep_ok.toml": SWEEP,
+    "sweep_profiles_and_systems.toml": SWEEP.replace("[grid]", '[grid]\nprofiles = ["prof_ok.toml"]'),
+    "sweep_profile_missing.toml": SWEEP.replace('systems = ["mid_nw_mid_cp"]', 'profiles = ["none.toml"]'),
+    "sweep_cluster_stages.toml": SWEEP + CLUSTER,
+    "sweep_cluster_tp_zero.toml": SWEEP + CLUSTER.replace("gpus = 16\n", "").replace("[2]", "[0]"),
+    "sweep_cluster_zero.toml": SWEEP + CLUSTER.replace("gpus = 16", "zero = 3"),
+    "sweep_cluster_batch.toml": SWEEP + CLUSTER.replace("gpus = 16", "global_batch = 8\nmicrobatch_size = 1"),
+    "sweep_cluster_table.toml": SWEEP.replace('systems = ["mid_nw_mid_cp"]\n', "") + CLUSTER.replace("gpus = 16\n", "")
+    + '[run]\nmode = "table"\n',
+    "sweep_cluster_gpus.toml": SWEEP + CLUSTER.replace("gpus = 16", "gpus = 0"),
     "sweep_unknown.toml": SWEEP + "[extra]\n",
     "sweep_bad.toml": "[grid\n",
     "sweep_stages.toml": SWEEP.replace("stages = [4]", "stages = [1]"),
@@ -140,6 +184,7 @@ BINARY = {
     "latin1_sys.toml": SYSTEM.replace("test system", "caf\xe9").encode("latin-1"),
     "latin1_model.toml": MODEL.replace("test model", "caf\xe9").encode("latin-1"),
     "latin1_sweep.toml": ('name = "caf\xe9"\n' + SWEEP).encode("latin-1"),
+    "latin1_prof.toml": PROFILE.replace("test profile", "caf\xe9").encode("latin-1"),
     "binary.csv": bytes(range(256)),
 }
 
@@ -162,6 +207,8 @@ def files(tmp_path_factory) -> Path:
 
 
 S4 = ["-S", "4", "-B", "8"]
+PLAN = ["plan", "--model", "tiny_gpt", "--nodes", "1", "--gpus-per-node", "4", "--global-batch", "8", "--quiet"]
+CAL = ["--model", "tiny_gpt", "--system", "mid_nw_mid_cp"]
 SYS = ["--system", "mid_nw_mid_cp"]
 CP = ["--solver", "cpsat"]
 
@@ -324,12 +371,161 @@ CASES += [
     ("sweep-executor-unknown", ["sweep", "{d}/sweep_unknown.toml", "--executor", "slurm"], "--executor"),
     ("sweep-export-suffix", ["sweep", "{d}/sweep_ok.toml", "--export", "{d}/x.txt"], "--export"),
     ("sweep-scheduler-without-dask", ["sweep", "{d}/sweep_ok.toml", "--scheduler", "tcp://127.0.0.1:1"], "--scheduler"),
+    # sweep: profiles and [grid.cluster]
+    ("sweep-profiles-and-systems", ["sweep", "{d}/sweep_profiles_and_systems.toml"], "exclude each other"),
+    ("sweep-profile-missing", ["sweep", "{d}/sweep_profile_missing.toml"], "grid.profiles"),
+    ("sweep-cluster-with-stages", ["sweep", "{d}/sweep_cluster_stages.toml"], "grid.stages"),
+    ("sweep-cluster-tp-zero", ["sweep", "{d}/sweep_cluster_tp_zero.toml"], "grid.cluster.tp"),
+    ("sweep-cluster-zero-stage", ["sweep", "{d}/sweep_cluster_zero.toml"], "grid.cluster.zero"),
+    ("sweep-cluster-batch-and-size", ["sweep", "{d}/sweep_cluster_batch.toml"], "microbatch_size"),
+    ("sweep-cluster-in-table-mode", ["sweep", "{d}/sweep_cluster_table.toml"], "grid.cluster"),
+    ("sweep-cluster-gpus-zero", ["sweep", "{d}/sweep_cluster_gpus.toml"], "grid.cluster.gpus"),
     # listings and the command itself
     ("schedules-format", ["schedules", "--format", "xml"], "--format"),
     ("systems-extra-argument", ["systems", "extra"], "extra"),
     ("models-format", ["models", "--format", "csv"], "--format"),
     ("no-command", [], "command"),
     ("unknown-command", ["simulate"], "simulate"),
+]
+
+
+# the costs of the simulation level on every command that has one: --profile and the
+# real-cluster options (pipetab/cli/hardware_args.py)
+H100 = ["--system", "dgx_h100_ib", "--model", "llama3_8b"]
+PROF = ["--profile", "{d}/prof_ok.toml"]
+HARDWARE = [
+    ("tp-zero", [*H100, "--tp", "0"], "tp"),
+    ("tp-word", [*H100, "--tp", "eight"], "tp"),
+    ("tp-float", [*H100, "--tp", "2.5"], "tp"),
+    ("dp-negative", [*H100, "--dp", "-2"], "dp"),
+    ("tp-not-dividing-heads", [*H100, "--tp", "3"], "heads"),
+    ("zero-unknown", [*H100, "--dp", "2", "--zero", "3"], "--zero"),
+    ("zero-without-dp", [*H100, "--zero", "1"], "--zero"),
+    ("no-overlap-without-dp", [*H100, "--no-overlap"], "--no-overlap"),
+    ("no-sp-without-tp", [*H100, "--no-sequence-parallel"], "--no-sequence-parallel"),
+    ("microbatch-size-zero", [*H100, "--microbatch-size", "0"], "microbatch size"),
+    ("global-batch-zero", [*H100, "--global-batch", "0"], "global batch"),
+    ("global-batch-split", [*H100, "--global-batch", "12"], "global batch"),
+    ("global-batch-dp-split", [*H100, "--global-batch", "16", "--dp", "4"], "global batch"),
+    ("global-batch-and-size-disagree", [*H100, "--global-batch", "64", "--microbatch-size", "4"], "--global-batch"),
+    ("seq-zero", [*H100, "--seq", "0"], "sequence length"),
+    ("seq-inf", [*H100, "--seq", "inf"], "sequence length"),
+    ("tp-without-system", ["--tp", "2"], "--tp"),
+    ("dp-without-system", ["--dp", "2"], "--dp"),
+    ("global-batch-without-system", ["--global-batch", "64"], "--global-batch"),
+    ("profile-with-system", [*PROF, "--system", "mid_nw_mid_cp"], "--system"),
+    ("profile-with-model", [*PROF, "--model", "tiny_gpt"], "--model"),
+    ("profile-with-recompute", [*PROF, "--recompute", "full"], "--recompute"),
+    ("profile-with-tp", [*PROF, "--tp", "2"], "--tp"),
+    ("profile-with-microbatch-size", [*PROF, "--microbatch-size", "2"], "--microbatch-size"),
+    ("profile-missing", ["--profile", "{d}/none.toml"], "none.toml"),
+    ("profile-folder", ["--profile", "{d}/folder.toml"], "folder.toml"),
+    ("profile-fifo", ["--profile", "{d}/fifo.toml"], "fifo.toml"),
+    ("profile-latin1", ["--profile", "{d}/latin1_prof.toml"], "not UTF-8"),
+    ("profile-bad-toml", ["--profile", "{d}/sys_bad_toml.toml"], "TOML"),
+    ("profile-deep", ["--profile", "{d}/prof_deep.toml"], "deep"),
+    ("profile-negative-time", ["--profile", "{d}/prof_negative.toml"], "forward"),
+    ("profile-zero-time", ["--profile", "{d}/prof_zero.toml"], "backward"),
+    ("profile-nan-time", ["--profile", "{d}/prof_nan.toml"], "forward"),
+    ("profile-inf-message", ["--profile", "{d}/prof_inf.toml"], "message"),
+    ("profile-time-unit", ["--profile", "{d}/prof_unit.toml"], "time_unit"),
+    ("profile-unknown-key", ["--profile", "{d}/prof_unknown_key.toml"], "colour"),
+    ("profile-missing-forward", ["--profile", "{d}/prof_missing_forward.toml"], "forward"),
+    ("profile-stages-zero", ["--profile", "{d}/prof_stages_zero.toml"], "stages"),
+    ("profile-stage-count", ["--profile", "{d}/prof_stage_count.toml"], "stages"),
+    ("profile-weight-memory", ["--profile", "{d}/prof_weight_memory.toml"], "weight_memory_bytes"),
+    ("profile-memory-negative", ["--profile", "{d}/prof_memory.toml"], "memory_bytes"),
+    ("profile-microbatch-zero", ["--profile", "{d}/prof_mb_zero.toml"], "microbatch_size"),
+    ("profile-string", ["--profile", "{d}/prof_string.toml"], "forward"),
+    ("profile-empty", ["--profile", "{d}/prof_empty.toml"], "[default]"),
+    ("profile-not-a-system", ["--profile", "{d}/sys_eff.toml"], "device"),
+]
+CASES += [(f"evaluate-{cid}", ["evaluate", "1f1b", "-S", "4", "-B", "8", *argv], frag) for cid, argv, frag in HARDWARE]
+CASES += [(f"{cmd}-{cid}", [cmd, "-S", "4", "-B", "8", "--time-limit", "1", *argv], frag)
+          for cmd in ("search", "bound") for cid, argv, frag in HARDWARE[:12] + HARDWARE[16:26]]
+CASES += [(f"view-{cid}", ["view", "1f1b", "gpipe", "-S", "4", "-B", "8", "-o", "{d}/v.html", *argv], frag)
+          for cid, argv, frag in HARDWARE[:3] + HARDWARE[6:9] + HARDWARE[19:30]]
+CASES += [
+    ("evaluate-profile-stages-disagree", ["evaluate", "1f1b", "-S", "8", "-B", "8", *PROF], "--stages"),
+    ("evaluate-profile-split-without-weight", ["evaluate", "zb-h1", "-S", "4", "-B", "8", *PROF], "weight"),
+    ("evaluate-profile-tick-without-solver", ["evaluate", "1f1b", "-S", "4", "-B", "8", *PROF, "--tick", "1e-4"],
+     "--tick"),
+    ("evaluate-too-many-gpus", ["evaluate", "1f1b", "-S", "4", "-B", "8", "--system", "{d}/sys_eight.toml", "--tp", "4"],
+     "GPUs"),
+    ("search-profile-comm-slots", ["search", "-S", "4", "-B", "8", *PROF, "--comm-slots", "1"], "--comm-slots"),
+    ("search-profile-activation-cap", ["search", "-S", "4", "-B", "8", *PROF, "--activation-cap", "2"],
+     "--activation-cap"),
+    ("bound-profile-stages-disagree", ["bound", "-S", "2", "-B", "8", *PROF], "--stages"),
+    ("bound-profile-split-without-weight", ["bound", "-S", "4", "-B", "8", *PROF, "--split-backward"], "weight"),
+    # plan
+    ("plan-nodes-zero", ["plan", "--model", "tiny_gpt", "--nodes", "0", "--gpus-per-node", "8", "--global-batch", "8"],
+     "nodes"),
+    ("plan-gpus-word", ["plan", "--model", "tiny_gpt", "--nodes", "1", "--gpus-per-node", "x", "--global-batch", "8"],
+     "gpus per node"),
+    ("plan-batch-missing", ["plan", "--model", "tiny_gpt", "--nodes", "1", "--gpus-per-node", "8"], "--global-batch"),
+    ("plan-batch-negative", [*PLAN[:7], "--global-batch", "-8"], "global batch"),
+    ("plan-seq-zero", [*PLAN, "--seq", "0"], "sequence length"),
+    ("plan-microbatch-sizes-zero", [*PLAN, "--microbatch-sizes", "1,0"], "microbatch sizes"),
+    ("plan-microbatch-sizes-word", [*PLAN, "--microbatch-sizes", "one"], "microbatch sizes"),
+    ("plan-recompute-unknown", [*PLAN, "--recompute", "none,some"], "recompute"),
+    ("plan-schedules-unknown", [*PLAN, "--schedules", "1f1b,zigzag"], "zigzag"),
+    ("plan-schedules-empty", [*PLAN, "--schedules", ","], "schedules"),
+    ("plan-zero-unknown", [*PLAN, "--zero", "3"], "--zero"),
+    ("plan-top-zero", [*PLAN, "--top", "0"], "top"),
+    ("plan-cpsat-time-zero", [*PLAN, "--cpsat-time", "0"], "cpsat time"),
+    ("plan-cpsat-time-nan", [*PLAN, "--cpsat-time", "nan"], "cpsat time"),
+    ("plan-cpsat-time-inf", [*PLAN, "--cpsat-time", "inf"], "cpsat time"),
+    ("plan-cpsat-time-without-shapes", [*PLAN, "--cpsat-shapes", "0", "--cpsat-time", "2"], "--cpsat-time"),
+    ("plan-gpu-unknown", [*PLAN, "--gpu", "TPU"], "--gpu"),
+    ("plan-gpu-and-system", [*PLAN, "--gpu", "H100", "--system", "dgx_h100_ib"], "--system"),
+    ("plan-model-unknown", ["plan", "--model", "llama9", *PLAN[3:]], "llama9"),
+    ("plan-model-folder", ["plan", "--model", "{d}/folder.toml", *PLAN[3:]], "folder.toml"),
+    ("plan-model-latin1", ["plan", "--model", "{d}/latin1_model.toml", *PLAN[3:]], "not UTF-8"),
+    ("plan-system-tiny-flops", [*PLAN, "--system", "{d}/sys_tiny_flops.toml"], "peak_flops"),
+    ("plan-profile-with-zero", [*PLAN, *PROF, "--zero", "0"], "--zero"),
+    ("plan-profile-missing", [*PLAN, "--profile", "{d}/none.toml"], "none.toml"),
+    ("plan-profile-negative", [*PLAN, "--profile", "{d}/prof_negative.toml"], "forward"),
+    ("plan-profile-no-size", [*PLAN, "--profile", "{d}/prof_no_size.toml"], "microbatch_size"),
+    ("plan-plot-missing-folder", [*PLAN, "--plot", "{d}/nowhere/p.png"], "--plot"),
+    ("plan-plot-suffix", [*PLAN, "--plot", "{d}/p.txt"], "--plot"),
+    ("plan-plot-folder", [*PLAN, "--plot", "{d}/folder.png"], "--plot"),
+    ("plan-plot-full-disk", [*PLAN, "--plot", "/dev/full"], "--plot"),
+    ("plan-format-unknown", [*PLAN, "--format", "yaml"], "--format"),
+    # calibrate
+    ("calibrate-profile-missing", ["calibrate", "{d}/none.toml", *CAL], "none.toml"),
+    ("calibrate-profile-folder", ["calibrate", "{d}/folder.toml", *CAL], "folder.toml"),
+    ("calibrate-profile-fifo", ["calibrate", "{d}/fifo.toml", *CAL], "fifo.toml"),
+    ("calibrate-profile-latin1", ["calibrate", "{d}/latin1_prof.toml", *CAL], "not UTF-8"),
+    ("calibrate-profile-negative", ["calibrate", "{d}/prof_negative.toml", *CAL], "forward"),
+    ("calibrate-profile-nan", ["calibrate", "{d}/prof_nan.toml", *CAL], "forward"),
+    ("calibrate-profile-no-size", ["calibrate", "{d}/prof_no_size.toml", *CAL], "microbatch_size"),
+    ("calibrate-model-missing", ["calibrate", "{d}/prof_ok.toml", "--system", "mid_nw_mid_cp"], "--model"),
+    ("calibrate-model-unknown", ["calibrate", "{d}/prof_ok.toml", "--model", "llama9", "--system", "mid_nw_mid_cp"],
+     "llama9"),
+    ("calibrate-system-bad", ["calibrate", "{d}/prof_ok.toml", "--model", "tiny_gpt", "--system",
+                              "{d}/sys_eff.toml"], "compute_efficiency"),
+    ("calibrate-recompute-unknown", ["calibrate", "{d}/prof_ok.toml", *CAL, "--recompute", "half"], "--recompute"),
+    ("calibrate-out-missing-folder", ["calibrate", "{d}/prof_ok.toml", *CAL, "--out", "{d}/nowhere/s.toml"], "--out"),
+    ("calibrate-out-folder", ["calibrate", "{d}/prof_ok.toml", *CAL, "--out", "{d}/folder.toml"], "--out"),
+    ("calibrate-out-suffix", ["calibrate", "{d}/prof_ok.toml", *CAL, "--out", "{d}/s.json"], "--out"),
+    ("calibrate-out-full-disk", ["calibrate", "{d}/prof_ok.toml", *CAL, "--out", "/dev/full"], "--out"),
+    ("calibrate-format-unknown", ["calibrate", "{d}/prof_ok.toml", *CAL, "--format", "xml"], "--format"),
+    # models and systems given files
+    ("models-missing-file", ["models", "{d}/none.toml"], "none.toml"),
+    ("models-folder", ["models", "{d}/folder.toml"], "folder.toml"),
+    ("models-fifo", ["models", "{d}/fifo.toml"], "fifo.toml"),
+    ("models-latin1", ["models", "{d}/latin1_model.toml"], "not UTF-8"),
+    ("models-zero-layers", ["models", "{d}/model_zero_layers.toml"], "num_layers"),
+    ("models-huge", ["models", "{d}/model_huge.toml"], "hidden"),
+    ("models-a-system-file", ["models", "{d}/sys_eff.toml"], "device"),
+    ("models-deep", ["models", "{d}/sweep_deep.toml"], "deep"),
+    ("systems-missing-file", ["systems", "{d}/none.toml"], "none.toml"),
+    ("systems-folder", ["systems", "{d}/folder.toml"], "folder.toml"),
+    ("systems-latin1", ["systems", "{d}/latin1_sys.toml"], "not UTF-8"),
+    ("systems-nan-flops", ["systems", "{d}/sys_nan_flops.toml"], "peak_flops"),
+    ("systems-negative-latency", ["systems", "{d}/sys_neg_latency.toml"], "latency"),
+    ("systems-a-model-file", ["systems", "{d}/model_float.toml"], "num_layers"),
+    ("systems-format", ["systems", "--format", "yaml"], "--format"),
 ]
 
 

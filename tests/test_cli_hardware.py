@@ -125,3 +125,24 @@ def test_search_with_cluster_options(capsys):
                                             microbatch_size=1)).makespan
     assert doc["known"]["1f1b"]["makespan"] == pytest.approx(t_1f1b, rel=1e-9)
     assert doc["makespan"] <= t_1f1b * (1 + 1e-9)
+
+
+def test_systems_list_gpus_per_node_memory_and_links(capsys):
+    rows = {r["name"]: r for r in run_json(capsys, "systems")}
+    h100 = rows["dgx_h100_ib"]  # the preset's datasheet values
+    assert (h100["gpus_per_node"], h100["memory_bytes"], h100["peak_flops"]) == (8, 80e9, 989e12)
+    assert h100["intra_node_link"] == {"bandwidth": 450e9, "latency_s": 1e-6}
+    assert h100["link"] == {"bandwidth": 50e9, "latency_s": 3e-6}
+    assert rows["mid_nw_mid_cp"]["gpus_per_node"] is None and rows["mid_nw_mid_cp"]["intra_node_link"] is None
+    assert main(["systems"]) == 0
+    text = capsys.readouterr().out
+    assert "450 GB/s, 1 us" in text and "GPUs/node" in text
+
+
+def test_models_and_systems_describe_your_own_files(capsys):
+    presets = {r["name"]: r for r in run_json(capsys, "models")}
+    mine = run_json(capsys, "models", presets["llama3_8b"]["path"])
+    assert len(mine) == 1 and mine[0]["parameters"] == presets["llama3_8b"]["parameters"]
+    assert mine[0]["parameters"] == pytest.approx(8.03e9, rel=0.01)  # Llama 3 8B, published
+    systems = {r["name"]: r for r in run_json(capsys, "systems")}
+    assert run_json(capsys, "systems", systems["a100_cluster"]["path"])[0]["gpus_per_node"] == 8

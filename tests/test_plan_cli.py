@@ -43,7 +43,7 @@ def test_plan_text_and_progress(capsys):
 
 @pytest.mark.parametrize("args, message", [
     (["--nodes", "0"], "nodes must be an integer >= 1, got 0"),
-    (["--gpu", "B300"], "unknown system 'B300'"),
+    (["--gpu", "B300"], "--gpu must be one of H100, A100, got 'B300'"),
     (["--microbatch-sizes", "1,x"], "microbatch sizes must be integers separated by commas"),
     (["--recompute", "some"], "recompute must be a comma-separated list of none, selective, full"),
     (["--schedules", "1f1b,nope"], "unknown schedule 'nope'"),
@@ -103,7 +103,7 @@ def test_calibrate_writes_a_system(capsys, tmp_path):
     assert fitted.device.compute_efficiency == pytest.approx(doc["compute_efficiency"])
     code, out, err = run(capsys, "calibrate", "experiments/profiles/zb_6p2b_p8_m32.toml", "--model", "zb_6p2b",
                          "--system", "a100_cluster", "--out", "/no/such/dir/x.toml")
-    assert code == 2 and err.count("\n") == 1 and "--out directory /no/such/dir does not exist" in err
+    assert code == 2 and err.count("\n") == 1 and "--out '/no/such/dir/x.toml': folder '/no/such/dir' does not exist" in err
 
 
 def test_models_lists_parameter_counts(capsys):

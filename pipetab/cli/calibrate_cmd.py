@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .common import UsageError, emit_json
+from . import common
+from .common import emit_json
 
 
 def register(sub) -> None:
@@ -26,19 +27,15 @@ def run(args) -> None:
     from pipetab.hardware.loaders import load_model, load_system
     from pipetab.hardware.profile import load_profile
 
+    out = common.output_path(args.out, "--out", (".toml",)) if args.out else None
     profile = load_profile(args.profile)
     model, system = load_model(args.model), load_system(args.system)
     fit = calibrate(profile, model, system, recompute=args.recompute)
-    out = Path(args.out or f"{system.name}_calibrated.toml")
-    if not out.parent.is_dir():
-        raise UsageError(f"--out directory {out.parent} does not exist")
+    out = out or Path(f"{system.name}_calibrated.toml")
     note = (f"{fit.system.name}: {system.name} with efficiencies fitted by 'pipetab calibrate' to profile "
             f"{args.profile} for model {model.name}\n[F] fitted: compute_efficiency"
             + (", mem_efficiency" if fit.mem_identified else " (mem_efficiency kept: no memory-bound op)"))
-    try:
-        out.write_text(system_to_toml(fit.system, note))
-    except OSError as exc:
-        raise UsageError(f"cannot write --out {out}: {exc.strerror}") from None
+    common.write_output(out, "--out", lambda p: p.write_text(system_to_toml(fit.system, note)))
     if args.format == "json":
         emit_json({**fit.as_dict(), "written": str(out)})
         return

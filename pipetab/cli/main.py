@@ -35,34 +35,6 @@ def cmd_schedules(args) -> None:
         print(f"{'':<13} requires: {r['regime']}; --stages S --microbatches B{opts}")
 
 
-def cmd_presets(args) -> None:
-    from pipetab import hardware
-    if args.kind == "models":
-        return _print_models(hardware, args.format)
-    infos = hardware.list_systems()
-    if args.format == "json":
-        emit_json([{"name": i.name, "summary": i.summary, "path": str(i.path)} for i in infos])
-        return
-    width = max(len(i.name) for i in infos)
-    for i in infos:
-        print(f"{i.name:<{width}}  {i.summary}")
-
-
-def _print_models(hardware, fmt: str) -> None:
-    """Model presets with their parameter counts (``--format json``: ``parameters``)."""
-    rows = []
-    for info in hardware.list_models():
-        m = hardware.load_model(info.path)
-        rows.append({"name": info.name, "summary": info.summary, "path": str(info.path),
-                     "parameters": m.total_params, "family": m.family})
-    if fmt == "json":
-        emit_json(rows)
-        return
-    width = max(len(r["name"]) for r in rows)
-    for r in rows:
-        print(f"{r['name']:<{width}}  {r['parameters'] / 1e9:8.2f} B  {r['summary']}")
-
-
 def _plain(value):
     return ":".join(map(str, value)) if isinstance(value, tuple) else value
 
@@ -167,7 +139,7 @@ COMMANDS = ("schedules", "table", "check", "systems", "models", "evaluate", "sea
 
 
 def build_parser() -> Parser:
-    from . import calibrate_cmd, evaluate_cmd, plan_cmd, solve_cmd, sweep_cmd, view_cmd
+    from . import calibrate_cmd, evaluate_cmd, plan_cmd, presets_cmd, solve_cmd, sweep_cmd, view_cmd
 
     parser = Parser(prog="pipetab", description="Explore pipeline-parallel training schedules as tables.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
@@ -187,10 +159,7 @@ def build_parser() -> Parser:
     p.add_argument("--format", choices=["text", "json"], default="text")
     p.set_defaults(func=cmd_check)
 
-    for kind in ("systems", "models"):
-        p = sub.add_parser(kind, help=f"list the {kind} presets (add your own as a TOML file)")
-        p.add_argument("--format", choices=["text", "json"], default="text")
-        p.set_defaults(func=cmd_presets, kind=kind)
+    presets_cmd.register(sub)
 
     evaluate_cmd.register(sub)
     solve_cmd.register(sub)

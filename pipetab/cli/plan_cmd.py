@@ -91,6 +91,7 @@ _PROFILED = (("microbatch_sizes", "--microbatch-sizes", ()), ("recompute", "--re
 
 def run(args) -> None:
     from pipetab.plan import plan, plan_question
+    from pipetab.plan.space import GPUS
 
     if args.profile:
         for attr, flag, default in _PROFILED:
@@ -99,6 +100,9 @@ def run(args) -> None:
                                  "the split, microbatch size, recomputation and op times)")
     if args.cpsat_time is not None and args.cpsat_shapes == 0:
         raise UsageError("--cpsat-time does not apply with --cpsat-shapes 0")
+    if args.gpu is not None and args.gpu.upper() not in GPUS:
+        raise UsageError(f"--gpu must be one of {', '.join(GPUS)}, got {args.gpu!r} (for another GPU give "
+                         "--system FILE.toml)")
     plot = common.check_plot_path(args.plot)
     t0 = time.perf_counter()
 
