@@ -93,7 +93,8 @@ def load_profile_arg(args):
 @dataclass(frozen=True)
 class CostSource:
     """Where the simulation's costs come from: a ``system`` and ``model`` (loaded, with
-    the ``parallel`` context and ``microbatch_size``), or a ``profile``."""
+    the ``parallel`` context, ``microbatch_size`` and the step's ``global_batch``), or a
+    ``profile``."""
 
     system: object = None
     model: object = None
@@ -103,6 +104,7 @@ class CostSource:
     microbatch_size: int | None = None
     profile: object = None
     profile_path: str | None = None
+    global_batch: int | None = None
 
     def costs(self, schedule):
         """The simulation's costs of ``schedule``."""
@@ -133,10 +135,21 @@ class CostSource:
         return {"system": self.system.name, "model": m.name, "recompute": self.recompute,
                 "contention": self.contention, "tp": par.tp, "dp": par.dp,
                 "sequence_parallel": par.sequence_parallel, "zero": par.zero, "overlap": par.overlap,
-                "microbatch_size": self.microbatch_size, "seq_len": m.seq_len, "global_batch": m.global_batch}
+                "microbatch_size": self.microbatch_size, "seq_len": m.seq_len, "global_batch": self.global_batch}
 
 
-def _given(args) -> list[str]:
+def context_text(ctx: dict) -> str:
+    """One line of ``CostSource.as_dict()`` as people read it."""
+    if "profile" in ctx:
+        size = "" if ctx["microbatch_size"] is None else f", microbatch {ctx['microbatch_size']}"
+        return f"profile {ctx['profile']} (TP{ctx['tp']} DP{ctx['dp']}{size})"
+    par = [f"TP{ctx['tp']}", f"DP{ctx['dp']}"] + (["SP"] if ctx["sequence_parallel"] else []) + (
+        [f"ZeRO-{ctx['zero']}"] if ctx["zero"] else []) + ([] if ctx["overlap"] or ctx["dp"] == 1 else ["no overlap"])
+    return (f"{ctx['system']}, {ctx['model']}, {' '.join(par)}, microbatch {ctx['microbatch_size']} x "
+            f"{ctx['seq_len']} tokens, global batch {ctx['global_batch']}, recompute {ctx['recompute']}" + (", link contention" if ctx["contention"] else ""))
+
+
+def given_cluster_options(args) -> list[str]:
     """The flags of the real-cluster options given on the command line."""
     return [flag for attr, flag, unset in CLUSTER_OPTIONS if getattr(args, attr, unset) != unset]
 
@@ -151,14 +164,14 @@ def cost_source(args, stages: int, microbatches: int) -> CostSource | None:
     contention = bool(getattr(args, "contention", False))
     if args.profile is not None:
         for flag, given in (("--system", args.system), ("--model", args.model), ("--recompute", recompute),
-                            *((f, True) for f in _given(args))):
+                            *((f, True) for f in given_cluster_options(args))):
             if given:
                 raise UsageError(f"{flag} does not apply with --profile (the profile's measured times fix "
                                  "the system, model, parallel split, microbatch size and recomputation)")
         return _profile_source(args.profile, stages, contention)
     if not args.system:
         for flag, given in (("--model", args.model), ("--recompute", recompute), ("--contention", contention),
-                            *((f, True) for f in _given(args))):
+                            *((f, True) for f in given_cluster_options(args))):
             if given:
                 raise UsageError(f"{flag} needs --system or, for measured times, --profile "
                                  "(it sets the simulation's costs)")
@@ -205,4 +218,4 @@ def _system_source(args, stages: int, microbatches: int, recompute: str, content
                          f"{stages} x {tp} x {dp} needs {stages * tp * dp}")
     check_hardware(system, model, stages, microbatches, dp=dp, microbatch_size=b)
     b = b if b is not None else model.global_batch // (dp * microbatches)
-    return CostSource(system, model, recompute, contention, parallel, b)
+    return CostSource(system, model, recompute, contention, parallel, b, global_batch=dp * microbatches * b)
