@@ -44,6 +44,18 @@ def test_evaluate_with_a_profile_of_the_simulators_times_gives_its_t_sim(capsys,
     assert doc["context"]["profile"] == str(path)
 
 
+def test_the_console_command_with_a_profile_gives_t_sim(tmp_path):
+    """The same round trip through the installed command, as a user runs it."""
+    import subprocess
+    import sys
+
+    path, t_sim = own_profile(tmp_path, "1f1b", 4, 8, "dgx_h100_ib", "llama3_8b", None, 1)
+    proc = subprocess.run([sys.executable, "-m", "pipetab.cli", "evaluate", "1f1b", "-S", "4", "-B", "8", "--profile",
+                           str(path), "--format", "json"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["simulation"]["makespan_s"] == pytest.approx(t_sim, rel=1e-12)
+
+
 def test_the_cli_options_give_the_api_costs(capsys):
     """--tp 2 --dp 2 --microbatch-size 2 is Parallel(tp=2, dp=2, sequence parallel, ZeRO-1)
     -- plan's defaults -- at 2 sequences per microbatch."""

@@ -379,6 +379,8 @@ def _validated(name, grid_doc, run, db, export, description, source) -> SweepCon
             if key in grid_doc:
                 raise ConfigError(f"grid.profiles and grid.{key} exclude each other: a profile's measured "
                                   "times fix the system, model and parallel context")
+        if run.recompute != "none":
+            raise ConfigError("run.recompute does not apply to grid.profiles (a profile's measured times fix it)")
         grid["profiles"] = _list(grid_doc["profiles"], "grid.profiles", str)
         grid["caps"] = [parse_cap(c) for c in _list(grid_doc.get("caps", ["device"]), "grid.caps", (str, int, float))]
         for p in grid["profiles"]:

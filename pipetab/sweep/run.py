@@ -190,8 +190,6 @@ def _costs(c: Configuration, sched):
     """Costs of ``sched`` on the configuration's system and model in its [grid.cluster]
     context, or from its profile (no memory cap)."""
     if c.profile:
-        if c.run.recompute != "none":
-            raise ValueError("run.recompute does not apply to a profile (its measured times fix it)")
         return profile_costs(sched, _profile(c.profile), contention=c.run.contention)
     d = c.cluster_dict()
     return hardware_costs(sched, _system(c.system), _model(c.model, d.get("seq"), d.get("global_batch")),

@@ -88,10 +88,14 @@ def test_profiles_instead_of_systems_and_models(tmp_path):
     ({"cluster": {"global_batch": 8, "microbatch_size": 1}}, "exclude each other"),
     ({"cluster": {"colour": 1}}, "colour"),
     ({"cluster": {"overlap": "yes"}}, "grid.cluster.overlap"),
+    ({"profiles": ["x.toml"], "run": {"recompute": "full"}}, "run.recompute"),
 ])
 def test_bad_cluster_and_profile_grids(grid, fragment):
-    doc = {"grid": {"schedules": ["1f1b"], "stages": [4], "microbatches": [8], "systems": ["mid_nw_mid_cp"], **grid}}
-    if "profiles" in grid:
-        doc["grid"]["systems"] = grid["systems"]
+    grid = dict(grid)
+    run = grid.pop("run", {})
+    doc = {"grid": {"schedules": ["1f1b"], "stages": [4], "microbatches": [8], "systems": ["mid_nw_mid_cp"], **grid},
+           "run": run}
+    if "profiles" in grid and "systems" not in grid:
+        del doc["grid"]["systems"]
     with pytest.raises(ConfigError, match=fragment):
         parse_config(doc)
