@@ -360,7 +360,7 @@ def test_bad_input_is_one_clear_line(argv, fragment, files, capsys, alarm, monke
     assert code == 2, f"exit {code}; stderr: {err!r}"
     assert len(lines) == 1, f"stderr must be one line, got {err!r}"
     assert "Traceback" not in err and fragment in lines[0], lines[0]
-    assert lines[0].startswith("pipetab"), lines[0]
+    assert lines[0].startswith("pipetab: error: "), lines[0]
 
 
 def test_stdout_on_a_full_disk_is_one_line():

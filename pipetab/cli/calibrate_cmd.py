@@ -31,14 +31,14 @@ def run(args) -> None:
     fit = calibrate(profile, model, system, recompute=args.recompute)
     out = Path(args.out or f"{system.name}_calibrated.toml")
     if not out.parent.is_dir():
-        raise UsageError(f"pipetab calibrate: --out directory {out.parent} does not exist")
+        raise UsageError(f"pipetab: error: --out directory {out.parent} does not exist")
     note = (f"{fit.system.name}: {system.name} with efficiencies fitted by 'pipetab calibrate' to profile "
             f"{args.profile} for model {model.name}\n[F] fitted: compute_efficiency"
             + (", mem_efficiency" if fit.mem_identified else " (mem_efficiency kept: no memory-bound op)"))
     try:
         out.write_text(system_to_toml(fit.system, note))
     except OSError as exc:
-        raise UsageError(f"pipetab calibrate: cannot write --out {out}: {exc.strerror}") from None
+        raise UsageError(f"pipetab: error: cannot write --out {out}: {exc.strerror}") from None
     if args.format == "json":
         emit_json({**fit.as_dict(), "written": str(out)})
         return

@@ -13,14 +13,14 @@ from pipetab.schedules.table import SlotDurations
 
 
 class UsageError(Exception):
-    """Bad input: printed as one line, exit code 2."""
+    """Bad input: printed as one line starting ``pipetab: error:``, exit code 2."""
 
 
 class Parser(argparse.ArgumentParser):
     """argparse, but errors are one line on stderr with exit code 2."""
 
     def error(self, message: str):  # type: ignore[override]
-        raise UsageError(f"{self.prog}: {message}")
+        raise UsageError(f"pipetab: error: {message}")
 
 
 def positive_int(name: str, minimum: int = 1):

@@ -103,10 +103,10 @@ def run(args) -> None:
     if args.profile:
         for attr, flag, default in _PROFILED:
             if getattr(args, attr) != default:
-                raise UsageError(f"pipetab plan: {flag} does not apply with --profile (the profile fixes "
+                raise UsageError(f"pipetab: error: {flag} does not apply with --profile (the profile fixes "
                                  "the split, microbatch size, recomputation and op times)")
     if args.cpsat_time is not None and args.cpsat_shapes == 0:
-        raise UsageError("pipetab plan: --cpsat-time does not apply with --cpsat-shapes 0")
+        raise UsageError("pipetab: error: --cpsat-time does not apply with --cpsat-shapes 0")
     plot = common.check_plot_path(args.plot)
     t0 = time.perf_counter()
 

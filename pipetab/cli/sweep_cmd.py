@@ -37,14 +37,14 @@ def run(args) -> None:
 
     config = load_config(args.config)
     if args.export and Path(args.export).suffix.lower() not in (".csv", ".parquet"):
-        raise UsageError(f"pipetab sweep: --export must end in .csv or .parquet, got {args.export!r}")
+        raise UsageError(f"pipetab: error: --export must end in .csv or .parquet, got {args.export!r}")
     if args.scheduler and args.executor != "dask":
-        raise UsageError("pipetab sweep: --scheduler needs --executor dask")
+        raise UsageError("pipetab: error: --scheduler needs --executor dask")
     if args.export and args.export.lower().endswith(".parquet"):
         import importlib.util
 
         if not (importlib.util.find_spec("pyarrow") or importlib.util.find_spec("fastparquet")):
-            raise UsageError("pipetab sweep: exporting to Parquet needs pyarrow: pip install pyarrow (or use .csv)")
+            raise UsageError("pipetab: error: exporting to Parquet needs pyarrow: pip install pyarrow (or use .csv)")
     db = args.db or config.db or f"results/{config.name}.sqlite"
     executor = make_executor(args.executor, args.workers, args.scheduler)
     with ResultStore(db) as store:
