@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from . import common
+from .hardware_args import add_hardware_args, check_context, costs_label, costs_of
 from .common import UsageError, emit_json
 
 MIN_TICKS_PER_OP = 10  # --tick at most 1/10 of the shortest op: rounding adds <= 10% per op
@@ -21,51 +22,23 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-def add_hardware_args(p) -> None:
-    """--system, --model, --recompute, --contention: the costs of the simulation level."""
-    p.add_argument("--system", help="system preset or TOML file; adds the simulation level")
-    p.add_argument("--model", default=None, help="model preset or TOML file (default: paper_gpt)")
-    p.add_argument("--recompute", choices=["none", "selective", "full"], default="none",
-                   help="activation recomputation assumed for activation memory (default none)")
-    p.add_argument("--contention", action="store_true",
-                   help="links carry one transfer at a time (off by default, as in the paper)")
-
-
-def hardware_costs_of(args, schedule):
-    """The simulation's costs of ``schedule`` (None without --system); the hardware options
-    without --system are refused."""
-    if not args.system:
-        for flag, given in (("--model", args.model), ("--recompute", args.recompute != "none"),
-                            ("--contention", args.contention)):
-            if given:
-                raise UsageError(f"pipetab: error: {flag} needs --system (it sets the simulation's costs)")
-        return None
-    from pipetab.solver.costs import hardware_costs
-
-    return hardware_costs(schedule, args.system, args.model or "paper_gpt",
-                          recompute=args.recompute, contention=args.contention)
-
-
 def levels_of(args):
     """The schedule named on the command line at the levels (``evaluate_levels``), writing
     the trace and the picture when asked."""
     from pipetab.solver.levels import evaluate_levels
 
+    check_context(args, args.stages, args.microbatches)
+    hardware = bool(args.system or args.profile)
     for flag, given in (("--trace", args.trace), ("--plot", args.plot)):
-        if given and not args.system:
-            raise UsageError(f"pipetab: error: {flag} needs --system (it shows the simulation)")
+        if given and not hardware:
+            raise UsageError(f"pipetab: error: {flag} needs --system or --profile (it shows the simulation)")
     plot = common.check_plot_path(args.plot)
     trace = args.trace and common.output_path(args.trace, "--trace", (".json",))
-    if args.tick is not None and (args.solver != "cpsat" or not args.system):
-        raise UsageError("pipetab: error: --tick applies to --solver cpsat with --system only "
+    if args.tick is not None and (args.solver != "cpsat" or not hardware):
+        raise UsageError("pipetab: error: --tick applies to --solver cpsat with --system or --profile only "
                          "(idealized costs are whole slots)")
-    if args.system:
-        from pipetab.solver.costs import check_hardware
-
-        # refuse a system or model that cannot run the request before generating anything
-        check_hardware(args.system, args.model or "paper_gpt", args.stages, args.microbatches)
     schedule = common.build_schedule(args)
-    costs = hardware_costs_of(args, schedule)
+    costs = costs_of(args, schedule)
     if args.tick is not None and args.tick > costs.default_tick(MIN_TICKS_PER_OP):
         raise UsageError(f"pipetab: error: --tick must be at most {costs.default_tick(MIN_TICKS_PER_OP):.3g} s "
                          f"(1/{MIN_TICKS_PER_OP} of the shortest op, so rounding each op up to whole ticks "
@@ -81,7 +54,7 @@ def levels_of(args):
         from pipetab.plot import plot_timeline
 
         common.save_plot(plot_timeline, plot, sim, rows=schedule.num_devices,
-                         title=f"{args.name} S={args.stages} B={args.microbatches} on {args.system}")
+                         title=f"{args.name} S={args.stages} B={args.microbatches} on {costs_label(args)}")
     return levels
 
 

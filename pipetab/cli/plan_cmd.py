@@ -107,6 +107,11 @@ def run(args) -> None:
                                  "the split, microbatch size, recomputation and op times)")
     if args.cpsat_time is not None and args.cpsat_shapes == 0:
         raise UsageError("pipetab: error: --cpsat-time does not apply with --cpsat-shapes 0")
+    from pipetab.schedules.limits import MAX_OPS
+
+    if args.global_batch > MAX_OPS:
+        raise UsageError(f"pipetab: error: --global-batch must be at most {MAX_OPS} sequences (a schedule holds "
+                         f"at most {MAX_OPS} ops; see docs/limits.md), got {args.global_batch}")
     plot = common.check_plot_path(args.plot)
     t0 = time.perf_counter()
 
@@ -156,8 +161,10 @@ def print_plan(result) -> None:
             print("  ".join(x.rjust(w) if j not in (1, 7) else x.ljust(w) for j, (x, w) in enumerate(zip(r, widths))))
     if rows and not result.configurations[0].fits:
         print("none of these fits the GPU memory: the closest are shown")
+    refused = result.candidates - result.pruned_memory - result.pruned_time - result.simulated
+    outside = f", {refused} outside their schedule's regime (microbatches, stages)" if refused else ""
     print(f"searched {result.candidates} candidates: {result.pruned_memory} cannot fit the memory, "
-          f"{result.pruned_time} cannot beat the configurations shown, {result.simulated} simulated; "
-          f"{result.runtime_s:.1f} s")
+          f"{result.pruned_time} cannot beat the configurations shown, {result.simulated} simulated"
+          f"{outside}; {result.runtime_s:.1f} s")
     for note in result.cpsat_notes:
         print(f"CP-SAT {note}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import sys
 
-from . import common
+from . import common, hardware_args
 from .common import UsageError, emit_json
 
 PLACEMENTS = ("linear", "bidirectional", "wave", "v", "interleaved", "free")
@@ -101,12 +101,13 @@ def register(sub) -> None:
                        help="do not fix every stage to one microbatch order (ablation: FIFO loses nothing for "
                             "identical microbatches and makes proofs much faster)")
         p.add_argument("--format", choices=["text", "json"], default="text")
+        hardware_args.add_context_args(p)
         p.set_defaults(func=run, mode=name)
 
 
 def _refuse_options(args) -> None:
     """One line for every option that does not apply to the others given."""
-    hw = args.system is not None
+    hw = args.system is not None or args.profile is not None
     rules = [
         (args.waves is not None and args.placement != "wave", "--waves applies to --placement wave only"),
         (args.chunks is not None and args.placement != "interleaved",
@@ -144,7 +145,7 @@ def _shape(args):
               objective=args.objective)
     if args.placement == "free":
         kw.update(devices=args.devices, pipelines=args.pipelines or 1)
-    if args.system:
+    if args.system or args.profile:
         return idealized_problem(args.stages, args.microbatches, args.placement, **kw)
     return idealized_problem(
         args.stages, args.microbatches, args.placement, forward=args.forward_slots or 1,
@@ -178,14 +179,14 @@ def build_problem(args):
     from dataclasses import replace
 
     _refuse_options(args)
+    hardware_args.check_context(args, args.stages, args.microbatches)
     shape = _shape(args)
-    if not args.system:
+    if not (args.system or args.profile):
         return shape, None
-    from pipetab.solver.costs import SEARCH_TICKS_PER_OP, hardware_costs
+    from pipetab.solver.costs import SEARCH_TICKS_PER_OP
 
     try:
-        costs = hardware_costs(shape_schedule(shape), args.system, args.model or "paper_gpt",
-                               recompute=args.recompute or "none")
+        costs = hardware_args.costs_of(args, shape_schedule(shape))
     except (ValueError, KeyError, FileNotFoundError) as exc:
         raise UsageError(f"pipetab: error: {exc}") from None
     if args.memory_cap is not None:
@@ -194,7 +195,7 @@ def build_problem(args):
     # bounds of the real-valued problem need durations rounded down; schedules are
     # searched with durations rounded up (their real time is at most the quantized one)
     q = costs.quantized(tick, "down" if args.mode == "bound" else "up")
-    return replace(shape, costs=q, name=f"{args.placement} on {args.system}"), costs
+    return replace(shape, costs=q, name=f"{args.placement} on {hardware_args.costs_label(args)}"), costs
 
 
 def _ops_records(schedule, costs, scale: float = 1.0) -> list[dict]:
@@ -319,13 +320,14 @@ def _print(args, doc: dict, result, ops_costs) -> None:
     where = f"S={args.stages} B={args.microbatches}, placement {args.placement}"
     if args.split_backward:
         where += ", split backward"
-    costs = (f"system {args.system}, model {args.model or 'paper_gpt'}" if args.system else
+    costs = (f"profile {args.profile}" if args.profile else
+             f"system {hardware_args.costs_label(args)}, model {args.model or 'paper_gpt'}" if args.system else
              f"F={args.forward_slots or 1} B={args.backward_slots or 2}"
              + (f" W={args.weight_slots or 1} M_W/M={1.0 if args.weight_memory is None else args.weight_memory:g}"
                 if args.split_backward else "") + f" C={args.comm_slots or 0} slots")
     cap = (f", activation cap {args.activation_cap:g} M_B" if args.activation_cap else
            f", memory cap {args.memory_cap:.4g} B" if args.memory_cap else
-           ", device memory" if args.system else ", no memory cap")
+           ", device memory" if args.system or args.profile else ", no memory cap")
     print(f"{args.mode}: {where}; {costs}{cap}; objective {args.objective}")
     gap = "-" if doc["gap"] is None else f"{100 * doc['gap']:.2f}"
     print(f"status {doc['status']}, {args.objective} {f(doc['makespan'])} {unit}, lower bound "
@@ -340,7 +342,7 @@ def _print(args, doc: dict, result, ops_costs) -> None:
         print(f"  {name:<12} {args.objective} {f(r['makespan'])} {unit}, gap to bound {g}"
               f"{'' if r['fits'] else ' (does not fit the cap)'}")
     schedule = result.schedule
-    if args.mode == "search" and schedule is not None and not args.system and schedule.num_ops <= 400:
+    if args.mode == "search" and schedule is not None and not (args.system or args.profile) and schedule.num_ops <= 400:
         from pipetab.schedules import formats
         from pipetab.schedules.table import PlacedOp, Table
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from . import common
 from .common import UsageError
-from .evaluate_cmd import add_hardware_args, hardware_costs_of
+from .hardware_args import add_hardware_args, check_context, costs_label, costs_of
 
 
 def register(sub) -> None:
@@ -28,13 +28,14 @@ def run(args) -> None:
     if len(set(args.names)) != len(args.names):
         raise UsageError("pipetab: error: NAME lists a schedule twice")
     common.check_options_apply(args, args.names)
+    check_context(args, args.stages, args.microbatches)
     path = common.output_path(args.output, "--output", (".html", ".htm"))
     levels, titles = [], []
     for name in args.names:
         schedule = common.build_schedule(args, name, strict=len(args.names) == 1)
         levels.append(evaluate_levels(schedule, slots=common.slots_of(args),
-                                      costs=hardware_costs_of(args, schedule)))
-        on = f" on {args.system}" if args.system else " (table slot costs)"
+                                      costs=costs_of(args, schedule)))
+        on = f" on {costs_label(args)}" if args.system or args.profile else " (table slot costs)"
         titles.append(f"{name} S={args.stages} B={args.microbatches}{on}")
     common.write_output(path, "--output", lambda p: write_page(p, levels, titles))
     print(f"wrote {path} ({len(levels)} schedule{'s' if len(levels) > 1 else ''})")

@@ -140,7 +140,7 @@ def _registry_schedules(problem: Problem, placement: Placement) -> Iterator[Sche
             if not _shape_fits(_generate(name, *_PROBE, tuple(opts.items())), problem, placement, family):
                 continue
             f = spec.formula(S, B, **opts)
-        except (ValueError, NotImplementedError, TypeError):
+        except (ValueError, TypeError):
             continue
         peak = max(f.peak_activations) if f.peak_activations else math.inf
         key = peak if capped else (f.bubble_ratio if f.bubble_ratio is not None else math.inf)
@@ -148,7 +148,7 @@ def _registry_schedules(problem: Problem, placement: Placement) -> Iterator[Sche
     for _, name, opts in sorted(candidates, key=lambda c: (c[0], c[1])):
         try:
             s = _generate(name, S, B, tuple(opts.items()))
-        except (ValueError, NotImplementedError, TypeError):
+        except (ValueError, TypeError):
             continue
         if fixed.matches(s) is None:
             yield s
