@@ -2,7 +2,8 @@
 
 For each of the paper's 12 settings, pipetab's ``1f1b``, ``interleaved`` (1F1B-I, v chunks
 per device as the paper's setup gives), ``zb-h1`` and ``zb-h2`` run on costs built from the
-profiled T_F, T_B, T_W, T_comm (``profile_costs``), and their bubble rate is computed in the
+profiled T_F, T_B, T_W, T_comm (``solver.costs.profile_costs`` on the row as a uniform
+profile, memory in M_B), and their bubble rate is computed in the
 paper's convention: cost = the longest per-device span (first op's start to last op's end)
 of the one-iteration as-soon-as-possible timing — pipetab's level-3 simulator, every message
 taking T_comm between the end of its op and the start of the consumer on the next device —
@@ -23,10 +24,17 @@ dependencies. Extra rows with ``timing = authors-deps`` time pipetab's interleav
 with those dependencies dropped (``authors_interleaved_span``), which reproduces the column;
 they are a diagnosis, not pipetab's result (``docs/period.md``).
 
-Rows are one per (setting, paper column, timing) as dicts; further columns or methods
-(e.g. CP-SAT's ZB-1p / ZB-2p counterparts) add keys or rows, the CSV header is the union.
+Rows are one per (setting, paper column, timing) as dicts; the CSV header is the union.
 Writes results/bench_zero_bubble.csv and prints the comparison.
+
+``--cpsat``: the ZB-1p / ZB-2p columns (the authors' scheduler under p M_B and 2p M_B)
+against CP-SAT's search under the same limits, memory accounting and cost (the period
+objective), on exact 1-us ticks; each schedule re-timed on the real costs and by the
+K-iteration simulation; plus the throughput ratios to 1F1B predicted from the periods
+against the paper's measured Table 4 (docs/zero_bubble.md). Writes
+docs/bench/zero_bubble_cpsat.csv.
 Run: python -m experiments.bench_zero_bubble [--out PATH] [--no-periods]
+     python -m experiments.bench_zero_bubble --cpsat [--time-limit 120] [--stages 8,16,32] [--quick]
 """
 
 from __future__ import annotations

@@ -128,7 +128,34 @@ def _period_lower_bound(problem: Problem, placement: Placement | None) -> tuple[
                 idle += _drain_idle(problem, p, s, trip, k, counts[p], problem.cap(d))
         if ld + idle > best:
             best, why = ld + idle, f"load of device {d}" + (" and its warm-up and drain idle" if idle else "")
+    for value, label in _through_paths(problem, placement, counts):
+        if value > best:
+            best, why = value, label
     return best, why
+
+
+def _through_paths(problem: Problem, placement: Placement, counts: dict[int, int]):
+    """One pipeline, one stage per device: device d's span runs from its first forward to
+    its last op, and holds the path down to a later device e (forwards and messages), all
+    of e's forwards and backwards one after another (e's first forward to its last
+    backward), the path back up to d (messages and backwards) and the W of that last
+    microbatch on d — whichever microbatches are first and last. Yields (value, label)."""
+    if problem.num_pipelines != 1 or any(len(placement.stages_on(d)) != 1 for d in range(problem.num_devices)):
+        return
+    n, count = problem.num_stages[0], counts[0]
+    dev = [placement.device(0, s) for s in range(n)]
+    f = [problem.duration(Op(Kind.F, 0, s, 0)) for s in range(n)]
+    b = [problem.duration(Op(Kind.B, 0, s, 0)) for s in range(n)]
+    w = [problem.duration(Op(Kind.W, 0, s, 0)) if problem.split_backward else 0 for s in range(n)]
+    lag_f = [problem.lag(Op(Kind.F, 0, s, 0), dev[s], dev[s + 1]) for s in range(n - 1)]
+    lag_b = [problem.lag(Op(Kind.B, 0, s + 1, 0), dev[s + 1], dev[s]) for s in range(n - 1)]
+    for d in range(n - 1):
+        down = up = 0
+        for e in range(d + 1, n):
+            down += f[e - 1] + lag_f[e - 1]
+            up += b[e - 1] + lag_b[e - 1]
+            yield (down + count * (f[e] + b[e]) + up + w[d],
+                   f"device {dev[d]}'s span through all forwards and backwards of device {dev[e]}")
 
 
 def _drain_idle(problem: Problem, p: int, s: int, trip: int, k: int, count: int, cap: float | None) -> int:

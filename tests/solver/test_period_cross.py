@@ -83,3 +83,16 @@ def test_period_bound_counts_warm_up_and_drain_idle_by_hand():
     split = idealized_problem(4, 8, forward=1, backward=1, weight=1, activation_cap=4, split_backward=True,
                               weight_memory=0.5, objective="period")
     assert analytic_lower_bound(split, split.fixed_placement)[0] == 24 + 3
+
+
+def test_period_bound_through_the_last_device_by_hand():
+    """S = 2, B = 2, F = B = W = 1, messages of 1: device 0's span holds F on 0, the message,
+    both F and B of device 1 (4), the message back, B and W on 0: 2 + 4 + 2 + 1 = 9 (its
+    load is 6); CP-SAT's period meets it."""
+    from pipetab.solver.cpsat import analytic_lower_bound
+
+    problem = idealized_problem(2, 2, forward=1, backward=1, weight=1, comm=1, split_backward=True,
+                                objective="period")
+    assert analytic_lower_bound(problem, problem.fixed_placement)[0] == 9
+    res, _ = _check(problem)
+    assert res.makespan == 9 and res.status == "optimal"
