@@ -682,7 +682,7 @@ def zero_bubble_section(path: Path = ZB_CSV) -> list[str]:
         calibrated.append((r.paper_column, cal / r.measured_ratio - 1))
         lines.append(f"| {r.model} | {r.stages} | {r.microbatches} | {r.paper_column} | {r.paper_bubble:.4f} | "
                      f"{r.bubble:.4f} | {'yes' if r.meets_paper else '**no**'} | {round(r.bound_bubble, 4) + 0.0:.4f} | "
-                     f"{100 * r.gap:.2f} % | {r.status} | {r.runtime_s:.0f} | {r.predicted_ratio:.3f} | "
+                     f"{round(100 * r.gap, 2) + 0.0:.2f} % | {r.status} | {r.runtime_s:.0f} | {r.predicted_ratio:.3f} | "
                      f"{r.measured_ratio:.3f} | {100 * r.ratio_error:+.1f} % | {left_1f1b:.0f} / {left_zb:.0f} | "
                      f"{cal:.3f} | {100 * (cal / r.measured_ratio - 1):+.1f} % |")
     lines.append("")
