@@ -139,6 +139,12 @@ class Result:
     def gap(self) -> float | None:
         return gap_of(self.makespan, self.lower_bound)
 
+    def seconds(self, value: float | None) -> float | None:
+        """A time of this result in seconds (None for idealized slot units)."""
+        if value is None or self.tick_s is None:
+            return None
+        return value * self.tick_s
+
     def in_slots(self, value: float | None) -> float | None:
         """A time of this idealized result in slots (``value * tick_slots``)."""
         if value is None or self.unit != "slots":
