@@ -172,9 +172,9 @@ def _row(name, placement, S, B, cap, C, res, config) -> dict:
     }
 
 
-def idealized_grid(quick: bool):
+def idealized_grid(quick: bool, placements=("linear", "bidirectional")):
     sizes = (4, 8) if quick else (4, 8, 16)
-    for placement in ("linear", "bidirectional"):
+    for placement in placements:
         for S in sizes:
             for B in (S, 2 * S, 4 * S):
                 for cap in (S, 2 * S, None):
@@ -182,8 +182,8 @@ def idealized_grid(quick: bool):
                         yield placement, S, B, cap, C
 
 
-def run_idealized(config, quick: bool, rows: list, printer) -> None:
-    for placement, S, B, cap, C in idealized_grid(quick):
+def run_idealized(config, quick: bool, rows: list, printer, placements=("linear", "bidirectional")) -> None:
+    for placement, S, B, cap, C in idealized_grid(quick, placements):
         problem = idealized_problem(S, B, placement, forward=1, backward=2, comm=C, activation_cap=cap)
         res = search(problem, config)
         row = _row(f"{placement}-S{S}-B{B}-cap{cap}-C{C}", placement, S, B, cap, C, res, config)
@@ -240,6 +240,8 @@ def main(argv=None) -> int:
     ap.add_argument("--time-limit", type=float, default=20.0, help="seconds per instance (default 20)")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--placement", choices=["linear", "bidirectional"], default=None,
+                    help="only this placement's idealized instances")
     ap.add_argument("--quick", action="store_true", help="S in {4, 8}, 5 s per instance, no systems, no targets")
     ap.add_argument("--no-systems", action="store_true")
     ap.add_argument("--no-targets", action="store_true")
@@ -286,7 +288,8 @@ def main(argv=None) -> int:
               flush=True)
 
     if not args.only_targets:
-        run_idealized(config, args.quick, rows, printer)
+        run_idealized(config, args.quick, rows, printer,
+                      (args.placement,) if args.placement else ("linear", "bidirectional"))
         if not args.quick and not args.no_systems:
             run_systems(config, rows, printer)
     if not args.quick and not args.no_targets or args.only_targets:

@@ -57,6 +57,17 @@ message = 0.25
 activation_bytes = 1e6
 layers = 2
 """
+PROFILE_SPLIT = """summary = "test profile"
+time_unit = "ms"
+microbatch_size = 1
+stages = 4
+[default]
+forward = 2.0
+backward = 3.0
+weight = 1.5
+message = 0.25
+activation_bytes = 100
+"""
 CLUSTER = """
 [grid.cluster]
 gpus = 16
@@ -128,6 +139,15 @@ FILES = {
     "prof_string.toml": PROFILE.replace("forward = 2.0", 'forward = "fast"'),
     "prof_empty.toml": 'summary = "nothing"\n',
     "prof_deep.toml": 'summary = "x"\nsource = ' + "[" * 100_000 + "]" * 100_000 + "\n",
+    # profiles with a split backward (weight times)
+    "sp_prof_ok.toml": PROFILE_SPLIT,
+    "sp_prof_negative.toml": PROFILE_SPLIT.replace("forward = 2.0", "forward = -2.0"),
+    "sp_prof_nan.toml": PROFILE_SPLIT.replace("backward = 3.0", "backward = nan"),
+    "sp_prof_no_weight.toml": PROFILE_SPLIT.replace("weight = 1.5\n", ""),
+    "sp_prof_unit.toml": PROFILE_SPLIT.replace('time_unit = "ms"', 'time_unit = "fortnights"'),
+    "sp_prof_unknown_key.toml": PROFILE_SPLIT + "colour = 1\n",
+    "sp_prof_bad_toml.toml": "stages = \n",
+    "sp_prof_stages_zero.toml": PROFILE_SPLIT.replace("stages = 4", "stages = 0"),
     # sweep configs
     "sweep_ok.toml": SWEEP,
     "sweep_profiles_and_systems.toml": SWEEP.replace("[grid]", '[grid]\nprofiles = ["prof_ok.toml"]'),
@@ -527,6 +547,87 @@ CASES += [
     ("systems-a-model-file", ["systems", "{d}/model_float.toml"], "num_layers"),
     ("systems-format", ["systems", "--format", "yaml"], "--format"),
 ]
+
+
+# cases written on main alongside these (the same id is the same case: kept once)
+LLAMA = ["--system", "dgx_h100_ib", "--model", "llama3_8b"]
+PROF = ["--profile", "{d}/sp_prof_ok.toml"]
+PLAN8 = ["plan", "--model", "tiny_gpt", "--nodes", "1", "--gpus-per-node", "8"]
+MAIN_CASES = [
+    # the cluster context and profiles on evaluate, view, search and bound
+    *[(f"{cmd}-{cid}", [cmd, *head, *argv], frag)
+      for cmd, head in (("evaluate", ["1f1b", *S4]), ("view", ["1f1b", *S4]), ("search", S4), ("bound", S4))
+      for cid, argv, frag in [
+          ("tp-without-system", ["--tp", "2"], "--tp"),
+          ("dp-without-system", ["--dp", "2"], "--dp"),
+          ("seq-without-system", ["--seq", "1024"], "--seq"),
+          ("global-batch-without-system", ["--global-batch", "64"], "--global-batch"),
+          ("tp-zero", [*LLAMA, "--tp", "0"], "tp"),
+          ("dp-float", [*LLAMA, "--dp", "1.5"], "dp"),
+          ("tp-splits-no-heads", [*LLAMA, "--tp", "3"], "tp"),
+          ("zero-without-dp", [*LLAMA, "--zero", "1"], "--zero"),
+          ("zero-unknown", [*LLAMA, "--dp", "2", "--zero", "3"], "--zero"),
+          ("no-overlap-without-dp", [*LLAMA, "--no-overlap"], "--no-overlap"),
+          ("no-sp-without-tp", [*LLAMA, "--no-sequence-parallel"], "--no-sequence-parallel"),
+          ("global-batch-not-divisible", [*LLAMA, "--global-batch", "12"], "12"),
+          ("seq-zero", [*LLAMA, "--seq", "0"], "seq"),
+          ("too-many-gpus", ["--system", "{d}/sys_eight.toml", "--tp", "4", "--dp", "4", "--microbatch-size", "1"], "GPUs"),
+          ("profile-with-system", [*PROF, "--system", "mid_nw_mid_cp"], "--profile"),
+          ("profile-with-model", [*PROF, "--model", "tiny_gpt"], "--model"),
+          ("profile-with-tp", [*PROF, "--tp", "2"], "--tp"),
+          ("profile-missing", ["--profile", "{d}/none.toml"], "none.toml"),
+          ("profile-folder", ["--profile", "{d}/folder.toml"], "folder.toml"),
+          ("profile-latin1", ["--profile", "{d}/latin1_sweep.toml"], "not UTF-8"),
+          ("profile-negative", ["--profile", "{d}/sp_prof_negative.toml"], "forward"),
+          ("profile-nan", ["--profile", "{d}/sp_prof_nan.toml"], "backward"),
+          ("profile-unit", ["--profile", "{d}/sp_prof_unit.toml"], "time_unit"),
+          ("profile-unknown-key", ["--profile", "{d}/sp_prof_unknown_key.toml"], "colour"),
+          ("profile-bad-toml", ["--profile", "{d}/sp_prof_bad_toml.toml"], "TOML"),
+          ("profile-stages-zero", ["--profile", "{d}/sp_prof_stages_zero.toml"], "stages"),
+      ]],
+    ("evaluate-profile-other-stages", ["evaluate", "1f1b", "-S", "8", "-B", "8", *PROF], "4"),
+    ("search-profile-split-without-weight", ["search", *S4, "--split-backward", "--profile", "{d}/sp_prof_no_weight.toml"],
+     "weight"),
+    ("search-profile-comm-slots", ["search", *S4, *PROF, "--comm-slots", "1"], "--comm-slots"),
+    ("search-profile-activation-cap", ["search", *S4, *PROF, "--activation-cap", "2"], "--activation-cap"),
+    # plan
+    ("plan-no-model", ["plan", "--nodes", "1", "--gpus-per-node", "8", "--global-batch", "8"], "--model"),
+    ("plan-unknown-model", [*PLAN8[:2], "nope", *PLAN8[3:], "--global-batch", "8"], "nope"),
+    ("plan-nodes-zero", ["plan", "--model", "tiny_gpt", "--nodes", "0", "--gpus-per-node", "8", "--global-batch", "8"],
+     "nodes"),
+    ("plan-gpus-float", ["plan", "--model", "tiny_gpt", "--nodes", "1", "--gpus-per-node", "2.5", "--global-batch", "8"],
+     "gpus"),
+    ("plan-batch-zero", [*PLAN8, "--global-batch", "0"], "global"),
+    ("plan-batch-huge", [*PLAN8, "--global-batch", "123456789012345678901234567890"], "--global-batch"),
+    ("plan-seq-negative", [*PLAN8, "--global-batch", "8", "--seq", "-1"], "seq"),
+    ("plan-gpu-unknown", [*PLAN8, "--global-batch", "8", "--gpu", "TPU"], "TPU"),
+    ("plan-gpu-and-system", [*PLAN8, "--global-batch", "8", "--gpu", "H100", "--system", "dgx_h100_ib"], "--system"),
+    ("plan-mb-sizes-bad", [*PLAN8, "--global-batch", "8", "--microbatch-sizes", "1,x"], "microbatch"),
+    ("plan-recompute-bad", [*PLAN8, "--global-batch", "8", "--recompute", "half"], "recompute"),
+    ("plan-schedules-unknown", [*PLAN8, "--global-batch", "8", "--schedules", "1f1b,zigzag"], "zigzag"),
+    ("plan-zero-bad", [*PLAN8, "--global-batch", "8", "--zero", "4"], "--zero"),
+    ("plan-top-zero", [*PLAN8, "--global-batch", "8", "--top", "0"], "top"),
+    ("plan-cpsat-time-nan", [*PLAN8, "--global-batch", "8", "--cpsat-time", "nan"], "cpsat"),
+    ("plan-cpsat-time-without-shapes", [*PLAN8, "--global-batch", "8", "--cpsat-shapes", "0", "--cpsat-time", "2"],
+     "--cpsat-time"),
+    ("plan-plot-suffix", [*PLAN8, "--global-batch", "8", "--plot", "{d}/p.txt"], "--plot"),
+    ("plan-plot-missing-folder", [*PLAN8, "--global-batch", "8", "--plot", "{d}/nowhere/p.png"], "--plot"),
+    ("plan-profile-missing", [*PLAN8, "--global-batch", "8", "--profile", "{d}/none.toml"], "none.toml"),
+    ("plan-format", [*PLAN8, "--global-batch", "8", "--format", "xml"], "--format"),
+    # calibrate
+    ("calibrate-missing", ["calibrate", "{d}/none.toml", "--model", "tiny_gpt", "--system", "dgx_h100_ib"], "none.toml"),
+    ("calibrate-latin1", ["calibrate", "{d}/latin1_sweep.toml", "--model", "tiny_gpt", "--system", "dgx_h100_ib"],
+     "not UTF-8"),
+    ("calibrate-negative", ["calibrate", "{d}/sp_prof_negative.toml", "--model", "tiny_gpt", "--system", "dgx_h100_ib"],
+     "forward"),
+    ("calibrate-unknown-system", ["calibrate", "{d}/sp_prof_ok.toml", "--model", "tiny_gpt", "--system", "nope"], "nope"),
+    ("calibrate-out-missing-folder", ["calibrate", "{d}/sp_prof_ok.toml", "--model", "tiny_gpt", "--system", "dgx_h100_ib",
+                                      "--out", "{d}/nowhere/s.toml"], "--out"),
+    # a bad model file
+    ("evaluate-bad-model-file", ["evaluate", "1f1b", *S4, "--system", "dgx_h100_ib", "--model",
+                                 "{d}/model_zero_layers.toml"], "num_layers"),
+]
+CASES += [c for c in MAIN_CASES if c[0] not in {x[0] for x in CASES}]
 
 
 @pytest.fixture

@@ -170,3 +170,24 @@ def test_hanayo_waves_column_and_sentence(results, tmp_path):
     t1.to_csv(r / "table1_hanayo.csv", index=False)
     assert "W = 2 changes no verdict." in report.render(report.load(r), r)
     assert verdicts(r) == verdicts(results)
+
+
+def test_zero_bubble_section_from_a_hand_made_csv(tmp_path):
+    """One ZB-2p row of 1.5B, m = 24: Table 4 gives 18 samples per GPU per iteration, so
+    1F1B's measured iteration is 18 / 11.8 s = 1525.4 ms and ZB-2p's 18 / 14.5 s = 1241.4 ms;
+    with predicted periods 1456.8 and 1152.6 ms 68.6 and 88.8 ms are left over, and with
+    1F1B's left-over as the constant the ratio is 1525.4 / 1221.2 = 1.249, 1.7 % above 1.2288."""
+    from experiments.report import zero_bubble_section
+
+    row = {"model": "1.5B", "stages": 8, "microbatches": 24, "paper_column": "ZB-2p", "paper_bubble": 0.0433,
+           "time_limit_s": 120, "workers": 2, "status": "feasible", "runtime_s": 119.0, "bubble": 0.0433,
+           "meets_paper": True, "bound_bubble": -1e-12, "gap": 0.0433, "cost_ms": 1152.6,
+           "period_1f1b_ms": 1456.8, "predicted_ratio": 1.2639, "paper_predicted_ratio": 1.264,
+           "measured_ratio": 1.2288, "ratio_error": 0.0286}
+    path = tmp_path / "zb.csv"
+    pd.DataFrame([row]).to_csv(path, index=False)
+    text = "\n".join(zero_bubble_section(path))
+    assert "| 1.5B | 8 | 24 | ZB-2p | 0.0433 | 0.0433 | yes | 0.0000 | 4.33 % | feasible | 119 | 1.264 | 1.229 | +2.9 % | 69 / 89 | 1.249 | +1.7 % |" in text
+    assert "ZB-2p limit: CP-SAT's bubble ≤ the paper's on 1 of 1 settings; gap ≤ 1 % at p = 8 on 0 of 1" in text
+    assert "within 5% of Table 4 on 1 of 1" in text
+    assert zero_bubble_section(tmp_path / "missing.csv")[0].startswith("not run")

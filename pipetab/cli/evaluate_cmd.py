@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from . import common
 from .common import UsageError, emit_json
-from .hardware_args import add_hardware_args, context_text, cost_source, given_cluster_options
+from .hardware_args import add_hardware_args, cost_source
 
 MIN_TICKS_PER_OP = 10  # --tick at most 1/10 of the shortest op: rounding adds <= 10% per op
 
@@ -67,19 +67,16 @@ def run(args) -> None:
     if args.format == "json":
         emit_json(doc)
         return
-    # the text names the costs when they are more than --system and --model say
-    print_levels(doc, context=bool(args.profile or given_cluster_options(args)))
+    print_levels(doc)
 
 
-def print_levels(doc: dict, context: bool = False) -> None:
+def print_levels(doc: dict) -> None:
     """The levels as an aligned text table: quantity | formula | table | simulation."""
     from pipetab.formatting import HEADER, formula_source, level_rows
 
     rows = [HEADER, *level_rows(doc)]
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
     print(f"{doc['schedule']}  S={doc['stages']}  B={doc['microbatches']}  devices={doc['devices']}")
-    if context and doc.get("context"):
-        print(f"costs: {context_text(doc['context'])}")
     for r in rows:
         print("  ".join(x.ljust(w) for x, w in zip(r, widths)).rstrip())
     print(f"formula source: {formula_source(doc)}")

@@ -138,17 +138,6 @@ class CostSource:
                 "microbatch_size": self.microbatch_size, "seq_len": m.seq_len, "global_batch": self.global_batch}
 
 
-def context_text(ctx: dict) -> str:
-    """One line of ``CostSource.as_dict()`` as people read it."""
-    if "profile" in ctx:
-        size = "" if ctx["microbatch_size"] is None else f", microbatch {ctx['microbatch_size']}"
-        return f"profile {ctx['profile']} (TP{ctx['tp']} DP{ctx['dp']}{size})"
-    par = [f"TP{ctx['tp']}", f"DP{ctx['dp']}"] + (["SP"] if ctx["sequence_parallel"] else []) + (
-        [f"ZeRO-{ctx['zero']}"] if ctx["zero"] else []) + ([] if ctx["overlap"] or ctx["dp"] == 1 else ["no overlap"])
-    return (f"{ctx['system']}, {ctx['model']}, {' '.join(par)}, microbatch {ctx['microbatch_size']} x "
-            f"{ctx['seq_len']} tokens, global batch {ctx['global_batch']}, recompute {ctx['recompute']}" + (", link contention" if ctx["contention"] else ""))
-
-
 def given_cluster_options(args) -> list[str]:
     """The flags of the real-cluster options given on the command line."""
     return [flag for attr, flag, unset in CLUSTER_OPTIONS if getattr(args, attr, unset) != unset]
@@ -219,3 +208,26 @@ def _system_source(args, stages: int, microbatches: int, recompute: str, content
     check_hardware(system, model, stages, microbatches, dp=dp, microbatch_size=b)
     b = b if b is not None else model.global_batch // (dp * microbatches)
     return CostSource(system, model, recompute, contention, parallel, b, global_batch=dp * microbatches * b)
+
+
+# ---- the form search and bound call (solve_cmd.py) -----------------------------------------
+
+
+def check_context(args, num_devices: int, num_microbatches: int) -> None:
+    """``cost_source``'s refusals, before anything is generated."""
+    cost_source(args, num_devices, num_microbatches)
+
+
+def costs_of(args, schedule):
+    """``schedule``'s costs from the command line's options (None without hardware)."""
+    source = cost_source(args, schedule.num_devices, schedule.num_microbatches)
+    return None if source is None else source.costs(schedule)
+
+
+def costs_label(args) -> str:
+    """Where the costs come from, for titles: the system (with the context) or the profile."""
+    if args.profile is not None:
+        return f"profile {args.profile}"
+    context = "".join(f" {flag} {getattr(args, attr)}" for attr, flag, _ in CLUSTER_OPTIONS[:2] + CLUSTER_OPTIONS[5:6]
+                      if getattr(args, attr, None) is not None)
+    return f"{args.system}{context}"

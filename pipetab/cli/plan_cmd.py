@@ -103,6 +103,11 @@ def run(args) -> None:
     if args.gpu is not None and args.gpu.upper() not in GPUS:
         raise UsageError(f"--gpu must be one of {', '.join(GPUS)}, got {args.gpu!r} (for another GPU give "
                          "--system FILE.toml)")
+    from pipetab.schedules.limits import MAX_OPS
+
+    if args.global_batch > MAX_OPS:
+        raise UsageError(f"--global-batch must be at most {MAX_OPS} sequences (a schedule holds "
+                         f"at most {MAX_OPS} ops; see docs/limits.md), got {args.global_batch}")
     plot = common.check_plot_path(args.plot)
     t0 = time.perf_counter()
 
@@ -141,7 +146,7 @@ def print_plan(result) -> None:
     for i, c in enumerate(result.configurations, 1):
         s = c.shape
         rows.append((str(i), c.label, str(s.pp), str(s.tp), str(s.dp), str(s.microbatch_size),
-                     str(s.microbatches), s.recompute, f"{c.step_time_s:.4g}", f"{c.tokens_per_s:,.0f}",
+                     str(s.microbatches), s.recompute, f"{c.step_time_s:#.4g}".rstrip("."), f"{c.tokens_per_s:,.0f}",
                      f"{100 * c.mfu:.1f}%", f"{c.peak_memory_bytes / 2**30:.1f}",
                      f"{c.headroom_bytes / 2**30:.1f}", "yes" if c.fits else "NO"))
     if not rows:
@@ -152,8 +157,10 @@ def print_plan(result) -> None:
             print("  ".join(x.rjust(w) if j not in (1, 7) else x.ljust(w) for j, (x, w) in enumerate(zip(r, widths))))
     if rows and not result.configurations[0].fits:
         print("none of these fits the GPU memory: the closest are shown")
+    refused = result.candidates - result.pruned_memory - result.pruned_time - result.simulated
+    outside = f", {refused} outside their schedule's regime (microbatches, stages)" if refused else ""
     print(f"searched {result.candidates} candidates: {result.pruned_memory} cannot fit the memory, "
-          f"{result.pruned_time} cannot beat the configurations shown, {result.simulated} simulated; "
-          f"{result.runtime_s:.1f} s")
+          f"{result.pruned_time} cannot beat the configurations shown, {result.simulated} simulated"
+          f"{outside}; {result.runtime_s:.1f} s")
     for note in result.cpsat_notes:
         print(f"CP-SAT {note}")

@@ -100,8 +100,8 @@ def register(sub) -> None:
         p.add_argument("--no-fifo", dest="fifo", action="store_false",
                        help="do not fix every stage to one microbatch order (ablation: FIFO loses nothing for "
                             "identical microbatches and makes proofs much faster)")
-        hardware_args.add_context_args(p)
         p.add_argument("--format", choices=["text", "json"], default="text")
+        hardware_args.add_context_args(p)
         p.set_defaults(func=run, mode=name)
 
 
@@ -179,20 +179,23 @@ def build_problem(args):
     from dataclasses import replace
 
     _refuse_options(args)
-    source = hardware_args.cost_source(args, args.stages, args.microbatches)
+    hardware_args.check_context(args, args.stages, args.microbatches)
     shape = _shape(args)
-    if source is None:
+    if not (args.system or args.profile):
         return shape, None
     from pipetab.solver.costs import SEARCH_TICKS_PER_OP
 
-    costs = source.costs(shape_schedule(shape))
+    try:
+        costs = hardware_args.costs_of(args, shape_schedule(shape))
+    except (ValueError, KeyError, FileNotFoundError) as exc:
+        raise UsageError(f"pipetab: error: {exc}") from None
     if args.memory_cap is not None:
         costs = replace(costs, capacity=(args.memory_cap,) * len(costs.capacity))
     tick = args.tick or costs.default_tick(SEARCH_TICKS_PER_OP)
     # bounds of the real-valued problem need durations rounded down; schedules are
     # searched with durations rounded up (their real time is at most the quantized one)
     q = costs.quantized(tick, "down" if args.mode == "bound" else "up")
-    return replace(shape, costs=q, name=f"{args.placement} {source.label}"), costs
+    return replace(shape, costs=q, name=f"{args.placement} on {hardware_args.costs_label(args)}"), costs
 
 
 def _ops_records(schedule, costs, scale: float = 1.0) -> list[dict]:
@@ -317,8 +320,8 @@ def _print(args, doc: dict, result, ops_costs) -> None:
     where = f"S={args.stages} B={args.microbatches}, placement {args.placement}"
     if args.split_backward:
         where += ", split backward"
-    costs = (f"system {args.system}, model {args.model or 'paper_gpt'}" if args.system else
-             f"profile {args.profile}" if args.profile else
+    costs = (f"profile {args.profile}" if args.profile else
+             f"system {hardware_args.costs_label(args)}, model {args.model or 'paper_gpt'}" if args.system else
              f"F={args.forward_slots or 1} B={args.backward_slots or 2}"
              + (f" W={args.weight_slots or 1} M_W/M={1.0 if args.weight_memory is None else args.weight_memory:g}"
                 if args.split_backward else "") + f" C={args.comm_slots or 0} slots")
@@ -339,7 +342,7 @@ def _print(args, doc: dict, result, ops_costs) -> None:
         print(f"  {name:<12} {args.objective} {f(r['makespan'])} {unit}, gap to bound {g}"
               f"{'' if r['fits'] else ' (does not fit the cap)'}")
     schedule = result.schedule
-    if args.mode == "search" and schedule is not None and not args.system and schedule.num_ops <= 400:
+    if args.mode == "search" and schedule is not None and not (args.system or args.profile) and schedule.num_ops <= 400:
         from pipetab.schedules import formats
         from pipetab.schedules.table import PlacedOp, Table
 

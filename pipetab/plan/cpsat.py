@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import replace
 
 from pipetab.schedules import registry
@@ -67,12 +66,18 @@ def cpsat_outcome(space: PlanSpace, shape: Shape, result, ranked: list[Configura
     costs = costs_of(space, sched, shape)
     found = configuration(space, "cpsat", {}, shape, sched, costs, simulate(sched, costs).makespan,
                            activation_peaks(sched, costs), searched=sched)
-    best = min((c.step_time_s for c in ranked if c.shape == shape and c.fits), default=math.inf)
-    better = found.fits and found.step_time_s < best * (1 - 1e-9)
-    gain = (best - found.step_time_s) / best if math.isfinite(best) else 0.0
+    rivals = [c for c in ranked if c.shape == shape and c.fits]
+    best = min(rivals, key=lambda c: c.step_time_s, default=None)
+    better = found.fits and (best is None or found.step_time_s < best.step_time_s * (1 - 1e-9))
+    head = (f"{where}: {result.status} in {result.runtime_s:.1f} s among linear schedules with whole "
+            f"backward passes: {found.step_time_s:.6g} s")
+    if best is None:
+        return (found if better else None), head
+    change = (found.step_time_s - best.step_time_s) / best.step_time_s
+    side = "faster" if change < 0 else "slower"
     return (found if better else None,
-            f"{where}: {result.status} in {result.runtime_s:.1f} s, {found.step_time_s:.6g} s "
-            f"({100 * gain:+.3f}% against the best registry schedule of this shape{'' if better else '; not shown'})")
+            f"{head}, {100 * abs(change):.3f}% {side} than the shape's best registry schedule "
+            f"({best.label}, {best.step_time_s:.6g} s){'' if better else '; not shown'}")
 
 
 def worker_pool(workers: int):

@@ -101,7 +101,10 @@ def _period_lower_bound(problem: Problem, placement: Placement | None) -> tuple[
     to B(0, s)'s start at least L = the round trip of microbatch 0 passes, in which only
     forwards of s can run — at most k of them, k the activations that fit the cap (the
     (k+1)-th waits for B(0)'s end, ``Problem.window_shifts``) — so span >= load +
-    L - k * F."""
+    L - k * F. With more microbatches than k, the drain idle adds to it: from the last
+    forward's start to its backward's start L passes again, and only that forward and the
+    B and W of activations live at its start can run — a with B pending (a >= 1 counts
+    it) and w holding only M_W, a M + w M_W within the cap (``_drain_idle``)."""
     if placement is None:
         total = sum(problem.duration(op) for op in problem.ops)
         return math.ceil(total / problem.num_devices), "total work over devices"
@@ -119,10 +122,57 @@ def _period_lower_bound(problem: Problem, placement: Placement | None) -> tuple[
             f = Op(Kind.F, p, s, 0)
             k = problem.activations_fit(problem.cap(d), p, s)
             k = counts[p] if k is None else min(k, counts[p])
-            idle = max(0, head[Op(Kind.B, p, s, 0)] - head[f] - k * problem.duration(f))
+            trip = head[Op(Kind.B, p, s, 0)] - head[f]
+            idle = max(0, trip - k * problem.duration(f))
+            if counts[p] > k:
+                idle += _drain_idle(problem, p, s, trip, k, counts[p], problem.cap(d))
         if ld + idle > best:
-            best, why = ld + idle, f"load of device {d}" + (" and its warm-up idle" if idle else "")
+            best, why = ld + idle, f"load of device {d}" + (" and its warm-up and drain idle" if idle else "")
+    for value, label in _through_paths(problem, placement, counts):
+        if value > best:
+            best, why = value, label
     return best, why
+
+
+def _through_paths(problem: Problem, placement: Placement, counts: dict[int, int]):
+    """One pipeline, one stage per device: device d's span runs from its first forward to
+    its last op, and holds the path down to a later device e (forwards and messages), all
+    of e's forwards and backwards one after another (e's first forward to its last
+    backward), the path back up to d (messages and backwards) and the W of that last
+    microbatch on d — whichever microbatches are first and last. Yields (value, label)."""
+    if problem.num_pipelines != 1 or any(len(placement.stages_on(d)) != 1 for d in range(problem.num_devices)):
+        return
+    n, count = problem.num_stages[0], counts[0]
+    dev = [placement.device(0, s) for s in range(n)]
+    f = [problem.duration(Op(Kind.F, 0, s, 0)) for s in range(n)]
+    b = [problem.duration(Op(Kind.B, 0, s, 0)) for s in range(n)]
+    w = [problem.duration(Op(Kind.W, 0, s, 0)) if problem.split_backward else 0 for s in range(n)]
+    lag_f = [problem.lag(Op(Kind.F, 0, s, 0), dev[s], dev[s + 1]) for s in range(n - 1)]
+    lag_b = [problem.lag(Op(Kind.B, 0, s + 1, 0), dev[s + 1], dev[s]) for s in range(n - 1)]
+    for d in range(n - 1):
+        down = up = 0
+        for e in range(d + 1, n):
+            down += f[e - 1] + lag_f[e - 1]
+            up += b[e - 1] + lag_b[e - 1]
+            yield (down + count * (f[e] + b[e]) + up + w[d],
+                   f"device {dev[d]}'s span through all forwards and backwards of device {dev[e]}")
+
+
+def _drain_idle(problem: Problem, p: int, s: int, trip: int, k: int, count: int, cap: float | None) -> int:
+    """Least idle of a one-stage device between its last forward's start and that
+    microbatch's backward start (``trip`` apart): ``trip`` minus the most work that fits,
+    the forward plus the B and W of a - 1 other activations and the W of w held ones."""
+    f, b = problem.duration(Op(Kind.F, p, s, 0)), problem.duration(Op(Kind.B, p, s, 0))
+    w_time = problem.duration(Op(Kind.W, p, s, 0)) if problem.split_backward else 0
+    m, m_w = problem.costs.activation[(p, s)], problem.weight_part(p, s)
+    most = 0
+    for a in range(1, k + 1):
+        held = count - a
+        if w_time and m_w > 1e-12 and cap is not None:
+            held = min(held, int(math.floor((cap - a * m) / m_w + 1e-9)))
+        held = max(0, held) if w_time else 0
+        most = max(most, f + (a - 1) * (b + w_time) + held * w_time)
+    return max(0, trip - most)
 
 
 def period_horizon(problem: Problem, placement: Placement, period: int | None = None) -> int:

@@ -25,7 +25,7 @@ from .constraints import devices_identical
 from .incumbent import checked, hint_incumbent
 from .justify import justify, precedence_graph
 from .model import CpSatModel
-from .oracle import KnownEval, evaluate_known, greedy_schedule, relabel_microbatches
+from .oracle import KnownEval, evaluate_known, greedy_schedule, relabel_microbatches, warmup_depths
 from .problem import Problem, family_placement
 from .result import KnownGap, PhaseRecord, Result, SolverInfo, gap_of
 from .strategy import Clock, SearchState, bound_phase, search_phase, solve_record
@@ -140,7 +140,7 @@ def _registry_schedules(problem: Problem, placement: Placement) -> Iterator[Sche
             if not _shape_fits(_generate(name, *_PROBE, tuple(opts.items())), problem, placement, family):
                 continue
             f = spec.formula(S, B, **opts)
-        except ValueError:
+        except (ValueError, TypeError):
             continue
         peak = max(f.peak_activations) if f.peak_activations else math.inf
         key = peak if capped else (f.bubble_ratio if f.bubble_ratio is not None else math.inf)
@@ -148,7 +148,7 @@ def _registry_schedules(problem: Problem, placement: Placement) -> Iterator[Sche
     for _, name, opts in sorted(candidates, key=lambda c: (c[0], c[1])):
         try:
             s = _generate(name, S, B, tuple(opts.items()))
-        except ValueError:
+        except (ValueError, TypeError):
             continue
         if fixed.matches(s) is None:
             yield s
@@ -188,11 +188,19 @@ def _shape_fits(probe: Schedule, problem: Problem, placement: Placement, family:
 def greedy_starts(problem: Problem, placement: Placement) -> Iterator[Schedule]:
     """The model's own starting schedules: greedy memory-aware list schedules, the
     reserving one-microbatch-window kinds first (they never deadlock and fit any feasible
-    cap), then wider admission windows and forward-first priorities."""
+    cap), then, with a split backward on one stage per device, Zero Bubble style ones
+    (each device's warm-up depth from ``warmup_depths``, plus 0 or 1; W only when no B or
+    fitting F is ready), then wider admission windows and forward-first priorities."""
     B, D = problem.num_microbatches, problem.num_devices
     capped = any(problem.cap(d) is not None for d in range(D))
     if capped:
         yield from filter(None, [greedy_schedule(problem, placement, None, True, "greedy-reserve", reserve=True)])
+    depths = warmup_depths(problem) if problem.split_backward else None
+    for extra in (0, 1) if depths else ():
+        s = greedy_schedule(problem, placement, None, name=f"greedy-zb{extra}", priority="BFW",
+                            inflight=tuple(n + extra for n in depths))
+        if s is not None:
+            yield s
     for w in sorted({D, B, 2 * D, 1}, reverse=False if capped else True):
         if w > B:
             continue

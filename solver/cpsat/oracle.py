@@ -9,14 +9,16 @@ These are the numbers every CP-SAT result is checked against.
 from __future__ import annotations
 
 import heapq
+import math
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from pipetab.schedules.evaluate import DeadlockError, Timing
 from pipetab.schedules.memory import memory_change
 from pipetab.schedules.ops import Kind, Op
 from pipetab.schedules.schedule import Placement, Schedule
 
+from pipetab.solver import periodic
 from pipetab.solver.simulate import simulate
 
 from .problem import Problem
@@ -93,71 +95,23 @@ def evaluate_known(problem: Problem, schedule: Schedule, time_unfit: bool = True
     except DeadlockError as exc:
         return KnownEval(schedule, None, None, mem, str(exc))
     if problem.objective == "period":
-        period, timing = min_period(problem, schedule, Timing(sim.start, sim.end))
+        period, timing = min_period(problem, schedule)
         return KnownEval(schedule, period, timing, mem)
     return KnownEval(schedule, int(round(sim.makespan)), Timing(sim.start, sim.end), mem)
 
 
-def span(schedule: Schedule, timing: Timing) -> float:
-    """The longest device span of a timed schedule: from its first op's start to its last
-    op's end (the period of a repeated step without a global barrier)."""
-    return max((max(timing.end[op] for op in order) - min(timing.start[op] for op in order)
-                for order in schedule.orders if order), default=0)
-
-
-def min_period(problem: Problem, schedule: Schedule, asap: Timing) -> tuple[int, Timing]:
-    """The least ``span`` of ``schedule``'s per-device orders over all timings that keep
-    every dependency with its transfer time (starts free, not as early as possible) and
-    the earliest timing reaching it. For a candidate period P the timings are the
-    solutions of difference constraints — the data and order edges (a DAG, in the order
-    of ``asap`` starts) and one edge per device from its last op back to its first
-    (first.start >= last.end - P); longest paths settle within one pass per device plus
-    one when P is feasible. P is found by bisection between the largest device load and
-    the ``asap`` span."""
-    dur = problem.duration
-    pl = schedule.placement
-    ops = sorted(asap.start, key=lambda o: asap.start[o])
-    preds: dict[Op, list[tuple[Op, int]]] = defaultdict(list)
-    for order in schedule.orders:
-        for a, b in zip(order, order[1:]):
-            preds[b].append((a, dur(a)))
-    for op in ops:
-        for nx in _successors(op, problem.num_stages[op.pipeline], problem.split_backward):
-            a, b = pl.device(op.pipeline, op.stage), pl.device(nx.pipeline, nx.stage)
-            preds[nx].append((op, dur(op) + (problem.lag(op, a, b) if a != b else 0)))
-    ends = [(order[0], order[-1]) for order in schedule.orders if order]
-
-    def earliest(P: int) -> dict[Op, int] | None:
-        start = {op: 0 for op in ops}
-        for _ in range(len(ends) + 2):
-            for op in ops:
-                t = max((start[a] + w for a, w in preds[op]), default=start[op])
-                if t > start[op]:
-                    start[op] = t
-            changed = False
-            for first, last in ends:
-                t = start[last] + dur(last) - P
-                if t > start[first]:
-                    start[first] = t
-                    changed = True
-            if not changed:
-                return start
-        return None
-
-    lo = max(sum(dur(op) for op in order) for order in schedule.orders if order)
-    hi = int(round(span(schedule, asap)))
-    best = {op: int(round(t)) for op, t in asap.start.items()}
-    while lo < hi:
-        mid = (lo + hi) // 2
-        found = earliest(mid)
-        if found is None:
-            lo = mid + 1
-        else:
-            hi, best = mid, found
-    if hi != int(round(span(schedule, asap))) or best is not None:
-        found = earliest(hi)
-        best = found if found is not None else best
-    return hi, Timing(best, {op: t + dur(op) for op, t in best.items()})
+def min_period(problem: Problem, schedule: Schedule) -> tuple[int, Timing]:
+    """The least integer period of ``schedule``'s per-device orders on the problem's
+    integer costs and the earliest timing reaching it: ``solver.periodic.min_period`` (the
+    exact least span over all timings, starts free) rounded up — with integer durations
+    and lags an integer period P admits an integer timing iff P is at least that — timed
+    by ``periodic_timing``. Gradient all-reduces are not part of the period (the period
+    objective's assumption), so replica groups are left out."""
+    costs = replace(problem.costs, replica_groups=())
+    period = math.ceil(periodic.min_period(schedule, costs) - 1e-9)
+    timing = periodic.periodic_timing(schedule, costs, period)
+    start = {op: int(round(t)) for op, t in timing.start.items()}
+    return period, Timing(start, {op: t + problem.duration(op) for op, t in start.items()})
 
 
 def relabel_microbatches(schedule: Schedule, timing: Timing) -> tuple[Schedule, Timing]:
@@ -236,11 +190,18 @@ def greedy_schedule(
     backward_first: bool = True,
     name: str = "greedy",
     reserve: bool = False,
+    priority: str | None = None,
+    inflight: tuple[int, ...] | None = None,
 ) -> Schedule | None:
     """Dispatch ops as devices become idle: a ready backward (B, then W) of the smallest
     microbatch first (``backward_first``; else forwards first), else the ready forward of
     the smallest microbatch whose activation fits the device's capacity; at most ``window``
-    microbatches in flight. Returns None when it deadlocks (memory full everywhere).
+    microbatches in flight. ``priority`` (a permutation of "FBW") overrides the kinds'
+    order: "BFW" runs a weight gradient only when no B or fitting F is ready, so W's fill
+    idle time and run when memory is needed (Zero Bubble's idea). Returns None when it
+    deadlocks (memory full everywhere). ``inflight[d]``: device d starts its k-th forward
+    only after its (k - inflight[d])-th backward started (per-device warm-up depth, one
+    stage per device).
 
     With ``reserve`` a microbatch enters only when every device on its pipeline can hold
     its activations, which it reserves until they are freed: never deadlocks."""
@@ -249,13 +210,19 @@ def greedy_schedule(
     act = problem.costs.activation
     dev_of = {(p, s): placement.device(p, s) for p, s in problem.stages}
     caps = [problem.cap(d) for d in range(D)]
-    prio = {Kind.B: 0, Kind.W: 1, Kind.F: 2} if backward_first else {Kind.F: 0, Kind.B: 1, Kind.W: 2}
+    if priority is None:
+        priority = "BWF" if backward_first else "FBW"
+    if sorted(priority) != ["B", "F", "W"]:
+        raise ValueError(f"priority must be a permutation of 'FBW', got {priority!r}")
+    prio = {Kind[c]: i for i, c in enumerate(priority)}
     B = problem.num_microbatches
     window = window or B
     ops_per_mb = [nst[p] * len(problem.kinds) for p in problem.microbatch2pipeline]
     done = [0] * B
     live = [0.0] * D
     free_at = [0] * D
+    fwd = [0] * D  # forwards / backwards started per device (for ``inflight``)
+    bwd = [0] * D
     ready: list[list[tuple[int, int, int, Op]]] = [[] for _ in range(D)]
     pending: list[tuple[int, int, Op]] = []  # (ready time, seq, op)
     releases: list[tuple[int, int, float]] = []  # (time, device, amount)
@@ -307,6 +274,9 @@ def greedy_schedule(
                     if live[d] + act[(op.pipeline, op.stage)] > caps[d] + 1e-9:
                         skipped.append(item)
                         continue
+                if op.kind is Kind.F and inflight is not None and fwd[d] >= inflight[d] + bwd[d]:
+                    skipped.append(item)
+                    continue
                 chosen = op
                 break
             for it in skipped:
@@ -327,6 +297,10 @@ def greedy_schedule(
                 if freed > 0:
                     heapq.heappush(releases, (end, d, freed))
             done[op.microbatch] += 1
+            if op.kind is Kind.F:
+                fwd[d] += 1
+            elif op.kind is Kind.B:
+                bwd[d] += 1
             if done[op.microbatch] == ops_per_mb[op.microbatch]:
                 heapq.heappush(finishes, end)
             for nxt in _successors(op, nst[op.pipeline], problem.split_backward):
@@ -346,6 +320,33 @@ def greedy_schedule(
             return None  # deadlock: every waiting forward lacks memory and nothing runs
         t = min(future)
     return problem.schedule(name, placement, orders)
+
+
+def warmup_depths(problem: Problem) -> tuple[int, ...] | None:
+    """Per device of a linear one-pipeline problem, how many forwards fit between its
+    first forward's start and the earliest start of the first microbatch's backward there
+    (the round trip through the later devices), at least 1 and at most what its memory
+    holds: the warm-up depth of a Zero Bubble style schedule. None for other shapes."""
+    if problem.num_pipelines != 1 or problem.num_stages[0] != problem.num_devices:
+        return None
+    S = problem.num_devices
+    f = [problem.duration(Op(Kind.F, 0, s, 0)) for s in range(S)]
+    b = [problem.duration(Op(Kind.B, 0, s, 0)) for s in range(S)]
+    lag = [problem.lag(Op(Kind.F, 0, s, 0), s, s + 1) if s + 1 < S else 0 for s in range(S)]
+    back = [problem.lag(Op(Kind.B, 0, s, 0), s, s - 1) if s else 0 for s in range(S)]
+    f_start = [0] * S
+    for s in range(1, S):
+        f_start[s] = f_start[s - 1] + f[s - 1] + lag[s - 1]
+    b_start = [0] * S
+    b_start[S - 1] = f_start[S - 1] + f[S - 1]
+    for s in range(S - 2, -1, -1):
+        b_start[s] = b_start[s + 1] + b[s + 1] + back[s + 1]
+    out = []
+    for d in range(S):
+        n = max(1, (b_start[d] - f_start[d]) // f[d])
+        fit = problem.activations_fit(problem.cap(d), 0, d)
+        out.append(int(min(n, fit)) if fit else int(n))
+    return tuple(out)
 
 
 def _successors(op: Op, num_stages: int, split: bool) -> list[Op]:

@@ -99,7 +99,7 @@ class Result:
 
     ``makespan`` and ``lower_bound`` are in the model's integer unit: idealized ticks of
     ``tick_slots`` slots (``unit`` ``slots``; ``in_slots`` converts), or ``ticks`` of
-    ``tick_s`` seconds; ``gap`` = (makespan - lower_bound) / makespan.
+    ``tick_s`` seconds (``seconds`` converts); ``gap`` = (makespan - lower_bound) / makespan.
     ``bound_assumptions`` lists every restriction and convention under which the lower
     bound holds. ``min_feasible_cap`` is the least activation capacity (same on every
     device, in the costs' memory unit) for which a schedule exists, when the given cap is
@@ -138,6 +138,12 @@ class Result:
     @property
     def gap(self) -> float | None:
         return gap_of(self.makespan, self.lower_bound)
+
+    def seconds(self, value: float | None) -> float | None:
+        """A time of this result in seconds (None for idealized slot units)."""
+        if value is None or self.tick_s is None:
+            return None
+        return value * self.tick_s
 
     def in_slots(self, value: float | None) -> float | None:
         """A time of this idealized result in slots (``value * tick_slots``)."""

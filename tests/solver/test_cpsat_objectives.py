@@ -8,7 +8,8 @@ import pytest
 
 from pipetab.schedules.ops import Kind, Op
 from pipetab.solver.cpsat import CpSatConfig, analytic_lower_bound, bound, idealized_problem, search
-from pipetab.solver.cpsat.oracle import evaluate_known, span
+from pipetab.solver.cpsat.oracle import evaluate_known
+from pipetab.solver.periodic import span_period
 from pipetab.solver.simulate import simulate
 
 
@@ -99,7 +100,7 @@ def test_period_of_a_timed_schedule_by_hand():
     problem = idealized_problem(2, 1, comm=1, objective="period")
     orders = ((Op(Kind.F, 0, 0, 0), Op(Kind.B, 0, 0, 0)), (Op(Kind.F, 0, 1, 0), Op(Kind.B, 0, 1, 0)))
     ev = evaluate_known(problem, problem.schedule("one", problem.fixed_placement, orders))
-    assert ev.makespan == 8 == span(ev.schedule, ev.timing)
+    assert ev.makespan == 8 == span_period(ev.timing.start, ev.timing.end, ev.schedule.device_of)
 
 
 def test_profiled_problem_rounds_up_for_schedules_and_down_for_bounds():

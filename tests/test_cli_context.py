@@ -1,5 +1,5 @@
-"""The simulation's costs on the command line: ``--profile`` and the real-cluster options on
-evaluate, view, search and bound, end to end through ``pipetab.cli.main``."""
+"""The cluster context and profiles on evaluate, view, search and bound (``--tp --dp --zero
+--microbatch-size --global-batch --seq --profile``): the CLI gives what the API gives."""
 
 from __future__ import annotations
 
@@ -22,6 +22,53 @@ def run_json(capsys, *argv) -> dict:
     return json.loads(out)
 
 
+@pytest.mark.parametrize("name, S, B, par, mb", [
+    ("1f1b", 4, 8, Parallel(tp=2, dp=2, sequence_parallel=True, zero=1), 1),
+    ("zb-h1", 4, 8, Parallel(tp=4, dp=1), 2),
+])
+def test_a_profile_of_the_simulators_own_times_gives_its_step_through_the_cli(tmp_path, capsys, name, S, B, par, mb):
+    sched = registry.generate(name, S, B)
+    costs = hardware_costs(sched, "dgx_h100_ib", "llama3_8b", parallel=par, microbatch_size=mb)
+    path = tmp_path / "own.toml"
+    path.write_text(profile_to_toml(costs_profile(sched, costs, microbatch_size=mb)))
+    doc = run_json(capsys, "evaluate", name, "-S", str(S), "-B", str(B), "--profile", str(path))
+    assert doc["simulation"]["makespan_s"] == pytest.approx(simulate(sched, costs).makespan, rel=1e-12)
+
+
+def test_the_context_options_give_the_api_costs(capsys):
+    sched = registry.generate("1f1b", 4, 8)
+    par = Parallel(tp=2, dp=2, sequence_parallel=False, zero=2, overlap=False)
+    want = simulate(sched, hardware_costs(sched, "dgx_h100_ib", "llama3_8b", parallel=par, microbatch_size=2))
+    doc = run_json(capsys, "evaluate", "1f1b", "-S", "4", "-B", "8", "--system", "dgx_h100_ib", "--model",
+                   "llama3_8b", "--tp", "2", "--dp", "2", "--zero", "2", "--no-sequence-parallel", "--no-overlap",
+                   "--microbatch-size", "2")
+    assert doc["simulation"]["makespan_s"] == pytest.approx(want.makespan, rel=1e-12)
+    assert doc["simulation"]["peak_memory_bytes"] == pytest.approx(list(want.peak_memory), rel=1e-12)
+
+
+def test_global_batch_and_sequence_set_the_microbatch(capsys):
+    # paper_gpt: global batch 512, so 512 / 8 = 64 sequences per microbatch by default;
+    # --global-batch 64 makes it 8, the same as --microbatch-size 8
+    base = ["evaluate", "1f1b", "-S", "4", "-B", "8", "--system", "mid_nw_mid_cp", "--seq", "1024"]
+    by_batch = run_json(capsys, *base, "--global-batch", "64")
+    by_size = run_json(capsys, *base, "--microbatch-size", "8")
+    default = run_json(capsys, *base)
+    assert by_batch == by_size
+    assert by_batch["simulation"]["makespan_s"] < default["simulation"]["makespan_s"] / 4
+
+
+def test_search_and_bound_take_a_profile(tmp_path, capsys):
+    sched = registry.generate("zb-h1", 4, 8)
+    costs = hardware_costs(sched, "dgx_h100_ib", "llama3_8b", parallel=Parallel(tp=8), microbatch_size=1)
+    path = tmp_path / "own.toml"
+    path.write_text(profile_to_toml(costs_profile(sched, costs, microbatch_size=1)))
+    common = ["-S", "4", "-B", "8", "--split-backward", "--profile", str(path), "--time-limit", "5"]
+    found = run_json(capsys, "search", *common)
+    bound = run_json(capsys, "bound", *common)
+    assert found["unit"] == bound["unit"] == "s"
+    assert bound["lower_bound"] <= found["makespan"] <= simulate(sched, costs).makespan * (1 + 1e-9)
+
+
 def own_profile(tmp_path, name, S, B, system, model, parallel=None, microbatch_size=None):
     """A profile file of the simulator's own costs of ``name`` and their T_sim."""
     sched = registry.generate(name, S, B)
@@ -29,19 +76,6 @@ def own_profile(tmp_path, name, S, B, system, model, parallel=None, microbatch_s
     path = tmp_path / f"{name}_{S}_{B}.toml"
     path.write_text(profile_to_toml(costs_profile(sched, costs, microbatch_size=microbatch_size)))
     return path, simulate(sched, costs).makespan
-
-
-@pytest.mark.parametrize("name, S, B, system, model, par, b", [
-    ("1f1b", 4, 8, "mid_nw_mid_cp", "paper_gpt", None, None),
-    ("zb-h1", 4, 8, "dgx_h100_ib", "llama3_8b", Parallel(tp=2, dp=2, sequence_parallel=True, zero=1), 1),
-    ("gpipe", 8, 16, "a100_cluster", "tiny_gpt", None, None),
-])
-def test_evaluate_with_a_profile_of_the_simulators_times_gives_its_t_sim(capsys, tmp_path, name, S, B, system,
-                                                                        model, par, b):
-    path, t_sim = own_profile(tmp_path, name, S, B, system, model, par, b)
-    doc = run_json(capsys, "evaluate", name, "-S", str(S), "-B", str(B), "--profile", str(path))
-    assert doc["simulation"]["makespan_s"] == pytest.approx(t_sim, rel=1e-12)
-    assert doc["context"]["profile"] == str(path)
 
 
 def test_the_console_command_with_a_profile_gives_t_sim(tmp_path):
@@ -56,24 +90,6 @@ def test_the_console_command_with_a_profile_gives_t_sim(tmp_path):
     assert json.loads(proc.stdout)["simulation"]["makespan_s"] == pytest.approx(t_sim, rel=1e-12)
 
 
-def test_the_cli_options_give_the_api_costs(capsys):
-    """--tp 2 --dp 2 --microbatch-size 2 is Parallel(tp=2, dp=2, sequence parallel, ZeRO-1)
-    -- plan's defaults -- at 2 sequences per microbatch."""
-    sched = registry.generate("1f1b", 4, 8)
-    par = Parallel(tp=2, dp=2, sequence_parallel=True, zero=1)
-    want = simulate(sched, hardware_costs(sched, "dgx_h100_ib", "llama3_8b", parallel=par, microbatch_size=2))
-    doc = run_json(capsys, "evaluate", "1f1b", "-S", "4", "-B", "8", "--system", "dgx_h100_ib", "--model",
-                   "llama3_8b", "--tp", "2", "--dp", "2", "--microbatch-size", "2")
-    assert doc["simulation"]["makespan_s"] == pytest.approx(want.makespan, rel=1e-12)
-    assert doc["simulation"]["peak_memory_bytes"] == [int(round(x)) for x in want.peak_memory]
-    ctx = doc["context"]
-    assert (ctx["tp"], ctx["dp"], ctx["sequence_parallel"], ctx["zero"], ctx["microbatch_size"]) == (2, 2, True, 1, 2)
-    # the switches move the numbers the way they should
-    no_zero = run_json(capsys, "evaluate", "1f1b", "-S", "4", "-B", "8", "--system", "dgx_h100_ib", "--model",
-                       "llama3_8b", "--tp", "2", "--dp", "2", "--microbatch-size", "2", "--zero", "0")
-    assert min(no_zero["simulation"]["persistent_bytes"]) > max(doc["simulation"]["persistent_bytes"])
-
-
 def _levels(doc: dict) -> dict:
     return {k: v for k, v in doc.items() if k != "context"}
 
@@ -83,18 +99,9 @@ def _levels(doc: dict) -> dict:
     ["--microbatch-size", "64"], ["--seq", "4096"], ["--global-batch", "512", "--microbatch-size", "64"],
 ])
 def test_tp_dp_one_and_the_models_own_batch_give_todays_numbers(capsys, extra):
-    base = ["evaluate", "1f1b", "-S", "4", "-B", "8", "--system", "mid_nw_mid_cp"]
-    assert _levels(run_json(capsys, *base, *extra)) == _levels(run_json(capsys, *base))
-
-
-def test_global_batch_sets_the_microbatch_size(capsys):
-    """Doubling the global batch at the same B doubles the microbatch: same as giving it."""
-    base = ["evaluate", "1f1b", "-S", "4", "-B", "8", "--system", "mid_nw_mid_cp"]
-    by_batch = run_json(capsys, *base, "--global-batch", "1024")
-    by_size = run_json(capsys, *base, "--microbatch-size", "128")
-    assert by_batch["context"]["microbatch_size"] == 128
-    assert _levels(by_batch) == _levels(by_size)
-    assert by_batch["simulation"]["makespan_s"] > 1.9 * run_json(capsys, *base)["simulation"]["makespan_s"]
+    for name in ("1f1b", "chimera"):
+        base = ["evaluate", name, "-S", "4", "-B", "8", "--system", "mid_nw_mid_cp"]
+        assert _levels(run_json(capsys, *base, *extra)) == _levels(run_json(capsys, *base))
 
 
 def test_plan_and_evaluate_agree_on_the_same_configuration(capsys):
