@@ -294,24 +294,28 @@ def _counts(shape: Problem) -> list[int]:
 
 def quick_bound(shape: Problem, layer_costs: LayerCosts, layers: Layers) -> int:
     """A lower bound of every schedule of the split ``layers`` on ``shape``'s fixed
-    placement: for each device its work plus the least forward chain before its first op
-    and the least backward chain after its last (0 with a split backward: W ends a chain) —
-    messages and optimizer left out, so it is at most the model's analytic bound."""
+    placement: for each device, and for each stage's ops alone, their work plus the least
+    forward chain before the first and the least backward chain after the last (0 with a
+    split backward: W ends a chain) — messages and optimizer left out."""
     placement = shape.fixed_placement
     counts = _counts(shape)
     work = [0] * shape.num_devices
     heads: dict[int, int] = {}
     tails: dict[int, int] = {}
+    one_stage = 0  # the same bound for each stage's ops alone
     for p, row in enumerate(layers):
         fsum = bsum = 0
         for s, n in enumerate(row):
             d = placement.device(p, s)
-            work[d] += counts[p] * sum(layer_costs.op_ticks(k, p, s, n) for k in shape.kinds)
+            mine = counts[p] * sum(layer_costs.op_ticks(k, p, s, n) for k in shape.kinds)
+            tail = 0 if shape.split_backward else bsum
+            work[d] += mine
             heads[d] = min(heads.get(d, fsum), fsum)
-            tails[d] = min(tails.get(d, bsum), 0 if shape.split_backward else bsum)
+            tails[d] = min(tails.get(d, tail), tail)
+            one_stage = max(one_stage, fsum + mine + tail)
             fsum += layer_costs.op_ticks(Kind.F, p, s, n)
             bsum += layer_costs.op_ticks(Kind.B, p, s, n)
-    return max(w + heads.get(d, 0) + tails.get(d, 0) for d, w in enumerate(work))
+    return max(one_stage, max(w + heads.get(d, 0) + tails.get(d, 0) for d, w in enumerate(work)))
 
 
 @dataclass(frozen=True)
@@ -442,6 +446,7 @@ class PartitionSearch:
     layers: Layers | None
     rows: tuple[dict, ...] = ()
     enumerated: int = 0
+    even: Result | None = None  # free: the even split's own search, the first visited
 
 
 def relabel(result: Result, label: str, layers: Layers | None = None) -> Result:
@@ -491,21 +496,60 @@ def _solve_free(shape, layer_costs, config, run, known) -> PartitionSearch:
     rows = [_row(even, None, first)]
     phases = [PhaseRecord(f"partition {format_layers(even)}", round(first.runtime_s, 3),
                           tuple(r for ph in first.phases for r in ph.solves), _note(first))]
-    enum = enumerate_partitions(shape, layer_costs, best.makespan if best else math.inf,
-                                deadline=time.perf_counter() + ENUMERATION_SHARE * clock.wall_left())
     # open partitions, least bound first: (bound, order, layers, searched before, slice)
-    heap: list = [(b, i, lay, 0, 0.0) for i, (b, lay) in enumerate(enum.candidates) if lay != even]
+    heap: list = []
     if first.status != "infeasible" and (first.lower_bound is None or best is None
                                          or first.lower_bound < best.makespan):
         lb0 = first.lower_bound if first.lower_bound is not None else quick_bound(shape, layer_costs, even)
         heap.append((lb0, -1, even, 1, first_s))
-    heapq.heapify(heap)
-    searched = 1
+    seen, searched, enumerated, limit = {even}, 1, 0, MAX_CANDIDATES
+    while True:
+        # enumerate below the incumbent; when an enumeration stops before the end and its
+        # candidates are all settled, enumerate again below the new incumbent, twice as far
+        enum = enumerate_partitions(shape, layer_costs, best.makespan if best else math.inf, limit,
+                                    deadline=time.perf_counter() + ENUMERATION_SHARE * clock.wall_left())
+        enumerated = max(enumerated, enum.enumerated)
+        for b, lay in enum.candidates:
+            if lay not in seen:
+                seen.add(lay)
+                heapq.heappush(heap, (b, len(seen), lay, 0, 0.0))
+        best, best_layers, searched = _visit(shape, layer_costs, config, run, known, clock, heap, best,
+                                             best_layers, searched, rows, phases)
+        if enum.rest_bound is None or heap or clock.wall_left() < MIN_SLICE_S:
+            break
+        limit *= 2
+    bounds = [e[0] for e in heap]
+    if enum.rest_bound is not None:
+        bounds.append(enum.rest_bound)
+    enum = replace(enum, enumerated=enumerated)
+    label = (f"partition free: {enum.enumerated} splits enumerated, {len(enum.candidates)} below the incumbent "
+             f"by their work bound, {searched} searched with the split fixed (least bound first), the rest pruned by "
+             "bound"
+             + ("" if enum.rest_bound is None else "; the enumeration stopped before the end, the rest bounded "
+                "by total work over devices"))
+    if best is None:
+        lb = min(bounds) if bounds else None
+        status = "infeasible" if all(r.get("status") == "infeasible" for r in rows) else "unknown"
+        res = replace(relabel(first, label), status=status, lower_bound=None if lb in (None, math.inf) else lb,
+                      runtime_s=time.perf_counter() - t0, phases=tuple(phases))
+        return PartitionSearch(res, None, tuple(rows), enum.enumerated, first)
+    lb = min(bounds + [best.makespan])
+    status = "optimal" if lb >= best.makespan else "feasible"
+    res = replace(relabel(best, label, best_layers), status=status, lower_bound=lb, runtime_s=time.perf_counter() - t0,
+                  phases=tuple(phases), known={k: replace(v, gap=gap_of(v.makespan, lb) if v.fits else None)
+                                               for k, v in first.known.items()})
+    return PartitionSearch(res, best_layers, tuple(rows), enum.enumerated, first)
+
+
+def _visit(shape, layer_costs, config, run, known, clock, heap, best, best_layers, searched, rows, phases):
+    """Visit open partitions least bound first until the least bound reaches the incumbent
+    (the heap is then emptied: all are pruned) or the time ends; returns the incumbent,
+    its layers and the count of splits searched."""
     while heap:
         inc = best.makespan if best else math.inf
         qb, i, lay, visits, last_s = heap[0]
         if qb >= inc:
-            heap = []
+            heap.clear()
             break
         left = clock.wall_left()
         if left < MIN_SLICE_S / 2:
@@ -533,26 +577,7 @@ def _solve_free(shape, layer_costs, config, run, known) -> PartitionSearch:
         if res.status != "infeasible" and res.status != "optimal":
             nb = qb if res.lower_bound is None else max(qb, res.lower_bound)
             heapq.heappush(heap, (nb, i, lay, max(1, visits + 1), slice_s))
-    bounds = [e[0] for e in heap]
-    if enum.rest_bound is not None:
-        bounds.append(enum.rest_bound)
-    label = (f"partition free: {enum.enumerated} splits enumerated, {len(enum.candidates)} below the incumbent "
-             f"by their work bound, {searched} searched with the split fixed (least bound first), the rest pruned by "
-             "bound"
-             + ("" if enum.rest_bound is None else f"; enumeration stopped at {MAX_CANDIDATES}, the rest bounded "
-                "by total work over devices"))
-    if best is None:
-        lb = min(bounds) if bounds else None
-        status = "infeasible" if all(r.get("status") == "infeasible" for r in rows) else "unknown"
-        res = replace(relabel(first, label), status=status, lower_bound=None if lb in (None, math.inf) else lb,
-                      runtime_s=time.perf_counter() - t0, phases=tuple(phases))
-        return PartitionSearch(res, None, tuple(rows), enum.enumerated)
-    lb = min(bounds + [best.makespan])
-    status = "optimal" if lb >= best.makespan else "feasible"
-    res = replace(relabel(best, label, best_layers), status=status, lower_bound=lb, runtime_s=time.perf_counter() - t0,
-                  phases=tuple(phases), known={k: replace(v, gap=gap_of(v.makespan, lb) if v.fits else None)
-                                               for k, v in first.known.items()})
-    return PartitionSearch(res, best_layers, tuple(rows), enum.enumerated)
+    return best, best_layers, searched
 
 
 def _sliced(config: CpSatConfig, seconds: float, parts: int) -> CpSatConfig:
