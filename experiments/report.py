@@ -573,6 +573,48 @@ def cpsat_section(cp: pd.DataFrame | None) -> list[str]:
     return lines
 
 
+ASYM_PARTITION = Path(__file__).resolve().parent.parent / "docs" / "bench" / "asym_partition.csv"
+
+
+def asym_partition_section(ap: pd.DataFrame | None) -> list[str]:
+    """Finding 4 judged again with the layer split searched (``experiments/asym_partition.py``)."""
+    if ap is None or ap.empty:
+        return ["Partition search results (`docs/bench/asym_partition.csv`) are missing: not run."]
+    lines = [
+        "Bidirectional placement with each direction's layer split free (`solve_partition`, "
+        "`experiments/asym_partition.py`; docs/partition.md): the best split found, its schedule's T_sim "
+        "re-simulated on the real-valued costs of that split, and the bound proven over all splits with "
+        "durations rounded down (a bound of the real-valued problem), beside the T_sim of Chimera (even split, "
+        "its own order) and chimera-asym (the hand-picked 1:2 split). No memory cap; time limits "
+        + ", ".join(f"{x:g} s" for x in sorted(set(ap.time_limit_s))) + " per instance ("
+        + "; ".join(f"S={int(S)}: {', '.join(f'{x:g} s' for x in sorted(set(g.time_limit_s)))}"
+                    for S, g in ap.groupby("stages")) + ").",
+        "",
+        "*even split* is the CP-SAT schedule of the even split found on the way (Chimera's split with a "
+        "searched order), so *vs even split* is what the split alone gains and *vs Chimera* what split and "
+        "order gain together.",
+        "",
+        "| system | S | B | split down / up | T_sim (s) | bound (s) | gap | even split (s) | Chimera (s) | chimera-asym (s) | vs even split | vs Chimera | chimera-asym vs Chimera |",
+        "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in ap.itertuples():
+        lines.append(f"| {r.system} | {r.stages} | {r.microbatches} | {r.layers_down} / {r.layers_up} | "
+                     f"{r.t_sim_s:.2f} | {r.bound_s:.2f} | {pct(r.gap)} | {r.even_split_s:.2f} | {r.chimera_s:.2f} | "
+                     f"{r.chimera_asym_s:.2f} | {faster(r.vs_even_split)} | {faster(r.vs_chimera)} | "
+                     f"{faster(r.asym_vs_chimera)} |")
+    fast4 = ap[(ap.stages == 4) & ap.system.map(lambda x: network(x) == "fast")]
+    even = ap.layers_down.eq(ap.layers_up) & ap.layers_down.map(lambda t: len(set(str(t).split(","))) == 1)
+    lines += ["", f"- Searched split and order against Chimera: {_range(ap.vs_chimera)} over all {len(ap)} "
+              f"instances; the split alone (against the even split's searched schedule): {_range(ap.vs_even_split)}"
+              + (f"; at S=4 on fast networks {_range(fast4.vs_chimera)} and {_range(fast4.vs_even_split)} "
+                 f"(the paper: about 5 %; the hand-picked 1:2 split: {_range(fast4.asym_vs_chimera)})"
+                 if len(fast4) else "") + " (positive: faster).",
+              f"- The even split was the best found in {int(even.sum())} of {len(ap)} instances; proven gaps "
+              f"{_range(ap.gap)}" + (lambda w: f" (largest: {w.system}, S={w.stages}, B={w.microbatches})")(
+                  ap.loc[ap.gap.idxmax()]) + "."]
+    return lines
+
+
 def _cell(text: str) -> str:
     """Text safe inside a Markdown table cell."""
     return text.replace("|", "\\|")
@@ -812,6 +854,9 @@ def render(data: dict, results: Path) -> str:
     lines += cpsat_section(data.get("cpsat_fig4"))
     lines += ["", "## Beyond the paper: CP-SAT against the Zero Bubble scheduler, and its Table 4", ""]
     lines += zero_bubble_section()
+    lines += ["", "## Beyond the paper: the layer split searched (finding 4 again)", ""]
+    lines += asym_partition_section(common.read(ASYM_PARTITION.parent, ASYM_PARTITION.stem)
+                                    if ASYM_PARTITION.exists() else None)
     lines += ["", "## Figures", ""]
     for name, what in (("fig1_tables.png", "Fig. 1-like tables of GPipe, 1F1B, Chimera, Hanayo (S=4, B=8)"),
                        ("fig2_timeline.png", "Fig. 2-like simulated timeline (Chimera, S=4, B=8, mid_nw_mid_cp); "

@@ -400,6 +400,21 @@ CASES += [
     ("sweep-cluster-batch-and-size", ["sweep", "{d}/sweep_cluster_batch.toml"], "microbatch_size"),
     ("sweep-cluster-in-table-mode", ["sweep", "{d}/sweep_cluster_table.toml"], "grid.cluster"),
     ("sweep-cluster-gpus-zero", ["sweep", "{d}/sweep_cluster_gpus.toml"], "grid.cluster.gpus"),
+    # stage partitions (search and bound)
+    *[(f"{cmd}-{cid}", [cmd, "-S", "4", "-B", "8", *argv], frag) for cmd in ("search", "bound") for cid, argv, frag in [
+        ("partition-sum", ["--layers", "32", "--partition", "7,8,8,8"], "--partition sums to 31"),
+        ("partition-zero", ["--layers", "32", "--partition", "16,0,8,8"], "--partition gives a stage 0"),
+        ("partition-length", ["--layers", "32", "--partition", "8,8,16"], "--partition lists 3"),
+        ("partition-not-int", ["--layers", "32", "--partition", "8,8,8,8.0"], "--partition must be"),
+        ("partition-word", ["--layers", "32", "--partition", "uneven"], "--partition must be"),
+        ("partition-directions", ["--layers", "32", "--partition", "8,8,8,8/8,8,8,8"], "--partition gives 2"),
+        ("partition-no-layers", ["--partition", "free"], "--partition free or a list needs --layers"),
+        ("partition-placement", ["--layers", "32", "--partition", "free", "--placement", "v"], "--placement linear"),
+        ("head-without-layers", ["--head-slots", "2"], "--head-slots"),
+        ("layers-with-system", ["--layers", "32", "--system", "fast_nw_fast_cp"], "--layers"),
+        ("layers-too-few", ["--layers", "3"], "--layers"),
+        ("system-partition-sum", ["--system", "fast_nw_fast_cp", "--partition", "32,32,32,31"], "--partition sums"),
+    ]],
     # listings and the command itself
     ("schedules-format", ["schedules", "--format", "xml"], "--format"),
     ("systems-extra-argument", ["systems", "extra"], "extra"),

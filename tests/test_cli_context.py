@@ -165,3 +165,26 @@ def test_models_and_systems_describe_your_own_files(capsys):
     assert mine[0]["parameters"] == pytest.approx(8.03e9, rel=0.01)  # Llama 3 8B, published
     systems = {r["name"]: r for r in run_json(capsys, "systems")}
     assert run_json(capsys, "systems", systems["a100_cluster"]["path"])[0]["gpus_per_node"] == 8
+
+
+def test_a_layer_split_is_costed_in_the_cluster_context(capsys):
+    """--partition LIST with --tp/--dp/--microbatch-size: each op's time is the API's
+    hardware_costs of that split in that context, and the even LIST is the default."""
+    from dataclasses import replace
+
+    from pipetab.schedules.ops import Kind
+
+    ctx = ["--system", "dgx_h100_ib", "--model", "llama3_8b", "--tp", "2", "--dp", "2", "--microbatch-size", "1",
+           "--time-limit", "20"]
+    doc = run_json(capsys, "search", "-S", "4", "-B", "4", "--partition", "10,9,8,5", *ctx)
+    assert doc["partition"] == [[10, 9, 8, 5]]
+    sched = replace(registry.generate("1f1b", 4, 4), stage_work=((10.0, 9.0, 8.0, 5.0),))
+    costs = hardware_costs(sched, "dgx_h100_ib", "llama3_8b", parallel=Parallel(tp=2, dp=2, sequence_parallel=True,
+                                                                                zero=1), microbatch_size=1)
+    for rec in doc["ops"]:
+        if rec["kind"] == "F":
+            assert rec["duration"] == pytest.approx(costs.op_time[(Kind.F, 0, rec["stage"])], rel=1e-9)
+    even = run_json(capsys, "search", "-S", "4", "-B", "4", "--partition", "8,8,8,8", *ctx)
+    default = run_json(capsys, "search", "-S", "4", "-B", "4", *ctx)
+    assert even["makespan"] == pytest.approx(default["makespan"], rel=1e-9)
+    assert doc["makespan"] < default["makespan"]

@@ -21,16 +21,10 @@ class UsageError(Exception):
         self.command = command
 
 
-# messages written before the one prefix existed (solve_cmd.py) still carry it
-_OLD_PREFIX = "pipetab: error: "
-
-
 def error_line(command: str | None, message: str) -> str:
     """The one error line of every command: ``pipetab COMMAND: error: MESSAGE`` (``pipetab:
     error: MESSAGE`` before a command is known), on one line whatever ``message`` holds."""
     message = " ".join(str(message).split())
-    if message.startswith(_OLD_PREFIX):
-        message = message[len(_OLD_PREFIX):]
     return f"pipetab {command}: error: {message}" if command else f"pipetab: error: {message}"
 
 

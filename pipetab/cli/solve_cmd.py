@@ -17,10 +17,10 @@ def parse_bytes(text: str) -> float:
     """``80e9``, ``80GB``, ``1.5TiB`` -> bytes."""
     m = re.fullmatch(r"\s*([0-9.]+(?:e[0-9]+)?)\s*([a-zA-Z]*)\s*", str(text))
     if not m or m[2].lower() not in _UNITS:
-        raise UsageError(f"pipetab: error: memory cap must be bytes like 80e9, 80GB or 1.5TiB, got {text!r}")
+        raise UsageError(f"memory cap must be bytes like 80e9, 80GB or 1.5TiB, got {text!r}")
     value = float(m[1]) * _UNITS[m[2].lower()]
     if value <= 0:
-        raise UsageError(f"pipetab: error: memory cap must be > 0 bytes, got {text!r}")
+        raise UsageError(f"memory cap must be > 0 bytes, got {text!r}")
     return value
 
 
@@ -32,7 +32,7 @@ def _positive_float(name: str, upper: float | None = None):
             value = float("nan")
         if not value > 0 or (upper is not None and value > upper):
             allowed = f"between 0 (exclusive) and {upper:g}" if upper is not None else "> 0"
-            raise UsageError(f"pipetab: error: --{name} must be a number {allowed}, got {text!r}")
+            raise UsageError(f"--{name} must be a number {allowed}, got {text!r}")
         return value
     return parse
 
@@ -43,7 +43,7 @@ def _fraction(text: str) -> float:
     except ValueError:
         value = float("nan")
     if not 0 <= value <= 1:
-        raise UsageError(f"pipetab: error: --weight-memory must be a fraction M_W/M between 0 and 1, got {text!r}")
+        raise UsageError(f"--weight-memory must be a fraction M_W/M between 0 and 1, got {text!r}")
     return value
 
 
@@ -102,7 +102,109 @@ def register(sub) -> None:
                             "identical microbatches and makes proofs much faster)")
         p.add_argument("--format", choices=["text", "json"], default="text")
         hardware_args.add_context_args(p)
+        _add_partition_options(p)
         p.set_defaults(func=run, mode=name)
+
+
+# ---- stage partitions (docs/partition.md) ----------------------------------------------------
+def _partition_arg(text: str):
+    from pipetab.solver.cpsat.partition import Partition
+
+    try:
+        return Partition.parse(text)
+    except ValueError as exc:
+        raise UsageError(f"--{exc}") from None
+
+
+def _add_partition_options(p) -> None:
+    p.add_argument("--partition", type=_partition_arg, default=None,
+                   help="layers per stage: even (default), free (the solver chooses; exact by enumeration), or "
+                        "counts such as 9,8,8,7 (bidirectional: DOWN/UP, e.g. 9,8,8,7/7,8,8,9); with --layers or "
+                        "--system, linear or bidirectional placement")
+    p.add_argument("--layers", type=common.positive_int("layers"), default=None,
+                   help="idealized model of L layers: --forward/backward/weight-slots become per layer")
+    p.add_argument("--head-slots", type=common.positive_int("head slots", minimum=0), default=None,
+                   help="with --layers: LM head and loss on each pipeline's last stage, slots added to its F "
+                        "and twice to its backward (default 0)")
+    p.add_argument("--embedding-slots", type=common.positive_int("embedding slots", minimum=0), default=None,
+                   help="with --layers: embedding on each pipeline's first stage, by the same rule (default 0)")
+
+
+def _partition_rules(args) -> list:
+    layered = args.layers is not None or (args.partition is not None and args.partition.mode != "even")
+    return [
+        (args.layers is not None and args.system is not None,
+         "--layers goes with idealized costs; with --system the model's layers are split"),
+        ((args.head_slots is not None or args.embedding_slots is not None) and args.layers is None,
+         "--head-slots and --embedding-slots need --layers"),
+        (layered and args.profile is not None,
+         "--partition free or a list needs the model's layers (--system and --model); a --profile times "
+         "its stages as measured"),
+        (args.layers is not None and args.profile is not None,
+         "--layers goes with idealized costs; a --profile times its stages as measured"),
+        (layered and args.system is None and args.layers is None and args.profile is None,
+         "--partition free or a list needs --layers L (idealized) or --system (the model's layers)"),
+        ((layered or args.partition is not None) and args.placement not in ("linear", "bidirectional"),
+         "--partition and --layers apply to --placement linear or bidirectional"),
+    ]
+
+
+def _layer_costs(args, shape):
+    """The costs of any layer split of ``shape`` (None when the partition is the default
+    even split of the old path)."""
+    from pipetab.solver.cpsat.partition import HardwareLayers, IdealizedLayers
+
+    part = args.partition
+    if args.layers is None and (part is None or part.mode == "even" or args.system is None):
+        return None
+    try:
+        if args.system is None:
+            return IdealizedLayers(
+                args.layers, shape.num_devices, shape.num_stages, forward=args.forward_slots or 1,
+                backward=args.backward_slots or 2, weight=args.weight_slots or 1, head=args.head_slots or 0,
+                embedding=args.embedding_slots or 0, comm=args.comm_slots or 0, activation_cap=args.activation_cap,
+                split_backward=args.split_backward,
+                weight_memory=1.0 if args.weight_memory is None else args.weight_memory)
+        src = hardware_args.cost_source(args, shape.num_devices, shape.num_microbatches)
+        return HardwareLayers(shape, src.system, src.model, src.recompute, args.memory_cap,
+                              "up" if args.mode == "search" and part.mode == "fixed" else "down", args.tick,
+                              parallel=src.parallel, microbatch_size=src.microbatch_size)
+    except (ValueError, KeyError, FileNotFoundError) as exc:
+        raise UsageError(f"--{exc}" if str(exc).startswith("layers") else
+                         f"{exc}") from None
+
+
+def _even_on_hardware(args, problem, result):
+    """On hardware the default split is even over the model's layers: say which."""
+    if not args.system:
+        return result, None
+    from pipetab.hardware import load_model
+    from pipetab.solver.cpsat.partition import Partition, even_layers, relabel
+
+    layers = even_layers(load_model(args.model or "paper_gpt").num_layers, problem.num_stages)
+    return relabel(result, Partition("even").label(layers)), layers
+
+
+def solve_layers(args, shape, config):
+    """Solve with the stage partition as a decision: (the problem of the chosen split,
+    result, real costs of its split or None, real costs of the even split for known
+    schedules or None, layers)."""
+    from pipetab.solver.cpsat.partition import (PARTITION_FORMS, Partition, even_layers, partition_problem,
+                                                solve_partition)
+
+    lc = _layer_costs(args, shape)
+    part = args.partition or Partition("even")
+    try:
+        out = solve_partition(shape, lc, part, config, args.mode)
+    except ValueError as exc:
+        if str(exc).startswith("partition"):
+            raise UsageError(f"--{exc}; allowed: {PARTITION_FORMS}") from None
+        raise
+    problem = partition_problem(shape, lc, out.layers) if out.layers else shape
+    if args.system is None:
+        return problem, out.result, None, None, out.layers
+    real = lc.real_costs(out.layers) if out.layers else None
+    return problem, out.result, real, lc.real_costs(even_layers(lc.num_layers, shape.num_stages)), out.layers
 
 
 def _refuse_options(args) -> None:
@@ -133,9 +235,9 @@ def _refuse_options(args) -> None:
         (hw and args.placement == "free" and args.devices not in (None, args.stages),
          "--devices with --system is not supported (the costs come from an S-device shape)"),
     ]
-    for bad, why in rules:
+    for bad, why in rules + _partition_rules(args):
         if bad:
-            raise UsageError(f"pipetab: error: {why}")
+            raise UsageError(f"{why}")
 
 
 def _shape(args):
@@ -155,22 +257,10 @@ def _shape(args):
 
 
 def shape_schedule(problem):
-    """A schedule of the problem's shape (one microbatch at a time on a placement of it)
-    for costing its stages on hardware."""
-    from pipetab.schedules.ops import Kind, Op
-    from pipetab.schedules.schedule import Placement
+    """A schedule of the problem's shape for costing its stages on hardware."""
+    from pipetab.solver.cpsat.partition import shape_schedule as of_shape
 
-    placement = problem.fixed_placement or Placement(
-        tuple(tuple(s % problem.num_devices for s in range(n)) for n in problem.num_stages), problem.num_devices)
-    orders = [[] for _ in range(problem.num_devices)]
-    for m, p in enumerate(problem.microbatch2pipeline):
-        n = problem.num_stages[p]
-        chain = [Op(Kind.F, p, s, m) for s in range(n)] + [Op(Kind.B, p, s, m) for s in reversed(range(n))]
-        if problem.split_backward:
-            chain += [Op(Kind.W, p, s, m) for s in reversed(range(n))]
-        for op in chain:
-            orders[placement.device(op.pipeline, op.stage)].append(op)
-    return problem.schedule("shape", placement, orders)
+    return of_shape(problem)
 
 
 def build_problem(args):
@@ -188,7 +278,7 @@ def build_problem(args):
     try:
         costs = hardware_args.costs_of(args, shape_schedule(shape))
     except (ValueError, KeyError, FileNotFoundError) as exc:
-        raise UsageError(f"pipetab: error: {exc}") from None
+        raise UsageError(f"{exc}") from None
     if args.memory_cap is not None:
         costs = replace(costs, capacity=(args.memory_cap,) * len(costs.capacity))
     tick = args.tick or costs.default_tick(SEARCH_TICKS_PER_OP)
@@ -254,7 +344,12 @@ def run(args) -> None:
     problem, real = build_problem(args)
     config = CpSatConfig(time_limit_s=args.time_limit, workers=args.workers, known_generators=args.known_generators,
                          ablate=frozenset() if args.fifo else {"fifo"})
-    result = (search if args.mode == "search" else bound)(problem, config)
+    layers, known_real = None, real
+    if args.layers is not None or (args.system and args.partition and args.partition.mode != "even"):
+        problem, result, real, known_real, layers = solve_layers(args, problem, config)
+    else:
+        result = (search if args.mode == "search" else bound)(problem, config)
+        result, layers = _even_on_hardware(args, problem, result)
     if real is None:
         unit = "slots"
         value, lb = result.in_slots(result.makespan), result.in_slots(result.lower_bound)
@@ -274,7 +369,7 @@ def run(args) -> None:
             raise RuntimeError(f"lower bound {lb} s above the simulated {value} s: a rounding bug")
         known = {}
         for k, v in result.known.items():
-            t = _real_known(k, args, real) if not period else (
+            t = _real_known(k, args, known_real) if not period else (
                 None if v.makespan is None else v.makespan * problem.costs.tick_s)
             known[k] = {"makespan": t, "fits": v.fits, "gap": gap_of(t, lb) if v.fits else None}
         ops_costs = real
@@ -301,6 +396,7 @@ def run(args) -> None:
         "min_feasible_cap": result.min_feasible_cap,
         "message": message,
         "known": known,
+        "partition": None if layers is None else [list(row) for row in layers],
         "phases": [ph.as_dict() for ph in result.phases],
     }
     if args.format == "json":
@@ -334,6 +430,8 @@ def _print(args, doc: dict, result, ops_costs) -> None:
           f"{f(doc['lower_bound'])}, gap {gap}%, {doc['runtime_s']} s")
     if doc.get("min_feasible_cap") is not None:
         print(f"smallest feasible cap: {f(doc['min_feasible_cap'])}")
+    if doc.get("partition"):
+        print("partition (layers per stage): " + " / ".join(",".join(map(str, r)) for r in doc["partition"]))
     if doc.get("message"):
         print(doc["message"])
     print("bound holds under: " + ("; ".join(doc["bound_assumptions"]) or "no restriction"))

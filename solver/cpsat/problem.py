@@ -300,7 +300,9 @@ class Problem:
         if schedule.split_backward != self.split_backward:
             return "different backward split"
         work = self.stage_work or tuple((1.0,) * n for n in self.num_stages)
-        if any(abs(a - b) > 1e-9 for w, sw in zip(work, schedule.stage_work) for a, b in zip(w, sw)):
+        # stage_work is relative: layer counts (8, 8) and equal shares (1, 1) are one partition
+        if any(abs(a / sum(w) - b / sum(sw)) > 1e-9 for w, sw in zip(work, schedule.stage_work)
+               for a, b in zip(w, sw)):
             return "different stage partition"
         fixed = self.fixed_placement
         if fixed is not None and schedule.placement.stage2device != fixed.stage2device:

@@ -1,0 +1,150 @@
+"""Stage partitions as a decision: free equals the best fixed split by enumeration, fixed
+splits reproduce the evaluator and simulator, invalid splits are refused."""
+
+import itertools
+from dataclasses import replace
+
+import pytest
+
+from pipetab.schedules.ops import Kind
+from pipetab.solver.cpsat import CpSatConfig, idealized_problem, search
+from pipetab.solver.cpsat.partition import (
+    HardwareLayers,
+    IdealizedLayers,
+    Partition,
+    check_layers,
+    enumerate_partitions,
+    partition_problem,
+    quick_bound,
+    solve_partition,
+)
+from pipetab.solver.costs import hardware_costs
+from pipetab.solver.simulate import simulate
+
+CFG = CpSatConfig(time_limit_s=20, workers=2)
+
+
+def _compositions(total, parts):
+    for cut in itertools.combinations(range(1, total), parts - 1):
+        edges = (0, *cut, total)
+        yield tuple(b - a for a, b in zip(edges, edges[1:]))
+
+
+def _all_splits(shape, L):
+    rows = [list(_compositions(L, n)) for n in shape.num_stages]
+    return itertools.product(*rows)
+
+
+def _fixed_optimum(shape, lc, layers):
+    res = search(partition_problem(shape, lc, layers), CFG)
+    assert res.status == "optimal"
+    return res.makespan
+
+
+@pytest.mark.parametrize("placement, S, B, L, kw", [
+    ("linear", 3, 4, 7, dict(head=2, embedding=1)),
+    ("linear", 4, 4, 6, dict(head=1, comm=1, activation_cap=2)),
+    ("linear", 3, 3, 6, dict(split_backward=True, head=1)),
+    ("bidirectional", 2, 4, 5, dict(head=2)),
+    ("bidirectional", 4, 4, 5, dict(head=1, comm=1)),
+])
+def test_free_partition_equals_best_fixed_split_by_enumeration(placement, S, B, L, kw):
+    shape = idealized_problem(S, B, placement, split_backward=kw.get("split_backward", False))
+    lc = IdealizedLayers(L, S, shape.num_stages, **kw)
+    best = min(_fixed_optimum(shape, lc, lay) for lay in _all_splits(shape, L))
+    out = solve_partition(shape, lc, Partition("free"), CFG)
+    assert out.result.status == "optimal"
+    assert out.result.makespan == best
+    assert out.result.lower_bound == best
+    assert any(a.startswith("partition free") for a in out.result.bound_assumptions)
+    # the chosen split is the schedule's and is optimal for that split
+    assert out.result.schedule.stage_work == tuple(tuple(float(n) for n in row) for row in out.layers)
+    chosen = partition_problem(shape, lc, out.layers)
+    assert simulate(out.result.schedule, chosen.costs).makespan == best
+
+
+def test_quick_bound_is_below_every_fixed_optimum_and_enumeration_is_complete():
+    shape = idealized_problem(3, 4, "linear")
+    lc = IdealizedLayers(7, 3, shape.num_stages, head=2)
+    splits = list(_all_splits(shape, 7))
+    assert enumerate_partitions(shape, lc).enumerated == len(splits) == 15
+    for lay in splits:
+        assert quick_bound(shape, lc, lay) <= _fixed_optimum(shape, lc, lay)
+
+
+def test_fixed_list_reproduces_evaluator_and_simulator_on_hardware():
+    """A LIST is a stage_work: the problem's costs are hardware_costs of a schedule with
+    that stage_work, and op_ticks (the enumeration's table) agrees with them."""
+    shape = idealized_problem(4, 8, "linear")
+    lc = HardwareLayers(shape, "fast_nw_fast_cp", "paper_gpt", memory_cap=1e15, rounding="up")
+    layers = ((30, 34, 34, 30),)
+    out = solve_partition(shape, lc, Partition.parse("30,34,34,30"), CpSatConfig(time_limit_s=5, workers=2))
+    sched = out.result.schedule
+    assert sched.stage_work == ((30.0, 34.0, 34.0, 30.0),)
+    real = replace(hardware_costs(sched, "fast_nw_fast_cp", "paper_gpt"), capacity=(1e15,) * 4)
+    assert lc.real_costs(layers).op_time == real.op_time
+    assert real.activation[(0, 1)] > real.activation[(0, 0)]  # activations follow the layers
+    q = real.quantized(lc.tick_s, "up")
+    assert simulate(sched, q).makespan == out.result.makespan
+    for (k, p, s), t in q.op_time.items():
+        assert lc.op_ticks(k, p, s, layers[p][s]) == t
+    assert "partition fixed: 30,34,34,30" in out.result.bound_assumptions
+
+
+def test_idealized_layer_costs_rule():
+    lc = IdealizedLayers(8, 2, (2,), forward=1, backward=2, head=3, embedding=1)
+    c = lc.costs(((5, 3),))
+    assert c.op_time[(Kind.F, 0, 0)] == 5 + 1 and c.op_time[(Kind.B, 0, 0)] == 10 + 2
+    assert c.op_time[(Kind.F, 0, 1)] == 3 + 3 and c.op_time[(Kind.B, 0, 1)] == 6 + 6
+    assert c.activation[(0, 0)] == 5 * 2 / 8
+
+
+@pytest.mark.parametrize("layers, words", [
+    (((7, 8, 8, 8),), "sums to 31"),
+    (((16, 0, 8, 8),), "0 layers"),
+    (((8, 8, 16),), "lists 3 stages"),
+    (((8, 8), (8, 8), (8, 8)), "3 lists"),
+])
+def test_invalid_lists_are_refused(layers, words):
+    with pytest.raises(ValueError, match=words):
+        check_layers(layers, 32, (4,))
+
+
+def test_parse():
+    assert Partition.parse("free") == Partition("free")
+    assert Partition.parse("9,8,8,7/7,8,8,9").layers == ((9, 8, 8, 7), (7, 8, 8, 9))
+    with pytest.raises(ValueError, match="even, free, or layer counts"):
+        Partition.parse("8,eight")
+
+
+def _cli_json(capsys, *argv):
+    import json
+
+    from pipetab.cli import main
+
+    assert main(list(argv)) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_cli_free_partition_reports_the_split_and_its_assumption(capsys):
+    """The command line's free partition equals the library's (enumerated above) and says so."""
+    doc = _cli_json(capsys, "search", "-S", "3", "-B", "4", "--layers", "7", "--head-slots", "2",
+                    "--embedding-slots", "1", "--partition", "free", "--time-limit", "20", "--format", "json")
+    shape = idealized_problem(3, 4, "linear")
+    lc = IdealizedLayers(7, 3, shape.num_stages, head=2, embedding=1)
+    best = min(_fixed_optimum(shape, lc, lay) for lay in _all_splits(shape, 7))
+    assert doc["status"] == "optimal" and doc["makespan"] == best == doc["lower_bound"]
+    assert sum(doc["partition"][0]) == 7
+    assert any(a.startswith("partition free") for a in doc["bound_assumptions"])
+    fixed = _cli_json(capsys, "bound", "-S", "3", "-B", "4", "--layers", "7", "--head-slots", "2",
+                      "--embedding-slots", "1", "--partition", ",".join(map(str, doc["partition"][0])),
+                      "--time-limit", "20", "--format", "json")
+    assert fixed["lower_bound"] == best
+    assert f"partition fixed: {','.join(map(str, doc['partition'][0]))}" in fixed["bound_assumptions"]
+
+
+def test_cli_hardware_even_names_its_split(capsys):
+    doc = _cli_json(capsys, "bound", "-S", "4", "-B", "8", "--system", "fast_nw_fast_cp", "--memory-cap", "100TB",
+                    "--time-limit", "5", "--format", "json")
+    assert doc["partition"] == [[32, 32, 32, 32]]
+    assert "partition fixed: 32,32,32,32" in doc["bound_assumptions"]
