@@ -100,7 +100,7 @@ def run_split_set(limit: float, workers: int, out: Path, part: tuple[int, int]) 
 TIME_LIMIT_CASES = (
     # (placement, S, B, time limit): issue 17's sizes; B = 8S (S=128: the issue's B=1024)
     ("linear", 16, 128, 5.0), ("linear", 32, 256, 5.0), ("linear", 64, 512, 5.0), ("linear", 128, 1024, 5.0),
-    ("bidirectional", 32, 64, 10.0),
+    ("bidirectional", 32, 64, 10.0), ("bidirectional", 32, 256, 20.0),  # the last: issue 15
 )
 
 
