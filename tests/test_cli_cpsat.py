@@ -70,6 +70,20 @@ def test_infeasible_cap_is_an_answer(capsys):
     assert doc["min_feasible_cap"] == 1
 
 
+@pytest.mark.parametrize("extra", [[], ["--partition", "free"]])
+def test_infeasible_on_hardware_has_no_bound_and_speaks_seconds(capsys, extra):
+    # one microbatch of Llama 3 8B (64 sequences of 8192 tokens per microbatch at its global
+    # batch) cannot fit an 80 GB card with any split: nothing to bound
+    argv = ["search", "-S", "4", "-B", "16", "--system", "dgx_h100_ib", "--model", "llama3_8b", "--time-limit", "10",
+            *extra]
+    code, out, err = run(capsys, *argv, "--format", "json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["status"] == "infeasible" and doc["lower_bound"] is None and doc["unit"] == "s"
+    code, out, err = run(capsys, *argv)
+    assert "makespan -, lower bound -, gap -," in out
+
+
 def test_evaluate_with_cpsat_equals_simulation(capsys):
     code, out, err = run(capsys, "evaluate", "chimera", "-S", "4", "-B", "8", "--system", "slow_nw_mid_cp",
                          "--model", "tiny_gpt", "--solver", "cpsat", "--format", "json")

@@ -203,8 +203,8 @@ def solve_layers(args, shape, config):
     problem = partition_problem(shape, lc, out.layers) if out.layers else shape
     if args.system is None:
         return problem, out.result, None, None, out.layers
-    real = lc.real_costs(out.layers) if out.layers else None
-    return problem, out.result, real, lc.real_costs(even_layers(lc.num_layers, shape.num_stages)), out.layers
+    even = lc.real_costs(even_layers(lc.num_layers, shape.num_stages))
+    return problem, out.result, lc.real_costs(out.layers) if out.layers else even, even, out.layers
 
 
 def _refuse_options(args) -> None:
@@ -364,7 +364,7 @@ def run(args) -> None:
         value = None
         if result.schedule is not None:
             value = result.makespan * problem.costs.tick_s if period else simulate(result.schedule, real).makespan
-        lb = real_lower_bound(problem, real, result)
+        lb = None if result.status == "infeasible" else real_lower_bound(problem, real, result)
         if value is not None and lb is not None and lb > value + 1e-12:
             raise RuntimeError(f"lower bound {lb} s above the simulated {value} s: a rounding bug")
         known = {}
@@ -425,9 +425,10 @@ def _print(args, doc: dict, result, ops_costs) -> None:
            f", memory cap {args.memory_cap:.4g} B" if args.memory_cap else
            ", device memory" if args.system or args.profile else ", no memory cap")
     print(f"{args.mode}: {where}; {costs}{cap}; objective {args.objective}")
-    gap = "-" if doc["gap"] is None else f"{100 * doc['gap']:.2f}"
-    print(f"status {doc['status']}, {args.objective} {f(doc['makespan'])} {unit}, lower bound "
-          f"{f(doc['lower_bound'])}, gap {gap}%, {doc['runtime_s']} s")
+    gap = "-" if doc["gap"] is None else f"{100 * doc['gap']:.2f}%"
+    value = "-" if doc["makespan"] is None else f"{f(doc['makespan'])} {unit}"
+    print(f"status {doc['status']}, {args.objective} {value}, lower bound "
+          f"{f(doc['lower_bound'])}, gap {gap}, {doc['runtime_s']} s")
     if doc.get("min_feasible_cap") is not None:
         print(f"smallest feasible cap: {f(doc['min_feasible_cap'])}")
     if doc.get("partition"):
