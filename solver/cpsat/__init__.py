@@ -11,7 +11,8 @@ Public API::
     search(problem, config, known) -> Result          free order (and placement)
     bound(problem, config, known) -> Result           lower bound + known schedules' gaps
     memory_front(problem, caps, config) -> [FrontPoint]
-    search_splits(problem, candidates, config) -> SplitSearch
+    partition.solve_partition(shape, layer_costs, partition, config, mode)
+                                                      the stage partition as a decision
     min_feasible_cap(problem) -> float
 """
 
@@ -20,14 +21,11 @@ from .config import CpSatConfig, GapBelow, MaxRuntime, NoImprovement
 from .model import CpSatModel
 from .modes import (
     FrontPoint,
-    SplitSearch,
     bound,
     canonical_placements,
     evaluate,
     memory_front,
-    scaled_costs,
     search,
-    search_splits,
 )
 from .problem import (
     FAMILIES,
@@ -43,7 +41,7 @@ from .result import KnownGap, PhaseRecord, Result, SolveRecord, SolverInfo
 __all__ = [
     "FAMILIES", "OBJECTIVES", "CpSatConfig", "CpSatModel", "FrontPoint", "GapBelow", "KnownGap", "MaxRuntime",
     "NoImprovement", "PhaseRecord", "Problem", "Result", "SolveRecord", "SolverInfo",
-    "SplitSearch", "analytic_lower_bound", "bound", "canonical_placements", "evaluate",
+    "analytic_lower_bound", "bound", "canonical_placements", "evaluate",
     "family_placement", "idealized_costs", "idealized_problem", "memory_front",
-    "min_feasible_cap", "profiled_problem", "scaled_costs", "search", "search_splits",
+    "min_feasible_cap", "profiled_problem", "search",
 ]

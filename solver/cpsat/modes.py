@@ -14,7 +14,7 @@ import itertools
 import math
 import time
 from dataclasses import dataclass, replace
-from typing import Callable, Iterable, Iterator, Sequence
+from typing import Iterable, Iterator, Sequence
 
 from pipetab.schedules.schedule import Placement, Schedule
 from pipetab.solver.costs import Costs
@@ -735,76 +735,3 @@ def memory_front(problem: Problem, caps: Sequence[int | None], config: CpSatConf
             found.append(res.schedule)
         points[cap] = FrontPoint(cap, res.status, res.makespan, res.lower_bound, res.gap, res.min_feasible_cap)
     return [points[c] for c in caps]
-
-
-@dataclass(frozen=True)
-class SplitSearch:
-    """Result of ``search_splits``: the best candidate's result (its bound replaced by the
-    least bound over all candidates) and one row per candidate."""
-
-    best: Result
-    best_stage_work: tuple[tuple[float, ...], ...] | None
-    rows: tuple[dict, ...]
-
-
-def scaled_costs(problem: Problem, stage_work: Sequence[Sequence[float]]) -> Costs:
-    """The problem's costs with the layers of each pipeline re-partitioned: an op of a
-    stage holding share w / sum(w) of its pipeline's work takes its old time times the
-    ratio of new to old share, rounded half up, at least 1 tick — so every candidate
-    splits the same model. Use op times fine enough to resolve the shares (e.g. forward 6
-    slots rather than 1). Activations and messages are kept; pass ``costs_for`` to
-    ``search_splits`` to model them too."""
-    old = problem.stage_work or tuple((1.0,) * n for n in problem.num_stages)
-    if tuple(len(w) for w in stage_work) != problem.num_stages:
-        raise ValueError("stage_work must give one value per stage of every pipeline")
-    if any(x <= 0 for w in stage_work for x in w):
-        raise ValueError("stage_work values must be > 0")
-    op_time = {}
-    for (k, p, s), t in problem.costs.op_time.items():
-        f = (stage_work[p][s] / sum(stage_work[p])) / (old[p][s] / sum(old[p]))
-        op_time[(k, p, s)] = max(1, math.floor(t * f + 0.5))
-    return replace(problem.costs, op_time=op_time)
-
-
-def search_splits(
-    problem: Problem,
-    candidates: Sequence[Sequence[Sequence[float]]],
-    config: CpSatConfig | None = None,
-    known: Sequence[Schedule] = (),
-    costs_for: Callable[[tuple[tuple[float, ...], ...]], Costs] | None = None,
-) -> SplitSearch:
-    """Try each candidate stage partition (``stage_work`` per pipeline and stage; e.g.
-    Chimera's two directions with uneven layer splits), each a separate problem whose costs
-    come from ``costs_for(stage_work)`` (default: ``scaled_costs``); ``config.time_limit_s``
-    is shared among candidates. The bound of the best result is the least bound over the
-    candidates, labelled "fixed partition per candidate"."""
-    if not candidates:
-        raise ValueError("search_splits needs at least one candidate stage_work")
-    config = config or CpSatConfig()
-    per = config.time_limit_s / len(candidates)
-    rows = []
-    best: Result | None = None
-    best_work = None
-    bounds = []
-    for work in candidates:
-        work = tuple(tuple(float(x) for x in w) for w in work)
-        costs = costs_for(work) if costs_for else scaled_costs(problem, work)
-        sub = replace(problem, costs=costs, stage_work=work)
-        res = search(sub, config.replace(time_limit_s=per), known)
-        rows.append({"stage_work": [list(w) for w in work], "status": res.status,
-                     "makespan": res.makespan, "lower_bound": res.lower_bound, "gap": res.gap})
-        if res.status != "infeasible":
-            bounds.append(res.lower_bound)
-        if res.makespan is not None and (best is None or best.makespan is None or res.makespan < best.makespan):
-            best, best_work = res, work
-    if best is None:
-        best = res  # all infeasible / unknown: report the last
-    lb = None if not bounds or any(b is None for b in bounds) else min(bounds)
-    assumptions = tuple(
-        a for a in best.bound_assumptions if not a.startswith("stage partition")
-    ) + (f"stage partition: best of {len(candidates)} candidate splits (fixed partition per candidate)",)
-    status = best.status
-    if best.makespan is not None and lb is not None:
-        status = "optimal" if lb >= best.makespan else "feasible"
-    best = replace(best, lower_bound=lb, bound_assumptions=assumptions, status=status)
-    return SplitSearch(best, best_work, tuple(rows))

@@ -18,7 +18,6 @@ from pipetab.solver.cpsat import (
     memory_front,
     min_feasible_cap,
     search,
-    search_splits,
 )
 from pipetab.solver.costs import slot_costs
 from pipetab.solver.simulate import simulate
@@ -155,24 +154,6 @@ def test_free_placement_decomposition_agrees_with_monolithic():
     # no better than the best fixed placement it enumerated, no worse than linear-ish ones
     blocked = search(problem.with_placement(Placement(((0, 0, 1, 1),), 2)), CFG)
     assert dec.makespan <= blocked.makespan
-
-
-def test_search_splits_labels_partition_and_takes_best():
-    problem = idealized_problem(4, 4, "bidirectional", forward=6, backward=12, comm=3)
-    cands = [((1, 1, 1, 1), (1, 1, 1, 1)), ((1, 1, 2, 2), (1, 1, 2, 2))]
-    out = search_splits(problem, cands, CFG.replace(time_limit_s=10))
-    assert len(out.rows) == 2
-    best = min(r["makespan"] for r in out.rows)
-    assert out.best.makespan == best
-    assert [list(w) for w in out.best_stage_work] in [r["stage_work"] for r in out.rows if r["makespan"] == best]
-    assert any("fixed partition per candidate" in a for a in out.best.bound_assumptions)
-    assert out.best.lower_bound == min(r["lower_bound"] for r in out.rows)
-    # the uneven split re-partitions the same model: total forward work stays 4 x 6 slots
-    from pipetab.solver.cpsat.modes import scaled_costs
-    from pipetab.schedules.ops import Kind
-
-    c = scaled_costs(problem, cands[1])
-    assert sum(c.op_time[(Kind.F, 0, s)] for s in range(4)) == 24
 
 
 def test_replica_groups_and_optimizer_tails_in_search():
