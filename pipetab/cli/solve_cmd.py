@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import sys
 
-from . import common, hardware_args
+from . import common, hardware_args, partition_args
 from .common import UsageError, emit_json
 
 PLACEMENTS = ("linear", "bidirectional", "wave", "v", "interleaved", "free")
@@ -102,109 +102,8 @@ def register(sub) -> None:
                             "identical microbatches and makes proofs much faster)")
         p.add_argument("--format", choices=["text", "json"], default="text")
         hardware_args.add_context_args(p)
-        _add_partition_options(p)
+        partition_args.add_partition_options(p)
         p.set_defaults(func=run, mode=name)
-
-
-# ---- stage partitions (docs/partition.md) ----------------------------------------------------
-def _partition_arg(text: str):
-    from pipetab.solver.cpsat.partition import Partition
-
-    try:
-        return Partition.parse(text)
-    except ValueError as exc:
-        raise UsageError(f"--{exc}") from None
-
-
-def _add_partition_options(p) -> None:
-    p.add_argument("--partition", type=_partition_arg, default=None,
-                   help="layers per stage: even (default), free (the solver chooses; exact by enumeration), or "
-                        "counts such as 9,8,8,7 (bidirectional: DOWN/UP, e.g. 9,8,8,7/7,8,8,9); with --layers or "
-                        "--system, linear or bidirectional placement")
-    p.add_argument("--layers", type=common.positive_int("layers"), default=None,
-                   help="idealized model of L layers: --forward/backward/weight-slots become per layer")
-    p.add_argument("--head-slots", type=common.positive_int("head slots", minimum=0), default=None,
-                   help="with --layers: LM head and loss on each pipeline's last stage, slots added to its F "
-                        "and twice to its backward (default 0)")
-    p.add_argument("--embedding-slots", type=common.positive_int("embedding slots", minimum=0), default=None,
-                   help="with --layers: embedding on each pipeline's first stage, by the same rule (default 0)")
-
-
-def _partition_rules(args) -> list:
-    layered = args.layers is not None or (args.partition is not None and args.partition.mode != "even")
-    return [
-        (args.layers is not None and args.system is not None,
-         "--layers goes with idealized costs; with --system the model's layers are split"),
-        ((args.head_slots is not None or args.embedding_slots is not None) and args.layers is None,
-         "--head-slots and --embedding-slots need --layers"),
-        (layered and args.profile is not None,
-         "--partition free or a list needs the model's layers (--system and --model); a --profile times "
-         "its stages as measured"),
-        (args.layers is not None and args.profile is not None,
-         "--layers goes with idealized costs; a --profile times its stages as measured"),
-        (layered and args.system is None and args.layers is None and args.profile is None,
-         "--partition free or a list needs --layers L (idealized) or --system (the model's layers)"),
-        ((layered or args.partition is not None) and args.placement not in ("linear", "bidirectional"),
-         "--partition and --layers apply to --placement linear or bidirectional"),
-    ]
-
-
-def _layer_costs(args, shape):
-    """The costs of any layer split of ``shape`` (None when the partition is the default
-    even split of the old path)."""
-    from pipetab.solver.cpsat.partition import HardwareLayers, IdealizedLayers
-
-    part = args.partition
-    if args.layers is None and (part is None or part.mode == "even" or args.system is None):
-        return None
-    try:
-        if args.system is None:
-            return IdealizedLayers(
-                args.layers, shape.num_devices, shape.num_stages, forward=args.forward_slots or 1,
-                backward=args.backward_slots or 2, weight=args.weight_slots or 1, head=args.head_slots or 0,
-                embedding=args.embedding_slots or 0, comm=args.comm_slots or 0, activation_cap=args.activation_cap,
-                split_backward=args.split_backward,
-                weight_memory=1.0 if args.weight_memory is None else args.weight_memory)
-        src = hardware_args.cost_source(args, shape.num_devices, shape.num_microbatches)
-        return HardwareLayers(shape, src.system, src.model, src.recompute, args.memory_cap,
-                              "up" if args.mode == "search" and part.mode == "fixed" else "down", args.tick,
-                              parallel=src.parallel, microbatch_size=src.microbatch_size)
-    except (ValueError, KeyError, FileNotFoundError) as exc:
-        raise UsageError(f"--{exc}" if str(exc).startswith("layers") else
-                         f"{exc}") from None
-
-
-def _even_on_hardware(args, problem, result):
-    """On hardware the default split is even over the model's layers: say which."""
-    if not args.system:
-        return result, None
-    from pipetab.hardware import load_model
-    from pipetab.solver.cpsat.partition import Partition, even_layers, relabel
-
-    layers = even_layers(load_model(args.model or "paper_gpt").num_layers, problem.num_stages)
-    return relabel(result, Partition("even").label(layers)), layers
-
-
-def solve_layers(args, shape, config):
-    """Solve with the stage partition as a decision: (the problem of the chosen split,
-    result, real costs of its split or None, real costs of the even split for known
-    schedules or None, layers)."""
-    from pipetab.solver.cpsat.partition import (PARTITION_FORMS, Partition, even_layers, partition_problem,
-                                                solve_partition)
-
-    lc = _layer_costs(args, shape)
-    part = args.partition or Partition("even")
-    try:
-        out = solve_partition(shape, lc, part, config, args.mode)
-    except ValueError as exc:
-        if str(exc).startswith("partition"):
-            raise UsageError(f"--{exc}; allowed: {PARTITION_FORMS}") from None
-        raise
-    problem = partition_problem(shape, lc, out.layers) if out.layers else shape
-    if args.system is None:
-        return problem, out.result, None, None, out.layers
-    even = lc.real_costs(even_layers(lc.num_layers, shape.num_stages))
-    return problem, out.result, lc.real_costs(out.layers) if out.layers else even, even, out.layers
 
 
 def _refuse_options(args) -> None:
@@ -235,7 +134,7 @@ def _refuse_options(args) -> None:
         (hw and args.placement == "free" and args.devices not in (None, args.stages),
          "--devices with --system is not supported (the costs come from an S-device shape)"),
     ]
-    for bad, why in rules + _partition_rules(args):
+    for bad, why in rules + partition_args.partition_rules(args):
         if bad:
             raise UsageError(f"{why}")
 
@@ -346,10 +245,10 @@ def run(args) -> None:
                          ablate=frozenset() if args.fifo else {"fifo"})
     layers, known_real = None, real
     if args.layers is not None or (args.system and args.partition and args.partition.mode != "even"):
-        problem, result, real, known_real, layers = solve_layers(args, problem, config)
+        problem, result, real, known_real, layers = partition_args.solve_layers(args, problem, config)
     else:
         result = (search if args.mode == "search" else bound)(problem, config)
-        result, layers = _even_on_hardware(args, problem, result)
+        result, layers = partition_args.even_on_hardware(args, problem, result)
     if real is None:
         unit = "slots"
         value, lb = result.in_slots(result.makespan), result.in_slots(result.lower_bound)
