@@ -25,7 +25,8 @@ from .constraints import devices_identical
 from .incumbent import checked, hint_incumbent
 from .justify import justify, precedence_graph
 from .model import CpSatModel
-from .oracle import KnownEval, evaluate_known, greedy_schedule, relabel_microbatches, warmup_depths
+from .oracle import (KnownEval, evaluate_known, greedy_schedule, relabel_microbatches, stage_limits,
+                     warmup_depths)
 from .problem import Problem, family_placement
 from .result import KnownGap, PhaseRecord, Result, SolverInfo, gap_of
 from .strategy import Clock, SearchState, bound_phase, search_phase, solve_record
@@ -190,7 +191,9 @@ def greedy_starts(problem: Problem, placement: Placement) -> Iterator[Schedule]:
     reserving one-microbatch-window kinds first (they never deadlock and fit any feasible
     cap), then, with a split backward on one stage per device, Zero Bubble style ones
     (each device's warm-up depth from ``warmup_depths``, plus 0 or 1; W only when no B or
-    fitting F is ready), then wider admission windows and forward-first priorities."""
+    fitting F is ready), with several stages per device and a cap, per-stage warm-up depths
+    from each activation's lifetime (``stage_limits``), then wider admission windows and
+    forward-first priorities."""
     B, D = problem.num_microbatches, problem.num_devices
     capped = any(problem.cap(d) is not None for d in range(D))
     if capped:
@@ -198,7 +201,13 @@ def greedy_starts(problem: Problem, placement: Placement) -> Iterator[Schedule]:
     depths = warmup_depths(problem) if problem.split_backward else None
     for extra in (0, 1) if depths else ():
         s = greedy_schedule(problem, placement, None, name=f"greedy-zb{extra}", priority="BFW",
-                            inflight=tuple(n + extra for n in depths))
+                            inflight={(0, d): n + extra for d, n in enumerate(depths)})
+        if s is not None:
+            yield s
+    several = len(problem.stages) > D
+    for scale in (1, 2) if capped and several else ():
+        s = greedy_schedule(problem, placement, None, name=f"greedy-stages{scale}",
+                            inflight=stage_limits(problem, placement, scale))
         if s is not None:
             yield s
     for w in sorted({D, B, 2 * D, 1}, reverse=False if capped else True):

@@ -191,7 +191,7 @@ def greedy_schedule(
     name: str = "greedy",
     reserve: bool = False,
     priority: str | None = None,
-    inflight: tuple[int, ...] | None = None,
+    inflight: dict[tuple[int, int], int] | None = None,
 ) -> Schedule | None:
     """Dispatch ops as devices become idle: a ready backward (B, then W) of the smallest
     microbatch first (``backward_first``; else forwards first), else the ready forward of
@@ -199,9 +199,9 @@ def greedy_schedule(
     microbatches in flight. ``priority`` (a permutation of "FBW") overrides the kinds'
     order: "BFW" runs a weight gradient only when no B or fitting F is ready, so W's fill
     idle time and run when memory is needed (Zero Bubble's idea). Returns None when it
-    deadlocks (memory full everywhere). ``inflight[d]``: device d starts its k-th forward
-    only after its (k - inflight[d])-th backward started (per-device warm-up depth, one
-    stage per device).
+    deadlocks (memory full everywhere). ``inflight[(p, s)]``: stage (p, s) starts its k-th
+    forward only after its (k - inflight[(p, s)])-th backward started (a per-stage warm-up
+    depth; stages missing from it are not limited).
 
     With ``reserve`` a microbatch enters only when every device on its pipeline can hold
     its activations, which it reserves until they are freed: never deadlocks."""
@@ -221,8 +221,7 @@ def greedy_schedule(
     done = [0] * B
     live = [0.0] * D
     free_at = [0] * D
-    fwd = [0] * D  # forwards / backwards started per device (for ``inflight``)
-    bwd = [0] * D
+    started = defaultdict(int)  # forwards minus backwards started per stage (for ``inflight``)
     ready: list[list[tuple[int, int, int, Op]]] = [[] for _ in range(D)]
     pending: list[tuple[int, int, Op]] = []  # (ready time, seq, op)
     releases: list[tuple[int, int, float]] = []  # (time, device, amount)
@@ -274,7 +273,8 @@ def greedy_schedule(
                     if live[d] + act[(op.pipeline, op.stage)] > caps[d] + 1e-9:
                         skipped.append(item)
                         continue
-                if op.kind is Kind.F and inflight is not None and fwd[d] >= inflight[d] + bwd[d]:
+                if (op.kind is Kind.F and inflight is not None
+                        and started[(op.pipeline, op.stage)] >= inflight.get((op.pipeline, op.stage), B)):
                     skipped.append(item)
                     continue
                 chosen = op
@@ -297,10 +297,8 @@ def greedy_schedule(
                 if freed > 0:
                     heapq.heappush(releases, (end, d, freed))
             done[op.microbatch] += 1
-            if op.kind is Kind.F:
-                fwd[d] += 1
-            elif op.kind is Kind.B:
-                bwd[d] += 1
+            if op.kind is not Kind.W:
+                started[(op.pipeline, op.stage)] += 1 if op.kind is Kind.F else -1
             if done[op.microbatch] == ops_per_mb[op.microbatch]:
                 heapq.heappush(finishes, end)
             for nxt in _successors(op, nst[op.pipeline], problem.split_backward):
@@ -347,6 +345,47 @@ def warmup_depths(problem: Problem) -> tuple[int, ...] | None:
         fit = problem.activations_fit(problem.cap(d), 0, d)
         out.append(int(min(n, fit)) if fit else int(n))
     return tuple(out)
+
+
+def residency(problem: Problem, placement: Placement, p: int, s: int) -> int:
+    """The least time an activation of stage (p, s) lives: from its forward's start through
+    the later stages' forwards and backwards, with their messages, to its backward's end."""
+    n = problem.num_stages[p]
+    m = problem.microbatch2pipeline.index(p)
+    chain = [Op(Kind.F, p, k, m) for k in range(s, n)] + [Op(Kind.B, p, k, m) for k in range(n - 1, s - 1, -1)]
+    t = sum(problem.duration(op) for op in chain)
+    for a, b in zip(chain, chain[1:]):
+        src, dst = placement.device(a.pipeline, a.stage), placement.device(b.pipeline, b.stage)
+        t += problem.lag(a, src, dst) if src != dst else 0
+    return t
+
+
+def stage_limits(problem: Problem, placement: Placement, scale: float) -> dict[tuple[int, int], int]:
+    """Per-stage warm-up depths for several stages per device (Little's law): ``scale``
+    times a stage's activation lifetime (``residency``) over the time between two of its
+    pipeline's microbatches on its device when that device is busy, at least 1; where a
+    device's depths together need more than its memory cap, all of them shrink in
+    proportion, so the list schedule cannot fill the memory and stall."""
+    counts = [0] * problem.num_pipelines
+    for p in problem.microbatch2pipeline:
+        counts[p] += 1
+    work: dict[int, int] = defaultdict(int)
+    for p, s in problem.stages:
+        m = problem.microbatch2pipeline.index(p)
+        work[placement.device(p, s)] += counts[p] * sum(problem.duration(Op(k, p, s, m)) for k in problem.kinds)
+    out = {}
+    for p, s in problem.stages:
+        gap = work[placement.device(p, s)] / counts[p]
+        out[(p, s)] = max(1, math.ceil(scale * residency(problem, placement, p, s) / gap))
+    act = problem.costs.activation
+    for d in range(placement.num_devices):
+        cap = problem.cap(d)
+        mine = [k for k in out if placement.device(*k) == d]
+        need = sum(out[k] * act[k] for k in mine)
+        if cap is not None and need > cap + 1e-9:
+            for k in mine:
+                out[k] = max(1, math.floor(out[k] * cap / need + 1e-9))
+    return out
 
 
 def _successors(op: Op, num_stages: int, split: bool) -> list[Op]:
