@@ -201,7 +201,7 @@ def greedy_starts(problem: Problem, placement: Placement) -> Iterator[Schedule]:
     depths = warmup_depths(problem) if problem.split_backward else None
     for extra in (0, 1) if depths else ():
         s = greedy_schedule(problem, placement, None, name=f"greedy-zb{extra}", priority="BFW",
-                            inflight={(0, d): n + extra for d, n in enumerate(depths)})
+                            inflight={(0, s): n + extra for s, n in enumerate(depths)})
         if s is not None:
             yield s
     several = len(problem.stages) > D
