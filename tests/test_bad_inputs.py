@@ -491,6 +491,9 @@ CASES += [
     ("search-profile-activation-cap", ["search", "-S", "4", "-B", "8", *PROF, "--activation-cap", "2"],
      "--activation-cap"),
     ("bound-profile-stages-disagree", ["bound", "-S", "2", "-B", "8", *PROF], "--stages"),
+    # bidirectional sends the first half of each unit of S microbatches down: B=2 on S=4 leaves none up
+    ("search-bidirectional-one-direction", ["search", "-S", "4", "-B", "2", "--placement", "bidirectional"],
+     "microbatches must be at least 3"),
     ("bound-profile-split-without-weight", ["bound", "-S", "4", "-B", "8", *PROF, "--split-backward"], "weight"),
     # plan
     ("plan-nodes-zero", ["plan", "--model", "tiny_gpt", "--nodes", "0", "--gpus-per-node", "8", "--global-batch", "8"],

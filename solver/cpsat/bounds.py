@@ -71,6 +71,8 @@ def analytic_lower_bound(problem: Problem, placement: Placement | None) -> tuple
                     tails[d] = min(tails.get(d, tail[op]), tail[op])
         for d, ld in load.items():
             take(heads[d] + ld + tails[d] + opts[d], f"load of device {d}")
+            take(_fill_drain_bound(problem, placement, d, ld, head, tail, counts) + min_opt,
+                 f"load of device {d} with its memory-bound fill and drain")
         for p, n in counts.items():
             fit = problem.activations_fit(problem.cap(placement.device(p, 0)), p, 0)
             if fit is None:
@@ -93,6 +95,40 @@ def analytic_lower_bound(problem: Problem, placement: Placement | None) -> tuple
                 op = Op(rel, p, s, 0)
                 take(head[op] + problem.duration(op) + t + dev_opt(p, s), "all-reduce tail")
     return best, why
+
+
+def _fill_drain_bound(problem: Problem, placement: Placement, d: int, load: int,
+                      head: dict[Op, int], tail: dict[Op, int], counts: dict[int, int]) -> int:
+    """Device ``d``'s load with the idle its memory forces at both ends (0 when the
+    argument gives nothing). Let e be the earliest start of a backward (B or W) on d and
+    r the least tail of a forward on d; T = the makespan less the optimizer. Before e the
+    device runs only forwards, and no activation is freed yet, so at most k of them start
+    (k: the activations its cap holds, none if a stage keeps none): work in [0, e) is at
+    most min(e - first head, k * longest F). After T - r no forward may run (it would end
+    too late for its tail), so only backwards, each of an activation live at T - r: work
+    there is at most min(r - least backward tail, k * longest B) (without the memory term
+    for a split backward, whose W runs there too). If the load exceeds both together,
+    the two windows are disjoint and the device works at most T - r - e between them:
+    T >= e + r + load - fill - drain."""
+    keys = placement.stages_on(d)
+    fwd = [Op(Kind.F, p, s, 0) for p, s in keys if counts.get(p)]
+    back = [Op(k, p, s, 0) for p, s in keys if counts.get(p) for k in problem.kinds if k is not Kind.F]
+    if not fwd or not back:
+        return 0
+    e = min(head[op] for op in back)
+    r = min(tail[op] for op in fwd)
+    first = min(head[op] for op in fwd + back)
+    fill = e - first
+    drain = r - min(tail[op] for op in back)
+    cap = problem.cap(d)
+    acts = [problem.costs.activation[k] for k in keys if counts.get(k[0])]
+    if cap is not None and min(acts) > 0:
+        k = int(math.floor(cap / min(acts) + 1e-9))
+        fill = min(fill, k * max(problem.duration(op) for op in fwd))
+        if not problem.split_backward:
+            drain = min(drain, k * max(problem.duration(op) for op in back))
+    rest = load - max(0, fill) - max(0, drain)
+    return e + r + rest if rest > 0 else 0
 
 
 def _period_lower_bound(problem: Problem, placement: Placement | None) -> tuple[int, str]:

@@ -25,8 +25,8 @@ from .constraints import devices_identical
 from .incumbent import checked, hint_incumbent
 from .justify import justify, precedence_graph
 from .model import CpSatModel
-from .oracle import (KnownEval, evaluate_known, greedy_schedule, relabel_microbatches, stage_limits,
-                     warmup_depths)
+from .oracle import (KnownEval, evaluate_known, greedy_schedule, microbatch_spacing, relabel_microbatches,
+                     stage_limits, warmup_depths)
 from .problem import Problem, family_placement
 from .result import KnownGap, PhaseRecord, Result, SolverInfo, gap_of
 from .strategy import Clock, SearchState, bound_phase, search_phase, solve_record
@@ -205,6 +205,8 @@ def greedy_starts(problem: Problem, placement: Placement) -> Iterator[Schedule]:
         if s is not None:
             yield s
     several = len(problem.stages) > D
+    if several:
+        yield from _slack_starts(problem, placement, capped)
     for scale in (1, 2) if capped and several else ():
         s = greedy_schedule(problem, placement, None, name=f"greedy-stages{scale}",
                             inflight=stage_limits(problem, placement, scale))
@@ -221,6 +223,30 @@ def greedy_starts(problem: Problem, placement: Placement) -> Iterator[Schedule]:
                 yield s
     if capped:
         s = greedy_schedule(problem, placement, None, False, "greedy-reserve-ff", reserve=True)
+        if s is not None:
+            yield s
+    if not several:
+        yield from _slack_starts(problem, placement, capped)
+
+
+# least-slack list schedules as (multiple of the microbatch spacing, per-stage warm-up
+# depth scale of ``stage_limits`` or None: only the cap limits them), in the order tried.
+# Measured on the capped bidirectional instances of ``experiments/bench_cpsat.py``: without
+# depths the best at C=0, depths near 1 at C=1 (S=16, B=64, cap 16: 271 at 1.1, 287-299 at 1)
+SLACK_STARTS = ((1, None), (2 / 3, None), (4 / 3, None), (1 / 2, None), (4 / 3, 1.0), (1, 1.0), (5 / 3, 1.0),
+                (7 / 6, 1.1), (4 / 3, 1.1), (5 / 3, 1.1), (1 / 2, 1.1), (4 / 3, 1.25), (7 / 6, 1.5))
+
+
+def _slack_starts(problem: Problem, placement: Placement, capped: bool) -> Iterator[Schedule]:
+    """Least-slack list schedules (``greedy_schedule``'s ``slack``) of ``SLACK_STARTS``
+    (without a cap, those without warm-up depths)."""
+    spacing = microbatch_spacing(problem, placement)
+    for k, depth in SLACK_STARTS:
+        if depth is not None and not capped:
+            continue
+        inflight = None if depth is None else stage_limits(problem, placement, depth)
+        s = greedy_schedule(problem, placement, None, name=f"greedy-slack{k:.2f}" + (f"-d{depth:g}" if depth else ""),
+                            inflight=inflight, slack={p: k * u for p, u in spacing.items()})
         if s is not None:
             yield s
 
@@ -443,9 +469,10 @@ def _search_fixed(problem: Problem, placement: Placement, config: CpSatConfig, k
     state = SearchState(best, lb, config, t0)
     rows: list = []
     t = time.perf_counter()
-    share = 1.0 if mode == "bound" else config.bound_share
-    bound_phase(fixed, placement, config, state, clock.budget(share), rows, leave_early=mode != "bound")
-    phases.append(PhaseRecord("bound", round(time.perf_counter() - t, 3), tuple(rows)))
+    if mode == "bound" or not shared_capped(fixed, placement):
+        share = 1.0 if mode == "bound" else config.bound_share
+        bound_phase(fixed, placement, config, state, clock.budget(share), rows, leave_early=mode != "bound")
+        phases.append(PhaseRecord("bound", round(time.perf_counter() - t, 3), tuple(rows)))
     if mode != "bound" and not state.should_stop():
         rows = []
         t = time.perf_counter()
@@ -455,6 +482,16 @@ def _search_fixed(problem: Problem, placement: Placement, config: CpSatConfig, k
     status = "optimal" if bound >= incumbent.makespan else "feasible"
     return finish(status, incumbent.schedule, incumbent.makespan, min(bound, incumbent.makespan), "",
                   state.families, state.stopped_by if not state.done else None)
+
+
+def shared_capped(problem: Problem, placement: Placement) -> bool:
+    """Whether a device with a memory cap holds several stages. There the model keeps a
+    memory cumulative of variable-size lifetimes, under which tightening probes rarely
+    prove anything in a search's time (bidirectional S=8, B=32, cap 8: a probe at the
+    bound ran 10 s of 20 without an answer), so ``search`` gives all its time to the
+    search phase; the analytic bound sees the memory there (``bounds._fill_drain_bound``)."""
+    return any(problem.cap(d) is not None and len(placement.stages_on(d)) > 1
+               for d in range(placement.num_devices))
 
 
 def _finish(problem, mode, status, schedule, value, bound, t0, t_first, assumptions, message, evals, config,

@@ -22,6 +22,7 @@ from pipetab.solver import periodic
 from pipetab.solver.simulate import simulate
 
 from .problem import Problem
+from .variables import heads_tails
 
 
 @dataclass(frozen=True)
@@ -192,6 +193,7 @@ def greedy_schedule(
     reserve: bool = False,
     priority: str | None = None,
     inflight: dict[tuple[int, int], int] | None = None,
+    slack: dict[int, float] | None = None,
 ) -> Schedule | None:
     """Dispatch ops as devices become idle: a ready backward (B, then W) of the smallest
     microbatch first (``backward_first``; else forwards first), else the ready forward of
@@ -204,7 +206,13 @@ def greedy_schedule(
     depth; stages missing from it are not limited).
 
     With ``reserve`` a microbatch enters only when every device on its pipeline can hold
-    its activations, which it reserves until they are freed: never deadlocks."""
+    its activations, which it reserves until they are freed: never deadlocks.
+
+    ``slack``: dispatch the ready op of least slack instead, whatever its kind — its
+    least start (head) plus ``slack[p]`` per earlier microbatch of its pipeline p, less
+    its least time to the end (tail): ops on long remaining paths go first, and a later
+    microbatch waits its turn (``slack[p]``: about the spacing of p's microbatches,
+    ``microbatch_spacing``)."""
     D = placement.num_devices
     nst = problem.num_stages
     act = problem.costs.activation
@@ -215,6 +223,16 @@ def greedy_schedule(
     if sorted(priority) != ["B", "F", "W"]:
         raise ValueError(f"priority must be a permutation of 'FBW', got {priority!r}")
     prio = {Kind[c]: i for i, c in enumerate(priority)}
+    if slack is not None:
+        head, tail = heads_tails(problem, placement)
+        rank = {m: j for mbs in problem.pipeline_microbatches.values() for j, m in enumerate(mbs)}
+
+        def key(op: Op) -> tuple:
+            k = op._replace(microbatch=0)
+            return head[k] + slack[op.pipeline] * rank[op.microbatch] - tail[k], prio[op.kind], op.microbatch, op.stage
+    else:
+        def key(op: Op) -> tuple:
+            return prio[op.kind], op.microbatch, op.stage
     B = problem.num_microbatches
     window = window or B
     ops_per_mb = [nst[p] * len(problem.kinds) for p in problem.microbatch2pipeline]
@@ -260,7 +278,7 @@ def greedy_schedule(
             in_flight += 1
         while pending and pending[0][0] <= t:
             rt, _, op = heapq.heappop(pending)
-            heapq.heappush(ready[dev_of[(op.pipeline, op.stage)]], (prio[op.kind], op.microbatch, op.stage, op))
+            heapq.heappush(ready[dev_of[(op.pipeline, op.stage)]], (key(op), op))
         for d in range(D):
             if free_at[d] > t or not ready[d]:
                 continue
@@ -268,7 +286,7 @@ def greedy_schedule(
             chosen = None
             while ready[d]:
                 item = heapq.heappop(ready[d])
-                op = item[3]
+                op = item[1]
                 if op.kind is Kind.F and caps[d] is not None and not reserve:
                     if live[d] + act[(op.pipeline, op.stage)] > caps[d] + 1e-9:
                         skipped.append(item)
@@ -351,7 +369,7 @@ def residency(problem: Problem, placement: Placement, p: int, s: int) -> int:
     """The least time an activation of stage (p, s) lives: from its forward's start through
     the later stages' forwards and backwards, with their messages, to its backward's end."""
     n = problem.num_stages[p]
-    m = problem.microbatch2pipeline.index(p)
+    m = 0  # every microbatch of a pipeline has the same op times
     chain = [Op(Kind.F, p, k, m) for k in range(s, n)] + [Op(Kind.B, p, k, m) for k in range(n - 1, s - 1, -1)]
     t = sum(problem.duration(op) for op in chain)
     for a, b in zip(chain, chain[1:]):
@@ -371,10 +389,11 @@ def stage_limits(problem: Problem, placement: Placement, scale: float) -> dict[t
         counts[p] += 1
     work: dict[int, int] = defaultdict(int)
     for p, s in problem.stages:
-        m = problem.microbatch2pipeline.index(p)
-        work[placement.device(p, s)] += counts[p] * sum(problem.duration(Op(k, p, s, m)) for k in problem.kinds)
+        work[placement.device(p, s)] += counts[p] * sum(problem.duration(Op(k, p, s, 0)) for k in problem.kinds)
     out = {}
     for p, s in problem.stages:
+        if not counts[p]:
+            continue
         gap = work[placement.device(p, s)] / counts[p]
         out[(p, s)] = max(1, math.ceil(scale * residency(problem, placement, p, s) / gap))
     act = problem.costs.activation
@@ -386,6 +405,18 @@ def stage_limits(problem: Problem, placement: Placement, scale: float) -> dict[t
             for k in mine:
                 out[k] = max(1, math.floor(out[k] * cap / need + 1e-9))
     return out
+
+
+def microbatch_spacing(problem: Problem, placement: Placement) -> dict[int, float]:
+    """Per pipeline, the busiest device's work per microbatch of that pipeline: how far
+    apart its microbatches pass when that device never idles (linear F=1, B=2: 3 slots;
+    bidirectional: 6, its devices serve both directions)."""
+    counts = {p: len(ms) for p, ms in problem.pipeline_microbatches.items()}
+    work: dict[int, int] = defaultdict(int)
+    for p, s in problem.stages:
+        work[placement.device(p, s)] += counts[p] * sum(problem.duration(Op(k, p, s, 0)) for k in problem.kinds)
+    return {p: max(work[placement.device(p, s)] for s in range(problem.num_stages[p])) / n
+            for p, n in counts.items() if n}
 
 
 def _successors(op: Op, num_stages: int, split: bool) -> list[Op]:

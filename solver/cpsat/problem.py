@@ -111,6 +111,9 @@ class Problem:
         for m, p in enumerate(self.microbatch2pipeline):
             if not 0 <= p < len(self.num_stages):
                 raise ValueError(f"microbatch {m} takes pipeline {p}, which does not exist")
+        empty = sorted(set(range(len(self.num_stages))) - set(self.microbatch2pipeline))
+        if empty:
+            raise ValueError(f"every pipeline needs a microbatch; pipeline {empty[0]} has none")
         if isinstance(self.placement, str):
             if self.placement != "free":
                 family_placement(self.placement, D, self.num_stages)  # validates shapes
@@ -279,8 +282,9 @@ class Problem:
 
     @cached_property
     def pipeline_microbatches(self) -> dict[int, tuple[int, ...]]:
-        """Each pipeline's microbatches, in order."""
-        by: dict[int, list[int]] = {}
+        """Each pipeline's microbatches, in order (empty for a pipeline that carries none:
+        bidirectional with fewer microbatches than stages)."""
+        by: dict[int, list[int]] = {p: [] for p in range(self.num_pipelines)}
         for m, p in enumerate(self.microbatch2pipeline):
             by.setdefault(p, []).append(m)
         return {p: tuple(ms) for p, ms in by.items()}
@@ -417,6 +421,10 @@ def idealized_problem(
     if label == "bidirectional" or (label in ("free", "given") and pipelines == 2):
         num_stages = (stages, stages)
         mb2p = bidirectional_microbatches(stages, microbatches)
+        if 1 not in mb2p:
+            half = max(1, stages // 2)
+            raise ValueError(f"microbatches must be at least {half + 1} for two pipelines on {stages} stages "
+                             f"(each unit of {stages} sends its first {half} down, the rest up), got {microbatches}")
     elif label == "wave":
         if not isinstance(waves, int) or waves < 1:
             raise ValueError(f"waves must be an integer >= 1, got {waves!r}")

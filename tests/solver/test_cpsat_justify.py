@@ -1,6 +1,8 @@
 """Double justification: hand-worked passes, the precedences it keeps, never worse than
 its input, never better than a proven optimum, and its use as the search's incumbent."""
 
+import re
+
 import pytest
 
 from pipetab.schedules import registry
@@ -127,7 +129,8 @@ def test_search_starts_from_the_justified_schedule():
     cfg = CpSatConfig(time_limit_s=8, workers=2, stop=(NoImprovement(0.5),))
     res = search(problem, cfg)
     start = res.phases[0]
-    assert start.name == "start" and "justified-1f1b 375" in start.note and "best start justified-1f1b 375" in start.note
+    assert start.name == "start" and "justified-1f1b 375" in start.note
+    assert re.search(r"best start justified-\S+ 375$", start.note)  # a least-slack start justifies to 375 too
     assert res.makespan <= 375
     off = search(problem, cfg.replace(ablate={"justify"}))
     assert "justified" not in off.phases[0].note and off.phases[0].note.endswith(f" {best_known:g}")

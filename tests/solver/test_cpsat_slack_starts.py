@@ -1,0 +1,51 @@
+"""Least-slack list schedules (``greedy_schedule(slack=...)``, the ``greedy-slack*`` starts)."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipetab.schedules.validate import validate
+from pipetab.solver.cpsat import CpSatConfig, idealized_problem, search
+from pipetab.solver.cpsat.bounds import analytic_lower_bound
+from pipetab.solver.cpsat.incumbent import table_of
+from pipetab.solver.cpsat.modes import greedy_starts
+from pipetab.solver.cpsat.oracle import evaluate_known, memory_check, microbatch_spacing
+
+
+def test_microbatch_spacing_by_hand():
+    # F=1, B=2: a linear device runs 3 slots per microbatch; a bidirectional device serves
+    # both directions, so one direction's microbatches pass every 6
+    lin = idealized_problem(4, 8, "linear")
+    bi = idealized_problem(4, 8, "bidirectional")
+    assert microbatch_spacing(lin, lin.fixed_placement) == {0: 3.0}
+    assert microbatch_spacing(bi, bi.fixed_placement) == {0: 6.0, 1: 6.0}
+
+
+@pytest.mark.parametrize("S, B, placement, cap, comm", [
+    (2, 4, "bidirectional", 2, 1), (4, 8, "bidirectional", 4, 1), (4, 8, "bidirectional", None, 0),
+    (4, 8, "v", 4, 1), (4, 8, "interleaved", 4, 1), (4, 8, "linear", 4, 1), (4, 6, "wave", 8, 0),
+])
+def test_slack_starts_are_valid_and_fit_the_cap(S, B, placement, cap, comm):
+    pr = idealized_problem(S, B, placement, comm=comm, activation_cap=cap)
+    pl = pr.fixed_placement
+    starts = [s for s in greedy_starts(pr, pl) if s.name.startswith("greedy-slack")]
+    assert starts
+    for s in starts:
+        e = evaluate_known(pr, s)
+        assert e.fits and memory_check(pr, s).fits
+        validate(table_of(pr, s, e.timing), s)
+
+
+@pytest.mark.parametrize("S, B, cap, optimum", [(8, 32, 8, 108), (16, 64, 16, 220)])
+def test_a_slack_start_meets_the_fill_and_drain_bound(S, B, cap, optimum):
+    """Bidirectional under a cap of S, C=0: a least-slack list schedule reaches the
+    analytic bound (device S/2 - 1's load with its memory-bound fill and drain, hand-worked
+    for S=8 in test_cpsat_fill_drain.py), so it is optimal. Chimera takes 126 and 262."""
+    pr = idealized_problem(S, B, "bidirectional", activation_cap=cap)
+    pl = pr.fixed_placement
+    assert analytic_lower_bound(pr, pl)[0] == optimum
+    best = min(evaluate_known(pr, s).makespan for s in greedy_starts(pr, pl) if s.name.startswith("greedy-slack"))
+    assert best == optimum
+    if S == 8:
+        res = search(pr, CpSatConfig(time_limit_s=20))
+        assert (res.status, res.makespan, res.lower_bound) == ("optimal", optimum, optimum)
