@@ -191,9 +191,10 @@ def greedy_starts(problem: Problem, placement: Placement) -> Iterator[Schedule]:
     reserving one-microbatch-window kinds first (they never deadlock and fit any feasible
     cap), then, with a split backward on one stage per device, Zero Bubble style ones
     (each device's warm-up depth from ``warmup_depths``, plus 0 or 1; W only when no B or
-    fitting F is ready), with several stages per device and a cap, per-stage warm-up depths
-    from each activation's lifetime (``stage_limits``), then wider admission windows and
-    forward-first priorities."""
+    fitting F is ready), with several stages per device the least-slack ones
+    (``_slack_starts``, under a cap also with per-stage warm-up depths from each
+    activation's lifetime, ``stage_limits``), then wider admission windows and
+    forward-first priorities, and with one stage per device the least-slack ones last."""
     B, D = problem.num_microbatches, problem.num_devices
     capped = any(problem.cap(d) is not None for d in range(D))
     if capped:
@@ -207,11 +208,6 @@ def greedy_starts(problem: Problem, placement: Placement) -> Iterator[Schedule]:
     several = len(problem.stages) > D
     if several:
         yield from _slack_starts(problem, placement, capped)
-    for scale in (1, 2) if capped and several else ():
-        s = greedy_schedule(problem, placement, None, name=f"greedy-stages{scale}",
-                            inflight=stage_limits(problem, placement, scale))
-        if s is not None:
-            yield s
     for w in sorted({D, B, 2 * D, 1}, reverse=False if capped else True):
         if w > B:
             continue

@@ -23,11 +23,14 @@ others, the incumbent for those pruned.
 
 from __future__ import annotations
 
+import functools
 import heapq
 import math
 import time
 from dataclasses import dataclass, field, replace
 from typing import Callable, Protocol, Sequence
+
+from ortools.sat.python import cp_model
 
 from pipetab.schedules.ops import Kind, Op
 from pipetab.schedules.schedule import Placement, Schedule
@@ -50,6 +53,10 @@ NODES_PER_CANDIDATE = 20
 FIRST_SHARE = 0.25
 # share of the time left the enumeration may take
 ENUMERATION_SHARE = 0.2
+# splits of least quick bound found by CP-SAT and searched first, and the share of the
+# time left after the even split that finding them may take (``least_splits``)
+LEAST_SPLITS = 8
+LEAST_SHARE = 0.15
 # least time a visited partition gets (seconds)
 MIN_SLICE_S = 0.5
 
@@ -327,6 +334,100 @@ def quick_bound(shape: Problem, layer_costs: LayerCosts, layers: Layers) -> int:
 
 
 @dataclass(frozen=True)
+class LeastSplits:
+    """Splits by least ``quick_bound`` (``least_splits``): ``splits`` as (bound, layers),
+    least first, and ``rest_bound``: a bound of every split not listed (None: none
+    proven)."""
+
+    splits: tuple[tuple[int, Layers], ...]
+    rest_bound: float | None  # math.inf: every split is listed
+
+
+def least_splits(shape: Problem, layer_costs: LayerCosts, count: int, deadline: float) -> LeastSplits:
+    """Up to ``count`` splits of least ``quick_bound`` until ``deadline``
+    (``time.perf_counter``): ``_quick_bound_model`` solved, the split found forbidden,
+    solved again. The last solve's bound holds for every split not listed, however few
+    the enumeration reaches (docs/partition.md)."""
+    built = _quick_bound_model(shape, layer_costs, deadline)
+    if built is None:
+        return LeastSplits((), None)
+    m, layer_vars = built
+    flat = [v for row in layer_vars for v in row]
+    found: list[tuple[int, Layers]] = []
+    rest: int | None = None
+    while len(found) < count:
+        left = deadline - time.perf_counter()
+        if left < 0.05:
+            break
+        solver = cp_model.CpSolver()
+        solver.parameters.max_time_in_seconds = left
+        solver.parameters.num_workers = 2
+        status = solver.solve(m)
+        if status == cp_model.INFEASIBLE:
+            return LeastSplits(tuple(found), math.inf)  # every split is listed
+        b = solver.best_objective_bound
+        if math.isfinite(b):
+            rest = max(rest or 0, int(math.ceil(b - 1e-9)))
+        if status != cp_model.OPTIMAL:
+            break
+        lay = tuple(tuple(int(solver.value(v)) for v in row) for row in layer_vars)
+        found.append((int(round(solver.objective_value)), lay))
+        m.add_forbidden_assignments(flat, [tuple(x for row in lay for x in row)])
+    return LeastSplits(tuple(found), rest)
+
+
+def _quick_bound_model(shape: Problem, layer_costs: LayerCosts, deadline: float):
+    """A CP-SAT model minimizing ``quick_bound`` over all splits: the layer counts as
+    integers (>= 1, each pipeline's summing to the model's), op times looked up per count.
+    Returns (model, layer count variables per pipeline), or None past ``deadline``."""
+    placement = shape.fixed_placement
+    counts = _counts(shape)
+    L = layer_costs.num_layers
+    m = cp_model.CpModel()
+    loads: dict[int, list] = {}
+    heads: dict[int, list] = {}
+    tails: dict[int, list] = {}
+    z = m.new_int_var(0, 1 << 40, "z")
+    layer_vars: list[list[cp_model.IntVar]] = []
+
+    def lookup(name: str, table: list[int], index) -> cp_model.IntVar:
+        v = m.new_int_var(min(table), max(table), name)
+        m.add_element(index, table, v)
+        return v
+
+    for p, S in enumerate(shape.num_stages):
+        hi = L - S + 1
+        n = [m.new_int_var(1, hi, f"n{p}_{s}") for s in range(S)]
+        layer_vars.append(n)
+        m.add(sum(n) == L)
+        fsum = bsum = 0
+        for s in range(S):
+            if time.perf_counter() > deadline:
+                return None
+            d = placement.device(p, s)
+            index = m.new_int_var(0, hi - 1, f"i{p}_{s}")
+            m.add(index == n[s] - 1)
+            ticks = {k: [layer_costs.op_ticks(k, p, s, c) for c in range(1, hi + 1)] for k in shape.kinds}
+            mine = lookup(f"w{p}_{s}", [counts[p] * sum(t[c] for t in ticks.values()) for c in range(hi)], index)
+            tail = 0 if shape.split_backward else bsum
+            loads.setdefault(d, []).append(mine)
+            heads.setdefault(d, []).append(fsum)
+            tails.setdefault(d, []).append(tail)
+            m.add(z >= fsum + mine + tail)
+            fsum = fsum + lookup(f"f{p}_{s}", ticks[Kind.F], index)
+            bsum = bsum + lookup(f"b{p}_{s}", ticks[Kind.B], index)
+    for d, ws in loads.items():
+        ends = []
+        for name, exprs in (("h", heads[d]), ("t", tails[d])):
+            v = m.new_int_var(0, 1 << 40, f"{name}{d}")
+            m.add_min_equality(v, exprs)
+            ends.append(v)
+        m.add(z >= sum(ws) + ends[0] + ends[1])
+    m.minimize(z)
+    return m, layer_vars
+
+
+@dataclass(frozen=True)
 class Enumeration:
     """Partitions whose quick bound is below a threshold (``candidates``: (bound,
     layers), least first), how many were enumerated, and ``rest_bound``: a bound of the
@@ -381,6 +482,28 @@ def enumerate_partitions(shape: Problem, layer_costs: LayerCosts, threshold: flo
     enumerated = 0
     nodes = [0]
     stopped = False
+    # the stages still open after key i (per pipeline) and the devices they sit on
+    open_stages = [{p: tuple(s for q, s in keys[i:] if q == p) for p in range(shape.num_pipelines)}
+                   for i in range(len(keys) + 1)]
+    open_devices = [sorted({placement.device(*k) for k in keys[i:]}) for i in range(len(keys) + 1)]
+
+    @functools.lru_cache(maxsize=None)
+    def least_rest(p: int, stages: tuple[int, ...], n: int) -> float:
+        """The least work of ``n`` layers over ``stages`` of pipeline p, >= 1 layer each."""
+        if not stages:
+            return 0 if n == 0 else math.inf
+        if len(stages) == 1:
+            return work(p, stages[0], n) if n >= 1 else math.inf
+        return min((work(p, stages[0], k) + least_rest(p, stages[1:], n - k)
+                    for k in range(1, n - len(stages) + 2)), default=math.inf)
+
+    def doomed(i: int) -> bool:
+        """Averaging cut: the devices with stages still open end with their load so far
+        plus at least the least work of the layers left; when that reaches the threshold
+        on each of them, one device's work (a part of every quick bound) reaches it."""
+        devs = open_devices[i]
+        rest = sum(least_rest(p, st, remaining[p]) for p, st in open_stages[i].items() if st)
+        return sum(load[d] for d in devs) + rest >= len(devs) * threshold
 
     def rec(i: int) -> None:
         nonlocal enumerated, stopped
@@ -388,6 +511,8 @@ def enumerate_partitions(shape: Problem, layer_costs: LayerCosts, threshold: flo
         if stopped or len(out) >= limit or nodes[0] >= NODES_PER_CANDIDATE * limit or (
                 nodes[0] % 4096 == 0 and time.perf_counter() > deadline):
             stopped = True
+            return
+        if 0 < i < len(keys) and doomed(i):
             return
         if i == len(keys):
             enumerated += 1
@@ -511,6 +636,11 @@ def _solve_free(shape, layer_costs, config, run, known) -> PartitionSearch:
         lb0 = first.lower_bound if first.lower_bound is not None else quick_bound(shape, layer_costs, even)
         heap.append((lb0, -1, even, 1, first_s))
     seen, searched, enumerated, limit = {even}, 1, 0, MAX_CANDIDATES
+    least = least_splits(shape, layer_costs, LEAST_SPLITS, time.perf_counter() + LEAST_SHARE * clock.wall_left())
+    for b, lay in least.splits:
+        if lay not in seen:
+            seen.add(lay)
+            heapq.heappush(heap, (b, len(seen), lay, 0, 0.0))
     while True:
         # enumerate below the incumbent; when an enumeration stops before the end and its
         # candidates are all settled, enumerate again below the new incumbent, twice as far
@@ -527,14 +657,15 @@ def _solve_free(shape, layer_costs, config, run, known) -> PartitionSearch:
             break
         limit *= 2
     bounds = [e[0] for e in heap]
-    if enum.rest_bound is not None:
-        bounds.append(enum.rest_bound)
+    if enum.rest_bound is not None:  # splits neither enumerated nor listed by least_splits
+        bounds.append(max(enum.rest_bound, least.rest_bound or 0))
     enum = replace(enum, enumerated=enumerated)
-    label = (f"partition free: {enum.enumerated} splits enumerated, {len(enum.candidates)} below the incumbent "
+    label = (f"partition free: {len(least.splits)} splits of least work-and-chain bound found by CP-SAT, "
+             f"{enum.enumerated} splits enumerated, {len(enum.candidates)} below the incumbent "
              f"by their work bound, {searched} searched with the split fixed (least bound first), the rest pruned by "
              "bound"
              + ("" if enum.rest_bound is None else "; the enumeration stopped before the end, the rest bounded "
-                "by total work over devices"))
+                "by the least work-and-chain bound of any split (CP-SAT over the layer counts)"))
     if best is None:
         lb = min(bounds) if bounds else None
         status = "infeasible" if all(r.get("status") == "infeasible" for r in rows) else "unknown"

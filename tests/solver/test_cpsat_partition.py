@@ -2,6 +2,8 @@
 splits reproduce the evaluator and simulator, invalid splits are refused."""
 
 import itertools
+import math
+import time
 from dataclasses import replace
 
 import pytest
@@ -14,6 +16,7 @@ from pipetab.solver.cpsat.partition import (
     Partition,
     check_layers,
     enumerate_partitions,
+    least_splits,
     partition_problem,
     quick_bound,
     solve_partition,
@@ -70,6 +73,42 @@ def test_quick_bound_is_below_every_fixed_optimum_and_enumeration_is_complete():
     assert enumerate_partitions(shape, lc).enumerated == len(splits) == 15
     for lay in splits:
         assert quick_bound(shape, lc, lay) <= _fixed_optimum(shape, lc, lay)
+
+
+SMALL_SHAPES = [
+    ("linear", 3, 4, 7, dict(head=2, embedding=1)),
+    ("linear", 3, 3, 6, dict(split_backward=True, head=1)),
+    ("bidirectional", 2, 4, 5, dict(head=2)),
+    ("bidirectional", 4, 4, 6, dict(head=1, comm=1)),
+]
+
+
+def _shape(placement, S, B, L, kw):
+    shape = idealized_problem(S, B, placement, split_backward=kw.get("split_backward", False))
+    return shape, IdealizedLayers(L, S, shape.num_stages, **kw)
+
+
+@pytest.mark.parametrize("case", SMALL_SHAPES, ids=str)
+def test_least_splits_are_the_least_quick_bounds_by_brute_force(case):
+    shape, lc = _shape(*case)
+    bounds = sorted(quick_bound(shape, lc, lay) for lay in _all_splits(shape, case[3]))
+    out = least_splits(shape, lc, 4, time.perf_counter() + 30)
+    assert [b for b, _ in out.splits] == bounds[:4]
+    assert all(quick_bound(shape, lc, lay) == b for b, lay in out.splits)
+    assert len({lay for _, lay in out.splits}) == 4
+    assert out.rest_bound <= bounds[4]  # a bound of every split not listed
+    everything = least_splits(shape, lc, len(bounds) + 1, time.perf_counter() + 60)
+    assert len(everything.splits) == len(bounds) and everything.rest_bound == math.inf
+
+
+@pytest.mark.parametrize("case", SMALL_SHAPES, ids=str)
+def test_enumeration_below_a_threshold_lists_exactly_those_splits(case):
+    shape, lc = _shape(*case)
+    every = {lay: quick_bound(shape, lc, lay) for lay in _all_splits(shape, case[3])}
+    threshold = sorted(every.values())[len(every) // 3]
+    enum = enumerate_partitions(shape, lc, threshold)
+    assert enum.rest_bound is None
+    assert sorted(enum.candidates) == sorted((b, lay) for lay, b in every.items() if b < threshold)
 
 
 def test_fixed_list_reproduces_evaluator_and_simulator_on_hardware():

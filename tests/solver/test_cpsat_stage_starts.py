@@ -1,5 +1,6 @@
 """Per-stage warm-up depths for placements with several stages per device
-(``oracle.stage_limits``) and the list schedules they drive (``greedy-stages*`` starts)."""
+(``oracle.stage_limits``) and the list schedules they limit (the ``greedy-slack*-d*``
+starts)."""
 
 from __future__ import annotations
 
@@ -41,8 +42,8 @@ def test_a_depth_of_one_everywhere_runs_one_microbatch_at_a_time_per_stage():
 def test_stage_starts_are_valid_and_fit_the_cap(S, B, placement, cap, comm):
     pr = idealized_problem(S, B, placement, comm=comm, activation_cap=cap)
     pl = pr.fixed_placement
-    starts = [s for s in greedy_starts(pr, pl) if s.name.startswith("greedy-stages")]
-    assert starts, "a capped placement with several stages per device gets stage starts"
+    starts = [s for s in greedy_starts(pr, pl) if s.name.startswith("greedy-slack") and "-d" in s.name]
+    assert starts, "a capped placement with several stages per device gets depth-limited starts"
     for s in starts:
         e = evaluate_known(pr, s)
         assert e.fits and memory_check(pr, s).fits
