@@ -609,10 +609,20 @@ def asym_partition_section(ap: pd.DataFrame | None) -> list[str]:
               + (f"; at S=4 on fast networks {_range(fast4.vs_chimera)} and {_range(fast4.vs_even_split)} "
                  f"(the paper: about 5 %; the hand-picked 1:2 split: {_range(fast4.asym_vs_chimera)})"
                  if len(fast4) else "") + " (positive: faster).",
+              *([f"- Finding 4b with the split searched: at S=4 on fast networks the split alone gains "
+                 f"{_by_b(fast4, 'vs_even_split')} over the even split (the paper: about 5 % for its variant); the "
+                 f"two directions take the same split in {int(fast4.layers_down.eq(fast4.layers_up).sum())} of "
+                 f"{len(fast4)} (docs/partition.md: what kind of split wins and why)."]
+                if len(fast4) else []),
               f"- The even split was the best found in {int(even.sum())} of {len(ap)} instances; proven gaps "
               f"{_range(ap.gap)}" + (lambda w: f" (largest: {w.system}, S={w.stages}, B={w.microbatches})")(
                   ap.loc[ap.gap.idxmax()]) + "."]
     return lines
+
+
+def _by_b(frame: pd.DataFrame, column: str) -> str:
+    """``column``'s range per number of microbatches, e.g. "6.6% (B=8), 4.0% to 4.2% (B=16)"."""
+    return ", ".join(f"{_range(g[column])} (B={b})" for b, g in frame.groupby("microbatches"))
 
 
 def _cell(text: str) -> str:

@@ -465,10 +465,11 @@ def _search_fixed(problem: Problem, placement: Placement, config: CpSatConfig, k
     state = SearchState(best, lb, config, t0)
     rows: list = []
     t = time.perf_counter()
-    if mode == "bound" or not shared_capped(fixed, placement):
-        share = 1.0 if mode == "bound" else config.bound_share
-        bound_phase(fixed, placement, config, state, clock.budget(share), rows, leave_early=mode != "bound")
-        phases.append(PhaseRecord("bound", round(time.perf_counter() - t, 3), tuple(rows)))
+    share = 1.0 if mode == "bound" else config.bound_share
+    if mode != "bound" and shared_capped(fixed, placement):
+        share = min(share, SHARED_CAPPED_BOUND_SHARE)
+    bound_phase(fixed, placement, config, state, clock.budget(share), rows, leave_early=mode != "bound")
+    phases.append(PhaseRecord("bound", round(time.perf_counter() - t, 3), tuple(rows)))
     if mode != "bound" and not state.should_stop():
         rows = []
         t = time.perf_counter()
@@ -480,12 +481,15 @@ def _search_fixed(problem: Problem, placement: Placement, config: CpSatConfig, k
                   state.families, state.stopped_by if not state.done else None)
 
 
+# the bound phase's share of a search where a capped device holds several stages
+SHARED_CAPPED_BOUND_SHARE = 0.2
+
+
 def shared_capped(problem: Problem, placement: Placement) -> bool:
     """Whether a device with a memory cap holds several stages. There the model keeps a
-    memory cumulative of variable-size lifetimes, under which tightening probes rarely
-    prove anything in a search's time (bidirectional S=8, B=32, cap 8: a probe at the
-    bound ran 10 s of 20 without an answer), so ``search`` gives all its time to the
-    search phase; the analytic bound sees the memory there (``bounds._fill_drain_bound``)."""
+    memory cumulative of variable-size lifetimes, under which tightening probes prove
+    little in a search's time, so ``search`` gives them ``SHARED_CAPPED_BOUND_SHARE`` of
+    it instead of ``bound_share`` (docs/cpsat.md has the measurements)."""
     return any(problem.cap(d) is not None and len(placement.stages_on(d)) > 1
                for d in range(placement.num_devices))
 

@@ -213,3 +213,14 @@ def test_the_model_stands_without_seeds():
     assert res.status in ("feasible", "optimal") and not res.known
     assert res.schedule is not None and res.lower_bound <= res.makespan
     assert all(simulate(res.schedule, problem.costs).fits_memory)
+
+
+def test_shared_capped_devices_are_those_with_a_cap_and_several_stages():
+    from pipetab.solver.cpsat.modes import shared_capped
+
+    def shared(placement, cap):
+        pr = idealized_problem(4, 8, placement, activation_cap=cap)
+        return shared_capped(pr, pr.fixed_placement)
+
+    assert shared("bidirectional", 4) and shared("v", 4)
+    assert not shared("linear", 4) and not shared("bidirectional", None)
