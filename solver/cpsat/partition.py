@@ -660,7 +660,9 @@ def _solve_free(shape, layer_costs, config, run, known) -> PartitionSearch:
     if enum.rest_bound is not None:  # splits neither enumerated nor listed by least_splits
         bounds.append(max(enum.rest_bound, least.rest_bound or 0))
     enum = replace(enum, enumerated=enumerated)
-    label = (f"partition free: {len(least.splits)} splits of least work-and-chain bound found by CP-SAT, "
+    n_least = len(least.splits)
+    label = (f"partition free: {n_least} split{'' if n_least == 1 else 's'} of least work-and-chain bound found "
+             "by CP-SAT, "
              f"{enum.enumerated} splits enumerated, {len(enum.candidates)} below the incumbent "
              f"by their work bound, {searched} searched with the split fixed (least bound first), the rest pruned by "
              "bound"
