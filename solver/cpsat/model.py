@@ -105,7 +105,9 @@ class CpSatModel:
     the makespan objective); ``makespan_lb`` an already-known lower bound of the objective;
     ``objective_cap``: only schedules whose objective is at most this (a tightening probe
     of the period; for the makespan the horizon says it). ``deadline`` (``perf_counter``
-    time): building past it raises ``BuildTimeout``."""
+    time): building past it raises ``BuildTimeout``. ``mirror``: op pairs that start
+    together (``mirror.mirror_pairs``) — a restriction, so such a model's bound is not a
+    bound of the problem."""
 
     def __init__(
         self,
@@ -117,6 +119,7 @@ class CpSatModel:
         makespan_lb: int = 0,
         objective_cap: int | None = None,
         deadline: float | None = None,
+        mirror=None,
     ):
         self.problem = problem
         self.config = config
@@ -169,6 +172,10 @@ class CpSatModel:
         C.add_makespan(m, v, orders, fifo=self.fifo)
         if problem.objective == "period":
             C.add_period(m, v, orders, fifo=self.fifo)
+        if mirror:
+            for a, b in mirror:
+                m.add(v.op_start(a) == v.op_start(b))
+            self.applied.append("mirror (a restriction)")
         set_objective(m, v, objective_cap)
         self.build_s = time.perf_counter() - t0
 

@@ -24,6 +24,7 @@ from .config import CpSatConfig
 from .constraints import devices_identical
 from .incumbent import checked, hint_incumbent
 from .justify import justify, precedence_graph
+from .mirror import mirror_pairs
 from .model import CpSatModel
 from .oracle import (KnownEval, evaluate_known, greedy_schedule, microbatch_spacing, relabel_microbatches,
                      stage_limits, warmup_depths)
@@ -473,7 +474,7 @@ def _search_fixed(problem: Problem, placement: Placement, config: CpSatConfig, k
     if mode != "bound" and not state.should_stop():
         rows = []
         t = time.perf_counter()
-        search_phase(fixed, placement, config, state, clock.budget(1.0), rows)
+        search_phase(fixed, placement, config, state, clock.budget(1.0), rows, mirror_pairs(fixed, placement))
         phases.append(PhaseRecord("search", round(time.perf_counter() - t, 3), tuple(rows)))
     incumbent, bound = state.snapshot()
     status = "optimal" if bound >= incumbent.makespan else "feasible"

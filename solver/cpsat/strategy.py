@@ -247,22 +247,26 @@ def proof_config(config: CpSatConfig) -> CpSatConfig:
 
 
 def build_model(problem: Problem, placement: Placement, config: CpSatConfig, cap: int, bound: int,
-                deadline: float | None = None) -> CpSatModel:
+                deadline: float | None = None, mirror=None) -> CpSatModel:
     """The model of the schedules whose objective is at most ``cap`` (for the makespan
     the horizon; for the period ``period_horizon`` of it bounds every time), the
     objective at least ``bound``. Building past ``deadline`` raises ``BuildTimeout``."""
     if problem.objective == "makespan":
-        return CpSatModel(problem, config, placement, cap, makespan_lb=bound, deadline=deadline)
+        return CpSatModel(problem, config, placement, cap, makespan_lb=bound, deadline=deadline, mirror=mirror)
     return CpSatModel(problem, config, placement, period_horizon(problem, placement, cap), makespan_lb=bound,
-                      objective_cap=cap, deadline=deadline)
+                      objective_cap=cap, deadline=deadline, mirror=mirror)
 
 
 def search_phase(problem: Problem, placement: Placement, config: CpSatConfig, state: SearchState,
-                 budget: Budget, rows: list) -> None:
+                 budget: Budget, rows: list, mirror=None) -> None:
     """The model hinted with the incumbent until the budget is spent; a solve that finds
     nothing better for ``STALL_SHARE`` of the budget restarts from the incumbent with the
-    next of ``search_configs`` and the next seed (not under a deterministic limit)."""
+    next of ``search_configs`` and the next seed (not under a deterministic limit). With
+    ``mirror`` pairs (``mirror.mirror_pairs``) the mirror-restricted model gets the first
+    ``MIRROR_SHARE`` of the budget: its schedules count, its bound does not."""
     configs = search_configs(config)
+    if mirror and not state.should_stop() and budget.room(state.build_s):
+        _mirror_solve(problem, placement, configs[0], state, budget, rows, mirror)
     stall_s = max(2.0, budget.left() * STALL_SHARE)
     attempt = 0
     while not state.should_stop() and budget.room(state.build_s):
@@ -284,6 +288,27 @@ def search_phase(problem: Problem, placement: Placement, config: CpSatConfig, st
         if not raw.stalled or budget.left() < stall_s / 2:
             break  # finished, or too little time for a restart to get past presolve
         attempt += 1
+
+
+# share of the search phase the mirror-restricted model gets first, where it applies
+MIRROR_SHARE = 0.5
+
+
+def _mirror_solve(problem, placement, config, state, budget, rows, mirror) -> None:
+    """One solve of the mirror-restricted model for ``MIRROR_SHARE`` of ``budget``, hinted
+    with the incumbent; its schedule is offered (re-checked), its bound dropped."""
+    incumbent, bound = state.snapshot()
+    model = _built(state, lambda: build_model(problem, placement, config, incumbent.makespan, bound,
+                                              deadline=budget.end(), mirror=mirror))
+    if model is None:
+        return
+    hint_incumbent(model, problem, incumbent)
+    wall, det = budget.limits()
+    wall, det = wall * MIRROR_SHARE, None if det is None else det * MIRROR_SHARE
+    raw = model.solve(wall, det, stop=StopSignal(state, deadline=budget.end()), on_solution=state.improved)
+    budget.charge(raw, len(problem.ops))
+    rows.append(solve_record("search (mirror)", config, None, raw))
+    state.offer(solution_of(problem, model, raw))
 
 
 def bound_phase(problem: Problem, placement: Placement, config: CpSatConfig, state: SearchState,
@@ -336,7 +361,7 @@ def _built(state: "SearchState", build) -> CpSatModel | None:
         state.build_timeouts += 1
         return None
     state.build_s = max(state.build_s, model.build_s)
-    state.families = state.families or tuple(model.applied)
+    state.families = state.families or tuple(a for a in model.applied if not a.startswith("mirror"))
     return model
 
 
