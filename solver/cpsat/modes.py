@@ -474,7 +474,8 @@ def _search_fixed(problem: Problem, placement: Placement, config: CpSatConfig, k
     if mode != "bound" and not state.should_stop():
         rows = []
         t = time.perf_counter()
-        search_phase(fixed, placement, config, state, clock.budget(1.0), rows, mirror_pairs(fixed, placement))
+        mirror = mirror_pairs(fixed, placement) if shared_capped(fixed, placement) else None
+        search_phase(fixed, placement, config, state, clock.budget(1.0), rows, mirror)
         phases.append(PhaseRecord("search", round(time.perf_counter() - t, 3), tuple(rows)))
     incumbent, bound = state.snapshot()
     status = "optimal" if bound >= incumbent.makespan else "feasible"
@@ -487,12 +488,19 @@ SHARED_CAPPED_BOUND_SHARE = 0.2
 
 
 def shared_capped(problem: Problem, placement: Placement) -> bool:
-    """Whether a device with a memory cap holds several stages. There the model keeps a
-    memory cumulative of variable-size lifetimes, under which tightening probes prove
-    little in a search's time, so ``search`` gives them ``SHARED_CAPPED_BOUND_SHARE`` of
-    it instead of ``bound_share`` (docs/cpsat.md has the measurements)."""
-    return any(problem.cap(d) is not None and len(placement.stages_on(d)) > 1
-               for d in range(placement.num_devices))
+    """Whether a device holds several stages under a memory cap that can bind (below all
+    of its microbatches' activations at once). There the model keeps a memory cumulative
+    of variable-size lifetimes, under which tightening probes prove little in a search's
+    time, so ``search`` gives them ``SHARED_CAPPED_BOUND_SHARE`` of it instead of
+    ``bound_share``, and the mirror-restricted solve its half of the rest (docs/cpsat.md
+    has the measurements)."""
+    counts = {p: len(ms) for p, ms in problem.pipeline_microbatches.items()}
+    for d in range(placement.num_devices):
+        held, cap = placement.stages_on(d), problem.cap(d)
+        if len(held) > 1 and cap is not None:
+            if cap < sum(problem.costs.activation[k] * counts[k[0]] for k in held) - 1e-9:
+                return True
+    return False
 
 
 def _finish(problem, mode, status, schedule, value, bound, t0, t_first, assumptions, message, evals, config,

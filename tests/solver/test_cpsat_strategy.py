@@ -215,7 +215,7 @@ def test_the_model_stands_without_seeds():
     assert all(simulate(res.schedule, problem.costs).fits_memory)
 
 
-def test_shared_capped_devices_are_those_with_a_cap_and_several_stages():
+def test_shared_capped_devices_are_those_with_a_binding_cap_and_several_stages():
     from pipetab.solver.cpsat.modes import shared_capped
 
     def shared(placement, cap):
@@ -224,3 +224,4 @@ def test_shared_capped_devices_are_those_with_a_cap_and_several_stages():
 
     assert shared("bidirectional", 4) and shared("v", 4)
     assert not shared("linear", 4) and not shared("bidirectional", None)
+    assert not shared("bidirectional", 8)  # 4 microbatches per direction x 2 stages: 8 never binds
