@@ -366,7 +366,7 @@ def least_splits(shape: Problem, layer_costs: LayerCosts, count: int, deadline: 
         if status == cp_model.INFEASIBLE:
             return LeastSplits(tuple(found), math.inf)  # every split is listed
         b = solver.best_objective_bound
-        if math.isfinite(b):
+        if math.isfinite(b) and b > 0:
             rest = max(rest or 0, int(math.ceil(b - 1e-9)))
         if status != cp_model.OPTIMAL:
             break
