@@ -18,13 +18,6 @@ from .problem import Problem
 from .variables import heads_tails, lifetime_min, successors
 
 
-def _pipeline_counts(problem: Problem) -> dict[int, int]:
-    n: dict[int, int] = defaultdict(int)
-    for p in problem.microbatch2pipeline:
-        n[p] += 1
-    return n
-
-
 def analytic_lower_bound(problem: Problem, placement: Placement | None) -> tuple[int, str]:
     """The largest of: the chain of one microbatch with its stage-0 ops serialized; each
     device's load plus least head and tail (fixed placement); total work over devices
@@ -37,7 +30,7 @@ def analytic_lower_bound(problem: Problem, placement: Placement | None) -> tuple
     D = problem.num_devices
     opts = [problem.optimizer(d) for d in range(D)]
     min_opt = min(opts) if opts else 0
-    counts = _pipeline_counts(problem)
+    counts = problem.pipeline_counts
     rel = problem.release_kind
     best, why = max(opts, default=0), "optimizer time"
 
@@ -71,7 +64,7 @@ def analytic_lower_bound(problem: Problem, placement: Placement | None) -> tuple
                     tails[d] = min(tails.get(d, tail[op]), tail[op])
         for d, ld in load.items():
             take(heads[d] + ld + tails[d] + opts[d], f"load of device {d}")
-            take(_fill_drain_bound(problem, placement, d, ld, head, tail, counts) + min_opt,
+            take(_fill_drain_bound(problem, placement, d, ld, head, tail) + min_opt,
                  f"load of device {d} with its memory-bound fill and drain")
         for p, n in counts.items():
             fit = problem.activations_fit(problem.cap(placement.device(p, 0)), p, 0)
@@ -98,7 +91,7 @@ def analytic_lower_bound(problem: Problem, placement: Placement | None) -> tuple
 
 
 def _fill_drain_bound(problem: Problem, placement: Placement, d: int, load: int,
-                      head: dict[Op, int], tail: dict[Op, int], counts: dict[int, int]) -> int:
+                      head: dict[Op, int], tail: dict[Op, int]) -> int:
     """Device ``d``'s load with the idle its memory forces at both ends (0 when the
     argument gives nothing). Let e be the earliest start of a backward (B or W) on d and
     r the least tail of a forward on d; T = the makespan less the optimizer. Before e the
@@ -111,17 +104,17 @@ def _fill_drain_bound(problem: Problem, placement: Placement, d: int, load: int,
     the two windows are disjoint and the device works at most T - r - e between them:
     T >= e + r + load - fill - drain."""
     keys = placement.stages_on(d)
-    fwd = [Op(Kind.F, p, s, 0) for p, s in keys if counts.get(p)]
-    back = [Op(k, p, s, 0) for p, s in keys if counts.get(p) for k in problem.kinds if k is not Kind.F]
-    if not fwd or not back:
+    if not keys:
         return 0
+    fwd = [Op(Kind.F, p, s, 0) for p, s in keys]
+    back = [Op(k, p, s, 0) for p, s in keys for k in problem.kinds if k is not Kind.F]
     e = min(head[op] for op in back)
     r = min(tail[op] for op in fwd)
     first = min(head[op] for op in fwd + back)
     fill = e - first
     drain = r - min(tail[op] for op in back)
     cap = problem.cap(d)
-    acts = [problem.costs.activation[k] for k in keys if counts.get(k[0])]
+    acts = [problem.costs.activation[k] for k in keys]
     if cap is not None and min(acts) > 0:
         k = int(math.floor(cap / min(acts) + 1e-9))
         fill = min(fill, k * max(problem.duration(op) for op in fwd))
@@ -149,7 +142,7 @@ def _period_lower_bound(problem: Problem, placement: Placement | None) -> tuple[
         load[placement.device(op.pipeline, op.stage)] += problem.duration(op)
     best, why = 0, ""
     head, _ = heads_tails(problem, placement)
-    counts = _pipeline_counts(problem)
+    counts = problem.pipeline_counts
     for d, ld in load.items():
         idle = 0
         held = placement.stages_on(d)

@@ -52,5 +52,3 @@ def mirror_pairs(problem: Problem, placement: Placement) -> list[tuple[Op, Op]] 
     return [(Op(k, 0, s, m0), Op(k, 1, s, m1)) for s in range(n) for k in problem.kinds
             for m0, m1 in zip(mbs[0], mbs[1])]
 
-
-__all__ = ["mirror_pairs"]

@@ -466,15 +466,16 @@ def _search_fixed(problem: Problem, placement: Placement, config: CpSatConfig, k
     state = SearchState(best, lb, config, t0)
     rows: list = []
     t = time.perf_counter()
+    shared = mode != "bound" and shared_capped(fixed, placement)
     share = 1.0 if mode == "bound" else config.bound_share
-    if mode != "bound" and shared_capped(fixed, placement):
+    if shared:
         share = min(share, SHARED_CAPPED_BOUND_SHARE)
     bound_phase(fixed, placement, config, state, clock.budget(share), rows, leave_early=mode != "bound")
     phases.append(PhaseRecord("bound", round(time.perf_counter() - t, 3), tuple(rows)))
     if mode != "bound" and not state.should_stop():
         rows = []
         t = time.perf_counter()
-        mirror = mirror_pairs(fixed, placement) if shared_capped(fixed, placement) else None
+        mirror = mirror_pairs(fixed, placement) if shared else None
         search_phase(fixed, placement, config, state, clock.budget(1.0), rows, mirror)
         phases.append(PhaseRecord("search", round(time.perf_counter() - t, 3), tuple(rows)))
     incumbent, bound = state.snapshot()
@@ -494,11 +495,11 @@ def shared_capped(problem: Problem, placement: Placement) -> bool:
     time, so ``search`` gives them ``SHARED_CAPPED_BOUND_SHARE`` of it instead of
     ``bound_share``, and the mirror-restricted solve its half of the rest (docs/cpsat.md
     has the measurements)."""
-    counts = {p: len(ms) for p, ms in problem.pipeline_microbatches.items()}
     for d in range(placement.num_devices):
         held, cap = placement.stages_on(d), problem.cap(d)
         if len(held) > 1 and cap is not None:
-            if cap < sum(problem.costs.activation[k] * counts[k[0]] for k in held) - 1e-9:
+            every = sum(problem.costs.activation[k] * problem.pipeline_counts[k[0]] for k in held)
+            if cap < every - 1e-9:
                 return True
     return False
 

@@ -384,16 +384,9 @@ def stage_limits(problem: Problem, placement: Placement, scale: float) -> dict[t
     pipeline's microbatches on its device when that device is busy, at least 1; where a
     device's depths together need more than its memory cap, all of them shrink in
     proportion, so the list schedule cannot fill the memory and stall."""
-    counts = [0] * problem.num_pipelines
-    for p in problem.microbatch2pipeline:
-        counts[p] += 1
-    work: dict[int, int] = defaultdict(int)
-    for p, s in problem.stages:
-        work[placement.device(p, s)] += counts[p] * sum(problem.duration(Op(k, p, s, 0)) for k in problem.kinds)
+    counts, work = problem.pipeline_counts, device_work(problem, placement)
     out = {}
     for p, s in problem.stages:
-        if not counts[p]:
-            continue
         gap = work[placement.device(p, s)] / counts[p]
         out[(p, s)] = max(1, math.ceil(scale * residency(problem, placement, p, s) / gap))
     act = problem.costs.activation
@@ -407,16 +400,22 @@ def stage_limits(problem: Problem, placement: Placement, scale: float) -> dict[t
     return out
 
 
+def device_work(problem: Problem, placement: Placement) -> dict[int, int]:
+    """Each device's total op time over all microbatches."""
+    work: dict[int, int] = defaultdict(int)
+    for p, s in problem.stages:
+        work[placement.device(p, s)] += problem.pipeline_counts[p] * sum(
+            problem.duration(Op(k, p, s, 0)) for k in problem.kinds)
+    return work
+
+
 def microbatch_spacing(problem: Problem, placement: Placement) -> dict[int, float]:
     """Per pipeline, the busiest device's work per microbatch of that pipeline: how far
     apart its microbatches pass when that device never idles (linear F=1, B=2: 3 slots;
     bidirectional: 6, its devices serve both directions)."""
-    counts = {p: len(ms) for p, ms in problem.pipeline_microbatches.items()}
-    work: dict[int, int] = defaultdict(int)
-    for p, s in problem.stages:
-        work[placement.device(p, s)] += counts[p] * sum(problem.duration(Op(k, p, s, 0)) for k in problem.kinds)
+    work = device_work(problem, placement)
     return {p: max(work[placement.device(p, s)] for s in range(problem.num_stages[p])) / n
-            for p, n in counts.items() if n}
+            for p, n in problem.pipeline_counts.items()}
 
 
 def _successors(op: Op, num_stages: int, split: bool) -> list[Op]:

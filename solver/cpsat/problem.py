@@ -282,12 +282,16 @@ class Problem:
 
     @cached_property
     def pipeline_microbatches(self) -> dict[int, tuple[int, ...]]:
-        """Each pipeline's microbatches, in order (empty for a pipeline that carries none:
-        bidirectional with fewer microbatches than stages)."""
-        by: dict[int, list[int]] = {p: [] for p in range(self.num_pipelines)}
+        """Each pipeline's microbatches, in order."""
+        by: dict[int, list[int]] = {}
         for m, p in enumerate(self.microbatch2pipeline):
             by.setdefault(p, []).append(m)
         return {p: tuple(ms) for p, ms in by.items()}
+
+    @cached_property
+    def pipeline_counts(self) -> dict[int, int]:
+        """Each pipeline's number of microbatches."""
+        return {p: len(ms) for p, ms in self.pipeline_microbatches.items()}
 
     def optimizer(self, device: int) -> int:
         t = self.costs.optimizer_time

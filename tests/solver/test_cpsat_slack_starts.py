@@ -39,8 +39,13 @@ def test_slack_starts_are_valid_and_fit_the_cap(S, B, placement, cap, comm):
 @pytest.mark.parametrize("S, B, cap, optimum", [(8, 32, 8, 108), (16, 64, 16, 220)])
 def test_a_slack_start_meets_the_fill_and_drain_bound(S, B, cap, optimum):
     """Bidirectional under a cap of S, C=0: a least-slack list schedule reaches the
-    analytic bound (device S/2 - 1's load with its memory-bound fill and drain, hand-worked
-    for S=8 in test_cpsat_fill_drain.py), so it is optimal. Chimera takes 126 and 262."""
+    analytic bound (device S/2 - 1's load with its memory-bound fill and drain), so it is
+    optimal. Chimera takes 126 and 262. The bounds by hand: S=8 in
+    test_cpsat_fill_drain.py; S=16, device 7 (down stage 7, up stage 8), load 32 x 2 x 3 =
+    192: the first backward at 30 (up stage 8: forwards to 16, backwards 15..9 take 14),
+    least forward tail 39 (up stage 8: 7 forwards + 16 backwards), least backward tail 14
+    (down stage 7); fill min(30 - 7, 16) = 16, drain min(39 - 14, 16 x 2) = 25:
+    30 + 39 + 192 - 41 = 220."""
     pr = idealized_problem(S, B, "bidirectional", activation_cap=cap)
     pl = pr.fixed_placement
     assert analytic_lower_bound(pr, pl)[0] == optimum
