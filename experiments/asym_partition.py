@@ -22,9 +22,9 @@ from pathlib import Path
 import pandas as pd
 
 from pipetab.schedules import registry
-from pipetab.solver.costs import hardware_costs
 from pipetab.solver.cpsat import CpSatConfig, idealized_problem
-from pipetab.solver.cpsat.partition import HardwareLayers, Partition, format_layers, solve_partition
+from pipetab.solver.cpsat.partition import Partition, format_layers, shape_schedule, solve_partition
+from pipetab.solver.pricing import HardwareLayers, hardware_costs
 from pipetab.solver.simulate import simulate
 
 OUT = Path(__file__).resolve().parent.parent / "docs" / "bench" / "asym_partition.csv"
@@ -54,7 +54,7 @@ def _sim(name: str, S: int, B: int, system: str) -> float:
 
 def run_one(system: str, S: int, B: int, limit: float, workers: int = 2, placement: str = "bidirectional") -> dict:
     shape = idealized_problem(S, B, placement)
-    lc = HardwareLayers(shape, system, MODEL, memory_cap=NO_CAP, rounding="down")
+    lc = HardwareLayers(shape_schedule(shape), system, MODEL, memory_cap=NO_CAP, rounding="down")
     t = time.perf_counter()
     out = solve_partition(shape, lc, Partition("free"), CpSatConfig(time_limit_s=limit, workers=workers))
     wall = time.perf_counter() - t

@@ -35,7 +35,7 @@ from pathlib import Path
 import ortools
 
 from pipetab.schedules import registry
-from pipetab.solver.costs import hardware_costs, slot_costs
+from pipetab.solver.pricing import hardware_costs, slot_costs
 from pipetab.solver.cpsat import CpSatConfig, Problem, evaluate, idealized_problem, search
 from pipetab.schedules.table import SlotDurations
 

@@ -46,7 +46,7 @@ def run(question, cpsat_shapes: int) -> dict:
         c = result.configurations[0]
         s = c.shape
         row.update(best=c.label if c.fits else f"{c.label} (does not fit)", pp=s.pp, tp=s.tp, dp=s.dp,
-                   microbatch_size=s.microbatch_size, microbatches=s.microbatches, recompute=s.recompute,
+                   microbatch_size=s.microbatch_size, microbatches=s.microbatches, recompute=str(s.recompute),
                    step_s=round(c.step_time_s, 3), mfu=round(c.mfu, 4),
                    peak_gib=round(c.peak_memory_bytes / 2**30, 2), capacity_gib=round(c.capacity_bytes / 2**30, 2))
     return row

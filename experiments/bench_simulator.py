@@ -39,7 +39,7 @@ from pipetab.schedules.metrics import table_metrics
 from pipetab.schedules.registry import generate
 from pipetab.schedules.table import SlotDurations, layout
 from pipetab.schedules.validate import validate
-from pipetab.solver.costs import slot_costs
+from pipetab.solver.pricing import slot_costs
 from pipetab.solver.simulate import simulate
 from pipetab.solver.trace import write_chrome_trace
 
@@ -157,7 +157,7 @@ import json, resource, sys, time
 t0 = time.perf_counter()
 from pipetab.schedules.registry import generate
 from pipetab.schedules.table import SlotDurations
-from pipetab.solver.costs import slot_costs
+from pipetab.solver.pricing import slot_costs
 from pipetab.solver.simulate import simulate
 t1 = time.perf_counter()
 s = generate("1f1b", 128, 8192)

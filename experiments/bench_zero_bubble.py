@@ -51,7 +51,8 @@ from pipetab.schedules.evaluate import asap
 from pipetab.schedules.ops import Kind
 from pipetab.schedules.schedule import Schedule
 from pipetab.hardware import profile as hardware_profile
-from pipetab.solver.costs import Costs, profile_costs
+from pipetab.solver.costs import Costs
+from pipetab.solver.pricing import profile_costs
 from pipetab.solver.cpsat import CpSatConfig, Problem, search
 from pipetab.solver.cpsat.oracle import memory_check
 from pipetab.solver.periodic import min_period, repeated_simulation, span_period

@@ -77,7 +77,7 @@ def fig2(results: Path, name: str = "chimera", stages: int = 4, microbatches: in
     """Fig. 2-like: the simulated timeline of one schedule on one system, drawn from the
     execution graph (transfers as arrows, optimizer steps grey); also a Chrome trace."""
     from pipetab.schedules import registry
-    from pipetab.solver.costs import hardware_costs
+    from pipetab.solver.pricing import hardware_costs
     from pipetab.plot import plot_timeline
     from pipetab.solver.simulate import simulate
     from pipetab.solver.trace import write_chrome_trace

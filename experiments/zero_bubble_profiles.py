@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pipetab.hardware.context import Context
 from pipetab.hardware.layer import (
     activation_bytes_per_layer,
     stage_params_per_gpu,
@@ -35,8 +36,9 @@ def preset_name(model: str) -> str:
 def profile_text(model_name: str, gpus: int, mb: int, layers: int, m: int, times) -> str:
     model = load_model(model_name)
     t_f, t_b, t_w, t_comm = times
-    act = layers * activation_bytes_per_layer(model, mb)
-    part = layers * weight_memory_bytes_per_layer(model, mb)
+    ctx = Context(microbatch_size=mb)
+    act = layers * activation_bytes_per_layer(model, ctx)
+    part = layers * weight_memory_bytes_per_layer(model, ctx)
     persistent = stage_params_per_gpu(model, layers, False, False) * model.bytes_per_param_state
     size = model_name.split("_")[1].replace("p", ".").upper()
     return f"""\

@@ -4,10 +4,12 @@
 - ``model``: ``TransformerModel`` (decoder families: GQA, SwiGLU, RMSNorm, tied
   embeddings; parameter counts) and ``partition``.
 - ``layer``: per-layer FLOPs, activation bytes, M_W and traffic per GPU.
-- ``parallel``: ``Parallel`` (tensor / data parallelism, ZeRO) and ``Layout`` (which GPUs
-  and links a stage's collectives and messages use).
+- ``context``: ``Context`` (every parallel and batching decision of a run: PP, TP, DP,
+  sequence parallelism, ZeRO, overlap, microbatch size, global batch, sequence length,
+  recomputation) and ``Recompute``.
+- ``parallel``: ``Topology`` (which GPUs and links a stage's collectives and messages use).
 - ``costs``: ``stage_cost``, collectives, optimizer; ``schedule_costs(schedule, system,
-  model, parallel=...)`` costs every stage of a schedule.
+  model, context)`` costs every stage of a schedule.
 - ``profile``: measured op times (``Profile``, ``load_profile``); ``calibrate``: a system's
   efficiencies fitted to a profile.
 - ``loaders``: presets as TOML files (``load_system``, ``load_model``, ``list_*``).
@@ -15,8 +17,8 @@
 ``hardware`` imports ``schedules`` only, never ``solver`` or OR-Tools.
 """
 
+from .context import Context, Recompute
 from .costs import (
-    RECOMPUTE,
     AllReduce,
     ScheduleCosts,
     StageCost,
@@ -46,12 +48,12 @@ from .loaders import (
 from .calibrate import Calibration, calibrate, system_to_toml
 from .layer import model_flops_per_sequence
 from .model import TransformerModel, partition
-from .parallel import Layout, Parallel
+from .parallel import Topology
 from .profile import Profile, StageProfile, load_profile, profile_to_toml
 from .system import Device, Link, System
 
 __all__ = [
-    "RECOMPUTE", "AllReduce", "Calibration", "Device", "Layout", "Link", "Parallel", "PresetInfo",
+    "AllReduce", "Calibration", "Context", "Device", "Link", "PresetInfo", "Recompute", "Topology",
     "Profile", "StageProfile", "calibrate", "load_profile", "profile_to_toml", "system_to_toml", "ScheduleCosts", "StageCost",
     "System", "TransformerModel", "activation_bytes_per_layer", "allreduce_time",
     "attention_core_flops", "head_forward_flops", "layer_forward_flops",

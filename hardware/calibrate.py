@@ -22,7 +22,8 @@ from dataclasses import dataclass, replace
 
 from .costs import stage_cost
 from .model import TransformerModel, partition
-from .parallel import Layout, Parallel
+from .context import Context
+from .parallel import Topology
 from .profile import Profile, toml_value
 from .system import Device, System
 
@@ -82,16 +83,17 @@ def calibrate(profile: Profile, model: TransformerModel, system: System, recompu
     if profile.microbatch_size is None:
         raise ValueError(f"profile {profile.name!r} gives no 'microbatch_size': calibrate needs it")
     stages = profile.num_stages or 1
-    parallel = Parallel(tp=profile.tp, dp=profile.dp)
-    layout = Layout(system, parallel, max(stages, 1))
-    mb, tokens = profile.microbatch_size, profile.microbatch_size * model.seq_len
+    # the profiled run's split, as pipetab modelled it before contexts had defaults
+    ctx = Context(tp=profile.tp, dp=profile.dp, sequence_parallel=False, zero=0,
+                  microbatch_size=profile.microbatch_size, seq_len=model.seq_len, recompute=recompute)
+    layout = Topology(system, ctx, max(stages, 1))
+    tokens = profile.microbatch_size * model.seq_len
     split = profile.split_backward
     ops = []  # (kind, measured, flops, traffic, collective)
     for d, layers in enumerate(_layers(profile, model, stages)):
         ends = not profile.uniform
-        cost = stage_cost(model, system.device, mb, layers, first=ends and d == 0,
-                          last=ends and d == stages - 1, recompute=recompute, split_backward=split,
-                          parallel=parallel, tp_link=layout.tp_link(d))
+        cost = stage_cost(model, system.device, ctx, layers, first=ends and d == 0,
+                          last=ends and d == stages - 1, split_backward=split, tp_link=layout.tp_link(d))
         measured = profile.stage(d)
         ops.append(("F", measured.forward_s, cost.flops_forward, cost.traffic_forward, cost.tp_comm_forward_s))
         ops.append(("B", measured.backward_s, cost.flops_backward, cost.traffic_backward, cost.tp_comm_backward_s))

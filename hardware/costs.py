@@ -11,11 +11,11 @@ two all-reduces of ``c*b*s*h`` bytes per layer in F and in B (four in B with ful
 recomputation), one more in the first stage's F (embedding) and the last stage's B (head).
 
 Messages between consecutive stages: ``b*s*h*c`` bytes over the pipeline link of the two
-devices (``Layout.pipeline_link``; ``system.link(src, dst)`` with one GPU per stage),
+devices (``Topology.pipeline_link``; ``system.link(src, dst)`` with one GPU per stage),
 Hockney time ``n/BW + L``; 0 s on one device.
 
 Persistent memory of a GPU: its parameters' weights, gradients and optimizer state
-(``Parallel.persistent_bytes``; ``params * bytes_per_param_state`` without ZeRO).
+(``Context.persistent_bytes``; ``params * bytes_per_param_state`` without ZeRO).
 
 Replicated stages (Chimera's two pipelines) all-reduce their gradients between the devices
 holding the same layers (ring, ascending devices, slowest hop). Each device then runs its
@@ -34,12 +34,10 @@ from typing import Sequence
 from pipetab.schedules.ops import Kind, Op
 from pipetab.schedules.schedule import Schedule
 
+from .context import Context, Recompute
 from .layer import (
-    RECOMPUTE,
     activation_bytes_per_layer,
     attention_core_flops,
-    check_mb,
-    check_recompute,
     embedding_forward_traffic,
     head_activation_bytes,
     head_forward_flops,
@@ -52,11 +50,11 @@ from .layer import (
     weight_memory_bytes_per_layer,
 )
 from .model import TransformerModel, partition
-from .parallel import Layout, Parallel, ring_time
+from .parallel import Topology, ring_time
 from .system import Device, Link, System
 
 __all__ = [
-    "RECOMPUTE", "AllReduce", "ScheduleCosts", "StageCost", "activation_bytes_per_layer",
+    "AllReduce", "ScheduleCosts", "StageCost", "activation_bytes_per_layer",
     "allreduce_time", "attention_core_flops", "head_forward_flops", "layer_forward_flops",
     "layer_forward_traffic", "message_bytes", "optimizer_time", "persistent_bytes",
     "ring_allreduce_time", "schedule_costs", "stage_cost", "weight_memory_bytes_per_layer",
@@ -140,37 +138,35 @@ class StageCost:
         return self.first_layer, self.first_layer + self.layers
 
 
-def stage_cost(model: TransformerModel, device: Device, mb: int, layers: int, *,
-               first: bool, last: bool, first_layer: int = 0, recompute: str = "none",
-               split_backward: bool = False, parallel: Parallel = Parallel(),
+def stage_cost(model: TransformerModel, device: Device, ctx: Context, layers: int, *,
+               first: bool, last: bool, first_layer: int = 0, split_backward: bool = False,
                tp_link: Link | None = None) -> StageCost:
-    """Costs of a stage of ``layers`` layers for a microbatch of ``mb`` sequences on one
-    GPU of a ``parallel.tp``-way group whose collectives run over ``tp_link``; ``first`` /
-    ``last`` add the embedding / LM head (formulas: ``hardware.layer`` and the module
-    docstring)."""
-    check_mb(mb)
-    check_recompute(recompute)
+    """Costs of a stage of ``layers`` layers for one microbatch on one GPU of the run
+    ``ctx`` (resolved: its microbatch size known) whose tensor-parallel collectives run
+    over ``tp_link``; ``first`` / ``last`` add the embedding / LM head (formulas:
+    ``hardware.layer`` and the module docstring)."""
     if not isinstance(layers, int) or isinstance(layers, bool) or layers < 0:
         raise ValueError(f"layers must be an integer >= 0, got {layers!r}")
-    t, sp = parallel.tp, parallel.sequence_parallel
+    t, recompute = ctx.tp, ctx.recompute
     if t > 1:
-        parallel.check(model)
+        ctx.check(model)
         if tp_link is None:
             raise ValueError(f"a tensor-parallel group of {t} GPUs needs the link its collectives use")
     flash = model.attention == "flash"
-    gemm, core = layers * layer_gemm_flops(model, mb, t), layers * attention_core_flops(model, mb, t)
-    head = head_forward_flops(model, mb, t) if last else 0
+    gemm, core = layers * layer_gemm_flops(model, ctx), layers * attention_core_flops(model, ctx)
+    head = head_forward_flops(model, ctx) if last else 0
     flops_f = gemm + core + head
     flash_extra = core // 2 if flash else 0  # the recomputed QK^T
-    extra_f = {"none": 0, "selective": 0 if flash else core, "full": gemm + core}[recompute]
-    layer_v = layers * layer_forward_traffic(model, mb, tp=t, sequence_parallel=sp)
-    traffic_f = (layer_v + (head_forward_traffic(model, mb, t) if last else 0)
-                 + (embedding_forward_traffic(model, mb) if first else 0))
-    extra_v = layer_v if recompute == "full" else 0
-    one = ring_time(message_bytes(model, mb), t, tp_link)  # one all-reduce of an activation
+    extra_f = {Recompute.NONE: 0, Recompute.SELECTIVE: 0 if flash else core, Recompute.FULL: gemm + core}[recompute]
+    layer_v = layers * layer_forward_traffic(model, ctx)
+    traffic_f = (layer_v + (head_forward_traffic(model, ctx) if last else 0)
+                 + (embedding_forward_traffic(model, ctx) if first else 0))
+    full = recompute is Recompute.FULL
+    extra_v = layer_v if full else 0
+    one = ring_time(message_bytes(model, ctx), t, tp_link)  # one all-reduce of an activation
     comm_f = one * (2 * layers + (1 if first else 0))
-    comm_b = one * ((4 if recompute == "full" else 2) * layers + (1 if last else 0))
-    tokens = mb * model.seq_len
+    comm_b = one * ((4 if full else 2) * layers + (1 if last else 0))
+    tokens = ctx.microbatch_size * model.seq_len  # type: ignore[operator]
     if split_backward:
         flops_b = gemm + 2 * core + flash_extra + head + extra_f
         flops_w = gemm + head
@@ -180,12 +176,12 @@ def stage_cost(model: TransformerModel, device: Device, mb: int, layers: int, *,
         flops_b, flops_w = 2 * flops_f + flash_extra + extra_f, 0
         traffic_b, traffic_w = 2 * traffic_f + extra_v, 0
         weight_s = 0.0
-    params = stage_params_per_gpu(model, layers, first, last, t)
-    msg = message_bytes(model, mb)
-    activation = layers * activation_bytes_per_layer(model, mb, recompute, tp=t, sequence_parallel=sp)
+    params = stage_params_per_gpu(model, layers, first, last, ctx)
+    msg = message_bytes(model, ctx)
+    activation = layers * activation_bytes_per_layer(model, ctx)
     if last:
-        activation += head_activation_bytes(model, mb, tp=t, sequence_parallel=sp)
-    weight_part = layers * weight_memory_bytes_per_layer(model, mb, recompute, tp=t, sequence_parallel=sp)
+        activation += head_activation_bytes(model, ctx)
+    weight_part = layers * weight_memory_bytes_per_layer(model, ctx)
     return StageCost(
         layers=layers,
         forward_s=device.compute_time(flops_f, traffic_f, tokens) + comm_f,
@@ -194,7 +190,7 @@ def stage_cost(model: TransformerModel, device: Device, mb: int, layers: int, *,
         fwd_message_bytes=0 if last else msg,
         bwd_message_bytes=0 if first else msg,
         activation_bytes=activation,
-        persistent_bytes=parallel.persistent_bytes(model, params),
+        persistent_bytes=ctx.persistent_bytes(model, params),
         flops_forward=flops_f,
         flops_backward=flops_b,
         flops_weight=flops_w,
@@ -241,22 +237,29 @@ class ScheduleCosts:
     ``persistent_bytes`` (sum over the stages it holds, each replica a separate copy, per
     GPU) and ``optimizer_s`` (the device's tail: data-parallel reduction, optimizer step,
     weight gather); ``allreduces`` the gradient all-reduces of replicated model parts.
-    ``system`` has one device per pipeline device (``Layout.pipeline_system``).
+    ``system`` has one device per pipeline device (``Topology.pipeline_system``);
+    ``context`` is the run's, resolved (microbatch size, global batch, sequence length).
     """
 
     schedule_name: str
     system: System
     model: TransformerModel
-    recompute: str
-    microbatch_size: int
+    context: Context
     split_backward: bool
     stage2device: tuple[tuple[int, ...], ...]
     stages: tuple[tuple[StageCost, ...], ...]
     persistent_bytes: tuple[int, ...]
     optimizer_s: tuple[float, ...]
     allreduces: tuple[AllReduce, ...]
-    parallel: Parallel = Parallel()
     dp_sync_s: tuple[float, ...] = ()
+
+    @property
+    def microbatch_size(self) -> int:
+        return self.context.microbatch_size  # type: ignore[return-value]
+
+    @property
+    def recompute(self) -> Recompute:
+        return self.context.recompute
 
     @property
     def num_devices(self) -> int:
@@ -295,11 +298,11 @@ class ScheduleCosts:
         return (
             f"{self.schedule_name} on {self.system.name} with {self.model.name}: "
             f"microbatch {self.microbatch_size} sequences, recompute {self.recompute}, "
-            f"{self.parallel.label}, max persistent {max(self.persistent_bytes) / 2**30:.3g} GiB/GPU"
+            f"{self.context.parallel_label}, max persistent {max(self.persistent_bytes) / 2**30:.3g} GiB/GPU"
         )
 
 
-def _allreduces(model: TransformerModel, stage2device, ranges, parallel: Parallel,
+def _allreduces(model: TransformerModel, stage2device, ranges, ctx: Context,
                 reduce_time) -> tuple[AllReduce, ...]:
     """Group the model's units (embedding, layers 0..L-1, LM head) by the tuple of stages
     holding them (one per pipeline); consecutive units with the same holders form one
@@ -330,7 +333,7 @@ def _allreduces(model: TransformerModel, stage2device, ranges, parallel: Paralle
         has_emb, has_head = -1 in unit_list, num_layers in unit_list
         start = layer_units[0] if layer_units else (0 if has_emb else num_layers)
         stop = layer_units[-1] + 1 if layer_units else start
-        params = stage_params_per_gpu(model, len(layer_units), has_emb, has_head, parallel.tp)
+        params = stage_params_per_gpu(model, len(layer_units), has_emb, has_head, ctx)
         devices = tuple(sorted({stage2device[p][s] for p, s in holders}))
         nbytes = params * model.bytes_per_grad
         out.append(AllReduce(holders, devices, (start, stop), has_emb, has_head, params,
@@ -346,10 +349,10 @@ def _exposed(total: float, window: float, layers: int, overlap: bool) -> float:
     return max(total - window, total / max(layers, 1))
 
 
-def _device_tail(layout: Layout, model: TransformerModel, device: int, params: int,
+def _device_tail(layout: Topology, model: TransformerModel, device: int, params: int,
                  stage_costs: list[StageCost], split: bool) -> tuple[float, float]:
     """(data-parallel sync seconds exposed, whole tail seconds) of one pipeline device."""
-    par = layout.parallel
+    par = layout.context
     opt = optimizer_time(layout.system.device, model, par.updated_params(params))
     d = par.dp
     if d == 1 or not stage_costs:
@@ -369,26 +372,21 @@ def _device_tail(layout: Layout, model: TransformerModel, device: int, params: i
 
 
 def schedule_costs(schedule: Schedule, system: System, model: TransformerModel,
-                   recompute: str = "none", *, parallel: Parallel | None = None,
-                   microbatch_size: int | None = None) -> ScheduleCosts:
-    """Cost every stage of ``schedule`` on ``system`` for ``model``.
+                   context: Context = Context()) -> ScheduleCosts:
+    """Cost every stage of ``schedule`` on ``system`` for ``model`` in the run ``context``.
 
     Each pipeline is the whole model: its layers are ``partition(schedule.stage_work[p],
     model.num_layers)``; its first stage holds the embedding, its last the LM head. A
-    schedule device is a tensor-parallel group of ``parallel.tp`` GPUs, the pipeline is
-    replicated ``parallel.dp`` ways (``hardware.parallel``; default: one GPU, one replica).
-    The microbatch size is ``microbatch_size`` sequences, by default ``global_batch /
-    (dp * num_microbatches)``. Model parts held by stages of several pipelines (Chimera)
-    are replicas and get a gradient all-reduce.
+    schedule device is a tensor-parallel group of ``context.tp`` GPUs, the pipeline is
+    replicated ``context.dp`` ways (``hardware.parallel``; default: one GPU, one replica).
+    The context is resolved for the schedule's microbatches (``Context.resolved``: by
+    default microbatches of ``global_batch / (dp * num_microbatches)`` sequences). Model
+    parts held by stages of several pipelines (Chimera) are replicas and get a gradient
+    all-reduce.
     """
-    check_recompute(recompute)
-    parallel = parallel or Parallel()
-    layout = Layout(system, parallel, schedule.num_devices)
-    if microbatch_size is None:
-        mb = model.microbatch_size(schedule.num_microbatches * parallel.dp)
-    else:
-        check_mb(microbatch_size)
-        mb = microbatch_size
+    ctx = context.resolved(model, schedule.num_microbatches)
+    model = ctx.apply(model)
+    layout = Topology(system, ctx, schedule.num_devices)
     stage2device = schedule.placement.stage2device
     stages, ranges = [], []
     for p, works in enumerate(schedule.stage_work):
@@ -396,9 +394,8 @@ def schedule_costs(schedule: Schedule, system: System, model: TransformerModel,
         starts = [0, *accumulate(counts)]
         ranges.append([(starts[s], starts[s + 1]) for s in range(len(counts))])
         stages.append(tuple(
-            stage_cost(model, system.device, mb, n, first=s == 0, last=s == len(counts) - 1,
-                       first_layer=starts[s], recompute=recompute,
-                       split_backward=schedule.split_backward, parallel=parallel,
+            stage_cost(model, system.device, ctx, n, first=s == 0, last=s == len(counts) - 1,
+                       first_layer=starts[s], split_backward=schedule.split_backward,
                        tp_link=layout.tp_link(stage2device[p][s]))
             for s, n in enumerate(counts)
         ))
@@ -418,14 +415,12 @@ def schedule_costs(schedule: Schedule, system: System, model: TransformerModel,
         schedule_name=schedule.name,
         system=layout.pipeline_system,
         model=model,
-        recompute=recompute,
-        microbatch_size=mb,
+        context=ctx,
         split_backward=schedule.split_backward,
         stage2device=stage2device,
         stages=tuple(stages),
-        persistent_bytes=tuple(parallel.persistent_bytes(model, n) for n in per_device_params),
+        persistent_bytes=tuple(ctx.persistent_bytes(model, n) for n in per_device_params),
         optimizer_s=tuple(t for _, t in tails),
-        allreduces=_allreduces(model, stage2device, ranges, parallel, reduce_time),
-        parallel=parallel,
+        allreduces=_allreduces(model, stage2device, ranges, ctx, reduce_time),
         dp_sync_s=tuple(s for s, _ in tails),
     )

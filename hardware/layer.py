@@ -1,10 +1,11 @@
 """What one transformer layer (and the embedding and LM head) costs per GPU for one microbatch.
 
-Notation: ``b`` sequences per microbatch, ``s`` sequence length, ``h`` hidden size, ``f``
+Every function takes the run's ``Context`` (``hardware.context``). Notation: ``b`` sequences
+per microbatch (``Context.microbatch_size``), ``s`` sequence length, ``h`` hidden size, ``f``
 MLP hidden size, ``a`` heads, ``kv`` the K/V width (``h * kv_heads / heads``), ``n`` MLP
 matrices (2 GELU, 3 SwiGLU), ``V`` vocabulary, ``c`` = ``model.bytes_per_param_compute``
 (2 = bf16), ``t`` the tensor-parallel degree. Counts are exact integers when ``t`` divides
-what it splits (``Parallel.check`` makes sure); a multiply-add is 2 FLOPs.
+what it splits (``Context.check`` makes sure); a multiply-add is 2 FLOPs.
 
 Tensor parallelism (Megatron-LM, Shoeybi et al. 2019): Q, K, V, the MLP's up/gate and the
 LM head are split by columns, the attention output and MLP down projections by rows, the
@@ -55,30 +56,20 @@ moves ``2 x`` (``1 + 1`` when split); ``"full"`` recomputation adds the forward 
 
 from __future__ import annotations
 
+from .context import Context, Recompute
 from .model import TransformerModel
 
-RECOMPUTE = ("none", "selective", "full")
 
-
-def check_recompute(recompute: str) -> None:
-    if recompute not in RECOMPUTE:
-        raise ValueError(f"recompute must be one of {', '.join(RECOMPUTE)}, got {recompute!r}")
-
-
-def check_mb(mb: int) -> None:
+def check_mb(mb: object) -> int:
+    """A microbatch size: an integer >= 1 sequences."""
     if not isinstance(mb, int) or isinstance(mb, bool) or mb < 1:
         raise ValueError(f"microbatch size must be an integer >= 1 sequences, got {mb!r}")
-
-
-def _tp(tp: int) -> None:
-    if not isinstance(tp, int) or isinstance(tp, bool) or tp < 1:
-        raise ValueError(f"tensor-parallel degree must be an integer >= 1, got {tp!r}")
+    return mb
 
 
 def kv_width_per_gpu(model: TransformerModel, tp: int = 1) -> int:
     """K (or V) width one GPU holds: ``kv / t``, at least one head (replicated when
     ``t > kv_heads``)."""
-    _tp(tp)
     return max(model.kv_heads // tp, 1) * model.head_dim  # type: ignore[operator]
 
 
@@ -86,11 +77,15 @@ def _split(value: int, tp: int) -> int:
     return -(-value // tp)  # ceil: what the busiest GPU holds
 
 
+def _mb(ctx: Context) -> int:
+    return check_mb(ctx.microbatch_size)
+
+
 # ---- parameters per GPU ---------------------------------------------------------------------
-def layer_params_per_gpu(model: TransformerModel, tp: int = 1) -> int:
+def layer_params_per_gpu(model: TransformerModel, ctx: Context = Context()) -> int:
     """Parameters of one layer on one GPU of a ``tp``-way group (norms and row-parallel
     biases replicated); ``model.layer_params`` at ``tp = 1``."""
-    h, f, n = model.hidden, model.ffn_hidden, model.mlp_matrices
+    h, f, n, tp = model.hidden, model.ffn_hidden, model.mlp_matrices, ctx.tp
     kv = kv_width_per_gpu(model, tp)
     matrices = _split(2 * h * h + n * h * f, tp) + 2 * h * kv  # type: ignore[operator]
     biases = (_split(h + (n - 1) * f, tp) + 2 * kv + 2 * h) if model.bias else 0  # type: ignore[operator]
@@ -98,42 +93,41 @@ def layer_params_per_gpu(model: TransformerModel, tp: int = 1) -> int:
     return matrices + biases + norms
 
 
-def stage_params_per_gpu(model: TransformerModel, layers: int, first: bool, last: bool, tp: int = 1) -> int:
+def stage_params_per_gpu(model: TransformerModel, layers: int, first: bool, last: bool,
+                         ctx: Context = Context()) -> int:
     """Parameters of a stage on one GPU (embedding and head split by vocabulary)."""
-    table = _split(model.vocab, tp) * model.hidden
-    return layers * layer_params_per_gpu(model, tp) + (table if first else 0) + (table if last else 0)
+    table = _split(model.vocab, ctx.tp) * model.hidden
+    return layers * layer_params_per_gpu(model, ctx) + (table if first else 0) + (table if last else 0)
 
 
 # ---- FLOPs ----------------------------------------------------------------------------------
-def layer_gemm_flops(model: TransformerModel, mb: int, tp: int = 1) -> int:
+def layer_gemm_flops(model: TransformerModel, ctx: Context) -> int:
     """Forward FLOPs of a layer's GEMMs on one GPU: ``2bs(2h^2 + 2h*kv + n*h*f)/t``."""
-    check_mb(mb)
-    h, s, f, n = model.hidden, model.seq_len, model.ffn_hidden, model.mlp_matrices
+    h, s, f, n, tp = model.hidden, model.seq_len, model.ffn_hidden, model.mlp_matrices, ctx.tp
     kv = kv_width_per_gpu(model, tp)
-    return 2 * mb * s * (_split(2 * h * h + n * h * f, tp) + 2 * h * kv)  # type: ignore[operator]
+    return 2 * _mb(ctx) * s * (_split(2 * h * h + n * h * f, tp) + 2 * h * kv)  # type: ignore[operator]
 
 
-def attention_core_flops(model: TransformerModel, mb: int, tp: int = 1) -> int:
+def attention_core_flops(model: TransformerModel, ctx: Context) -> int:
     """``4bs^2h/t``: the ``QK^T`` and ``softmax*V`` products of one layer on one GPU."""
-    check_mb(mb)
-    return 4 * mb * model.seq_len ** 2 * _split(model.hidden, tp)
+    return 4 * _mb(ctx) * model.seq_len ** 2 * _split(model.hidden, ctx.tp)
 
 
-def layer_forward_flops(model: TransformerModel, mb: int, tp: int = 1) -> int:
+def layer_forward_flops(model: TransformerModel, ctx: Context) -> int:
     """GEMMs plus attention core (``24bsh^2 + 4bs^2h`` for GPT at t = 1)."""
-    return layer_gemm_flops(model, mb, tp) + attention_core_flops(model, mb, tp)
+    return layer_gemm_flops(model, ctx) + attention_core_flops(model, ctx)
 
 
-def head_forward_flops(model: TransformerModel, mb: int, tp: int = 1) -> int:
+def head_forward_flops(model: TransformerModel, ctx: Context) -> int:
     """LM head ``2bshV/t``."""
-    check_mb(mb)
-    return 2 * mb * model.seq_len * model.hidden * _split(model.vocab, tp)
+    return 2 * _mb(ctx) * model.seq_len * model.hidden * _split(model.vocab, ctx.tp)
 
 
 def model_flops_per_sequence(model: TransformerModel) -> int:
     """Model FLOPs of one sequence's training step (forward + backward, no recomputation,
     all GPUs): ``3 x (layers' forward + LM head)`` — the numerator of MFU."""
-    return 3 * (model.num_layers * layer_forward_flops(model, 1) + head_forward_flops(model, 1))
+    one = Context(microbatch_size=1)
+    return 3 * (model.num_layers * layer_forward_flops(model, one) + head_forward_flops(model, one))
 
 
 # ---- activation memory and traffic -------------------------------------------------------
@@ -161,75 +155,64 @@ def _scores(model: TransformerModel, mb: int, tp: int) -> int:
     return per * heads * s * s * mb
 
 
-def _sp(value: int, tp: int, sequence_parallel: bool) -> int:
-    return _split(value, tp) if sequence_parallel else value
+def _sp(value: int, ctx: Context) -> int:
+    return _split(value, ctx.tp) if ctx.sequence_parallel else value
 
 
-def activation_bytes_per_layer(model: TransformerModel, mb: int, recompute: str = "none", *,
-                               tp: int = 1, sequence_parallel: bool = False) -> int:
+def activation_bytes_per_layer(model: TransformerModel, ctx: Context) -> int:
     """Bytes one layer keeps on one GPU for the backward of one microbatch (module
     docstring); ``sbh(34 + 5as/h)`` for GPT with classic attention at t = 1."""
-    check_mb(mb)
-    check_recompute(recompute)
-    _tp(tp)
-    if recompute == "full":
-        return _sp(model.bytes_per_param_compute * model.seq_len * mb * model.hidden, tp, sequence_parallel)
-    kept = _sp(_replicated(model, mb), tp, sequence_parallel) + _tp_split(model, mb, tp)
-    if recompute == "none" or model.attention == "flash":
-        kept += _scores(model, mb, tp)
+    mb = _mb(ctx)
+    if ctx.recompute is Recompute.FULL:
+        return _sp(model.bytes_per_param_compute * model.seq_len * mb * model.hidden, ctx)
+    kept = _sp(_replicated(model, mb), ctx) + _tp_split(model, mb, ctx.tp)
+    if ctx.recompute is Recompute.NONE or model.attention == "flash":
+        kept += _scores(model, mb, ctx.tp)
     return kept
 
 
-def weight_memory_bytes_per_layer(model: TransformerModel, mb: int, recompute: str = "none", *,
-                                  tp: int = 1, sequence_parallel: bool = False) -> int:
+def weight_memory_bytes_per_layer(model: TransformerModel, ctx: Context) -> int:
     """M_W of one layer on one GPU: inputs and output gradients of its weight GEMMs, at
     most its activation (module docstring); ``c*s*b*(8h + 2f)`` for GPT at t = 1."""
-    check_mb(mb)
-    h, f, n = model.hidden, model.ffn_hidden, model.mlp_matrices
+    h, f, n, tp = model.hidden, model.ffn_hidden, model.mlp_matrices, ctx.tp
     kv = kv_width_per_gpu(model, tp)
     replicated = 4 * h  # X of QKV and up/gate, dY of the output and down projections
     split = _split(2 * h + n * f, tp) + 2 * kv  # X: out-proj, down; dY: QKV, up/gate
-    per_token = _sp(replicated, tp, sequence_parallel) + split  # type: ignore[operator]
-    part = model.bytes_per_param_compute * model.seq_len * mb * per_token
-    return min(part, activation_bytes_per_layer(model, mb, recompute, tp=tp,
-                                                sequence_parallel=sequence_parallel))
+    per_token = _sp(replicated, ctx) + split  # type: ignore[operator]
+    part = model.bytes_per_param_compute * model.seq_len * _mb(ctx) * per_token
+    return min(part, activation_bytes_per_layer(model, ctx))
 
 
-def head_activation_bytes(model: TransformerModel, mb: int, *, tp: int = 1,
-                          sequence_parallel: bool = False) -> int:
+def head_activation_bytes(model: TransformerModel, ctx: Context) -> int:
     """What the last stage keeps beyond its layers: the final norm's and the head's inputs
     ``2csbh`` and ``logit_bytes * s*b*V/t`` (0 when ``logit_bytes`` is 0)."""
-    check_mb(mb)
+    mb = _mb(ctx)
     if model.logit_bytes == 0:
         return 0
     sb = model.seq_len * mb
-    inputs = _sp(2 * model.bytes_per_param_compute * sb * model.hidden, tp, sequence_parallel)
-    return inputs + model.logit_bytes * sb * _split(model.vocab, tp)
+    inputs = _sp(2 * model.bytes_per_param_compute * sb * model.hidden, ctx)
+    return inputs + model.logit_bytes * sb * _split(model.vocab, ctx.tp)
 
 
-def layer_forward_traffic(model: TransformerModel, mb: int, *, tp: int = 1,
-                          sequence_parallel: bool = False) -> int:
+def layer_forward_traffic(model: TransformerModel, ctx: Context) -> int:
     """``c*P_layer/t + 2*(activation without scores)`` bytes (module docstring)."""
-    check_mb(mb)
-    kept = _sp(_replicated(model, mb), tp, sequence_parallel) + _tp_split(model, mb, tp)
-    return model.bytes_per_param_compute * layer_params_per_gpu(model, tp) + 2 * kept
+    mb = _mb(ctx)
+    kept = _sp(_replicated(model, mb), ctx) + _tp_split(model, mb, ctx.tp)
+    return model.bytes_per_param_compute * layer_params_per_gpu(model, ctx) + 2 * kept
 
 
-def head_forward_traffic(model: TransformerModel, mb: int, tp: int = 1) -> int:
+def head_forward_traffic(model: TransformerModel, ctx: Context) -> int:
     """``c*V*h/t + 2*c*b*s*V/t`` bytes (weights read; logits written and read)."""
-    check_mb(mb)
-    c, v = model.bytes_per_param_compute, _split(model.vocab, tp)
-    return c * v * model.hidden + 2 * c * mb * model.seq_len * v
+    c, v = model.bytes_per_param_compute, _split(model.vocab, ctx.tp)
+    return c * v * model.hidden + 2 * c * _mb(ctx) * model.seq_len * v
 
 
-def embedding_forward_traffic(model: TransformerModel, mb: int) -> int:
+def embedding_forward_traffic(model: TransformerModel, ctx: Context) -> int:
     """``2*c*b*s*h`` bytes (embedding rows gathered, output written)."""
-    check_mb(mb)
-    return 2 * model.bytes_per_param_compute * mb * model.seq_len * model.hidden
+    return 2 * model.bytes_per_param_compute * _mb(ctx) * model.seq_len * model.hidden
 
 
-def message_bytes(model: TransformerModel, mb: int) -> int:
+def message_bytes(model: TransformerModel, ctx: Context) -> int:
     """Bytes of one activation (forward) or its gradient (backward) between stages:
     ``b*s*h*c`` for the whole tensor-parallel group (each GPU sends ``1/t`` of it)."""
-    check_mb(mb)
-    return mb * model.seq_len * model.hidden * model.bytes_per_param_compute
+    return _mb(ctx) * model.seq_len * model.hidden * model.bytes_per_param_compute

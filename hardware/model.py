@@ -174,17 +174,6 @@ class TransformerModel:
         return (layers * self.layer_params + (self.embedding_params if first else 0)
                 + (self.head_params if last else 0))
 
-    def microbatch_size(self, num_microbatches: int) -> int:
-        """Sequences per microbatch, ``global_batch / num_microbatches``; ``ValueError`` if
-        not whole."""
-        _int("num_microbatches", num_microbatches)
-        if self.global_batch % num_microbatches:
-            raise ValueError(
-                f"global batch {self.global_batch} of model {self.name!r} cannot be split into "
-                f"{num_microbatches} equal microbatches"
-            )
-        return self.global_batch // num_microbatches
-
     @property
     def family(self) -> str:
         """A short description of the family: ``GQA 64/8, SwiGLU, RMSNorm, ...``."""

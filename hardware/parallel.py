@@ -1,13 +1,11 @@
-"""The parallel context of a pipeline stage: tensor and data parallelism on a cluster.
+"""Which GPUs and links a pipeline device's collectives and messages use.
 
-A pipeline *device* is a tensor-parallel group of ``tp`` GPUs; the whole pipeline is
-replicated ``dp`` ways. GPUs are numbered as Megatron-LM numbers its ranks (order
-tensor, data, pipeline): the GPU of tensor rank ``i``, data rank ``j`` and pipeline rank
-``r`` is ``i + tp*(j + dp*r)``. A cluster of nodes fills GPU 0, 1, ... node by node, so a
-tensor-parallel group of at most ``gpus_per_node`` GPUs sits inside one node (NVLink),
-data-parallel replicas come next and pipeline stages are the outermost, usually across
-nodes — which link each message uses follows from this numbering and
-``System.link`` (intra-node vs inter-node).
+GPUs are numbered as Megatron-LM numbers its ranks (order tensor, data, pipeline): the GPU
+of tensor rank ``i``, data rank ``j`` and pipeline rank ``r`` is ``i + tp*(j + dp*r)``. A
+cluster of nodes fills GPU 0, 1, ... node by node, so a tensor-parallel group of at most
+``gpus_per_node`` GPUs sits inside one node (NVLink), data-parallel replicas come next and
+pipeline stages are the outermost, usually across nodes — which link each message uses
+follows from this numbering and ``System.link`` (intra-node vs inter-node).
 
 Communication (all ring algorithms, each GPU on its own link; a ring runs at its slowest
 hop, ``hardware.costs.allreduce_time``):
@@ -29,9 +27,9 @@ hop, ``hardware.costs.allreduce_time``):
   during the device's last backward op and the gather during the next step's first
   forward; at least the share of one layer stays exposed.
 
-Memory per GPU: weights ``bytes_per_param_compute`` per parameter it holds; gradients
-``bytes_per_grad`` (``/dp`` with ZeRO-2); optimizer state the rest of
-``bytes_per_param_state`` (``/dp`` with ZeRO-1 or 2).
+Memory per GPU (``Context.persistent_bytes``): weights ``bytes_per_param_compute`` per
+parameter it holds; gradients ``bytes_per_grad`` (``/dp`` with ZeRO-2); optimizer state
+the rest of ``bytes_per_param_state`` (``/dp`` with ZeRO-1 or 2).
 """
 
 from __future__ import annotations
@@ -40,103 +38,37 @@ import math
 from dataclasses import dataclass
 from functools import cached_property
 
-from .model import TransformerModel
+from .context import Context, check_count
 from .system import Link, System
 
-ZERO_STAGES = (0, 1, 2)
-
-
-def _count(what: str, value: object) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"{what} must be an integer >= 1, got {value!r}")
-
 
 @dataclass(frozen=True)
-class Parallel:
-    """Tensor-parallel degree ``tp``, data-parallel degree ``dp``, ``sequence_parallel``,
-    ZeRO stage ``zero`` (0 none, 1 optimizer state sharded, 2 and gradients) and
-    ``overlap`` of the data-parallel reduction with the last backward (module docstring).
-    ``Parallel()`` is one GPU per stage and one replica: today's pure pipeline."""
-
-    tp: int = 1
-    dp: int = 1
-    sequence_parallel: bool = False
-    zero: int = 0
-    overlap: bool = True
-
-    def __post_init__(self) -> None:
-        _count("tp", self.tp)
-        _count("dp", self.dp)
-        if self.zero not in ZERO_STAGES:
-            raise ValueError(f"zero must be one of 0, 1, 2, got {self.zero!r}")
-        for what in ("sequence_parallel", "overlap"):
-            if not isinstance(getattr(self, what), bool):
-                raise ValueError(f"{what} must be true or false, got {getattr(self, what)!r}")
-
-    def check(self, model: TransformerModel) -> None:
-        """``ValueError`` unless ``tp`` splits the model's heads and MLP evenly."""
-        t = self.tp
-        if model.heads % t or model.ffn_hidden % t:  # type: ignore[operator]
-            raise ValueError(
-                f"tp {t} must divide the heads ({model.heads}) and the MLP size "
-                f"({model.ffn_hidden}) of model {model.name!r}"
-            )
-        if model.kv_heads % t and t % model.kv_heads:  # type: ignore[operator]
-            raise ValueError(
-                f"tp {t} and the kv_heads ({model.kv_heads}) of model {model.name!r} must "
-                "divide one another"
-            )
-
-    def persistent_bytes(self, model: TransformerModel, params: int) -> int:
-        """Weights, gradients and optimizer state of ``params`` parameters on one GPU,
-        sharded by ZeRO among the ``dp`` replicas (rounded up)."""
-        grad_shards = self.dp if self.zero >= 2 else 1
-        state_shards = self.dp if self.zero >= 1 else 1
-        return (params * model.bytes_per_param_compute
-                + math.ceil(params * model.bytes_per_grad / grad_shards)
-                + math.ceil(params * model.bytes_per_optimizer_state / state_shards))
-
-    def updated_params(self, params: int) -> int:
-        """Parameters whose optimizer step one GPU runs (its ZeRO shard)."""
-        return math.ceil(params / self.dp) if self.zero >= 1 else params
-
-    @property
-    def label(self) -> str:
-        parts = [f"TP{self.tp}", f"DP{self.dp}"]
-        if self.sequence_parallel:
-            parts.append("SP")
-        if self.zero:
-            parts.append(f"ZeRO-{self.zero}")
-        return " ".join(parts)
-
-
-@dataclass(frozen=True)
-class Layout:
-    """``pp`` pipeline devices of ``parallel.tp`` GPUs each, replicated ``parallel.dp``
+class Topology:
+    """``pp`` pipeline devices of ``context.tp`` GPUs each, replicated ``context.dp``
     ways, on the GPUs of ``system`` (numbered as in the module docstring)."""
 
     system: System
-    parallel: Parallel
+    context: Context
     pp: int
 
     def __post_init__(self) -> None:
-        _count("pp", self.pp)
+        check_count("pp", self.pp)
         self.system.check_devices(self.num_gpus)
 
     @property
     def num_gpus(self) -> int:
-        return self.parallel.tp * self.parallel.dp * self.pp
+        return self.context.tp * self.context.dp * self.pp
 
     def gpu(self, tp_rank: int, dp_rank: int, pp_rank: int) -> int:
         """Global GPU index of a (tensor, data, pipeline) rank triple."""
-        t, d = self.parallel.tp, self.parallel.dp
+        t, d = self.context.tp, self.context.dp
         return tp_rank + t * (dp_rank + d * pp_rank)
 
     def tp_group(self, pp_rank: int, dp_rank: int = 0) -> list[int]:
-        return [self.gpu(i, dp_rank, pp_rank) for i in range(self.parallel.tp)]
+        return [self.gpu(i, dp_rank, pp_rank) for i in range(self.context.tp)]
 
     def dp_group(self, pp_rank: int, tp_rank: int = 0) -> list[int]:
-        return [self.gpu(tp_rank, j, pp_rank) for j in range(self.parallel.dp)]
+        return [self.gpu(tp_rank, j, pp_rank) for j in range(self.context.dp)]
 
     def ring_link(self, gpus: list[int]) -> Link | None:
         """The slowest hop of a ring over ``gpus`` (None for a single GPU)."""
@@ -149,24 +81,24 @@ class Layout:
     def tp_link(self, pp_rank: int = 0) -> Link | None:
         """The ring link of pipeline device ``pp_rank``'s tensor-parallel group (the
         slowest over its data-parallel replicas)."""
-        links = [self.ring_link(self.tp_group(pp_rank, j)) for j in range(self.parallel.dp)]
+        links = [self.ring_link(self.tp_group(pp_rank, j)) for j in range(self.context.dp)]
         return _slowest(links)
 
     def dp_link(self, pp_rank: int = 0) -> Link | None:
         """The ring link of pipeline device ``pp_rank``'s data-parallel groups."""
-        return _slowest([self.ring_link(self.dp_group(pp_rank, i)) for i in range(self.parallel.tp)])
+        return _slowest([self.ring_link(self.dp_group(pp_rank, i)) for i in range(self.context.tp)])
 
     def pipeline_link(self, a: int, b: int) -> Link:
         """One Hockney link for a message of a whole activation between pipeline devices
         ``a`` and ``b``: each of the ``tp`` GPU pairs carries ``1/tp`` of it in parallel
         over the slowest of their links; without sequence parallelism the receiving group
         then all-gathers it (module docstring)."""
-        t = self.parallel.tp
+        t = self.context.tp
         pairs = [self.system.link(self.gpu(i, j, a), self.gpu(i, j, b))
-                 for i in range(t) for j in range(self.parallel.dp)]
+                 for i in range(t) for j in range(self.context.dp)]
         slow = Link(min(p.bandwidth for p in pairs), max(p.latency_s for p in pairs))
         inverse_bw, latency = 1 / (t * slow.bandwidth), slow.latency_s
-        if t > 1 and not self.parallel.sequence_parallel:
+        if t > 1 and not self.context.sequence_parallel:
             gather = _slowest([self.tp_link(a), self.tp_link(b)])
             inverse_bw += (t - 1) / (t * gather.bandwidth)  # type: ignore[union-attr]
             latency += (t - 1) * gather.latency_s  # type: ignore[union-attr]
@@ -177,11 +109,11 @@ class Layout:
         """The ``pp`` pipeline devices as a ``System`` whose links are ``pipeline_link``
         (its device is the cluster's GPU: op costs are per GPU)."""
         s = self.system
-        if self.parallel.tp == 1 and self.parallel.dp == 1:
+        if self.context.tp == 1 and self.context.dp == 1:
             return s  # GPU r is pipeline device r
         links = {(a, b): self.pipeline_link(a, b) for a in range(self.pp) for b in range(a + 1, self.pp)}
         default = links[(0, 1)] if self.pp > 1 else s.default_link
-        return System(f"{s.name} ({self.parallel.label}, PP{self.pp})", s.device, default,
+        return System(f"{s.name} ({self.context.parallel_label}, PP{self.pp})", s.device, default,
                       self.pp, links, summary=s.summary)
 
 

@@ -4,7 +4,7 @@ Most practitioners have a profile of one training step, not a roofline: per pipe
 stage the time of a forward (T_F), a backward (T_B, the input gradient when the backward
 is split), a weight gradient (T_W), one message to the next stage (T_comm) and the
 activation memory of one microbatch — the form of the Zero Bubble paper's Table 6.
-``solver.costs.profile_costs`` turns a profile into the ``Costs`` every level and search
+``solver.pricing.profile_costs`` turns a profile into the ``Costs`` every level and search
 uses; ``calibrate`` fits a system's efficiencies to it.
 
 File format::

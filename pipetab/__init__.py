@@ -20,11 +20,12 @@ _EXPORTS = {
     "SlotDurations": "pipetab.schedules.table",
     "validate": "pipetab.schedules.validate",
     "table_metrics": "pipetab.schedules.metrics",
-    "slot_costs": "pipetab.solver.costs",
-    "hardware_costs": "pipetab.solver.costs",
+    "slot_costs": "pipetab.solver.pricing",
+    "hardware_costs": "pipetab.solver.pricing",
     "simulate": "pipetab.solver.simulate",
     "evaluate_levels": "pipetab.solver.levels",
     "Levels": "pipetab.solver.levels",
+    "Context": "pipetab.hardware.context",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -19,7 +19,8 @@ from pipetab.schedules.schedule import Schedule
 from pipetab.schedules.table import SlotDurations, Table, layout
 from pipetab.schedules.validate import validate
 
-from .costs import EVALUATE_TICKS_PER_OP, Costs, slot_costs
+from .costs import EVALUATE_TICKS_PER_OP, Costs
+from .pricing import slot_costs
 from .simulate import Simulation, simulate
 
 

@@ -8,10 +8,10 @@ import json
 import pytest
 
 from pipetab.cli import main
-from pipetab.hardware.parallel import Parallel
+from pipetab.hardware.context import Context
 from pipetab.hardware.profile import profile_to_toml
 from pipetab.schedules import registry
-from pipetab.solver.costs import costs_profile, hardware_costs
+from pipetab.solver.pricing import costs_profile, hardware_costs
 from pipetab.solver.simulate import simulate
 
 
@@ -23,12 +23,12 @@ def run_json(capsys, *argv) -> dict:
 
 
 @pytest.mark.parametrize("name, S, B, par, mb", [
-    ("1f1b", 4, 8, Parallel(tp=2, dp=2, sequence_parallel=True, zero=1), 1),
-    ("zb-h1", 4, 8, Parallel(tp=4, dp=1), 2),
+    ("1f1b", 4, 8, Context(tp=2, dp=2, sequence_parallel=True, zero=1), 1),
+    ("zb-h1", 4, 8, Context(tp=4, dp=1, sequence_parallel=False), 2),
 ])
 def test_a_profile_of_the_simulators_own_times_gives_its_step_through_the_cli(tmp_path, capsys, name, S, B, par, mb):
     sched = registry.generate(name, S, B)
-    costs = hardware_costs(sched, "dgx_h100_ib", "llama3_8b", parallel=par, microbatch_size=mb)
+    costs = hardware_costs(sched, "dgx_h100_ib", "llama3_8b", par.replace(microbatch_size=mb))
     path = tmp_path / "own.toml"
     path.write_text(profile_to_toml(costs_profile(sched, costs, microbatch_size=mb)))
     doc = run_json(capsys, "evaluate", name, "-S", str(S), "-B", str(B), "--profile", str(path))
@@ -37,8 +37,8 @@ def test_a_profile_of_the_simulators_own_times_gives_its_step_through_the_cli(tm
 
 def test_the_context_options_give_the_api_costs(capsys):
     sched = registry.generate("1f1b", 4, 8)
-    par = Parallel(tp=2, dp=2, sequence_parallel=False, zero=2, overlap=False)
-    want = simulate(sched, hardware_costs(sched, "dgx_h100_ib", "llama3_8b", parallel=par, microbatch_size=2))
+    par = Context(tp=2, dp=2, sequence_parallel=False, zero=2, overlap=False, microbatch_size=2)
+    want = simulate(sched, hardware_costs(sched, "dgx_h100_ib", "llama3_8b", par))
     doc = run_json(capsys, "evaluate", "1f1b", "-S", "4", "-B", "8", "--system", "dgx_h100_ib", "--model",
                    "llama3_8b", "--tp", "2", "--dp", "2", "--zero", "2", "--no-sequence-parallel", "--no-overlap",
                    "--microbatch-size", "2")
@@ -59,7 +59,7 @@ def test_global_batch_and_sequence_set_the_microbatch(capsys):
 
 def test_search_and_bound_take_a_profile(tmp_path, capsys):
     sched = registry.generate("zb-h1", 4, 8)
-    costs = hardware_costs(sched, "dgx_h100_ib", "llama3_8b", parallel=Parallel(tp=8), microbatch_size=1)
+    costs = hardware_costs(sched, "dgx_h100_ib", "llama3_8b", Context(tp=8, sequence_parallel=False, microbatch_size=1))
     path = tmp_path / "own.toml"
     path.write_text(profile_to_toml(costs_profile(sched, costs, microbatch_size=1)))
     common = ["-S", "4", "-B", "8", "--split-backward", "--profile", str(path), "--time-limit", "5"]
@@ -72,7 +72,8 @@ def test_search_and_bound_take_a_profile(tmp_path, capsys):
 def own_profile(tmp_path, name, S, B, system, model, parallel=None, microbatch_size=None):
     """A profile file of the simulator's own costs of ``name`` and their T_sim."""
     sched = registry.generate(name, S, B)
-    costs = hardware_costs(sched, system, model, parallel=parallel, microbatch_size=microbatch_size)
+    ctx = (parallel or Context()).replace(microbatch_size=microbatch_size)
+    costs = hardware_costs(sched, system, model, ctx)
     path = tmp_path / f"{name}_{S}_{B}.toml"
     path.write_text(profile_to_toml(costs_profile(sched, costs, microbatch_size=microbatch_size)))
     return path, simulate(sched, costs).makespan
@@ -139,9 +140,8 @@ def test_search_with_cluster_options(capsys):
     doc = run_json(capsys, "search", "-S", "4", "-B", "8", "--system", "dgx_h100_ib", "--model", "llama3_8b",
                    "--tp", "2", "--dp", "2", "--microbatch-size", "1", "--time-limit", "5")
     sched = registry.generate("1f1b", 4, 8)
-    par = Parallel(tp=2, dp=2, sequence_parallel=True, zero=1)
-    t_1f1b = simulate(sched, hardware_costs(sched, "dgx_h100_ib", "llama3_8b", parallel=par,
-                                            microbatch_size=1)).makespan
+    par = Context(tp=2, dp=2, sequence_parallel=True, zero=1, microbatch_size=1)
+    t_1f1b = simulate(sched, hardware_costs(sched, "dgx_h100_ib", "llama3_8b", par)).makespan
     assert doc["known"]["1f1b"]["makespan"] == pytest.approx(t_1f1b, rel=1e-9)
     assert doc["makespan"] <= t_1f1b * (1 + 1e-9)
 
@@ -179,8 +179,8 @@ def test_a_layer_split_is_costed_in_the_cluster_context(capsys):
     doc = run_json(capsys, "search", "-S", "4", "-B", "4", "--partition", "10,9,8,5", *ctx)
     assert doc["partition"] == [[10, 9, 8, 5]]
     sched = replace(registry.generate("1f1b", 4, 4), stage_work=((10.0, 9.0, 8.0, 5.0),))
-    costs = hardware_costs(sched, "dgx_h100_ib", "llama3_8b", parallel=Parallel(tp=2, dp=2, sequence_parallel=True,
-                                                                                zero=1), microbatch_size=1)
+    costs = hardware_costs(sched, "dgx_h100_ib", "llama3_8b", Context(tp=2, dp=2, sequence_parallel=True, zero=1,
+                                                                      microbatch_size=1))
     for rec in doc["ops"]:
         if rec["kind"] == "F":
             assert rec["duration"] == pytest.approx(costs.op_time[(Kind.F, 0, rec["stage"])], rel=1e-9)

@@ -7,7 +7,7 @@ import pytest
 from pipetab.schedules import registry
 from pipetab.schedules.table import SlotDurations
 from pipetab.cli import main
-from pipetab.solver.costs import slot_costs
+from pipetab.solver.pricing import slot_costs
 from pipetab.solver.simulate import simulate
 
 
@@ -156,7 +156,7 @@ def test_hardware_bound_is_a_bound_of_the_real_problem(capsys):
     assert code == 0, err
     doc = json.loads(out)
     one_f_one_b = registry.generate("1f1b", 4, 8)
-    from pipetab.solver.costs import hardware_costs
+    from pipetab.solver.pricing import hardware_costs
 
     real = simulate(one_f_one_b, hardware_costs(one_f_one_b, "mid_nw_mid_cp", "paper_gpt")).makespan
     assert doc["lower_bound"] <= real

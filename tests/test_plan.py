@@ -5,11 +5,12 @@ from dataclasses import replace
 
 import pytest
 
+from pipetab.hardware.context import Context
 from pipetab.hardware.model import TransformerModel
 from pipetab.plan import PlanSpace, cluster, order_peaks, plan, schedule_label, shapes, small_microbatches
 from pipetab.schedules import registry
 from pipetab.schedules.validate import validate
-from pipetab.solver.costs import hardware_costs
+from pipetab.solver.pricing import hardware_costs
 from pipetab.solver.simulate import simulate
 
 # a small Llama-like model: 8 layers, GQA 8/2, SwiGLU, 1024 tokens
@@ -27,12 +28,10 @@ def brute_force(sp: PlanSpace) -> list[tuple]:
     """Every candidate simulated, no bound: (not fits, step, schedule label, shape)."""
     rows = []
     for shape in shapes(sp):
-        par = shape.parallel(sp.sequence_parallel, sp.zero, sp.overlap)
         for name, opts in sp.variants():
             try:
                 sched = registry.generate(name, shape.pp, shape.microbatches, **opts)
-                costs = hardware_costs(sched, sp.system, sp.model, shape.recompute, parallel=par,
-                                       microbatch_size=shape.microbatch_size)
+                costs = hardware_costs(sched, sp.system, sp.model, shape)
             except ValueError:
                 continue
             sim = simulate(sched, costs)
@@ -111,8 +110,8 @@ def test_bound_assumptions_hold_for_every_registry_schedule(name, opts):
     assert all(a <= b for a, b in zip(order_peaks(s_small, sizes, part), order_peaks(s_big, sizes, part)))
     deep = replace(MODEL, num_layers=32)  # enough layers for 4 chunks on 4 devices
     for system in ("dgx_h100_ib", "slow_nw_mid_cp"):
-        c_small = hardware_costs(s_small, system, deep, microbatch_size=1)
-        c_big = hardware_costs(s_big, system, deep, microbatch_size=1)
+        c_small = hardware_costs(s_small, system, deep, Context(microbatch_size=1))
+        c_big = hardware_costs(s_big, system, deep, Context(microbatch_size=1))
         work = sum(c_small.duration(op) for order in s_small.orders for op in order) / (pp * small)
         t_small, t_big = simulate(s_small, c_small).makespan, simulate(s_big, c_big).makespan
         assert t_big >= t_small + (big - small) * work * (1 - 1e-12)
@@ -120,7 +119,7 @@ def test_bound_assumptions_hold_for_every_registry_schedule(name, opts):
 
 def test_order_peaks_is_the_simulators_memory():
     sched = registry.generate("zbv", 4, 16)
-    costs = hardware_costs(sched, "dgx_h100_ib", MODEL, microbatch_size=2)
+    costs = hardware_costs(sched, "dgx_h100_ib", MODEL, Context(microbatch_size=2))
     sim = simulate(sched, costs)
     peaks = order_peaks(sched, costs.activation, {k: costs.weight_part(*k) for k in costs.activation})
     assert peaks == pytest.approx(list(sim.peak_activation), rel=1e-12)

@@ -14,7 +14,7 @@ from pipetab.plot import colour, plot_table, plot_timeline  # noqa: E402
 from pipetab.schedules.ops import Kind  # noqa: E402
 from pipetab.schedules.registry import generate  # noqa: E402
 from pipetab.schedules.table import layout  # noqa: E402
-from pipetab.solver.costs import hardware_costs  # noqa: E402
+from pipetab.solver.pricing import hardware_costs  # noqa: E402
 from pipetab.solver.simulate import simulate  # noqa: E402
 
 

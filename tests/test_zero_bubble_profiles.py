@@ -51,7 +51,7 @@ def test_profiles_reproduce_table_5(name):
     """Simulating the profiles gives the paper's bubble rates, (T - m(T_F+T_B+T_W)) / T with
     T the longest per-device span (the paper's cost; for 1F1B and ZB-H1 the step's compute)."""
     from pipetab.schedules import registry
-    from pipetab.solver.costs import profile_costs
+    from pipetab.solver.pricing import profile_costs
     from pipetab.solver.simulate import simulate
 
     for r, ((model, gpus), m) in zip(PROFILES, SETTINGS):

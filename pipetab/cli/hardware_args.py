@@ -17,7 +17,9 @@ hardware) whose ``costs(schedule)`` are the simulation's costs.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
+
+from pipetab.hardware.context import Context
 
 from . import common
 from .common import UsageError
@@ -28,7 +30,6 @@ CLUSTER_OPTIONS = (
     ("zero", "--zero", None), ("overlap", "--no-overlap", True), ("microbatch_size", "--microbatch-size", None),
     ("global_batch", "--global-batch", None), ("seq", "--seq", None),
 )
-DEFAULT_ZERO = 1  # as in 'pipetab plan': ZeRO-1 whenever there is data parallelism
 
 
 def add_hardware_args(p) -> None:
@@ -92,50 +93,45 @@ def load_profile_arg(args):
 
 @dataclass(frozen=True)
 class CostSource:
-    """Where the simulation's costs come from: a ``system`` and ``model`` (loaded, with
-    the ``parallel`` context, ``microbatch_size`` and the step's ``global_batch``), or a
-    ``profile``."""
+    """Where the simulation's costs come from: a ``system`` and ``model`` (loaded) in the
+    run's ``context`` (a ``hardware.Context``, resolved for the schedule's microbatches), or
+    a ``profile``."""
 
     system: object = None
     model: object = None
-    recompute: str = "none"
+    context: Context | None = None
     contention: bool = False
-    parallel: object = None
-    microbatch_size: int | None = None
     profile: object = None
     profile_path: str | None = None
-    global_batch: int | None = None
 
     def costs(self, schedule):
         """The simulation's costs of ``schedule``."""
-        from pipetab.solver.costs import hardware_costs, profile_costs
+        from pipetab.solver.pricing import hardware_costs, profile_costs
 
         if self.profile is not None:
             return profile_costs(schedule, self.profile, contention=self.contention)
-        return hardware_costs(schedule, self.system, self.model, recompute=self.recompute,
-                              contention=self.contention, parallel=self.parallel,
-                              microbatch_size=self.microbatch_size)
+        return hardware_costs(schedule, self.system, self.model, self.context, contention=self.contention)
 
     @property
     def label(self) -> str:
         """``on SYSTEM`` with the context, or ``profile NAME``."""
         if self.profile is not None:
             return f"profile {self.profile.name}"
-        par = self.parallel
-        extra = "" if par.tp == par.dp == 1 else f", {par.label}"
-        return f"on {self.system.name}{extra}"
+        ctx = self.context
+        extra = "" if ctx.tp == ctx.dp == 1 else f", {ctx.parallel_label}"  # type: ignore[union-attr]
+        return f"on {self.system.name}{extra}"  # type: ignore[attr-defined]
 
     def as_dict(self) -> dict:
         """The inputs of the costs as plain data (the ``context`` of ``evaluate --format json``)."""
         if self.profile is not None:
             p = self.profile
-            return {"profile": self.profile_path, "microbatch_size": p.microbatch_size, "tp": p.tp, "dp": p.dp,
+            return {"profile": self.profile_path, "microbatch_size": p.microbatch_size, "tp": p.tp, "dp": p.dp,  # type: ignore[attr-defined]
                     "contention": self.contention}
-        par, m = self.parallel, self.model
-        return {"system": self.system.name, "model": m.name, "recompute": self.recompute,
-                "contention": self.contention, "tp": par.tp, "dp": par.dp,
-                "sequence_parallel": par.sequence_parallel, "zero": par.zero, "overlap": par.overlap,
-                "microbatch_size": self.microbatch_size, "seq_len": m.seq_len, "global_batch": self.global_batch}
+        ctx = self.context
+        return {"system": self.system.name, "model": self.model.name, "recompute": str(ctx.recompute),  # type: ignore[attr-defined,union-attr]
+                "contention": self.contention, "tp": ctx.tp, "dp": ctx.dp,  # type: ignore[union-attr]
+                "sequence_parallel": ctx.sequence_parallel, "zero": ctx.zero, "overlap": ctx.overlap,  # type: ignore[union-attr]
+                "microbatch_size": ctx.microbatch_size, "seq_len": ctx.seq_len, "global_batch": ctx.global_batch}  # type: ignore[union-attr]
 
 
 def given_cluster_options(args) -> list[str]:
@@ -178,11 +174,8 @@ def _profile_source(path: str, stages: int, contention: bool) -> CostSource:
     return CostSource(contention=contention, profile=profile, profile_path=path)
 
 
-def _system_source(args, stages: int, microbatches: int, recompute: str, contention: bool) -> CostSource:
-    from pipetab.hardware.loaders import load_model, load_system
-    from pipetab.hardware.parallel import Parallel
-    from pipetab.solver.costs import check_hardware
-
+def context_of(args, recompute: str = "none") -> Context:
+    """The run's ``Context`` from the real-cluster options (not yet resolved for a schedule)."""
     tp, dp = args.tp or 1, args.dp or 1
     for flag, given, needs in (("--no-sequence-parallel", not args.sequence_parallel and tp == 1, "--tp > 1"),
                                ("--zero", args.zero is not None and dp == 1, "--dp > 1"),
@@ -190,24 +183,28 @@ def _system_source(args, stages: int, microbatches: int, recompute: str, content
         if given:
             raise UsageError(f"{flag} applies with {needs} only (it shapes "
                              f"{'tensor' if needs.startswith('--tp') else 'data'} parallelism)")
+    return Context(tp=tp, dp=dp, sequence_parallel=None if args.sequence_parallel else False, zero=args.zero,
+                   overlap=args.overlap, microbatch_size=args.microbatch_size, global_batch=args.global_batch,
+                   seq_len=args.seq, recompute=recompute)
+
+
+def _system_source(args, stages: int, microbatches: int, recompute: str, contention: bool) -> CostSource:
+    from pipetab.hardware.loaders import load_model, load_system
+    from pipetab.solver.pricing import check_hardware
+
+    ctx = context_of(args, recompute)
+    b, gb = args.microbatch_size, args.global_batch
+    if b is not None and gb is not None and gb != ctx.dp * microbatches * b:
+        raise UsageError(f"--global-batch {gb} must be dp x microbatches x --microbatch-size = "
+                         f"{ctx.dp} x {microbatches} x {b} = {ctx.dp * microbatches * b} (or give one of them)")
     model = load_model(args.model or "paper_gpt")
-    changes = {k: v for k, v in (("seq_len", args.seq), ("global_batch", args.global_batch)) if v is not None}
-    model = replace(model, **changes) if changes else model
-    b = args.microbatch_size
-    if b is not None and args.global_batch is not None and args.global_batch != dp * microbatches * b:
-        raise UsageError(f"--global-batch {args.global_batch} must be dp x microbatches x --microbatch-size = "
-                         f"{dp} x {microbatches} x {b} = {dp * microbatches * b} (or give one of them)")
-    parallel = Parallel(tp=tp, dp=dp, sequence_parallel=args.sequence_parallel and tp > 1,
-                        zero=(DEFAULT_ZERO if args.zero is None else args.zero) if dp > 1 else 0,
-                        overlap=args.overlap)
-    parallel.check(model)
+    ctx.check(ctx.apply(model))
     system = load_system(args.system)
-    if system.num_devices is not None and stages * tp * dp > system.num_devices:
+    if system.num_devices is not None and stages * ctx.tp * ctx.dp > system.num_devices:
         raise UsageError(f"--system {system.name} has {system.num_devices} GPUs; stages x tp x dp = "
-                         f"{stages} x {tp} x {dp} needs {stages * tp * dp}")
-    check_hardware(system, model, stages, microbatches, dp=dp, microbatch_size=b)
-    b = b if b is not None else model.global_batch // (dp * microbatches)
-    return CostSource(system, model, recompute, contention, parallel, b, global_batch=dp * microbatches * b)
+                         f"{stages} x {ctx.tp} x {ctx.dp} needs {stages * ctx.tp * ctx.dp}")
+    system, model, ctx = check_hardware(system, model, stages, microbatches, ctx)
+    return CostSource(system, model, ctx, contention)
 
 
 # ---- the form search and bound call (solve_cmd.py) -----------------------------------------

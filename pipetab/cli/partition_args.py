@@ -52,7 +52,8 @@ def partition_rules(args) -> list:
 def _layer_costs(args, shape):
     """The costs of any layer split of ``shape`` (None when the partition is the default
     even split of the old path)."""
-    from pipetab.solver.cpsat.partition import HardwareLayers, IdealizedLayers
+    from pipetab.solver.cpsat.partition import shape_schedule
+    from pipetab.solver.pricing import HardwareLayers, IdealizedLayers
 
     part = args.partition
     if args.layers is None and (part is None or part.mode == "even" or args.system is None):
@@ -66,9 +67,8 @@ def _layer_costs(args, shape):
                 split_backward=args.split_backward,
                 weight_memory=1.0 if args.weight_memory is None else args.weight_memory)
         src = hardware_args.cost_source(args, shape.num_devices, shape.num_microbatches)
-        return HardwareLayers(shape, src.system, src.model, src.recompute, args.memory_cap,
-                              "up" if args.mode == "search" and part.mode == "fixed" else "down", args.tick,
-                              parallel=src.parallel, microbatch_size=src.microbatch_size)
+        return HardwareLayers(shape_schedule(shape), src.system, src.model, src.context, args.memory_cap,
+                              "up" if args.mode == "search" and part.mode == "fixed" else "down", args.tick)
     except (ValueError, KeyError, FileNotFoundError) as exc:
         raise UsageError(f"--{exc}" if str(exc).startswith("layers") else
                          f"{exc}") from None
@@ -79,7 +79,8 @@ def even_on_hardware(args, problem, result):
     if not args.system:
         return result, None
     from pipetab.hardware import load_model
-    from pipetab.solver.cpsat.partition import Partition, even_layers, relabel
+    from pipetab.solver.cpsat.partition import Partition, relabel
+    from pipetab.solver.pricing import even_layers
 
     layers = even_layers(load_model(args.model or "paper_gpt").num_layers, problem.num_stages)
     return relabel(result, Partition("even").label(layers)), layers
@@ -89,8 +90,8 @@ def solve_layers(args, shape, config):
     """Solve with the stage partition as a decision: (the problem of the chosen split,
     result, real costs of its split (of the even split when none was found), real costs
     of the even split for known schedules — both None on idealized costs — layers)."""
-    from pipetab.solver.cpsat.partition import (PARTITION_FORMS, Partition, even_layers, partition_problem,
-                                                solve_partition)
+    from pipetab.solver.cpsat.partition import PARTITION_FORMS, Partition, partition_problem, solve_partition
+    from pipetab.solver.pricing import even_layers
 
     lc = _layer_costs(args, shape)
     part = args.partition or Partition("even")

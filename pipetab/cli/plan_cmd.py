@@ -9,7 +9,7 @@ import time
 
 from . import common
 from .common import UsageError, emit_json
-from .hardware_args import DEFAULT_ZERO, add_batch_args, add_parallel_switches, add_profile_arg, load_profile_arg
+from .hardware_args import add_batch_args, add_parallel_switches, add_profile_arg, load_profile_arg
 
 
 def _int_list(name: str):
@@ -50,7 +50,7 @@ def _seconds(text: str) -> float:
 
 
 def register(sub) -> None:
-    from pipetab.hardware.layer import RECOMPUTE
+    from pipetab.hardware.context import Recompute
 
     p = sub.add_parser("plan", help="the best schedule, parallel split, microbatch size and recomputation "
                                     "for a model on a cluster, ranked by simulated step time")
@@ -65,7 +65,7 @@ def register(sub) -> None:
     add_batch_args(p, required=True)
     p.add_argument("--microbatch-sizes", type=_int_list("microbatch sizes"), default=(),
                    help="sequences per microbatch to try, e.g. 1,2,4 (default: powers of two up to 32768 tokens)")
-    p.add_argument("--recompute", type=_word_list("recompute", RECOMPUTE), default=(),
+    p.add_argument("--recompute", type=_word_list("recompute", tuple(Recompute)), default=(),
                    help="recomputation options to try, e.g. none,full (default: all that apply)")
     p.add_argument("--schedules", type=_word_list("schedules"), default=(),
                    help="registry schedules to try, e.g. 1f1b,zbv (default: all; see 'pipetab schedules')")
@@ -118,7 +118,7 @@ def run(args) -> None:
     space = plan_question(
         args.model, args.nodes, args.gpus_per_node, args.global_batch, args.system or args.gpu or "H100",
         args.seq, microbatch_sizes=args.microbatch_sizes, recompute=args.recompute, schedules=args.schedules,
-        zero=DEFAULT_ZERO if args.zero is None else args.zero, sequence_parallel=args.sequence_parallel,
+        zero=args.zero, sequence_parallel=args.sequence_parallel,
         overlap=args.overlap, top=args.top, cpsat_shapes=2 if args.cpsat_shapes is None else args.cpsat_shapes,
         cpsat_time_s=args.cpsat_time or 3.0,
     )
@@ -146,7 +146,7 @@ def print_plan(result) -> None:
     for i, c in enumerate(result.configurations, 1):
         s = c.shape
         rows.append((str(i), c.label, str(s.pp), str(s.tp), str(s.dp), str(s.microbatch_size),
-                     str(s.microbatches), s.recompute, f"{c.step_time_s:#.4g}".rstrip("."), f"{c.tokens_per_s:,.0f}",
+                     str(s.microbatches), c.recompute_label, f"{c.step_time_s:#.4g}".rstrip("."), f"{c.tokens_per_s:,.0f}",
                      f"{100 * c.mfu:.1f}%", f"{c.peak_memory_bytes / 2**30:.1f}",
                      f"{c.headroom_bytes / 2**30:.1f}", "yes" if c.fits else "NO"))
     if not rows:

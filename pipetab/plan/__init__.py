@@ -32,10 +32,10 @@ from .bounds import order_peaks, small_microbatches
 from .cpsat import CPSAT_MAX_OPS, cpsat_search
 from .result import Configuration, Plan
 from .search import plan, plan_profiled
-from .space import GPUS, MAX_TOKENS_PER_MICROBATCH, VARIANTS, PlanSpace, Shape, cluster, plan_question, schedule_label, shapes
+from .space import GPUS, MAX_TOKENS_PER_MICROBATCH, VARIANTS, PlanSpace, cluster, plan_question, schedule_label, shape, shapes
 
 __all__ = [
     "CPSAT_MAX_OPS", "GPUS", "MAX_TOKENS_PER_MICROBATCH", "VARIANTS", "Configuration", "Plan", "PlanSpace",
-    "Shape", "cluster", "cpsat_search", "order_peaks", "plan", "plan_profiled", "plan_question",
-    "schedule_label", "shapes", "small_microbatches",
+    "cluster", "cpsat_search", "order_peaks", "plan", "plan_profiled", "plan_question",
+    "schedule_label", "shape", "shapes", "small_microbatches",
 ]

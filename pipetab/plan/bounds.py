@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
+from pipetab.hardware.context import Context
 from pipetab.hardware.layer import (
     activation_bytes_per_layer,
     stage_params_per_gpu,
     weight_memory_bytes_per_layer,
 )
 from pipetab.hardware.model import partition
-from pipetab.hardware.parallel import Parallel
 from pipetab.schedules import registry
 from pipetab.schedules.memory import memory_change
 from pipetab.schedules.ops import Kind
 from pipetab.schedules.schedule import Schedule
 
-from .space import PlanSpace, Shape
+from .space import PlanSpace
 
 
 def order_peaks(schedule: Schedule, size: dict, part: dict) -> list[float]:
@@ -68,13 +68,11 @@ class Bounds:
             self.units[key] = order_peaks(sched, layers, {k: fraction * n for k, n in layers.items()})
         return self.units[key]
 
-    def memory(self, name: str, opts: dict, shape: Shape, par: Parallel) -> float | None:
+    def memory(self, name: str, opts: dict, shape: Context) -> float | None:
         """Lower bound of the peak memory per GPU (bytes); None when the generator refuses."""
         model = self.space.model
-        act = activation_bytes_per_layer(model, shape.microbatch_size, shape.recompute, tp=par.tp,
-                                         sequence_parallel=par.sequence_parallel)
-        part = weight_memory_bytes_per_layer(model, shape.microbatch_size, shape.recompute, tp=par.tp,
-                                             sequence_parallel=par.sequence_parallel)
+        act = activation_bytes_per_layer(model, shape)
+        part = weight_memory_bytes_per_layer(model, shape)
         sched = self.schedule(name, opts, shape.pp, small_microbatches(shape.pp, shape.microbatches))
         if sched is None:
             return None
@@ -84,22 +82,24 @@ class Bounds:
             counts = partition(w, model.num_layers)
             for s, n in enumerate(counts):
                 params[sched.placement.device(p, s)] += stage_params_per_gpu(  # type: ignore[union-attr]
-                    model, n, s == 0, s == len(counts) - 1, par.tp)
-        return max(par.persistent_bytes(model, n) + u * act for n, u in zip(params, units))
+                    model, n, s == 0, s == len(counts) - 1, shape)
+        return max(shape.persistent_bytes(model, n) + u * act for n, u in zip(params, units))
 
-    def time(self, name: str, opts: dict, shape: Shape, par: Parallel) -> float:
+    def time(self, name: str, opts: dict, shape: Context) -> float:
         """Lower bound of the step time: the simulated step of the instance of at most ``4 pp``
         microbatches, plus the average device work of each further microbatch (module
         docstring); exact when the instance is the shape itself."""
-        from pipetab.solver.costs import hardware_costs
+        from pipetab.solver.pricing import hardware_costs
         from pipetab.solver.simulate import simulate
 
-        small_m = small_microbatches(shape.pp, shape.microbatches)
-        sched = self.schedule(name, opts, shape.pp, small_m)
-        costs = hardware_costs(sched, self.space.system, self.space.model, shape.recompute,  # type: ignore[arg-type]
-                               parallel=par, microbatch_size=shape.microbatch_size)
+        pp, m = shape.pp, shape.microbatches
+        small_m = small_microbatches(pp, m)  # type: ignore[arg-type]
+        sched = self.schedule(name, opts, pp, small_m)  # type: ignore[arg-type]
+        # the small instance's own global batch: same microbatches, fewer of them
+        costs = hardware_costs(sched, self.space.system, self.space.model,  # type: ignore[arg-type]
+                               shape.replace(global_batch=None))
         step = simulate(sched, costs).makespan  # type: ignore[arg-type]
-        if small_m == shape.microbatches:
+        if small_m == m:
             return step
         work = sum(costs.duration(op) for order in sched.orders for op in order)  # type: ignore[union-attr]
-        return step + (shape.microbatches - small_m) * work / (sched.num_devices * small_m)  # type: ignore[union-attr]
+        return step + (m - small_m) * work / (sched.num_devices * small_m)  # type: ignore[union-attr,operator]

@@ -7,18 +7,20 @@ from dataclasses import replace
 from pipetab.schedules import registry
 
 from .result import Configuration, activation_peaks, configuration
-from .space import PlanSpace, Shape, costs_of
+from pipetab.hardware.context import Context
+
+from .space import PlanSpace, costs_of
 
 # alone takes longer to build than a plan's seconds allow (measured: 8,192 ops searched in
 # 2-7 s on 2 shared cores; 131,072 ops ran for minutes past a 3-s limit)
 CPSAT_MAX_OPS = 10_000
 
 
-def cpsat_shapes(space: PlanSpace, ranked: list[Configuration]) -> tuple[list[Shape], list[str]]:
+def cpsat_shapes(space: PlanSpace, ranked: list[Configuration]) -> tuple[list[Context], list[str]]:
     """The best ``space.cpsat_shapes`` distinct shapes that fit, and notes on the shapes
     skipped for their size (``CPSAT_MAX_OPS``)."""
-    seen: list[Shape] = []
-    out: list[Shape] = []
+    seen: list[Context] = []
+    out: list[Context] = []
     skipped: list[str] = []
     for conf in ranked:
         if len(seen) >= space.cpsat_shapes or not conf.fits:
@@ -27,16 +29,16 @@ def cpsat_shapes(space: PlanSpace, ranked: list[Configuration]) -> tuple[list[Sh
         if s in seen:
             continue
         seen.append(s)
-        ops = 2 * s.pp * s.microbatches
+        ops = 2 * s.pp * s.microbatches  # type: ignore[operator]
         if ops > CPSAT_MAX_OPS:
-            skipped.append(f"PP{s.pp} TP{s.tp} DP{s.dp} b={s.microbatch_size} recompute {s.recompute}: not searched, "
+            skipped.append(f"{s.label} recompute {s.recompute}: not searched, "
                            f"{ops} ops are more than CP-SAT handles in seconds (at most {CPSAT_MAX_OPS})")
         else:
             out.append(s)
     return out, skipped
 
 
-def cpsat_search(space: PlanSpace, shape: Shape):
+def cpsat_search(space: PlanSpace, shape: Context):
     """CP-SAT search of the linear placement (full backward, 1F1B and GPipe as hints) of
     ``shape`` on its quantized hardware costs under the memory cap; returns the ``Result``."""
     from pipetab.solver.costs import SEARCH_TICKS_PER_OP
@@ -55,11 +57,11 @@ def cpsat_search(space: PlanSpace, shape: Shape):
     return search(problem, CpSatConfig(time_limit_s=space.cpsat_time_s, workers=1), known)
 
 
-def cpsat_outcome(space: PlanSpace, shape: Shape, result, ranked: list[Configuration]) -> tuple:
+def cpsat_outcome(space: PlanSpace, shape: Context, result, ranked: list[Configuration]) -> tuple:
     """(configuration when it beats the shape's best registry schedule, else None; note)."""
     from pipetab.solver.simulate import simulate
 
-    where = f"PP{shape.pp} TP{shape.tp} DP{shape.dp} b={shape.microbatch_size} recompute {shape.recompute}"
+    where = f"{shape.label} recompute {shape.recompute}"
     if result.schedule is None:
         return None, f"{where}: no schedule within {space.cpsat_time_s:g} s ({result.status})"
     sched = result.schedule

@@ -4,22 +4,24 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from pipetab.hardware.context import Context
 from pipetab.hardware.layer import model_flops_per_sequence
 from pipetab.schedules.schedule import Schedule
 
 from .bounds import order_peaks
-from .space import PlanSpace, Shape, schedule_label
+from .space import PlanSpace, schedule_label
 
 
 @dataclass(frozen=True)
 class Configuration:
-    """One ranked candidate: a schedule (``source`` ``registry`` or ``cpsat``) on a shape,
-    its simulated step time, throughput, MFU and peak memory per GPU against the usable
-    capacity."""
+    """One ranked candidate: a schedule (``source`` ``registry`` or ``cpsat``) on a shape
+    (a resolved ``Context``), its simulated step time, throughput, MFU and peak memory per
+    GPU against the usable capacity. ``profiled``: op times from a profile, which fixes
+    the recomputation."""
 
     schedule: str
     options: tuple[tuple[str, object], ...]
-    shape: Shape
+    shape: Context
     step_time_s: float
     tokens_per_s: float
     mfu: float
@@ -28,6 +30,7 @@ class Configuration:
     fits: bool
     idle_ratio: float
     source: str = "registry"
+    profiled: bool = False
     levels: object = field(default=None, compare=False, repr=False)
     searched: Schedule | None = field(default=None, compare=False, repr=False)
 
@@ -39,12 +42,16 @@ class Configuration:
     def label(self) -> str:
         return schedule_label(self.schedule, dict(self.options))
 
+    @property
+    def recompute_label(self) -> str:
+        return "profiled" if self.profiled else str(self.shape.recompute)
+
     def as_dict(self) -> dict:
         s = self.shape
         return {
             "schedule": self.schedule, "options": {k: v for k, v in self.options}, "source": self.source,
             "pp": s.pp, "tp": s.tp, "dp": s.dp, "microbatch_size": s.microbatch_size,
-            "microbatches": s.microbatches, "recompute": s.recompute,
+            "microbatches": s.microbatches, "recompute": self.recompute_label,
             "step_time_s": self.step_time_s, "tokens_per_s": self.tokens_per_s, "mfu": self.mfu,
             "peak_memory_bytes": self.peak_memory_bytes, "capacity_bytes": self.capacity_bytes,
             "headroom_bytes": self.headroom_bytes, "fits": self.fits, "idle_ratio": self.idle_ratio,
@@ -77,9 +84,9 @@ class Plan:
         }
 
 
-def configuration(space: PlanSpace, name: str, opts: dict, shape: Shape, sched: Schedule, costs,
+def configuration(space: PlanSpace, name: str, opts: dict, shape: Context, sched: Schedule, costs,
                    step: float, acts: list[float], searched: Schedule | None = None,
-                   capacity: float | None = None) -> Configuration:
+                   capacity: float | None = None, profiled: bool = False) -> Configuration:
     """A ranked candidate from its simulated step time and its peak activations per device
     (``order_peaks``: the simulator's memory definition); busy time from the op durations."""
     model, system = space.model, space.system
@@ -95,7 +102,7 @@ def configuration(space: PlanSpace, name: str, opts: dict, shape: Shape, sched: 
         flops / (step * space.num_gpus * system.device.peak_flops),
         int(round(peak)), int(capacity or system.device.usable_memory_bytes), fits,
         1 - busy / (sched.num_devices * step), "registry" if searched is None else "cpsat",
-        searched=searched)
+        profiled=profiled, searched=searched)
 
 
 def activation_peaks(sched: Schedule, costs) -> list[float]:

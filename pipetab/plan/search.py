@@ -6,26 +6,25 @@ import time
 from dataclasses import dataclass, replace
 from typing import Callable
 
-from pipetab.hardware.parallel import Parallel
+from pipetab.hardware.context import Context
 from pipetab.schedules import registry
 from pipetab.schedules.schedule import Schedule
 
 from .bounds import Bounds
 from .cpsat import cpsat_outcome, cpsat_search, cpsat_shapes, worker_pool
 from .result import Configuration, Plan, activation_peaks, configuration, rank
-from .space import PlanSpace, Shape, costs_of, schedule_label, shapes
+from .space import PlanSpace, costs_of, schedule_label, shapes
 
 
 @dataclass(frozen=True)
 class _Candidate:
-    """A schedule variant on a shape, with its parallel context and a bound (time for the
-    candidates that may fit, memory for those that cannot)."""
+    """A schedule variant on a shape (its context) and a bound (time for the candidates
+    that may fit, memory for those that cannot)."""
 
     bound: float
     name: str
     opts: dict
-    shape: Shape
-    par: Parallel
+    shape: Context
 
 
 def plan(space: PlanSpace, progress: Callable[[str], None] | None = None, profile=None) -> Plan:
@@ -60,15 +59,14 @@ def _bounded(space: PlanSpace, bounds: Bounds, say) -> tuple[list[_Candidate], l
     all_shapes, variants = shapes(space), space.variants()
     say(f"{len(all_shapes)} shapes x {len(variants)} schedules = {len(all_shapes) * len(variants)} candidates")
     for shape in all_shapes:
-        par = shape.parallel(space.sequence_parallel, space.zero, space.overlap)
         for name, opts in variants:
-            need = bounds.memory(name, opts, shape, par)
+            need = bounds.memory(name, opts, shape)
             if need is None:
                 continue
             if need > cap:
-                misfits.append(_Candidate(need, name, opts, shape, par))
+                misfits.append(_Candidate(need, name, opts, shape))
             else:
-                candidates.append(_Candidate(bounds.time(name, opts, shape, par), name, opts, shape, par))
+                candidates.append(_Candidate(bounds.time(name, opts, shape), name, opts, shape))
     candidates.sort(key=lambda c: (c.bound, c.name))
     say(f"{len(candidates)} candidates pass the memory bound ({len(misfits)} cannot fit); simulating by time bound")
     return candidates, misfits, len(all_shapes) * len(variants)
@@ -134,8 +132,7 @@ def _search_and_validate(space: PlanSpace, bounds: Bounds, ranked: list[Configur
     searched, skipped = cpsat_shapes(space, ranked)
     jobs = []
     for shape in searched:
-        say(f"CP-SAT: searching PP{shape.pp} TP{shape.tp} DP{shape.dp} b={shape.microbatch_size} "
-            f"m={shape.microbatches} for {space.cpsat_time_s:g} s")
+        say(f"CP-SAT: searching {shape.label} m={shape.microbatches} for {space.cpsat_time_s:g} s")
         jobs.append((shape, pool.submit(cpsat_search, space, shape) if pool else None))
     say(f"validating the {min(len(ranked), space.top)} best configurations")
     checked = {id(c): _validated(space, c, bounds) for c in ranked[:space.top]}
@@ -158,9 +155,9 @@ def _question(space: PlanSpace, profile=None) -> dict:
 def plan_profiled(space: PlanSpace, profile, say, t0: float) -> Plan:
     """Every registry schedule on the profiled shape (its stages, ``tp``, ``dp`` and
     microbatch size; the microbatches follow from the global batch), costs from the
-    profile (``solver.costs.profile_costs``), memory against the profile's ``memory_bytes``
+    profile (``solver.pricing.profile_costs``), memory against the profile's ``memory_bytes``
     or else the GPU's usable memory."""
-    from pipetab.solver.costs import profile_costs
+    from pipetab.solver.pricing import profile_costs
     from pipetab.solver.simulate import simulate
 
     tp, dp, b, n = profile.tp, profile.dp, profile.microbatch_size, space.num_gpus
@@ -172,7 +169,8 @@ def plan_profiled(space: PlanSpace, profile, say, t0: float) -> Plan:
                          f"the cluster has {n}")
     if space.global_batch % (dp * b):
         raise ValueError(f"global batch {space.global_batch} is not a multiple of DP {dp} x microbatch size {b}")
-    shape = Shape(pp, tp, dp, b, space.global_batch // (dp * b), "profiled")
+    shape = Context(tp=tp, dp=dp, pp=pp, sequence_parallel=False, zero=0, microbatch_size=b,
+                    global_batch=space.global_batch, seq_len=space.model.seq_len)
     capacity = profile.memory_bytes or space.system.device.usable_memory_bytes
     results, skipped = [], 0
     for name, opts in space.variants():
@@ -184,7 +182,7 @@ def plan_profiled(space: PlanSpace, profile, say, t0: float) -> Plan:
             continue
         say(f"simulating {schedule_label(name, opts)} on the profile")
         results.append(configuration(space, name, opts, shape, sched, costs, simulate(sched, costs).makespan,
-                                      activation_peaks(sched, costs), capacity=capacity))
+                                      activation_peaks(sched, costs), capacity=capacity, profiled=True))
     shown = rank(results)[:space.top]
     validated = []
     for c in shown:

@@ -1,16 +1,15 @@
 """The question ``plan`` answers: a model, a cluster and a global batch (``PlanSpace``), and
-the shapes it enumerates (``Shape``: a (PP, TP, DP) split, microbatch size and count,
-recomputation)."""
+the shapes it enumerates: each a resolved ``hardware.Context`` (a (PP, TP, DP) split,
+microbatch size and count, recomputation, and the space's switches)."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
 
-from pipetab.hardware.layer import RECOMPUTE
+from pipetab.hardware.context import Context, Recompute
 from pipetab.hardware.loaders import load_model, load_system
 from pipetab.hardware.model import TransformerModel
-from pipetab.hardware.parallel import Parallel
 from pipetab.hardware.system import System
 from pipetab.schedules import registry
 from pipetab.schedules.schedule import Schedule
@@ -56,23 +55,6 @@ def cluster(gpu_or_system: str | System, nodes: int, gpus_per_node: int) -> Syst
 
 
 @dataclass(frozen=True)
-class Shape:
-    """A split of the cluster and a batch layout: ``pp`` x ``tp`` x ``dp`` GPUs, microbatches
-    of ``microbatch_size`` sequences, ``microbatches`` per replica, ``recompute``."""
-
-    pp: int
-    tp: int
-    dp: int
-    microbatch_size: int
-    microbatches: int
-    recompute: str
-
-    def parallel(self, sequence_parallel: bool, zero: int, overlap: bool) -> Parallel:
-        return Parallel(tp=self.tp, dp=self.dp, sequence_parallel=sequence_parallel and self.tp > 1,
-                        zero=zero if self.dp > 1 else 0, overlap=overlap)
-
-
-@dataclass(frozen=True)
 class PlanSpace:
     """The question: ``model`` with ``global_batch`` sequences per step on ``system`` (a
     ``cluster``), and which options to search. Empty tuples mean the defaults: microbatch
@@ -85,7 +67,7 @@ class PlanSpace:
     microbatch_sizes: tuple[int, ...] = ()
     recompute: tuple[str, ...] = ()
     schedules: tuple[str, ...] = ()
-    zero: int = 1
+    zero: int | None = None
     sequence_parallel: bool = True
     overlap: bool = True
     top: int = 10
@@ -100,11 +82,11 @@ class PlanSpace:
         for b in self.microbatch_sizes:
             _count("microbatch size", b)
         for r in self.recompute:
-            if r not in RECOMPUTE:
-                raise ValueError(f"recompute must be among {', '.join(RECOMPUTE)}, got {r!r}")
+            if r not in tuple(Recompute):
+                raise ValueError(f"recompute must be among {', '.join(Recompute)}, got {r!r}")
         for name in self.schedules:
             registry.spec(name)
-        if self.zero not in (0, 1, 2):
+        if self.zero not in (None, 0, 1, 2):
             raise ValueError(f"zero must be 0, 1 or 2, got {self.zero!r}")
         if not (isinstance(self.cpsat_shapes, int) and self.cpsat_shapes >= 0):
             raise ValueError(f"cpsat shapes must be an integer >= 0, got {self.cpsat_shapes!r}")
@@ -127,7 +109,7 @@ class PlanSpace:
     def recomputes(self) -> tuple[str, ...]:
         if self.recompute:
             return self.recompute
-        return tuple(r for r in RECOMPUTE if not (r == "selective" and self.model.attention == "flash"))
+        return tuple(r for r in Recompute if not (r is Recompute.SELECTIVE and self.model.attention == "flash"))
 
     def variants(self) -> list[tuple[str, dict]]:
         """(schedule, options) pairs: each registry schedule with its default options, or the
@@ -144,14 +126,22 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def shapes(space: PlanSpace) -> list[Shape]:
+def shape(space: PlanSpace, pp: int, tp: int, dp: int, microbatch_size: int, recompute: str) -> Context:
+    """The resolved context of one shape of ``space`` (its switches applied where they
+    apply: sequence parallelism with TP > 1, ZeRO and overlap with DP > 1)."""
+    return Context(tp=tp, dp=dp, pp=pp, sequence_parallel=None if space.sequence_parallel else False,
+                   zero=space.zero if dp > 1 else None, overlap=space.overlap, microbatch_size=microbatch_size,
+                   global_batch=space.global_batch, seq_len=space.model.seq_len, recompute=recompute)
+
+
+def shapes(space: PlanSpace) -> list[Context]:
     """Every (pp, tp, dp) split with tp inside a node dividing the model, pp >= 2, and every
     microbatch size and recompute option the global batch allows."""
     model, G, N = space.model, space.system.devices_per_node, space.num_gpus
     out = []
     for tp in _divisors(G):  # type: ignore[arg-type]
         try:
-            Parallel(tp=tp).check(model)
+            Context(tp=tp).check(model)
         except ValueError:
             continue
         for pp in _divisors(N // tp):
@@ -162,18 +152,15 @@ def shapes(space: PlanSpace) -> list[Shape]:
                 if space.global_batch % (dp * b):
                     continue
                 for rc in space.recomputes():
-                    out.append(Shape(pp, tp, dp, b, space.global_batch // (dp * b), rc))
+                    out.append(shape(space, pp, tp, dp, b, rc))
     return out
 
 
+def costs_of(space: PlanSpace, sched: Schedule, shape: Context):
+    """``hardware_costs`` of ``sched`` on ``shape`` (its context)."""
+    from pipetab.solver.pricing import hardware_costs
 
-def costs_of(space: PlanSpace, sched: Schedule, shape: Shape):
-    """``hardware_costs`` of ``sched`` on ``shape`` (its parallel context and microbatch size)."""
-    from pipetab.solver.costs import hardware_costs
-
-    par = shape.parallel(space.sequence_parallel, space.zero, space.overlap)
-    return hardware_costs(sched, space.system, space.model, shape.recompute, parallel=par,
-                          microbatch_size=shape.microbatch_size)
+    return hardware_costs(sched, space.system, space.model, shape)
 
 
 def plan_question(model: str | TransformerModel, nodes: int, gpus_per_node: int, global_batch: int,

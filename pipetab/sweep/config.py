@@ -67,11 +67,12 @@ from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 from pathlib import Path
 
+from pipetab.hardware.context import Recompute
 from pipetab.schedules import registry
 from pipetab.solver.costs import SEARCH_TICKS_PER_OP
 
 MODES = ("table", "simulate", "search", "bound")
-RECOMPUTE = ("none", "selective", "full")
+RECOMPUTE = tuple(str(r) for r in Recompute)
 KEY_VERSION = 2  # bump when the meaning of a configuration key or its row changes
 
 _TOP = {"name", "description", "grid", "run", "output"}
@@ -625,14 +626,15 @@ def _regime_error(name: str, stages: int, microbatches: int, options: tuple) -> 
 @lru_cache(maxsize=64)
 def _batch_error(model: str, microbatches: int, cluster: tuple = ()) -> str | None:
     from pipetab import hardware
+
     c = dict(cluster)
-    if "microbatch_size" in c:
-        return None  # the global batch follows: dp x microbatches x microbatch_size
-    m = hardware.load_model(model)
-    batch, dp = c.get("global_batch", m.global_batch), c.get("dp", 1)
-    if batch % (microbatches * dp):
-        return (f"global batch {batch} cannot be split into {microbatches} equal microbatches"
-                + (f" on each of {dp} data-parallel replicas" if dp > 1 else f" (model {m.name!r})"))
+    ctx = hardware.Context(dp=c.get("dp", 1), tp=c.get("tp", 1), sequence_parallel=c.get("sequence_parallel"),
+                           zero=c.get("zero"), global_batch=c.get("global_batch"),
+                           microbatch_size=c.get("microbatch_size"))
+    try:
+        ctx.resolved(hardware.load_model(model), microbatches)
+    except ValueError as exc:
+        return str(exc)
     return None
 
 

@@ -32,7 +32,7 @@ from typing import NamedTuple
 
 from pipetab.schedules import registry
 from pipetab.schedules.table import SlotDurations
-from pipetab.solver.costs import hardware_costs, profile_costs
+from pipetab.solver.pricing import hardware_costs, profile_costs
 from pipetab.solver.levels import Levels, evaluate_levels
 
 from .config import Configuration, cap_bytes
@@ -113,13 +113,10 @@ def _system(name: str):
 
 
 @lru_cache(maxsize=8)
-def _model(name: str, seq: int | None = None, global_batch: int | None = None):
-    """A model preset or file, with the [grid.cluster] sequence length and global batch."""
+def _model(name: str):
     from pipetab.hardware import load_model
 
-    m = load_model(name)
-    changes = {k: v for k, v in (("seq_len", seq), ("global_batch", global_batch)) if v is not None}
-    return replace(m, **changes) if changes else m
+    return load_model(name)
 
 
 @lru_cache(maxsize=8)
@@ -129,15 +126,14 @@ def _profile(path: str):
     return load_profile(path)
 
 
-def _parallel(c: Configuration):
-    """The configuration's ``Parallel`` (None without [grid.cluster])."""
-    if not c.cluster:
-        return None
-    from pipetab.hardware.parallel import Parallel
+def _context(c: Configuration):
+    """The configuration's ``hardware.Context`` ([grid.cluster] and [run]'s recompute)."""
+    from pipetab.hardware.context import Context
 
     d = c.cluster_dict()
-    return Parallel(tp=d["tp"], dp=d["dp"], sequence_parallel=d["sequence_parallel"], zero=d["zero"],
-                    overlap=d["overlap"])
+    return Context(tp=d.get("tp", 1), dp=d.get("dp", 1), sequence_parallel=d.get("sequence_parallel", False),
+                   zero=d.get("zero", 0), overlap=d.get("overlap", True), microbatch_size=d.get("microbatch_size"),
+                   global_batch=d.get("global_batch"), seq_len=d.get("seq"), recompute=c.run.recompute)
 
 
 def _base(c: Configuration) -> dict:
@@ -174,27 +170,22 @@ def _tail(c: Configuration, status: str, seconds: float, **cp) -> dict:
 
 
 def _microbatch_size(c: Configuration) -> int | None:
-    """Sequences per microbatch of a hardware configuration: [grid.cluster]'s
-    ``microbatch_size``, else its (or the model's) global batch / (dp x B); a profile's own."""
+    """Sequences per microbatch of a hardware configuration (its context resolved:
+    [grid.cluster]'s ``microbatch_size``, else its or the model's global batch / (dp x B));
+    a profile's own."""
     if not c.run.uses_hardware:
         return None
     if c.profile:
         return _profile(c.profile).microbatch_size
-    d = c.cluster_dict()
-    if "microbatch_size" in d:
-        return d["microbatch_size"]
-    return d.get("global_batch", _model(c.model).global_batch) // (d.get("dp", 1) * c.microbatches)
+    return _context(c).resolved(_model(c.model), c.microbatches).microbatch_size
 
 
 def _costs(c: Configuration, sched):
-    """Costs of ``sched`` on the configuration's system and model in its [grid.cluster]
-    context, or from its profile (no memory cap)."""
+    """Costs of ``sched`` on the configuration's system and model in its context, or from
+    its profile (no memory cap)."""
     if c.profile:
         return profile_costs(sched, _profile(c.profile), contention=c.run.contention)
-    d = c.cluster_dict()
-    return hardware_costs(sched, _system(c.system), _model(c.model, d.get("seq"), d.get("global_batch")),
-                          recompute=c.run.recompute, contention=c.run.contention, parallel=_parallel(c),
-                          microbatch_size=d.get("microbatch_size"))
+    return hardware_costs(sched, _system(c.system), _model(c.model), _context(c), contention=c.run.contention)
 
 
 def _capacity(c: Configuration, costs) -> tuple[float | None, ...]:

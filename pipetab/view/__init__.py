@@ -21,7 +21,7 @@ from importlib import resources
 from pathlib import Path
 
 from pipetab.formatting import HEADER, formula_source, level_rows
-from pipetab.solver.costs import slot_costs
+from pipetab.solver.pricing import slot_costs
 from pipetab.solver.levels import Levels
 
 __all__ = ["page_data", "render_page", "with_timeline", "write_page"]

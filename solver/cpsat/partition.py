@@ -5,11 +5,12 @@ to the model's layers); it is a ``stage_work`` of integers, so costs follow the 
 through the usual paths. ``Partition`` is ``even`` (``hardware.model.partition`` of equal
 shares), ``fixed`` (a list per pipeline) or ``free`` (the solver chooses).
 
-Costs of a partition come from a ``LayerCosts``: ``IdealizedLayers`` (per-layer slots, the
-LM head and the embedding as extra slots on a pipeline's last and first stage) or
-``HardwareLayers`` (``hardware_costs`` of a schedule whose ``stage_work`` is the layer
-counts: op times, activation bytes, messages and persistent memory follow the layers, the
-embedding on each pipeline's first stage, the LM head and loss on its last).
+Costs of a partition come from a ``solver.pricing.LayerCosts``: ``IdealizedLayers``
+(per-layer slots, the LM head and the embedding as extra slots on a pipeline's last and
+first stage) or ``HardwareLayers`` (``hardware_costs`` of a schedule whose ``stage_work``
+is the layer counts: op times, activation bytes, messages and persistent memory follow
+the layers, the embedding on each pipeline's first stage, the LM head and loss on its
+last).
 
 The free partition is solved exactly by enumeration: partitions whose busiest device's work
 (plus the forward and backward chains before it, ``quick_bound``) reaches the incumbent are
@@ -27,14 +28,14 @@ import functools
 import heapq
 import math
 import time
-from dataclasses import dataclass, field, replace
-from typing import Callable, Protocol, Sequence
+from dataclasses import dataclass, replace
+from typing import Callable, Sequence
 
 from ortools.sat.python import cp_model
 
 from pipetab.schedules.ops import Kind, Op
 from pipetab.schedules.schedule import Placement, Schedule
-from pipetab.solver.costs import Costs, Links
+from pipetab.solver.pricing import Layers, LayerCosts, even_layers, with_layers
 
 from .bounds import analytic_lower_bound, cap_violations
 from .config import CpSatConfig
@@ -42,7 +43,6 @@ from .problem import Problem
 from .result import PhaseRecord, Result, gap_of
 from .strategy import Clock
 
-Layers = tuple[tuple[int, ...], ...]
 PARTITION_FORMS = "even, free, or layer counts per stage such as 8,8,8,8 (bidirectional: DOWN/UP, e.g. 9,8,8,7/7,8,8,9)"
 # at most this many partitions are enumerated; past it the bound of the rest is the
 # enumeration's bound of what is left (valid, weaker)
@@ -96,13 +96,6 @@ def format_layers(layers: Layers) -> str:
     return "/".join(",".join(str(n) for n in row) for row in layers)
 
 
-def even_layers(num_layers: int, num_stages: Sequence[int]) -> Layers:
-    """Each pipeline's layers split as evenly as ``hardware.model.partition`` splits them."""
-    from pipetab.hardware.model import partition
-
-    return tuple(partition((1.0,) * n, num_layers) for n in num_stages)
-
-
 def check_layers(layers: Layers, num_layers: int, num_stages: Sequence[int]) -> Layers:
     """``layers`` (one list for every pipeline, or one per pipeline) when each pipeline's
     list has one integer >= 1 per stage summing to ``num_layers``; ``ValueError`` naming
@@ -125,76 +118,6 @@ def check_layers(layers: Layers, num_layers: int, num_stages: Sequence[int]) -> 
     return rows
 
 
-class LayerCosts(Protocol):
-    """Costs of a problem shape for any layer split."""
-
-    num_layers: int
-
-    def costs(self, layers: Layers) -> Costs: ...
-
-    def op_ticks(self, kind: Kind, p: int, s: int, n: int) -> int:
-        """Integer time of op ``kind`` of stage (p, s) when it holds ``n`` layers."""
-
-
-def _check_count(what: str, value, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{what} must be an integer >= {minimum}, got {value!r}")
-
-
-@dataclass(frozen=True)
-class IdealizedLayers:
-    """Idealized costs per layer: a stage of n layers takes n times ``forward``,
-    ``backward`` (input gradient when split), ``weight`` slots; each pipeline's last stage
-    adds the LM head and loss, ``head`` slots to F and twice that to the backward (B, or B
-    and W once each when split) — a GEMM's forward-to-backward ratio — and its first stage
-    the embedding, ``embedding`` slots by the same rule. A slot is the unit of these times.
-    Activations: a stage of n layers keeps n * num_devices / num_layers M_B (its share of
-    the model; head and embedding keep none), ``weight_memory`` of it until W."""
-
-    num_layers: int
-    num_devices: int
-    num_stages: tuple[int, ...]
-    forward: int = 1
-    backward: int = 2
-    weight: int = 1
-    head: int = 0
-    embedding: int = 0
-    comm: int = 0
-    activation_cap: float | None = None
-    split_backward: bool = False
-    weight_memory: float = 1.0
-
-    def __post_init__(self) -> None:
-        _check_count("layers", self.num_layers, max(self.num_stages))
-        for what in ("forward", "backward", "weight"):
-            _check_count(f"{what} slots", getattr(self, what), 1)
-        for what in ("head", "embedding", "comm"):
-            _check_count(f"{what} slots", getattr(self, what), 0)
-
-    def op_ticks(self, kind: Kind, p: int, s: int, n: int) -> int:
-        per = {Kind.F: self.forward, Kind.B: self.backward, Kind.W: self.weight}[kind]
-        ends = (self.head if s == self.num_stages[p] - 1 else 0) + (self.embedding if s == 0 else 0)
-        extra = ends if kind is Kind.F or self.split_backward else 2 * ends
-        return n * per + extra
-
-    def costs(self, layers: Layers) -> Costs:
-        kinds = (Kind.F, Kind.B, Kind.W) if self.split_backward else (Kind.F, Kind.B)
-        share = {(p, s): n * self.num_devices / self.num_layers for p, row in enumerate(layers)
-                 for s, n in enumerate(row)}
-        return Costs(
-            unit="slots",
-            op_time={(k, p, s): self.op_ticks(k, p, s, n) for p, row in enumerate(layers)
-                     for s, n in enumerate(row) for k in kinds},
-            message_bytes={},
-            links=Links(constant=self.comm),
-            activation=share,
-            weight_memory={k: self.weight_memory * a for k, a in share.items()} if self.weight_memory < 1 else {},
-            persistent=(0,) * self.num_devices,
-            capacity=(self.activation_cap,) * self.num_devices,
-            optimizer_time=(0,) * self.num_devices,
-        )
-
-
 def shape_schedule(problem: Problem, stage_work: Layers | None = None) -> Schedule:
     """A schedule of the problem's shape (one microbatch at a time on a placement of it;
     ``stage_work`` if given, else the problem's) for costing its stages on hardware."""
@@ -209,88 +132,7 @@ def shape_schedule(problem: Problem, stage_work: Layers | None = None) -> Schedu
         for op in chain:
             orders[placement.device(op.pipeline, op.stage)].append(op)
     sched = problem.schedule("shape", placement, orders)
-    return sched if stage_work is None else replace(sched, stage_work=tuple(tuple(float(x) for x in w)
-                                                                            for w in stage_work))
-
-
-@dataclass(frozen=True)
-class HardwareLayers:
-    """Hardware costs of ``shape`` for any layer split (``solver.costs.hardware_costs``),
-    quantized to ``tick_s`` (``rounding`` up for schedules, down for bounds of the
-    real-valued problem); ``memory_cap`` replaces the device's memory. ``tick_s`` None:
-    ``default_tick`` — the finer of the even split's search tick and the shortest op of a
-    one-layer stage over ``ticks_per_layer``, so no op of any split rounds to 0 ticks."""
-
-    shape: Problem
-    system: object
-    model: object
-    recompute: str = "none"
-    memory_cap: float | None = None
-    rounding: str = "down"
-    tick_s: float | None = None
-    ticks_per_layer: int = 2
-    parallel: object = None
-    microbatch_size: int | None = None
-    num_layers: int = field(init=False)
-
-    def __post_init__(self) -> None:
-        from pipetab.solver.costs import check_hardware
-
-        system, model = check_hardware(self.system, self.model, self.shape.num_devices,
-                                       self.shape.num_microbatches, dp=1 if self.parallel is None else self.parallel.dp,
-                                       microbatch_size=self.microbatch_size)
-        object.__setattr__(self, "system", system)
-        object.__setattr__(self, "model", model)
-        object.__setattr__(self, "num_layers", model.num_layers)
-        if self.tick_s is None:
-            object.__setattr__(self, "tick_s", self.default_tick())
-
-    def real_costs(self, layers: Layers) -> Costs:
-        """Costs in seconds of the split ``layers``."""
-        from pipetab.solver.costs import hardware_costs
-
-        costs = hardware_costs(shape_schedule(self.shape, layers), self.system, self.model, recompute=self.recompute,
-                               parallel=self.parallel, microbatch_size=self.microbatch_size)
-        if self.memory_cap is not None:
-            costs = replace(costs, capacity=(self.memory_cap,) * len(costs.capacity))
-        return costs
-
-    def costs(self, layers: Layers) -> Costs:
-        return self.real_costs(layers).quantized(self.tick_s, self.rounding)
-
-    def _stage_seconds(self, p: int, s: int, n: int):
-        from pipetab.hardware.costs import stage_cost
-        from pipetab.hardware.parallel import Layout, Parallel
-
-        parallel = self.parallel or Parallel()
-        last = s == self.shape.num_stages[p] - 1
-        mb = self.microbatch_size or self.model.microbatch_size(self.shape.num_microbatches * parallel.dp)
-        device = shape_schedule(self.shape).placement.device(p, s)
-        return stage_cost(self.model, self.system.device, mb, n, first=s == 0, last=last,
-                          recompute=self.recompute, split_backward=self.shape.split_backward, parallel=parallel,
-                          tp_link=Layout(self.system, parallel, self.shape.num_devices).tp_link(device))
-
-    def op_ticks(self, kind: Kind, p: int, s: int, n: int) -> int:
-        memo = self.__dict__.setdefault("_memo", {})
-        key = (kind, p, s, n)
-        if key not in memo:
-            memo[key] = self._op_ticks(kind, p, s, n)
-        return memo[key]
-
-    def _op_ticks(self, kind: Kind, p: int, s: int, n: int) -> int:
-        c = self._stage_seconds(p, s, n)
-        t = {Kind.F: c.forward_s, Kind.B: c.backward_s, Kind.W: c.weight_s}[kind]
-        q = t / self.tick_s
-        return max(1, math.ceil(q - 1e-9)) if self.rounding == "up" else math.floor(q + 1e-9)
-
-    def default_tick(self) -> float:
-        from pipetab.solver.costs import SEARCH_TICKS_PER_OP
-
-        even = self.real_costs(even_layers(self.num_layers, self.shape.num_stages))
-        kinds = self.shape.kinds
-        one = min({Kind.F: c.forward_s, Kind.B: c.backward_s, Kind.W: c.weight_s}[k]
-                  for c in (self._stage_seconds(0, 1 if self.shape.num_stages[0] > 2 else 0, 1),) for k in kinds)
-        return min(even.default_tick(SEARCH_TICKS_PER_OP), one / self.ticks_per_layer)
+    return sched if stage_work is None else with_layers(sched, stage_work)
 
 
 def partition_problem(shape: Problem, layer_costs: LayerCosts, layers: Layers) -> Problem:

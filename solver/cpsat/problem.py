@@ -26,8 +26,8 @@ from pipetab.schedules.generators.interleaved import loop_placement
 from pipetab.schedules.generators.linear import linear_placement
 from pipetab.schedules.generators.zero_bubble import v_placement
 from pipetab.schedules.schedule import Placement, Schedule
-from pipetab.schedules.table import SlotDurations
-from pipetab.solver.costs import Costs, Links, shape_slot_costs
+from pipetab.solver.costs import Costs, Links
+from pipetab.solver.pricing import idealized_costs
 
 FAMILIES = ("linear", "bidirectional", "wave", "v", "interleaved", "free")
 OBJECTIVES = ("makespan", "period")
@@ -353,39 +353,6 @@ def bidirectional_microbatches(stages: int, microbatches: int) -> tuple[int, ...
     (pipeline 0), the second half up (pipeline 1)."""
     half = max(1, stages // 2)
     return tuple(0 if m % stages < half else 1 for m in range(microbatches))
-
-
-def idealized_costs(
-    num_devices: int,
-    num_stages: tuple[int, ...],
-    forward: int = 1,
-    backward: int = 2,
-    weight: int = 1,
-    comm: int = 0,
-    activation_cap: float | None = None,
-    stage_work: tuple[tuple[float, ...], ...] | None = None,
-    split_backward: bool = False,
-    weight_memory: float = 1.0,
-) -> Costs:
-    """Idealized costs for a problem shape (``solver.costs.shape_slot_costs``), with times
-    in ticks of the lightest stage's share of the model (``tick_slots``) and every
-    activation sized by its stage's share of the model (units of M_B, the activation of a
-    stage holding 1/num_devices of it): a device's work and memory per microbatch are
-    the same for every placement. ``activation_cap``: at most that much (in M_B) live per
-    device; ``weight_memory``: M_W / M of a split backward."""
-    if activation_cap is not None and (isinstance(activation_cap, bool) or not isinstance(activation_cap, (int, float))
-                                       or not math.isfinite(activation_cap) or activation_cap <= 0):
-        raise ValueError(f"activation cap must be a number > 0 (units of M_B), got {activation_cap!r}")
-    work = stage_work or tuple((1.0,) * n for n in num_stages)
-    share = {(p, s): w[s] * num_devices / sum(w) for p, w in enumerate(work) for s in range(len(w))}
-    costs = shape_slot_costs(num_devices, num_stages, SlotDurations(forward, backward, weight), comm, None,
-                             stage_work, split_backward, weight_memory, min(share.values()))
-    return replace(
-        costs,
-        activation=share,
-        weight_memory={k: f * share[k] for k, f in costs.weight_memory.items()},
-        capacity=(activation_cap,) * num_devices,
-    )
 
 
 def idealized_problem(

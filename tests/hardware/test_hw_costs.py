@@ -7,6 +7,7 @@ from pipetab.hardware.costs import (
     layer_forward_traffic, message_bytes, optimizer_time, ring_allreduce_time, schedule_costs,
     stage_cost,
 )
+from pipetab.hardware.context import Context
 from pipetab.hardware.loaders import load_model
 from pipetab.hardware.model import TransformerModel
 from pipetab.hardware.system import Device, Link, System
@@ -25,34 +26,39 @@ LINK = Link(bandwidth=1e3, latency_s=1e-3)
 UNIFORM = System.uniform("unit", UNIT, LINK)
 
 
+def mb(b: int, recompute: str = "none") -> Context:
+    """One GPU per stage, microbatches of ``b`` sequences."""
+    return Context(microbatch_size=b, recompute=recompute)
+
+
 def test_flops_by_hand():
     # 24*b*s*h^2 + 4*b*s^2*h = 24*1*4*64 + 4*1*16*8 = 6144 + 512
-    assert layer_forward_flops(MINI, 1) == 6656
-    assert layer_forward_flops(MINI, 3) == 3 * 6656
+    assert layer_forward_flops(MINI, mb(1)) == 6656
+    assert layer_forward_flops(MINI, mb(3)) == 3 * 6656
     # LM head 2*b*s*h*V = 2*1*4*8*16
-    assert head_forward_flops(MINI, 1) == 1024
+    assert head_forward_flops(MINI, mb(1)) == 1024
 
 
 def test_traffic_and_message_by_hand():
     # c*P_layer + c*b*s*(18h + 4f) = 2*872 + 2*1*4*(144 + 128) = 1744 + 2176
-    assert layer_forward_traffic(MINI, 1) == 3920
+    assert layer_forward_traffic(MINI, mb(1)) == 3920
     # b*s*h*c = 1*4*8*2
-    assert message_bytes(MINI, 1) == 64
+    assert message_bytes(MINI, mb(1)) == 64
 
 
 def test_korthikanti_activation_by_hand():
     # s*b*h*(34 + 5*a*s/h) = 4*1*8*(34 + 5*2*4/8) = 32*39
-    assert activation_bytes_per_layer(MINI, 1) == 1248
-    assert activation_bytes_per_layer(MINI, 1, "selective") == 34 * 32
-    assert activation_bytes_per_layer(MINI, 1, "full") == 2 * 32
+    assert activation_bytes_per_layer(MINI, mb(1)) == 1248
+    assert activation_bytes_per_layer(MINI, mb(1, "selective")) == 34 * 32
+    assert activation_bytes_per_layer(MINI, mb(1, "full")) == 2 * 32
     tiny = load_model("tiny_gpt")  # s=128, h=256, a=4; b=2: sbh = 65536, 5as/h = 10
-    assert activation_bytes_per_layer(tiny, 2) == 65536 * 44 == 2_883_584
+    assert activation_bytes_per_layer(tiny, mb(2)) == 65536 * 44 == 2_883_584
     with pytest.raises(ValueError, match="recompute must be one of none, selective, full, got 'some'"):
-        activation_bytes_per_layer(MINI, 1, "some")
+        activation_bytes_per_layer(MINI, mb(1, "some"))
 
 
 def test_stage_cost_by_hand():
-    mid = stage_cost(MINI, UNIT, 1, 2, first=False, last=False)
+    mid = stage_cost(MINI, UNIT, mb(1), 2, first=False, last=False)
     # F: 2*6656 FLOPs = 13.312 ms vs 2*3920 B = 7.84 ms -> compute-bound
     assert mid.flops_forward == 13312 and mid.traffic_forward == 7840
     assert mid.forward_s == pytest.approx(13.312e-3)
@@ -62,17 +68,17 @@ def test_stage_cost_by_hand():
     assert mid.activation_bytes == 2 * 1248
     assert mid.persistent_bytes == 2 * 872 * 16
 
-    first = stage_cost(MINI, UNIT, 1, 2, first=True, last=False)
+    first = stage_cost(MINI, UNIT, mb(1), 2, first=True, last=False)
     assert first.bwd_message_bytes == 0 and first.fwd_message_bytes == 64
     # (2 layers + embedding 16*8) params * 16 bytes
     assert first.params == 2 * 872 + 128 and first.persistent_bytes == (2 * 872 + 128) * 16
     assert first.flops_forward == mid.flops_forward  # the lookup costs no FLOPs
 
-    last = stage_cost(MINI, UNIT, 1, 2, first=False, last=True)
+    last = stage_cost(MINI, UNIT, mb(1), 2, first=False, last=True)
     assert last.fwd_message_bytes == 0
     assert last.flops_forward == 13312 + 1024
 
-    split = stage_cost(MINI, UNIT, 1, 2, first=False, last=False, split_backward=True)
+    split = stage_cost(MINI, UNIT, mb(1), 2, first=False, last=False, split_backward=True)
     # Zero Bubble paper, Table 1: B = GEMMs + 2 x attention core, W = GEMMs
     # (per layer GEMMs 24*b*s*h^2 = 6144, core 4*b*s^2*h = 512)
     assert split.flops_backward == 2 * (6144 + 2 * 512) == 14336
@@ -80,9 +86,9 @@ def test_stage_cost_by_hand():
     assert split.flops_backward + split.flops_weight == 2 * split.flops_forward
     assert split.backward_s == pytest.approx(14.336e-3) and split.weight_s == pytest.approx(12.288e-3)
 
-    sel = stage_cost(MINI, UNIT, 1, 2, first=False, last=False, recompute="selective")
+    sel = stage_cost(MINI, UNIT, mb(1, "selective"), 2, first=False, last=False)
     assert sel.flops_backward == 2 * 13312 + 2 * 512  # + 4*b*s^2*h per layer
-    full = stage_cost(MINI, UNIT, 1, 2, first=False, last=False, recompute="full")
+    full = stage_cost(MINI, UNIT, mb(1, "full"), 2, first=False, last=False)
     assert full.flops_backward == 3 * 13312
     assert full.activation_bytes == 2 * 64
 
@@ -212,4 +218,4 @@ def test_split_backward_schedule():
     assert c.microbatch_size == 64
     assert st.weight_s > 0 and c.op_time(W(0, 1)) == st.weight_s
     assert st.flops_backward + st.flops_weight == 2 * st.flops_forward
-    assert st.flops_backward - st.flops_weight == 2 * 8 * attention_core_flops(tiny, 64)  # 8 layers
+    assert st.flops_backward - st.flops_weight == 2 * 8 * attention_core_flops(tiny, mb(64))  # 8 layers

@@ -54,10 +54,12 @@ def test_model_validation():
 
 
 def test_microbatch_size():
+    from pipetab.hardware.context import Context
+
     m = TransformerModel("m", 4, 8, 2, 4, 16, global_batch=64)
-    assert m.microbatch_size(16) == 4
+    assert Context().resolved(m, 16).microbatch_size == 4
     with pytest.raises(ValueError, match="global batch 64 .* cannot be split into 3 equal microbatches"):
-        m.microbatch_size(3)
+        Context().resolved(m, 3)
 
 
 def test_family_param_counts_by_hand():

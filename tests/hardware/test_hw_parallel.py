@@ -6,11 +6,12 @@ import pytest
 from pipetab.hardware.costs import schedule_costs, stage_cost
 from pipetab.hardware.layer import activation_bytes_per_layer, layer_params_per_gpu
 from pipetab.hardware.model import TransformerModel
-from pipetab.hardware.parallel import Layout, Parallel, ring_time
+from pipetab.hardware.context import Context
+from pipetab.hardware.parallel import Topology, ring_time
 from pipetab.hardware.system import Device, Link, System
 from pipetab.schedules import registry
 from pipetab.schedules.generators.linear import one_f_one_b
-from pipetab.solver.costs import hardware_costs
+from pipetab.solver.pricing import hardware_costs
 from pipetab.solver.simulate import simulate
 
 # h=8, a=2, s=4, f=32, c=2: sbh = 32 bytes-units, small enough to work by hand
@@ -23,21 +24,34 @@ FAST, SLOW = Link(bandwidth=1e3, latency_s=1e-3), Link(bandwidth=1e2, latency_s=
 PAIRS = System.nodes("pairs", UNIT, 2, FAST, SLOW)
 
 
+def ctx(tp=1, dp=1, mb=1, **kw) -> Context:
+    """The pure context of these hand-worked cases: no sequence parallelism, no ZeRO
+    unless asked."""
+    return Context(tp=tp, dp=dp, microbatch_size=mb, **{"sequence_parallel": False, "zero": 0, **kw})
+
+
 def test_parallel_validation():
     with pytest.raises(ValueError, match="tp must be an integer >= 1, got 0"):
-        Parallel(tp=0)
+        Context(tp=0)
     with pytest.raises(ValueError, match="zero must be one of 0, 1, 2, got 3"):
-        Parallel(zero=3)
+        Context(dp=2, zero=3)
     with pytest.raises(ValueError, match=r"tp 3 must divide the heads \(2\)"):
-        Parallel(tp=3).check(MINI)
+        Context(tp=3).check(MINI)
     gqa = TransformerModel("g", 2, 64, 8, 4, 16, 1, kv_heads=2)
-    Parallel(tp=4).check(gqa)  # 4 GPUs, 2 K/V heads: each head on two GPUs
+    Context(tp=4).check(gqa)  # 4 GPUs, 2 K/V heads: each head on two GPUs
     with pytest.raises(ValueError, match="must divide one another"):
-        Parallel(tp=4).check(TransformerModel("g", 2, 96, 12, 4, 16, 1, kv_heads=3))
+        Context(tp=4).check(TransformerModel("g", 2, 96, 12, 4, 16, 1, kv_heads=3))
+    # options that cannot apply are refused, the defaults derived
+    with pytest.raises(ValueError, match="sequence parallelism applies with tp > 1 only"):
+        Context(sequence_parallel=True)
+    with pytest.raises(ValueError, match="ZeRO stage 1 applies with dp > 1 only"):
+        Context(zero=1)
+    assert Context(tp=8, dp=2).sequence_parallel and Context(tp=8, dp=2).zero == 1
+    assert not Context().sequence_parallel and Context().zero == 0
 
 
 def test_layout_numbers_ranks_tensor_first():
-    lay = Layout(System.nodes("n", UNIT, 8, FAST, SLOW), Parallel(tp=2, dp=2), pp=4)
+    lay = Topology(System.nodes("n", UNIT, 8, FAST, SLOW), ctx(tp=2, dp=2), pp=4)
     assert lay.num_gpus == 16
     assert lay.gpu(1, 0, 0) == 1 and lay.gpu(0, 1, 0) == 2 and lay.gpu(0, 0, 1) == 4
     assert lay.tp_group(3, 1) == [14, 15] and lay.dp_group(2, 1) == [9, 11]
@@ -46,7 +60,7 @@ def test_layout_numbers_ranks_tensor_first():
     assert lay.pipeline_system.link(0, 1).latency_s == pytest.approx(1e-3 + 1e-3)
     assert lay.pipeline_system.link(1, 2).latency_s == pytest.approx(1e-2 + 1e-3)
     with pytest.raises(ValueError, match="system 'two' has 8 devices, the schedule needs 16"):
-        Layout(System.nodes("two", UNIT, 4, FAST, SLOW, num_devices=8), Parallel(tp=2, dp=2), pp=4)
+        Topology(System.nodes("two", UNIT, 4, FAST, SLOW, num_devices=8), ctx(tp=2, dp=2), pp=4)
 
 
 def test_ring_collectives_by_hand():
@@ -58,51 +72,51 @@ def test_ring_collectives_by_hand():
 
 
 def test_pipeline_link_scatter_gather_by_hand():
-    lay = Layout(PAIRS, Parallel(tp=2, dp=2), pp=2)  # stage 0 on GPUs 0-3, stage 1 on 4-7
+    lay = Topology(PAIRS, ctx(tp=2, dp=2), pp=2)  # stage 0 on GPUs 0-3, stage 1 on 4-7
     msg = 64  # b*s*h*c of MINI at b = 1
     # each GPU sends 32 B between nodes (0.32 s + 10 ms), then the receiving pair
     # all-gathers 64 B over NVLink-like FAST ((1/2)*64/1000 + 1 ms)
     assert lay.pipeline_link(0, 1).time(msg) == pytest.approx(0.33 + 0.033)
-    sp = Layout(PAIRS, Parallel(tp=2, dp=2, sequence_parallel=True), pp=2)
+    sp = Topology(PAIRS, ctx(tp=2, dp=2, sequence_parallel=True), pp=2)
     assert sp.pipeline_link(0, 1).time(msg) == pytest.approx(0.33)  # shards stay split
 
 
 def test_korthikanti_tensor_and_sequence_parallel():
     # sbh(10 + 24/t + 5as/(ht)) = 32 * (10 + 12 + 2.5) and, with sequence parallelism,
     # sbh/t (34 + 5as/h) = 16 * 39 (Korthikanti et al. 2022, equations 2 and 4)
-    assert activation_bytes_per_layer(MINI, 1, tp=2) == 32 * 24.5 == 784
-    assert activation_bytes_per_layer(MINI, 1, tp=2, sequence_parallel=True) == 16 * 39
-    assert activation_bytes_per_layer(MINI, 1, tp=1) == 32 * 39
+    assert activation_bytes_per_layer(MINI, ctx(tp=2)) == 32 * 24.5 == 784
+    assert activation_bytes_per_layer(MINI, ctx(tp=2, sequence_parallel=True)) == 16 * 39
+    assert activation_bytes_per_layer(MINI, ctx(tp=1)) == 32 * 39
 
 
 def test_stage_on_a_tensor_parallel_pair_by_hand():
-    par = Parallel(tp=2)
-    st = stage_cost(MINI, UNIT, 1, 2, first=False, last=False, parallel=par, tp_link=FAST)
+    par = ctx(tp=2)
+    st = stage_cost(MINI, UNIT, par, 2, first=False, last=False, tp_link=FAST)
     # per GPU: GEMMs 2bs(2h^2 + n*h*f)/t + 2bs*2h*kv/t = 8*(320 + 64) = 3072, core 256
     assert st.flops_forward == 2 * (3072 + 256)
     # two all-reduces of b*s*h*c = 64 B per layer in F and in B, 66 ms each
     assert st.tp_comm_forward_s == pytest.approx(4 * 0.066) == pytest.approx(st.tp_comm_backward_s)
     assert st.forward_s == pytest.approx(6.656e-3 + 0.264)
     # parameters per GPU: 872 per layer split, norms (32) and row biases (16) replicated
-    assert layer_params_per_gpu(MINI, 2) == (872 + 48) // 2 == 460
+    assert layer_params_per_gpu(MINI, par) == (872 + 48) // 2 == 460
     assert st.persistent_bytes == 920 * 16
-    first = stage_cost(MINI, UNIT, 1, 2, first=True, last=False, parallel=par, tp_link=FAST)
+    first = stage_cost(MINI, UNIT, par, 2, first=True, last=False, tp_link=FAST)
     assert first.tp_comm_forward_s == pytest.approx(5 * 0.066)  # + the embedding's all-reduce
     with pytest.raises(ValueError, match="needs the link its collectives use"):
-        stage_cost(MINI, UNIT, 1, 2, first=False, last=False, parallel=par)
+        stage_cost(MINI, UNIT, par, 2, first=False, last=False)
 
 
 @pytest.mark.parametrize("zero, expected", [(0, 920 * 16), (1, 920 * (2 + 2 + 6)), (2, 920 * (2 + 1 + 6))])
 def test_zero_memory_per_gpu(zero, expected):
-    assert Parallel(tp=2, dp=2, zero=zero).persistent_bytes(MINI, 920) == expected
+    assert ctx(tp=2, dp=2, zero=zero).persistent_bytes(MINI, 920) == expected
 
 
 def test_data_parallel_tail_by_hand():
     """1F1B on 2 stages of 2 layers, one microbatch, TP 2 x DP 2 on nodes of 2 GPUs."""
     sched = one_f_one_b(2, 1)
     for zero, overlap in ((0, False), (1, False), (0, True)):
-        par = Parallel(tp=2, dp=2, zero=zero, overlap=overlap)
-        sc = schedule_costs(sched, PAIRS, MINI, parallel=par)  # b = 8 / (2 * 1) = 4
+        par = ctx(tp=2, dp=2, mb=None, zero=zero, overlap=overlap)
+        sc = schedule_costs(sched, PAIRS, MINI, par)  # b = 8 / (2 * 1) = 4
         assert sc.microbatch_size == 4
         params = 2 * 460 + 8 * 8  # two layers and half of the 16 x 8 embedding
         grads = 2 * params
@@ -116,10 +130,10 @@ def test_data_parallel_tail_by_hand():
             sync = max(sync - sc.stage(0, 0).backward_s, sync / 2)
         assert sc.dp_sync_s[0] == pytest.approx(sync)
         assert sc.optimizer_s[0] == pytest.approx(sync + opt_bytes / 1e6)
-    costs = hardware_costs(sched, PAIRS, MINI, parallel=Parallel(tp=2, dp=2))
+    costs = hardware_costs(sched, PAIRS, MINI, ctx(tp=2, dp=2, mb=None))
     sim = simulate(sched, costs)
-    c0, c1 = schedule_costs(sched, PAIRS, MINI, parallel=Parallel(tp=2, dp=2)).stages[0]
-    msg = Layout(PAIRS, Parallel(tp=2, dp=2), 2).pipeline_link(0, 1).time(c0.fwd_message_bytes)
+    c0, c1 = schedule_costs(sched, PAIRS, MINI, ctx(tp=2, dp=2, mb=None)).stages[0]
+    msg = Topology(PAIRS, ctx(tp=2, dp=2), 2).pipeline_link(0, 1).time(c0.fwd_message_bytes)
     chain = c0.forward_s + msg + c1.forward_s + c1.backward_s + msg + c0.backward_s
     assert sim.makespan == pytest.approx(chain + costs.optimizer_time[0])
 
@@ -149,8 +163,8 @@ def test_pure_pipeline_reproduces_before(name, S, B, opts, system, model, rc, t_
     if system.name in ("dgx_h100_ib", "a100_cluster"):  # uncalibrated, as at d143b92
         system = replace(system, device=replace(system.device, compute_efficiency=0.7,
                                                 efficiency_half_tokens=0.0, reserved_bytes=0.0))
-    for par in (None, Parallel(), Parallel(tp=1, dp=1, zero=1, sequence_parallel=True)):
-        sim = simulate(sched, hardware_costs(sched, system, model, recompute=rc, parallel=par))
+    for par in (Context(recompute=rc), Context(tp=1, dp=1, zero=0, sequence_parallel=False, recompute=rc)):
+        sim = simulate(sched, hardware_costs(sched, system, model, par))
         assert sim.makespan == t_sim
         assert max(sim.peak_memory) == peak
 
@@ -165,13 +179,13 @@ def test_gqa_swiglu_flash_layer_by_hand():
                          kv_heads=2, ffn_hidden=12, mlp="swiglu", norm="rmsnorm", bias=False, dropout=False)
     # kept per token: norms and GEMM inputs 4*c*h = 64, Q + attention output 2*c*h = 32,
     # K and V 2*c*4 = 16, gate, up and product 3*c*f = 72, log-sum-exp 4 bytes x 4 heads = 16
-    assert activation_bytes_per_layer(m, 1) == 4 * (64 + 32 + 16 + 72 + 16) == 800
+    assert activation_bytes_per_layer(m, ctx()) == 4 * (64 + 32 + 16 + 72 + 16) == 800
     # M_W per token: X of QKV, output projection, gate/up, down: h + h + h + f; dY of them:
     # (h + 2*kv) + h + 2f + h, i.e. 6h + 3f + 2kv = 92 elements of c bytes
-    assert weight_memory_bytes_per_layer(m, 1) == 4 * 2 * 92 == 736
+    assert weight_memory_bytes_per_layer(m, ctx()) == 4 * 2 * 92 == 736
     # forward FLOPs: 2*s*(2h^2 + 2*h*kv + 3*h*f) + 4*s^2*h
-    assert layer_forward_flops(m, 1) == 2 * 4 * (128 + 64 + 288) + 4 * 16 * 8
+    assert layer_forward_flops(m, ctx()) == 2 * 4 * (128 + 64 + 288) + 4 * 16 * 8
     # the last stage keeps the head's inputs 2*c*s*h = 128 and fp32 logits 4*s*V = 160
-    assert head_activation_bytes(m, 1) == 128 + 160
+    assert head_activation_bytes(m, ctx()) == 128 + 160
     # tp = 2: one K/V head per GPU, sequence parallelism splits the replicated part
-    assert activation_bytes_per_layer(m, 1, tp=2, sequence_parallel=True) == 4 * (32 + 16 + 8 + 36 + 8)
+    assert activation_bytes_per_layer(m, ctx(tp=2, sequence_parallel=True)) == 4 * (32 + 16 + 8 + 36 + 8)

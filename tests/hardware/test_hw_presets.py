@@ -5,6 +5,7 @@ import itertools
 
 import pytest
 
+from pipetab.hardware.context import Context
 from pipetab.hardware.loaders import (
     PRESET_DIR, list_models, list_systems, load_model, load_system, model_from_file,
 )
@@ -62,7 +63,7 @@ def test_paper_model():
     m = load_model("paper_gpt")
     assert (m.num_layers, m.hidden, m.seq_len, m.heads, m.ffn_hidden) == (128, 4096, 4096, 32, 16384)
     for b in (8, 16, 32, 64, 128, 256):
-        assert m.microbatch_size(b) * b == m.global_batch
+        assert Context().resolved(m, b).microbatch_size * b == m.global_batch
 
 
 def test_unknown_preset():

@@ -2,11 +2,11 @@
 
 import pytest
 
-from pipetab.hardware.parallel import Parallel
+from pipetab.hardware.context import Context
 from pipetab.hardware.profile import Profile, StageProfile, load_profile, profile_to_toml
 from pipetab.schedules import registry
 from pipetab.schedules.ops import Kind
-from pipetab.solver.costs import costs_profile, hardware_costs, profile_costs
+from pipetab.solver.pricing import costs_profile, hardware_costs, profile_costs
 from pipetab.solver.simulate import simulate
 
 UNIFORM = """\
@@ -24,13 +24,13 @@ weight_memory_bytes = 40
 
 
 @pytest.mark.parametrize("name, S, B, system, model, par", [
-    ("1f1b", 4, 8, "dgx_h100_ib", "tiny_gpt", None),
-    ("zb-h1", 4, 8, "dgx_h100_ib", "llama3_8b", Parallel(tp=2, dp=2, sequence_parallel=True, zero=1)),
-    ("gpipe", 8, 8, "a100_cluster", "llama3_8b", Parallel(tp=4, dp=1)),
+    ("1f1b", 4, 8, "dgx_h100_ib", "tiny_gpt", Context(microbatch_size=1)),
+    ("zb-h1", 4, 8, "dgx_h100_ib", "llama3_8b", Context(tp=2, dp=2, sequence_parallel=True, zero=1, microbatch_size=1)),
+    ("gpipe", 8, 8, "a100_cluster", "llama3_8b", Context(tp=4, dp=1, sequence_parallel=False, microbatch_size=1)),
 ])
 def test_profile_of_the_simulators_own_times_round_trips(tmp_path, name, S, B, system, model, par):
     sched = registry.generate(name, S, B)
-    costs = hardware_costs(sched, system, model, parallel=par, microbatch_size=1)
+    costs = hardware_costs(sched, system, model, par)
     path = tmp_path / "own.toml"
     path.write_text(profile_to_toml(costs_profile(sched, costs, microbatch_size=1)))
     back = profile_costs(sched, load_profile(path))
@@ -97,12 +97,12 @@ def test_profile_values():
 
 def _profile_on(system, model, name="1f1b", par=None, mb=1):
     sched = registry.generate(name, 4, 8)
-    costs = hardware_costs(sched, system, model, parallel=par, microbatch_size=mb)
-    return costs_profile(sched, costs, microbatch_size=mb, tp=(par or Parallel()).tp,
-                         dp=(par or Parallel()).dp)
+    par = (par or Context()).replace(microbatch_size=mb)
+    costs = hardware_costs(sched, system, model, par)
+    return costs_profile(sched, costs, microbatch_size=mb, tp=par.tp, dp=par.dp)
 
 
-@pytest.mark.parametrize("name, par", [("1f1b", None), ("zb-h1", Parallel(tp=2, dp=2))])
+@pytest.mark.parametrize("name, par", [("1f1b", None), ("zb-h1", Context(tp=2, dp=2, sequence_parallel=False, zero=0))])
 def test_calibrate_recovers_the_efficiency_that_made_the_profile(name, par):
     from dataclasses import replace
 

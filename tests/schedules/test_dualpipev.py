@@ -27,7 +27,7 @@ from pipetab.schedules.metrics import table_metrics
 from pipetab.schedules.ops import Kind, Op, data_predecessors
 from pipetab.schedules.table import PlacedOp, SlotDurations, Table, layout
 from pipetab.schedules.validate import validate
-from pipetab.solver.costs import slot_costs
+from pipetab.solver.pricing import slot_costs
 from pipetab.solver.simulate import simulate
 
 from conftest import grid_cells, v_label

@@ -18,7 +18,7 @@ from pipetab.schedules.metrics import table_metrics
 from pipetab.schedules.ops import Kind, Op
 from pipetab.schedules.table import SlotDurations, layout
 from pipetab.schedules.validate import validate
-from pipetab.solver.costs import slot_costs
+from pipetab.solver.pricing import slot_costs
 from pipetab.solver.simulate import simulate
 
 # shared/reference/schedules.md §3(d): D=4, v=2, N=8, one slot per chunk op; upper case =

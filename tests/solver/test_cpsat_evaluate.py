@@ -9,7 +9,7 @@ from pipetab.schedules.evaluate import asap
 from pipetab.schedules.ops import B, F
 from pipetab.schedules.schedule import Placement, Schedule
 from pipetab.schedules.table import SlotDurations
-from pipetab.solver.costs import slot_costs
+from pipetab.solver.pricing import slot_costs
 from pipetab.solver.cpsat import CpSatConfig, evaluate
 from pipetab.solver.simulate import simulate
 
@@ -96,7 +96,7 @@ def test_evaluate_deadlock_is_infeasible_not_a_crash():
 @pytest.mark.parametrize("name", ["1f1b", "chimera"])
 def test_evaluate_equals_simulator_on_hardware_costs(system, name):
     """Quantized hardware costs: transfers, replica all-reduces and optimizer tails."""
-    from pipetab.solver.costs import hardware_costs
+    from pipetab.solver.pricing import hardware_costs
 
     schedule = registry.generate(name, 4, 8)
     costs = hardware_costs(schedule, system, "paper_gpt")

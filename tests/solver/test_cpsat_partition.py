@@ -11,17 +11,16 @@ import pytest
 from pipetab.schedules.ops import Kind
 from pipetab.solver.cpsat import CpSatConfig, idealized_problem, search
 from pipetab.solver.cpsat.partition import (
-    HardwareLayers,
-    IdealizedLayers,
     Partition,
     check_layers,
     enumerate_partitions,
     least_splits,
     partition_problem,
     quick_bound,
+    shape_schedule,
     solve_partition,
 )
-from pipetab.solver.costs import hardware_costs
+from pipetab.solver.pricing import HardwareLayers, IdealizedLayers, hardware_costs
 from pipetab.solver.simulate import simulate
 
 CFG = CpSatConfig(time_limit_s=20, workers=2)
@@ -115,7 +114,7 @@ def test_fixed_list_reproduces_evaluator_and_simulator_on_hardware():
     """A LIST is a stage_work: the problem's costs are hardware_costs of a schedule with
     that stage_work, and op_ticks (the enumeration's table) agrees with them."""
     shape = idealized_problem(4, 8, "linear")
-    lc = HardwareLayers(shape, "fast_nw_fast_cp", "paper_gpt", memory_cap=1e15, rounding="up")
+    lc = HardwareLayers(shape_schedule(shape), "fast_nw_fast_cp", "paper_gpt", memory_cap=1e15, rounding="up")
     layers = ((30, 34, 34, 30),)
     out = solve_partition(shape, lc, Partition.parse("30,34,34,30"), CpSatConfig(time_limit_s=5, workers=2))
     sched = out.result.schedule

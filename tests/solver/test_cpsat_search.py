@@ -19,7 +19,7 @@ from pipetab.solver.cpsat import (
     min_feasible_cap,
     search,
 )
-from pipetab.solver.costs import slot_costs
+from pipetab.solver.pricing import slot_costs
 from pipetab.solver.simulate import simulate
 
 CFG = CpSatConfig(time_limit_s=20, workers=2)
@@ -159,7 +159,7 @@ def test_free_placement_decomposition_agrees_with_monolithic():
 def test_replica_groups_and_optimizer_tails_in_search():
     from dataclasses import replace
 
-    from pipetab.solver.costs import hardware_costs
+    from pipetab.solver.pricing import hardware_costs
 
     s = registry.generate("chimera", 4, 4)
     costs = hardware_costs(s, "mid_nw_mid_cp", "paper_gpt")
@@ -233,7 +233,7 @@ def test_free_placement_with_non_uniform_links():
 def test_hardware_costs_with_a_memory_cap_in_bytes():
     from dataclasses import replace
 
-    from pipetab.solver.costs import hardware_costs
+    from pipetab.solver.pricing import hardware_costs
 
     s = registry.generate("1f1b", 4, 8)
     costs = hardware_costs(s, "dgx_h100_ib", "tiny_gpt")

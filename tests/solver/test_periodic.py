@@ -16,7 +16,8 @@ from pipetab.schedules.ops import B, F, Kind, data_predecessors
 from pipetab.schedules.schedule import Schedule
 from pipetab.schedules.table import SlotDurations, layout
 from pipetab.schedules.validate import validate
-from pipetab.solver.costs import ReplicaGroup, hardware_costs, slot_costs
+from pipetab.solver.costs import ReplicaGroup
+from pipetab.solver.pricing import hardware_costs, slot_costs
 from pipetab.solver.periodic import (
     checked_span_period,
     device_spans,
@@ -241,7 +242,7 @@ def test_simulation_span_period_equals_the_dict_form():
     """The simulator's array span period and ``span_period`` over its per-op dicts agree."""
     from pipetab.schedules.registry import generate
     from pipetab.schedules.table import SlotDurations
-    from pipetab.solver.costs import slot_costs
+    from pipetab.solver.pricing import slot_costs
 
     for name in ("1f1b", "zb-h2", "zbv", "chimera", "interleaved"):
         sched = generate(name, 4, 8)

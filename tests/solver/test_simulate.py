@@ -10,7 +10,8 @@ from pipetab.schedules.metrics import table_metrics
 from pipetab.schedules.ops import B, F, Kind
 from pipetab.schedules.schedule import Placement, Schedule
 from pipetab.schedules.table import SlotDurations, layout
-from pipetab.solver.costs import Costs, Links, ReplicaGroup, slot_costs
+from pipetab.solver.costs import Costs, Links, ReplicaGroup
+from pipetab.solver.pricing import slot_costs
 from pipetab.solver.graph import critical_path, execution_graph
 from pipetab.solver.simulate import simulate
 
@@ -127,7 +128,7 @@ def test_ops_frame():
 
 # ---- with hardware costs -----------------------------------------------------------------
 
-from pipetab.solver.costs import hardware_costs  # noqa: E402
+from pipetab.solver.pricing import hardware_costs  # noqa: E402
 
 
 @pytest.mark.parametrize("name,S,B_,opts", [c for c in CASES if c[0] != "chimera-asym" and 64 % c[2] == 0])

@@ -10,7 +10,7 @@ from hypothesis import assume, given, settings, strategies as st
 
 from pipetab.schedules import evaluate
 from pipetab.schedules.table import SlotDurations
-from pipetab.solver.costs import hardware_costs, slot_costs
+from pipetab.solver.pricing import hardware_costs, slot_costs
 from pipetab.solver.simulate import simulate
 from pipetab.solver.trace import chrome_trace
 

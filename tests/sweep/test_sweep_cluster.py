@@ -11,7 +11,7 @@ import pytest
 from pipetab.cli import main
 from pipetab.hardware.profile import profile_to_toml
 from pipetab.schedules import registry
-from pipetab.solver.costs import costs_profile, hardware_costs
+from pipetab.solver.pricing import costs_profile, hardware_costs
 from pipetab.sweep import ConfigError, expand, parse_config
 from pipetab.sweep.run import evaluate
 

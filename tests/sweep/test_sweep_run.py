@@ -9,7 +9,7 @@ import pytest
 
 from pipetab.hardware import load_system
 from pipetab.schedules.table import SlotDurations
-from pipetab.solver.costs import hardware_costs
+from pipetab.solver.pricing import hardware_costs
 from pipetab.solver.levels import evaluate_levels
 from pipetab.solver.simulate import simulate
 from pipetab.sweep import expand, flat_levels, parse_config

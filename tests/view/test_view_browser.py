@@ -86,7 +86,7 @@ def test_page_loads_draws_every_op_and_hover_names_the_op(browser, tmp_path):
             assert int(panel.locator(f"canvas.{kind}").get_attribute("data-drawn")) == counts[name]
         assert len(generate(name, 4, 8).orders[0]) * 4 == counts[name]
     # hover the backward of microbatch 5 on stage 2 of 1F1B in the simulated timeline
-    from pipetab.solver.costs import hardware_costs
+    from pipetab.solver.pricing import hardware_costs
     from pipetab.solver.levels import evaluate_levels
 
     lv = evaluate_levels("1f1b", 4, 8)

@@ -8,7 +8,7 @@ import re
 
 from pipetab.cli import main
 from pipetab.schedules.table import SlotDurations
-from pipetab.solver.costs import hardware_costs
+from pipetab.solver.pricing import hardware_costs
 from pipetab.solver.levels import evaluate_levels
 from pipetab.view import page_data, render_page
 

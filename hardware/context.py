@@ -1,0 +1,192 @@
+"""``Context``: every parallel and batching decision of one run, in one validated value.
+
+A pipeline *device* is what runs one stage's ops: on a real cluster a tensor-parallel group
+of ``tp`` GPUs, the whole pipeline replicated ``dp`` ways for data parallelism (with ZeRO
+stage ``zero`` sharding the optimizer state, and the gradients at stage 2). Every front end
+(the CLI's commands, sweeps, ``plan``) parses its options into a ``Context``; the cost
+formulas (``hardware.layer``, ``hardware.costs``) take it. Defaults are derived here and
+nowhere else:
+
+* ``sequence_parallel``: on whenever ``tp > 1`` (Korthikanti et al. 2022);
+* ``zero``: 1 (Megatron's distributed optimizer) whenever ``dp > 1``, else 0;
+* ``seq_len`` and ``global_batch``: the model's (``resolved``);
+* ``microbatch_size``: ``global_batch / (dp x microbatches)``; given instead, the global
+  batch is ``dp x microbatches x microbatch_size`` (``resolved``).
+
+Options that cannot apply are refused: sequence parallelism without tensor parallelism,
+ZeRO without data parallelism.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from enum import StrEnum
+
+from .model import TransformerModel
+
+
+class Recompute(StrEnum):
+    """Activation recomputation: none, ``selective`` (the attention core; Korthikanti et
+    al. 2022) or ``full`` (each layer's forward, keeping only its input)."""
+
+    NONE = "none"
+    SELECTIVE = "selective"
+    FULL = "full"
+
+
+ZERO_STAGES = (0, 1, 2)
+
+
+def check_count(what: str, value: object, minimum: int = 1) -> int:
+    """``value`` when it is an integer >= ``minimum``; ``ValueError`` naming ``what`` otherwise."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise ValueError(f"{what} must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def recompute_of(value: object) -> Recompute:
+    """``value`` as a ``Recompute``; ``ValueError`` naming the choices otherwise."""
+    try:
+        return Recompute(value)
+    except ValueError:
+        raise ValueError(f"recompute must be one of {', '.join(Recompute)}, got {value!r}") from None
+
+
+@dataclass(frozen=True)
+class Context:
+    """The parallel and batching context of a run (module docstring): ``pp`` pipeline
+    devices (None: as many as the schedule has), ``tp`` GPUs per device, ``dp`` replicas,
+    ``sequence_parallel``, ZeRO stage ``zero``, ``overlap`` of the data-parallel reduction
+    with the last backward, ``microbatch_size`` and ``global_batch`` in sequences,
+    ``seq_len`` in tokens, ``recompute``. ``Context()`` is one GPU per stage and one replica."""
+
+    tp: int = 1
+    dp: int = 1
+    pp: int | None = None
+    sequence_parallel: bool | None = None
+    zero: int | None = None
+    overlap: bool = True
+    microbatch_size: int | None = None
+    global_batch: int | None = None
+    seq_len: int | None = None
+    recompute: Recompute = Recompute.NONE
+
+    def __post_init__(self) -> None:
+        check_count("tp", self.tp)
+        check_count("dp", self.dp)
+        if self.pp is not None:
+            check_count("pp", self.pp)
+        for what in ("microbatch_size", "global_batch", "seq_len"):
+            if getattr(self, what) is not None:
+                check_count(what.replace("_", " "), getattr(self, what))
+        if self.sequence_parallel is None:
+            object.__setattr__(self, "sequence_parallel", self.tp > 1)
+        if self.zero is None:
+            object.__setattr__(self, "zero", 1 if self.dp > 1 else 0)
+        for what in ("sequence_parallel", "overlap"):
+            if not isinstance(getattr(self, what), bool):
+                raise ValueError(f"{what} must be true or false, got {getattr(self, what)!r}")
+        if self.zero not in ZERO_STAGES or isinstance(self.zero, bool):
+            raise ValueError(f"zero must be one of 0, 1, 2, got {self.zero!r}")
+        if self.sequence_parallel and self.tp == 1:
+            raise ValueError("sequence parallelism applies with tp > 1 only")
+        if self.zero and self.dp == 1:
+            raise ValueError(f"ZeRO stage {self.zero} applies with dp > 1 only")
+        object.__setattr__(self, "recompute", recompute_of(self.recompute))
+
+    def replace(self, **changes) -> "Context":
+        """A copy with ``changes``; derived defaults (``None``) are derived again."""
+        return replace(self, **changes)
+
+    # ---- batch ------------------------------------------------------------------------
+    @property
+    def microbatches(self) -> int | None:
+        """Microbatches per replica, ``global_batch / (dp x microbatch_size)`` (None until
+        both are known)."""
+        if self.global_batch is None or self.microbatch_size is None:
+            return None
+        return self.global_batch // (self.dp * self.microbatch_size)
+
+    def resolved(self, model: TransformerModel, microbatches: int) -> "Context":
+        """This context for a step of ``microbatches`` microbatches per replica of ``model``:
+        ``seq_len``, ``global_batch`` and ``microbatch_size`` all known (module docstring);
+        ``ValueError`` when they disagree or the batch does not split evenly."""
+        check_count("microbatches", microbatches)
+        seq = self.seq_len or model.seq_len
+        per_step = self.dp * microbatches
+        b, gb = self.microbatch_size, self.global_batch
+        if b is None:
+            gb = gb or model.global_batch
+            if gb % per_step:
+                raise ValueError(f"global batch {gb} of model {model.name!r} cannot be split into "
+                                 f"{per_step} equal microbatches")
+            b = gb // per_step
+        elif gb is None:
+            gb = per_step * b
+        elif gb != per_step * b:
+            raise ValueError(f"global batch {gb} must be dp x microbatches x microbatch size = "
+                             f"{self.dp} x {microbatches} x {b} = {per_step * b}")
+        return replace(self, seq_len=seq, global_batch=gb, microbatch_size=b)
+
+    def apply(self, model: TransformerModel) -> TransformerModel:
+        """``model`` with this context's sequence length and global batch (when set)."""
+        changes = {k: v for k, v in (("seq_len", self.seq_len), ("global_batch", self.global_batch))
+                   if v is not None and v != getattr(model, k)}
+        return replace(model, **changes) if changes else model
+
+    # ---- tensor parallelism --------------------------------------------------------------
+    def check(self, model: TransformerModel) -> None:
+        """``ValueError`` unless ``tp`` splits the model's heads and MLP evenly."""
+        t = self.tp
+        if model.heads % t or model.ffn_hidden % t:  # type: ignore[operator]
+            raise ValueError(
+                f"tp {t} must divide the heads ({model.heads}) and the MLP size "
+                f"({model.ffn_hidden}) of model {model.name!r}"
+            )
+        if model.kv_heads % t and t % model.kv_heads:  # type: ignore[operator]
+            raise ValueError(
+                f"tp {t} and the kv_heads ({model.kv_heads}) of model {model.name!r} must "
+                "divide one another"
+            )
+
+    # ---- data parallelism and ZeRO ---------------------------------------------------------
+    def persistent_bytes(self, model: TransformerModel, params: int) -> int:
+        """Weights, gradients and optimizer state of ``params`` parameters on one GPU,
+        sharded by ZeRO among the ``dp`` replicas (rounded up)."""
+        zero = self.zero or 0
+        grad_shards = self.dp if zero >= 2 else 1
+        state_shards = self.dp if zero >= 1 else 1
+        return (params * model.bytes_per_param_compute
+                + math.ceil(params * model.bytes_per_grad / grad_shards)
+                + math.ceil(params * model.bytes_per_optimizer_state / state_shards))
+
+    def updated_params(self, params: int) -> int:
+        """Parameters whose optimizer step one GPU runs (its ZeRO shard)."""
+        return math.ceil(params / self.dp) if self.zero else params
+
+    # ---- labels --------------------------------------------------------------------------
+    @property
+    def parallel_label(self) -> str:
+        """``TP8 DP2 SP ZeRO-1``: the parallel split within a pipeline device and across
+        replicas."""
+        parts = [f"TP{self.tp}", f"DP{self.dp}"]
+        if self.sequence_parallel:
+            parts.append("SP")
+        if self.zero:
+            parts.append(f"ZeRO-{self.zero}")
+        return " ".join(parts)
+
+    @property
+    def label(self) -> str:
+        """``PP2 TP8 DP2 b=1``: the shape of the run (what is known of it)."""
+        parts = ([f"PP{self.pp}"] if self.pp else []) + [f"TP{self.tp}", f"DP{self.dp}"]
+        if self.microbatch_size is not None:
+            parts.append(f"b={self.microbatch_size}")
+        return " ".join(parts)
+
+    def as_dict(self) -> dict:
+        """Plain data (JSON, sweep rows)."""
+        return {"pp": self.pp, "tp": self.tp, "dp": self.dp, "sequence_parallel": self.sequence_parallel,
+                "zero": self.zero, "overlap": self.overlap, "microbatch_size": self.microbatch_size,
+                "global_batch": self.global_batch, "seq_len": self.seq_len, "recompute": str(self.recompute)}
