@@ -82,7 +82,7 @@ def run_split_set(limit: float, workers: int, out: Path, part: tuple[int, int]) 
                                         activation_cap=cap, split_backward=True, weight_memory=wm)
             cfg = CpSatConfig(time_limit_s=limit, workers=workers, known_generators=seeds)
             res = search(problem, cfg)
-            start = res.phases[0].note if res.phases else ""
+            start = res.log.phases[0].note if res.log.phases else ""
             best = start.rsplit("best start ", 1)[-1].split() if "best start " in start else [None, None]
             row = {"instance": name, "S": S, "B": B, "fbw": ":".join(map(str, fbw)), "C": C, "cap": cap,
                    "weight_memory": round(wm, 4), "seeds": seeds, "status": res.status, "makespan": res.makespan,
@@ -138,8 +138,8 @@ FIELDS = [
 
 def _first_solver_time(res) -> float | None:
     """Seconds into the run of the first solve that found a schedule (None: none did)."""
-    t = sum(ph.wall_s for ph in res.phases if ph.name == "start")
-    for ph in res.phases:
+    t = sum(ph.wall_s for ph in res.log.phases if ph.name == "start")
+    for ph in res.log.phases:
         if ph.name == "start":
             continue
         for r in ph.solves:

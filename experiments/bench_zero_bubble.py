@@ -241,7 +241,7 @@ def cpsat_rows(time_limit_s: float, stages: tuple[int, ...], workers: int = 2,
             if res.schedule is not None:
                 period = min_period(res.schedule, real) / MS
                 run = repeated_simulation(res.schedule, real, iterations=ITERATIONS)
-                lb = res.seconds(res.lower_bound) / MS
+                lb = res.lower_bound * res.tick_s / MS
                 b = bubble(period, prof)
                 row.update(
                     cost_ms=round(period, 6), bubble=round(b, 6), diff=round(b - paper[column], 6),

@@ -34,7 +34,7 @@ def main(argv=None) -> int:
     print(f"linear S=16 B=64 F=1 K=2 C=1 cap 16; {args.workers} workers, limit {args.time_limit:g} s, "
           f"{os.cpu_count()} cores")
     print(f"{'horizon':>8} {'outcome':>11} {'wall_s':>8}")
-    for row in (r for ph in res.phases if ph.name == "bound" for r in ph.solves):
+    for row in (r for ph in res.log.phases if ph.name == "bound" for r in ph.solves):
         print(f"{row.horizon:>8} {row.status:>11} {row.wall_s:>8}")
     best = res.schedule.name if res.schedule is not None else "-"
     print(f"proven lower bound {res.lower_bound} slots after {wall:.1f} s "

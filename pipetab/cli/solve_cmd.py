@@ -296,7 +296,7 @@ def run(args) -> None:
         "message": message,
         "known": known,
         "partition": None if layers is None else [list(row) for row in layers],
-        "phases": [ph.as_dict() for ph in result.phases],
+        "phases": [ph.as_dict() for ph in result.log.phases],
     }
     if args.format == "json":
         scale = problem.costs.tick_slots if real is None else 1.0

@@ -50,19 +50,13 @@ import numpy as np
 from . import check_shape
 from ..arrays import OpArrays, Orders
 from ..ops import B, F, Op
-from ..schedule import Placement, Schedule
+from ..placements import PlacementFamily, family_placement
+from ..schedule import Schedule
 
 CHIMERA_REGIME = "S even, B a multiple of S"
 CHIMERA_FD_REGIME = "S even, B a multiple of 2S"
 
 DOWN, UP = 0, 1
-
-
-def chimera_placement(stages: int) -> Placement:
-    """Down pipeline: stage s on device s; up pipeline: stage s on device S-1-s."""
-    return Placement(
-        (tuple(range(stages)), tuple(stages - 1 - s for s in range(stages))), stages
-    )
 
 
 def _check(stages: object, microbatches: object, name: str, per: int = 1) -> None:
@@ -156,7 +150,7 @@ def chimera(stages: int, microbatches: int) -> Schedule:
     _check(stages, microbatches, "chimera")
     return Schedule(
         "chimera",
-        chimera_placement(stages),
+        family_placement(PlacementFamily.BIDIRECTIONAL, stages, (stages, stages)),
         _microbatch2pipeline(stages, microbatches),
         _orders_arrays(stages, microbatches),
         params={"stages": stages, "microbatches": microbatches},
@@ -171,7 +165,7 @@ def chimera_forward_doubling(stages: int, microbatches: int) -> Schedule:
     _check(stages, microbatches, "chimera-fd", per=2)
     return Schedule(
         "chimera-fd",
-        chimera_placement(stages),
+        family_placement(PlacementFamily.BIDIRECTIONAL, stages, (stages, stages)),
         _microbatch2pipeline(stages, microbatches, per=2),
         _orders_arrays(stages, microbatches, per=2),
         params={"stages": stages, "microbatches": microbatches},
@@ -194,7 +188,7 @@ def chimera_asym(stages: int, microbatches: int, split: tuple[int, int] = (1, 2)
     work = tuple(a if s < half else b for s in range(stages))
     return Schedule(
         "chimera-asym",
-        chimera_placement(stages),
+        family_placement(PlacementFamily.BIDIRECTIONAL, stages, (stages, stages)),
         _microbatch2pipeline(stages, microbatches),
         _orders_arrays(stages, microbatches),
         stage_work=(work, work),

@@ -48,8 +48,8 @@ from collections import deque
 
 from . import check_shape
 from ..ops import B, F, Op, W
+from ..placements import PlacementFamily, family_placement
 from ..schedule import Schedule
-from .zero_bubble import v_placement
 
 DUALPIPEV_REGIME = "B >= 2S (S devices, 2S stages)"
 
@@ -163,7 +163,7 @@ def dualpipev(stages: int, microbatches: int) -> Schedule:
     _check(stages, microbatches)
     return Schedule(
         "dualpipev",
-        v_placement(stages),
+        family_placement(PlacementFamily.V, stages, (2 * stages,)),
         (0,) * microbatches,
         dualpipev_orders(stages, microbatches),
         split_backward=True,

@@ -31,23 +31,11 @@ import heapq
 
 from . import check_shape
 from ..ops import B, F, Op
-from ..schedule import Placement, Schedule
+from ..placements import PlacementFamily, family_placement, wave_device
+from ..schedule import Schedule
 
 MAX_WAVES = 8
 HANAYO_REGIME = "1 <= W <= 8, B a multiple of S"
-
-
-def wave_device(stage: int, devices: int) -> int:
-    """Device of ``stage`` in the wave layout over ``devices`` devices."""
-    k, j = divmod(stage, devices)
-    return j if k % 2 == 0 else devices - 1 - j
-
-
-def wave_placement(devices: int, waves: int) -> Placement:
-    """One pipeline of 2*waves*devices stages laid out as waves."""
-    return Placement(
-        (tuple(wave_device(s, devices) for s in range(2 * waves * devices)),), devices
-    )
 
 
 def chunk_stage(chunk: int, device: int, devices: int) -> int:
@@ -109,7 +97,7 @@ def hanayo(stages: int, microbatches: int, waves: int = 1) -> Schedule:
     _check(stages, microbatches, waves)
     return Schedule(
         "hanayo",
-        wave_placement(stages, waves),
+        family_placement(PlacementFamily.WAVE, stages, (2 * waves * stages,)),
         (0,) * microbatches,
         list_schedule_orders(stages, microbatches, waves),
         params={"stages": stages, "microbatches": microbatches, "waves": waves},

@@ -31,15 +31,11 @@ import numpy as np
 from . import check_shape
 from .linear import warmup_pairs
 from ..arrays import B_CODE, F_CODE, OpArrays, Orders
-from ..schedule import Placement, Schedule
+from ..placements import PlacementFamily, family_placement
+from ..schedule import Schedule
 
 MAX_CHUNKS = 16
 INTERLEAVED_REGIME = f"2 <= v <= {MAX_CHUNKS}, B a multiple of S"
-
-
-def loop_placement(devices: int, chunks: int) -> Placement:
-    """One pipeline of ``chunks * devices`` stages; stage s on device s mod ``devices``."""
-    return Placement((tuple(s % devices for s in range(chunks * devices)),), devices)
 
 
 def _check(stages: object, microbatches: object, chunks: object) -> None:
@@ -81,7 +77,7 @@ def interleaved(stages: int, microbatches: int, chunks: int = 2) -> Schedule:
     _check(stages, microbatches, chunks)
     return Schedule(
         "interleaved",
-        loop_placement(stages, chunks),
+        family_placement(PlacementFamily.INTERLEAVED, stages, (chunks * stages,)),
         (0,) * microbatches,
         Orders(*interleaved_arrays(stages, microbatches, chunks)),
         params={"stages": stages, "microbatches": microbatches, "chunks": chunks},

@@ -11,13 +11,9 @@ import numpy as np
 
 from ..arrays import B_CODE, F_CODE, OpArrays
 from ..ops import Op
-from ..schedule import Placement, Schedule
+from ..placements import PlacementFamily, family_placement
+from ..schedule import Schedule
 from . import check_shape
-
-
-def linear_placement(stages: int) -> Placement:
-    """Stage d on device d, one pipeline."""
-    return Placement((tuple(range(stages)),), stages)
 
 
 def warmup_pairs(warmup: np.ndarray, total: int) -> tuple[np.ndarray, np.ndarray]:
@@ -45,7 +41,7 @@ def linear_arrays(kind: np.ndarray, microbatch: np.ndarray) -> tuple[OpArrays, n
 def _linear(name: str, stages: int, microbatches: int, warmup: np.ndarray) -> Schedule:
     forward, index = warmup_pairs(warmup, microbatches)
     ops, offsets = linear_arrays(np.where(forward, F_CODE, B_CODE), index)
-    return Schedule.from_arrays(name, linear_placement(stages), (0,) * microbatches, ops, offsets,
+    return Schedule.from_arrays(name, family_placement(PlacementFamily.LINEAR, stages, (stages,)), (0,) * microbatches, ops, offsets,
                                 params={"stages": stages, "microbatches": microbatches})
 
 

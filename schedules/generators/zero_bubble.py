@@ -59,9 +59,10 @@ from __future__ import annotations
 import numpy as np
 
 from . import check_shape
-from .linear import linear_arrays, linear_placement, one_f_one_b_warmup, warmup_pairs
+from .linear import linear_arrays, one_f_one_b_warmup, warmup_pairs
 from ..arrays import B_CODE, F_CODE, W_CODE, OpArrays, Orders
 from ..ops import B, F, Op, W
+from ..placements import PlacementFamily, family_placement
 from ..schedule import Placement, Schedule
 
 ZB_H1_REGIME = "S >= 2, B >= 1"
@@ -111,7 +112,7 @@ def zb_h1(stages: int, microbatches: int) -> Schedule:
     check_shape(stages, microbatches)
     ops, offsets = zb_h1_arrays(stages, microbatches)
     return Schedule.from_arrays(
-        "zb-h1", linear_placement(stages), (0,) * microbatches, ops, offsets,
+        "zb-h1", family_placement(PlacementFamily.LINEAR, stages, (stages,)), (0,) * microbatches, ops, offsets,
         split_backward=True, params={"stages": stages, "microbatches": microbatches},
     )
 
@@ -149,17 +150,10 @@ def zb_h2(stages: int, microbatches: int) -> Schedule:
     microbatches, F], then the remaining W's (see module doc). Any ``stages >= 2``,
     ``microbatches >= 1``."""
     check_shape(stages, microbatches)
-    return _split_schedule("zb-h2", linear_placement(stages), microbatches, zb_h2_orders(stages, microbatches))
+    return _split_schedule("zb-h2", family_placement(PlacementFamily.LINEAR, stages, (stages,)), microbatches, zb_h2_orders(stages, microbatches))
 
 
 # ---- ZB-V -------------------------------------------------------------------------------
-
-def v_placement(devices: int) -> Placement:
-    """One pipeline of 2S stages in a V: stage s on device s (s < S), else 2S-1-s."""
-    return Placement(
-        (tuple(s if s < devices else 2 * devices - 1 - s for s in range(2 * devices)),), devices
-    )
-
 
 class _Counters:
     """Next microbatch of each (kind, chunk) on one device; emits ops, dropping those of
@@ -221,4 +215,4 @@ def zbv(stages: int, microbatches: int) -> Schedule:
     """ZB-V: the handcrafted V-shape zero-bubble order over ``stages`` devices (2S stages,
     two per device). Any ``stages >= 2``, ``microbatches >= 1`` (see module doc)."""
     check_shape(stages, microbatches)
-    return _split_schedule("zbv", v_placement(stages), microbatches, zbv_orders(stages, microbatches))
+    return _split_schedule("zbv", family_placement(PlacementFamily.V, stages, (2 * stages,)), microbatches, zbv_orders(stages, microbatches))

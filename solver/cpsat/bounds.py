@@ -18,76 +18,76 @@ from .problem import Problem
 from .variables import heads_tails, lifetime_min, successors
 
 
-def analytic_lower_bound(problem: Problem, placement: Placement | None) -> tuple[int, str]:
+def makespan_lower_bound(problem: Problem, placement: Placement | None) -> tuple[int, str]:
     """The largest of: the chain of one microbatch with its stage-0 ops serialized; each
     device's load plus least head and tail (fixed placement); total work over devices
     (free placement); the memory chain on stage 0 (fixed placement, capacity given); and
-    the all-reduce tails. For the period objective: the largest device load (fixed
-    placement) or total work over devices (free). Returns (bound, which one)."""
-    if problem.objective == "period":
-        return _period_lower_bound(problem, placement)
+    the all-reduce tails. Returns (bound, which one)."""
     head, tail = heads_tails(problem, placement)
-    D = problem.num_devices
-    opts = [problem.optimizer(d) for d in range(D)]
+    opts = [problem.optimizer(d) for d in range(problem.num_devices)]
     min_opt = min(opts) if opts else 0
     counts = problem.pipeline_counts
-    rel = problem.release_kind
-    best, why = max(opts, default=0), "optimizer time"
-
-    def take(value: int, label: str) -> None:
-        nonlocal best, why
-        if value > best:
-            best, why = value, label
 
     def dev_opt(p: int, s: int) -> int:
         return opts[placement.device(p, s)] if placement is not None else min_opt
 
+    found = [(max(opts, default=0), "optimizer time")]
     for p, n in counts.items():
-        f0 = Op(Kind.F, p, 0, 0)
-        chain = tail[f0] + problem.duration(f0)
-        b0 = Op(Kind.B, p, 0, 0)
+        f0, b0 = Op(Kind.F, p, 0, 0), Op(Kind.B, p, 0, 0)
         # stage-0 forwards are serialized on one device; so are stage-0 backwards
-        take((n - 1) * problem.duration(f0) + chain + dev_opt(p, 0), f"critical path of pipeline {p}")
-        take(head[b0] + n * problem.duration(b0) + tail[b0] + dev_opt(p, 0),
-             f"stage-0 backwards of pipeline {p}")
+        found.append(((n - 1) * problem.duration(f0) + tail[f0] + problem.duration(f0) + dev_opt(p, 0),
+                      f"critical path of pipeline {p}"))
+        found.append((head[b0] + n * problem.duration(b0) + tail[b0] + dev_opt(p, 0),
+                      f"stage-0 backwards of pipeline {p}"))
     if placement is not None:
-        load: dict[int, int] = defaultdict(int)
-        heads: dict[int, int] = {}
-        tails: dict[int, int] = {}
-        for p, n in counts.items():
-            for s in range(problem.num_stages[p]):
-                d = placement.device(p, s)
-                for k in problem.kinds:
-                    op = Op(k, p, s, 0)
-                    load[d] += n * problem.duration(op)
-                    heads[d] = min(heads.get(d, head[op]), head[op])
-                    tails[d] = min(tails.get(d, tail[op]), tail[op])
-        for d, ld in load.items():
-            take(heads[d] + ld + tails[d] + opts[d], f"load of device {d}")
-            take(_fill_drain_bound(problem, placement, d, ld, head, tail) + min_opt,
-                 f"load of device {d} with its memory-bound fill and drain")
-        for p, n in counts.items():
-            fit = problem.activations_fit(problem.cap(placement.device(p, 0)), p, 0)
-            if fit is None:
-                continue
-            k = fit + 1
-            if k < 2 or k > n:
-                continue
-            L = lifetime_min(problem, placement, p, 0, problem.chain_release(p, 0))
-            q, r = divmod(n - 1, k - 1)
-            f0 = problem.duration(Op(Kind.F, p, 0, 0))
-            take(q * max(L, (k - 1) * f0) + r * f0 + L + opts[placement.device(p, 0)],
-                 f"memory chain on stage 0 of pipeline {p}")
+        found += _device_bounds(problem, placement, head, tail, opts)
     else:
         total = sum(problem.duration(op) for op in problem.ops) + sum(opts)
-        take(math.ceil(total / D), "total work over devices")
+        found.append((math.ceil(total / problem.num_devices), "total work over devices"))
     for g in problem.costs.replica_groups:
         t = int(round(g.allreduce_time))
         for p, s in g.stages:
             if counts.get(p):
-                op = Op(rel, p, s, 0)
-                take(head[op] + problem.duration(op) + t + dev_opt(p, s), "all-reduce tail")
-    return best, why
+                op = Op(problem.release_kind, p, s, 0)
+                found.append((head[op] + problem.duration(op) + t + dev_opt(p, s), "all-reduce tail"))
+    best = found[0]
+    for value, label in found[1:]:
+        if value > best[0]:
+            best = (value, label)
+    return best
+
+
+def _device_bounds(problem: Problem, placement: Placement, head: dict[Op, int], tail: dict[Op, int],
+                   opts: list[int]) -> list[tuple[int, str]]:
+    """Fixed placement: each device's load with its least head and tail, with its
+    memory-bound fill and drain, and the memory chain on each pipeline's stage 0."""
+    counts, out = problem.pipeline_counts, []
+    load: dict[int, int] = defaultdict(int)
+    heads: dict[int, int] = {}
+    tails: dict[int, int] = {}
+    for p, n in counts.items():
+        for s in range(problem.num_stages[p]):
+            d = placement.device(p, s)
+            for k in problem.kinds:
+                op = Op(k, p, s, 0)
+                load[d] += n * problem.duration(op)
+                heads[d] = min(heads.get(d, head[op]), head[op])
+                tails[d] = min(tails.get(d, tail[op]), tail[op])
+    for d, ld in load.items():
+        out.append((heads[d] + ld + tails[d] + opts[d], f"load of device {d}"))
+        out.append((_fill_drain_bound(problem, placement, d, ld, head, tail) + min(opts, default=0),
+                    f"load of device {d} with its memory-bound fill and drain"))
+    for p, n in counts.items():
+        fit = problem.activations_fit(problem.cap(placement.device(p, 0)), p, 0)
+        if fit is None or not 2 <= fit + 1 <= n:
+            continue
+        k = fit + 1
+        L = lifetime_min(problem, placement, p, 0, problem.chain_release(p, 0))
+        q, r = divmod(n - 1, k - 1)
+        f0 = problem.duration(Op(Kind.F, p, 0, 0))
+        out.append((q * max(L, (k - 1) * f0) + r * f0 + L + opts[placement.device(p, 0)],
+                    f"memory chain on stage 0 of pipeline {p}"))
+    return out
 
 
 def _fill_drain_bound(problem: Problem, placement: Placement, d: int, load: int,
@@ -122,86 +122,6 @@ def _fill_drain_bound(problem: Problem, placement: Placement, d: int, load: int,
             drain = min(drain, k * max(problem.duration(op) for op in back))
     rest = load - max(0, fill) - max(0, drain)
     return e + r + rest if rest > 0 else 0
-
-
-def _period_lower_bound(problem: Problem, placement: Placement | None) -> tuple[int, str]:
-    """A device's span holds all of its ops, one at a time; on a device holding one stage
-    s it also holds the warm-up idle: from F(0, s)'s start (FIFO: the device's first op)
-    to B(0, s)'s start at least L = the round trip of microbatch 0 passes, in which only
-    forwards of s can run — at most k of them, k the activations that fit the cap (the
-    (k+1)-th waits for B(0)'s end, ``Problem.window_shifts``) — so span >= load +
-    L - k * F. With more microbatches than k, the drain idle adds to it: from the last
-    forward's start to its backward's start L passes again, and only that forward and the
-    B and W of activations live at its start can run — a with B pending (a >= 1 counts
-    it) and w holding only M_W, a M + w M_W within the cap (``_drain_idle``)."""
-    if placement is None:
-        total = sum(problem.duration(op) for op in problem.ops)
-        return math.ceil(total / problem.num_devices), "total work over devices"
-    load: dict[int, int] = defaultdict(int)
-    for op in problem.ops:
-        load[placement.device(op.pipeline, op.stage)] += problem.duration(op)
-    best, why = 0, ""
-    head, _ = heads_tails(problem, placement)
-    counts = problem.pipeline_counts
-    for d, ld in load.items():
-        idle = 0
-        held = placement.stages_on(d)
-        if len(held) == 1:
-            (p, s), = held
-            f = Op(Kind.F, p, s, 0)
-            k = problem.activations_fit(problem.cap(d), p, s)
-            k = counts[p] if k is None else min(k, counts[p])
-            trip = head[Op(Kind.B, p, s, 0)] - head[f]
-            idle = max(0, trip - k * problem.duration(f))
-            if counts[p] > k:
-                idle += _drain_idle(problem, p, s, trip, k, counts[p], problem.cap(d))
-        if ld + idle > best:
-            best, why = ld + idle, f"load of device {d}" + (" and its warm-up and drain idle" if idle else "")
-    for value, label in _through_paths(problem, placement, counts):
-        if value > best:
-            best, why = value, label
-    return best, why
-
-
-def _through_paths(problem: Problem, placement: Placement, counts: dict[int, int]):
-    """One pipeline, one stage per device: device d's span runs from its first forward to
-    its last op, and holds the path down to a later device e (forwards and messages), all
-    of e's forwards and backwards one after another (e's first forward to its last
-    backward), the path back up to d (messages and backwards) and the W of that last
-    microbatch on d — whichever microbatches are first and last. Yields (value, label)."""
-    if problem.num_pipelines != 1 or any(len(placement.stages_on(d)) != 1 for d in range(problem.num_devices)):
-        return
-    n, count = problem.num_stages[0], counts[0]
-    dev = [placement.device(0, s) for s in range(n)]
-    f = [problem.duration(Op(Kind.F, 0, s, 0)) for s in range(n)]
-    b = [problem.duration(Op(Kind.B, 0, s, 0)) for s in range(n)]
-    w = [problem.duration(Op(Kind.W, 0, s, 0)) if problem.split_backward else 0 for s in range(n)]
-    lag_f = [problem.lag(Op(Kind.F, 0, s, 0), dev[s], dev[s + 1]) for s in range(n - 1)]
-    lag_b = [problem.lag(Op(Kind.B, 0, s + 1, 0), dev[s + 1], dev[s]) for s in range(n - 1)]
-    for d in range(n - 1):
-        down = up = 0
-        for e in range(d + 1, n):
-            down += f[e - 1] + lag_f[e - 1]
-            up += b[e - 1] + lag_b[e - 1]
-            yield (down + count * (f[e] + b[e]) + up + w[d],
-                   f"device {dev[d]}'s span through all forwards and backwards of device {dev[e]}")
-
-
-def _drain_idle(problem: Problem, p: int, s: int, trip: int, k: int, count: int, cap: float | None) -> int:
-    """Least idle of a one-stage device between its last forward's start and that
-    microbatch's backward start (``trip`` apart): ``trip`` minus the most work that fits,
-    the forward plus the B and W of a - 1 other activations and the W of w held ones."""
-    f, b = problem.duration(Op(Kind.F, p, s, 0)), problem.duration(Op(Kind.B, p, s, 0))
-    w_time = problem.duration(Op(Kind.W, p, s, 0)) if problem.split_backward else 0
-    m, m_w = problem.costs.activation[(p, s)], problem.weight_part(p, s)
-    most = 0
-    for a in range(1, k + 1):
-        held = count - a
-        if w_time and m_w > 1e-12 and cap is not None:
-            held = min(held, int(math.floor((cap - a * m) / m_w + 1e-9)))
-        held = max(0, held) if w_time else 0
-        most = max(most, f + (a - 1) * (b + w_time) + held * w_time)
-    return max(0, trip - most)
 
 
 def period_horizon(problem: Problem, placement: Placement, period: int | None = None) -> int:
@@ -275,22 +195,28 @@ def cap_violations(problem: Problem, placement: Placement) -> list[str]:
     return out
 
 
-def min_feasible_cap(problem: Problem) -> float:
+def memory_scale(values: list[float]) -> float:
+    """Factor making activation sizes and capacities integral (exact for integers; bytes
+    are integers; fractional sizes are scaled by up to 1e6)."""
+    for scale in (1, 10, 100, 1000, 10**6):
+        if all(abs(x * scale - round(x * scale)) < 1e-9 for x in values):
+            return scale
+    return 10**6
+
+
+def min_feasible_cap(problem: Problem, seconds: float = 10.0) -> float:
     """The least activation capacity, the same on every device, under which a schedule
     exists (one microbatch at a time is always schedulable). Fixed placement: the largest
-    memory need, exact; free placement: minimised over placements by a tiny CP-SAT model —
-    exact when that model is proven optimal within its 10 s, otherwise the best cap found
-    (a schedule exists under it, but a smaller one might too)."""
+    memory need, exact; free placement: minimised over placements by a tiny CP-SAT model
+    given at most ``seconds`` (the caller's deadline) — exact when it is proven optimal,
+    otherwise the best cap it found or, with none, that of stages dealt round-robin over
+    the devices (a schedule exists under it, but a smaller one might too)."""
     placement = problem.fixed_placement
     if placement is not None:
         return max(memory_need(problem, placement))
     act = problem.costs.activation
     keys = list(problem.stages)
-    scale = 1
-    for sc in (1, 10, 100, 1000, 10**6):
-        if all(abs(act[k] * sc - round(act[k] * sc)) < 1e-9 for k in keys):
-            scale = sc
-            break
+    scale = memory_scale([act[k] for k in keys])
     D = problem.num_devices
     m = cp_model.CpModel()
     x = {(k, d): m.new_bool_var(f"x{k}{d}") for k in keys for d in range(D)}
@@ -304,8 +230,9 @@ def min_feasible_cap(problem: Problem) -> float:
     m.minimize(z)
     solver = cp_model.CpSolver()
     solver.parameters.num_workers = 1
-    solver.parameters.max_time_in_seconds = 10
+    solver.parameters.max_time_in_seconds = max(0.05, seconds)
     status = solver.solve(m)
     if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):  # FEASIBLE: not proven least
         return solver.objective_value / scale
-    raise RuntimeError(f"min_feasible_cap: the placement model was not solved ({solver.status_name(status)})")
+    dealt = Placement(tuple(tuple(s % D for s in range(n)) for n in problem.num_stages), D)
+    return max(memory_need(problem, dealt))

@@ -15,15 +15,11 @@ from pipetab.schedules.evaluate import Timing
 from pipetab.schedules.ops import Kind, Op
 from pipetab.schedules.schedule import Placement, Schedule
 
-from . import constraints as C
-from .config import CpSatConfig
-from .objective import set_objective
+from .families import FAMILIES, Build
+from .objectives import objective
+from .params import CpSatConfig
 from .problem import Problem
 from .variables import Variables
-
-# order literals replace a device's no-overlap only when the whole model needs at most
-# this many (``constraints.add_order_literals``)
-ORDER_LITERAL_LIMIT = 60000
 
 _STATUS = {
     cp_model.OPTIMAL: "optimal",
@@ -100,14 +96,15 @@ class _Watch:
 
 class CpSatModel:
     """The model of ``problem`` with ``placement`` fixed (None: free placement) and,
-    optionally, fixed per-device ``orders`` (evaluate mode). ``horizon`` bounds every time
-    (an upper bound on the makespan of some optimal schedule, e.g. a known schedule's for
-    the makespan objective); ``makespan_lb`` an already-known lower bound of the objective;
-    ``objective_cap``: only schedules whose objective is at most this (a tightening probe
-    of the period; for the makespan the horizon says it). ``deadline`` (``perf_counter``
-    time): building past it raises ``BuildTimeout``. ``mirror``: op pairs that start
-    together (``mirror.mirror_pairs``) — a restriction, so such a model's bound is not a
-    bound of the problem."""
+    optionally, fixed per-device ``orders`` (evaluate mode): ``families.FAMILIES`` in
+    order, each that applies and is not ablated, then the objective's target minimized.
+    ``horizon`` bounds every time (an upper bound on the makespan of some optimal
+    schedule, e.g. a known schedule's for the makespan objective); ``makespan_lb`` an
+    already-known lower bound of the objective; ``objective_cap``: only schedules whose
+    objective is at most this (a tightening probe of the period; for the makespan the
+    horizon says it). ``deadline`` (``perf_counter`` time): building past it raises
+    ``BuildTimeout``. ``mirror``: op pairs that start together (``mirror.mirror_pairs``)
+    — a restriction, so such a model's bound is not a bound of the problem."""
 
     def __init__(
         self,
@@ -126,57 +123,24 @@ class CpSatModel:
         self.placement = placement
         self.horizon = int(horizon)
         self.model = cp_model.CpModel()
-        self.applied: list[str] = []
-        m = self.model
         self.fixed_order = orders is not None
+        if orders is not None and placement is None:
+            raise ValueError("fixed orders need a fixed placement")
         t0 = time.perf_counter()
-        v = self.vars = Variables.build(
-            m, problem, placement, self.horizon, makespan_lb, intervals=not self.fixed_order, deadline=deadline)
-        C.add_precedences(m, v)
-        if orders is not None:
-            if placement is None:
-                raise ValueError("fixed orders need a fixed placement")
-            C.add_order_chains(m, v, orders)
-            self.applied.append("order fixed")
-        uses = config.uses
-        self.fifo = orders is None and uses("fifo")
-        if not self.fixed_order:
-            # a fixed order's memory profile does not depend on timing: the evaluator's
-            # prefix sums decide it exactly (oracle.memory_check)
-            self.applied += C.add_memory(m, v, fifo=self.fifo)
-        if self.fifo:
-            C.add_fifo(m, v)
-            self.applied.append("fifo")
-            if uses("dominance") and C.add_last_stage_glue(m, v):
-                self.applied.append("last-stage glue")
-        elif orders is None and uses("symmetry_break"):
-            C.add_symmetry_break(m, v)
-            self.applied.append("symmetry break")
-        if orders is None:
-            covered: frozenset[int] = frozenset()
-            if self.fifo and placement is not None and uses("order_literals"):
-                covered = C.add_order_literals(m, v, ORDER_LITERAL_LIMIT)
-                if covered:
-                    self.applied.append("order literals")
-            C.add_no_overlap(m, v, makespan_intervals=uses("redundant"), skip=covered)
-            if uses("redundant") and len(covered) < problem.num_devices:
-                self.applied.append("interval makespan")
-            if (self.fifo or uses("symmetry_break")) and uses("redundant"):
-                if C.add_memory_chain(m, v):
-                    self.applied.append("memory chain")
-            if placement is None:
-                if uses("device_symmetry") and C.add_device_symmetry(m, v):
-                    self.applied.append("device symmetry")
-                if uses("redundant"):
-                    C.add_total_work(m, v)
-        C.add_makespan(m, v, orders, fifo=self.fifo)
-        if problem.objective == "period":
-            C.add_period(m, v, orders, fifo=self.fifo)
-        if mirror:
-            for a, b in mirror:
-                m.add(v.op_start(a) == v.op_start(b))
-            self.applied.append("mirror (a restriction)")
-        set_objective(m, v, objective_cap)
+        spec = objective(problem)
+        v = self.vars = Variables.build(self.model, problem, placement, self.horizon, makespan_lb,
+                                        intervals=not self.fixed_order, deadline=deadline,
+                                        objective_variables=spec.variables)
+        build = Build(self.model, v, config, orders, orders is None and config.uses("fifo"), mirror)
+        self.fifo = build.fifo
+        self.applied: list[str] = []
+        for family in FAMILIES:
+            if (family.switch is None or config.uses(family.switch)) and family.applies(build):
+                self.applied += family.add(build)
+        target = spec.target(v)
+        if objective_cap is not None:
+            self.model.add(target <= objective_cap)
+        self.model.minimize(target)
         self.build_s = time.perf_counter() - t0
 
     # ---- hints -------------------------------------------------------------------------
@@ -220,13 +184,7 @@ class CpSatModel:
             t = int(round(g.allreduce_time))
             step = max([step] + [ar + t + problem.optimizer(pl_of.device(p, s)) for p, s in members])
         m.add_hint(v.makespan, step)
-        if v.period is not None:
-            firsts = [min((starts[op] for op in o), default=0) for o in schedule.orders]
-            lasts = [max((ends[op] for op in o), default=0) for o in schedule.orders]
-            for d in range(problem.num_devices):
-                m.add_hint(v.first[d], firsts[d])
-                m.add_hint(v.last[d], lasts[d])
-            m.add_hint(v.period, max(b - a for a, b in zip(firsts, lasts)))
+        objective(problem).hint(m, v, schedule, starts, ends)
 
     # ---- solve ---------------------------------------------------------------------------
     def parameters(self, time_limit: float, det_limit: float | None = None, workers: int | None = None):
@@ -249,9 +207,7 @@ class CpSatModel:
                     # bound worker (its log: "1 full problem subsolver")
                     prm.num_full_subsolvers = w
         if not self.fixed_order:
-            # presolve probing runs until 1.0 deterministic seconds by default, which
-            # delays the first decision by seconds on long pipelines (docs/cpsat.md)
-            prm.probing_deterministic_time_limit = 0.1
+            prm.probing_deterministic_time_limit = cfg.model.probing_det_limit  # ModelParams
             # one feasibility-pump task ran 19 s past a 14-s limit (it does not check the
             # clock); it never found a schedule here
             prm.ignore_subsolvers.append("feasibility_pump")

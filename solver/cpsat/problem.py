@@ -1,73 +1,43 @@
 """The problem the CP-SAT model solves: ops of given microbatches on pipelines of stages,
-their integer costs, the devices, and how much of the placement is fixed.
+their integer costs, the devices, how much of the placement is fixed, and the objective.
 
-``placement`` is a fixed ``Placement``, a family name (``"linear"``: stage d on device d;
-``"bidirectional"``: Chimera's down pipeline s -> s and up pipeline s -> S-1-s;
-``"wave"``: Hanayo's 2WS stages zig-zagging over S devices; ``"v"``: 2S stages, device d
-holding stages d and 2S-1-d as ZB-V and DualPipeV; ``"interleaved"``: vS stages, stage s
-on device s mod S), or ``"free"`` (any device for every (pipeline, stage); the solver
-chooses).
+``placement`` is a fixed ``Placement`` or a ``PlacementFamily`` (``schedules.placements``):
+a family fixes the stage -> device map of its shape, ``free`` leaves it to the solver.
 
-``objective``: ``"makespan"`` (one synchronous step, all-reduce and optimizer included) or
-``"period"`` (the steady-state time of a repeated step without a global barrier: the
-longest span of any device from its first op's start to its last op's end).
+``objective`` (``Objective``): ``makespan`` (one synchronous step, all-reduce and optimizer
+included) or ``period`` (the steady-state time of a repeated step without a global
+barrier: the longest span of any device from its first op's start to its last op's end).
+What each means to the model is in ``objectives``.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from enum import StrEnum
 from functools import cached_property
 
 from pipetab.schedules.ops import Kind, Op
-from pipetab.schedules.generators.chimera import chimera_placement
-from pipetab.schedules.generators.hanayo import wave_placement
-from pipetab.schedules.generators.interleaved import loop_placement
-from pipetab.schedules.generators.linear import linear_placement
-from pipetab.schedules.generators.zero_bubble import v_placement
+from pipetab.schedules.placements import PlacementFamily, family_of, family_placement, family_stages
 from pipetab.schedules.schedule import Placement, Schedule
-from pipetab.solver.costs import Costs, Links
+from pipetab.solver.costs import Costs
 from pipetab.solver.pricing import idealized_costs
-
-FAMILIES = ("linear", "bidirectional", "wave", "v", "interleaved", "free")
-OBJECTIVES = ("makespan", "period")
 
 StageKey = tuple[int, int]
 
 
-def family_placement(family: str, num_devices: int, num_stages: tuple[int, ...]) -> Placement:
-    """The placement of a named family for ``num_devices`` devices and the given stage
-    counts per pipeline; ``ValueError`` when the shapes do not fit the family."""
-    D = num_devices
-    if family == "linear":
-        if num_stages != (D,):
-            raise ValueError(
-                f"linear placement needs one pipeline of {D} stages (one per device), got {list(num_stages)}"
-            )
-        return linear_placement(D)
-    if family == "bidirectional":
-        if num_stages != (D, D):
-            raise ValueError(
-                f"bidirectional placement needs two pipelines of {D} stages each, got {list(num_stages)}"
-            )
-        return chimera_placement(D)
-    if family == "wave":
-        if len(num_stages) != 1 or num_stages[0] % (2 * D):
-            raise ValueError(
-                f"wave placement needs one pipeline of 2*W*{D} stages (W waves), got {list(num_stages)}"
-            )
-        return wave_placement(D, num_stages[0] // (2 * D))
-    if family == "v":
-        if num_stages != (2 * D,):
-            raise ValueError(f"v placement needs one pipeline of {2 * D} stages (two per device), got {list(num_stages)}")
-        return v_placement(D)
-    if family == "interleaved":
-        if len(num_stages) != 1 or num_stages[0] % D or num_stages[0] < 2 * D:
-            raise ValueError(
-                f"interleaved placement needs one pipeline of v*{D} stages (v >= 2 chunks), got {list(num_stages)}"
-            )
-        return loop_placement(D, num_stages[0] // D)
-    raise ValueError(f"placement must be one of {', '.join(FAMILIES)} or a Placement, got {family!r}")
+class Objective(StrEnum):
+    """What a schedule is judged by (module docstring; ``objectives`` for the model)."""
+
+    MAKESPAN = "makespan"
+    PERIOD = "period"
+
+
+def objective_of(value: object) -> Objective:
+    try:
+        return Objective(value)
+    except ValueError:
+        raise ValueError(f"objective must be one of {', '.join(Objective)}, got {value!r}") from None
 
 
 def _int(value: float, what: str) -> int:
@@ -83,24 +53,32 @@ def _int(value: float, what: str) -> int:
 class Problem:
     """One instance: ``microbatch2pipeline[m]`` is the pipeline of microbatch m,
     ``num_stages[p]`` the stages of pipeline p, ``costs`` their integer costs, ``placement``
-    a ``Placement``, a family name or ``"free"``. ``stage_work`` (relative work per stage)
-    is only carried into returned schedules."""
+    a ``Placement`` or a ``PlacementFamily`` (``free``: the solver chooses).
+    ``stage_work`` (relative work per stage) is only carried into returned schedules."""
 
     num_devices: int
     microbatch2pipeline: tuple[int, ...]
     num_stages: tuple[int, ...]
     costs: Costs
-    placement: Placement | str = "linear"
+    placement: Placement | PlacementFamily = PlacementFamily.LINEAR
     split_backward: bool = False
     stage_work: tuple[tuple[float, ...], ...] | None = None
     name: str = "problem"
-    objective: str = "makespan"
+    objective: Objective = Objective.MAKESPAN
 
     def __post_init__(self) -> None:
-        if self.objective not in OBJECTIVES:
-            raise ValueError(f"objective must be one of {', '.join(OBJECTIVES)}, got {self.objective!r}")
+        object.__setattr__(self, "objective", objective_of(self.objective))
         object.__setattr__(self, "microbatch2pipeline", tuple(self.microbatch2pipeline))
         object.__setattr__(self, "num_stages", tuple(self.num_stages))
+        self._check_shape()
+        self._check_placement()
+        self._check_costs()
+        if self.stage_work is not None:
+            object.__setattr__(self, "stage_work", tuple(tuple(w) for w in self.stage_work))
+            if tuple(len(w) for w in self.stage_work) != self.num_stages:
+                raise ValueError("stage_work must give one value per stage of every pipeline")
+
+    def _check_shape(self) -> None:
         D = self.num_devices
         if not isinstance(D, int) or isinstance(D, bool) or D < 1:
             raise ValueError(f"num_devices must be an integer >= 1, got {D!r}")
@@ -114,19 +92,24 @@ class Problem:
         empty = sorted(set(range(len(self.num_stages))) - set(self.microbatch2pipeline))
         if empty:
             raise ValueError(f"every pipeline needs a microbatch; pipeline {empty[0]} has none")
-        if isinstance(self.placement, str):
-            if self.placement != "free":
-                family_placement(self.placement, D, self.num_stages)  # validates shapes
-        elif isinstance(self.placement, Placement):
-            if self.placement.num_devices != D:
-                raise ValueError(
-                    f"placement has {self.placement.num_devices} devices, problem has {D}"
-                )
-            if tuple(len(s) for s in self.placement.stage2device) != self.num_stages:
+
+    def _check_placement(self) -> None:
+        D, pl = self.num_devices, self.placement
+        if isinstance(pl, Placement):
+            if pl.num_devices != D:
+                raise ValueError(f"placement has {pl.num_devices} devices, problem has {D}")
+            if tuple(len(s) for s in pl.stage2device) != self.num_stages:
                 raise ValueError("placement's stages per pipeline differ from num_stages")
-        else:
-            raise ValueError(f"placement must be a Placement or one of {', '.join(FAMILIES)}")
-        c = self.costs
+            return
+        if not isinstance(pl, str):
+            raise ValueError(f"placement must be a Placement or one of {', '.join(PlacementFamily)}")
+        family = family_of(pl)
+        object.__setattr__(self, "placement", family)
+        if family is not PlacementFamily.FREE:
+            family_placement(family, D, self.num_stages)  # validates shapes
+
+    def _check_costs(self) -> None:
+        c, D = self.costs, self.num_devices
         if not c.integral:
             raise ValueError(
                 f"costs are in {c.unit!r} without a tick; the CP-SAT model needs integer times — "
@@ -139,18 +122,17 @@ class Problem:
             )
         if len(c.persistent) != D or len(c.capacity) != D:
             raise ValueError(f"costs describe {len(c.capacity)} devices, problem has {D}")
-        for p, n in enumerate(self.num_stages):
-            for s in range(n):
-                for k in self.kinds:
-                    if (k, p, s) not in c.op_time:
-                        raise ValueError(f"costs have no time for {k} of stage {s} of pipeline {p}")
-                    if _int(c.op_time[(k, p, s)], f"time of {k} on stage {s} of pipeline {p}") < 1:
-                        raise ValueError(
-                            f"time of {k} on stage {s} of pipeline {p} is 0 ticks; the CP-SAT model "
-                            "needs every op to take >= 1 tick — quantize with a smaller tick"
-                        )
-                if (p, s) not in c.activation:
-                    raise ValueError(f"costs have no activation size for stage {s} of pipeline {p}")
+        for p, s in self.stages:
+            for k in self.kinds:
+                if (k, p, s) not in c.op_time:
+                    raise ValueError(f"costs have no time for {k} of stage {s} of pipeline {p}")
+                if _int(c.op_time[(k, p, s)], f"time of {k} on stage {s} of pipeline {p}") < 1:
+                    raise ValueError(
+                        f"time of {k} on stage {s} of pipeline {p} is 0 ticks; the CP-SAT model "
+                        "needs every op to take >= 1 tick — quantize with a smaller tick"
+                    )
+            if (p, s) not in c.activation:
+                raise ValueError(f"costs have no activation size for stage {s} of pipeline {p}")
         for g in c.replica_groups:
             _int(g.allreduce_time, "an all-reduce time")
             for p, s in g.stages:
@@ -158,10 +140,6 @@ class Problem:
                     raise ValueError(f"replica group names stage {s} of pipeline {p}, which does not exist")
         for t in c.optimizer_time:
             _int(t, "an optimizer time")
-        if self.stage_work is not None:
-            object.__setattr__(self, "stage_work", tuple(tuple(w) for w in self.stage_work))
-            if tuple(len(w) for w in self.stage_work) != self.num_stages:
-                raise ValueError("stage_work must give one value per stage of every pipeline")
 
     # ---- shape ------------------------------------------------------------------------
     @property
@@ -196,22 +174,23 @@ class Problem:
 
     @property
     def is_free(self) -> bool:
-        return isinstance(self.placement, str) and self.placement == "free"
+        return self.placement is PlacementFamily.FREE
 
     @property
-    def placement_label(self) -> str:
-        return self.placement if isinstance(self.placement, str) else "given"
+    def family(self) -> PlacementFamily | None:
+        """The placement family (None for a given ``Placement``)."""
+        return self.placement if isinstance(self.placement, PlacementFamily) else None
 
     @cached_property
     def fixed_placement(self) -> Placement | None:
         """The placement when it is fixed (given or a family), None when free."""
         if isinstance(self.placement, Placement):
             return self.placement
-        if self.placement == "free":
+        if self.is_free:
             return None
         return family_placement(self.placement, self.num_devices, self.num_stages)
 
-    def with_placement(self, placement: Placement | str) -> "Problem":
+    def with_placement(self, placement: Placement | PlacementFamily) -> "Problem":
         return replace(self, placement=placement)
 
     def with_costs(self, costs: Costs) -> "Problem":
@@ -334,7 +313,8 @@ class Problem:
         return self.schedule(name, placement, orders)
 
     @classmethod
-    def from_schedule(cls, schedule: Schedule, costs: Costs, placement: Placement | str | None = None) -> "Problem":
+    def from_schedule(cls, schedule: Schedule, costs: Costs,
+                      placement: Placement | PlacementFamily | None = None) -> "Problem":
         """The problem a known schedule solves (its placement fixed unless ``placement``)."""
         return cls(
             schedule.num_devices,
@@ -358,7 +338,7 @@ def bidirectional_microbatches(stages: int, microbatches: int) -> tuple[int, ...
 def idealized_problem(
     stages: int,
     microbatches: int,
-    placement: Placement | str = "linear",
+    placement: Placement | PlacementFamily | str = PlacementFamily.LINEAR,
     *,
     forward: int = 1,
     backward: int = 2,
@@ -372,85 +352,34 @@ def idealized_problem(
     stage_work: tuple[tuple[float, ...], ...] | None = None,
     split_backward: bool = False,
     weight_memory: float = 1.0,
-    objective: str = "makespan",
+    objective: Objective | str = Objective.MAKESPAN,
 ) -> Problem:
-    """An idealized problem on ``stages`` devices (``devices`` for free placement).
-
-    ``linear``: one pipeline of ``stages`` stages; ``bidirectional``: two pipelines of
-    ``stages`` stages, microbatches split half/half per unit; ``wave``: one pipeline of
-    2*waves*stages stages; ``v``: one pipeline of 2*stages stages; ``interleaved``: one
-    of chunks*stages stages; ``free``: ``pipelines`` pipelines (1 or 2, split like
-    bidirectional) of ``stages`` stages on ``devices`` (default ``stages``) devices.
-    Costs: ``idealized_costs``."""
+    """An idealized problem on ``stages`` devices (``devices`` for free placement), its
+    stages per pipeline those of the family (``schedules.placements.family_stages``: wave
+    with ``waves``, interleaved with ``chunks``, free with ``pipelines`` pipelines of
+    ``stages`` stages) or of a given ``Placement``; two pipelines split their microbatches
+    half/half per unit (``bidirectional_microbatches``). Costs: ``idealized_costs``."""
     if not isinstance(stages, int) or isinstance(stages, bool) or stages < 1:
         raise ValueError(f"stages must be an integer >= 1, got {stages!r}")
     if not isinstance(microbatches, int) or isinstance(microbatches, bool) or microbatches < 1:
         raise ValueError(f"microbatches must be an integer >= 1, got {microbatches!r}")
-    D = devices or stages
-    label = placement if isinstance(placement, str) else "given"
+    if isinstance(placement, Placement):
+        if pipelines not in (1, 2):
+            raise ValueError(f"pipelines must be 1 or 2, got {pipelines!r}")
+        D, label = placement.num_devices, "given"
+        num_stages = tuple(len(st) for st in placement.stage2device)
+    else:
+        family = family_of(placement)
+        D, label = devices or stages, str(family)
+        num_stages = family_stages(family, stages, waves=waves, chunks=chunks, pipelines=pipelines)
     mb2p = (0,) * microbatches
-    if label == "bidirectional" or (label in ("free", "given") and pipelines == 2):
-        num_stages = (stages, stages)
+    if len(num_stages) == 2 or pipelines == 2:
         mb2p = bidirectional_microbatches(stages, microbatches)
         if 1 not in mb2p:
             half = max(1, stages // 2)
             raise ValueError(f"microbatches must be at least {half + 1} for two pipelines on {stages} stages "
                              f"(each unit of {stages} sends its first {half} down, the rest up), got {microbatches}")
-    elif label == "wave":
-        if not isinstance(waves, int) or waves < 1:
-            raise ValueError(f"waves must be an integer >= 1, got {waves!r}")
-        num_stages = (2 * waves * stages,)
-    elif label == "v":
-        num_stages = (2 * stages,)
-    elif label == "interleaved":
-        if not isinstance(chunks, int) or isinstance(chunks, bool) or chunks < 2:
-            raise ValueError(f"chunks must be an integer >= 2, got {chunks!r}")
-        num_stages = (chunks * stages,)
-    else:
-        if pipelines not in (1, 2):
-            raise ValueError(f"pipelines must be 1 or 2, got {pipelines!r}")
-        num_stages = (stages,)
-    if isinstance(placement, Placement):
-        D = placement.num_devices
-        num_stages = tuple(len(s) for s in placement.stage2device)
     costs = idealized_costs(D, num_stages, forward, backward, weight, comm, activation_cap, stage_work,
                             split_backward, weight_memory)
-    return Problem(D, mb2p, num_stages, costs, placement, split_backward, stage_work,
-                   f"{label}-S{stages}-B{microbatches}", objective)
-
-
-def profiled_problem(
-    stages: int,
-    microbatches: int,
-    forward_s: float,
-    backward_s: float,
-    weight_s: float | None = None,
-    comm_s: float = 0.0,
-    *,
-    tick_s: float,
-    placement: Placement | str = "linear",
-    activation_limit: float | None = None,
-    weight_memory: float = 1.0,
-    objective: str = "makespan",
-    rounding: str = "up",
-    chunks: int = 2,
-) -> Problem:
-    """A problem on measured op times in seconds — T_F, T_B (input gradient when
-    ``weight_s`` is given, which splits the backward) and T_W of a stage holding 1/S of the
-    model, a constant message time T_comm between devices — quantized to integer ticks of
-    ``tick_s`` (``rounding="up"`` for schedules, ``"down"`` for bounds of the real-valued
-    problem). Stages holding a share of the model take that share of the times.
-    ``activation_limit``: per device, in M_B; ``weight_memory``: M_W / M."""
-    for name, t in (("forward_s", forward_s), ("backward_s", backward_s), ("comm_s", comm_s),
-                    ("weight_s", 1.0 if weight_s is None else weight_s), ("tick_s", tick_s)):
-        if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t < 0 \
-                or (t == 0 and name != "comm_s"):
-            raise ValueError(f"{name} must be a time in seconds > 0 (comm_s >= 0), got {t!r}")
-    split = weight_s is not None
-    shape = idealized_problem(stages, microbatches, placement, activation_cap=activation_limit, chunks=chunks,
-                              split_backward=split, weight_memory=weight_memory, objective=objective)
-    base = {Kind.F: forward_s, Kind.B: backward_s, Kind.W: weight_s}
-    c = shape.costs
-    op_time = {(k, p, s): base[k] * c.activation[(p, s)] for k, p, s in c.op_time}
-    real = replace(c, unit="s", op_time=op_time, links=Links(constant=float(comm_s)), tick_slots=1.0)
-    return replace(shape, costs=real.quantized(tick_s, rounding), name=f"profiled-{shape.name}")
+    return Problem(D, mb2p, num_stages, costs, placement, split_backward, stage_work,  # type: ignore[arg-type]
+                   f"{label}-S{stages}-B{microbatches}", objective)  # type: ignore[arg-type]

@@ -1,19 +1,38 @@
-"""``Result``: what a CP-SAT mode returns, solver-independent and total.
+"""``Result``: what a CP-SAT mode returns, solver-independent and total, and ``SolveLog``,
+the record of how it was found (its phases and their solves).
 
-Users never see OR-Tools types: status is one of ``optimal`` (the makespan is proven
+Users never see OR-Tools types: ``Status`` is ``optimal`` (the objective is proven
 minimal under ``bound_assumptions``), ``feasible`` (a schedule, not proven optimal),
-``infeasible`` (proven: no schedule exists, e.g. a memory cap too small), ``unknown`` (no
-schedule and no proof within the limits).
+``infeasible`` (proven: no schedule exists, e.g. a memory cap too small) or ``unknown``
+(no schedule and no proof within the limits).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Mapping
 
 from pipetab.schedules.schedule import Schedule
 
-STATUSES = ("optimal", "feasible", "infeasible", "unknown")
+from .problem import Objective
+
+
+class Status(StrEnum):
+    """How far a result got (module docstring)."""
+
+    OPTIMAL = "optimal"
+    FEASIBLE = "feasible"
+    INFEASIBLE = "infeasible"
+    UNKNOWN = "unknown"
+
+
+class Mode(StrEnum):
+    """What was asked: evaluate a fixed schedule, search a better one, or bound the optimum."""
+
+    EVALUATE = "evaluate"
+    SEARCH = "search"
+    BOUND = "bound"
 
 
 def gap_of(makespan: float | None, lower_bound: float | None) -> float | None:
@@ -94,25 +113,40 @@ class SolverInfo:
 
 
 @dataclass(frozen=True)
+class SolveLog:
+    """How a result was found: one ``PhaseRecord`` per phase (``start``, ``bound``,
+    ``search``, ``solve``, a placement or a partition of a decomposition)."""
+
+    phases: tuple[PhaseRecord, ...] = ()
+
+    def as_list(self) -> list[dict]:
+        return [ph.as_dict() for ph in self.phases]
+
+    def solves(self, phase: str | None = None) -> list[SolveRecord]:
+        """The solves of every phase (of phases named ``phase``)."""
+        return [r for ph in self.phases if phase is None or ph.name == phase for r in ph.solves]
+
+
+@dataclass(frozen=True, kw_only=True)
 class Result:
     """Outcome of ``evaluate``, ``search`` or ``bound``.
 
     ``makespan`` and ``lower_bound`` are in the model's integer unit: idealized ticks of
     ``tick_slots`` slots (``unit`` ``slots``; ``in_slots`` converts), or ``ticks`` of
-    ``tick_s`` seconds (``seconds`` converts); ``gap`` = (makespan - lower_bound) / makespan.
+    ``tick_s`` seconds; ``gap`` = (makespan - lower_bound) / makespan.
     ``bound_assumptions`` lists every restriction and convention under which the lower
     bound holds. ``min_feasible_cap`` is the least activation capacity (same on every
     device, in the costs' memory unit) for which a schedule exists, when the given cap is
-    infeasible (or when asked). ``known`` maps known schedules to their makespan and gap to
-    the bound. ``objective``: ``makespan`` or ``period`` — ``makespan`` and ``lower_bound``
-    then hold the period. ``tick_slots``: slots per unit of idealized costs (1/v when a
-    device holds v stages), so ``in_slots`` compares placements. ``phases``: one record
-    per phase; ``solver``: how it was computed; ``analytic_bound``: the solver-free part of
-    the bound; ``peak_activations``: evaluate mode, per device.
+    infeasible. ``known`` maps known schedules to their makespan and gap to the bound.
+    ``objective``: with ``period`` ``makespan`` and ``lower_bound`` hold the period.
+    ``tick_slots``: slots per unit of idealized costs (1/v when a device holds v stages),
+    so ``in_slots`` compares placements. ``log``: the phases and their solves; ``solver``:
+    how it was computed; ``analytic_bound``: the solver-free part of the bound;
+    ``peak_activations``: evaluate mode, per device.
     """
 
-    mode: str
-    status: str
+    mode: Mode
+    status: Status
     schedule: Schedule | None
     makespan: float | None
     lower_bound: float | None
@@ -124,26 +158,24 @@ class Result:
     min_feasible_cap: float | None = None
     known: Mapping[str, KnownGap] = field(default_factory=dict)
     tick_s: float | None = None
-    objective: str = "makespan"
+    objective: Objective = Objective.MAKESPAN
     tick_slots: float = 1.0
-    phases: tuple[PhaseRecord, ...] = ()
+    log: SolveLog = SolveLog()
     solver: SolverInfo = field(default_factory=SolverInfo)
     analytic_bound: float | None = None
     peak_activations: tuple[float, ...] | None = None
 
     def __post_init__(self) -> None:
-        if self.status not in STATUSES:
-            raise ValueError(f"status must be one of {', '.join(STATUSES)}, got {self.status!r}")
+        try:
+            object.__setattr__(self, "status", Status(self.status))
+            object.__setattr__(self, "mode", Mode(self.mode))
+        except ValueError:
+            raise ValueError(f"status must be one of {', '.join(Status)} and mode one of {', '.join(Mode)}, "
+                             f"got {self.status!r}, {self.mode!r}") from None
 
     @property
     def gap(self) -> float | None:
         return gap_of(self.makespan, self.lower_bound)
-
-    def seconds(self, value: float | None) -> float | None:
-        """A time of this result in seconds (None for idealized slot units)."""
-        if value is None or self.tick_s is None:
-            return None
-        return value * self.tick_s
 
     def in_slots(self, value: float | None) -> float | None:
         """A time of this idealized result in slots (``value * tick_slots``)."""
@@ -153,28 +185,17 @@ class Result:
 
     def as_dict(self) -> dict:
         """Plain-data form (JSON-ready; the schedule is named, not serialized)."""
-        return {
-            "mode": self.mode,
-            "status": self.status,
-            "objective": self.objective,
-            "makespan": self.makespan,
-            "lower_bound": self.lower_bound,
-            "gap": self.gap,
-            "unit": self.unit,
-            "tick_s": self.tick_s,
-            "tick_slots": self.tick_slots,
-            "runtime_s": round(self.runtime_s, 4),
-            "time_to_first_s": None if self.time_to_first_s is None else round(self.time_to_first_s, 4),
-            "bound_assumptions": list(self.bound_assumptions),
-            "message": self.message,
-            "min_feasible_cap": self.min_feasible_cap,
-            "schedule": None if self.schedule is None else self.schedule.name,
-            "known": {k: v.as_dict() for k, v in self.known.items()},
-            "analytic_bound": self.analytic_bound,
-            "peak_activations": None if self.peak_activations is None else list(self.peak_activations),
-            "solver": self.solver.as_dict(),
-            "phases": [ph.as_dict() for ph in self.phases],
-        }
+        plain = ("makespan", "lower_bound", "gap", "unit", "tick_s", "tick_slots", "message", "min_feasible_cap",
+                 "analytic_bound")
+        out: dict = {"mode": str(self.mode), "status": str(self.status), "objective": str(self.objective),
+                     **{k: getattr(self, k) for k in plain}}
+        out.update(runtime_s=round(self.runtime_s, 4), bound_assumptions=list(self.bound_assumptions),
+                   time_to_first_s=None if self.time_to_first_s is None else round(self.time_to_first_s, 4),
+                   schedule=None if self.schedule is None else self.schedule.name,
+                   known={k: v.as_dict() for k, v in self.known.items()}, solver=self.solver.as_dict(),
+                   peak_activations=None if self.peak_activations is None else list(self.peak_activations),
+                   phases=self.log.as_list())
+        return out
 
     def summary(self) -> str:
         """One line for humans."""

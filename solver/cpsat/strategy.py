@@ -1,17 +1,17 @@
-"""The one search strategy on a fixed placement (``docs/cpsat.md`` describes it):
+"""The phases of the one search strategy on a fixed placement (``fixed`` runs them in
+order; ``docs/cpsat.md`` describes it):
 
-1. **start**: the known schedules given, the registry's schedules of the problem's shape
-   (``CpSatConfig.known_generators``) and the model's own greedy list schedules, judged
-   by the evaluator, then improved by double justification; the best that fits is the
-   incumbent. Every step checks the clock and is skipped when it is predicted not to fit.
-2. **bound**: horizon tightening — is there a schedule whose objective is at most h? —
-   with CP-SAT's shared tree search on all workers, for ``bound_share`` of the time left
-   (all of it in ``bound`` mode).
-3. **search**: the model hinted with the incumbent, restarted with the next search and
-   seed when it stalls, until the time is up.
+1. **start** (``starts``): the known, registry and greedy schedules judged and justified;
+   the best that fits is the incumbent.
+2. **bound** (``bound_phase``): horizon tightening — is there a schedule whose objective is
+   at most h? — with CP-SAT's shared tree search on all workers, for
+   ``StrategyParams.bound_share`` of the time left (all of it in ``bound`` mode).
+3. **search** (``search_phase``): the model hinted with the incumbent, restarted with the
+   next search and seed when it stalls, until the time is up.
 
 A phase ends early once the bound meets the incumbent or a stop rule holds. Each phase
-leaves a ``PhaseRecord``; ``SearchState`` carries the incumbent and the bound between them.
+leaves a ``PhaseRecord``; ``SearchState`` carries the incumbent and the bound between them;
+each runs within its slice of the call's ``Deadline``.
 """
 
 from __future__ import annotations
@@ -23,94 +23,15 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from pipetab.schedules.schedule import Placement
+from pipetab.solver.deadline import Deadline
 
-from .config import CpSatConfig
-from .bounds import period_horizon
-from .incumbent import hint_incumbent, solution_of
 from .model import CpSatModel, RawSolve
-from .variables import BuildTimeout
-from .oracle import KnownEval
+from .objectives import objective
+from .oracle import KnownEval, checked, hint_form
+from .params import CpSatConfig
 from .problem import Problem
 from .result import SolveRecord, gap_of
-
-
-# the phases end this share of the limit (at most SAFETY_MAX_S) early: CP-SAT's presolve
-# overruns short limits by tenths of a second, and the schedule found is re-checked
-# (simulated, validated) after
-SAFETY_SHARE = 0.05
-SAFETY_MAX_S = 1.0
-
-
-class Clock:
-    """The time of one call: a wall-clock deadline (``SAFETY_SHARE`` before the limit)
-    always; with ``deterministic_time``, phases share CP-SAT's deterministic seconds
-    instead (reproducible), the wall clock still capping every solve."""
-
-    def __init__(self, config: CpSatConfig, t0: float | None = None, deadline: float | None = None):
-        self.t0 = time.perf_counter() if t0 is None else t0
-        if deadline is None:
-            deadline = self.t0 + config.time_limit_s - min(SAFETY_SHARE * config.time_limit_s, SAFETY_MAX_S)
-        self.deadline = deadline
-        self.deterministic = config.deterministic_time is not None
-        self.det_left = config.deterministic_time
-
-    def wall_left(self) -> float:
-        return self.deadline - time.perf_counter()
-
-    def left(self) -> float:
-        """Time left in the clock's unit (deterministic or wall-clock seconds)."""
-        if self.deterministic:
-            return self.det_left if self.wall_left() > 0 else 0.0
-        return self.wall_left()
-
-    def budget(self, share: float) -> "Budget":
-        """A phase's budget: ``share`` of what is left."""
-        return Budget(self, share * max(0.0, self.left()))
-
-
-# deterministic seconds a model build counts per op (CP-SAT counts none for it)
-_BUILD_DET = 2e-6
-
-
-class Budget:
-    """Part of a ``Clock`` given to one phase."""
-
-    def __init__(self, clock: Clock, amount: float):
-        self.clock = clock
-        self.amount = amount
-        self.wall_end = time.perf_counter() + amount if not clock.deterministic else clock.deadline
-
-    def left(self) -> float:
-        if self.clock.deterministic:
-            return min(self.amount, self.clock.det_left) if self.clock.wall_left() > 0 else 0.0
-        return min(self.wall_end, self.clock.deadline) - time.perf_counter()
-
-    def end(self) -> float:
-        """The wall-clock time the phase must end by."""
-        return min(self.wall_end, self.clock.deadline)
-
-    def room(self, build_s: float) -> bool:
-        """Whether another model build (``build_s`` seconds, as the last one took) and a
-        solve still fit: CP-SAT's presolve may overrun a short limit by tenths of a second."""
-        if self.clock.deterministic:
-            return self.left() >= 0.01 and self.clock.wall_left() > 0
-        return self.left() >= max(0.5, 1.5 * build_s)
-
-    def limits(self) -> tuple[float, float | None]:
-        """(wall-clock, deterministic) limits of a solve that may use all of the budget."""
-        wall = min(self.wall_end, self.clock.deadline) - time.perf_counter()
-        return max(0.01, wall), (max(1e-3, self.left()) if self.clock.deterministic else None)
-
-    def charge(self, raw: RawSolve, num_ops: int) -> None:
-        if self.clock.deterministic:
-            cost = self.cost(raw, num_ops)
-            self.amount -= cost
-            self.clock.det_left -= cost
-
-    def cost(self, raw: RawSolve, num_ops: int) -> float:
-        """What a solve cost in the clock's unit; deterministically, building the model
-        and a solve that presolve settles count ``_BUILD_DET`` per op at least."""
-        return max(raw.det_time, _BUILD_DET * num_ops) if self.clock.deterministic else raw.wall_time
+from .variables import BuildTimeout
 
 
 class StopSignal:
@@ -216,22 +137,14 @@ class SearchState:
 # pipelines and a search hinted with the incumbent does not need it
 PROBING_OFF: tuple[tuple[str, object], ...] = (("cp_model_probing_level", 0),)
 
-# the search phase's solves on at most 2 workers: one full search, CP-SAT's LNS on the
-# other worker; a stalled solve restarts with the next one and the next seed
-SEARCHES: tuple[tuple[str, ...], ...] = (("no_lp",), ("default_lp",))
-
-# a search solve that finds nothing better for this share of the phase restarts
-STALL_SHARE = 0.4
-
-
 def search_configs(config: CpSatConfig) -> tuple[CpSatConfig, ...]:
     """The search phase's solves, used in turn: on at most 2 workers with the default
-    portfolio one full search of ``SEARCHES`` each (CP-SAT fills the other worker with
-    LNS), otherwise ``config``'s portfolio; presolve probing off."""
+    portfolio one full search of ``StrategyParams.searches`` each (CP-SAT fills the other
+    worker with LNS), otherwise ``config``'s portfolio; presolve probing off."""
     extra = PROBING_OFF + config.extra_params
     if config.subsolvers is not None or config.workers > 2:
         return (config.replace(extra_params=extra),)
-    return tuple(config.replace(subsolvers=sub, extra_params=extra) for sub in SEARCHES)
+    return tuple(config.replace(subsolvers=sub, extra_params=extra) for sub in config.strategy.searches)
 
 
 def proof_config(config: CpSatConfig) -> CpSatConfig:
@@ -248,98 +161,111 @@ def proof_config(config: CpSatConfig) -> CpSatConfig:
 
 def build_model(problem: Problem, placement: Placement, config: CpSatConfig, cap: int, bound: int,
                 deadline: float | None = None, mirror=None) -> CpSatModel:
-    """The model of the schedules whose objective is at most ``cap`` (for the makespan
-    the horizon; for the period ``period_horizon`` of it bounds every time), the
-    objective at least ``bound``. Building past ``deadline`` raises ``BuildTimeout``."""
-    if problem.objective == "makespan":
-        return CpSatModel(problem, config, placement, cap, makespan_lb=bound, deadline=deadline, mirror=mirror)
-    return CpSatModel(problem, config, placement, period_horizon(problem, placement, cap), makespan_lb=bound,
-                      objective_cap=cap, deadline=deadline, mirror=mirror)
+    """The model of the schedules whose objective is at most ``cap`` (the objective's
+    ``model_horizon`` bounds every time), the objective at least ``bound``. Building past
+    ``deadline`` raises ``BuildTimeout``."""
+    horizon, objective_cap = objective(problem).model_horizon(problem, placement, cap)
+    return CpSatModel(problem, config, placement, horizon, makespan_lb=bound, objective_cap=objective_cap,
+                      deadline=deadline, mirror=mirror)
+
+
+def hint_incumbent(model: CpSatModel, problem: Problem, known: KnownEval) -> None:
+    """Hint ``model`` (unless ``hints`` is ablated) with a judged schedule, in the form its
+    symmetry and dominance families accept."""
+    if model.config.uses("hints"):
+        h = hint_form(problem, known, "last-stage glue" in model.applied)
+        model.hint(h.schedule, h.timing)
+
+
+def solution_of(problem: Problem, model: CpSatModel, raw: RawSolve) -> KnownEval | None:
+    """The schedule of a solve, re-checked by the evaluator (None when none was found)."""
+    if raw.starts is None:
+        return None
+    return checked(problem, model.schedule_from(raw, name="cpsat"), raw.makespan)
 
 
 def search_phase(problem: Problem, placement: Placement, config: CpSatConfig, state: SearchState,
-                 budget: Budget, rows: list, mirror=None) -> None:
-    """The model hinted with the incumbent until the budget is spent; a solve that finds
-    nothing better for ``STALL_SHARE`` of the budget restarts from the incumbent with the
-    next of ``search_configs`` and the next seed (not under a deterministic limit). With
-    ``mirror`` pairs (``mirror.mirror_pairs``) the mirror-restricted model gets the first
-    ``MIRROR_SHARE`` of the budget: its schedules count, its bound does not."""
+                 deadline: Deadline, rows: list, mirror=None) -> None:
+    """The model hinted with the incumbent until the deadline; a solve that finds nothing
+    better for ``StrategyParams.stall_share`` of the phase restarts from the incumbent
+    with the next of ``search_configs`` and the next seed (not under a deterministic
+    limit). With ``mirror`` pairs (``mirror.mirror_pairs``) the mirror-restricted model
+    gets the first ``mirror_share`` of it: its schedules count, its bound does not."""
+    params = config.strategy
     configs = search_configs(config)
-    if mirror and not state.should_stop() and budget.room(state.build_s):
-        _mirror_solve(problem, placement, configs[0], state, budget, rows, mirror)
-    stall_s = max(2.0, budget.left() * STALL_SHARE)
+    if mirror and not state.should_stop() and deadline.room(state.build_s):
+        _mirror_solve(problem, placement, configs[0], state, deadline, rows, mirror)
+    stall_s = max(params.stall_min_s, deadline.left() * params.stall_share)
     attempt = 0
-    while not state.should_stop() and budget.room(state.build_s):
+    while not state.should_stop() and deadline.room(state.build_s):
         incumbent, bound = state.snapshot()
         base = configs[attempt % len(configs)]
         cfg = base.replace(random_seed=base.random_seed + attempt)
-        model = _built(state, lambda: build_model(problem, placement, cfg, incumbent.makespan, bound,
-                                                  deadline=budget.end()))
+        model = _built(state, lambda: build_model(problem, placement, cfg, incumbent.makespan, bound,  # type: ignore[arg-type]
+                                                  deadline=deadline.end))
         if model is None:
             break
         hint_incumbent(model, problem, incumbent)
-        wall, det = budget.limits()
-        raw = model.solve(wall, det, stall_s=stall_s, stop=StopSignal(state, deadline=budget.end()),
+        wall, det = deadline.limits()
+        raw = model.solve(wall, det, stall_s=stall_s, stop=StopSignal(state, deadline=deadline.end),
                           on_solution=state.improved)
-        budget.charge(raw, len(problem.ops))
+        deadline.charge(raw, len(problem.ops))
         rows.append(solve_record("search", cfg, None, raw))
         state.offer(solution_of(problem, model, raw))
         state.raise_bound(raw.bound)
-        if not raw.stalled or budget.left() < stall_s / 2:
+        if not raw.stalled or deadline.left() < stall_s / 2:
             break  # finished, or too little time for a restart to get past presolve
         attempt += 1
 
 
-# share of the search phase the mirror-restricted model gets first, where it applies
-MIRROR_SHARE = 0.5
-
-
-def _mirror_solve(problem, placement, config, state, budget, rows, mirror) -> None:
-    """One solve of the mirror-restricted model for ``MIRROR_SHARE`` of ``budget``, hinted
-    with the incumbent; its schedule is offered (re-checked), its bound dropped."""
+def _mirror_solve(problem, placement, config, state, deadline: Deadline, rows, mirror) -> None:
+    """One solve of the mirror-restricted model for ``mirror_share`` of the deadline,
+    hinted with the incumbent; its schedule is offered (re-checked), its bound dropped."""
+    share = config.strategy.mirror_share
     incumbent, bound = state.snapshot()
     model = _built(state, lambda: build_model(problem, placement, config, incumbent.makespan, bound,
-                                              deadline=budget.end(), mirror=mirror))
+                                              deadline=deadline.end, mirror=mirror))
     if model is None:
         return
     hint_incumbent(model, problem, incumbent)
-    wall, det = budget.limits()
-    wall, det = wall * MIRROR_SHARE, None if det is None else det * MIRROR_SHARE
-    raw = model.solve(wall, det, stop=StopSignal(state, deadline=budget.end()), on_solution=state.improved)
-    budget.charge(raw, len(problem.ops))
+    wall, det = deadline.limits()
+    wall, det = wall * share, None if det is None else det * share
+    raw = model.solve(wall, det, stop=StopSignal(state, deadline=deadline.end), on_solution=state.improved)
+    deadline.charge(raw, len(problem.ops))
     rows.append(solve_record("search (mirror)", config, None, raw))
     state.offer(solution_of(problem, model, raw))
 
 
 def bound_phase(problem: Problem, placement: Placement, config: CpSatConfig, state: SearchState,
-                budget: Budget, rows: list, leave_early: bool) -> None:
-    """Horizon tightening: while the budget lasts, ask whether a schedule with objective
+                deadline: Deadline, rows: list, leave_early: bool) -> None:
+    """Horizon tightening: while the deadline lasts, ask whether a schedule with objective
     at most h >= the bound exists (the model rebuilt for h, so presolve works on tight
     domains). Infeasible proves h + 1; a schedule found improves the incumbent (optimal
     when proven); unknown ends the phase. After two timed proofs h jumps ahead
     (``tighten_step``). With ``leave_early`` the phase ends once even a one-step probe is
-    predicted to need more than the budget left, leaving the time to the search. Probes
-    of models without a memory cumulative run ``proof_config``."""
+    predicted to need more than the time left, leaving it to the search. Probes of
+    models without a memory cumulative run ``proof_config``."""
     proofs: list[tuple[int, float]] = []
-    while not state.should_stop() and budget.room(state.build_s):
-        remaining = budget.left()
+    clamp = config.strategy.growth_clamp
+    while not state.should_stop() and deadline.room(state.build_s):
+        remaining = deadline.left()
         bound, value = state.bound, state.value
-        predicted = predicted_proof_time(proofs, 1)
+        predicted = predicted_proof_time(proofs, 1, clamp)
         if leave_early and predicted is not None and predicted > remaining:
             break
-        h = bound + tighten_step(proofs, remaining, value - bound) - 1
+        h = bound + tighten_step(proofs, remaining, value - bound, clamp) - 1
         stop = state.probe(h)
-        model = _built(state, lambda: build_model(problem, placement, config, h, bound, deadline=budget.end()))
+        model = _built(state, lambda: build_model(problem, placement, config, h, bound, deadline=deadline.end))
         if model is None:
             break
         if "cumulative" not in model.applied:
             model.config = proof_config(config)
-        wall, det = budget.limits()
-        raw = model.solve(wall, det, stop=StopSignal(state, stop, budget.end()), on_solution=state.improved)
-        budget.charge(raw, len(problem.ops))
+        wall, det = deadline.limits()
+        raw = model.solve(wall, det, stop=StopSignal(state, stop, deadline.end), on_solution=state.improved)
+        deadline.charge(raw, len(problem.ops))
         rows.append(solve_record("bound", model.config, h, raw))
         if raw.status == "infeasible":
-            proofs.append((h, budget.cost(raw, len(problem.ops))))
+            proofs.append((h, deadline.cost(raw, len(problem.ops))))
             state.raise_bound(h + 1)
             continue
         state.offer(solution_of(problem, model, raw))
@@ -365,26 +291,28 @@ def _built(state: "SearchState", build) -> CpSatModel | None:
     return model
 
 
-def tighten_step(proofs: Sequence[tuple[int, float]], remaining: float, gap: int) -> int:
+def tighten_step(proofs: Sequence[tuple[int, float]], remaining: float, gap: int,
+                 clamp: tuple[float, float] = (2.0, 4.0)) -> int:
     """How far the next probe jumps (1: the bound itself), from earlier ``proofs`` as
     (horizon, time): the largest k whose ``predicted_proof_time`` is at most half the time
     left, below the incumbent. Proof times grow about geometrically near the optimum, so
     climbing one step at a time spends as long on the easy steps as on the last."""
     k = 1
-    while k + 1 < gap and (predicted_proof_time(proofs, k + 1) or math.inf) <= remaining / 2:
+    while k + 1 < gap and (predicted_proof_time(proofs, k + 1, clamp) or math.inf) <= remaining / 2:
         k += 1
     return k
 
 
-def predicted_proof_time(proofs: Sequence[tuple[int, float]], k: int) -> float | None:
+def predicted_proof_time(proofs: Sequence[tuple[int, float]], k: int,
+                         clamp: tuple[float, float] = (2.0, 4.0)) -> float | None:
     """The predicted time of a probe ``k`` steps above the last proof's horizon: the last
     proof time times the growth ratio per step (from the last two proofs, clamped to
-    2-4) to the power ``k``; None before two proofs."""
+    ``clamp``, ``StrategyParams.growth_clamp``) to the power ``k``; None before two proofs."""
     if len(proofs) < 2:
         return None
     (h0, t0), (h1, t1) = proofs[-2], proofs[-1]
     ratio = (max(t1, 1e-3) / max(t0, 1e-3)) ** (1.0 / max(1, h1 - h0))
-    return t1 * min(4.0, max(2.0, ratio)) ** k
+    return t1 * min(clamp[1], max(clamp[0], ratio)) ** k
 
 
 def solve_record(phase: str, config: CpSatConfig, horizon: int | None, raw: RawSolve) -> SolveRecord:

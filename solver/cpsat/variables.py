@@ -1,6 +1,7 @@
 """Variables of the CP-SAT model: one fixed-size interval per op (start variable, integer
 duration), placement literals and shared-start optional intervals under free placement,
-activation lifetime intervals, all-reduce starts, transfer lags and the makespan."""
+activation lifetime intervals, all-reduce starts and transfer lags; the objective adds its
+own (``objectives``: the makespan, the period)."""
 
 from __future__ import annotations
 
@@ -107,7 +108,6 @@ class Variables:
     period: cp_model.IntVar | None = None
     first: list[cp_model.IntVar] = field(default_factory=list)  # period: each device's first start
     last: list[cp_model.IntVar] = field(default_factory=list)  # period: each device's last end
-    resource_devices: frozenset[int] | None = None  # None: all; else a relaxation
     # precedences between op chains (kind, pipeline, stage) under FIFO: (a, c) -> k means
     # op (a, j) ends before op (c, j + k) starts (memory windows, last-stage glue)
     chain_shift: dict[tuple[tuple, tuple], int] = field(default_factory=dict)
@@ -122,14 +122,15 @@ class Variables:
         if self.deadline is not None and not self._steps & 2047 and time.perf_counter() > self.deadline:
             raise BuildTimeout("the time limit ran out while building the CP-SAT model")
 
-    def has_resources(self, device: int) -> bool:
-        return self.resource_devices is None or device in self.resource_devices
-
     @classmethod
     def build(
         cls, model: cp_model.CpModel, problem: Problem, placement: Placement | None,
         horizon: int, makespan_lb: int = 0, intervals: bool = True, deadline: float | None = None,
+        objective_variables=None,
     ) -> "Variables":
+        """Every op's start (and interval), placement literals under free placement, the
+        objective's own (``objective_variables(model, v, makespan_lb)``, ``objectives``)
+        and the all-reduce starts."""
         v = cls(problem, placement, horizon, makespan_lb, deadline=deadline)
         v.ops = problem.ops
         v.index = {op: i for i, op in enumerate(v.ops)}
@@ -160,22 +161,14 @@ class Variables:
                     model.new_optional_fixed_size_interval_var(v.start[i], v.dur[i], lits[d], f"i_{op}_d{d}")
                     for d in range(D)
                 ])
-        if problem.objective == "period":
-            v.makespan = model.new_int_var(0, horizon, "makespan")
-            v.period = model.new_int_var(max(makespan_lb, 0), horizon, "period")
-            v.first = [model.new_int_var(0, horizon, f"first_d{d}") for d in range(D)]
-            v.last = [model.new_int_var(0, horizon, f"last_d{d}") for d in range(D)]
-        else:
-            v.makespan = model.new_int_var(max(makespan_lb, 0), horizon, "makespan")
+        if objective_variables is not None:
+            objective_variables(model, v, makespan_lb)
         for g_i, _ in enumerate(problem.costs.replica_groups):
             v.ar.append(model.new_int_var(0, horizon, f"ar_{g_i}"))
         return v
 
     def end(self, i: int):
         return self.start[i] + self.dur[i]
-
-    def op_end(self, op: Op):
-        return self.end(self.index[op])
 
     def op_start(self, op: Op):
         return self.start[self.index[op]]

@@ -15,9 +15,9 @@ from pipetab.schedules.generators.hanayo import (
     chunk_stage,
     hanayo,
     list_schedule_orders,
-    wave_placement,
 )
 from pipetab.schedules.metrics import table_metrics
+from pipetab.schedules.placements import PlacementFamily, family_placement
 from pipetab.schedules.ops import Kind, Op
 from pipetab.schedules.schedule import Schedule
 from pipetab.schedules.table import SlotDurations, layout
@@ -84,7 +84,7 @@ def test_reference_tables_cell_for_cell(grid, waves, makespan):
 @pytest.mark.parametrize("devices", [2, 3, 4, 5])
 @pytest.mark.parametrize("waves", [1, 2, 3, 8])
 def test_wave_placement(devices, waves):
-    placement = wave_placement(devices, waves)
+    placement = family_placement(PlacementFamily.WAVE, devices, (2 * waves * devices,))
     assert placement.num_pipelines == 1
     assert placement.num_stages() == 2 * waves * devices
     for s in range(2 * waves * devices):
@@ -134,7 +134,7 @@ def test_bubble_equals_formula_in_regime(stages, waves, microbatches):
 def _greedy_makespan(stages: int, microbatches: int, waves: int) -> float:
     """Makespan of the greedy order outside the regime (the generator refuses these)."""
     s = Schedule(
-        "greedy", wave_placement(stages, waves), (0,) * microbatches,
+        "greedy", family_placement(PlacementFamily.WAVE, stages, (2 * waves * stages,)), (0,) * microbatches,
         list_schedule_orders(stages, microbatches, waves),
     )
     return asap(s, lambda op: 1).makespan

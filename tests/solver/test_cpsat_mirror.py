@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pipetab.solver.cpsat import CpSatConfig, idealized_problem, search
 from pipetab.solver.cpsat.bounds import safe_horizon
-from pipetab.solver.cpsat.incumbent import checked
+from pipetab.solver.cpsat.oracle import checked
 from pipetab.solver.cpsat.mirror import mirror_pairs
 from pipetab.solver.cpsat.model import CpSatModel
 
@@ -47,4 +47,4 @@ def test_search_proves_the_fill_and_drain_bound_with_a_mirror_schedule():
     cfg = CpSatConfig(time_limit_s=120, deterministic_time=50, bound_share=0.05)
     res = search(idealized_problem(8, 32, "bidirectional", comm=1, activation_cap=8), cfg)
     assert (res.status, res.makespan, res.lower_bound) == ("optimal", 125, 125)
-    assert any(r.phase == "search (mirror)" for ph in res.phases for r in ph.solves)
+    assert any(r.phase == "search (mirror)" for ph in res.log.phases for r in ph.solves)

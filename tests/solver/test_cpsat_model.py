@@ -4,9 +4,10 @@ import pytest
 
 from pipetab.schedules import registry
 from pipetab.solver.cpsat import CpSatConfig, idealized_problem
-from pipetab.solver.cpsat.bounds import analytic_lower_bound, safe_horizon
+from pipetab.solver.cpsat.bounds import safe_horizon
+from pipetab.solver.cpsat.objectives import analytic_lower_bound
 from pipetab.solver.cpsat.model import CpSatModel
-from pipetab.solver.cpsat.modes import _canonical_devices
+from pipetab.solver.cpsat.placement import canonical_devices
 from pipetab.solver.cpsat.oracle import evaluate_known, hint_form
 
 
@@ -41,9 +42,9 @@ def test_hint_is_complete_under_free_placement():
     from pipetab.schedules.schedule import Placement
 
     pl = Placement(((1, 1, 0, 0),), 2)  # not canonical: the hint must be relabelled
-    from pipetab.solver.cpsat.oracle import greedy_schedule
+    from pipetab.solver.cpsat.greedy import greedy_schedule
 
-    sched = _canonical_devices(greedy_schedule(problem.with_placement(pl), pl))
+    sched = canonical_devices(greedy_schedule(problem.with_placement(pl), pl))
     known = evaluate_known(problem.with_placement(sched.placement), sched)
     model = CpSatModel(problem, CpSatConfig(), None, known.makespan)
     assert "device symmetry" in model.applied
@@ -97,12 +98,11 @@ def test_order_literals_only_where_no_precedence_decides():
     assert per_device == {0: 9, 1: 9, 2: 9}
 
 
-def test_order_literal_limit_falls_back_to_no_overlap(monkeypatch):
-    from pipetab.solver.cpsat import model as model_module
+def test_order_literal_limit_falls_back_to_no_overlap():
+    from pipetab.solver.cpsat.params import ModelParams
 
-    monkeypatch.setattr(model_module, "ORDER_LITERAL_LIMIT", 26)
     problem = idealized_problem(4, 6, comm=1, activation_cap=3)
-    model = CpSatModel(problem, CpSatConfig(), problem.fixed_placement, 200)
+    model = CpSatModel(problem, CpSatConfig(model=ModelParams(order_literal_limit=26)), problem.fixed_placement, 200)
     assert "order literals" not in model.applied and not model.vars.order_lits
     full = CpSatModel(problem, CpSatConfig(ablate={"order_literals"}), problem.fixed_placement, 200)
     assert model.solve(20).makespan == full.solve(20).makespan

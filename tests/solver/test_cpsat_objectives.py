@@ -103,33 +103,30 @@ def test_period_of_a_timed_schedule_by_hand():
     assert ev.makespan == 8 == span_period(ev.timing.start, ev.timing.end, ev.schedule.device_of)
 
 
-def test_profiled_problem_rounds_up_for_schedules_and_down_for_bounds():
+def test_measured_times_round_up_for_schedules_and_down_for_bounds():
     """Measured times in seconds (T_F = 18.5 ms, T_B = 18.8 ms, T_W = 12.4 ms, T_comm =
-    0.6 ms) on ticks of 1 ms: up gives 19, 19, 13, 1 ticks, down 18, 18, 12, 0; the bound
-    on the rounded-down problem is below ZB-H1's real-valued time, the search's schedule
-    at most its rounded-up one."""
-    from dataclasses import replace
-
+    0.6 ms) on ticks of 1 ms: up gives 19, 19, 13 ticks, down 18, 18, 12; the bound on the
+    rounded-down problem is below ZB-H1's real-valued time, the search's schedule at most
+    its rounded-up one (``solver.seconds.solve_seconds``)."""
+    from pipetab.hardware.profile import Profile, StageProfile
     from pipetab.schedules import registry
-    from pipetab.solver.cpsat import profiled_problem
+    from pipetab.solver.pricing import profile_costs
+    from pipetab.solver.seconds import solve_seconds
 
-    kw = dict(tick_s=1e-3, activation_limit=4, weight_memory=0.5)
-    up = profiled_problem(4, 8, 0.0185, 0.0188, 0.0124, 0.0006, **kw)
-    down = profiled_problem(4, 8, 0.0185, 0.0188, 0.0124, 0.0006, rounding="down", **kw)
-    assert [up.costs.op_time[(k, 0, 0)] for k in (Kind.F, Kind.B, Kind.W)] == [19, 19, 13]
-    assert [down.costs.op_time[(k, 0, 0)] for k in (Kind.F, Kind.B, Kind.W)] == [18, 18, 12]
+    profile = Profile("measured", (StageProfile(0.0185, 0.0188, 0.0124, 0.0006, activation_bytes=1.0,
+                                                weight_memory_bytes=0.5),), memory_bytes=4.0, uniform=True)
     zb = registry.generate("zb-h1", 4, 8)
-    real = replace(up.costs, unit="s", tick_s=None, op_time={(k, 0, s): {Kind.F: 0.0185, Kind.B: 0.0188,
-                   Kind.W: 0.0124}[k] for k, _, s in up.costs.op_time})
-    from pipetab.solver.costs import Links
-
-    real = replace(real, links=Links(constant=0.0006))
+    real = profile_costs(zb, profile)
+    up, down = real.quantized(1e-3, "up"), real.quantized(1e-3, "down")
+    assert [up.op_time[(k, 0, 0)] for k in (Kind.F, Kind.B, Kind.W)] == [19, 19, 13]
+    assert [down.op_time[(k, 0, 0)] for k in (Kind.F, Kind.B, Kind.W)] == [18, 18, 12]
     real_time = simulate(zb, real).makespan
+    shape = idealized_problem(4, 8, split_backward=True)
     cfg = CpSatConfig(time_limit_s=10, workers=2)
-    lb = bound(down, cfg)
-    assert lb.lower_bound * 1e-3 <= real_time + 1e-12
-    found = search(up, cfg)
-    assert found.makespan <= found.known["zb-h1"].makespan
-    assert simulate(found.schedule, real).makespan <= found.makespan * 1e-3 + 1e-12
+    lb = solve_seconds(shape, real, "bound", cfg, tick_s=1e-3)
+    assert lb.lower_bound_s <= real_time + 1e-12 and any("rounded down" in a for a in lb.assumptions)
+    found = solve_seconds(shape, real, "search", cfg, tick_s=1e-3)
+    assert found.search.makespan <= found.search.known["zb-h1"].makespan
+    assert found.seconds <= found.search.makespan * 1e-3 + 1e-12 and found.known["zb-h1"].seconds == real_time
     with pytest.raises(ValueError, match="forward_s"):
-        profiled_problem(4, 8, -1.0, 0.01, tick_s=1e-3)
+        StageProfile(-1.0, 0.01)

@@ -16,6 +16,7 @@ from pipetab.solver.cpsat import (
     idealized_problem,
     search,
 )
+from pipetab.solver import deadline as deadline_module
 from pipetab.solver.cpsat import strategy
 from pipetab.solver.cpsat.model import RawSolve
 from pipetab.solver.cpsat.oracle import evaluate_known
@@ -72,8 +73,7 @@ def test_stop_rules_by_hand():
 
 
 def _budget(det=20.0):
-    clock = strategy.Clock(CpSatConfig(time_limit_s=60, workers=2, deterministic_time=det))
-    return clock.budget(1.0)
+    return CpSatConfig(time_limit_s=60, workers=2, deterministic_time=det).deadline().slice(1.0)
 
 
 def test_bound_phase_proves_step_by_step_and_finds_the_optimum():
@@ -171,13 +171,13 @@ def test_search_phase_restarts_a_stalled_solve_with_the_next_search_and_seed(mon
             return RawSolve("feasible", None, 40, None, None, 0.3, 0.0, None, 0, stalled=True)
 
     monkeypatch.setattr(strategy, "time", fake)
+    monkeypatch.setattr(deadline_module, "time", fake)
     monkeypatch.setattr(strategy, "CpSatModel", Stalled)
     fixed, pl, start = _start()
     config = CpSatConfig(workers=2, random_seed=7, time_limit_s=100)
     state = strategy.SearchState(start, 44, config, fake.now)
-    clock = strategy.Clock(config, fake.now)
     rows = []
-    strategy.search_phase(fixed, pl, config, state, strategy.Budget(clock, 2.5), rows)
+    strategy.search_phase(fixed, pl, config, state, config.deadline(fake.now).within(2.5), rows)
     assert state.snapshot() == (start, 44)
     assert [b[0] for b in built] == [("no_lp",), ("default_lp",)] * 3
     assert [b[1] for b in built] == [7, 8, 9, 10, 11, 12]
@@ -216,7 +216,7 @@ def test_the_model_stands_without_seeds():
 
 
 def test_shared_capped_devices_are_those_with_a_binding_cap_and_several_stages():
-    from pipetab.solver.cpsat.modes import shared_capped
+    from pipetab.solver.cpsat.fixed import shared_capped
 
     def shared(placement, cap):
         pr = idealized_problem(4, 8, placement, activation_cap=cap)

@@ -1,0 +1,355 @@
+"""Constraint families of the CP-SAT model: one function each, and ``FAMILIES``, the one
+table of them — when each applies, the labels it leaves in ``CpSatModel.applied``, the
+``CpSatConfig.ablate`` name that switches it off (None: always on) and the assumption it
+adds to a bound (none: each is without loss of generality, argued where it is added)."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Callable
+
+from ortools.sat.python import cp_model
+
+from pipetab.schedules.ops import Kind, Op
+
+from .bounds import memory_scale
+from .params import CpSatConfig
+from .precedences import add_makespan, add_no_overlap, add_order_chains, add_order_literals, add_precedences
+from .problem import Problem
+from .variables import Variables, lifetime_min
+
+
+# ---- memory ------------------------------------------------------------------------------------
+def add_memory(model: cp_model.CpModel, v: Variables, fifo: bool = False) -> list[str]:
+    """An activation of (p, s, m) is live from its F's start to its B's end; with a split
+    backward its part M - M_W until B's end and its part M_W until W's end
+    (``Problem.lifetimes``, the accounting of ``schedules.memory``). One cumulative per
+    device against its activation capacity (devices without a capacity are unconstrained).
+
+    With ``fifo`` (every stage runs a pipeline's microbatches in one order) a device's
+    live activations of one stage are a window of consecutive microbatches, so the memory
+    windows of ``Problem.window_shifts`` are precedences; on a device that holds a single
+    stage whose windows are exact they are the whole memory constraint and replace the
+    cumulative. Returns the forms used."""
+    problem = v.problem
+    caps = [problem.cap(d) for d in range(problem.num_devices)]
+    if all(c is None for c in caps):
+        return []
+    forms: list[str] = []
+    exact: set[int] = set()
+    if fifo and v.placement is not None:
+        exact = _add_fifo_memory_precedences(model, v)
+        if exact:
+            forms.append("memory as FIFO precedences")
+    sizes = [x for k in problem.stages for _, x in problem.lifetimes(*k)]
+    scale = memory_scale(sizes + [c for c in caps if c is not None])
+    per_device = _lifetimes(model, v, {d for d, c in enumerate(caps) if c is None} | exact, scale)
+    for d, cap_d in enumerate(caps):
+        if cap_d is None or not per_device[d] or d in exact:
+            continue
+        cap = int(math.floor(cap_d * scale + 1e-9))
+        if cap < 0:
+            model.add_bool_or([])  # negative capacity: nothing fits
+            continue
+        ivs, dem = zip(*per_device[d])
+        model.add_cumulative(list(ivs), list(dem), cap)
+        if "cumulative" not in forms:
+            forms.append("cumulative")
+    return forms
+
+
+def _lifetimes(model: cp_model.CpModel, v: Variables, skip: set[int], scale: float) -> dict[int, list]:
+    """Each activation part's lifetime interval and scaled demand, per device (optional
+    intervals on every device under free placement), except on the devices in ``skip``."""
+    problem, D = v.problem, v.problem.num_devices
+    act = problem.costs.activation
+    per_device: dict[int, list[tuple[object, int]]] = defaultdict(list)
+    lmin = {(p, s, kind): lifetime_min(problem, v.placement, p, s, kind)
+            for p, s in problem.stages for kind, _ in problem.lifetimes(p, s)}
+    for m, p in enumerate(problem.microbatch2pipeline):
+        for s in range(problem.num_stages[p]):
+            v.check()
+            d = v.placement.device(p, s) if v.placement is not None else None
+            if act[(p, s)] <= 0 or d in skip:
+                continue  # no cumulative on this device: no lifetime needed
+            f = v.index[Op(Kind.F, p, s, m)]
+            for kind, part in problem.lifetimes(p, s):
+                r = v.index[Op(kind, p, s, m)]
+                name = f"life_{kind.value}p{p}s{s}m{m}"
+                size = model.new_int_var(lmin[(p, s, kind)], v.horizon, name)
+                v.lifetime_size[(p, s, m, kind)] = size
+                demand = int(round(part * scale))
+                if d is not None:
+                    per_device[d].append((model.new_interval_var(v.start[f], size, v.end(r), name), demand))
+                    continue
+                for d2 in range(D):
+                    iv = model.new_optional_interval_var(v.start[f], size, v.end(r), v.x[(p, s)][d2], f"{name}_d{d2}")
+                    per_device[d2].append((iv, demand))
+    return per_device
+
+
+def _add_fifo_memory_precedences(model: cp_model.CpModel, v: Variables) -> set[int]:
+    """Under FIFO, the memory windows of ``Problem.memory_windows`` for each stage with the
+    capacity of its device. Returns the devices holding one stage whose windows are exact."""
+    problem = v.problem
+    exact: set[int] = set()
+    for d in range(problem.num_devices):
+        keys = v.placement.stages_on(d)
+        cap = problem.cap(d)
+        if cap is None:
+            continue
+        for p, s in keys:
+            shifts, is_exact = problem.window_shifts(p, s, cap)
+            pairs, _ = problem.memory_windows(p, s, cap)
+            for release, forward in pairs:
+                v.check()
+                model.add(v.start[v.index[forward]] >= v.end(v.index[release]))
+            for kind, k in shifts:
+                v.chain_shift[((kind, p, s), (Kind.F, p, s))] = k
+            if len(keys) == 1 and is_exact:
+                exact.add(d)
+    return exact
+
+
+# ---- symmetry and restrictions -------------------------------------------------------------
+def add_symmetry_break(model: cp_model.CpModel, v: Variables) -> None:
+    """Microbatches of one pipeline are identical, so relabelling them is a symmetry: fix
+    their stage-0 forwards (all on one device) to start in microbatch order. Safe."""
+    problem = v.problem
+    for p, mbs in problem.pipeline_microbatches.items():
+        for a, b in zip(mbs, mbs[1:]):
+            ia = v.index[Op(Kind.F, p, 0, a)]
+            ib = v.index[Op(Kind.F, p, 0, b)]
+            model.add(v.start[ib] >= v.start[ia] + v.dur[ia])
+
+
+def add_fifo(model: cp_model.CpModel, v: Variables) -> None:
+    """Every stage runs each kind of op (F, B, W) of a pipeline's microbatches in
+    microbatch order.
+
+    This is WITHOUT LOSS OF GENERALITY (unlike a permutation flow shop, the jobs here are
+    identical): take any feasible schedule and, on every stage (p, s) and for every kind,
+    relabel the k-th op by start time as microbatch k of pipeline p. Times and devices do
+    not change. Every dependency still holds: the first k ops of a kind on stage s+1 (say)
+    have k distinct predecessors on stage s, each ended at least ``lag`` before, so the
+    k-th starts at least ``lag`` after the k-th predecessor end on stage s — and the lag
+    depends only on (kind, pipeline, stage) and the two stages' devices. Memory does not
+    change either: a device's live activations at any time depend only on the multisets
+    of F starts and release ends of each stage, which the relabelling keeps (and the k-th
+    release ends after the k-th F starts, by the same argument along the chain). So some
+    optimal schedule is FIFO, and bounds proven with FIFO are bounds of the unrestricted
+    problem. ``tests/solver/test_cpsat_fifo.py`` checks equal optima on random instances
+    (linear, bidirectional, wave, split backward, caps, latencies)."""
+    problem = v.problem
+    for p, mbs in problem.pipeline_microbatches.items():
+        for s in range(problem.num_stages[p]):
+            for k in problem.kinds:
+                for a, b in zip(mbs, mbs[1:]):
+                    v.check()
+                    ia = v.index[Op(k, p, s, a)]
+                    ib = v.index[Op(k, p, s, b)]
+                    model.add(v.start[ib] >= v.start[ia] + v.dur[ia])
+
+
+def add_device_symmetry(model: cp_model.CpModel, v: Variables) -> bool:
+    """Free placement on identical devices with uniform links: device labels are
+    interchangeable, so stage 0 of pipeline 0 goes on device 0 and a stage may use device
+    d > 0 only if an earlier stage uses device d-1 (value precedence). Returns whether it
+    applied."""
+    problem = v.problem
+    if v.placement is not None or not devices_identical(problem):
+        return False
+    D = problem.num_devices
+    keys = list(problem.stages)
+    model.add(v.x[keys[0]][0] == 1)
+    for k in range(1, len(keys)):
+        for d in range(1, D):
+            earlier = [v.x[keys[j]][d - 1] for j in range(k)]
+            model.add_bool_or(earlier).only_enforce_if(v.x[keys[k]][d])
+    return True
+
+
+def devices_identical(problem: Problem) -> bool:
+    """Whether every device has the same capacity, persistent memory and optimizer time and
+    every link the same cost (device labels are then interchangeable)."""
+    c = problem.costs
+    D = problem.num_devices
+    return (
+        c.links.uniform
+        and len(set(c.capacity)) <= 1
+        and len(set(c.persistent)) <= 1
+        and len({problem.optimizer(d) for d in range(D)}) <= 1
+    )
+
+
+def add_last_stage_glue(model: cp_model.CpModel, v: Variables) -> bool:
+    """Dominance (without loss of generality, needs FIFO): on a device that holds only the
+    last stage of a pipeline (backward not split), B(k) starts right when F(k) ends.
+
+    Take a FIFO schedule and the first k whose B does not follow its F: only forwards
+    F(k+1..k+j) sit between them. Running B(k) first keeps the block's end (B(k) has the
+    earliest effective release, so this is the earliest-release order of one machine),
+    ends B(k) — the only op with a successor off the device — earlier, and starts the
+    forwards later (less memory). Repeating this glues every pair. Returns whether it
+    applied."""
+    problem = v.problem
+    if problem.split_backward or v.placement is None:
+        return False
+    applied = False
+    for p, mbs in problem.pipeline_microbatches.items():
+        last = problem.num_stages[p] - 1
+        d = v.placement.device(p, last)
+        if v.placement.stages_on(d) != [(p, last)]:
+            continue
+        for j, m in enumerate(mbs):
+            f = v.index[Op(Kind.F, p, last, m)]
+            b = v.index[Op(Kind.B, p, last, m)]
+            model.add(v.start[b] == v.start[f] + v.dur[f])
+            if j + 1 < len(mbs):
+                # F(k+1) starts after F(k) ends (FIFO), when B(k) starts, so after B(k) ends
+                nxt = v.index[Op(Kind.F, p, last, mbs[j + 1])]
+                model.add(v.start[nxt] >= v.end(b))
+        v.chain_shift[((Kind.B, p, last), (Kind.F, p, last))] = 1
+        applied = True
+    return applied
+
+
+# ---- redundant cuts ---------------------------------------------------------------------------
+def add_memory_chain(model: cp_model.CpModel, v: Variables) -> bool:
+    """Pigeonhole cut (needs the stage-0 symmetry break): if k stage-0 activations of a
+    pipeline exceed the device's capacity, then among microbatches j..j+k-1 (in stage-0
+    order) one of the first k-1 has ended its ``Problem.chain_release`` op when the last
+    starts (else k whole activations would be live), so start F(j+k-1) >= start F(j) +
+    least time from a stage-0 F's start to that op's end."""
+    problem = v.problem
+    D = problem.num_devices
+    applied = False
+    for p, mbs in problem.pipeline_microbatches.items():
+        if v.placement is not None:
+            cap = problem.cap(v.placement.device(p, 0))
+        else:
+            caps = [problem.cap(d) for d in range(D)]
+            cap = None if any(c is None for c in caps) else max(caps)
+        fit = problem.activations_fit(cap, p, 0)
+        if fit is None:
+            continue
+        k = fit + 1
+        if k < 2 or k > len(mbs):
+            continue
+        L = lifetime_min(problem, v.placement, p, 0, problem.chain_release(p, 0))
+        for j in range(len(mbs) - k + 1):
+            ia = v.index[Op(Kind.F, p, 0, mbs[j])]
+            ib = v.index[Op(Kind.F, p, 0, mbs[j + k - 1])]
+            model.add(v.start[ib] >= v.start[ia] + L)
+        applied = True
+    return applied
+
+
+def add_total_work(model: cp_model.CpModel, v: Variables) -> None:
+    """Free placement: D * makespan >= all op durations + all optimizer times."""
+    problem = v.problem
+    D = problem.num_devices
+    total = sum(v.dur) + sum(problem.optimizer(d) for d in range(D))
+    model.add(D * v.makespan >= total)
+
+
+# ---- the table -------------------------------------------------------------------------------
+@dataclass
+class Build:
+    """What the families of one model share while it is built: the model and its
+    variables, the config, fixed ``orders`` (evaluate mode) or None, whether FIFO holds,
+    the devices order literals cover, and ``mirror`` op pairs (a restriction)."""
+
+    model: cp_model.CpModel
+    v: Variables
+    config: CpSatConfig
+    orders: object = None
+    fifo: bool = False
+    mirror: list | None = None
+    covered: frozenset[int] = field(default_factory=frozenset)
+
+    @property
+    def free_order(self) -> bool:
+        return self.orders is None
+
+
+@dataclass(frozen=True)
+class Family:
+    """One constraint family: ``add(build)`` returns the labels it applied."""
+
+    name: str
+    switch: str | None
+    applies: Callable[[Build], bool]
+    add: Callable[[Build], list[str]]
+    assumption: str = ""
+
+
+def _order_literals(b: Build) -> list[str]:
+    b.covered = add_order_literals(b.model, b.v, b.config.model.order_literal_limit)
+    return ["order literals"] if b.covered else []
+
+
+def _no_overlap(b: Build) -> list[str]:
+    redundant = b.config.uses("redundant")
+    add_no_overlap(b.model, b.v, makespan_intervals=redundant, skip=b.covered)
+    return ["interval makespan"] if redundant and len(b.covered) < b.v.problem.num_devices else []
+
+
+def _mirror(b: Build) -> list[str]:
+    for x, y in b.mirror or ():
+        b.model.add(b.v.op_start(x) == b.v.op_start(y))
+    return ["mirror (a restriction)"]
+
+
+def _objective(b: Build) -> list[str]:
+    from .objectives import objective
+
+    objective(b.v.problem).constrain(b.model, b.v, b.orders, b.fifo)
+    return []
+
+
+def _label(label: str, applied: bool) -> list[str]:
+    return [label] if applied else []
+
+
+FIFO_ASSUMPTION = (
+    "every stage runs a pipeline's microbatches in one order (FIFO) — without loss of "
+    "generality for identical microbatches: relabelling the k-th op of each kind on each "
+    "stage as microbatch k keeps every time, dependency and memory profile")
+
+# in the order they are added; ``CpSatModel`` adds each that applies and is not ablated
+FAMILIES: tuple[Family, ...] = (
+    Family("precedence", None, lambda b: True, lambda b: add_precedences(b.model, b.v) or []),
+    Family("fixed order", None, lambda b: not b.free_order,
+           lambda b: add_order_chains(b.model, b.v, b.orders) or ["order fixed"]),
+    # a fixed order's memory does not depend on timing: the evaluator's prefix sums decide it
+    Family("memory", None, lambda b: b.free_order, lambda b: add_memory(b.model, b.v, fifo=b.fifo)),
+    Family("fifo", "fifo", lambda b: b.fifo, lambda b: add_fifo(b.model, b.v) or ["fifo"], FIFO_ASSUMPTION),
+    Family("dominance", "dominance", lambda b: b.fifo,
+           lambda b: _label("last-stage glue", add_last_stage_glue(b.model, b.v))),
+    Family("symmetry break", "symmetry_break", lambda b: b.free_order and not b.fifo,
+           lambda b: add_symmetry_break(b.model, b.v) or ["symmetry break"],
+           "stage-0 forwards start in microbatch order (relabelling symmetry, without loss of generality)"),
+    Family("order literals", "order_literals", lambda b: b.fifo and b.v.placement is not None, _order_literals),
+    Family("no-overlap", None, lambda b: b.free_order, _no_overlap),
+    Family("memory chain", "redundant",
+           lambda b: b.free_order and (b.fifo or b.config.uses("symmetry_break")),
+           lambda b: _label("memory chain", add_memory_chain(b.model, b.v))),
+    Family("device symmetry", "device_symmetry", lambda b: b.free_order and b.v.placement is None,
+           lambda b: _label("device symmetry", add_device_symmetry(b.model, b.v)),
+           "device relabelling symmetry (identical devices, uniform links; without loss of generality)"),
+    Family("total work", "redundant", lambda b: b.free_order and b.v.placement is None,
+           lambda b: add_total_work(b.model, b.v) or []),
+    Family("makespan", None, lambda b: True, lambda b: add_makespan(b.model, b.v, b.orders, fifo=b.fifo) or []),
+    Family("objective", None, lambda b: True, _objective),
+    Family("mirror", None, lambda b: bool(b.mirror), _mirror),
+)
+
+
+def assumptions_of(applied) -> list[str]:
+    """The assumptions the families behind the ``applied`` labels add to a bound."""
+    labels = set(applied)
+    by_label = {"fifo": FAMILIES[3], "symmetry break": FAMILIES[5], "device symmetry": FAMILIES[9]}
+    return [f.assumption for label, f in by_label.items() if label in labels]

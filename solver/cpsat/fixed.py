@@ -1,0 +1,218 @@
+"""The search on one fixed placement — start, bound, search (``strategy``) within the
+call's ``Deadline`` — and the outcome every mode builds its ``Result`` from: the
+assumptions a bound holds under, the solver's record, an infeasible memory cap."""
+
+from __future__ import annotations
+
+import time
+from typing import Iterable, Sequence
+
+from pipetab.schedules.placements import FAMILY_LABELS
+from pipetab.schedules.schedule import Placement, Schedule
+from pipetab.solver.costs import Rounding
+from pipetab.solver.deadline import Deadline
+
+from .bounds import cap_violations, min_feasible_cap
+from .families import assumptions_of
+from .mirror import mirror_pairs
+from .model import CpSatModel
+from .objectives import analytic_lower_bound, objective
+from .oracle import KnownEval, checked
+from .params import CpSatConfig
+from .problem import Problem
+from .result import KnownGap, Mode, PhaseRecord, Result, SolveLog, SolverInfo, Status, gap_of
+from .starts import Pace, Start, start_phase
+from .strategy import SearchState, bound_phase, search_phase, solve_record
+from .variables import BuildTimeout
+
+# ---- what a result says -------------------------------------------------------------------
+def base_assumptions(problem: Problem, placement_label: str) -> list[str]:
+    """The conventions every bound of ``problem`` holds under."""
+    out = [placement_label]
+    if len(set(problem.microbatch2pipeline)) > 1:
+        out.append("microbatch-to-pipeline assignment fixed")
+    out.append("stage partition fixed (op times as given)")
+    c = problem.costs
+    if c.tick_s is not None:
+        if c.rounding is Rounding.DOWN:
+            out.append(f"durations rounded down to ticks of {c.tick_s:g} s (a lower bound of the real-valued problem)")
+        else:
+            out.append(f"durations rounded up to ticks of {c.tick_s:g} s (bound of the quantized problem)")
+    elif c.unit == "slots":
+        out.append("idealized slot costs" + (f", ticks of {c.tick_slots:g} slot" if c.tick_slots != 1 else ""))
+    if any(problem.cap(d) is not None for d in range(problem.num_devices)):
+        if problem.split_backward:
+            out.append("activation live from its F's start: M - M_W to its B's end, M_W to its W's end")
+        else:
+            out.append("activation live from its F's start to its B's end")
+    extra = objective(problem).assumption
+    return out + ([extra] if extra else [])
+
+
+def search_assumptions(problem: Problem, placement_label: str, applied: Iterable[str]) -> tuple[str, ...]:
+    """``base_assumptions`` and those the applied model families add."""
+    return tuple(base_assumptions(problem, placement_label) + assumptions_of(applied))
+
+
+def placement_label(problem: Problem, placement: Placement | None) -> str:
+    if placement is None:
+        return "placement free"
+    family = problem.family
+    if family is not None and not problem.is_free:
+        return f"placement fixed: {FAMILY_LABELS[family]}"
+    return f"placement fixed: {[list(x) for x in placement.stage2device]}"
+
+
+def solver_info(config: CpSatConfig, families=(), stopped_by=None) -> SolverInfo:
+    return SolverInfo(config.workers, config.random_seed, tuple(config.portfolio() or ()), config.time_limit_s,
+                      config.deterministic_time, tuple(families), stopped_by)
+
+
+def infeasible_cap(problem: Problem, mode: Mode, deadline: Deadline, placement: Placement | None,
+                   reasons: list[str], config: CpSatConfig, label: str | None = None) -> Result:
+    """The answer to a memory cap no schedule fits: which devices, and the least cap."""
+    mfc = min_feasible_cap(problem, deadline.wall_left())
+    shown = "; ".join(reasons[:2]) + (f" (and {len(reasons) - 2} more devices)" if len(reasons) > 2 else "")
+    return Result(
+        mode=mode, status=Status.INFEASIBLE, schedule=None, makespan=None, lower_bound=None,
+        unit=problem.costs.unit, runtime_s=time.perf_counter() - deadline.t0,
+        bound_assumptions=tuple(base_assumptions(problem, label or placement_label(problem, placement))),
+        message=shown + f"; the smallest feasible activation cap is {mfc:g}",
+        min_feasible_cap=mfc, tick_s=problem.costs.tick_s, objective=problem.objective,
+        tick_slots=problem.costs.tick_slots, solver=solver_info(config),
+    )
+
+
+def finish(problem: Problem, mode: Mode, status: Status, schedule: Schedule | None, value, bound, t0: float,
+           t_first, assumptions, message: str, evals: Sequence[KnownEval], config: CpSatConfig, phases=(),
+           families=(), analytic=None, stopped_by=None) -> Result:
+    """The ``Result`` of a search: the known schedules (not the greedy or justified
+    starts) judged against its bound."""
+    known = {}
+    for e in evals:
+        if e.name.startswith(("greedy", "justified-")):
+            continue
+        known[e.name] = KnownGap(e.makespan, e.fits, gap_of(e.makespan, bound) if e.fits else None,
+                                 "" if e.fits else (e.memory.violation or e.error or ""))
+    if schedule is not None and schedule.name.startswith("justified-") and not message:
+        message = f"best schedule is {schedule.name!r}, a known schedule improved by double justification"
+    elif schedule is not None and schedule.name != "cpsat" and not message:
+        message = f"best schedule is the start {schedule.name!r}"
+    return Result(
+        mode=mode, status=status, schedule=schedule, makespan=value, lower_bound=bound, unit=problem.costs.unit,
+        runtime_s=time.perf_counter() - t0, time_to_first_s=t_first, bound_assumptions=tuple(assumptions),
+        message=message, known=known, tick_s=problem.costs.tick_s, objective=problem.objective,
+        tick_slots=problem.costs.tick_slots, log=SolveLog(tuple(phases)),
+        solver=solver_info(config, families, stopped_by), analytic_bound=analytic,
+    )
+
+
+# ---- the search on one placement ------------------------------------------------------------
+def shared_capped(problem: Problem, placement: Placement) -> bool:
+    """Whether a device holds several stages under a memory cap that can bind (below all
+    of its microbatches' activations at once). There the model keeps a memory cumulative
+    of variable-size lifetimes, under which tightening probes prove little in a search's
+    time, so ``search`` gives them ``StrategyParams.shared_capped_bound_share`` of it
+    instead of ``bound_share``, and the mirror-restricted solve its share of the rest
+    (docs/cpsat.md has the measurements)."""
+    for d in range(placement.num_devices):
+        held, cap = placement.stages_on(d), problem.cap(d)
+        if len(held) > 1 and cap is not None:
+            every = sum(problem.costs.activation[k] * problem.pipeline_counts[k[0]] for k in held)
+            if cap < every - 1e-9:
+                return True
+    return False
+
+
+class _Fixed:
+    """One search on a fixed placement: its problem, start, analytic bound and phases."""
+
+    def __init__(self, problem: Problem, placement: Placement, config: CpSatConfig, deadline: Deadline,
+                 mode: Mode, label: str, start: Start, pace: Pace):
+        self.problem, self.placement, self.config, self.deadline = problem, placement, config, deadline
+        self.mode, self.label, self.start, self.pace = mode, label, start, pace
+        self.phases = [PhaseRecord("start", start.wall_s, note=start.note)]
+        self.t_first = time.perf_counter() - deadline.t0 if start.best else None
+        self.lb, self.lb_why = analytic_lower_bound(problem, placement)
+
+    def finish(self, status: Status, schedule, value, bound, message: str, families=(), stopped_by=None) -> Result:
+        if schedule is not None and schedule.name != "cpsat" and self.pace.fits("evaluate", self.deadline.end + 1.0, 3):
+            checked(self.problem, schedule, value)  # a start: its table validated too (solver schedules are already)
+        return finish(self.problem, self.mode, status, schedule, value, bound, self.deadline.t0, self.t_first,
+                      search_assumptions(self.problem, self.label, families), message, self.start.evals,
+                      self.config, tuple(self.phases), families, self.lb, stopped_by)
+
+    def solve_without_start(self) -> Result:
+        """No start fits: one solve of the whole model for the time left."""
+        problem, placement = self.problem, self.placement
+        t = time.perf_counter()
+        try:
+            model = CpSatModel(problem, self.config, placement, objective(problem).no_start_horizon(problem, placement),
+                               makespan_lb=self.lb, deadline=self.deadline.end)
+        except BuildTimeout:
+            return self.finish(Status.UNKNOWN, None, None, self.lb, "no schedule within the time limit")
+        raw = model.solve(*self.deadline.limits())
+        self.phases.append(PhaseRecord("solve", round(time.perf_counter() - t, 3),
+                                       (solve_record("solve", self.config, None, raw),)))
+        families = tuple(model.applied)
+        found = None
+        if raw.starts is not None:
+            found = checked(problem, model.schedule_from(raw), raw.makespan)
+            self.t_first = time.perf_counter() - self.deadline.t0
+        if raw.status == "infeasible":
+            return self.finish(Status.INFEASIBLE, None, None, None, "no schedule exists under these constraints",
+                               families)
+        bound = max(self.lb, raw.bound or self.lb)
+        if found is None:
+            return self.finish(Status.UNKNOWN, None, None, bound, "no schedule found within the limit", families)
+        status = Status.OPTIMAL if bound >= found.makespan else Status.FEASIBLE  # type: ignore[operator]
+        return self.finish(status, found.schedule, found.makespan, min(bound, found.makespan), "", families)  # type: ignore[type-var]
+
+    def run_phases(self) -> Result:
+        """The bound phase, then (in search mode) the search phase, from the start's best."""
+        problem, placement, config = self.problem, self.placement, self.config
+        state = SearchState(self.start.best, self.lb, config, self.deadline.t0)  # type: ignore[arg-type]
+        rows: list = []
+        t = time.perf_counter()
+        searching = self.mode is not Mode.BOUND
+        shared = searching and shared_capped(problem, placement)
+        share = config.strategy.bound_share if searching else 1.0
+        if shared:
+            share = min(share, config.strategy.shared_capped_bound_share)
+        bound_phase(problem, placement, config, state, self.deadline.slice(share), rows, leave_early=searching)
+        self.phases.append(PhaseRecord("bound", round(time.perf_counter() - t, 3), tuple(rows)))
+        if searching and not state.should_stop():
+            rows = []
+            t = time.perf_counter()
+            mirror = mirror_pairs(problem, placement) if shared else None
+            search_phase(problem, placement, config, state, self.deadline.slice(1.0), rows, mirror)
+            self.phases.append(PhaseRecord("search", round(time.perf_counter() - t, 3), tuple(rows)))
+        incumbent, bound = state.snapshot()
+        status = Status.OPTIMAL if bound >= incumbent.makespan else Status.FEASIBLE  # type: ignore[operator]
+        return self.finish(status, incumbent.schedule, incumbent.makespan, min(bound, incumbent.makespan),  # type: ignore[type-var]
+                           "", state.families, state.stopped_by if not state.done else None)
+
+
+def search_fixed(problem: Problem, placement: Placement, config: CpSatConfig, known: Sequence[Schedule],
+                 deadline: Deadline, mode: Mode, label: str | None = None) -> Result:
+    """``search`` or ``bound`` on ``placement`` (module docstring)."""
+    fixed = problem.with_placement(placement)
+    label = label or placement_label(problem, placement)
+    violations = cap_violations(fixed, placement)
+    if violations:
+        return infeasible_cap(fixed, mode, deadline, placement, violations, config, label)
+    pace = Pace(deadline, config.start)
+    run = _Fixed(fixed, placement, config, deadline, mode, label, start_phase(fixed, placement, config, known,
+                                                                             deadline, pace), pace)
+    best = run.start.best
+    if best is not None and run.lb >= best.makespan:  # type: ignore[operator]
+        return run.finish(Status.OPTIMAL, best.schedule, best.makespan, run.lb,
+                          f"a start meets the analytic bound ({run.lb_why})")
+    if not pace.model_fits():
+        if best is None:
+            return run.finish(Status.UNKNOWN, None, None, run.lb, "no schedule within the time limit")
+        return run.finish(Status.FEASIBLE, best.schedule, best.makespan, run.lb,
+                          "the time limit leaves no time to build the CP-SAT model; best start and analytic bound")
+    if best is None:
+        return run.solve_without_start()
+    return run.run_phases()

@@ -1,0 +1,290 @@
+"""Greedy memory-aware list scheduling: the model's own starting schedules, always
+feasible, plus the per-stage warm-up depths and spacings that steer them.
+
+``greedy_schedule`` dispatches ops as devices become idle (event-driven, never tick by
+tick); ``warmup_depths`` (Zero Bubble style depths of a linear pipeline), ``stage_limits``
+(Little's law depths with several stages per device) and ``microbatch_spacing`` (the
+busiest device's work per microbatch) parametrize it.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import defaultdict
+from typing import Callable
+
+from pipetab.schedules.memory import memory_change
+from pipetab.schedules.ops import Kind, Op
+from pipetab.schedules.schedule import Placement, Schedule
+
+from .problem import Problem
+from .variables import heads_tails, successors
+
+
+def greedy_schedule(
+    problem: Problem,
+    placement: Placement,
+    window: int | None = None,
+    backward_first: bool = True,
+    name: str = "greedy",
+    reserve: bool = False,
+    priority: str | None = None,
+    inflight: dict[tuple[int, int], int] | None = None,
+    slack: dict[int, float] | None = None,
+) -> Schedule | None:
+    """Dispatch ops as devices become idle: a ready backward (B, then W) of the smallest
+    microbatch first (``backward_first``; else forwards first), else the ready forward of
+    the smallest microbatch whose activation fits the device's capacity; at most ``window``
+    microbatches in flight. ``priority`` (a permutation of "FBW") overrides the kinds'
+    order: "BFW" runs a weight gradient only when no B or fitting F is ready, so W's fill
+    idle time and run when memory is needed (Zero Bubble's idea). Returns None when it
+    deadlocks (memory full everywhere). ``inflight[(p, s)]``: stage (p, s) starts its k-th
+    forward only after its (k - inflight[(p, s)])-th backward started (a per-stage warm-up
+    depth; stages missing from it are not limited).
+
+    With ``reserve`` a microbatch enters only when every device on its pipeline can hold
+    its activations, which it reserves until they are freed: never deadlocks.
+
+    ``slack``: dispatch the ready op of least slack instead, whatever its kind — its
+    least start (head) plus ``slack[p]`` per earlier microbatch of its pipeline p, less
+    its least time to the end (tail): ops on long remaining paths go first, and a later
+    microbatch waits its turn (``slack[p]``: about the spacing of p's microbatches,
+    ``microbatch_spacing``)."""
+    if priority is None:
+        priority = "BWF" if backward_first else "FBW"
+    if sorted(priority) != ["B", "F", "W"]:
+        raise ValueError(f"priority must be a permutation of 'FBW', got {priority!r}")
+    key = _priority_key(problem, placement, {Kind[c]: i for i, c in enumerate(priority)}, slack)
+    run = _ListScheduler(problem, placement, window or problem.num_microbatches, reserve, inflight, key)
+    orders = run.schedule()
+    return None if orders is None else problem.schedule(name, placement, orders)
+
+
+def _priority_key(problem: Problem, placement: Placement, prio: dict[Kind, int],
+                  slack: dict[int, float] | None) -> Callable[[Op], tuple]:
+    if slack is None:
+        return lambda op: (prio[op.kind], op.microbatch, op.stage)
+    head, tail = heads_tails(problem, placement)
+    rank = {m: j for mbs in problem.pipeline_microbatches.values() for j, m in enumerate(mbs)}
+
+    def key(op: Op) -> tuple:
+        k = op._replace(microbatch=0)
+        return head[k] + slack[op.pipeline] * rank[op.microbatch] - tail[k], prio[op.kind], op.microbatch, op.stage
+
+    return key
+
+
+class _ListScheduler:
+    """The event loop of ``greedy_schedule``: time jumps from event to event (a release
+    of memory, a microbatch's end, an op becoming ready, a device becoming free)."""
+
+    def __init__(self, problem: Problem, placement: Placement, window: int, reserve: bool,
+                 inflight: dict[tuple[int, int], int] | None, key: Callable[[Op], tuple]):
+        D = placement.num_devices
+        self.problem, self.window, self.reserve, self.inflight, self.key = problem, window, reserve, inflight, key
+        self.act = problem.costs.activation
+        self.dev_of = {(p, s): placement.device(p, s) for p, s in problem.stages}
+        self.caps = [problem.cap(d) for d in range(D)]
+        self.ops_per_mb = [problem.num_stages[p] * len(problem.kinds) for p in problem.microbatch2pipeline]
+        self.done = [0] * problem.num_microbatches
+        self.live = [0.0] * D
+        self.free_at = [0] * D
+        self.started: dict[tuple[int, int], int] = defaultdict(int)  # forwards minus backwards per stage
+        self.ready: list[list[tuple[tuple, Op]]] = [[] for _ in range(D)]
+        self.pending: list[tuple[int, int, Op]] = []  # (ready time, seq, op)
+        self.releases: list[tuple[int, int, float]] = []  # (time, device, amount)
+        self.finishes: list[int] = []  # end times of finished microbatches
+        self.orders: list[list[Op]] = [[] for _ in range(D)]
+        self.admitted = self.in_flight = self.seq = 0
+        self.remaining = len(problem.ops)
+        self.need: dict[int, dict[int, float]] = {}
+        for p in set(problem.microbatch2pipeline):
+            self.need[p] = defaultdict(float)
+            for s in range(problem.num_stages[p]):
+                self.need[p][self.dev_of[(p, s)]] += self.act[(p, s)]
+        # per op kind of a stage (microbatches are identical): its duration, the memory its
+        # end frees, and its successors' kinds with the message lag to their device
+        self.chain: dict[tuple, tuple[int, float, list]] = {}
+        for p, s in problem.stages:
+            d = self.dev_of[(p, s)]
+            for k in problem.kinds:
+                op = Op(k, p, s, 0)
+                nxt = [(n.kind, n.stage, problem.lag(op, d, self.dev_of[(p, n.stage)])
+                        if self.dev_of[(p, n.stage)] != d else 0)
+                       for n in successors(op, problem.num_stages[p], problem.split_backward)]
+                freed = -memory_change(k, self.act[(p, s)], problem.weight_part(p, s), problem.split_backward)
+                self.chain[(k, p, s)] = (problem.duration(op), freed, nxt)
+
+    def schedule(self) -> list[list[Op]] | None:
+        t = 0
+        while self.remaining:
+            self._advance(t)
+            for d in range(len(self.free_at)):
+                if self.free_at[d] <= t and self.ready[d]:
+                    op = self._choose(d)
+                    if op is not None:
+                        self._run(op, d, t)
+            if not self.remaining:
+                break
+            future = [x for x in (self.releases[0][0] if self.releases else None,
+                                  self.finishes[0] if self.finishes else None,
+                                  self.pending[0][0] if self.pending else None) if x is not None and x > t]
+            future += [f for f in self.free_at if f > t]
+            if not future:
+                return None  # deadlock: every waiting forward lacks memory and nothing runs
+            t = min(future)
+        return self.orders
+
+    def _admissible(self, m: int) -> bool:
+        if not self.reserve:
+            return True
+        return all(self.caps[d] is None or self.live[d] + a <= self.caps[d] + 1e-9  # type: ignore[operator]
+                   for d, a in self.need[self.problem.microbatch2pipeline[m]].items())
+
+    def _advance(self, t: int) -> None:
+        """Memory released, microbatches finished, microbatches admitted, ops made ready by ``t``."""
+        while self.releases and self.releases[0][0] <= t:
+            _, d, a = heapq.heappop(self.releases)
+            self.live[d] -= a
+        while self.finishes and self.finishes[0] <= t:
+            heapq.heappop(self.finishes)
+            self.in_flight -= 1
+        B = self.problem.num_microbatches
+        while self.admitted < B and self.in_flight < self.window and self._admissible(self.admitted):
+            m, p = self.admitted, self.problem.microbatch2pipeline[self.admitted]
+            if self.reserve:
+                for d, a in self.need[p].items():
+                    self.live[d] += a
+            self._push_pending(t, Op(Kind.F, p, 0, m))
+            self.admitted += 1
+            self.in_flight += 1
+        while self.pending and self.pending[0][0] <= t:
+            _, _, op = heapq.heappop(self.pending)
+            heapq.heappush(self.ready[self.dev_of[(op.pipeline, op.stage)]], (self.key(op), op))
+
+    def _push_pending(self, t: int, op: Op) -> None:
+        heapq.heappush(self.pending, (t, self.seq, op))
+        self.seq += 1
+
+    def _choose(self, d: int) -> Op | None:
+        """The first ready op of device ``d`` by priority that memory and the warm-up
+        depth allow (the others stay ready)."""
+        skipped, chosen = [], None
+        B = self.problem.num_microbatches
+        while self.ready[d]:
+            item = heapq.heappop(self.ready[d])
+            op = item[1]
+            stage = (op.pipeline, op.stage)
+            if op.kind is Kind.F and self.caps[d] is not None and not self.reserve \
+                    and self.live[d] + self.act[stage] > self.caps[d] + 1e-9:  # type: ignore[operator]
+                skipped.append(item)
+                continue
+            if op.kind is Kind.F and self.inflight is not None and self.started[stage] >= self.inflight.get(stage, B):
+                skipped.append(item)
+                continue
+            chosen = op
+            break
+        for it in skipped:
+            heapq.heappush(self.ready[d], it)
+        return chosen
+
+    def _run(self, op: Op, d: int, t: int) -> None:
+        kind, p, st, m = op
+        duration, freed, nxt = self.chain[(kind, p, st)]
+        end = t + duration
+        self.free_at[d] = end
+        self.orders[d].append(op)
+        self.remaining -= 1
+        if kind is Kind.F:
+            if not self.reserve:
+                self.live[d] += self.act[(p, st)]
+        elif freed > 0:
+            heapq.heappush(self.releases, (end, d, freed))
+        self.done[m] += 1
+        if kind is not Kind.W:
+            self.started[(p, st)] += 1 if kind is Kind.F else -1
+        if self.done[m] == self.ops_per_mb[m]:
+            heapq.heappush(self.finishes, end)
+        for k2, s2, lag in nxt:
+            self._push_pending(end + lag, Op(k2, p, s2, m))
+
+
+def warmup_depths(problem: Problem) -> tuple[int, ...] | None:
+    """Per device of a linear one-pipeline problem, how many forwards fit between its
+    first forward's start and the earliest start of the first microbatch's backward there
+    (the round trip through the later devices), at least 1 and at most what its memory
+    holds: the warm-up depth of a Zero Bubble style schedule. None for other shapes."""
+    if problem.num_pipelines != 1 or problem.num_stages[0] != problem.num_devices:
+        return None
+    S = problem.num_devices
+    f = [problem.duration(Op(Kind.F, 0, s, 0)) for s in range(S)]
+    b = [problem.duration(Op(Kind.B, 0, s, 0)) for s in range(S)]
+    lag = [problem.lag(Op(Kind.F, 0, s, 0), s, s + 1) if s + 1 < S else 0 for s in range(S)]
+    back = [problem.lag(Op(Kind.B, 0, s, 0), s, s - 1) if s else 0 for s in range(S)]
+    f_start = [0] * S
+    for s in range(1, S):
+        f_start[s] = f_start[s - 1] + f[s - 1] + lag[s - 1]
+    b_start = [0] * S
+    b_start[S - 1] = f_start[S - 1] + f[S - 1]
+    for s in range(S - 2, -1, -1):
+        b_start[s] = b_start[s + 1] + b[s + 1] + back[s + 1]
+    out = []
+    for d in range(S):
+        n = max(1, (b_start[d] - f_start[d]) // f[d])
+        fit = problem.activations_fit(problem.cap(d), 0, d)
+        out.append(int(min(n, fit)) if fit else int(n))
+    return tuple(out)
+
+
+def residency(problem: Problem, placement: Placement, p: int, s: int) -> int:
+    """The least time an activation of stage (p, s) lives: from its forward's start through
+    the later stages' forwards and backwards, with their messages, to its backward's end."""
+    n = problem.num_stages[p]
+    m = 0  # every microbatch of a pipeline has the same op times
+    chain = [Op(Kind.F, p, k, m) for k in range(s, n)] + [Op(Kind.B, p, k, m) for k in range(n - 1, s - 1, -1)]
+    t = sum(problem.duration(op) for op in chain)
+    for a, b in zip(chain, chain[1:]):
+        src, dst = placement.device(a.pipeline, a.stage), placement.device(b.pipeline, b.stage)
+        t += problem.lag(a, src, dst) if src != dst else 0
+    return t
+
+
+def stage_limits(problem: Problem, placement: Placement, scale: float) -> dict[tuple[int, int], int]:
+    """Per-stage warm-up depths for several stages per device (Little's law): ``scale``
+    times a stage's activation lifetime (``residency``) over the time between two of its
+    pipeline's microbatches on its device when that device is busy, at least 1; where a
+    device's depths together need more than its memory cap, all of them shrink in
+    proportion, so the list schedule cannot fill the memory and stall."""
+    counts, work = problem.pipeline_counts, device_work(problem, placement)
+    out = {}
+    for p, s in problem.stages:
+        gap = work[placement.device(p, s)] / counts[p]
+        out[(p, s)] = max(1, math.ceil(scale * residency(problem, placement, p, s) / gap))
+    act = problem.costs.activation
+    for d in range(placement.num_devices):
+        cap = problem.cap(d)
+        mine = [k for k in out if placement.device(*k) == d]
+        need = sum(out[k] * act[k] for k in mine)
+        if cap is not None and need > cap + 1e-9:
+            for k in mine:
+                out[k] = max(1, math.floor(out[k] * cap / need + 1e-9))
+    return out
+
+
+def device_work(problem: Problem, placement: Placement) -> dict[int, int]:
+    """Each device's total op time over all microbatches."""
+    work: dict[int, int] = defaultdict(int)
+    for p, s in problem.stages:
+        work[placement.device(p, s)] += problem.pipeline_counts[p] * sum(
+            problem.duration(Op(k, p, s, 0)) for k in problem.kinds)
+    return work
+
+
+def microbatch_spacing(problem: Problem, placement: Placement) -> dict[int, float]:
+    """Per pipeline, the busiest device's work per microbatch of that pipeline: how far
+    apart its microbatches pass when that device never idles (linear F=1, B=2: 3 slots;
+    bidirectional: 6, its devices serve both directions)."""
+    work = device_work(problem, placement)
+    return {p: max(work[placement.device(p, s)] for s in range(problem.num_stages[p])) / n
+            for p, n in problem.pipeline_counts.items()}

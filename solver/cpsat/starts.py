@@ -1,0 +1,269 @@
+"""The start phase: schedules of the problem judged by the evaluator before any model is
+built — the known schedules given, the registry's schedules of the problem's shape
+(``CpSatConfig.known_generators``) and the model's own greedy list schedules
+(``greedy``) — then the fitting ones improved by double justification (``justify``). The
+best that fits is the first incumbent. Every step is paced: predicted from the measured
+time of one evaluation (``StartParams.costs``) and skipped when it would not end in time.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import time
+from dataclasses import dataclass
+from typing import Iterable, Iterator, Sequence
+
+from pipetab.schedules.placements import family_placement
+from pipetab.schedules.schedule import Placement, Schedule
+from pipetab.solver.deadline import Deadline
+
+from .greedy import greedy_schedule, microbatch_spacing, stage_limits, warmup_depths
+from .justify import justify, precedence_graph
+from .oracle import KnownEval, evaluate_known
+from .params import CpSatConfig, StartParams
+from .problem import Problem
+
+
+# ---- the registry's schedules of a problem --------------------------------------------------
+def _registry_options(problem: Problem) -> dict[str, int]:
+    S, n0 = problem.num_devices, problem.num_stages[0]
+    opts = {}
+    if problem.num_pipelines == 1 and n0 % (2 * S) == 0:
+        opts["waves"] = n0 // (2 * S)
+    if problem.num_pipelines == 1 and n0 % S == 0 and n0 >= 2 * S:
+        opts["chunks"] = n0 // S
+    return opts
+
+
+def registry_schedules(problem: Problem, placement: Placement, probe: tuple[int, int] = (4, 8)) -> Iterator[Schedule]:
+    """The registry's schedules (default options; Hanayo with the problem's waves,
+    interleaved with its chunks) of the problem's shape and placement — under a memory
+    cap those of least formula peak memory first, else those of least formula bubble.
+    The shape is checked on a small instance (``probe`` devices and microbatches) first,
+    so large problems generate only those that fit it."""
+    from pipetab.schedules import registry
+
+    S, B = problem.num_devices, problem.num_microbatches
+    fixed = problem.with_placement(placement)
+    extra = _registry_options(problem)
+    capped = any(problem.cap(d) is not None for d in range(S))
+    candidates = []
+    for name, spec in registry.REGISTRY.items():
+        names = {o.name for o in spec.options}
+        opts = {k: v for k, v in extra.items() if k in names}
+        try:
+            if not _shape_fits(_generate(name, *probe, tuple(opts.items())), problem):
+                continue
+            f = spec.formula(S, B, **opts)
+        except (ValueError, TypeError):
+            continue
+        peak = max(f.peak_activations) if f.peak_activations else math.inf
+        key = peak if capped else (f.bubble_ratio if f.bubble_ratio is not None else math.inf)
+        candidates.append((key, name, opts))
+    for _, name, opts in sorted(candidates, key=lambda c: (c[0], c[1])):
+        try:
+            s = _generate(name, S, B, tuple(opts.items()))
+        except (ValueError, TypeError):
+            continue
+        if fixed.matches(s) is None:
+            yield s
+
+
+@functools.lru_cache(maxsize=16)
+def _generate(name: str, stages: int, microbatches: int, opts: tuple) -> Schedule:
+    """A registry schedule (schedules are immutable: a free-placement search asks for the
+    same ones once per placement)."""
+    from pipetab.schedules import registry
+
+    return registry.generate(name, stages, microbatches, **dict(opts))
+
+
+def _shape_fits(probe: Schedule, problem: Problem) -> bool:
+    """Whether a generator's small ``probe`` has the problem's shape: split, stages per
+    device, and the problem's placement family at the probe's size (a given placement:
+    the probe's placement scaled up must be it — only checked on the full schedule)."""
+    S = problem.num_devices
+    if probe.split_backward != problem.split_backward or probe.num_pipelines != problem.num_pipelines:
+        return False
+    n = tuple(probe.num_stages(p) for p in range(probe.num_pipelines))
+    if any(a * S != b * probe.num_devices for a, b in zip(n, problem.num_stages)):
+        return False
+    family = problem.family
+    if family is None or problem.is_free:
+        return True
+    try:
+        return family_placement(family, probe.num_devices, n).stage2device == probe.placement.stage2device
+    except ValueError:
+        return False
+
+
+# ---- the model's own list schedules ---------------------------------------------------------
+def greedy_starts(problem: Problem, placement: Placement, params: StartParams = StartParams()) -> Iterator[Schedule]:
+    """The model's own starting schedules: greedy memory-aware list schedules, the
+    reserving one-microbatch-window kinds first (they never deadlock and fit any feasible
+    cap), then, with a split backward on one stage per device, Zero Bubble style ones
+    (each device's warm-up depth from ``warmup_depths``, plus 0 or 1; W only when no B or
+    fitting F is ready), with several stages per device the least-slack ones
+    (``slack_starts``), then wider admission windows and forward-first priorities, and
+    with one stage per device the least-slack ones last."""
+    B, D = problem.num_microbatches, problem.num_devices
+    capped = any(problem.cap(d) is not None for d in range(D))
+    if capped:
+        yield from filter(None, [greedy_schedule(problem, placement, None, True, "greedy-reserve", reserve=True)])
+    depths = warmup_depths(problem) if problem.split_backward else None
+    for extra in (0, 1) if depths else ():
+        s = greedy_schedule(problem, placement, None, name=f"greedy-zb{extra}", priority="BFW",
+                            inflight={(0, s): n + extra for s, n in enumerate(depths)})  # type: ignore[arg-type]
+        if s is not None:
+            yield s
+    several = len(problem.stages) > D
+    if several:
+        yield from slack_starts(problem, placement, capped, params)
+    for w in sorted({D, B, 2 * D, 1}, reverse=not capped):
+        if w > B:
+            continue
+        for bf in (True, False):
+            if w == 1 and not bf:
+                continue
+            s = greedy_schedule(problem, placement, w, bf, name=f"greedy-w{w}{'' if bf else '-ff'}")
+            if s is not None:
+                yield s
+    if capped:
+        yield from filter(None, [greedy_schedule(problem, placement, None, False, "greedy-reserve-ff", reserve=True)])
+    if not several:
+        yield from slack_starts(problem, placement, capped, params)
+
+
+def slack_starts(problem: Problem, placement: Placement, capped: bool,
+                 params: StartParams = StartParams()) -> Iterator[Schedule]:
+    """Least-slack list schedules (``greedy_schedule``'s ``slack``) of
+    ``StartParams.slack_starts`` (without a cap, those without warm-up depths)."""
+    spacing = microbatch_spacing(problem, placement)
+    for k, depth in params.slack_starts:
+        if depth is not None and not capped:
+            continue
+        inflight = None if depth is None else stage_limits(problem, placement, depth)
+        s = greedy_schedule(problem, placement, None, name=f"greedy-slack{k:.2f}" + (f"-d{depth:g}" if depth else ""),
+                            inflight=inflight, slack={p: k * u for p, u in spacing.items()})
+        if s is not None:
+            yield s
+
+
+def auto_known(problem: Problem, placement: Placement) -> list[Schedule]:
+    """Known schedules of this problem: the registry's of its shape and placement, and the
+    greedy list schedules (``greedy_starts``)."""
+    return list(registry_schedules(problem, placement)) + list(greedy_starts(problem, placement))
+
+
+# ---- judging and pacing ---------------------------------------------------------------------
+class Pace:
+    """Predicts the start's steps and a model build from the measured time of one
+    evaluation (``StartParams.costs``); under a deterministic limit nothing is skipped for
+    time."""
+
+    def __init__(self, deadline: Deadline, params: StartParams):
+        self.deadline = deadline
+        self.params = params
+        self.unit: float | None = None
+
+    def measured(self, seconds: float) -> None:
+        if self.unit is None:
+            self.unit = max(seconds, 1e-4)
+
+    def fits(self, step: str, until: float, times: float = 1.0) -> bool:
+        """Whether ``step`` is predicted to end (``times`` over) before ``until``."""
+        if self.deadline.deterministic:
+            return time.perf_counter() < self.deadline.end
+        need = (self.unit or 0.0) * self.params.cost(step) * times
+        return time.perf_counter() + need < until
+
+    def model_fits(self) -> bool:
+        return self.fits("build", self.deadline.end - self.reserve(), self.params.builds_left)
+
+    def reserve(self) -> float:
+        """Time kept for re-checking a solver's schedule (evaluate and validate)."""
+        return (self.unit or 0.0) * 3
+
+
+def judge(problem: Problem, schedules: Iterable[Schedule], pace: Pace | None = None) -> tuple[list[KnownEval], list[str]]:
+    """Each schedule of this problem judged by the evaluator (``pace``: measured, and a
+    schedule that breaks the memory cap is not timed on large problems); the others
+    named with why they do not apply."""
+    evals, skipped = [], []
+    for s in schedules:
+        why = problem.matches(s)
+        if why is not None:
+            skipped.append(f"{s.name}: {why}")
+            continue
+        t = time.perf_counter()
+        timed = pace is None or len(problem.ops) <= pace.params.time_unfit_ops
+        evals.append(evaluate_known(problem, s, time_unfit=timed))
+        if pace is not None and evals[-1].timing is not None:
+            pace.measured(time.perf_counter() - t)
+    return evals, skipped
+
+
+def best_of(evals: Iterable[KnownEval]) -> KnownEval | None:
+    fitting = [e for e in evals if e.fits]
+    return min(fitting, key=lambda e: e.makespan) if fitting else None  # type: ignore[arg-type,return-value]
+
+
+@dataclass
+class Start:
+    """What the start phase judged, its best that fits, a note and its wall time."""
+
+    evals: list[KnownEval]
+    best: KnownEval | None
+    note: str
+    wall_s: float
+
+
+def start_phase(problem: Problem, placement: Placement, config: CpSatConfig, known: Sequence[Schedule],
+                deadline: Deadline, pace: Pace) -> Start:
+    """Judge the given known schedules, the registry's (``known_generators``) and the
+    greedy starts, then double-justify the fitting ones, best first — each step only
+    while it is predicted to end within ``StartParams.share`` of the time (before one
+    fits, within all of it: without one nothing comes back)."""
+    t = time.perf_counter()
+    params = config.start
+    until = t + params.share * max(0.0, deadline.wall_left())
+    evals, skipped = judge(problem, known, pace)
+    sources = []
+    if config.known_generators:
+        sources.append(("evaluate", registry_schedules(problem, placement, params.probe)))
+    sources.append(("greedy", greedy_starts(problem, placement, params)))
+    hard = deadline.end - pace.reserve()
+    for step, schedules in sources:
+        while pace.fits(step, until if best_of(evals) else hard, 1 + params.cost("evaluate") / params.cost(step)):
+            s = next(schedules, None)
+            if s is None:
+                break
+            evals += judge(problem, [s], pace)[0]
+    notes = [f"{len(evals)} schedules judged"]
+    if skipped:
+        notes.append("skipped: " + "; ".join(skipped))
+    if config.uses("justify"):
+        justified = _justified(problem, placement, evals, pace, until, params.justify_rounds)
+        if justified:
+            notes.append("justified: " + ", ".join(f"{e.name} {e.makespan}" for e in justified))
+        evals += justified
+    best = best_of(evals)
+    if best is not None:
+        notes.append(f"best start {best.name} {best.makespan}")
+    return Start(evals, best, "; ".join(notes), round(time.perf_counter() - t, 3))
+
+
+def _justified(problem: Problem, placement: Placement, evals: list[KnownEval], pace: Pace, until: float,
+               rounds: int) -> list[KnownEval]:
+    """The fitting schedules improved by double justification, best first, while time allows."""
+    fitting = sorted((e for e in evals if e.fits), key=lambda e: e.makespan)  # type: ignore[arg-type,return-value]
+    graph = precedence_graph(problem, placement) if fitting and pace.fits("justify", until) else None
+    out = []
+    for e in fitting if graph is not None else ():
+        if not pace.fits("justify", until, 0.75):
+            break
+        better = justify(problem, placement, e, graph, rounds)
+        if better is not None:
+            out.append(better)
+    return out
