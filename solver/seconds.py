@@ -42,7 +42,7 @@ class KnownSeconds:
 
 @dataclass(frozen=True, kw_only=True)
 class Answer:
-    """A problem in seconds answered (``solve_seconds``): the best ``schedule`` and its
+    """A problem in seconds answered (``solve_seconds``): the ``schedule`` found and its
     objective in ``seconds`` on the real-valued costs (simulated), ``lower_bound_s`` a
     bound of the real-valued problem (proven with durations rounded down to ticks of
     ``tick_s``), ``status`` (``optimal`` only when the two meet; else the message says
@@ -69,8 +69,9 @@ class Answer:
 
     @property
     def result(self) -> Result:
-        """The solve whose schedule this is (the bound's, when it found the better one)."""
-        if self.search is not None and self.search.schedule is self.schedule:
+        """The solve whose schedule this is: the search's, the bound's in ``bound`` mode
+        (or when the search found none)."""
+        if self.search is not None and (self.search.schedule is not None or self.schedule is None):
             return self.search
         return self.bound
 
@@ -82,9 +83,10 @@ def solve_seconds(shape: Problem, real: Costs, mode: Mode | str = Mode.SEARCH, c
     seconds: in ``search`` mode a search on durations rounded up to ticks of ``tick_s``
     (default: 1/``SEARCH_TICKS_PER_OP`` of the shortest op) for ``SEARCH_SHARE`` of the
     time, then a bound — memory-aware, CP-SAT's, seeded with that schedule — on durations
-    rounded down for the rest; in ``bound`` mode the bound alone. The best schedule found
-    is re-simulated on ``real`` (a schedule's real objective is at most its rounded-up
-    one, at least its rounded-down one), and the bound holds for the real-valued problem.
+    rounded down for the rest; in ``bound`` mode the bound alone. The search's schedule
+    (the bound's in ``bound`` mode) is re-simulated on ``real`` (a schedule's real
+    objective is at most its rounded-up one), and the bound holds for the real-valued
+    problem.
     ``known_costs``: what the known schedules are judged on (default ``real``)."""
     mode, config = Mode(mode), config or CpSatConfig()
     deadline = deadline or config.deadline()
@@ -104,9 +106,9 @@ def solve_seconds(shape: Problem, real: Costs, mode: Mode | str = Mode.SEARCH, c
 def _answer(shape: Problem, real: Costs, mode: Mode, tick: float, found: Result | None, proof: Result,
             known: Sequence[Schedule], known_costs: Costs, deadline: Deadline) -> Answer:
     spec = objective(shape)
-    candidates = [r.schedule for r in (found, proof) if r is not None and r.schedule is not None]
-    timed = [(spec.seconds(shape, s, real), s) for s in candidates]
-    seconds, schedule = min(timed, key=lambda x: x[0]) if timed else (None, None)
+    # the search's schedule (its bound solve's only when the search found none)
+    schedule = next((r.schedule for r in (found, proof) if r is not None and r.schedule is not None), None)
+    seconds = None if schedule is None else spec.seconds(shape, schedule, real)
     lb = None if proof.status is Status.INFEASIBLE or proof.lower_bound is None else proof.lower_bound * tick
     if seconds is not None and lb is not None and lb > seconds + 1e-12 * max(1.0, seconds):
         raise RuntimeError(f"lower bound {lb} s above the simulated {seconds} s: a rounding bug")

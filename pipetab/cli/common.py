@@ -36,6 +36,17 @@ class Parser(argparse.ArgumentParser):
         raise UsageError(message, words[1] if len(words) > 1 else None)
 
 
+def enum_choice(enum):
+    """An argparse type: a member of the str-valued ``enum``, or 'invalid choice' naming them."""
+    def parse(text: str):
+        try:
+            return enum(text)
+        except ValueError:
+            choices = ", ".join(repr(str(m)) for m in enum)
+            raise argparse.ArgumentTypeError(f"invalid choice: {text!r} (choose from {choices})") from None
+    return parse
+
+
 def positive_int(name: str, minimum: int = 1):
     """argparse type: an integer >= ``minimum``, else a one-line error naming ``name``."""
 

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from pipetab.schedules.placements import PlacementFamily
+
 from . import common, hardware_args
 from .common import UsageError
 
@@ -44,7 +46,8 @@ def partition_rules(args) -> list:
          "--layers goes with idealized costs; a --profile times its stages as measured"),
         (layered and args.system is None and args.layers is None and args.profile is None,
          "--partition free or a list needs --layers L (idealized) or --system (the model's layers)"),
-        ((layered or args.partition is not None) and args.placement not in ("linear", "bidirectional"),
+        ((layered or args.partition is not None)
+         and args.placement not in (PlacementFamily.LINEAR, PlacementFamily.BIDIRECTIONAL),
          "--partition and --layers apply to --placement linear or bidirectional"),
     ]
 
@@ -74,16 +77,41 @@ def _layer_costs(args, shape):
                          f"{exc}") from None
 
 
-def even_on_hardware(args, problem, result):
-    """On hardware the default split is even over the model's layers: say which."""
-    if not args.system:
-        return result, None
+def even_layers_of(args, shape):
+    """On hardware the default split is even over the model's layers: (the layers, the
+    assumption that says which)."""
     from pipetab.hardware import load_model
-    from pipetab.solver.cpsat.partition import Partition, relabel
+    from pipetab.solver.cpsat.partition import Partition
     from pipetab.solver.pricing import even_layers
 
-    layers = even_layers(load_model(args.model or "paper_gpt").num_layers, problem.num_stages)
-    return relabel(result, Partition("even").label(layers)), layers
+    layers = even_layers(load_model(args.model or "paper_gpt").num_layers, shape.num_stages)
+    return layers, Partition("even").label(layers)
+
+
+def real_lower_bound(problem, real, result) -> float | None:
+    """A lower bound in seconds that holds for the real-valued problem of a partition
+    search: the result's own bound when its durations were rounded down, else the
+    analytic bound of the problem with durations rounded down."""
+    from dataclasses import replace
+
+    from pipetab.solver.costs import Rounding
+    from pipetab.solver.cpsat import analytic_lower_bound
+
+    if problem.costs.rounding is Rounding.DOWN:
+        return None if result.lower_bound is None else result.lower_bound * problem.costs.tick_s
+    down = replace(problem, costs=real.quantized(problem.costs.tick_s, Rounding.DOWN))
+    return analytic_lower_bound(down, down.fixed_placement)[0] * problem.costs.tick_s
+
+
+def real_known(name: str, args, real) -> float | None:
+    """The simulator's real-valued makespan of the registry schedule ``name``."""
+    from pipetab.schedules import registry
+    from pipetab.solver.simulate import simulate
+
+    try:
+        return simulate(registry.generate(name, args.stages, args.microbatches), real).makespan
+    except ValueError:
+        return None
 
 
 def solve_layers(args, shape, config):

@@ -5,10 +5,12 @@ from __future__ import annotations
 import re
 import sys
 
+from pipetab.schedules.placements import PlacementFamily
+from pipetab.solver.cpsat.problem import Objective
+
 from . import common, hardware_args, partition_args
 from .common import UsageError, emit_json
 
-PLACEMENTS = ("linear", "bidirectional", "wave", "v", "interleaved", "free")
 _UNITS = {"": 1, "b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12,
           "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
 
@@ -54,7 +56,7 @@ def register(sub) -> None:
         p.add_argument("--stages", "-S", type=common.positive_int("stages"), required=True,
                        help="devices of the pipeline")
         p.add_argument("--microbatches", "-B", type=common.positive_int("microbatches"), required=True)
-        p.add_argument("--placement", choices=PLACEMENTS, default="linear",
+        p.add_argument("--placement", type=common.enum_choice(PlacementFamily), choices=list(PlacementFamily), default=PlacementFamily.LINEAR,
                        help="linear (default), bidirectional (Chimera), wave (Hanayo), v (ZB-V, DualPipeV), "
                             "interleaved, free")
         p.add_argument("--waves", type=common.positive_int("waves"), default=None, help="waves for --placement wave")
@@ -77,7 +79,7 @@ def register(sub) -> None:
                             "--split-backward (idealized costs, default 1; on hardware derived per layer)")
         p.add_argument("--comm-slots", type=common.positive_int("comm slots", minimum=0), default=None,
                        help="slots of a message between two devices (idealized costs, default 0)")
-        p.add_argument("--objective", choices=["makespan", "period"], default="makespan",
+        p.add_argument("--objective", type=common.enum_choice(Objective), choices=list(Objective), default=Objective.MAKESPAN,
                        help="makespan: one synchronous step (default); period: steady-state time of a repeated "
                             "step without a global barrier (longest device span)")
         p.add_argument("--system", help="system preset or TOML file (hardware costs instead of slots)")
@@ -110,10 +112,11 @@ def _refuse_options(args) -> None:
     """One line for every option that does not apply to the others given."""
     hw = args.system is not None or args.profile is not None
     rules = [
-        (args.waves is not None and args.placement != "wave", "--waves applies to --placement wave only"),
-        (args.chunks is not None and args.placement != "interleaved",
+        (args.waves is not None and args.placement is not PlacementFamily.WAVE,
+         "--waves applies to --placement wave only"),
+        (args.chunks is not None and args.placement is not PlacementFamily.INTERLEAVED,
          "--chunks applies to --placement interleaved only"),
-        ((args.devices or args.pipelines) and args.placement != "free",
+        ((args.devices or args.pipelines) and args.placement is not PlacementFamily.FREE,
          "--devices and --pipelines apply to --placement free only"),
         (args.weight_slots is not None and not args.split_backward, "--weight-slots needs --split-backward"),
         (args.weight_memory is not None and not args.split_backward, "--weight-memory needs --split-backward"),
@@ -131,7 +134,7 @@ def _refuse_options(args) -> None:
         (not hw and args.model is not None, "--model needs --system"),
         (not hw and args.recompute is not None, "--recompute needs --system (idealized activations count 1 each)"),
         (not hw and args.tick is not None, "--tick needs --system (idealized costs are already integers)"),
-        (hw and args.placement == "free" and args.devices not in (None, args.stages),
+        (hw and args.placement is PlacementFamily.FREE and args.devices not in (None, args.stages),
          "--devices with --system is not supported (the costs come from an S-device shape)"),
     ]
     for bad, why in rules + partition_args.partition_rules(args):
@@ -144,7 +147,7 @@ def _shape(args):
 
     kw = dict(waves=args.waves or 1, chunks=args.chunks or 2, split_backward=args.split_backward,
               objective=args.objective)
-    if args.placement == "free":
+    if args.placement is PlacementFamily.FREE:
         kw.update(devices=args.devices, pipelines=args.pipelines or 1)
     if args.system or args.profile:
         return idealized_problem(args.stages, args.microbatches, args.placement, **kw)
@@ -155,36 +158,25 @@ def _shape(args):
         **kw)
 
 
-def shape_schedule(problem):
-    """A schedule of the problem's shape for costing its stages on hardware."""
-    from pipetab.solver.cpsat.partition import shape_schedule as of_shape
-
-    return of_shape(problem)
-
-
 def build_problem(args):
-    """The problem to solve and, on hardware, its real-valued costs in seconds (None for
-    idealized costs)."""
+    """The problem's shape (idealized costs: the problem itself) and, on hardware, its
+    real-valued costs in seconds (None for idealized costs)."""
     from dataclasses import replace
+
+    from pipetab.solver.cpsat.partition import shape_schedule
 
     _refuse_options(args)
     hardware_args.check_context(args, args.stages, args.microbatches)
     shape = _shape(args)
     if not (args.system or args.profile):
         return shape, None
-    from pipetab.solver.costs import SEARCH_TICKS_PER_OP
-
     try:
         costs = hardware_args.costs_of(args, shape_schedule(shape))
     except (ValueError, KeyError, FileNotFoundError) as exc:
         raise UsageError(f"{exc}") from None
     if args.memory_cap is not None:
         costs = replace(costs, capacity=(args.memory_cap,) * len(costs.capacity))
-    tick = args.tick or costs.default_tick(SEARCH_TICKS_PER_OP)
-    # bounds of the real-valued problem need durations rounded down; schedules are
-    # searched with durations rounded up (their real time is at most the quantized one)
-    q = costs.quantized(tick, "down" if args.mode == "bound" else "up")
-    return replace(shape, costs=q, name=f"{args.placement} on {hardware_args.costs_label(args)}"), costs
+    return replace(shape, name=f"{args.placement} on {hardware_args.costs_label(args)}"), costs
 
 
 def _ops_records(schedule, costs, scale: float = 1.0) -> list[dict]:
@@ -200,113 +192,107 @@ def _ops_records(schedule, costs, scale: float = 1.0) -> list[dict]:
     return recs
 
 
-def real_lower_bound(problem, real, result) -> float | None:
-    """A lower bound in seconds that holds for the real-valued problem: the result's own
-    bound when its durations were rounded down, else the analytic bound of the problem
-    with durations rounded down."""
-    from dataclasses import replace
-
-    from pipetab.solver.cpsat import analytic_lower_bound
-
-    if problem.costs.rounding == "down":
-        return None if result.lower_bound is None else result.lower_bound * problem.costs.tick_s
-    down = replace(problem, costs=real.quantized(problem.costs.tick_s, "down"))
-    placement = down.fixed_placement
-    if placement is None and result.schedule is None:
-        return None
-    lb, _ = analytic_lower_bound(down, placement)
-    if placement is None:
-        lb = min(lb, analytic_lower_bound(down.with_placement(result.schedule.placement),
-                                          result.schedule.placement)[0])
-    return lb * problem.costs.tick_s
+def _doc(args, result, **fields) -> dict:
+    """The JSON document of a result: its own fields, ``fields`` on top."""
+    doc = {"status": str(result.status), "objective": str(args.objective), "makespan": result.makespan,
+           "lower_bound": result.lower_bound, "gap": result.gap, "unit": result.unit,
+           "tick_slots": result.tick_slots, "tick_s": result.tick_s,
+           "bound_assumptions": list(result.bound_assumptions), "runtime_s": round(result.runtime_s, 3),
+           "time_to_first_s": result.time_to_first_s, "min_feasible_cap": result.min_feasible_cap,
+           "message": result.message, "known": {k: v.as_dict() for k, v in result.known.items()},
+           "partition": None, "phases": result.log.as_list()}
+    doc.update(fields)
+    return doc
 
 
-def _real_known(name: str, args, real) -> float | None:
-    """The simulator's real-valued makespan of the registry schedule ``name`` (with the
-    problem's waves and chunks)."""
-    from pipetab.schedules import registry
-    from pipetab.solver.simulate import simulate
+def _slots_doc(args, shape, config):
+    """Idealized costs: the CP-SAT result as it is, in slots."""
+    from pipetab.solver.cpsat import bound, search
 
-    names = {o.name for o in registry.spec(name).options}
-    opts = {k: v for k, v in (("waves", args.waves), ("chunks", args.chunks)) if v is not None and k in names}
-    try:
-        return simulate(registry.generate(name, args.stages, args.microbatches, **opts), real).makespan
-    except ValueError:
-        return None
+    return _slots_doc_of(args, (search if args.mode == "search" else bound)(shape, config), shape)
 
 
-def run(args) -> None:
-    from pipetab.solver.cpsat import CpSatConfig, bound, search
+def _slots_doc_of(args, result, problem):
+    known = {k: {"makespan": result.in_slots(v.makespan), "fits": v.fits, "gap": v.gap}
+             for k, v in result.known.items()}
+    doc = _doc(args, result, makespan=result.in_slots(result.makespan), known=known,
+               lower_bound=result.in_slots(result.lower_bound))
+    return doc, result.schedule, problem.costs
+
+
+def _seconds_doc(args, shape, real, config):
+    """Hardware or profiled costs: ``solver.seconds.solve_seconds`` (the answer sweeps and
+    ``plan`` give the same question), its schedule timed on the real-valued costs."""
+    from pipetab.solver.seconds import solve_seconds
+
+    answer = solve_seconds(shape, real, args.mode, config, tick_s=args.tick)
+    res = answer.result
+    assumptions, layers = list(answer.assumptions), None
+    if args.system:
+        layers, label = partition_args.even_layers_of(args, shape)
+        assumptions = [label if a.startswith("stage partition") else a for a in assumptions]
+    phases = [{**ph, "rounding": rounding} for solve, rounding in ((answer.search, "up"), (answer.bound, "down"))
+              if solve is not None for ph in solve.log.as_list()]
+    doc = _doc(args, res, status=str(answer.status), makespan=answer.seconds, lower_bound=answer.lower_bound_s,
+               gap=answer.gap, unit="s", tick_slots=None, tick_s=answer.tick_s, bound_assumptions=assumptions,
+               runtime_s=round(answer.runtime_s, 3), message=answer.message,
+               min_feasible_cap=answer.bound.min_feasible_cap if res.min_feasible_cap is None else res.min_feasible_cap,
+               known={k: v.as_dict() for k, v in answer.known.items()},
+               partition=None if layers is None else [list(r) for r in layers], phases=phases)
+    return doc, answer.schedule, real
+
+
+def _partition_doc(args, shape, config):
+    """The stage partition as a decision (``--partition free|LIST`` on hardware, or
+    ``--layers``): its search, the chosen split's schedule timed on its real costs."""
     from pipetab.solver.cpsat.result import gap_of
     from pipetab.solver.simulate import simulate
 
-    problem, real = build_problem(args)
+    problem, result, real, known_real, layers = partition_args.solve_layers(args, shape, config)
+    if real is None:
+        doc, _, costs = _slots_doc_of(args, result, problem)
+        return {**doc, "partition": [list(r) for r in layers] if layers else None}, result.schedule, costs
+    value = None if result.schedule is None else simulate(result.schedule, real).makespan
+    tick = problem.costs.tick_s
+    lb = None if result.status == "infeasible" else partition_args.real_lower_bound(problem, real, result)
+    if value is not None and lb is not None and lb > value + 1e-12:
+        raise RuntimeError(f"lower bound {lb} s above the simulated {value} s: a rounding bug")
+    known = {}
+    for k, v in result.known.items():
+        t = partition_args.real_known(k, args, known_real)
+        known[k] = {"makespan": t, "fits": v.fits, "gap": gap_of(t, lb) if v.fits else None}
+    status, message = str(result.status), result.message
+    if status == "optimal" and (lb is None or value is None or lb < value - 1e-12):
+        status, message = "feasible", ("optimal on the quantized durations; the real-valued time lies above the "
+                                       "bound of durations rounded down")
+    doc = _doc(args, result, status=status, makespan=value, lower_bound=lb, gap=gap_of(value, lb), unit="s",
+               tick_slots=None, tick_s=tick, message=message, known=known,
+               partition=None if layers is None else [list(r) for r in layers])
+    return doc, result.schedule, real
+
+
+def run(args) -> None:
+    from pipetab.solver.cpsat import CpSatConfig
+
+    shape, real = build_problem(args)
+    # the CP-SAT entry of this command: its one config, from the command line
     config = CpSatConfig(time_limit_s=args.time_limit, workers=args.workers, known_generators=args.known_generators,
                          ablate=frozenset() if args.fifo else {"fifo"})
-    layers, known_real = None, real
     if args.layers is not None or (args.system and args.partition and args.partition.mode != "even"):
-        problem, result, real, known_real, layers = partition_args.solve_layers(args, problem, config)
+        doc, schedule, ops_costs = _partition_doc(args, shape, config)
+    elif real is not None:
+        doc, schedule, ops_costs = _seconds_doc(args, shape, real, config)
     else:
-        result = (search if args.mode == "search" else bound)(problem, config)
-        result, layers = partition_args.even_on_hardware(args, problem, result)
-    if real is None:
-        unit = "slots"
-        value, lb = result.in_slots(result.makespan), result.in_slots(result.lower_bound)
-        known = {k: {"makespan": result.in_slots(v.makespan), "fits": v.fits, "gap": v.gap}
-                 for k, v in result.known.items()}
-        ops_costs = problem.costs
-    else:
-        # hardware: times of schedules by the simulator on the real-valued costs; bounds
-        # of the real-valued problem (durations rounded down)
-        unit = "s"
-        period = args.objective == "period"
-        value = None
-        if result.schedule is not None:
-            value = result.makespan * problem.costs.tick_s if period else simulate(result.schedule, real).makespan
-        lb = None if result.status == "infeasible" else real_lower_bound(problem, real, result)
-        if value is not None and lb is not None and lb > value + 1e-12:
-            raise RuntimeError(f"lower bound {lb} s above the simulated {value} s: a rounding bug")
-        known = {}
-        for k, v in result.known.items():
-            t = _real_known(k, args, known_real) if not period else (
-                None if v.makespan is None else v.makespan * problem.costs.tick_s)
-            known[k] = {"makespan": t, "fits": v.fits, "gap": gap_of(t, lb) if v.fits else None}
-        ops_costs = real
-    status, message = result.status, result.message
-    if real is not None and status == "optimal" and (lb is None or value is None or lb < value - 1e-12):
-        status = "feasible"
-        message = ("optimal on the quantized durations; the real-valued time lies above the bound of "
-                   "durations rounded down")
-    doc = {
-        "status": status,
-        "objective": args.objective,
-        "makespan": value,
-        "lower_bound": lb,
-        "gap": gap_of(value, lb),
-        "unit": unit,
-        "tick_slots": problem.costs.tick_slots if real is None else None,
-        "tick_s": problem.costs.tick_s,
-        "bound_assumptions": [a if real is None or not a.startswith("durations rounded up") else
-                              "lower bound: durations rounded down to ticks (a bound of the real-valued problem); "
-                              "schedules searched with durations rounded up, timed by the simulator"
-                              for a in result.bound_assumptions],
-        "runtime_s": round(result.runtime_s, 3),
-        "time_to_first_s": result.time_to_first_s,
-        "min_feasible_cap": result.min_feasible_cap,
-        "message": message,
-        "known": known,
-        "partition": None if layers is None else [list(row) for row in layers],
-        "phases": [ph.as_dict() for ph in result.log.phases],
-    }
+        doc, schedule, ops_costs = _slots_doc(args, shape, config)
     if args.format == "json":
-        scale = problem.costs.tick_slots if real is None else 1.0
-        doc["ops"] = _ops_records(result.schedule, ops_costs, scale) if result.schedule is not None else []
+        scale = ops_costs.tick_slots if ops_costs.unit == "slots" else 1.0
+        doc["ops"] = _ops_records(schedule, ops_costs, scale) if schedule is not None else []
         emit_json(doc)
         return
-    _print(args, doc, result, ops_costs)
+    _print(args, doc, schedule, ops_costs)
 
 
-def _print(args, doc: dict, result, ops_costs) -> None:
+def _print(args, doc: dict, schedule, ops_costs) -> None:
     unit = doc["unit"]
 
     def f(x):
@@ -339,7 +325,6 @@ def _print(args, doc: dict, result, ops_costs) -> None:
         g = "-" if r["gap"] is None else f"{100 * r['gap']:.2f}%"
         print(f"  {name:<12} {args.objective} {f(r['makespan'])} {unit}, gap to bound {g}"
               f"{'' if r['fits'] else ' (does not fit the cap)'}")
-    schedule = result.schedule
     if args.mode == "search" and schedule is not None and not (args.system or args.profile) and schedule.num_ops <= 400:
         from pipetab.schedules import formats
         from pipetab.schedules.table import PlacedOp, Table

@@ -4,15 +4,14 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from pipetab.hardware.context import Context
 from pipetab.schedules import registry
 
 from .result import Configuration, activation_peaks, configuration
-from pipetab.hardware.context import Context
-
 from .space import PlanSpace, costs_of
 
-# alone takes longer to build than a plan's seconds allow (measured: 8,192 ops searched in
-# 2-7 s on 2 shared cores; 131,072 ops ran for minutes past a 3-s limit)
+# CP-SAT is skipped on shapes with more ops than this (stages x microbatches x 2): its model
+# alone takes longer to build than a plan's seconds allow (docs/cpsat.md)
 CPSAT_MAX_OPS = 10_000
 
 
@@ -39,40 +38,42 @@ def cpsat_shapes(space: PlanSpace, ranked: list[Configuration]) -> tuple[list[Co
 
 
 def cpsat_search(space: PlanSpace, shape: Context):
-    """CP-SAT search of the linear placement (full backward, 1F1B and GPipe as hints) of
-    ``shape`` on its quantized hardware costs under the memory cap; returns the ``Result``."""
-    from pipetab.solver.costs import SEARCH_TICKS_PER_OP
-    from pipetab.solver.cpsat import CpSatConfig, idealized_problem, search
+    """CP-SAT on the linear placement (full backward, 1F1B and GPipe as hints) of
+    ``shape`` on its hardware costs under the memory cap, in seconds
+    (``solver.seconds.solve_seconds``: what ``pipetab search`` answers); the ``Answer``."""
+    from pipetab.solver.cpsat import CpSatConfig, idealized_problem
+    from pipetab.solver.seconds import solve_seconds
 
     known = []
     for name in ("1f1b", "gpipe"):
         try:
-            known.append(registry.generate(name, shape.pp, shape.microbatches))
+            known.append(registry.generate(name, shape.pp, shape.microbatches))  # type: ignore[arg-type]
         except ValueError:
             continue
-    costs = costs_of(space, known[0], shape)
-    quantized = costs.quantized(costs.default_tick(SEARCH_TICKS_PER_OP))
-    problem = replace(idealized_problem(shape.pp, shape.microbatches, "linear"), costs=quantized,
-                      name=f"plan {shape}")
-    return search(problem, CpSatConfig(time_limit_s=space.cpsat_time_s, workers=1), known)
+    real = costs_of(space, known[0], shape)
+    problem = replace(idealized_problem(shape.pp, shape.microbatches, "linear"), name=f"plan {shape.label}")  # type: ignore[arg-type]
+    # the CP-SAT entry of plan: one worker per searched shape (they run side by side)
+    return solve_seconds(problem, real, "search", CpSatConfig(time_limit_s=space.cpsat_time_s, workers=1), known)
 
 
-def cpsat_outcome(space: PlanSpace, shape: Context, result, ranked: list[Configuration]) -> tuple:
+def cpsat_outcome(space: PlanSpace, shape: Context, answer, ranked: list[Configuration]) -> tuple:
     """(configuration when it beats the shape's best registry schedule, else None; note)."""
     from pipetab.solver.simulate import simulate
 
     where = f"{shape.label} recompute {shape.recompute}"
-    if result.schedule is None:
-        return None, f"{where}: no schedule within {space.cpsat_time_s:g} s ({result.status})"
-    sched = result.schedule
+    if answer.schedule is None:
+        return None, f"{where}: no schedule within {space.cpsat_time_s:g} s ({answer.status})"
+    sched = answer.schedule
     costs = costs_of(space, sched, shape)
     found = configuration(space, "cpsat", {}, shape, sched, costs, simulate(sched, costs).makespan,
-                           activation_peaks(sched, costs), searched=sched)
+                          activation_peaks(sched, costs), searched=sched)
     rivals = [c for c in ranked if c.shape == shape and c.fits]
     best = min(rivals, key=lambda c: c.step_time_s, default=None)
     better = found.fits and (best is None or found.step_time_s < best.step_time_s * (1 - 1e-9))
-    head = (f"{where}: {result.status} in {result.runtime_s:.1f} s among linear schedules with whole "
-            f"backward passes: {found.step_time_s:.6g} s")
+    bound = "" if answer.lower_bound_s is None else (
+        f" (bound {answer.lower_bound_s:.6g} s, gap {100 * answer.gap:.2f}%)" if answer.gap is not None else "")
+    head = (f"{where}: {answer.status} in {answer.runtime_s:.1f} s among linear schedules with whole "
+            f"backward passes: {found.step_time_s:.6g} s{bound}")
     if best is None:
         return (found if better else None), head
     change = (found.step_time_s - best.step_time_s) / best.step_time_s

@@ -21,10 +21,6 @@ VARIANTS: dict[str, tuple[dict, ...]] = {
     "hanayo": ({"waves": 1}, {"waves": 2}),
 }
 MAX_TOKENS_PER_MICROBATCH = 32768  # default microbatch sizes: powers of two up to this many tokens
-# CP-SAT is skipped on shapes with more ops than this (stages x microbatches x 2): its model
-# alone takes longer to build than a plan's seconds allow (measured: 8,192 ops searched in
-# 2-7 s on 2 shared cores; 131,072 ops ran for minutes past a 3-s limit)
-CPSAT_MAX_OPS = 10_000
 
 
 def schedule_label(name: str, options: dict) -> str:

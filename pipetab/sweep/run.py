@@ -254,53 +254,47 @@ def tick_of(c: Configuration, costs) -> float:
 
 def _cpsat(c: Configuration, sched, costs) -> dict:
     """CP-SAT on the known schedule's problem (its placement and microbatch-to-pipeline map
-    fixed, orders free), costs quantized to ticks; the known schedule is handed in as a
-    hint (``search`` also tries the registry's other schedules of the same problem). The
-    returned schedule is re-simulated on the quantized costs and must match, then on the
-    real-valued costs (``cpsat_real_s``); ``bound_real_s`` is the bound proven with durations
-    rounded down, a lower bound of the real-valued problem (same placement)."""
+    fixed, orders free) in seconds (``solver.seconds.solve_seconds``, what ``pipetab
+    search``/``bound`` and ``plan`` answer): a search on durations rounded up to ticks,
+    hinted by the known schedule, and a bound on durations rounded down. ``cpsat_*_ticks``
+    are in ticks of ``tick_s`` (the schedule's rounded up, the bound's rounded down);
+    ``cpsat_real_s`` is the schedule's real T_sim and ``bound_real_s`` = ``bound_s`` the
+    bound of the real-valued problem (same placement)."""
     from pipetab.solver import cpsat
+    from pipetab.solver.costs import Rounding
+    from pipetab.solver.seconds import solve_seconds
     from pipetab.solver.simulate import simulate
 
     if c.run.contention:
         raise ValueError("the CP-SAT model has no link contention; set run.contention = false")
     tick = tick_of(c, costs)
     q = costs.quantized(tick)
-    known = simulate(sched, q)
     config = cpsat.CpSatConfig(time_limit_s=c.run.time_limit, workers=c.run.workers)
-    # a bound valid for the real-valued problem needs every duration rounded *down*
-    down = cpsat.Problem.from_schedule(sched, costs.quantized(tick, "down"))
-    if c.run.mode == "bound":
-        res = lb = cpsat.bound(down, config, known=[sched])
-    else:  # search on durations rounded up (its makespans are upper bounds), then bound
-        res = cpsat.search(cpsat.Problem.from_schedule(sched, q), config, known=[sched])
-        lb = cpsat.bound(down, config, known=[sched])
-    out = {
-        "tick_s": tick,
-        "rounding": "down" if res is lb else "up",
-        "known_makespan_ticks": known.makespan,
-        "known_makespan_q_s": known.makespan * tick,
-    }
+    answer = solve_seconds(cpsat.Problem.from_schedule(sched, q), costs, c.run.mode, config, [sched], tick_s=tick)
+    res = answer.result
+    out = {"tick_s": tick, "rounding": str(Rounding.UP if answer.search is not None else Rounding.DOWN),
+           "known_makespan_ticks": simulate(sched, q).makespan}
+    out["known_makespan_q_s"] = out["known_makespan_ticks"] * tick
     for name in registry.REGISTRY:  # every registry schedule of the same problem, as CP-SAT judged it
         k = res.known.get(name)
         if k is not None:
             out[f"known_{name}_ticks"] = k.makespan
             out[f"known_{name}_fits"] = k.fits
+    ticks = None if answer.schedule is None else simulate(answer.schedule, q).makespan
     out.update({
-        "status": res.status,
-        "cpsat_makespan_ticks": res.makespan,
-        "cpsat_bound_ticks": res.lower_bound,
-        "cpsat_makespan_s": None if res.makespan is None else res.makespan * tick,
-        "bound_s": None if res.lower_bound is None else res.lower_bound * tick,
-        "gap": res.gap,
-        "bound_assumptions": "; ".join(res.bound_assumptions),
-        "cpsat_message": res.message,
-        "min_feasible_cap_bytes": res.min_feasible_cap,
-        "cpsat_wall_s": res.runtime_s + (0 if res is lb else lb.runtime_s),
-        # the found schedule's true T_sim, and the bound of the real-valued problem
-        "cpsat_real_s": None if res.schedule is None else simulate(res.schedule, costs).makespan,
-        "bound_real_s": None if lb.lower_bound is None else lb.lower_bound * tick,
-        "bound_real_status": lb.status,
+        "status": str(answer.status),
+        "cpsat_makespan_ticks": ticks,
+        "cpsat_bound_ticks": answer.bound.lower_bound,
+        "cpsat_makespan_s": None if ticks is None else ticks * tick,
+        "bound_s": answer.lower_bound_s,
+        "gap": answer.gap,
+        "bound_assumptions": "; ".join(answer.assumptions),
+        "cpsat_message": answer.message,
+        "min_feasible_cap_bytes": answer.bound.min_feasible_cap,
+        "cpsat_wall_s": answer.runtime_s,
+        "cpsat_real_s": answer.seconds,
+        "bound_real_s": answer.lower_bound_s,
+        "bound_real_status": str(answer.bound.status),
     })
     return out
 

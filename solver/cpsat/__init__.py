@@ -23,22 +23,29 @@ Public API::
     min_feasible_cap(problem) -> float
 """
 
-from pipetab.schedules.placements import PlacementFamily
-from pipetab.solver.deadline import Deadline
+from __future__ import annotations
 
-from .api import FrontPoint, bound, evaluate, memory_front, search
-from .bounds import min_feasible_cap
-from .model import CpSatModel
-from .objectives import OBJECTIVES, analytic_lower_bound
-from .params import CpSatConfig, GapBelow, MaxRuntime, NoImprovement
-from .placement import canonical_placements
-from .problem import Objective, Problem, idealized_problem
-from .result import KnownGap, Mode, PhaseRecord, Result, SolveLog, SolveRecord, SolverInfo, Status
+from importlib import import_module
 
-__all__ = [
-    "OBJECTIVES", "CpSatConfig", "CpSatModel", "Deadline", "FrontPoint", "GapBelow", "KnownGap",
-    "MaxRuntime", "Mode", "NoImprovement", "Objective", "PhaseRecord", "PlacementFamily", "Problem",
-    "Result", "SolveLog", "SolveRecord", "SolverInfo", "Status", "analytic_lower_bound", "bound",
-    "canonical_placements", "evaluate", "idealized_problem", "memory_front", "min_feasible_cap",
-    "search",
-]
+# names -> their module, imported on first use (``import pipetab.solver.cpsat.problem``
+# does not load OR-Tools)
+_EXPORTS = {
+    "FrontPoint": "api", "bound": "api", "evaluate": "api", "memory_front": "api", "search": "api",
+    "min_feasible_cap": "bounds", "CpSatModel": "model", "OBJECTIVES": "objectives",
+    "analytic_lower_bound": "objectives", "CpSatConfig": "params", "GapBelow": "params", "MaxRuntime": "params",
+    "NoImprovement": "params", "canonical_placements": "placement", "Objective": "problem", "Problem": "problem",
+    "idealized_problem": "problem", "KnownGap": "result", "Mode": "result", "PhaseRecord": "result",
+    "Result": "result", "SolveLog": "result", "SolveRecord": "result", "SolverInfo": "result", "Status": "result",
+}
+_ELSEWHERE = {"Deadline": "pipetab.solver.deadline", "PlacementFamily": "pipetab.schedules.placements"}
+
+__all__ = sorted({*_EXPORTS, *_ELSEWHERE})
+
+
+def __getattr__(name: str):
+    module = _ELSEWHERE.get(name) or (f"{__name__}.{_EXPORTS[name]}" if name in _EXPORTS else None)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(module), name)
+    globals()[name] = value
+    return value
