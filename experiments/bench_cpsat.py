@@ -35,9 +35,9 @@ from pathlib import Path
 import ortools
 
 from pipetab.schedules import registry
-from pipetab.solver.pricing import hardware_costs, slot_costs
-from pipetab.solver.cpsat import CpSatConfig, Problem, evaluate, idealized_problem, search
 from pipetab.schedules.table import SlotDurations
+from pipetab.solver.cpsat import CpSatConfig, Problem, evaluate, idealized_problem, search
+from pipetab.solver.pricing import hardware_costs, slot_costs
 
 SPLIT_FIELDS = [
     "instance", "S", "B", "fbw", "C", "cap", "weight_memory", "seeds", "status", "makespan", "lower_bound", "gap",
@@ -292,7 +292,7 @@ def main(argv=None) -> int:
                       (args.placement,) if args.placement else ("linear", "bidirectional"))
         if not args.quick and not args.no_systems:
             run_systems(config, rows, printer)
-    if not args.quick and not args.no_targets or args.only_targets:
+    if (not args.quick and not args.no_targets) or args.only_targets:
         run_targets(args.workers, rows, printer)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

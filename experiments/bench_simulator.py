@@ -208,7 +208,7 @@ def torch_section(repeats: int) -> list[dict]:
     rows = [row("torch", "pipetab generate + simulate", "interleaved", S, B, sched.num_ops, t_ours, repeats,
                 note="v=2, forward = backward = 1 slot, 1-slot messages")]
     try:
-        import torch  # noqa: F401
+        import torch
     except ImportError:
         rows.append(row("torch", "torch.distributed.pipelining: SKIPPED, torch is not installed",
                         "Interleaved1F1B", S, B, note="pip install torch to run this row"))

@@ -45,20 +45,22 @@ import math
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from pipetab.hardware import profile as hardware_profile
 from pipetab.schedules import registry
 from pipetab.schedules.evaluate import asap
-from pipetab.schedules.ops import Kind
-from pipetab.schedules.schedule import Schedule
-from pipetab.hardware import profile as hardware_profile
-from pipetab.solver.costs import Costs
-from pipetab.solver.pricing import profile_costs
 from pipetab.solver.cpsat import CpSatConfig, Problem, search
 from pipetab.solver.cpsat.oracle import memory_check
 from pipetab.solver.periodic import min_period, repeated_simulation, span_period
+from pipetab.solver.pricing import profile_costs
 from pipetab.solver.simulate import simulate
 
 from .zero_bubble_data import MODELS, PROFILES, REFERENCE, TABLE4_THROUGHPUT, TABLE5, Profile
+
+if TYPE_CHECKING:
+    from pipetab.schedules.schedule import Schedule
+    from pipetab.solver.costs import Costs
 
 OUT = Path(__file__).resolve().parent.parent / "results" / "bench_zero_bubble.csv"
 

@@ -58,9 +58,9 @@ def _log2_x(ax, values) -> None:
 
 def fig1(results: Path, stages: int = 4, microbatches: int = 8) -> Path:
     """Fig. 1-like: the tables (devices x slots, T_F = 1, T_B = 2) of the known schedules."""
+    from pipetab.plot import plot_table
     from pipetab.schedules import registry
     from pipetab.schedules.table import SlotDurations, layout
-    from pipetab.plot import plot_table
 
     plt = _plt()
     names = ["gpipe", "1f1b", "chimera", "hanayo"]
@@ -76,9 +76,9 @@ def fig2(results: Path, name: str = "chimera", stages: int = 4, microbatches: in
          system: str = "mid_nw_mid_cp") -> Path:
     """Fig. 2-like: the simulated timeline of one schedule on one system, drawn from the
     execution graph (transfers as arrows, optimizer steps grey); also a Chrome trace."""
+    from pipetab.plot import plot_timeline
     from pipetab.schedules import registry
     from pipetab.solver.pricing import hardware_costs
-    from pipetab.plot import plot_timeline
     from pipetab.solver.simulate import simulate
     from pipetab.solver.trace import write_chrome_trace
 

@@ -77,7 +77,7 @@ def finding1(grid: pd.DataFrame | None) -> list[Finding]:
     ok = per_sys[per_sys <= SAME_T]
     worst = rel.abs().idxmax()
     measured = (
-        f"max |T_1F1B / T_GPipe - 1| over S, B: "
+        "max |T_1F1B / T_GPipe - 1| over S, B: "
         + ", ".join(f"{s} {pct(v)}" for s, v in per_sys.items())
         + f". Within {pct(SAME_T)} on {len(ok)} of {len(per_sys)} systems; largest {pct(rel[worst])} "
         f"(1F1B {'slower' if rel[worst] > 0 else 'faster'}) on {worst[0]} at S={worst[1]}, B={worst[2]}."
@@ -150,7 +150,7 @@ def finding2(grid: pd.DataFrame | None, bubble: pd.DataFrame | None) -> list[Fin
         best = b["chimera"] < b[["gpipe", "1f1b"]].min(axis=1) - 1e-12
         wins = b[best].index
         measured = (f"Chimera smallest in {int(best.sum())} of {len(b)} (S, B) points"
-                    + (f"; it is not at " + ", ".join(f"S={s} B={m}" for s, m in b[~best].index)
+                    + ("; it is not at " + ", ".join(f"S={s} B={m}" for s, m in b[~best].index)
                        if (~best).any() else "")
                     + ".")
         verdict = tri(int(best.sum()), len(b))
@@ -206,7 +206,7 @@ def finding2(grid: pd.DataFrame | None, bubble: pd.DataFrame | None) -> list[Fin
         sp = 1 - low["chimera"] / low["gpipe"]
         where = sp.idxmax()
         m = float(sp.max())
-        win_b = {s: [int(b) for (s2, b), v in (1 - fast['chimera'] / fast['gpipe']).items() if s2 == s and v > 0]
+        win_b = {s: [int(b) for (s2, b), v in (1 - fast["chimera"] / fast["gpipe"]).items() if s2 == s and v > 0]
                  for s in dict.fromkeys(fast.index.get_level_values("system"))}
         measured = (f"S=8, fast-network systems, B <= 32: Chimera up to {faster(m)} than GPipe ({where[0]}, B={where[1]}). "
                     "B where Chimera beats GPipe: " + "; ".join(f"{s}: {v or 'none'}" for s, v in win_b.items()) + ".")
@@ -231,7 +231,7 @@ def finding2(grid: pd.DataFrame | None, bubble: pd.DataFrame | None) -> list[Fin
         per = gap.abs().groupby(level="system").max()
         okn = int((per <= CONVERGED).sum())
         verdict = tri(okn, len(per))
-        measured = (f"S=8, B >= 128: max |T_Chimera / min(T_GPipe, T_1F1B) - 1| per system: "
+        measured = ("S=8, B >= 128: max |T_Chimera / min(T_GPipe, T_1F1B) - 1| per system: "
                     + ", ".join(f"{s} {pct(v)}" for s, v in per.items()) + f"; within {pct(CONVERGED)} on {okn} of {len(per)}.")
         reason = ""
         if verdict != AGREES and bubble is not None:
@@ -254,12 +254,12 @@ def finding2(grid: pd.DataFrame | None, bubble: pd.DataFrame | None) -> list[Fin
     slowest = slow["chimera"] > slow[["gpipe", "1f1b"]].max(axis=1)
     slowest_all = slow["chimera"] >= slow[others].max(axis=1)
     measured = (f"S=8, slow-network systems: Chimera slower than both GPipe and 1F1B in {int(slowest.sum())} of "
-                f"{len(slow)} (system, B) points; slowest of all simulated schedules ({', '.join(['chimera'] + others)}) "
+                f"{len(slow)} (system, B) points; slowest of all simulated schedules ({', '.join(['chimera', *others])}) "
                 f"in {int(slowest_all.sum())}.")
     verdict = tri(int(slowest.sum()), len(slow))
     reason = ""
     if verdict != AGREES:
-        cols = ["chimera"] + others
+        cols = ["chimera", *others]
         fastest = slow[cols].idxmin(axis=1).value_counts()
         slowest_by = slow[cols].idxmax(axis=1).value_counts()
         reason = (
@@ -682,7 +682,7 @@ def assumptions(data: dict) -> list[str]:
             parts.append("memory caps " + ", ".join(map(str, dict.fromkeys(d.cap))))
         settings.append(f"- `{name}.csv`: " + "; ".join(parts) + f"; {len(d)} rows; pipetab "
                         f"{_one(d.pipetab_version)}, OR-Tools {_one(d.ortools_version)}.")
-    lines += ["", "Run settings recorded in the result files:", ""] + settings
+    lines += ["", "Run settings recorded in the result files:", "", *settings]
     return lines
 
 
@@ -880,7 +880,7 @@ def render(data: dict, results: Path) -> str:
                        ("cpsat_fig4.png", "CP-SAT beside the known schedules")):
         there = (Path(results) / name).exists()
         lines.append(f"- `{results}/{name}` — {what}{'' if there else ' (not produced)'}")
-    lines += ["", "## Assumed parameters", ""] + assumptions(data)
+    lines += ["", "## Assumed parameters", "", *assumptions(data)]
     return "\n".join(lines) + "\n"
 
 

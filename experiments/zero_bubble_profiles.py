@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from experiments.zero_bubble_data import MODELS, PROFILES
 from pipetab.hardware.context import Context
 from pipetab.hardware.layer import (
     activation_bytes_per_layer,
@@ -21,8 +22,6 @@ from pipetab.hardware.layer import (
     weight_memory_bytes_per_layer,
 )
 from pipetab.hardware.loaders import load_model
-
-from experiments.zero_bubble_data import MODELS, PROFILES
 
 OUT = Path(__file__).resolve().parent / "profiles"
 

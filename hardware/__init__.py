@@ -17,6 +17,7 @@
 ``hardware`` imports ``schedules`` only, never ``solver`` or OR-Tools.
 """
 
+from .calibrate import Calibration, calibrate, system_to_toml
 from .context import Context, Recompute
 from .costs import (
     AllReduce,
@@ -29,13 +30,14 @@ from .costs import (
     layer_forward_flops,
     layer_forward_traffic,
     message_bytes,
-    weight_memory_bytes_per_layer,
     optimizer_time,
     persistent_bytes,
     ring_allreduce_time,
     schedule_costs,
     stage_cost,
+    weight_memory_bytes_per_layer,
 )
+from .layer import model_flops_per_sequence
 from .loaders import (
     PresetInfo,
     list_models,
@@ -45,20 +47,49 @@ from .loaders import (
     model_from_file,
     system_from_file,
 )
-from .calibrate import Calibration, calibrate, system_to_toml
-from .layer import model_flops_per_sequence
 from .model import TransformerModel, partition
 from .parallel import Topology
 from .profile import Profile, StageProfile, load_profile, profile_to_toml
 from .system import Device, Link, System
 
 __all__ = [
-    "AllReduce", "Calibration", "Context", "Device", "Link", "PresetInfo", "Recompute", "Topology",
-    "Profile", "StageProfile", "calibrate", "load_profile", "profile_to_toml", "system_to_toml", "ScheduleCosts", "StageCost",
-    "System", "TransformerModel", "activation_bytes_per_layer", "allreduce_time",
-    "attention_core_flops", "head_forward_flops", "layer_forward_flops",
-    "layer_forward_traffic", "list_models", "list_systems", "load_model", "load_system",
-    "message_bytes", "model_flops_per_sequence", "model_from_file", "optimizer_time", "partition", "persistent_bytes",
-    "ring_allreduce_time", "schedule_costs", "stage_cost", "system_from_file",
+    "AllReduce",
+    "Calibration",
+    "Context",
+    "Device",
+    "Link",
+    "PresetInfo",
+    "Profile",
+    "Recompute",
+    "ScheduleCosts",
+    "StageCost",
+    "StageProfile",
+    "System",
+    "Topology",
+    "TransformerModel",
+    "activation_bytes_per_layer",
+    "allreduce_time",
+    "attention_core_flops",
+    "calibrate",
+    "head_forward_flops",
+    "layer_forward_flops",
+    "layer_forward_traffic",
+    "list_models",
+    "list_systems",
+    "load_model",
+    "load_profile",
+    "load_system",
+    "message_bytes",
+    "model_flops_per_sequence",
+    "model_from_file",
+    "optimizer_time",
+    "partition",
+    "persistent_bytes",
+    "profile_to_toml",
+    "ring_allreduce_time",
+    "schedule_costs",
+    "stage_cost",
+    "system_from_file",
+    "system_to_toml",
     "weight_memory_bytes_per_layer",
 ]

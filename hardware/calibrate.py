@@ -19,13 +19,16 @@ efficiency than F, which one efficiency cannot express).
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
+from .context import Context
 from .costs import stage_cost
 from .model import TransformerModel, partition
-from .context import Context
 from .parallel import Topology
 from .profile import Profile, toml_value
-from .system import Device, System
+
+if TYPE_CHECKING:
+    from .system import Device, System
 
 
 @dataclass(frozen=True)

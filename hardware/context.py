@@ -22,8 +22,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 from enum import StrEnum
+from typing import TYPE_CHECKING
 
-from .model import TransformerModel
+from pipetab.schedules.checks import check_count
+
+if TYPE_CHECKING:
+    from .model import TransformerModel
 
 
 class Recompute(StrEnum):
@@ -36,13 +40,6 @@ class Recompute(StrEnum):
 
 
 ZERO_STAGES = (0, 1, 2)
-
-
-def check_count(what: str, value: object, minimum: int = 1) -> int:
-    """``value`` when it is an integer >= ``minimum``; ``ValueError`` naming ``what`` otherwise."""
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise ValueError(f"{what} must be an integer >= {minimum}, got {value!r}")
-    return value
 
 
 def recompute_of(value: object) -> Recompute:

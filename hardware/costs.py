@@ -29,10 +29,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from itertools import accumulate
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
+from pipetab.schedules.checks import check_count
 from pipetab.schedules.ops import Kind, Op
-from pipetab.schedules.schedule import Schedule
 
 from .context import Context, Recompute
 from .layer import (
@@ -53,6 +53,9 @@ from .model import TransformerModel, partition
 from .parallel import Topology, ring_time
 from .system import Device, Link, System
 
+if TYPE_CHECKING:
+    from pipetab.schedules.schedule import Schedule
+
 __all__ = [
     "AllReduce", "ScheduleCosts", "StageCost", "activation_bytes_per_layer",
     "allreduce_time", "attention_core_flops", "head_forward_flops", "layer_forward_flops",
@@ -70,8 +73,7 @@ def persistent_bytes(model: TransformerModel, params: int) -> int:
 def ring_allreduce_time(nbytes: float, num_replicas: int, link: Link) -> float:
     """Ring all-reduce of ``nbytes`` among ``R`` replicas over ``link``:
     ``2(R-1)/R * nbytes/BW + 2(R-1)*L``; 0 for one replica."""
-    if not isinstance(num_replicas, int) or isinstance(num_replicas, bool) or num_replicas < 1:
-        raise ValueError(f"num_replicas must be an integer >= 1, got {num_replicas!r}")
+    check_count("num_replicas", num_replicas)
     if nbytes < 0:
         raise ValueError(f"all-reduce size must be >= 0 bytes, got {nbytes!r}")
     return ring_time(nbytes, num_replicas, link)
@@ -145,8 +147,7 @@ def stage_cost(model: TransformerModel, device: Device, ctx: Context, layers: in
     ``ctx`` (resolved: its microbatch size known) whose tensor-parallel collectives run
     over ``tp_link``; ``first`` / ``last`` add the embedding / LM head (formulas:
     ``hardware.layer`` and the module docstring)."""
-    if not isinstance(layers, int) or isinstance(layers, bool) or layers < 0:
-        raise ValueError(f"layers must be an integer >= 0, got {layers!r}")
+    check_count("layers", layers, 0)
     t, recompute = ctx.tp, ctx.recompute
     if t > 1:
         ctx.check(model)
@@ -318,7 +319,7 @@ def _allreduces(model: TransformerModel, stage2device, ranges, ctx: Context,
     emb = tuple((p, 0) for p in range(len(ranges)))
     head = tuple((p, len(rs) - 1) for p, rs in enumerate(ranges))
     # units: -1 = embedding, 0..L-1 layers, L = head
-    units = [(-1, emb)] + list(enumerate(holders_of_layer)) + [(num_layers, head)]
+    units = [(-1, emb), *list(enumerate(holders_of_layer)), (num_layers, head)]
     groups: list[list] = []
     for unit, holders in units:
         if groups and groups[-1][1] == holders:

@@ -56,8 +56,12 @@ moves ``2 x`` (``1 + 1`` when split); ``"full"`` recomputation adds the forward 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from .context import Context, Recompute
-from .model import TransformerModel
+
+if TYPE_CHECKING:
+    from .model import TransformerModel
 
 
 def check_mb(mb: object) -> int:

@@ -32,14 +32,11 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
+from pipetab.schedules.checks import check_count
+
 MLPS = ("gelu", "swiglu")
 NORMS = ("layernorm", "rmsnorm")
 ATTENTIONS = ("flash", "classic")
-
-
-def _int(what: str, value: object, minimum: int = 1) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise ValueError(f"{what} must be an integer >= {minimum}, got {value!r}")
 
 
 def _choice(what: str, value: object, allowed: tuple[str, ...]) -> None:
@@ -100,8 +97,8 @@ class TransformerModel:
         for what in ("num_layers", "hidden", "heads", "seq_len", "vocab", "global_batch",
                      "ffn_hidden", "bytes_per_param_compute", "bytes_per_grad",
                      "bytes_per_param_state", "kv_heads"):
-            _int(what, getattr(self, what))
-        _int("logit_bytes", self.logit_bytes, 0)
+            check_count(what, getattr(self, what))
+        check_count("logit_bytes", self.logit_bytes, 0)
         if self.hidden % self.heads:
             raise ValueError(
                 f"heads must divide hidden ({self.hidden}), got {self.heads}"
@@ -170,7 +167,7 @@ class TransformerModel:
     def stage_params(self, layers: int, first: bool, last: bool) -> int:
         """Parameters a stage of ``layers`` layers holds; ``first``/``last`` add the
         embedding / LM head (each end stage holds its copy when they are tied)."""
-        _int("layers", layers, 0)
+        check_count("layers", layers, 0)
         return (layers * self.layer_params + (self.embedding_params if first else 0)
                 + (self.head_params if last else 0))
 
@@ -203,7 +200,7 @@ def partition(stage_work: Sequence[float], num_layers: int) -> tuple[int, ...]:
     most above its exact quota (ties: lower index), so every stage has >= 1 layer.
     Example: ``partition([1, 1, 2, 2], 128) == (21, 21, 43, 43)``.
     """
-    _int("num_layers", num_layers)
+    check_count("num_layers", num_layers)
     works = list(stage_work)
     if not works:
         raise ValueError("stage_work must name at least one stage")

@@ -34,11 +34,12 @@ the rest of ``bytes_per_param_state`` (``/dp`` with ZeRO-1 or 2).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from functools import cached_property
 
-from .context import Context, check_count
+from pipetab.schedules.checks import check_count
+
+from .context import Context
 from .system import Link, System
 
 

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Mapping
 
+from pipetab.schedules.checks import check_count
+
 
 def _num(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
@@ -35,11 +37,6 @@ def _non_negative(what: str, value: object, unit: str = "s") -> None:
 def _fraction(what: str, value: object) -> None:
     if not _num(value) or not 0 < value <= 1:
         raise ValueError(f"{what} must be in (0, 1], got {value!r}")
-
-
-def _count(what: str, value: object, minimum: int = 1) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise ValueError(f"{what} must be an integer >= {minimum}, got {value!r}")
 
 
 def si(value: float, unit: str) -> str:
@@ -193,11 +190,11 @@ class System:
                 f"system default_link must be a Link, got {type(self.default_link).__name__}"
             )
         if self.num_devices is not None:
-            _count("num_devices", self.num_devices)
+            check_count("num_devices", self.num_devices)
         if (self.devices_per_node is None) != (self.intra_node_link is None):
             raise ValueError("devices_per_node and intra_node_link must be given together")
         if self.devices_per_node is not None:
-            _count("devices_per_node", self.devices_per_node)
+            check_count("devices_per_node", self.devices_per_node)
             if not isinstance(self.intra_node_link, Link):
                 raise ValueError("intra_node_link must be a Link")
         raw = self.links.items() if isinstance(self.links, Mapping) else self.links

@@ -10,13 +10,15 @@ shows, per time bin, the share of the bin each kind fills (the rest idle).
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
 from pipetab.schedules.limits import check_drawable
 from pipetab.schedules.ops import Kind
-from pipetab.schedules.table import Table
+
+if TYPE_CHECKING:
+    from pipetab.schedules.table import Table
 
 COLOURS = {Kind.F: ("#4e79a7", "#a0cbe8"), Kind.B: ("#e15759", "#ff9d9a"), Kind.W: ("#59a14f", "#8cd17d")}
 KIND_NAMES = {Kind.F: "forward", Kind.B: "backward", Kind.W: "weight gradient"}

@@ -9,6 +9,7 @@ made only when asked for (``op``, ``to_ops``), never on the hot path.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from operator import itemgetter
 from typing import Iterable
@@ -162,7 +163,7 @@ class Orders(LazyTuple):
     Behaves as a tuple of tuples of ``Op`` (``orders[d]``, iteration, ``len``, equality
     with such tuples); the ``Op`` tuples are built on first use."""
 
-    __slots__ = ("ops", "offsets")
+    __slots__ = ("offsets", "ops")
 
     def __init__(self, ops: OpArrays, offsets) -> None:
         super().__init__()
@@ -183,7 +184,7 @@ class Orders(LazyTuple):
     def _build(self) -> tuple[tuple[Op, ...], ...]:
         ops = self.ops.to_ops()
         bounds = self.offsets.tolist()
-        return tuple(tuple(ops[a:b]) for a, b in zip(bounds[:-1], bounds[1:]))
+        return tuple(tuple(ops[a:b]) for a, b in itertools.pairwise(bounds))
 
     def _same(self, other: "Orders") -> bool:
         return np.array_equal(self.offsets, other.offsets) and self.ops.equals(other.ops)

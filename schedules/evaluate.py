@@ -18,12 +18,14 @@ times (the same additions and maxima).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, NamedTuple
+from typing import TYPE_CHECKING, Callable, NamedTuple
 
 import numpy as np
 
 from .ops import Op
-from .schedule import Schedule
+
+if TYPE_CHECKING:
+    from .schedule import Schedule
 
 Duration = Callable[[Op], float]
 Lag = Callable[[Op, Op, bool], float]

@@ -63,7 +63,7 @@ def read_text_file(path, what: str = "file") -> str:
 def to_text(table: Table) -> str:
     """The aligned grid (see module docstring)."""
     check_grid(table.num_devices, table.makespan)
-    names = table.ops.names() + ["."]
+    names = [*table.ops.names(), "."]
     cells = np.full((table.num_devices, table.makespan), len(names) - 1, np.int64)
     rows = np.repeat(table.device, table.duration)
     first = np.repeat(table.start - np.cumsum(np.concatenate([[0], table.duration[:-1]])), table.duration)
@@ -286,8 +286,8 @@ def to_torch_csv(table: Table) -> str:
 def from_torch_csv(text: str, name: str = "", slots=None) -> Table:
     """Read PyTorch's compute-only CSV into a table: each rank's actions in row order,
     laid out as soon as possible with ``slots`` (default F=1, B=2, I=B, W=1)."""
-    from .table import SlotDurations, layout
     from .schedule import Placement, Schedule
+    from .table import SlotDurations, layout
 
     rows = list(csv.reader(io.StringIO(text)))
     orders: list[list[Op]] = []

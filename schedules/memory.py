@@ -38,11 +38,6 @@ def memory_change(kind: Kind, size: float, weight_part: float, split_backward: b
     return -weight_part
 
 
-def at_start(kind: Kind) -> bool:
-    """Whether the op's memory change happens at its start (F) or its end (B, W)."""
-    return kind is Kind.F
-
-
 def memory_deltas(kind: np.ndarray, size: np.ndarray, weight_part: np.ndarray, split_backward: bool) -> np.ndarray:
     """``memory_change`` of every op (kind codes 0 = F, 1 = B, 2 = W; per-op ``size`` and
     ``weight_part``)."""

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .memory import check_weight_fraction, event_times, live_levels, memory_deltas, peaks
-from .schedule import Schedule
 from .table import Table, whole
 from .validate import schedule_from_table
+
+if TYPE_CHECKING:
+    from .schedule import Schedule
 
 
 @dataclass(frozen=True)

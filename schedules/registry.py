@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from . import formulas
 from .generators import check_shape
-from .limits import check_size
 from .generators import chimera as _chimera
 from .generators import dualpipe as _dualpipe
 from .generators import hanayo as _hanayo
 from .generators import interleaved as _interleaved
 from .generators import linear as _linear
 from .generators import zero_bubble as _zero_bubble
-from .schedule import Schedule
+from .limits import check_size
+
+if TYPE_CHECKING:
+    from .schedule import Schedule
 
 
 @dataclass(frozen=True)

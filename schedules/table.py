@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Mapping, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Mapping, NamedTuple
 
 import numpy as np
 
@@ -23,7 +23,9 @@ from .arrays import LazyTuple, OpArrays, frozen, segment_offsets
 from .evaluate import run_orders
 from .limits import check_grid
 from .ops import Kind, Op
-from .schedule import Schedule
+
+if TYPE_CHECKING:
+    from .schedule import Schedule
 
 
 @dataclass(frozen=True)
@@ -98,7 +100,7 @@ class Entries(LazyTuple):
     stage, microbatch). Behaves as the tuple of ``PlacedOp`` it stands for (indexing,
     iteration, ``len``, equality with such tuples), built on first use."""
 
-    __slots__ = ("ops", "device", "start", "duration")
+    __slots__ = ("device", "duration", "ops", "start")
 
     def __init__(self, ops: OpArrays, device, start, duration) -> None:
         super().__init__()
@@ -259,4 +261,4 @@ def layout(schedule: Schedule, slots: SlotDurations | None = None) -> Table:
 
 def whole(x: float) -> float | int:
     """``x`` as an int when it is whole (to 1e-9), else as it is."""
-    return int(round(x)) if abs(x - round(x)) < 1e-9 else x
+    return round(x) if abs(x - round(x)) < 1e-9 else x

@@ -8,13 +8,16 @@ table's arrays; the slower search for the first offending op runs only once a ch
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .arrays import KINDS, W_CODE, data_predecessors_of
 from .ops import Op
 from .schedule import Placement, Schedule
-from .table import Table
+
+if TYPE_CHECKING:
+    from .table import Table
 
 
 class TableError(ValueError):
@@ -27,16 +30,6 @@ class _Structure:
     microbatch2pipeline: tuple[int, ...]
     split: bool
     stage_base: np.ndarray  # flat stage id of (p, s) is stage_base[p] + s
-
-
-def infer_structure(table: Table) -> tuple[Placement, tuple[int, ...], bool]:
-    """Placement, microbatch->pipeline map and whether backward is split, read off a table.
-
-    Raises ``TableError`` when a stage sits on two devices, a microbatch uses two
-    pipelines, or microbatch / stage numbers have holes.
-    """
-    st = _structure(table)
-    return st.placement, st.microbatch2pipeline, st.split
 
 
 def _first(mask: np.ndarray) -> int | None:
@@ -115,7 +108,7 @@ def _structure(table: Table) -> _Structure:
     mb2pipe = np.zeros(num_mb, np.int64)
     mb2pipe[mb] = pipe
     nstages = _stage_counts(pipe, stage)
-    stage_base = np.cumsum([0] + nstages, dtype=np.int64)
+    stage_base = np.cumsum([0, *nstages], dtype=np.int64)
     flat = np.zeros(int(stage_base[-1]), np.int64)
     flat[stage_base[pipe] + stage] = device
     stage2device = [tuple(flat[stage_base[p]:stage_base[p + 1]].tolist()) for p in range(len(nstages))]

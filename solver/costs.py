@@ -11,10 +11,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
 
 from pipetab.schedules.memory import check_weight_fraction
-from pipetab.schedules.ops import Kind, Op
+
+if TYPE_CHECKING:
+    from pipetab.schedules.ops import Kind, Op
 
 StageKey = tuple[int, int]  # (pipeline, stage)
 

@@ -15,7 +15,6 @@ import time
 from typing import Protocol
 
 
-
 class _Spent(Protocol):
     det_time: float
     wall_time: float

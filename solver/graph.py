@@ -9,12 +9,16 @@ device's optimizer step (``("optimizer", d)``), and a sink ``"end"``. Each node 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import networkx as nx
 
 from pipetab.schedules.ops import Kind, data_predecessors
-from pipetab.schedules.schedule import Schedule
 
-from .costs import Costs
+if TYPE_CHECKING:
+    from pipetab.schedules.schedule import Schedule
+
+    from .costs import Costs
 
 
 def execution_graph(schedule: Schedule, costs: Costs) -> nx.DiGraph:

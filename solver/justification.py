@@ -15,9 +15,10 @@ import bisect
 import heapq
 import math
 from dataclasses import dataclass
-from typing import Iterator, Sequence
+from typing import TYPE_CHECKING, Iterator, Sequence
 
-from pipetab.schedules.ops import Op
+if TYPE_CHECKING:
+    from pipetab.schedules.ops import Op
 
 Edge = tuple[int, int]  # (other op's index, least start-to-start lag)
 

@@ -11,17 +11,20 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from pipetab.schedules import registry
-from pipetab.schedules.formulas import Formula
 from pipetab.schedules.metrics import TableMetrics, table_metrics
-from pipetab.schedules.schedule import Schedule
 from pipetab.schedules.table import SlotDurations, Table, layout
 from pipetab.schedules.validate import validate
 
 from .costs import EVALUATE_TICKS_PER_OP, Costs
 from .pricing import slot_costs
 from .simulate import Simulation, simulate
+
+if TYPE_CHECKING:
+    from pipetab.schedules.formulas import Formula
+    from pipetab.schedules.schedule import Schedule
 
 
 @dataclass(frozen=True)
@@ -92,9 +95,9 @@ def simulation_dict(sim: Simulation, exposed_comm: bool = True) -> dict:
         "exposed_comm_s": sim.exposed_comm if exposed_comm else None,
         "transfers": len(sim.transfers),
         "busy_s": list(sim.busy),
-        "peak_activation_bytes": [int(round(x)) for x in sim.peak_activation],
-        "persistent_bytes": [int(round(x)) for x in sim.costs.persistent],
-        "peak_memory_bytes": [int(round(x)) for x in sim.peak_memory],
+        "peak_activation_bytes": [round(x) for x in sim.peak_activation],
+        "persistent_bytes": [round(x) for x in sim.costs.persistent],
+        "peak_memory_bytes": [round(x) for x in sim.peak_memory],
         "capacity_bytes": [None if c is None else int(c) for c in sim.costs.capacity],
         "fits_memory": list(sim.fits_memory),
     }

@@ -33,10 +33,11 @@ period (the Zero Bubble paper's costs exclude them too).
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Callable, Hashable, Mapping
+from typing import TYPE_CHECKING, Callable, Hashable, Mapping
 
 import numpy as np
 
@@ -44,9 +45,10 @@ from pipetab.schedules.evaluate import deadlock_error
 from pipetab.schedules.ops import Op, data_predecessors
 from pipetab.schedules.schedule import Schedule
 
-from .costs import Costs
 from .simulate import Simulation, simulate
 
+if TYPE_CHECKING:
+    from .costs import Costs
 
 # ---- the Zero Bubble paper's cost of one timing -----------------------------------------
 
@@ -88,7 +90,7 @@ def checked_span_period(schedule: Schedule, costs: Costs, start: Mapping[Op, flo
     end = {op: t + costs.duration(op) for op, t in start.items()}
     nstages = [schedule.num_stages(p) for p in range(schedule.num_pipelines)]
     for d, order in enumerate(schedule.orders):
-        for a, b in zip(order, order[1:]):
+        for a, b in itertools.pairwise(order):
             if start[b] < end[a] - tol:
                 raise ValueError(f"device {d} starts {b} at {start[b]:g} before {a} ends at {end[a]:g}")
         for op in order:

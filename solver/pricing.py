@@ -14,17 +14,20 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import Protocol, Sequence
+from typing import TYPE_CHECKING, Protocol, Sequence
 
 from pipetab.hardware.context import Context
 from pipetab.hardware.model import TransformerModel, partition
-from pipetab.hardware.system import System
+from pipetab.schedules.checks import check_count
 from pipetab.schedules.memory import check_weight_fraction
 from pipetab.schedules.ops import Kind
-from pipetab.schedules.schedule import Schedule
 from pipetab.schedules.table import SlotDurations
 
 from .costs import SEARCH_TICKS_PER_OP, Costs, Links, ReplicaGroup, Rounding
+
+if TYPE_CHECKING:
+    from pipetab.hardware.system import System
+    from pipetab.schedules.schedule import Schedule
 
 Layers = tuple[tuple[int, ...], ...]
 
@@ -290,11 +293,6 @@ class LayerCosts(Protocol):
         """Integer time of op ``kind`` of stage (p, s) when it holds ``n`` layers."""
 
 
-def _check_count(what: str, value, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{what} must be an integer >= {minimum}, got {value!r}")
-
-
 @dataclass(frozen=True)
 class IdealizedLayers:
     """Idealized costs per layer: a stage of n layers takes n times ``forward``,
@@ -319,11 +317,11 @@ class IdealizedLayers:
     weight_memory: float = 1.0
 
     def __post_init__(self) -> None:
-        _check_count("layers", self.num_layers, max(self.num_stages))
+        check_count("layers", self.num_layers, max(self.num_stages))
         for what in ("forward", "backward", "weight"):
-            _check_count(f"{what} slots", getattr(self, what), 1)
+            check_count(f"{what} slots", getattr(self, what), 1)
         for what in ("head", "embedding", "comm"):
-            _check_count(f"{what} slots", getattr(self, what), 0)
+            check_count(f"{what} slots", getattr(self, what), 0)
 
     def op_ticks(self, kind: Kind, p: int, s: int, n: int) -> int:
         per = {Kind.F: self.forward, Kind.B: self.backward, Kind.W: self.weight}[kind]

@@ -9,18 +9,20 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Sequence
-
-from pipetab.schedules.schedule import Schedule
+from typing import TYPE_CHECKING, Sequence
 
 from .costs import SEARCH_TICKS_PER_OP, Costs, Rounding
 from .cpsat.api import bound, search
-from .deadline import Deadline
 from .cpsat.objectives import objective
 from .cpsat.params import CpSatConfig
-from .cpsat.problem import Objective, Problem
 from .cpsat.result import Mode, Result, Status, gap_of
 from .cpsat.starts import registry_schedules
+
+if TYPE_CHECKING:
+    from pipetab.schedules.schedule import Schedule
+
+    from .cpsat.problem import Objective, Problem
+    from .deadline import Deadline
 
 # share of the time a search in seconds spends on the rounded-up search; the rest proves the
 # bound on durations rounded down, seeded with what the search found

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -26,10 +27,12 @@ from pipetab.schedules.arrays import LazyTuple
 from pipetab.schedules.evaluate import run_orders
 from pipetab.schedules.memory import event_times, live_levels, memory_deltas, peaks
 from pipetab.schedules.ops import Kind, Op
-from pipetab.schedules.schedule import Schedule
 from pipetab.schedules.table import Table, timed_table
 
 from .costs import Costs, Links
+
+if TYPE_CHECKING:
+    from pipetab.schedules.schedule import Schedule
 
 
 @dataclass(frozen=True)
@@ -48,7 +51,7 @@ class Transfers(LazyTuple):
     """The messages of a simulation as arrays (producer and consumer op index, start,
     arrival), behaving as a tuple of ``Transfer`` built on first use."""
 
-    __slots__ = ("schedule", "producer", "consumer", "start", "end")
+    __slots__ = ("consumer", "end", "producer", "schedule", "start")
 
     def __init__(self, schedule: Schedule, producer, consumer, start, end) -> None:
         super().__init__()
@@ -159,7 +162,7 @@ class Simulation:
         times, offsets, levels = self._memory
         a, b = int(offsets[device]), int(offsets[device + 1])
         steps = levels[a + device:b + device + 1].tolist()
-        return [(0.0, steps[0])] + list(zip(times[a:b].tolist(), steps[1:]))
+        return [(0.0, steps[0]), *list(zip(times[a:b].tolist(), steps[1:]))]
 
     @cached_property
     def peak_activation(self) -> tuple[float, ...]:

@@ -8,10 +8,12 @@ trace is written as text in pieces (``trace_chunks``), so a large one needs litt
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .simulate import Simulation
+if TYPE_CHECKING:
+    from .simulate import Simulation
 
 CHUNK_EVENTS = 65536  # op or message events per piece of text
 

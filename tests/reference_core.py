@@ -7,6 +7,7 @@ way that is obviously right, and share no code with the library beyond ``Op`` an
 from __future__ import annotations
 
 import heapq
+import itertools
 from collections import defaultdict
 
 from hypothesis import strategies as st
@@ -49,7 +50,7 @@ def ref_run(schedule, duration, lag, contention=False):
     pos = {op: i for i, op in enumerate(op for order in schedule.orders for op in order)}
     prev = {}
     for order in schedule.orders:
-        for a, b in zip(order, order[1:]):
+        for a, b in itertools.pairwise(order):
             prev[b] = a
     pred = {op: (data_predecessors(op, nstages[op.pipeline]) or (None,))[0] for op in dev}
     consumers = defaultdict(list)

@@ -14,12 +14,15 @@ import os
 import signal
 import subprocess
 import sys
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from pipetab.cli import main
 from pipetab.cli.main import COMMANDS, build_parser
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 HANG_S = 20
   # a case still running after this long has hung
@@ -678,7 +681,7 @@ def test_bad_input_is_one_clear_line(argv, fragment, files, capsys, alarm, monke
     argv = [a.replace("{d}", str(files)) for a in argv]
     fragment = fragment.replace("{d}", str(files))
     code = main(argv)
-    out, err = capsys.readouterr()
+    _out, err = capsys.readouterr()
     lines = err.strip().splitlines()
     assert code == 2, f"exit {code}; stderr: {err!r}"
     assert len(lines) == 1, f"stderr must be one line, got {err!r}"

@@ -100,7 +100,7 @@ def test_presets_listed(capsys):
     code, out, _ = run(capsys, "systems", "--format", "json")
     names = {r["name"] for r in json.loads(out)}
     assert {f"{n}_nw_{c}_cp" for n in ("slow", "mid", "fast") for c in ("slow", "mid", "fast")} <= names
-    code, out, _ = run(capsys, "models")
+    _code, out, _ = run(capsys, "models")
     assert "paper_gpt" in out
 
 
@@ -153,7 +153,7 @@ def test_bad_input_one_line_exit_2(capsys, argv, needle):
 def test_check_bad_table_files(capsys, tmp_path, content, needle):
     path = tmp_path / ("bad.json" if content.startswith("{") else "bad.txt")
     path.write_text(content)
-    code, out, err = run(capsys, "check", str(path))
+    code, _out, err = run(capsys, "check", str(path))
     assert code == 2 and needle in err and err.count("\n") == 1
 
 
@@ -173,5 +173,5 @@ def test_interrupt_is_one_line_exit_130(capsys, monkeypatch):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(registry, "generate", interrupted)
-    code, out, err = run(capsys, "table", "1f1b", "--stages", "4", "--microbatches", "8")
+    code, _out, err = run(capsys, "table", "1f1b", "--stages", "4", "--microbatches", "8")
     assert code == 130 and err.strip() == "pipetab table: interrupted" and "Traceback" not in err

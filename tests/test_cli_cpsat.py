@@ -4,9 +4,9 @@ import json
 
 import pytest
 
+from pipetab.cli import main
 from pipetab.schedules import registry
 from pipetab.schedules.table import SlotDurations
-from pipetab.cli import main
 from pipetab.solver.pricing import slot_costs
 from pipetab.solver.simulate import simulate
 
@@ -177,4 +177,4 @@ def test_period_objective_from_the_command_line(capsys):
         assert docs[objective]["objective"] == objective and docs[objective]["status"] == "optimal"
     assert docs["period"]["lower_bound"] <= docs["makespan"]["lower_bound"]
     assert any("longest device span" in a for a in docs["period"]["bound_assumptions"])
-    assert [p["name"] for p in docs["period"]["phases"]][0] == "start"
+    assert next(p["name"] for p in docs["period"]["phases"]) == "start"

@@ -8,8 +8,16 @@ import csv
 
 import pytest
 
-from experiments.bench_zero_bubble import (METHODS, TICK_S, cpsat_problem, cpsat_rows, cpsat_summary, rows,
-                                          write_csv, zb_costs)
+from experiments.bench_zero_bubble import (
+    METHODS,
+    TICK_S,
+    cpsat_problem,
+    cpsat_rows,
+    cpsat_summary,
+    rows,
+    write_csv,
+    zb_costs,
+)
 from experiments.zero_bubble_data import MODELS, PROFILES, TABLE4_THROUGHPUT, TABLE5
 from pipetab.schedules import registry
 from pipetab.schedules.ops import B, F, W

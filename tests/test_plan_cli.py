@@ -67,7 +67,7 @@ def test_plan_bad_input_is_one_line(capsys, args, message):
 
 
 def test_plan_missing_profile(capsys):
-    code, out, err = run(capsys, "plan", "--model", "zb_1p5b", "--nodes", "1", "--gpus-per-node", "8",
+    code, _out, err = run(capsys, "plan", "--model", "zb_1p5b", "--nodes", "1", "--gpus-per-node", "8",
                          "--global-batch", "144", "--profile", "/no/such.toml")
     assert code == 2 and err.count("\n") == 1 and "profile file /no/such.toml does not exist" in err
 

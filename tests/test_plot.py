@@ -52,7 +52,7 @@ def test_long_table_is_drawn_as_shares_that_add_up_to_busy_time(ax):
     for c in ax.collections:
         for path in c.get_paths():
             xs, ys = path.vertices[:4, 0], path.vertices[:4, 1]
-            row = int(round(ys.min()))  # a row's bars stack from device - 0.4 to at most device + 0.4
+            row = round(ys.min())  # a row's bars stack from device - 0.4 to at most device + 0.4
             busy[row] += (xs.max() - xs.min()) * (ys.max() - ys.min()) / 0.8
     expected = [sum(e.duration for e in table.entries if e.device == d) for d in range(4)]
     assert busy == pytest.approx(expected, rel=1e-9)

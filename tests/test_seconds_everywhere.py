@@ -13,7 +13,8 @@ from pipetab.cli import main
 from pipetab.hardware.calibrate import system_to_toml
 from pipetab.plan import plan_question, shape
 from pipetab.plan.cpsat import cpsat_search
-from pipetab.sweep import ResultStore, parse_config, plan as sweep_plan, run_sweep
+from pipetab.sweep import ResultStore, parse_config, run_sweep
+from pipetab.sweep import plan as sweep_plan
 
 S, B, MB = 4, 8, 2
 

@@ -32,7 +32,17 @@ from .bounds import order_peaks, small_microbatches
 from .cpsat import CPSAT_MAX_OPS, cpsat_search
 from .result import Configuration, Plan
 from .search import plan, plan_profiled
-from .space import GPUS, MAX_TOKENS_PER_MICROBATCH, VARIANTS, PlanSpace, cluster, plan_question, schedule_label, shape, shapes
+from .space import (
+    GPUS,
+    MAX_TOKENS_PER_MICROBATCH,
+    VARIANTS,
+    PlanSpace,
+    cluster,
+    plan_question,
+    schedule_label,
+    shape,
+    shapes,
+)
 
 __all__ = [
     "CPSAT_MAX_OPS", "GPUS", "MAX_TOKENS_PER_MICROBATCH", "VARIANTS", "Configuration", "Plan", "PlanSpace",

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from pipetab.hardware.context import Context
+from typing import TYPE_CHECKING
+
 from pipetab.hardware.layer import (
     activation_bytes_per_layer,
     stage_params_per_gpu,
@@ -12,9 +13,12 @@ from pipetab.hardware.model import partition
 from pipetab.schedules import registry
 from pipetab.schedules.memory import memory_change
 from pipetab.schedules.ops import Kind
-from pipetab.schedules.schedule import Schedule
 
-from .space import PlanSpace
+if TYPE_CHECKING:
+    from pipetab.hardware.context import Context
+    from pipetab.schedules.schedule import Schedule
+
+    from .space import PlanSpace
 
 
 def order_peaks(schedule: Schedule, size: dict, part: dict) -> list[float]:

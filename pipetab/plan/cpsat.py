@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
-from pipetab.hardware.context import Context
 from pipetab.schedules import registry
 
 from .result import Configuration, activation_peaks, configuration
 from .space import PlanSpace, costs_of
+
+if TYPE_CHECKING:
+    from pipetab.hardware.context import Context
 
 # CP-SAT is skipped on shapes with more ops than this (stages x microbatches x 2): its model
 # alone takes longer to build than a plan's seconds allow (docs/cpsat.md)

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from pipetab.hardware.context import Context
 from pipetab.hardware.layer import model_flops_per_sequence
-from pipetab.schedules.schedule import Schedule
 
 from .bounds import order_peaks
 from .space import PlanSpace, schedule_label
+
+if TYPE_CHECKING:
+    from pipetab.hardware.context import Context
+    from pipetab.schedules.schedule import Schedule
 
 
 @dataclass(frozen=True)
@@ -100,7 +103,7 @@ def configuration(space: PlanSpace, name: str, opts: dict, shape: Context, sched
     return Configuration(
         name, tuple(sorted(opts.items())), shape, step, tokens / step,
         flops / (step * space.num_gpus * system.device.peak_flops),
-        int(round(peak)), int(capacity or system.device.usable_memory_bytes), fits,
+        round(peak), int(capacity or system.device.usable_memory_bytes), fits,
         1 - busy / (sched.num_devices * step), "registry" if searched is None else "cpsat",
         profiled=profiled, searched=searched)
 

@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, replace
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from pipetab.hardware.context import Context
 from pipetab.schedules import registry
-from pipetab.schedules.schedule import Schedule
 
 from .bounds import Bounds
 from .cpsat import cpsat_outcome, cpsat_search, cpsat_shapes, worker_pool
 from .result import Configuration, Plan, activation_peaks, configuration, rank
 from .space import PlanSpace, costs_of, schedule_label, shapes
+
+if TYPE_CHECKING:
+    from pipetab.schedules.schedule import Schedule
 
 
 @dataclass(frozen=True)

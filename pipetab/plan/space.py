@@ -6,13 +6,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from pipetab.hardware.context import Context, Recompute
 from pipetab.hardware.loaders import load_model, load_system
-from pipetab.hardware.model import TransformerModel
 from pipetab.hardware.system import System
 from pipetab.schedules import registry
-from pipetab.schedules.schedule import Schedule
+from pipetab.schedules.checks import check_count
+
+if TYPE_CHECKING:
+    from pipetab.hardware.model import TransformerModel
+    from pipetab.schedules.schedule import Schedule
 
 GPUS = {"H100": "dgx_h100_ib", "A100": "a100_cluster"}
 # registry schedules with more than their default options
@@ -32,16 +36,11 @@ def schedule_label(name: str, options: dict) -> str:
     return f"{name}({opts})" if opts else name
 
 
-def _count(what: str, value: object) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"{what} must be an integer >= 1, got {value!r}")
-
-
 def cluster(gpu_or_system: str | System, nodes: int, gpus_per_node: int) -> System:
     """``nodes`` nodes of ``gpus_per_node`` GPUs: the device, intra-node and inter-node links
     of a GPU name (``GPUS``), a system preset or file; ``num_devices = nodes x gpus_per_node``."""
-    _count("nodes", nodes)
-    _count("gpus per node", gpus_per_node)
+    check_count("nodes", nodes)
+    check_count("gpus per node", gpus_per_node)
     if isinstance(gpu_or_system, str) and gpu_or_system.upper() in GPUS:
         gpu_or_system = GPUS[gpu_or_system.upper()]
     base = load_system(gpu_or_system)
@@ -71,12 +70,12 @@ class PlanSpace:
     cpsat_time_s: float = 3.0
 
     def __post_init__(self) -> None:
-        _count("global batch", self.global_batch)
-        _count("top", self.top)
+        check_count("global batch", self.global_batch)
+        check_count("top", self.top)
         if self.system.num_devices is None or self.system.devices_per_node is None:
             raise ValueError("plan needs a cluster with a number of GPUs and GPUs per node (use plan.cluster)")
         for b in self.microbatch_sizes:
-            _count("microbatch size", b)
+            check_count("microbatch size", b)
         for r in self.recompute:
             if r not in tuple(Recompute):
                 raise ValueError(f"recompute must be among {', '.join(Recompute)}, got {r!r}")
@@ -166,6 +165,6 @@ def plan_question(model: str | TransformerModel, nodes: int, gpus_per_node: int,
     ``PlanSpace`` fields."""
     m = load_model(model)
     if seq_len is not None:
-        _count("sequence length", seq_len)
+        check_count("sequence length", seq_len)
         m = replace(m, seq_len=seq_len)
     return PlanSpace(m, cluster(gpu, nodes, gpus_per_node), global_batch, **options)

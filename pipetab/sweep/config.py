@@ -533,7 +533,7 @@ def _parse_options(doc: object, schedules: list[str]) -> dict[str, dict[str, lis
         if name not in schedules:
             raise ConfigError(f"grid.options.{name}: schedule {name!r} is not in grid.schedules")
         opts = _table(opts, f"grid.options.{name}")
-        known = {o.name: o for o in _spec(name, 'grid.options').options}
+        known = {o.name: o for o in _spec(name, "grid.options").options}
         out[name] = {}
         for key, values in opts.items():
             if key not in known:

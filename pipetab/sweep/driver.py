@@ -11,14 +11,18 @@ from __future__ import annotations
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pipetab.schedules import registry
 
 from .config import Configuration, Skipped, SweepConfig, expand
 from .executors import SerialExecutor
 from .run import Progress, evaluate_task
-from .store import ResultStore
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from .store import ResultStore
 
 
 @dataclass

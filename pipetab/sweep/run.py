@@ -32,8 +32,8 @@ from typing import NamedTuple
 
 from pipetab.schedules import registry
 from pipetab.schedules.table import SlotDurations
-from pipetab.solver.pricing import hardware_costs, profile_costs
 from pipetab.solver.levels import Levels, evaluate_levels
+from pipetab.solver.pricing import hardware_costs, profile_costs
 
 from .config import Configuration, cap_bytes
 
@@ -311,7 +311,7 @@ def evaluate_task(configs: list[Configuration]) -> list[Outcome]:
             out.extend(Outcome(c.key, row, None) for c, row in zip(group, evaluate_group(group)))
         except OutsideRegime as exc:
             out.extend(Outcome(c.key, None, None, exc.args[0]) for c in group)
-        except Exception as exc:  # noqa: BLE001 - recorded per configuration, retried next run
+        except Exception as exc:
             msg = exc.args[0] if getattr(exc, "args", None) else repr(exc)
             out.extend(Outcome(c.key, None, f"{type(exc).__name__}: {msg}") for c in group)
     return out
@@ -372,7 +372,7 @@ class Progress:
     def line(self) -> str:
         total = self.total or 1
         frac = min(1.0, self.done / total)
-        filled = int(round(frac * self.width))
+        filled = round(frac * self.width)
         elapsed = time.perf_counter() - self.t0
         eta = elapsed / frac - elapsed if 0 < frac < 1 else 0.0
         err = f"  {self.errors} errors" if self.errors else ""

@@ -19,10 +19,13 @@ import json
 import re
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pipetab.formatting import HEADER, formula_source, level_rows
 from pipetab.solver.pricing import slot_costs
-from pipetab.solver.levels import Levels
+
+if TYPE_CHECKING:
+    from pipetab.solver.levels import Levels
 
 __all__ = ["page_data", "render_page", "with_timeline", "write_page"]
 

@@ -47,11 +47,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import check_shape
 from ..arrays import OpArrays, Orders
 from ..ops import B, F, Op
 from ..placements import PlacementFamily, family_placement
 from ..schedule import Schedule
+from . import check_shape
 
 CHIMERA_REGIME = "S even, B a multiple of S"
 CHIMERA_FD_REGIME = "S even, B a multiple of 2S"
@@ -111,7 +111,7 @@ def _orders(stages: int, microbatches: int, per: int = 1) -> tuple[tuple[Op, ...
             for _ in range(b):  # 2
                 order += f(other) + f(own)
             for _ in range(a):  # 3
-                order += f(other) + [bk(other)]
+                order += [*f(other), bk(other)]
             for _ in range(b + extra):  # 4
                 order += [bk(own), bk(other)]
             tail = [bk(own) for _ in range(a)]  # 5, deferred into the next unit
@@ -140,7 +140,7 @@ def _orders_arrays(stages: int, microbatches: int, per: int = 1) -> Orders:
             col += [f, np.tile(l, units - 1) + extra[0], t + extra[1]]
         sizes.append(len(first) + (units - 1) * len(later) + len(tail))
     ops = OpArrays(*(np.concatenate(col) for col in columns))
-    return Orders(ops, np.cumsum([0] + sizes, dtype=np.int64))
+    return Orders(ops, np.cumsum([0, *sizes], dtype=np.int64))
 
 
 def chimera(stages: int, microbatches: int) -> Schedule:

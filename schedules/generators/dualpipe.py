@@ -46,10 +46,10 @@ from __future__ import annotations
 
 from collections import deque
 
-from . import check_shape
 from ..ops import B, F, Op, W
 from ..placements import PlacementFamily, family_placement
 from ..schedule import Schedule
+from . import check_shape
 
 DUALPIPEV_REGIME = "B >= 2S (S devices, 2S stages)"
 

@@ -29,10 +29,10 @@ from __future__ import annotations
 
 import heapq
 
-from . import check_shape
 from ..ops import B, F, Op
 from ..placements import PlacementFamily, family_placement, wave_device
 from ..schedule import Schedule
+from . import check_shape
 
 MAX_WAVES = 8
 HANAYO_REGIME = "1 <= W <= 8, B a multiple of S"

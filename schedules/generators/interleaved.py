@@ -28,11 +28,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import check_shape
-from .linear import warmup_pairs
 from ..arrays import B_CODE, F_CODE, OpArrays, Orders
 from ..placements import PlacementFamily, family_placement
 from ..schedule import Schedule
+from . import check_shape
+from .linear import warmup_pairs
 
 MAX_CHUNKS = 16
 INTERLEAVED_REGIME = f"2 <= v <= {MAX_CHUNKS}, B a multiple of S"

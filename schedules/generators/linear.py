@@ -7,13 +7,17 @@ where every forward is a warm-up forward.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from ..arrays import B_CODE, F_CODE, OpArrays
-from ..ops import Op
 from ..placements import PlacementFamily, family_placement
 from ..schedule import Schedule
 from . import check_shape
+
+if TYPE_CHECKING:
+    pass
 
 
 def warmup_pairs(warmup: np.ndarray, total: int) -> tuple[np.ndarray, np.ndarray]:
@@ -63,8 +67,3 @@ def one_f_one_b(stages: int, microbatches: int) -> Schedule:
     then drains the remaining backwards."""
     check_shape(stages, microbatches)
     return _linear("1f1b", stages, microbatches, one_f_one_b_warmup(stages, microbatches))
-
-
-def one_f_one_b_orders(stages: int, microbatches: int) -> tuple[tuple[Op, ...], ...]:
-    """1F1B's per-device orders (stage d on device d) as ``Op`` tuples."""
-    return one_f_one_b(stages, microbatches).orders.tuple()

@@ -58,12 +58,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import check_shape
-from .linear import linear_arrays, one_f_one_b_warmup, warmup_pairs
-from ..arrays import B_CODE, F_CODE, W_CODE, OpArrays, Orders
+from ..arrays import B_CODE, F_CODE, W_CODE, OpArrays
 from ..ops import B, F, Op, W
 from ..placements import PlacementFamily, family_placement
 from ..schedule import Placement, Schedule
+from . import check_shape
+from .linear import linear_arrays, one_f_one_b_warmup, warmup_pairs
 
 ZB_H1_REGIME = "S >= 2, B >= 1"
 ZB_H2_REGIME = "S >= 2, B >= 1"
@@ -99,11 +99,6 @@ def zb_h1_arrays(devices: int, microbatches: int) -> tuple[OpArrays, np.ndarray]
     tail = cols >= width + inserted.sum(axis=1)[:, None]  # the remaining W's, ascending
     out_mb[tail] = np.broadcast_to(cols - width, out_mb.shape)[tail]
     return linear_arrays(kind, out_mb)
-
-
-def zb_h1_orders(devices: int, microbatches: int) -> tuple[tuple[Op, ...], ...]:
-    """Per-device orders of ZB-H1 as ``Op`` tuples (see ``zb_h1_arrays``)."""
-    return Orders(*zb_h1_arrays(devices, microbatches)).tuple()
 
 
 def zb_h1(stages: int, microbatches: int) -> Schedule:

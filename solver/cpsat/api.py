@@ -13,11 +13,9 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, replace
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from pipetab.schedules.schedule import Placement, Schedule
-from pipetab.solver.costs import Costs
-from pipetab.solver.deadline import Deadline
 
 from .bounds import safe_horizon
 from .fixed import search_fixed, solver_info
@@ -28,6 +26,10 @@ from .placement import search_free
 from .problem import Problem
 from .result import KnownGap, Mode, Result, Status, gap_of
 from .starts import Pace, judge, registry_schedules
+
+if TYPE_CHECKING:
+    from pipetab.solver.costs import Costs
+    from pipetab.solver.deadline import Deadline
 
 
 def evaluate(schedule: Schedule, costs: Costs, config: CpSatConfig | None = None) -> Result:

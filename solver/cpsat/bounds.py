@@ -8,14 +8,17 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from typing import TYPE_CHECKING
 
 from ortools.sat.python import cp_model
 
 from pipetab.schedules.ops import Kind, Op
 from pipetab.schedules.schedule import Placement
 
-from .problem import Problem
 from .variables import heads_tails, lifetime_min, successors
+
+if TYPE_CHECKING:
+    from .problem import Problem
 
 
 def makespan_lower_bound(problem: Problem, placement: Placement | None) -> tuple[int, str]:
@@ -45,7 +48,7 @@ def makespan_lower_bound(problem: Problem, placement: Placement | None) -> tuple
         total = sum(problem.duration(op) for op in problem.ops) + sum(opts)
         found.append((math.ceil(total / problem.num_devices), "total work over devices"))
     for g in problem.costs.replica_groups:
-        t = int(round(g.allreduce_time))
+        t = round(g.allreduce_time)
         for p, s in g.stages:
             if counts.get(p):
                 op = Op(problem.release_kind, p, s, 0)
@@ -116,7 +119,7 @@ def _fill_drain_bound(problem: Problem, placement: Placement, d: int, load: int,
     cap = problem.cap(d)
     acts = [problem.costs.activation[k] for k in keys]
     if cap is not None and min(acts) > 0:
-        k = int(math.floor(cap / min(acts) + 1e-9))
+        k = math.floor(cap / min(acts) + 1e-9)
         fill = min(fill, k * max(problem.duration(op) for op in fwd))
         if not problem.split_backward:
             drain = min(drain, k * max(problem.duration(op) for op in back))
@@ -144,7 +147,7 @@ def period_horizon(problem: Problem, placement: Placement, period: int | None = 
     total = sum(problem.duration(op) for op in problem.ops) + len(problem.ops) * lag
     if period is not None:
         total = min(total, D * period + (D - 1) * lag)
-    total += sum(int(round(g.allreduce_time)) for g in problem.costs.replica_groups)
+    total += sum(round(g.allreduce_time) for g in problem.costs.replica_groups)
     total += max((problem.optimizer(d) for d in range(D)), default=0)
     return max(1, total)
 
@@ -163,7 +166,7 @@ def safe_horizon(problem: Problem, placement: Placement | None) -> int:
                 problem.lag(op, placement.device(op.pipeline, op.stage), placement.device(nx.pipeline, nx.stage))
                 if placement.device(op.pipeline, op.stage) != placement.device(nx.pipeline, nx.stage) else 0
             )
-    total += sum(int(round(g.allreduce_time)) for g in problem.costs.replica_groups)
+    total += sum(round(g.allreduce_time) for g in problem.costs.replica_groups)
     total += max((problem.optimizer(d) for d in range(D)), default=0)
     return max(1, total)
 
@@ -222,11 +225,11 @@ def min_feasible_cap(problem: Problem, seconds: float = 10.0) -> float:
     x = {(k, d): m.new_bool_var(f"x{k}{d}") for k in keys for d in range(D)}
     for k in keys:
         m.add_exactly_one(x[(k, d)] for d in range(D))
-    top = sum(int(round(act[k] * scale)) for k in keys)
+    top = sum(round(act[k] * scale) for k in keys)
     z = m.new_int_var(0, top, "z")
     for p in set(problem.microbatch2pipeline):
         for d in range(D):
-            m.add(z >= sum(int(round(act[k] * scale)) * x[(k, d)] for k in keys if k[0] == p))
+            m.add(z >= sum(round(act[k] * scale) * x[(k, d)] for k in keys if k[0] == p))
     m.minimize(z)
     solver = cp_model.CpSolver()
     solver.parameters.num_workers = 1

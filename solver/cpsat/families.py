@@ -5,20 +5,23 @@ adds to a bound (none: each is without loss of generality, argued where it is ad
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Callable
-
-from ortools.sat.python import cp_model
+from typing import TYPE_CHECKING, Callable
 
 from pipetab.schedules.ops import Kind, Op
 
 from .bounds import memory_scale
-from .params import CpSatConfig
 from .precedences import add_makespan, add_no_overlap, add_order_chains, add_order_literals, add_precedences
-from .problem import Problem
 from .variables import Variables, lifetime_min
+
+if TYPE_CHECKING:
+    from ortools.sat.python import cp_model
+
+    from .params import CpSatConfig
+    from .problem import Problem
 
 
 # ---- memory ------------------------------------------------------------------------------------
@@ -49,7 +52,7 @@ def add_memory(model: cp_model.CpModel, v: Variables, fifo: bool = False) -> lis
     for d, cap_d in enumerate(caps):
         if cap_d is None or not per_device[d] or d in exact:
             continue
-        cap = int(math.floor(cap_d * scale + 1e-9))
+        cap = math.floor(cap_d * scale + 1e-9)
         if cap < 0:
             model.add_bool_or([])  # negative capacity: nothing fits
             continue
@@ -80,7 +83,7 @@ def _lifetimes(model: cp_model.CpModel, v: Variables, skip: set[int], scale: flo
                 name = f"life_{kind.value}p{p}s{s}m{m}"
                 size = model.new_int_var(lmin[(p, s, kind)], v.horizon, name)
                 v.lifetime_size[(p, s, m, kind)] = size
-                demand = int(round(part * scale))
+                demand = round(part * scale)
                 if d is not None:
                     per_device[d].append((model.new_interval_var(v.start[f], size, v.end(r), name), demand))
                     continue
@@ -119,7 +122,7 @@ def add_symmetry_break(model: cp_model.CpModel, v: Variables) -> None:
     their stage-0 forwards (all on one device) to start in microbatch order. Safe."""
     problem = v.problem
     for p, mbs in problem.pipeline_microbatches.items():
-        for a, b in zip(mbs, mbs[1:]):
+        for a, b in itertools.pairwise(mbs):
             ia = v.index[Op(Kind.F, p, 0, a)]
             ib = v.index[Op(Kind.F, p, 0, b)]
             model.add(v.start[ib] >= v.start[ia] + v.dur[ia])
@@ -146,7 +149,7 @@ def add_fifo(model: cp_model.CpModel, v: Variables) -> None:
     for p, mbs in problem.pipeline_microbatches.items():
         for s in range(problem.num_stages[p]):
             for k in problem.kinds:
-                for a, b in zip(mbs, mbs[1:]):
+                for a, b in itertools.pairwise(mbs):
                     v.check()
                     ia = v.index[Op(k, p, s, a)]
                     ib = v.index[Op(k, p, s, b)]

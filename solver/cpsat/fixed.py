@@ -5,12 +5,10 @@ assumptions a bound holds under, the solver's record, an infeasible memory cap."
 from __future__ import annotations
 
 import time
-from typing import Iterable, Sequence
+from typing import TYPE_CHECKING, Iterable, Sequence
 
 from pipetab.schedules.placements import FAMILY_LABELS
-from pipetab.schedules.schedule import Placement, Schedule
 from pipetab.solver.costs import Rounding
-from pipetab.solver.deadline import Deadline
 
 from .bounds import cap_violations, min_feasible_cap
 from .families import assumptions_of
@@ -18,12 +16,18 @@ from .mirror import mirror_pairs
 from .model import CpSatModel
 from .objectives import analytic_lower_bound, objective
 from .oracle import KnownEval, checked
-from .params import CpSatConfig
-from .problem import Problem
 from .result import KnownGap, Mode, PhaseRecord, Result, SolveLog, SolverInfo, Status, gap_of
 from .starts import Pace, Start, start_phase
 from .strategy import SearchState, bound_phase, search_phase, solve_record
 from .variables import BuildTimeout
+
+if TYPE_CHECKING:
+    from pipetab.schedules.schedule import Placement, Schedule
+    from pipetab.solver.deadline import Deadline
+
+    from .params import CpSatConfig
+    from .problem import Problem
+
 
 # ---- what a result says -------------------------------------------------------------------
 def base_assumptions(problem: Problem, placement_label: str) -> list[str]:

@@ -10,16 +10,20 @@ busiest device's work per microbatch) parametrize it.
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 from collections import defaultdict
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from pipetab.schedules.memory import memory_change
 from pipetab.schedules.ops import Kind, Op
-from pipetab.schedules.schedule import Placement, Schedule
 
-from .problem import Problem
 from .variables import heads_tails, successors
+
+if TYPE_CHECKING:
+    from pipetab.schedules.schedule import Placement, Schedule
+
+    from .problem import Problem
 
 
 def greedy_schedule(
@@ -244,7 +248,7 @@ def residency(problem: Problem, placement: Placement, p: int, s: int) -> int:
     m = 0  # every microbatch of a pipeline has the same op times
     chain = [Op(Kind.F, p, k, m) for k in range(s, n)] + [Op(Kind.B, p, k, m) for k in range(n - 1, s - 1, -1)]
     t = sum(problem.duration(op) for op in chain)
-    for a, b in zip(chain, chain[1:]):
+    for a, b in itertools.pairwise(chain):
         src, dst = placement.device(a.pipeline, a.stage), placement.device(b.pipeline, b.stage)
         t += problem.lag(a, src, dst) if src != dst else 0
     return t

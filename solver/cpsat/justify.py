@@ -8,13 +8,19 @@ holds — and a known schedule improved on it, re-timed and memory-checked by th
 
 from __future__ import annotations
 
+import itertools
+from typing import TYPE_CHECKING
+
 from pipetab.schedules.ops import Kind, Op
-from pipetab.schedules.schedule import Placement
 from pipetab.solver.justification import Edge, PrecedenceGraph, double_justify
 
 from .oracle import KnownEval, evaluate_known, relabel_microbatches
-from .problem import Problem
 from .variables import min_lag, successors
+
+if TYPE_CHECKING:
+    from pipetab.schedules.schedule import Placement
+
+    from .problem import Problem
 
 
 def precedence_graph(problem: Problem, placement: Placement) -> PrecedenceGraph | None:
@@ -39,7 +45,7 @@ def precedence_graph(problem: Problem, placement: Placement) -> PrecedenceGraph 
     for p, s in problem.stages:
         mbs = by_pipe[p]
         for kind in problem.kinds:
-            for a, b in zip(mbs, mbs[1:]):
+            for a, b in itertools.pairwise(mbs):
                 i = index[Op(kind, p, s, a)]
                 edge(i, index[Op(kind, p, s, b)], duration[i])
     for d in range(problem.num_devices):
@@ -80,7 +86,7 @@ def justify(problem: Problem, placement: Placement, known: KnownEval,
     if graph is None:
         return None
     _, timing = relabel_microbatches(known.schedule, known.timing)
-    starts = double_justify(graph, [int(round(timing.start[op])) for op in graph.ops], max_rounds)
+    starts = double_justify(graph, [round(timing.start[op]) for op in graph.ops], max_rounds)
     schedule = problem.schedule_by_starts(f"justified-{known.name}", placement, dict(zip(graph.ops, starts)))
     judged = evaluate_known(problem, schedule)
     if judged.fits and judged.makespan < known.makespan:

@@ -11,11 +11,16 @@ its bound is never reported (only its schedules are used, re-checked like every 
 
 from __future__ import annotations
 
-from pipetab.schedules.ops import Op
-from pipetab.schedules.schedule import Placement
+from typing import TYPE_CHECKING
 
-from .problem import Problem
+from pipetab.schedules.ops import Op
+
 from .variables import successors
+
+if TYPE_CHECKING:
+    from pipetab.schedules.schedule import Placement
+
+    from .problem import Problem
 
 
 def mirror_pairs(problem: Problem, placement: Placement) -> list[tuple[Op, Op]] | None:

@@ -8,18 +8,22 @@ import math
 import threading
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ortools.sat.python import cp_model
 
-from pipetab.schedules.evaluate import Timing
 from pipetab.schedules.ops import Kind, Op
 from pipetab.schedules.schedule import Placement, Schedule
 
 from .families import FAMILIES, Build
 from .objectives import objective
-from .params import CpSatConfig
-from .problem import Problem
 from .variables import Variables
+
+if TYPE_CHECKING:
+    from pipetab.schedules.evaluate import Timing
+
+    from .params import CpSatConfig
+    from .problem import Problem
 
 _STATUS = {
     cp_model.OPTIMAL: "optimal",
@@ -58,7 +62,7 @@ class _Progress(cp_model.CpSolverSolutionCallback):
     def on_solution_callback(self) -> None:
         self.trace.append((time.perf_counter() - self.t0, self.objective_value))
         if self.on_solution is not None:
-            self.on_solution(int(round(self.objective_value)))
+            self.on_solution(round(self.objective_value))
 
     def since_progress(self) -> float:
         """Seconds since the last solution (or since the solve began)."""
@@ -181,7 +185,7 @@ class CpSatModel:
             members = set(g.stages)
             ar = max((ends[op] for op in v.ops if op.kind is rel and (op.pipeline, op.stage) in members), default=0)
             m.add_hint(v.ar[g_i], ar)
-            t = int(round(g.allreduce_time))
+            t = round(g.allreduce_time)
             step = max([step] + [ar + t + problem.optimizer(pl_of.device(p, s)) for p, s in members])
         m.add_hint(v.makespan, step)
         objective(problem).hint(m, v, schedule, starts, ends)
@@ -252,7 +256,7 @@ class CpSatModel:
         value = starts = placement = None
         bound = None
         if status in ("optimal", "feasible"):
-            value = int(round(solver.objective_value))
+            value = round(solver.objective_value)
             starts = {op: int(solver.value(v.start[i])) for i, op in enumerate(v.ops)}
             if v.placement is None:
                 placement = Placement(
@@ -272,7 +276,7 @@ class CpSatModel:
         elif status != "infeasible":
             b = solver.best_objective_bound
             if math.isfinite(b):
-                bound = int(math.ceil(b - 1e-9))
+                bound = math.ceil(b - 1e-9)
         first = cb.trace[0][0] if cb.trace else None
         return RawSolve(status, value, bound, starts, placement, wall, solver.response_proto.deterministic_time,
                         first, len(cb.trace), stalled=watch is not None and watch.stalled)

@@ -20,13 +20,9 @@ from collections import defaultdict
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Callable
 
-from ortools.sat.python import cp_model
-
 from pipetab.schedules.evaluate import Timing
 from pipetab.schedules.ops import Kind, Op
-from pipetab.schedules.schedule import Placement, Schedule
 from pipetab.solver import periodic
-from pipetab.solver.costs import Costs
 from pipetab.solver.simulate import simulate
 
 from . import bounds
@@ -34,6 +30,11 @@ from .problem import Objective, Problem
 from .variables import heads_tails
 
 if TYPE_CHECKING:
+    from ortools.sat.python import cp_model
+
+    from pipetab.schedules.schedule import Placement, Schedule
+    from pipetab.solver.costs import Costs
+
     from .variables import Variables
 
 
@@ -83,7 +84,7 @@ def _no_hint(model, v, schedule, starts, ends) -> None:
 
 
 def _judge_makespan(problem: Problem, schedule: Schedule, sim) -> tuple[int, Timing]:
-    return int(round(sim.makespan)), Timing(sim.start, sim.end)
+    return round(sim.makespan), Timing(sim.start, sim.end)
 
 
 MAKESPAN = ObjectiveSpec(
@@ -148,7 +149,7 @@ def _judge_period(problem: Problem, schedule: Schedule, sim) -> tuple[int, Timin
     costs = replace(problem.costs, replica_groups=())
     period = math.ceil(periodic.min_period(schedule, costs) - 1e-9)
     timing = periodic.periodic_timing(schedule, costs, period)
-    start = {op: int(round(t)) for op, t in timing.start.items()}
+    start = {op: round(t) for op, t in timing.start.items()}
     return period, Timing(start, {op: t + problem.duration(op) for op, t in start.items()})
 
 
@@ -235,7 +236,7 @@ def _drain_idle(problem: Problem, p: int, s: int, trip: int, k: int, count: int,
     for a in range(1, k + 1):
         held = count - a
         if w_time and m_w > 1e-12 and cap is not None:
-            held = min(held, int(math.floor((cap - a * m) / m_w + 1e-9)))
+            held = min(held, math.floor((cap - a * m) / m_w + 1e-9))
         held = max(0, held) if w_time else 0
         most = max(most, f + (a - 1) * (b + w_time) + held * w_time)
     return max(0, trip - most)

@@ -9,6 +9,7 @@ is checked against.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from pipetab.schedules.evaluate import DeadlockError, Timing
 from pipetab.schedules.memory import memory_change
@@ -18,7 +19,8 @@ from pipetab.schedules.table import Table, timed_table
 from pipetab.schedules.validate import validate
 from pipetab.solver.simulate import simulate
 
-from .problem import Problem
+if TYPE_CHECKING:
+    from .problem import Problem
 
 
 @dataclass(frozen=True)

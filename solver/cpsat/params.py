@@ -235,7 +235,7 @@ class CpSatConfig:
         return family not in self.ablate
 
     def stop_rules(self) -> tuple[StopRule, ...]:
-        return (MaxRuntime(self.time_limit_s),) + self.stop
+        return (MaxRuntime(self.time_limit_s), *self.stop)
 
     def deadline(self, t0: float | None = None) -> Deadline:
         """The one ``Deadline`` of a call with this config, beginning now (or at ``t0``)."""

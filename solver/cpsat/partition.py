@@ -27,21 +27,24 @@ from __future__ import annotations
 import heapq
 import math
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from enum import StrEnum
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from pipetab.schedules.ops import Kind, Op
 from pipetab.schedules.schedule import Placement, Schedule
-from pipetab.solver.pricing import Layers, LayerCosts, even_layers, with_layers
-from pipetab.solver.deadline import Deadline
+from pipetab.solver.pricing import LayerCosts, Layers, even_layers, with_layers
 
 from .bounds import cap_violations
 from .objectives import analytic_lower_bound
 from .params import CpSatConfig
 from .partition_enum import enumerate_partitions, least_splits, quick_bound
-from .problem import Problem
 from .result import Mode, PhaseRecord, Result, SolveLog, Status, gap_of
+
+if TYPE_CHECKING:
+    from pipetab.solver.deadline import Deadline
+
+    from .problem import Problem
 
 PARTITION_FORMS = "even, free, or layer counts per stage such as 8,8,8,8 (bidirectional: DOWN/UP, e.g. 9,8,8,7/7,8,8,9)"
 
@@ -305,7 +308,7 @@ class _FreeSplit:
             res = replace(relabel(first, label), status=status, lower_bound=None if lb in (None, math.inf) else lb,
                           runtime_s=runtime, log=log)
             return PartitionSearch(res, None, tuple(self.rows), enum.enumerated, first)
-        lb = min(bounds + [self.best.makespan])
+        lb = min([*bounds, self.best.makespan])
         status = Status.OPTIMAL if lb >= self.best.makespan else Status.FEASIBLE  # type: ignore[operator]
         res = replace(relabel(self.best, label, self.best_layers), status=status, lower_bound=lb, runtime_s=runtime,
                       log=log, known={k: replace(v, gap=gap_of(v.makespan, lb) if v.fits else None)

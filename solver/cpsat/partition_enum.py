@@ -10,15 +10,18 @@ import functools
 import math
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from ortools.sat.python import cp_model
 
 from pipetab.schedules.ops import Kind
-from pipetab.solver.pricing import LayerCosts, Layers
 
 from .params import DecomposeParams
-from .problem import Problem
+
+if TYPE_CHECKING:
+    from pipetab.solver.pricing import LayerCosts, Layers
+
+    from .problem import Problem
 
 _DEFAULTS = DecomposeParams()
 
@@ -90,11 +93,11 @@ def least_splits(shape: Problem, layer_costs: LayerCosts, count: int, deadline: 
             return LeastSplits(tuple(found), math.inf)  # every split is listed
         b = solver.best_objective_bound
         if math.isfinite(b) and b > 0:
-            rest = max(rest or 0, int(math.ceil(b - 1e-9)))
+            rest = max(rest or 0, math.ceil(b - 1e-9))
         if status != cp_model.OPTIMAL:
             break
         lay = tuple(tuple(int(solver.value(v)) for v in row) for row in layer_vars)
-        found.append((int(round(solver.objective_value)), lay))
+        found.append((round(solver.objective_value), lay))
         m.add_forbidden_assignments(flat, [tuple(x for row in lay for x in row)])
     return LeastSplits(tuple(found), rest)
 

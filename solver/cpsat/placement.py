@@ -11,22 +11,25 @@ import itertools
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from pipetab.schedules.schedule import Placement, Schedule
-from pipetab.solver.deadline import Deadline
 
 from .bounds import cap_violations, safe_horizon
+from .families import devices_identical
+from .fixed import finish, infeasible_cap, search_assumptions, search_fixed
 from .model import CpSatModel
 from .objectives import analytic_lower_bound, objective
 from .oracle import KnownEval, checked, evaluate_known, relabel_microbatches
-from .params import CpSatConfig
-from .families import devices_identical
-from .problem import Problem
 from .result import Mode, PhaseRecord, Result, Status
-from .fixed import finish, infeasible_cap, search_assumptions, search_fixed
 from .starts import best_of, greedy_starts, judge
 from .strategy import solve_record
+
+if TYPE_CHECKING:
+    from pipetab.solver.deadline import Deadline
+
+    from .params import CpSatConfig
+    from .problem import Problem
 
 
 def canonical_placements(problem: Problem, limit: int) -> list[Placement] | None:
@@ -151,7 +154,7 @@ def _visit(problem: Problem, config: CpSatConfig, deadline: Deadline, mode: Mode
     left = sum(1 for _, lb2 in rest if run.value is None or lb2 < run.value)
     slice_s = max(remaining / max(1, left), min(remaining, 0.5))
     if run.schedule is not None and run.schedule.placement.stage2device == pl.stage2device:
-        known = known + [run.schedule]
+        known = [*known, run.schedule]
     res = search_fixed(problem, pl, config, known, deadline.within(max(0.05, slice_s), det), mode, label=label)
     run.families.update(res.solver.families)
     run.bounds.append(math.inf if res.status is Status.INFEASIBLE else

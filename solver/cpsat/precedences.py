@@ -5,13 +5,16 @@ order literals where FIFO makes them exact), fixed orders as chains, and the ste
 
 from __future__ import annotations
 
+import itertools
 import math
+from typing import TYPE_CHECKING
 
-from ortools.sat.python import cp_model
-
-from pipetab.schedules.ops import Kind, Op
+from pipetab.schedules.ops import Op
 
 from .variables import Variables, min_lag, predecessor, successors
+
+if TYPE_CHECKING:
+    from ortools.sat.python import cp_model
 
 
 # ---- precedence with transfer lag --------------------------------------------------------
@@ -97,10 +100,7 @@ def add_no_overlap(model: cp_model.CpModel, v: Variables, makespan_intervals: bo
     for d in range(D):
         if d in skip:
             continue
-        if v.placement is not None:
-            ivs = [v.interval[i] for i in v.device_ops(d)]
-        else:
-            ivs = [alts[d] for alts in v.alt]
+        ivs = [v.interval[i] for i in v.device_ops(d)] if v.placement is not None else [alts[d] for alts in v.alt]
         if makespan_intervals:
             opt = problem.optimizer(d)
             ivs.append(model.new_interval_var(
@@ -195,7 +195,7 @@ def add_order_literals(model: cp_model.CpModel, v: Variables, limit: int) -> fro
 def add_order_chains(model: cp_model.CpModel, v: Variables, orders) -> None:
     """Fixed per-device orders as precedence chains (evaluate mode; no no-overlap needed)."""
     for order in orders:
-        for a, b in zip(order, order[1:]):
+        for a, b in itertools.pairwise(order):
             ia, ib = v.index[a], v.index[b]
             model.add(v.start[ib] >= v.start[ia] + v.dur[ia])
 
@@ -248,6 +248,6 @@ def add_makespan(model: cp_model.CpModel, v: Variables, orders=None, fifo: bool 
             ends = [i for i, op in enumerate(v.ops) if op.kind is rel and (op.pipeline, op.stage) in members]
         for i in ends:
             model.add(ar >= v.end(i))
-        t = int(round(g.allreduce_time))
+        t = round(g.allreduce_time)
         for p, s in members:
             model.add(v.makespan >= ar + t + opt_of(p, s))

@@ -16,12 +16,16 @@ import math
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from functools import cached_property
+from typing import TYPE_CHECKING
 
+from pipetab.schedules.checks import check_count
 from pipetab.schedules.ops import Kind, Op
 from pipetab.schedules.placements import PlacementFamily, family_of, family_placement, family_stages
 from pipetab.schedules.schedule import Placement, Schedule
-from pipetab.solver.costs import Costs
 from pipetab.solver.pricing import idealized_costs
+
+if TYPE_CHECKING:
+    from pipetab.solver.costs import Costs
 
 StageKey = tuple[int, int]
 
@@ -46,7 +50,7 @@ def _int(value: float, what: str) -> int:
             f"{what} is {value!r}; the CP-SAT model needs integer times — quantize the costs "
             "first (Costs.quantized(tick_s))"
         )
-    return int(round(value))
+    return round(value)
 
 
 @dataclass(frozen=True)
@@ -80,8 +84,7 @@ class Problem:
 
     def _check_shape(self) -> None:
         D = self.num_devices
-        if not isinstance(D, int) or isinstance(D, bool) or D < 1:
-            raise ValueError(f"num_devices must be an integer >= 1, got {D!r}")
+        check_count("num_devices", D)
         if not self.num_stages or any(n < 1 for n in self.num_stages):
             raise ValueError(f"num_stages must list >= 1 stage per pipeline, got {list(self.num_stages)}")
         if not self.microbatch2pipeline:
@@ -198,7 +201,7 @@ class Problem:
 
     # ---- integer costs ------------------------------------------------------------------
     def duration(self, op: Op) -> int:
-        return int(round(self.costs.duration(op)))
+        return round(self.costs.duration(op))
 
     def lag(self, pred: Op, src: int, dst: int) -> int:
         return _int(self.costs.transfer(pred, src, dst), f"transfer of {pred}")
@@ -212,7 +215,7 @@ class Problem:
         a = self.costs.activation[(p, s)]
         if cap is None or a <= 0:
             return None
-        return int(math.floor(cap / a + 1e-9))
+        return math.floor(cap / a + 1e-9)
 
     def weight_part(self, p: int, s: int) -> float:
         """M_W of stage (p, s) when the backward is split (0 without a split: B frees all)."""
@@ -248,7 +251,7 @@ class Problem:
         if len(parts) == 1:
             return [(parts[0][0], k)], True
         a = self.costs.activation[(p, s)]
-        kw = int(math.floor((cap - a) / parts[1][1] + 1e-9)) + 1
+        kw = math.floor((cap - a) / parts[1][1] + 1e-9) + 1
         return [(Kind.B, k), (Kind.W, kw)], False
 
     def memory_windows(self, p: int, s: int, cap: float | None) -> tuple[list[tuple[Op, Op]], bool]:
@@ -274,7 +277,7 @@ class Problem:
 
     def optimizer(self, device: int) -> int:
         t = self.costs.optimizer_time
-        return int(round(t[device])) if t else 0
+        return round(t[device]) if t else 0
 
     def matches(self, schedule: Schedule) -> str | None:
         """None when ``schedule`` is a schedule of this problem; otherwise why not."""
@@ -359,10 +362,8 @@ def idealized_problem(
     with ``waves``, interleaved with ``chunks``, free with ``pipelines`` pipelines of
     ``stages`` stages) or of a given ``Placement``; two pipelines split their microbatches
     half/half per unit (``bidirectional_microbatches``). Costs: ``idealized_costs``."""
-    if not isinstance(stages, int) or isinstance(stages, bool) or stages < 1:
-        raise ValueError(f"stages must be an integer >= 1, got {stages!r}")
-    if not isinstance(microbatches, int) or isinstance(microbatches, bool) or microbatches < 1:
-        raise ValueError(f"microbatches must be an integer >= 1, got {microbatches!r}")
+    check_count("stages", stages)
+    check_count("microbatches", microbatches)
     if isinstance(placement, Placement):
         if pipelines not in (1, 2):
             raise ValueError(f"pipelines must be 1 or 2, got {pipelines!r}")

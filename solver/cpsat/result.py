@@ -11,11 +11,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Mapping
-
-from pipetab.schedules.schedule import Schedule
+from typing import TYPE_CHECKING, Mapping
 
 from .problem import Objective
+
+if TYPE_CHECKING:
+    from pipetab.schedules.schedule import Schedule
 
 
 class Status(StrEnum):

@@ -12,17 +12,20 @@ import functools
 import math
 import time
 from dataclasses import dataclass
-from typing import Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
 
 from pipetab.schedules.placements import family_placement
-from pipetab.schedules.schedule import Placement, Schedule
-from pipetab.solver.deadline import Deadline
 
 from .greedy import greedy_schedule, microbatch_spacing, stage_limits, warmup_depths
 from .justify import justify, precedence_graph
 from .oracle import KnownEval, evaluate_known
 from .params import CpSatConfig, StartParams
-from .problem import Problem
+
+if TYPE_CHECKING:
+    from pipetab.schedules.schedule import Placement, Schedule
+    from pipetab.solver.deadline import Deadline
+
+    from .problem import Problem
 
 
 # ---- the registry's schedules of a problem --------------------------------------------------

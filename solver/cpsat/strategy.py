@@ -19,19 +19,20 @@ from __future__ import annotations
 import math
 import threading
 import time
-from dataclasses import dataclass
-from typing import Sequence
-
-from pipetab.schedules.schedule import Placement
-from pipetab.solver.deadline import Deadline
+from typing import TYPE_CHECKING, Sequence
 
 from .model import CpSatModel, RawSolve
 from .objectives import objective
 from .oracle import KnownEval, checked, hint_form
-from .params import CpSatConfig
-from .problem import Problem
 from .result import SolveRecord, gap_of
 from .variables import BuildTimeout
+
+if TYPE_CHECKING:
+    from pipetab.schedules.schedule import Placement
+    from pipetab.solver.deadline import Deadline
+
+    from .params import CpSatConfig
+    from .problem import Problem
 
 
 class StopSignal:
@@ -156,7 +157,7 @@ def proof_config(config: CpSatConfig) -> CpSatConfig:
     if config.workers < 2 or config.subsolvers is not None or config.deterministic_time is not None:
         return config
     return config.replace(subsolvers=("shared_tree",),
-                          extra_params=(("shared_tree_num_workers", config.workers),) + config.extra_params)
+                          extra_params=(("shared_tree_num_workers", config.workers), *config.extra_params))
 
 
 def build_model(problem: Problem, placement: Placement, config: CpSatConfig, cap: int, bound: int,

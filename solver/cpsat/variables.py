@@ -7,13 +7,16 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-
-from ortools.sat.python import cp_model
+from typing import TYPE_CHECKING
 
 from pipetab.schedules.ops import Kind, Op
-from pipetab.schedules.schedule import Placement
 
-from .problem import Problem
+if TYPE_CHECKING:
+    from ortools.sat.python import cp_model
+
+    from pipetab.schedules.schedule import Placement
+
+    from .problem import Problem
 
 
 def successors(op: Op, num_stages: int, split: bool) -> list[Op]:

@@ -2,12 +2,20 @@
 
 import pytest
 
+from pipetab.hardware.context import Context
 from pipetab.hardware.costs import (
-    activation_bytes_per_layer, allreduce_time, attention_core_flops, head_forward_flops, layer_forward_flops,
-    layer_forward_traffic, message_bytes, optimizer_time, ring_allreduce_time, schedule_costs,
+    activation_bytes_per_layer,
+    allreduce_time,
+    attention_core_flops,
+    head_forward_flops,
+    layer_forward_flops,
+    layer_forward_traffic,
+    message_bytes,
+    optimizer_time,
+    ring_allreduce_time,
+    schedule_costs,
     stage_cost,
 )
-from pipetab.hardware.context import Context
 from pipetab.hardware.loaders import load_model
 from pipetab.hardware.model import TransformerModel
 from pipetab.hardware.system import Device, Link, System

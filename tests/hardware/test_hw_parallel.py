@@ -3,10 +3,10 @@ and the pure pipeline (t = d = 1) unchanged."""
 
 import pytest
 
+from pipetab.hardware.context import Context
 from pipetab.hardware.costs import schedule_costs, stage_cost
 from pipetab.hardware.layer import activation_bytes_per_layer, layer_params_per_gpu
 from pipetab.hardware.model import TransformerModel
-from pipetab.hardware.context import Context
 from pipetab.hardware.parallel import Topology, ring_time
 from pipetab.hardware.system import Device, Link, System
 from pipetab.schedules import registry
@@ -172,7 +172,9 @@ def test_pure_pipeline_reproduces_before(name, S, B, opts, system, model, rc, t_
 def test_gqa_swiglu_flash_layer_by_hand():
     """h=8, 4 heads of 2 (2 K/V heads: kv width 4), SwiGLU f=12, no dropout, flash, c=2."""
     from pipetab.hardware.layer import (
-        head_activation_bytes, layer_forward_flops, weight_memory_bytes_per_layer,
+        head_activation_bytes,
+        layer_forward_flops,
+        weight_memory_bytes_per_layer,
     )
 
     m = TransformerModel("g", num_layers=2, hidden=8, heads=4, seq_len=4, vocab=10, global_batch=1,

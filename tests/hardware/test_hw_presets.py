@@ -7,7 +7,12 @@ import pytest
 
 from pipetab.hardware.context import Context
 from pipetab.hardware.loaders import (
-    PRESET_DIR, list_models, list_systems, load_model, load_system, model_from_file,
+    PRESET_DIR,
+    list_models,
+    list_systems,
+    load_model,
+    load_system,
+    model_from_file,
 )
 from pipetab.hardware.model import TransformerModel
 from pipetab.hardware.system import System

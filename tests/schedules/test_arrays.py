@@ -7,7 +7,18 @@ from unittest.mock import patch
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from reference_core import (
+    cases,
+    ref_interleaved_orders,
+    ref_one_f_one_b_orders,
+    ref_run,
+    ref_schedule_message,
+    ref_table_metrics,
+    ref_validate_message,
+    ref_zb_h1_orders,
+)
 
 from pipetab.schedules import evaluate, registry
 from pipetab.schedules.arrays import OpArrays, Orders
@@ -17,11 +28,6 @@ from pipetab.schedules.ops import B, F, Kind, Op
 from pipetab.schedules.schedule import Placement, Schedule
 from pipetab.schedules.table import PlacedOp, SlotDurations, Table, layout, whole
 from pipetab.schedules.validate import TableError, validate
-
-from reference_core import (
-    cases, ref_interleaved_orders, ref_one_f_one_b_orders, ref_run, ref_schedule_message,
-    ref_table_metrics, ref_validate_message, ref_zb_h1_orders,
-)
 
 
 def kernel(rounds: bool):

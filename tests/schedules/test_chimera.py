@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-
 import pytest
+from conftest import assert_every_op_once, grid_cells, parse_reference_grid
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -13,8 +13,6 @@ from pipetab.schedules.metrics import table_metrics
 from pipetab.schedules.ops import Kind
 from pipetab.schedules.table import SlotDurations, layout
 from pipetab.schedules.validate import validate
-
-from conftest import assert_every_op_once, grid_cells, parse_reference_grid
 
 # Reference grids from shared/reference/schedules.md §4(d). A cell names kind and microbatch;
 # the stage is the one the row's device holds in that microbatch's pipeline.

@@ -6,6 +6,7 @@ from __future__ import annotations
 from fractions import Fraction
 
 import pytest
+from conftest import assert_every_op_once, grid_cells, parse_reference_grid
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -20,9 +21,6 @@ from pipetab.schedules.ops import Kind
 from pipetab.schedules.table import SlotDurations, layout
 from pipetab.schedules.validate import validate
 
-from conftest import assert_every_op_once, grid_cells, parse_reference_grid
-
-
 # shared/reference/schedules.md §4(d), "Forward doubling D=4, N=8, T_F=1, T_B=2 — makespan 27".
 # Device 0 (first stage of the down pipeline) starts F0 F1 F2 F3 and device 3 (first stage of
 # the up pipeline) F4 F5 F6 F7: microbatches 0-3 go down, 4-7 up.
@@ -31,7 +29,7 @@ dev0 |F0  F1  F2  F3  F4  F5  B4  B4  F6  F7  B5  B5  .   B0  B0  B6  B6  B1  B1
 dev1 |.   F0  F1  F4  F5  F2  F3  F6  F7  B4  B4  B0  B0  B5  B5  B1  B1  B6  B6  B2  B2  B7  B7  B3  B3  .   .
 dev2 |.   F4  F5  F0  F1  F6  F7  F2  F3  B0  B0  B4  B4  B1  B1  B5  B5  B2  B2  B6  B6  B3  B3  B7  B7  .   .
 dev3 |F4  F5  F6  F7  F0  F1  B0  B0  F2  F3  B1  B1  .   B4  B4  B2  B2  B5  B5  B3  B3  B6  B6  .   .   B7  B7
-"""  # noqa: E501
+"""
 
 
 def assert_devices_hold_their_stages(table, schedule) -> None:

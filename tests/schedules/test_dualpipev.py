@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
+from conftest import grid_cells, v_label
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -29,8 +30,6 @@ from pipetab.schedules.table import PlacedOp, SlotDurations, Table, layout
 from pipetab.schedules.validate import validate
 from pipetab.solver.pricing import slot_costs
 from pipetab.solver.simulate import simulate
-
-from conftest import grid_cells, v_label
 
 UNIT = SlotDurations(1, 1, 1)
 

@@ -17,8 +17,8 @@ from pipetab.schedules.generators.hanayo import (
     list_schedule_orders,
 )
 from pipetab.schedules.metrics import table_metrics
-from pipetab.schedules.placements import PlacementFamily, family_placement
 from pipetab.schedules.ops import Kind, Op
+from pipetab.schedules.placements import PlacementFamily, family_placement
 from pipetab.schedules.schedule import Schedule
 from pipetab.schedules.table import SlotDurations, layout
 from pipetab.schedules.validate import validate
@@ -30,7 +30,7 @@ dev0 |F0.0 F1.0 F2.0 F3.0 .    .    .    F0.1 B0.1 F1.1 B1.1 F2.1 B2.1 F3.1 B3.1
 dev1 |.    F0.0 F1.0 F2.0 F3.0 .    F0.1 .    F1.1 B0.1 F2.1 B1.1 F3.1 B2.1 B0.0 B3.1 B1.0 .    B2.0 .    B3.0 .
 dev2 |.    .    F0.0 F1.0 F2.0 F0.1 F3.0 F1.1 .    F2.1 B0.1 F3.1 B1.1 B0.0 B2.1 B1.0 B3.1 B2.0 .    B3.0 .    .
 dev3 |.    .    .    F0.0 F0.1 F1.0 F1.1 F2.0 F2.1 F3.0 F3.1 B0.1 B0.0 B1.1 B1.0 B2.1 B2.0 B3.1 B3.0 .    .    .
-"""  # noqa: E501
+"""
 
 P4_W2_N4 = """
 dev0 |F0.0 F1.0 F2.0 F3.0 .    .    .    F0.1 F0.2 F1.1 F1.2 F2.1 F2.2 F3.1 F3.2 F0.3 B0.3 F1.3 B1.3 F2.3 B2.3 F3.3 B3.3 B0.2 B0.1 B1.2 B1.1 B2.2 B2.1 B3.2 B3.1 B0.0 .    B1.0 .    B2.0 .    B3.0

@@ -1,7 +1,8 @@
 """GPipe and 1F1B: worked tables, published formulas, memory."""
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pipetab.schedules import registry
 from pipetab.schedules.metrics import table_metrics

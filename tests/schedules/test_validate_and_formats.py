@@ -3,14 +3,14 @@
 import json
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from reference_core import cases
 
 from pipetab.schedules import formats, registry
 from pipetab.schedules.ops import Kind, Op
 from pipetab.schedules.table import PlacedOp, SlotDurations, Table, layout
 from pipetab.schedules.validate import TableError, schedule_from_table, validate
-
-from reference_core import cases
 
 
 def _two_stage_table(entries):
@@ -36,12 +36,12 @@ def test_valid_hand_table():
     "entries, message",
     [
         (GOOD[:-1], r"op B0s0 is missing \(expected on device 0\)"),
-        (GOOD + [("F0s0", 0, 7, 1)], r"op F0s0 appears twice \(again on device 0 at slot 7\)"),
+        ([*GOOD, ("F0s0", 0, 7, 1)], r"op F0s0 appears twice \(again on device 0 at slot 7\)"),
         ([("F0s0", 0, 0, 1), ("F0s1", 1, 1, 1), ("B0s1", 1, 2, 2), ("B0s0", 0, 3, 2)],
          r"op B0s0 on device 0 starts at slot 3 before its dependency B0s1 ends at slot 4"),
         ([("F0s0", 0, 0, 1), ("F0s1", 1, 0, 1), ("B0s1", 1, 2, 2), ("B0s0", 0, 4, 2)],
          r"op F0s1 on device 1 starts at slot 0 before its dependency F0s0 ends at slot 1"),
-        (GOOD + [("F1s0", 0, 5, 1), ("F1s1", 1, 6, 1), ("B1s1", 1, 7, 2), ("B1s0", 0, 9, 2)],
+        ([*GOOD, ("F1s0", 0, 5, 1), ("F1s1", 1, 6, 1), ("B1s1", 1, 7, 2), ("B1s0", 0, 9, 2)],
          r"device 0 runs B0s0 and F1s0 in slot 5"),
         ([("F0s0", 0, 0, 1), ("F0s1", 1, 1, 1), ("B0s1", 1, 2, 2), ("B0s0", 1, 4, 2)],
          r"stage 0 of pipeline 0 runs on devices 0 and 1"),

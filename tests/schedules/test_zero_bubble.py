@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
+from conftest import grid_cells, v_label
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -24,8 +25,6 @@ from pipetab.schedules.validate import validate
 from pipetab.solver.pricing import slot_costs
 from pipetab.solver.simulate import simulate
 
-from conftest import grid_cells, v_label
-
 UNIT = SlotDurations(1, 1, 1)
 
 # shared/reference/schedules.md §6(d): D=4, N=8, T_F = T_B = T_W = 1 (B = input gradient)
@@ -34,7 +33,7 @@ dev0 |F0  F1  F2  F3  .   .   .   B0  W0  F4  B1  W1  F5  B2  W2  F6  B3  W3  F7
 dev1 |.   F0  F1  F2  .   .   B0  F3  B1  W0  F4  B2  W1  F5  B3  W2  F6  B4  W3  F7  B5  W4  B6  W5  B7  W6  W7
 dev2 |.   .   F0  F1  .   B0  F2  B1  F3  B2  W0  F4  B3  W1  F5  B4  W2  F6  B5  W3  F7  B6  W4  B7  W5  W6  W7
 dev3 |.   .   .   F0  B0  F1  B1  F2  B2  F3  B3  W0  F4  B4  W1  F5  B5  W2  F6  B6  W3  F7  B7  W4  W5  W6  W7
-"""  # noqa: E501
+"""
 
 # Qi et al. (arXiv 2401.10241) Figure 3 bottom, ZB-H2 for p=4, 8 microbatches, F = B = W (its
 # microbatches 1..8 written 0..7 here): every device busy from its first op to its last
@@ -43,7 +42,7 @@ dev0 |F0  F1  F2  F3  F4  F5  F6  B0  W0  F7  B1  W1  B2  W2  B3  W3  B4  W4  B5
 dev1 |.   F0  F1  F2  F3  F4  B0  F5  B1  F6  B2  W0  F7  B3  W1  B4  W2  B5  W3  B6  W4  B7  W5  W6  W7  .   .
 dev2 |.   .   F0  F1  F2  B0  F3  B1  F4  B2  F5  B3  F6  B4  W0  F7  B5  W1  B6  W2  B7  W3  W4  W5  W6  W7  .
 dev3 |.   .   .   F0  B0  F1  B1  F2  B2  F3  B3  F4  B4  F5  B5  F6  B6  W0  F7  B7  W1  W2  W3  W4  W5  W6  W7
-"""  # noqa: E501
+"""
 
 # §7(d): ZB-V, D=4, N=8, one slot per chunk op; upper case = stage d, lower case = stage 7-d
 ZBV_D4_N8 = """
@@ -128,7 +127,7 @@ def test_zb_h1_shape():
 @pytest.mark.parametrize("stages", [2, 3, 4, 5, 8, 16])
 @pytest.mark.parametrize("microbatches", [1, 2, 3, 4, 7, 8, 16, 33, 64])
 def test_zb_h1_formula_equals_table(stages, microbatches):
-    table, m, f = formula_and_table(zb_h1, formulas.zb_h1, stages, microbatches)
+    table, _m, f = formula_and_table(zb_h1, formulas.zb_h1, stages, microbatches)
     if microbatches >= stages:
         assert table.makespan == 3 * microbatches + stages - 1
         assert "Qi et al." in f.bubble_source

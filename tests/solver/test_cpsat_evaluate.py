@@ -9,8 +9,8 @@ from pipetab.schedules.evaluate import asap
 from pipetab.schedules.ops import B, F
 from pipetab.schedules.schedule import Placement, Schedule
 from pipetab.schedules.table import SlotDurations
-from pipetab.solver.pricing import slot_costs
 from pipetab.solver.cpsat import CpSatConfig, evaluate
+from pipetab.solver.pricing import slot_costs
 from pipetab.solver.simulate import simulate
 
 CFG = CpSatConfig(time_limit_s=20, workers=2)

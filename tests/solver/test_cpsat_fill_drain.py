@@ -8,8 +8,8 @@ import pytest
 
 from pipetab.solver.cpsat import CpSatConfig, idealized_problem
 from pipetab.solver.cpsat.bounds import min_feasible_cap, safe_horizon
-from pipetab.solver.cpsat.objectives import analytic_lower_bound
 from pipetab.solver.cpsat.model import CpSatModel
+from pipetab.solver.cpsat.objectives import analytic_lower_bound
 
 
 @pytest.mark.parametrize("placement,C,expected", [

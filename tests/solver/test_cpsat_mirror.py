@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from pipetab.solver.cpsat import CpSatConfig, idealized_problem, search
 from pipetab.solver.cpsat.bounds import safe_horizon
-from pipetab.solver.cpsat.oracle import checked
 from pipetab.solver.cpsat.mirror import mirror_pairs
 from pipetab.solver.cpsat.model import CpSatModel
+from pipetab.solver.cpsat.oracle import checked
 
 
 def _pairs(S, B, placement="bidirectional", **kw):

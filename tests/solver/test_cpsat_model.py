@@ -5,10 +5,10 @@ import pytest
 from pipetab.schedules import registry
 from pipetab.solver.cpsat import CpSatConfig, idealized_problem
 from pipetab.solver.cpsat.bounds import safe_horizon
-from pipetab.solver.cpsat.objectives import analytic_lower_bound
 from pipetab.solver.cpsat.model import CpSatModel
-from pipetab.solver.cpsat.placement import canonical_devices
+from pipetab.solver.cpsat.objectives import analytic_lower_bound
 from pipetab.solver.cpsat.oracle import evaluate_known, hint_form
+from pipetab.solver.cpsat.placement import canonical_devices
 
 
 def _solve_with_log(model, seconds=5.0):

@@ -21,7 +21,7 @@ CFG = CpSatConfig(time_limit_s=20, workers=2)
 def _compositions(total, parts):
     for cut in itertools.combinations(range(1, total), parts - 1):
         edges = (0, *cut, total)
-        yield tuple(b - a for a, b in zip(edges, edges[1:]))
+        yield tuple(b - a for a, b in itertools.pairwise(edges))
 
 
 def _all_splits(shape, L):

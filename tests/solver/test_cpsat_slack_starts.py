@@ -6,11 +6,10 @@ import pytest
 
 from pipetab.schedules.validate import validate
 from pipetab.solver.cpsat import CpSatConfig, idealized_problem, search
-from pipetab.solver.cpsat.objectives import analytic_lower_bound
-from pipetab.solver.cpsat.oracle import table_of
-from pipetab.solver.cpsat.starts import greedy_starts
-from pipetab.solver.cpsat.oracle import evaluate_known, memory_check
 from pipetab.solver.cpsat.greedy import microbatch_spacing
+from pipetab.solver.cpsat.objectives import analytic_lower_bound
+from pipetab.solver.cpsat.oracle import evaluate_known, memory_check, table_of
+from pipetab.solver.cpsat.starts import greedy_starts
 
 
 def test_microbatch_spacing_by_hand():

@@ -8,6 +8,7 @@ import time
 import pytest
 
 from pipetab.schedules import registry
+from pipetab.solver import deadline as deadline_module
 from pipetab.solver.cpsat import (
     CpSatConfig,
     GapBelow,
@@ -15,9 +16,8 @@ from pipetab.solver.cpsat import (
     NoImprovement,
     idealized_problem,
     search,
+    strategy,
 )
-from pipetab.solver import deadline as deadline_module
-from pipetab.solver.cpsat import strategy
 from pipetab.solver.cpsat.model import RawSolve
 from pipetab.solver.cpsat.oracle import evaluate_known
 from pipetab.solver.simulate import simulate

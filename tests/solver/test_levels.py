@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from pipetab.schedules.registry import formula, generate
 from pipetab.schedules.metrics import table_metrics
+from pipetab.schedules.registry import formula, generate
 from pipetab.schedules.table import SlotDurations, layout
-from pipetab.solver.pricing import hardware_costs
 from pipetab.solver.levels import evaluate_levels
+from pipetab.solver.pricing import hardware_costs
 from pipetab.solver.simulate import simulate
 
 

@@ -10,8 +10,8 @@ import pytest
 
 from pipetab.schedules.ops import Kind
 from pipetab.solver.cpsat import CpSatConfig, idealized_problem, search
-from pipetab.solver.cpsat.oracle import memory_check
 from pipetab.solver.cpsat.greedy import warmup_depths
+from pipetab.solver.cpsat.oracle import memory_check
 from pipetab.solver.periodic import checked_span_period, min_period, repeated_simulation
 
 CASES = [

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import replace
 
@@ -17,7 +18,6 @@ from pipetab.schedules.schedule import Schedule
 from pipetab.schedules.table import SlotDurations, layout
 from pipetab.schedules.validate import validate
 from pipetab.solver.costs import ReplicaGroup
-from pipetab.solver.pricing import hardware_costs, slot_costs
 from pipetab.solver.periodic import (
     checked_span_period,
     device_spans,
@@ -28,6 +28,7 @@ from pipetab.solver.periodic import (
     repeated_simulation,
     span_period,
 )
+from pipetab.solver.pricing import hardware_costs, slot_costs
 from pipetab.solver.simulate import simulate
 
 UNIT = SlotDurations(1, 1, 1)
@@ -135,7 +136,7 @@ def _assert_valid(sched, costs, start):
     """Every device order and data dependency (with its transfer) holds in ``start`` —
     checked here independently of ``checked_span_period``, which must agree."""
     for d, order in enumerate(sched.orders):
-        for a, b in zip(order, order[1:]):
+        for a, b in itertools.pairwise(order):
             assert start[b] >= start[a] + costs.duration(a) - 1e-9
         for op in order:
             for q in data_predecessors(op, sched.num_stages(op.pipeline)):
@@ -172,7 +173,7 @@ def test_fractional_period_repeats_every_two_iterations():
     run = repeated_simulation(sched, costs, iterations=12)
     assert (run.period, run.cyclicity, run.periodic_from) == (45.5, 2, 0)
     starts = [row[0] for row in run.first_starts]
-    assert [b - a for a, b in zip(starts, starts[1:])][:4] == [46, 45, 46, 45]
+    assert [b - a for a, b in itertools.pairwise(starts)][:4] == [46, 45, 46, 45]
 
 
 def test_periods_on_hardware_costs():

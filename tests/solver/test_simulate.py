@@ -11,8 +11,8 @@ from pipetab.schedules.ops import B, F, Kind
 from pipetab.schedules.schedule import Placement, Schedule
 from pipetab.schedules.table import SlotDurations, layout
 from pipetab.solver.costs import Costs, Links, ReplicaGroup
-from pipetab.solver.pricing import slot_costs
 from pipetab.solver.graph import critical_path, execution_graph
+from pipetab.solver.pricing import slot_costs
 from pipetab.solver.simulate import simulate
 
 CASES = [("gpipe", 4, 8, {}), ("1f1b", 4, 8, {}), ("1f1b", 8, 3, {}), ("chimera", 4, 8, {}),

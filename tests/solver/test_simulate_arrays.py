@@ -6,15 +6,15 @@ two do the same additions and maxima."""
 from dataclasses import replace
 from unittest.mock import patch
 
-from hypothesis import assume, given, settings, strategies as st
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+from reference_core import cases, ref_simulation
 
 from pipetab.schedules import evaluate
 from pipetab.schedules.table import SlotDurations
 from pipetab.solver.pricing import hardware_costs, slot_costs
 from pipetab.solver.simulate import simulate
 from pipetab.solver.trace import chrome_trace
-
-from reference_core import cases, ref_simulation
 
 
 def _assert_same(sim, ref):

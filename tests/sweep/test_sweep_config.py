@@ -82,7 +82,7 @@ def test_keys_are_stable_and_defaults_fill_in(tmp_path):
     ('[grid]\nschedules=["gpipe"]\nstages=[4]\nmicrobatches=[8]\nsystems=["mid_nw_mid_cp"]\n[run]\nmode="table"',
      "not used in mode 'table'"),
     ('[grid]\nschedules=["gpipe"]\nstages=[4, 4]\nmicrobatches=[8]\nsystems=["mid_nw_mid_cp"]', "lists a value twice"),
-    ('[grid\nschedules=', "not valid TOML"),
+    ("[grid\nschedules=", "not valid TOML"),
     ('[run]\nmode="simulate"', "missing table [grid]"),
 ])
 def test_malformed_configs_are_rejected_with_one_line(tmp_path, text, fragment):

@@ -9,8 +9,8 @@ import pytest
 
 from pipetab.hardware import load_system
 from pipetab.schedules.table import SlotDurations
-from pipetab.solver.pricing import hardware_costs
 from pipetab.solver.levels import evaluate_levels
+from pipetab.solver.pricing import hardware_costs
 from pipetab.solver.simulate import simulate
 from pipetab.sweep import expand, flat_levels, parse_config
 from pipetab.sweep.run import evaluate_group, evaluate_task

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from pipetab.cli import main
-from pipetab.sweep import ResultStore, Progress, parse_config, plan, run_sweep, same_row
+from pipetab.sweep import Progress, ResultStore, parse_config, plan, run_sweep, same_row
 from pipetab.sweep.executors import make_executor
 
 DOC = {

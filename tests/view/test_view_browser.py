@@ -86,8 +86,8 @@ def test_page_loads_draws_every_op_and_hover_names_the_op(browser, tmp_path):
             assert int(panel.locator(f"canvas.{kind}").get_attribute("data-drawn")) == counts[name]
         assert len(generate(name, 4, 8).orders[0]) * 4 == counts[name]
     # hover the backward of microbatch 5 on stage 2 of 1F1B in the simulated timeline
-    from pipetab.solver.pricing import hardware_costs
     from pipetab.solver.levels import evaluate_levels
+    from pipetab.solver.pricing import hardware_costs
 
     lv = evaluate_levels("1f1b", 4, 8)
     lv = lv.simulated(hardware_costs(lv.schedule, "mid_nw_mid_cp", "paper_gpt"))
@@ -123,7 +123,7 @@ def test_wheel_zooms_and_hover_stays_right(browser, tmp_path):
     m = next(m for m in range(32) if after["t0"] <= s + m and s + m + 1 <= after["t1"])
     text = hover_text(page, *point_of(after, s, s + m, s + m + 1))
     assert f"F · microbatch {m} · stage {s}" in text
-    page.dblclick(f"#schedule-0 canvas.table")  # reset
+    page.dblclick("#schedule-0 canvas.table")  # reset
     page.wait_for_function("document.querySelector('#schedule-0 canvas.table').dataset.t0 == 0")
     assert page.problems == []
 

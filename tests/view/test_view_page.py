@@ -8,8 +8,8 @@ import re
 
 from pipetab.cli import main
 from pipetab.schedules.table import SlotDurations
-from pipetab.solver.pricing import hardware_costs
 from pipetab.solver.levels import evaluate_levels
+from pipetab.solver.pricing import hardware_costs
 from pipetab.view import page_data, render_page
 
 
