@@ -130,7 +130,8 @@ def _wall(argv: list[str], repeats: int) -> float:
 def cli_section(repeats: int) -> list[dict]:
     pipetab = [sys.executable, "-m", "pipetab.cli.main"]
     cases = [
-        ("evaluate --format json", ["evaluate", "1f1b", "-S", "64", "-B", "1024", "--format", "json"], 64, 1024, 0.5, ""),
+        ("evaluate --format json", ["evaluate", "1f1b", "-S", "64", "-B", "1024", "--format", "json"],
+         64, 1024, 0.5, ""),
         ("evaluate --system --format json",
          ["evaluate", "1f1b", "-S", "64", "-B", "1024", "--system", "mid_nw_mid_cp", "--model", GB1024,
           "--format", "json"], 64, 1024, 0.8, "paper_gpt with global batch 1024"),
@@ -178,8 +179,9 @@ def scale_section(repeats: int) -> list[dict]:
     r = runs[0]
     note = (f"generate {statistics.median(x['generate'] for x in runs):.2f} s, simulate + memory peaks "
             f"{statistics.median(x['simulate'] for x in runs):.2f} s, T={r['makespan']:g} slots")
+    rss_note = f"; peak RSS target 2048 MB: {'meets' if rss <= 2048 else 'MISSES'}"
     return [row("scale", "generate + simulate (slot costs, 1-slot messages)", "1f1b", 128, 8192, r["ops"], total,
-                repeats, rss, target=5.0, note=note + f"; peak RSS target 2048 MB: {'meets' if rss <= 2048 else 'MISSES'}")]
+                repeats, rss, target=5.0, note=note + rss_note)]
 
 
 TORCH_CHILD = """

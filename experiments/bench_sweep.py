@@ -10,8 +10,8 @@
 
 Each run is timed whole (plan, pool, evaluation, store, export); the CSV has one line per run:
 sweep, configurations, workers, wall seconds, plan seconds (listing the keys), evaluation seconds summed over
-workers, CPU seconds of the process and its workers, the target, and the machine's load average when the run started. Exits 1 when the
-median of a sweep's runs misses its target.
+workers, CPU seconds of the process and its workers, the target, and the machine's load average when the run
+started. Exits 1 when the median of a sweep's runs misses its target.
 """
 
 from __future__ import annotations
@@ -49,7 +49,8 @@ def run_once(name: str, workers: int | None) -> dict:
     cpu = _cpu() - cpu0
     return {"sweep": name, "configurations": summary.new_rows, "errors": len(summary.errors),
             "workers": summary.workers, "wall_s": round(wall, 3), "plan_s": round(t_plan, 3),
-            "evaluation_s": round(evaluation, 3), "cpu_s": round(cpu, 3), "target_s": TARGETS[name], "load_before": round(load, 2)}
+            "evaluation_s": round(evaluation, 3), "cpu_s": round(cpu, 3), "target_s": TARGETS[name],
+            "load_before": round(load, 2)}
 
 
 def _cpu() -> float:

@@ -238,7 +238,8 @@ def cpsat_rows(time_limit_s: float, stages: tuple[int, ...], workers: int = 2,
                    "method": f"CP-SAT {column} limit", "cap_mb": mult * model.pipelines,
                    "weight_memory": round(model.weight_memory_fraction, 6),
                    "time_limit_s": time_limit_s, "workers": workers, "status": res.status,
-                   "runtime_s": round(res.runtime_s, 2), "schedule": None if res.schedule is None else res.schedule.name,
+                   "runtime_s": round(res.runtime_s, 2),
+                   "schedule": None if res.schedule is None else res.schedule.name,
                    "paper_column": column, "paper_bubble": paper[column], "ideal_ms": round(prof.ideal_ms, 6)}
             if res.schedule is not None:
                 period = min_period(res.schedule, real) / MS
@@ -264,8 +265,10 @@ def cpsat_rows(time_limit_s: float, stages: tuple[int, ...], workers: int = 2,
 
 def _cpsat_line(r: dict) -> str:
     if "bubble" not in r:
-        return f"{r['model']:<6} {r['stages']:>3} {r['microbatches']:>4}  {r['paper_column']}: {r['status']}, no schedule"
-    return (f"{r['model']:<6} {r['stages']:>3} {r['microbatches']:>4}  {r['paper_column']:<6} paper {r['paper_bubble']:.4f} "
+        return (f"{r['model']:<6} {r['stages']:>3} {r['microbatches']:>4}  {r['paper_column']}: {r['status']}, "
+                "no schedule")
+    return (f"{r['model']:<6} {r['stages']:>3} {r['microbatches']:>4}  {r['paper_column']:<6} "
+            f"paper {r['paper_bubble']:.4f} "
             f"cp-sat {r['bubble']:.4f} ({'<=' if r['meets_paper'] else '> '}) bound {r['bound_bubble']:.4f} "
             f"gap {100 * r['gap']:5.2f}% {r['status']:<8} {r['runtime_s']:6.1f} s  ratio to 1F1B "
             f"{r['predicted_ratio']:.3f} measured {r['measured_ratio']:.3f} ({100 * r['ratio_error']:+.1f}%)")

@@ -13,11 +13,11 @@ import argparse
 import sys
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-
 import pandas as pd
 
 from experiments import common
+
+HERE = Path(__file__).resolve().parent
 
 COLOURS = {"gpipe": "tab:blue", "1f1b": "tab:orange", "chimera": "tab:green", "hanayo": "tab:red",
            "chimera-asym": "tab:purple", "chimera-fd": "tab:olive", "cpsat": "black"}

@@ -40,7 +40,8 @@ def main(argv=None) -> int:
     print(f"proven lower bound {res.lower_bound} slots after {wall:.1f} s "
           f"(best schedule of this run: {res.makespan} slots, {best})")
     if args.best is not None:
-        print(f"a schedule of {args.best} slots is within {(args.best - res.lower_bound) / args.best:.2%} of the optimum")
+        within = (args.best - res.lower_bound) / args.best
+        print(f"a schedule of {args.best} slots is within {within:.2%} of the optimum")
     return 0
 
 

@@ -14,12 +14,12 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-
 import pandas as pd
 
 from experiments import common
 from experiments.common import faster, network, pivot
+
+HERE = Path(__file__).resolve().parent
 
 AGREES, PARTLY, DISAGREES, NOT_RUN = "agrees", "partly", "disagrees", "not measured"
 
@@ -158,11 +158,12 @@ def finding2(grid: pd.DataFrame | None, bubble: pd.DataFrame | None) -> list[Fin
         if verdict != AGREES and level == "table":
             Smax = int(b.index.get_level_values("stages").max())
             Bmax = int(b.loc[Smax].index.max())
+            formula = pivot(bubble, "formula_bubble_ratio", index=("stages", "microbatches"))
             reason = (
                 f"pipetab's Chimera concatenates basic units of S microbatches directly; with T_B = 2 T_F each "
                 f"unit leaves idle slots that do not shrink with B, so its table bubble levels off "
                 f"({pct(b.loc[(Smax, Bmax), 'chimera'])} at S={Smax}, B={Bmax}, formula "
-                f"{pct(pivot(bubble, 'formula_bubble_ratio', index=('stages', 'microbatches')).loc[(Smax, Bmax), 'chimera'])})"
+                f"{pct(formula.loc[(Smax, Bmax), 'chimera'])})"
                 f" while GPipe's and 1F1B's fall as (S-1)/(B+S-1) ({pct(b.loc[(Smax, Bmax), 'gpipe'])}). "
                 f"Chimera wins at {', '.join(f'S={s} B={m}' for s, m in wins) or 'no point'}."
             )
@@ -170,7 +171,9 @@ def finding2(grid: pd.DataFrame | None, bubble: pd.DataFrame | None) -> list[Fin
                            "per (S, B): Chimera's bubble < min(GPipe, 1F1B); agrees if at every point"))
     # 2c: formula vs table at (8, 16)
     claim = "Chimera at (S, B) = (8, 16): formula bubble 16 %, table bubble 26 % (formulas underestimate)."
-    if bubble is None or not ((bubble.schedule == "chimera") & (bubble.stages == 8) & (bubble.microbatches == 16)).any():
+    if bubble is None or not (
+        (bubble.schedule == "chimera") & (bubble.stages == 8) & (bubble.microbatches == 16)
+    ).any():
         out.append(_na("2c", claim, "fig3_bubble"))
     else:
         r = bubble[(bubble.schedule == "chimera") & (bubble.stages == 8) & (bubble.microbatches == 16)].iloc[0]
@@ -208,7 +211,8 @@ def finding2(grid: pd.DataFrame | None, bubble: pd.DataFrame | None) -> list[Fin
         m = float(sp.max())
         win_b = {s: [int(b) for (s2, b), v in (1 - fast["chimera"] / fast["gpipe"]).items() if s2 == s and v > 0]
                  for s in dict.fromkeys(fast.index.get_level_values("system"))}
-        measured = (f"S=8, fast-network systems, B <= 32: Chimera up to {faster(m)} than GPipe ({where[0]}, B={where[1]}). "
+        measured = (f"S=8, fast-network systems, B <= 32: Chimera up to {faster(m)} than GPipe "
+                    f"({where[0]}, B={where[1]}). "
                     "B where Chimera beats GPipe: " + "; ".join(f"{s}: {v or 'none'}" for s, v in win_b.items()) + ".")
         verdict = AGREES if m > 0 and close(m, 0.15) else PARTLY if m > 0 else DISAGREES
         bt = None if bubble is None else pivot(bubble, "table_bubble_ratio", index=("stages", "microbatches"))
@@ -216,7 +220,8 @@ def finding2(grid: pd.DataFrame | None, bubble: pd.DataFrame | None) -> list[Fin
         if verdict != AGREES:
             reason = "the size of the gain follows the table bubbles"
             if bt is not None and (8, 8) in bt.index:
-                reason += (f" (S=8, B=8: Chimera {pct(bt.loc[(8, 8), 'chimera'])}, GPipe {pct(bt.loc[(8, 8), 'gpipe'])})")
+                reason += (f" (S=8, B=8: Chimera {pct(bt.loc[(8, 8), 'chimera'])}, "
+                           f"GPipe {pct(bt.loc[(8, 8), 'gpipe'])})")
             reason += "; the paper's efficiency factors are not known, so magnitudes can differ."
         out.append(Finding("2d", claim, measured, verdict, reason,
                            "m = max over fast-network systems and B <= 32 of 1 - T_Chimera/T_GPipe (S=8); agrees if "
@@ -232,7 +237,8 @@ def finding2(grid: pd.DataFrame | None, bubble: pd.DataFrame | None) -> list[Fin
         okn = int((per <= CONVERGED).sum())
         verdict = tri(okn, len(per))
         measured = ("S=8, B >= 128: max |T_Chimera / min(T_GPipe, T_1F1B) - 1| per system: "
-                    + ", ".join(f"{s} {pct(v)}" for s, v in per.items()) + f"; within {pct(CONVERGED)} on {okn} of {len(per)}.")
+                    + ", ".join(f"{s} {pct(v)}" for s, v in per.items())
+                    + f"; within {pct(CONVERGED)} on {okn} of {len(per)}.")
         reason = ""
         if verdict != AGREES and bubble is not None:
             bt = pivot(bubble, "table_bubble_ratio", index=("stages", "microbatches"))
@@ -254,7 +260,8 @@ def finding2(grid: pd.DataFrame | None, bubble: pd.DataFrame | None) -> list[Fin
     slowest = slow["chimera"] > slow[["gpipe", "1f1b"]].max(axis=1)
     slowest_all = slow["chimera"] >= slow[others].max(axis=1)
     measured = (f"S=8, slow-network systems: Chimera slower than both GPipe and 1F1B in {int(slowest.sum())} of "
-                f"{len(slow)} (system, B) points; slowest of all simulated schedules ({', '.join(['chimera', *others])}) "
+                f"{len(slow)} (system, B) points; slowest of all simulated schedules "
+                f"({', '.join(['chimera', *others])}) "
                 f"in {int(slowest_all.sum())}.")
     verdict = tri(int(slowest.sum()), len(slow))
     reason = ""
@@ -276,7 +283,8 @@ def finding2(grid: pd.DataFrame | None, bubble: pd.DataFrame | None) -> list[Fin
         g = g.droplevel("system").sort_index()
         grows.append((s, g.iloc[0], g.iloc[-1], int(g.index[0]), int(g.index[-1])))
     n_up = sum(1 for _, a, b, _, _ in grows if b > a)
-    measured = "S=8: " + "; ".join(f"{s}: {a:.2f} s at B={b0} -> {b:.2f} s at B={b1}" for s, a, b, b0, b1 in grows) + "."
+    measured = "S=8: " + "; ".join(f"{s}: {a:.2f} s at B={b0} -> {b:.2f} s at B={b1}"
+                                   for s, a, b, b0, b1 in grows) + "."
     verdict = tri(n_up, len(grows))
     reason = ""
     if verdict != AGREES:
@@ -284,11 +292,12 @@ def finding2(grid: pd.DataFrame | None, bubble: pd.DataFrame | None) -> list[Fin
         idx = [i for i in n.index if network(i[0]) == "slow" and i[1] == 8]
         if idx:
             lo, hi_ = min(idx, key=lambda i: i[2]), max(idx, key=lambda i: i[2])
-            reason = (f"in pipetab's model a message costs latency + bytes / bandwidth; at fixed global batch a larger B "
-                      f"means more but smaller messages (Chimera: {int(n.loc[lo, 'chimera'])} transfers at B={lo[2]}, "
-                      f"{int(n.loc[hi_, 'chimera'])} at B={hi_[2]}) with the same total bytes, and only the per-message "
-                      "latency grows, which is small against the transfer time; Chimera's gradient all-reduce does not "
-                      "depend on B. What makes the paper's Chimera grow with B is not known.")
+            reason = (f"in pipetab's model a message costs latency + bytes / bandwidth; at fixed global batch "
+                      f"a larger B means more but smaller messages (Chimera: {int(n.loc[lo, 'chimera'])} transfers "
+                      f"at B={lo[2]}, {int(n.loc[hi_, 'chimera'])} at B={hi_[2]}) with the same total bytes, and "
+                      "only the per-message latency grows, which is small against the transfer time; Chimera's "
+                      "gradient all-reduce does not depend on B. What makes the paper's Chimera grow with B is not "
+                      "known.")
     out.append(Finding("2g", "On a slow network Chimera's runtime grows with B.", measured, verdict, reason,
                        "per slow-network system: T_Chimera(largest B) > T_Chimera(smallest B); agrees if on all"))
     return out
@@ -319,7 +328,8 @@ def fd_findings(bubble: pd.DataFrame | None, runtime: pd.DataFrame | None) -> li
         measured = (f"chimera-fd's table bubble < min(GPipe, 1F1B) in {int(best.sum())} of {len(b)} (S, B) points; "
                     f"it equals its formula (S-2)/(2B+S-2) in {exact} of {len(b)} (largest difference "
                     f"{diff.max() * 100:.2g} pp)"
-                    + ("; S=8: " + ", ".join(f"B={B} {pct(b.loc[(8, B), FD])} (Chimera {pct(b.loc[(8, B), 'chimera'])}, "
+                    + ("; S=8: " + ", ".join(f"B={B} {pct(b.loc[(8, B), FD])} "
+                                              f"(Chimera {pct(b.loc[(8, B), 'chimera'])}, "
                                               f"GPipe {pct(b.loc[(8, B), 'gpipe'])})" for B in S8 if B in (16, 64, 256))
                        if S8 else "") + ".")
         verdict = tri(int(best.sum()), len(b))
@@ -332,7 +342,8 @@ def fd_findings(bubble: pd.DataFrame | None, runtime: pd.DataFrame | None) -> li
                       f"bubble is {pct(fd)} against direct concatenation's {pct(dc)}: the paper's 26 % table bubble "
                       f"(2c) is {nearer}'s ({abs(dc - 0.26) * 100:.1f} pp from direct concatenation, "
                       f"{abs(fd - 0.26) * 100:.1f} pp from forward doubling), so the paper's Chimera is the "
-                      f"{'directly concatenated one judged in 2b-2g' if nearer == 'direct concatenation' else 'forward-doubling one'}.")
+                      + ("directly concatenated one judged in 2b-2g" if nearer == "direct concatenation"
+                         else "forward-doubling one") + ".")
         out.append(Finding("2b-fd", c2b, measured, verdict, reason,
                            "as 2b, over the (S, B) points where chimera-fd exists: its bubble < min(GPipe, 1F1B)"))
     c2e = "Beyond the paper: Chimera with forward doubling converges with GPipe and 1F1B above B ~ 64."
@@ -427,9 +438,11 @@ def finding3(t1: pd.DataFrame | None, w: int = 1) -> list[Finding]:
     ic, ih = float(fm.idle_chimera.mean()), float(fm.idle_hanayo.mean())
     verdict = (AGREES if abs(ic - 0.35) <= 0.05 and abs(ih - 0.25) <= 0.05 else PARTLY if ih < ic else DISAGREES) \
         if len(fm) else NOT_RUN
-    out.append(Finding("3b", claims["3b"], f"mean idle ratio over fast/mid networks: Chimera {pct(ic)}, Hanayo {pct(ih)}.",
+    out.append(Finding("3b", claims["3b"],
+                       f"mean idle ratio over fast/mid networks: Chimera {pct(ic)}, Hanayo {pct(ih)}.",
                        verdict, "" if verdict == AGREES else "see 3a.",
-                       "agrees if Chimera within 5 pp of 35 % and Hanayo within 5 pp of 25 %; partly if Hanayo's is lower"))
+                       "agrees if Chimera within 5 pp of 35 % and Hanayo within 5 pp of 25 %; "
+                       "partly if Hanayo's is lower"))
     for fid, system, paper in (("3c", "slow_nw_fast_cp", -0.1232), ("3d", "slow_nw_mid_cp", 0.023)):
         row = h[h.system == system]
         if row.empty:
@@ -476,7 +489,8 @@ def finding4(f6: pd.DataFrame | None) -> list[Finding]:
         m = float(sp.max())
         verdict = AGREES if m > 0 and close(m, 0.05) else PARTLY if m > 0 else DISAGREES
         out.append(Finding("4b", claims["4b"],
-                           f"S=4, fast-network systems: best case {faster(m)} ({s4.system[i]}, B={s4.microbatches[i]}); "
+                           f"S=4, fast-network systems: best case {faster(m)} "
+                           f"({s4.system[i]}, B={s4.microbatches[i]}); "
                            f"range {faster(float(sp.min()))} .. {faster(m)}.",
                            verdict, "" if verdict == AGREES else _asym_reason(f6),
                            "m = max over fast-network systems and B of 1 - T_asym/T_Chimera at S=4; agrees if m > 0 "
@@ -490,7 +504,8 @@ def finding4(f6: pd.DataFrame | None) -> list[Finding]:
         n_slow = int((per > 1).sum())
         verdict = tri(n_slow, len(per))
         out.append(Finding("4c", claims["4c"],
-                           f"S=8, B <= 16: T_asym / T_Chimera between {small.ratio.min():.3f} and {small.ratio.max():.3f}; "
+                           f"S=8, B <= 16: T_asym / T_Chimera between {small.ratio.min():.3f} "
+                           f"and {small.ratio.max():.3f}; "
                            f"asym slower at every such B on {n_slow} of {len(per)} systems.",
                            verdict, "" if verdict == AGREES else _asym_reason(f6),
                            "per system: T_asym > T_Chimera at every B <= 16 (S=8); agrees if on all systems"))
@@ -525,13 +540,15 @@ def cpsat_section(cp: pd.DataFrame | None) -> list[str]:
         + _range(cp.known_makespan_q_s / cp.simulation_makespan_s - 1) + "). The last two columns leave quantization "
         "behind: *CP-SAT, real* is the CP-SAT schedule re-simulated on the real-valued costs, and "
         "*bound, real* is the bound proven with every duration rounded **down** to ticks — a lower bound "
-        "of the real-valued problem (same placement; the known schedule's real T_sim is in the Fig. 4 data). Time limit "
+        "of the real-valued problem (same placement; the known schedule's real T_sim is in the Fig. 4 data). "
+        "Time limit "
         + ", ".join(f"{x:g} s" for x in sorted(set(cp.time_limit_s))) + " per run, "
         + ", ".join(str(int(x)) for x in sorted(set(cp.cpsat_workers))) + " CP-SAT workers, S="
         + ", ".join(map(str, sorted(set(cp.stages)))) + ". Cap `4act`: persistent memory plus 4 activations of "
         "the largest stage per device; `none`: unlimited.",
         "",
-        "| system | B | cap | placement | known schedules, quantized (s) | CP-SAT (s) | proven bound (s) | status | gap | vs best known that fits | CP-SAT, real (s) | bound, real (s) |",
+        "| system | B | cap | placement | known schedules, quantized (s) | CP-SAT (s) | proven bound (s) | status "
+        "| gap | vs best known that fits | CP-SAT, real (s) | bound, real (s) |",
         "|---|---:|---|---|---|---:|---:|---|---:|---:|---:|---:|",
     ]
     for r in cases.itertuples():
@@ -544,7 +561,8 @@ def cpsat_section(cp: pd.DataFrame | None) -> list[str]:
             versus = "same" if abs(r.gain) < 5e-4 else faster(r.gain)
         lines.append(
             f"| {r.system} | {r.microbatches} | {r.cap} | {r.placement} | {known} | "
-            f"{'' if pd.isna(r.cpsat_s) else f'{r.cpsat_s:.2f}'} | {'' if pd.isna(r.bound_s) else f'{r.bound_s:.2f}'} | "
+            f"{'' if pd.isna(r.cpsat_s) else f'{r.cpsat_s:.2f}'} | "
+            f"{'' if pd.isna(r.bound_s) else f'{r.bound_s:.2f}'} | "
             f"{r.status} | {'' if pd.isna(r.gap) else pct(r.gap)} | {versus} | "
             f"{'' if pd.isna(r.cpsat_real_s) else f'{r.cpsat_real_s:.2f}'} | "
             f"{'' if pd.isna(r.bound_real_s) else f'{r.bound_real_s:.2f}'} |")
@@ -557,9 +575,11 @@ def cpsat_section(cp: pd.DataFrame | None) -> list[str]:
                      f"({b.placement} placement, {b.system}, B={b.microbatches}, cap {b.cap}); no gain (a known "
                      f"schedule is already as good) in {int((done.gain.abs() < 5e-4).sum())} of {len(done)} runs where "
                      "a known schedule fits.")
-    lines.append(f"- Proven optimal within the time limit: {int((cases.status == 'optimal').sum())} of {len(cases)} runs; "
-                 f"largest remaining gap {pct(cases.gap.dropna().max()) if cases.gap.notna().any() else 'n/a'}.")
-    pair = cases.pivot_table(index=["system", "microbatches", "placement"], columns="cap", values="cpsat_s", aggfunc="first")
+    lines.append(f"- Proven optimal within the time limit: {int((cases.status == 'optimal').sum())} of "
+                 f"{len(cases)} runs; largest remaining gap "
+                 f"{pct(cases.gap.dropna().max()) if cases.gap.notna().any() else 'n/a'}.")
+    pair = cases.pivot_table(index=["system", "microbatches", "placement"], columns="cap", values="cpsat_s",
+                             aggfunc="first")
     if "none" in pair.columns:
         for cap in [c for c in pair.columns if c != "none"]:
             cost = (pair[cap] / pair["none"] - 1).dropna()
@@ -567,7 +587,8 @@ def cpsat_section(cp: pd.DataFrame | None) -> list[str]:
                 lines.append(f"- The cap `{cap}` makes CP-SAT's best schedule {_range(cost)} longer than without a cap "
                              f"(no known schedule fits it in {int(cases[cases.cap == cap].best_known_s.isna().sum())} "
                              f"of {int((cases.cap == cap).sum())} runs).")
-    stated = (re.sub(r"ticks of [0-9.e+-]+ s", "ticks of tick_s", x) for r in cases.assumptions for x in r.split("; ") if x)
+    stated = (re.sub(r"ticks of [0-9.e+-]+ s", "ticks of tick_s", x)
+              for r in cases.assumptions for x in r.split("; ") if x)
     lines.append("- Bound assumptions (as the CP-SAT model states them, over all runs): "
                  + "; ".join(f"`{a}`" for a in dict.fromkeys(stated)) + ".")
     return lines
@@ -594,7 +615,8 @@ def asym_partition_section(ap: pd.DataFrame | None) -> list[str]:
         "searched order), so *vs even split* is what the split alone gains and *vs Chimera* what split and "
         "order gain together.",
         "",
-        "| system | S | B | split down / up | T_sim (s) | bound (s) | gap | even split (s) | Chimera (s) | chimera-asym (s) | vs even split | vs Chimera | chimera-asym vs Chimera |",
+        "| system | S | B | split down / up | T_sim (s) | bound (s) | gap | even split (s) | Chimera (s) "
+        "| chimera-asym (s) | vs even split | vs Chimera | chimera-asym vs Chimera |",
         "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in ap.itertuples():
@@ -644,7 +666,8 @@ def _range(series) -> str:
 def assumptions(data: dict) -> list[str]:
     from pipetab import hardware
     lines = ["Systems (values read from the preset TOML files in `hardware/presets/systems/`):", "",
-             "| system | peak FLOP/s | e_c | op latency | mem BW | e_m | mem latency | link BW | link latency | memory |",
+             "| system | peak FLOP/s | e_c | op latency | mem BW | e_m | mem latency | link BW | link latency "
+             "| memory |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     used = set()
     for d in data.values():
@@ -653,22 +676,24 @@ def assumptions(data: dict) -> list[str]:
     for name in [s for s in common.GRID_SYSTEMS if s in used] + sorted(used - set(common.GRID_SYSTEMS)):
         s = hardware.load_system(name)
         dv, ln = s.device, s.default_link
-        lines.append(f"| {name} | {dv.peak_flops:.3g} | {dv.compute_efficiency:g} | {dv.compute_latency_s * 1e6:g} µs | "
+        lines.append(f"| {name} | {dv.peak_flops:.3g} | {dv.compute_efficiency:g} | "
+                     f"{dv.compute_latency_s * 1e6:g} µs | "
                      f"{dv.mem_bandwidth / 1e12:g} TB/s | {dv.mem_efficiency:g} | {dv.mem_latency_s * 1e9:g} ns | "
                      f"{ln.bandwidth / 1e9:g} GB/s | {ln.latency_s * 1e9:g} ns | {dv.memory_bytes / 1e9:g} GB |")
     lines += ["", "The memory bandwidth is 34 TB/s at every grid point, as the paper prints it (one H100 has "
-              "~3.35 TB/s; possibly a misprint); e_c and e_m are pipetab's assumptions (the paper's are not known).", ""]
+              "~3.35 TB/s; possibly a misprint); e_c and e_m are pipetab's assumptions "
+              "(the paper's are not known).", ""]
     models = set()
     for d in data.values():
         if d is not None and "model" in getattr(d, "columns", []):
             models |= set(d.model.dropna())
     for name in sorted(models):
         m = hardware.load_model(name)
-        lines.append(f"Model `{name}`: {m.num_layers} layers, hidden {m.hidden}, sequence {m.seq_len}, FFN {m.ffn_hidden} "
-                     f"(from the paper); assumed: {m.heads} heads (the summaries' 80 does not divide {m.hidden}), "
-                     f"vocabulary {m.vocab}, global batch {m.global_batch} sequences, {m.bytes_per_param_compute} bytes per "
-                     f"weight/activation, {m.bytes_per_grad} per gradient, {m.bytes_per_param_state} of optimizer state per "
-                     "parameter.")
+        lines.append(f"Model `{name}`: {m.num_layers} layers, hidden {m.hidden}, sequence {m.seq_len}, "
+                     f"FFN {m.ffn_hidden} (from the paper); assumed: {m.heads} heads (the summaries' 80 does not "
+                     f"divide {m.hidden}), vocabulary {m.vocab}, global batch {m.global_batch} sequences, "
+                     f"{m.bytes_per_param_compute} bytes per weight/activation, {m.bytes_per_grad} per gradient, "
+                     f"{m.bytes_per_param_state} of optimizer state per parameter.")
     settings = []
     for name, d in data.items():
         if d is None or not hasattr(d, "columns") or "forward_slots" not in d.columns:
@@ -733,8 +758,10 @@ def zero_bubble_section(path: Path = ZB_CSV) -> list[str]:
         cal = (r.period_1f1b_ms + left_1f1b) / (r.cost_ms + left_1f1b)
         calibrated.append((r.paper_column, cal / r.measured_ratio - 1))
         lines.append(f"| {r.model} | {r.stages} | {r.microbatches} | {r.paper_column} | {r.paper_bubble:.4f} | "
-                     f"{r.bubble:.4f} | {'yes' if r.meets_paper else '**no**'} | {round(r.bound_bubble, 4) + 0.0:.4f} | "
-                     f"{round(100 * r.gap, 2) + 0.0:.2f} % | {r.status} | {r.runtime_s:.0f} | {r.predicted_ratio:.3f} | "
+                     f"{r.bubble:.4f} | {'yes' if r.meets_paper else '**no**'} | "
+                     f"{round(r.bound_bubble, 4) + 0.0:.4f} | "
+                     f"{round(100 * r.gap, 2) + 0.0:.2f} % | {r.status} | {r.runtime_s:.0f} | "
+                     f"{r.predicted_ratio:.3f} | "
                      f"{r.measured_ratio:.3f} | {100 * r.ratio_error:+.1f} % | {left_1f1b:.0f} / {left_zb:.0f} | "
                      f"{cal:.3f} | {100 * (cal / r.measured_ratio - 1):+.1f} % |")
     lines.append("")
@@ -749,7 +776,8 @@ def zero_bubble_section(path: Path = ZB_CSV) -> list[str]:
                      f"settings; gap ≤ 1 % at p = 8 on {int((p8.gap <= 0.01).sum())} of {len(p8)}; largest gap {by_p}; "
                      f"predicted throughput ratio within {RATIO_TOL:.0%} of Table 4 on "
                      f"{int((c.ratio_error.abs() <= RATIO_TOL).sum())} of {len(rows)} (the paper's own Table 5 "
-                     f"bubbles give {int(((c.paper_predicted_ratio / c.measured_ratio - 1).abs() <= RATIO_TOL).sum())}; "
+                     "bubbles give "
+                     f"{int(((c.paper_predicted_ratio / c.measured_ratio - 1).abs() <= RATIO_TOL).sum())}; "
                      f"with 1F1B's left-over as the constant "
                      f"{sum(abs(e) <= RATIO_TOL for col, e in calibrated if col == column)}).")
     lines += ["", "Throughput ratio predicted = period of 1F1B / period of CP-SAT's schedule (throughput ∝ 1 / "
@@ -804,7 +832,8 @@ def waves_sentence(t1: pd.DataFrame | None, w: int) -> str:
     n_fast = int((h.speedup > 0).sum())
     text = (f"With W = {w} waves Hanayo is faster than Chimera on {n_fast} of {len(h)} systems"
             + (f" (fast and mid networks: {faster(float(fm.speedup.min()))} .. {faster(float(fm.speedup.max()))}; "
-               f"mean idle ratio {pct(float(fm.idle_hanayo.mean()))} against Chimera's {pct(float(fm.idle_chimera.mean()))})"
+               f"mean idle ratio {pct(float(fm.idle_hanayo.mean()))} against Chimera's "
+               f"{pct(float(fm.idle_chimera.mean()))})"
                if len(fm) else "")
             + f". Judged by the same rules on W = {w}, 3a-3d would be "
             + ", ".join(f"{k} {other.get(k, NOT_RUN)}" for k in base)

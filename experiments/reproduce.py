@@ -18,11 +18,11 @@ import sys
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-
 from experiments import figures, report
 from pipetab.sweep import ConfigError, ResultStore, load_config, make_executor, run_sweep
 from pipetab.sweep.store import export_rows
+
+HERE = Path(__file__).resolve().parent
 
 CONFIGS = HERE / "configs"
 ORDER = ["paper_grid", "fig3_bubble", "fig4_runtime", "fig5_memory", "fig6_asym", "table1_hanayo", "cpsat_fig4"]
@@ -43,7 +43,8 @@ def quick_version(config):
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m experiments.reproduce", description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="small, fast version (for make demo)")
-    ap.add_argument("--results", type=Path, default=None, help="results folder (default results/, quick: results/quick/)")
+    ap.add_argument("--results", type=Path, default=None,
+                    help="results folder (default results/, quick: results/quick/)")
     ap.add_argument("--report", type=Path, default=None,
                     help="report file (default experiments/REPORT.md, quick: <results>/REPORT.md)")
     ap.add_argument("--only", nargs="+", choices=ORDER, metavar="NAME", help=f"run only these of: {' '.join(ORDER)}")

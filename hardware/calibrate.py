@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from .context import Context
+from .context import Context, recompute_of
 from .costs import stage_cost
 from .model import TransformerModel, partition
 from .parallel import Topology
@@ -88,7 +88,8 @@ def calibrate(profile: Profile, model: TransformerModel, system: System, recompu
     stages = profile.num_stages or 1
     # the profiled run's split, as pipetab modelled it before contexts had defaults
     ctx = Context(tp=profile.tp, dp=profile.dp, sequence_parallel=False, zero=0,
-                  microbatch_size=profile.microbatch_size, seq_len=model.seq_len, recompute=recompute)
+                  microbatch_size=profile.microbatch_size, seq_len=model.seq_len,
+                  recompute=recompute_of(recompute))
     layout = Topology(system, ctx, max(stages, 1))
     tokens = profile.microbatch_size * model.seq_len
     split = profile.split_backward
@@ -100,7 +101,7 @@ def calibrate(profile: Profile, model: TransformerModel, system: System, recompu
         measured = profile.stage(d)
         ops.append(("F", measured.forward_s, cost.flops_forward, cost.traffic_forward, cost.tp_comm_forward_s))
         ops.append(("B", measured.backward_s, cost.flops_backward, cost.traffic_backward, cost.tp_comm_backward_s))
-        if split:
+        if measured.weight_s is not None:  # split backward (the same on every stage)
             ops.append(("W", measured.weight_s, cost.flops_weight, cost.traffic_weight, 0.0))
     dev = system.device
     shape = replace(dev, compute_efficiency=1.0).efficiency(tokens)
@@ -127,11 +128,11 @@ def calibrate(profile: Profile, model: TransformerModel, system: System, recompu
     kinds = []
     for kind in ("F", "B", "W") if split else ("F", "B"):
         mine = [o for o in ops if o[0] == kind]
-        measured = sum(o[1] for o in mine)
-        fitted = sum(fitted_dev.compute_time(f, v, tokens) + c for _, _, f, v, c in mine)
+        measured_s = sum(o[1] for o in mine)
+        fitted_s = sum(fitted_dev.compute_time(f, v, tokens) + c for _, _, f, v, c in mine)
         alone = (sum(f for _, _, f, _, _ in mine) / (dev.peak_flops * shape)
                  / max(sum(t - dev.compute_latency_s - c for _, t, _, _, c in mine), 1e-300))
-        kinds.append(OpFit(kind, measured, fitted, alone))
+        kinds.append(OpFit(kind, measured_s, fitted_s, alone))
     fitted_system = replace(system, device=fitted_dev, name=f"{system.name}_calibrated",
                             summary=f"{system.summary} (efficiencies fitted to profile {profile.name})")
     return Calibration(fitted_system, e_c, e_m, any(bound), tuple(kinds), sum(bound), len(ops))

@@ -44,10 +44,12 @@ ZERO_STAGES = (0, 1, 2)
 
 def recompute_of(value: object) -> Recompute:
     """``value`` as a ``Recompute``; ``ValueError`` naming the choices otherwise."""
-    try:
-        return Recompute(value)
-    except ValueError:
-        raise ValueError(f"recompute must be one of {', '.join(Recompute)}, got {value!r}") from None
+    if isinstance(value, str):  # a Recompute is a str too
+        try:
+            return Recompute(value)
+        except ValueError:
+            pass
+    raise ValueError(f"recompute must be one of {', '.join(Recompute)}, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -128,9 +130,11 @@ class Context:
 
     def apply(self, model: TransformerModel) -> TransformerModel:
         """``model`` with this context's sequence length and global batch (when set)."""
-        changes = {k: v for k, v in (("seq_len", self.seq_len), ("global_batch", self.global_batch))
-                   if v is not None and v != getattr(model, k)}
-        return replace(model, **changes) if changes else model
+        seq_len = model.seq_len if self.seq_len is None else self.seq_len
+        global_batch = model.global_batch if self.global_batch is None else self.global_batch
+        if (seq_len, global_batch) == (model.seq_len, model.global_batch):
+            return model
+        return replace(model, seq_len=seq_len, global_batch=global_batch)
 
     # ---- tensor parallelism --------------------------------------------------------------
     def check(self, model: TransformerModel) -> None:

@@ -86,7 +86,7 @@ def allreduce_time(system: System, devices: Sequence[int], nbytes: float) -> flo
     if len(ring) < 2:
         return 0.0
     hops = [system.link(a, b) for a, b in zip(ring, ring[1:] + ring[:1]) if a != b]
-    slowest = Link(min(l.bandwidth for l in hops), max(l.latency_s for l in hops))
+    slowest = Link(min(h.bandwidth for h in hops), max(h.latency_s for h in hops))
     return ring_allreduce_time(nbytes, len(ring), slowest)
 
 
@@ -363,7 +363,7 @@ def _device_tail(layout: Topology, model: TransformerModel, device: int, params:
     layers = sum(c.layers for c in stage_costs)
     last_bwd = min(c.weight_s if split else c.backward_s for c in stage_costs)
     first_fwd = min(c.forward_s for c in stage_costs)
-    if par.zero >= 1:
+    if par.zero:  # ZeRO stage 1 or 2 (Context sets 0 or 1 when not given)
         reduce = ring_time(grads, d, link, steps=1)
         gather = ring_time(params * model.bytes_per_param_compute, d, link, steps=1)
     else:

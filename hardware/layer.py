@@ -179,10 +179,11 @@ def weight_memory_bytes_per_layer(model: TransformerModel, ctx: Context) -> int:
     """M_W of one layer on one GPU: inputs and output gradients of its weight GEMMs, at
     most its activation (module docstring); ``c*s*b*(8h + 2f)`` for GPT at t = 1."""
     h, f, n, tp = model.hidden, model.ffn_hidden, model.mlp_matrices, ctx.tp
+    assert f is not None  # TransformerModel sets it (default 4 * hidden)
     kv = kv_width_per_gpu(model, tp)
     replicated = 4 * h  # X of QKV and up/gate, dY of the output and down projections
     split = _split(2 * h + n * f, tp) + 2 * kv  # X: out-proj, down; dY: QKV, up/gate
-    per_token = _sp(replicated, ctx) + split  # type: ignore[operator]
+    per_token = _sp(replicated, ctx) + split
     part = model.bytes_per_param_compute * model.seq_len * _mb(ctx) * per_token
     return min(part, activation_bytes_per_layer(model, ctx))
 

@@ -92,8 +92,8 @@ class TransformerModel:
             raise ValueError(f"model name must be a non-empty string, got {self.name!r}")
         if self.ffn_hidden is None:
             object.__setattr__(self, "ffn_hidden", 4 * self.hidden if isinstance(self.hidden, int) else None)
-        if self.kv_heads is None:
-            object.__setattr__(self, "kv_heads", self.heads)
+        kv_heads = self.heads if self.kv_heads is None else self.kv_heads
+        object.__setattr__(self, "kv_heads", kv_heads)
         for what in ("num_layers", "hidden", "heads", "seq_len", "vocab", "global_batch",
                      "ffn_hidden", "bytes_per_param_compute", "bytes_per_grad",
                      "bytes_per_param_state", "kv_heads"):
@@ -103,8 +103,8 @@ class TransformerModel:
             raise ValueError(
                 f"heads must divide hidden ({self.hidden}), got {self.heads}"
             )
-        if self.heads % self.kv_heads:
-            raise ValueError(f"kv_heads must divide heads ({self.heads}), got {self.kv_heads}")
+        if self.heads % kv_heads:
+            raise ValueError(f"kv_heads must divide heads ({self.heads}), got {kv_heads}")
         _choice("mlp", self.mlp, MLPS)
         _choice("norm", self.norm, NORMS)
         _choice("attention", self.attention, ATTENTIONS)

@@ -36,11 +36,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 from pipetab.schedules.checks import check_count
 
-from .context import Context
 from .system import Link, System
+
+if TYPE_CHECKING:
+    from .context import Context
 
 
 @dataclass(frozen=True)
@@ -115,7 +118,7 @@ class Topology:
         links = {(a, b): self.pipeline_link(a, b) for a in range(self.pp) for b in range(a + 1, self.pp)}
         default = links[(0, 1)] if self.pp > 1 else s.default_link
         return System(f"{s.name} ({self.context.parallel_label}, PP{self.pp})", s.device, default,
-                      self.pp, links, summary=s.summary)
+                      self.pp, tuple(links.items()), summary=s.summary)
 
 
 def _slowest(links: list[Link | None]) -> Link | None:

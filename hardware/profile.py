@@ -43,8 +43,8 @@ from .loaders import _File, _parse
 
 TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
 
-_STAGE_KEYS = {k: float for k in ("forward", "backward", "weight", "message", "activation_bytes",
-                                  "weight_memory_bytes", "persistent_bytes", "tail")}
+_STAGE_KEYS: dict[str, type] = {k: float for k in ("forward", "backward", "weight", "message", "activation_bytes",
+                                                   "weight_memory_bytes", "persistent_bytes", "tail")}
 _STAGE_KEYS["layers"] = int
 _TOP_KEYS = {"source": str, "time_unit": str, "stages": int, "microbatch_size": int,
              "microbatches": int, "tp": int, "dp": int, "memory_bytes": float,

@@ -57,7 +57,8 @@ def _draw(ax, ops: _Ops, num_devices: int, window, aggregate, labels: bool, tota
     per_device = np.bincount(ops.device[inside], minlength=num_devices).max(initial=0)
     if aggregate is None:
         aggregate = per_device > AGGREGATE_OPS
-    present = sorted({(k, int(p)) for k, p in zip(ops.kind, ops.pipeline)}, key=lambda x: ("FBW".index(x[0].value), x[1]))
+    present = sorted({(k, int(p)) for k, p in zip(ops.kind, ops.pipeline)},
+                     key=lambda x: ("FBW".index(x[0].value), x[1]))
     if aggregate:
         _shares(ax, ops, num_devices, t0, t1, present)
         note = f"share of each 1/{BINS} of the window per kind"

@@ -119,6 +119,7 @@ class LazyTuple:
     ``_build`` and ``_same``."""
 
     __slots__ = ("_tuple",)
+    _tuple: tuple | None
 
     def __init__(self) -> None:
         self._tuple = None

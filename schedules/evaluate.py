@@ -126,7 +126,7 @@ def _rounds(offsets, dur, wait, source, value, start, succ, lag, link, sent) -> 
     head, stop = head[running], stop[running]
     free = np.zeros(len(head))
     n = len(dur)
-    link_free = np.zeros(int(link.max(initial=-1)) + 1) if link is not None else None
+    link_free = np.zeros(0 if link is None else int(link.max(initial=-1)) + 1)  # empty without links
     check_in = 0  # rounds until a device can have finished (each runs at most one op a round)
     while head.size:
         ready = value[source[head]]
@@ -175,8 +175,8 @@ def _sweep(offsets, dur, wait, source, value, start, succ, lag, link, sent) -> N
     st = start.tolist()
     succ_l = succ.tolist() if succ is not None else None
     lag_l = lag.tolist()
-    link_l = link.tolist() if link is not None else None
-    link_free = [0.0] * (max(link_l, default=-1) + 1) if link is not None else None
+    link_l = link.tolist() if link is not None else []
+    link_free = [0.0] * (max(link_l, default=-1) + 1)  # empty without links
     sent_l = [0.0] * n
     bounds = [[a, b] for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist())]
     free = [0.0] * len(bounds)

@@ -190,7 +190,9 @@ def op_records(table: Table) -> list[dict]:
     return [dict(zip(FIELDS, row)) for row in zip(*_columns(table))]
 
 
-def to_json_dict(table: Table, schedule: str = "", stages: int | None = None, bubble_ratio: float | None = None) -> dict:
+def to_json_dict(
+    table: Table, schedule: str = "", stages: int | None = None, bubble_ratio: float | None = None
+) -> dict:
     """The JSON form as a dict (see module docstring)."""
     return {**_json_head(table, schedule, stages, bubble_ratio), "ops": op_records(table)}
 

@@ -45,10 +45,12 @@ FAMILY_LABELS = {
 
 def family_of(value: object) -> PlacementFamily:
     """``value`` as a ``PlacementFamily``; ``ValueError`` naming the families otherwise."""
-    try:
-        return PlacementFamily(value)
-    except ValueError:
-        raise ValueError(f"placement must be one of {', '.join(PlacementFamily)}, got {value!r}") from None
+    if isinstance(value, str):  # a PlacementFamily is a str too
+        try:
+            return PlacementFamily(value)
+        except ValueError:
+            pass
+    raise ValueError(f"placement must be one of {', '.join(PlacementFamily)}, got {value!r}")
 
 
 def wave_device(stage: int, devices: int) -> int:

@@ -60,7 +60,7 @@ class Placement:
         ]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class Schedule:
     """Placement + per-device order (+ which pipeline each microbatch takes).
 
@@ -71,21 +71,39 @@ class Schedule:
     every backward is split into B (input gradient) and W (weight gradient). Checked on
     construction: each op of every microbatch's chain exactly once, on the device its
     stage is placed on.
+
+    The constructor takes wider types than it keeps (any order sequences, any
+    microbatch and stage-work sequences, no stage work), so it is written out: the fields
+    hold the normalized values.
     """
 
     name: str
     placement: Placement
     microbatch2pipeline: tuple[int, ...]
     orders: Orders
-    stage_work: tuple[tuple[float, ...], ...] | None = None
-    split_backward: bool = False
-    params: Mapping[str, object] = field(default_factory=dict, compare=False)
+    stage_work: tuple[tuple[float, ...], ...]
+    split_backward: bool
+    params: Mapping[str, object] = field(compare=False)
 
-    def __post_init__(self) -> None:
-        pl = self.placement
-        orders = self.orders if isinstance(self.orders, Orders) else Orders.from_ops(self.orders)
-        object.__setattr__(self, "orders", orders)
-        object.__setattr__(self, "microbatch2pipeline", tuple(int(p) for p in self.microbatch2pipeline))
+    def __init__(
+        self,
+        name: str,
+        placement: Placement,
+        microbatch2pipeline: Sequence[int],
+        orders: Orders | Sequence[Sequence[Op]],
+        stage_work: Sequence[Sequence[float]] | None = None,
+        split_backward: bool = False,
+        params: Mapping[str, object] | None = None,
+    ) -> None:
+        pl = placement
+        put = object.__setattr__  # frozen: the fields are set once, here
+        put(self, "name", name)
+        put(self, "placement", placement)
+        put(self, "split_backward", split_backward)
+        put(self, "params", {} if params is None else params)
+        orders = orders if isinstance(orders, Orders) else Orders.from_ops(orders)
+        put(self, "orders", orders)
+        put(self, "microbatch2pipeline", tuple(int(p) for p in microbatch2pipeline))
         if len(orders) != pl.num_devices:
             raise ValueError(
                 f"schedule {self.name!r} has orders for {len(orders)} devices, "
@@ -96,11 +114,8 @@ class Schedule:
         for m, p in enumerate(self.microbatch2pipeline):
             if not 0 <= p < pl.num_pipelines:
                 raise ValueError(f"microbatch {m} takes pipeline {p}, which does not exist")
-        if self.stage_work is None:
-            object.__setattr__(
-                self, "stage_work", tuple((1.0,) * len(s) for s in pl.stage2device)
-            )
-        object.__setattr__(self, "stage_work", tuple(tuple(w) for w in self.stage_work))
+        work = tuple((1.0,) * len(s) for s in pl.stage2device) if stage_work is None else stage_work
+        put(self, "stage_work", tuple(tuple(w) for w in work))
         if [len(w) for w in self.stage_work] != [len(s) for s in pl.stage2device]:
             raise ValueError("stage_work must give one value per stage of every pipeline")
         if any(w <= 0 for ws in self.stage_work for w in ws):
@@ -114,7 +129,7 @@ class Schedule:
         placement: Placement,
         microbatch2pipeline: Sequence[int],
         ops: OpArrays,
-        offsets: Sequence[int],
+        offsets: Sequence[int] | np.ndarray,
         stage_work: Sequence[Sequence[float]] | None = None,
         split_backward: bool = False,
         params: Mapping[str, object] | None = None,

@@ -8,7 +8,7 @@ table's arrays; the slower search for the first offending op runs only once a ch
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterable
 
 import numpy as np
 
@@ -121,6 +121,7 @@ def _stage_counts(pipe: np.ndarray, stage: np.ndarray) -> list[int]:
     """Stages of each pipeline 0..max; ``TableError`` naming the first pipeline or stage
     without ops."""
     num_pipes, width = int(pipe.max()) + 1, int(stage.max()) + 1
+    stages_of: Iterable[np.ndarray]
     if num_pipes * width <= 8 * len(pipe) + 1024:
         present = np.zeros(num_pipes * width, bool)
         present[pipe * width + stage] = True
@@ -201,7 +202,9 @@ def validate(table: Table, schedule: Schedule | None = None) -> None:
     overlap = (device[1:] == device[:-1]) & (start[1:] < end[:-1])
     i = _first(overlap)
     if i is not None:
-        raise TableError(f"device {int(device[i + 1])} runs {ops.op(i)} and {ops.op(i + 1)} in slot {int(start[i + 1])}")
+        raise TableError(
+            f"device {int(device[i + 1])} runs {ops.op(i)} and {ops.op(i + 1)} in slot {int(start[i + 1])}"
+        )
     pred = data_predecessors_of(ops, st.stage_base, len(mb2pipe))
     has = pred >= 0
     late = np.zeros(n, bool)

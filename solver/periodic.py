@@ -177,7 +177,7 @@ class _Graph:
         out = []
         for f in self.first:
             dist = self.longest_from(f)
-            out.append([dist[l] + self.dur[l] if dist[l] > -math.inf else -math.inf for l in self.last])
+            out.append([dist[e] + self.dur[e] if dist[e] > -math.inf else -math.inf for e in self.last])
         return out
 
 
@@ -275,8 +275,8 @@ def periodic_timing(schedule: Schedule, costs: Costs, period: float | None = Non
                 if su + w > start[v]:
                     start[v] = su + w
         changed = False
-        for f, l in zip(g.first, g.last):
-            need = start[l] + g.dur[l] - period
+        for f, e in zip(g.first, g.last):
+            need = start[e] + g.dur[e] - period
             if need > start[f] + 1e-12 * scale:
                 start[f] = need
                 changed = True

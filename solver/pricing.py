@@ -359,7 +359,7 @@ class HardwareLayers:
     schedule: Schedule
     system: object
     model: object
-    context: Context = Context()
+    context: Context = field(default_factory=Context)
     memory_cap: float | None = None
     rounding: Rounding = Rounding.DOWN
     tick_s: float | None = None

@@ -157,8 +157,8 @@ def ref_simulation(schedule, costs):
     for g in costs.replica_groups:
         s = max([0.0] + [e for op, e in end.items() if op.kind is last and (op.pipeline, op.stage) in g.stages])
         allreduces.append((g.stages, s, s + g.allreduce_time))
-        for p, st in g.stages:
-            d = schedule.placement.device(p, st)
+        for p, stage in g.stages:
+            d = schedule.placement.device(p, stage)
             ready[d] = max(ready[d], s + g.allreduce_time)
     opt = costs.optimizer_time or (0,) * schedule.num_devices
     optimizer = tuple((r, r + opt[d]) for d, r in enumerate(ready))
@@ -300,7 +300,8 @@ def ref_schedule_message(schedule_name, placement, microbatch2pipeline, orders, 
             if op not in expected:
                 return f"op {op} on device {d} is not part of schedule {schedule_name!r}"
             if placement.device(op.pipeline, op.stage) != d:
-                return f"op {op} is ordered on device {d} but placed on device {placement.device(op.pipeline, op.stage)}"
+                return (f"op {op} is ordered on device {d} but placed on device "
+                        f"{placement.device(op.pipeline, op.stage)}")
             seen.add(op)
     missing = expected - seen
     if missing:

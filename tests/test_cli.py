@@ -61,7 +61,8 @@ def test_evaluate_simulation_trace_and_plot(capsys, tmp_path):
     assert sim["fits_memory"] == [p <= c for p, c in zip(sim["peak_memory_bytes"], sim["capacity_bytes"])]
     assert [p - q for p, q in zip(sim["peak_memory_bytes"], sim["persistent_bytes"])] == sim["peak_activation_bytes"]
     events = json.loads(trace.read_text())["traceEvents"]
-    assert sum(1 for e in events if e.get("ph") == "X" and e.get("pid") == 0 and e["name"] != "optimizer") == 2 * 4 * 8  # F and B per stage per microbatch
+    # F and B per stage per microbatch
+    assert sum(1 for e in events if e.get("ph") == "X" and e.get("pid") == 0 and e["name"] != "optimizer") == 2 * 4 * 8
     assert any(e.get("cat") == "send" for e in events)
     assert png.stat().st_size > 10_000
 
@@ -97,7 +98,7 @@ def test_weight_slots_reach_the_table(capsys):
 
 
 def test_presets_listed(capsys):
-    code, out, _ = run(capsys, "systems", "--format", "json")
+    _code, out, _ = run(capsys, "systems", "--format", "json")
     names = {r["name"] for r in json.loads(out)}
     assert {f"{n}_nw_{c}_cp" for n in ("slow", "mid", "fast") for c in ("slow", "mid", "fast")} <= names
     _code, out, _ = run(capsys, "models")
@@ -110,20 +111,26 @@ def test_presets_listed(capsys):
         (["table", "gpipe", "-S", "1", "-B", "4"], "stages must be an integer >= 2, got 1"),
         (["table", "gpipe", "-S", "4", "-B", "0"], "microbatches must be an integer >= 1, got 0"),
         (["table", "chimera", "-S", "5", "-B", "10"], "stages must be even for chimera, got 5"),
-        (["table", "chimera", "-S", "4", "-B", "6"], "microbatches must be a multiple of stages (4) for chimera, got 6"),
+        (["table", "chimera", "-S", "4", "-B", "6"],
+         "microbatches must be a multiple of stages (4) for chimera, got 6"),
         (["table", "nosuch", "-S", "4", "-B", "4"], "unknown schedule 'nosuch'"),
         (["table", "gpipe", "-S", "4", "-B", "4", "--waves", "2"], "--waves does not apply to schedule 'gpipe'"),
         (["table", "hanayo", "-S", "4", "-B", "4", "--chunks", "2"], "--chunks does not apply to schedule 'hanayo'"),
         (["table", "interleaved", "-S", "4", "-B", "8", "--chunks", "1"], "chunks must be an integer from 2 to 16"),
-        (["table", "interleaved", "-S", "4", "-B", "6"], "microbatches must be a multiple of stages (4) for interleaved"),
+        (["table", "interleaved", "-S", "4", "-B", "6"],
+         "microbatches must be a multiple of stages (4) for interleaved"),
         (["table", "dualpipev", "-S", "4", "-B", "7"], "microbatches must be at least 2 x stages (8) for dualpipev"),
         (["table", "chimera-asym", "-S", "4", "-B", "4", "--split", "1-2"], "split must look like A:B"),
         (["table", "gpipe", "-S", "four", "-B", "4"], "stages must be an integer, got 'four'"),
-        (["table", "gpipe", "-S", "4", "-B", "4", "--backward-slots", "0"], "backward slots must be an integer >= 1, got 0"),
-        (["table", "zb-h1", "-S", "4", "-B", "4", "--weight-slots", "0"], "weight slots must be an integer >= 1, got 0"),
+        (["table", "gpipe", "-S", "4", "-B", "4", "--backward-slots", "0"],
+         "backward slots must be an integer >= 1, got 0"),
+        (["table", "zb-h1", "-S", "4", "-B", "4", "--weight-slots", "0"],
+         "weight slots must be an integer >= 1, got 0"),
         (["evaluate", "gpipe", "-S", "4", "-B", "4", "--system", "nope"], "unknown system 'nope'"),
-        (["evaluate", "gpipe", "-S", "4", "-B", "4", "--system", "mid_nw_mid_cp", "--model", "nope"], "unknown model 'nope'"),
-        (["evaluate", "gpipe", "-S", "4", "-B", "3", "--system", "mid_nw_mid_cp", "--model", "tiny_gpt"], "global batch"),
+        (["evaluate", "gpipe", "-S", "4", "-B", "4", "--system", "mid_nw_mid_cp", "--model", "nope"],
+         "unknown model 'nope'"),
+        (["evaluate", "gpipe", "-S", "4", "-B", "3", "--system", "mid_nw_mid_cp", "--model", "tiny_gpt"],
+         "global batch"),
         (["evaluate", "gpipe", "-S", "64", "-B", "4", "--system", "mid_nw_mid_cp", "--model", "tiny_gpt"], "16"),
         (["check", "/nonexistent/table.json"], "table file '/nonexistent/table.json' does not exist"),
         (["search", "-S", "4", "-B", "4", "--workers", "0"], "workers must be an integer >= 1, got 0"),
@@ -145,7 +152,8 @@ def test_bad_input_one_line_exit_2(capsys, argv, needle):
     "content, needle",
     [
         ('{"ops": [', "JSON table is malformed"),
-        ('{"devices": 2, "ops": [{"device": 0, "start": 0, "duration": 1, "kind": "F", "pipeline": 0, "stage": 0, "microbatch": 0}]}',
+        ('{"devices": 2, "ops": [{"device": 0, "start": 0, "duration": 1, "kind": "F", '
+         '"pipeline": 0, "stage": 0, "microbatch": 0}]}',
          "op B0s0 is missing"),
         ("dev0 | F0s0\ndev1 | . F0s1 B0s1 B0s0\n", "stage 0 of pipeline 0 runs on devices 0 and 1"),
     ],

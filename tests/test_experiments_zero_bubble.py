@@ -99,7 +99,8 @@ def test_cpsat_problem_is_the_zero_bubble_schedulers():
     problem, real = cpsat_problem(PROFILES[0], 1)
     assert problem.objective == "period" and problem.placement == "linear" and problem.split_backward
     assert problem.costs.op_time[(F(0, 0).kind, 0, 3)] == 18522 and problem.costs.tick_s == TICK_S
-    assert problem.cap(0) == 8 and problem.costs.weight_part(0, 0) == pytest.approx(MODELS["1.5B"].weight_memory_fraction)
+    assert problem.cap(0) == 8
+    assert problem.costs.weight_part(0, 0) == pytest.approx(MODELS["1.5B"].weight_memory_fraction)
     h1 = memory_check(problem, registry.generate("zb-h1", 8, 24))
     assert h1.fits and max(h1.peaks) == pytest.approx(8)
     assert not memory_check(problem, registry.generate("zb-h2", 8, 24)).fits

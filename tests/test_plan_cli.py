@@ -103,7 +103,8 @@ def test_calibrate_writes_a_system(capsys, tmp_path):
     assert fitted.device.compute_efficiency == pytest.approx(doc["compute_efficiency"])
     code, out, err = run(capsys, "calibrate", "experiments/profiles/zb_6p2b_p8_m32.toml", "--model", "zb_6p2b",
                          "--system", "a100_cluster", "--out", "/no/such/dir/x.toml")
-    assert code == 2 and err.count("\n") == 1 and "--out '/no/such/dir/x.toml': folder '/no/such/dir' does not exist" in err
+    assert code == 2 and err.count("\n") == 1
+    assert "--out '/no/such/dir/x.toml': folder '/no/such/dir' does not exist" in err
 
 
 def test_models_lists_parameter_counts(capsys):

@@ -76,4 +76,5 @@ def test_console_example_prints_what_the_readme_shows(line, command, expected, t
         code = main(argv[1:])
     assert code == 0, f"README.md:{line}: {command} exited {code}: {err.getvalue()}"
     if expected is not None:
-        assert [x.rstrip() for x in out.getvalue().rstrip("\n").splitlines()] == expected, f"README.md:{line}: {command}"
+        got = [x.rstrip() for x in out.getvalue().rstrip("\n").splitlines()]
+        assert got == expected, f"README.md:{line}: {command}"

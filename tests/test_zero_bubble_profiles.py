@@ -26,9 +26,11 @@ def test_published_values_read_back():
     first = load_profile(OUT / "zb_1p5b_p8_m24.toml")
     assert first.num_stages == 8 and first.microbatch_size == 6 and first.microbatches == 24
     s = first.stage(3)
-    assert (s.forward_s, s.backward_s, s.weight_s, s.message_s) == pytest.approx((18.522e-3, 18.086e-3, 9.337e-3, 0.601e-3))
+    assert (s.forward_s, s.backward_s, s.weight_s, s.message_s) == pytest.approx(
+        (18.522e-3, 18.086e-3, 9.337e-3, 0.601e-3))
     last = load_profile(OUT / "zb_28p3b_p32_m256.toml").stage(31)
-    assert (last.forward_s, last.backward_s, last.weight_s, last.message_s) == pytest.approx((10.402e-3, 10.248e-3, 7.698e-3, 0.46e-3))
+    assert (last.forward_s, last.backward_s, last.weight_s, last.message_s) == pytest.approx(
+        (10.402e-3, 10.248e-3, 7.698e-3, 0.46e-3))
 
 
 @pytest.mark.parametrize("key, m", SETTINGS[::3])

@@ -146,7 +146,8 @@ def print_plan(result) -> None:
     for i, c in enumerate(result.configurations, 1):
         s = c.shape
         rows.append((str(i), c.label, str(s.pp), str(s.tp), str(s.dp), str(s.microbatch_size),
-                     str(s.microbatches), c.recompute_label, f"{c.step_time_s:#.4g}".rstrip("."), f"{c.tokens_per_s:,.0f}",
+                     str(s.microbatches), c.recompute_label, f"{c.step_time_s:#.4g}".rstrip("."),
+                     f"{c.tokens_per_s:,.0f}",
                      f"{100 * c.mfu:.1f}%", f"{c.peak_memory_bytes / 2**30:.1f}",
                      f"{c.headroom_bytes / 2**30:.1f}", "yes" if c.fits else "NO"))
     if not rows:

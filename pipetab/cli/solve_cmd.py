@@ -56,7 +56,8 @@ def register(sub) -> None:
         p.add_argument("--stages", "-S", type=common.positive_int("stages"), required=True,
                        help="devices of the pipeline")
         p.add_argument("--microbatches", "-B", type=common.positive_int("microbatches"), required=True)
-        p.add_argument("--placement", type=common.enum_choice(PlacementFamily), choices=list(PlacementFamily), default=PlacementFamily.LINEAR,
+        p.add_argument("--placement", type=common.enum_choice(PlacementFamily), choices=list(PlacementFamily),
+                       default=PlacementFamily.LINEAR,
                        help="linear (default), bidirectional (Chimera), wave (Hanayo), v (ZB-V, DualPipeV), "
                             "interleaved, free")
         p.add_argument("--waves", type=common.positive_int("waves"), default=None, help="waves for --placement wave")
@@ -79,7 +80,8 @@ def register(sub) -> None:
                             "--split-backward (idealized costs, default 1; on hardware derived per layer)")
         p.add_argument("--comm-slots", type=common.positive_int("comm slots", minimum=0), default=None,
                        help="slots of a message between two devices (idealized costs, default 0)")
-        p.add_argument("--objective", type=common.enum_choice(Objective), choices=list(Objective), default=Objective.MAKESPAN,
+        p.add_argument("--objective", type=common.enum_choice(Objective), choices=list(Objective),
+                       default=Objective.MAKESPAN,
                        help="makespan: one synchronous step (default); period: steady-state time of a repeated "
                             "step without a global barrier (longest device span)")
         p.add_argument("--system", help="system preset or TOML file (hardware costs instead of slots)")

@@ -51,7 +51,8 @@ def run(args) -> None:
         if args.dry_run:
             p = plan(config, store)
             print(f"sweep {config.name}: {len(p.configurations)} configurations, {len(p.todo)} to run, "
-                  f"{p.already_done} already in {db}, {len(p.skipped)} skipped (cannot exist: outside a schedule's regime or B not dividing the global batch)")
+                  f"{p.already_done} already in {db}, {len(p.skipped)} skipped "
+                  "(cannot exist: outside a schedule's regime or B not dividing the global batch)")
             return
         try:
             summary = run_sweep(config, store, executor, limit=args.limit,

@@ -52,10 +52,11 @@ value of the wrong type -- raises ``ConfigError`` (a ``ValueError``) with one se
 the key, before any configuration runs.
 
 Expansion (``expand``) crosses schedules x options x stages x microbatches x models x
-systems (or profiles) x the [grid.cluster] degrees x caps (x the [grid.search] settings). Combinations that cannot exist are *skipped*, not errors, and returned
-separately with the reason: outside a schedule's regime (``registry.generate`` refuses
-them, e.g. Chimera with B not a multiple of S), or, with hardware, B not dividing the
-model's global batch, or tp x dp not dividing [grid.cluster] gpus.
+systems (or profiles) x the [grid.cluster] degrees x caps (x the [grid.search] settings).
+Combinations that cannot exist are *skipped*, not errors, and returned separately with the
+reason: outside a schedule's regime (``registry.generate`` refuses them, e.g. Chimera with B
+not a multiple of S), or, with hardware, B not dividing the model's global batch, or tp x dp
+not dividing [grid.cluster] gpus.
 """
 
 from __future__ import annotations
@@ -245,6 +246,12 @@ class SweepConfig:
         """The same sweep with changed run settings (re-validated)."""
         run = _parse_run(_merge_run(self.run, changes))
         return _validated(self.name, self._raw, run, self.db, self.export, self.description, self.source)
+
+    def digests_for(self, system: str | None, model: str | None, profile: str | None) -> tuple[str, str]:
+        """The content digests a configuration pins: (system or profile file, model file);
+        "" for a name the sweep file does not use."""
+        return (self._digests.get(("system", system), "") or self._digests.get(("profile", profile), ""),
+                self._digests.get(("model", model), ""))
 
     @property
     def runs(self) -> list[RunSettings]:
@@ -538,7 +545,9 @@ def _parse_options(doc: object, schedules: list[str]) -> dict[str, dict[str, lis
         for key, values in opts.items():
             if key not in known:
                 allowed = ", ".join(known) or "none"
-                raise ConfigError(f"grid.options.{name}: schedule {name!r} takes no option {key!r} (options: {allowed})")
+                raise ConfigError(
+                    f"grid.options.{name}: schedule {name!r} takes no option {key!r} (options: {allowed})"
+                )
             values = _list(values, f"grid.options.{name}.{key}", (str, int))
             parsed = []
             for v in values:
@@ -584,9 +593,7 @@ def expand(config: SweepConfig, check_regime: bool = True) -> tuple[list[Configu
                                   else _cluster_error(g, c_) if S < 2 else None)
                         for system, model, profile in sources:
                             batch = None if regime or model is None else _batch_error(model, B, cluster)
-                            digests = (config._digests.get(("system", system), "")
-                                       or config._digests.get(("profile", profile), ""),
-                                       config._digests.get(("model", model), ""))
+                            digests = config.digests_for(system, model, profile)
                             for cap in caps:
                                 for run in config.runs:
                                     c = Configuration(name, S, B, opts, system, model, cap, run, digests,

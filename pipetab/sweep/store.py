@@ -17,7 +17,7 @@ import json
 import sqlite3
 import time
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Self
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS results (
@@ -56,7 +56,7 @@ class ResultStore:
     def close(self) -> None:
         self._db.close()
 
-    def __enter__(self) -> "ResultStore":
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc) -> None:

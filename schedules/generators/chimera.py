@@ -60,7 +60,7 @@ DOWN, UP = 0, 1
 
 
 def _check(stages: object, microbatches: object, name: str, per: int = 1) -> None:
-    check_shape(stages, microbatches)
+    stages, microbatches = check_shape(stages, microbatches)
     if stages % 2:
         raise ValueError(f"stages must be even for {name}, got {stages}")
     if per == 1 and microbatches % stages:
@@ -135,9 +135,9 @@ def _orders_arrays(stages: int, microbatches: int, per: int = 1) -> Orders:
         first, later, tail = (OpArrays.from_ops(x) for x in (one[:-a], two[len(one) - a:-a], two[-a:]))
         shift = np.repeat(np.arange(units - 1) * unit, len(later))
         for col, name in zip(columns, ("kind", "pipeline", "stage", "microbatch")):
-            f, l, t = getattr(first, name), getattr(later, name), getattr(tail, name)
+            f, m, t = getattr(first, name), getattr(later, name), getattr(tail, name)
             extra = (shift, (units - 2) * unit) if name == "microbatch" else (0, 0)
-            col += [f, np.tile(l, units - 1) + extra[0], t + extra[1]]
+            col += [f, np.tile(m, units - 1) + extra[0], t + extra[1]]
         sizes.append(len(first) + (units - 1) * len(later) + len(tail))
     ops = OpArrays(*(np.concatenate(col) for col in columns))
     return Orders(ops, np.cumsum([0, *sizes], dtype=np.int64))

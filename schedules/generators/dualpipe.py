@@ -55,7 +55,7 @@ DUALPIPEV_REGIME = "B >= 2S (S devices, 2S stages)"
 
 
 def _check(stages: object, microbatches: object) -> None:
-    check_shape(stages, microbatches)
+    stages, microbatches = check_shape(stages, microbatches)
     if microbatches < 2 * stages:
         raise ValueError(
             f"microbatches must be at least 2 x stages ({2 * stages}) for dualpipev, got {microbatches}"

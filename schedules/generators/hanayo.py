@@ -44,7 +44,7 @@ def chunk_stage(chunk: int, device: int, devices: int) -> int:
 
 
 def _check(stages: object, microbatches: object, waves: object) -> None:
-    check_shape(stages, microbatches)
+    stages, microbatches = check_shape(stages, microbatches)
     if not isinstance(waves, int) or isinstance(waves, bool) or not 1 <= waves <= MAX_WAVES:
         raise ValueError(
             f"waves must be an integer from 1 to {MAX_WAVES} for hanayo, got {waves!r}"

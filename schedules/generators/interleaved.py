@@ -39,7 +39,7 @@ INTERLEAVED_REGIME = f"2 <= v <= {MAX_CHUNKS}, B a multiple of S"
 
 
 def _check(stages: object, microbatches: object, chunks: object) -> None:
-    check_shape(stages, microbatches)
+    stages, microbatches = check_shape(stages, microbatches)
     if not isinstance(chunks, int) or isinstance(chunks, bool) or not 2 <= chunks <= MAX_CHUNKS:
         raise ValueError(
             f"chunks must be an integer from 2 to {MAX_CHUNKS} for interleaved, got {chunks!r}"

@@ -7,17 +7,12 @@ where every forward is a warm-up forward.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
 from ..arrays import B_CODE, F_CODE, OpArrays
 from ..placements import PlacementFamily, family_placement
 from ..schedule import Schedule
 from . import check_shape
-
-if TYPE_CHECKING:
-    pass
 
 
 def warmup_pairs(warmup: np.ndarray, total: int) -> tuple[np.ndarray, np.ndarray]:
@@ -45,7 +40,8 @@ def linear_arrays(kind: np.ndarray, microbatch: np.ndarray) -> tuple[OpArrays, n
 def _linear(name: str, stages: int, microbatches: int, warmup: np.ndarray) -> Schedule:
     forward, index = warmup_pairs(warmup, microbatches)
     ops, offsets = linear_arrays(np.where(forward, F_CODE, B_CODE), index)
-    return Schedule.from_arrays(name, family_placement(PlacementFamily.LINEAR, stages, (stages,)), (0,) * microbatches, ops, offsets,
+    placement = family_placement(PlacementFamily.LINEAR, stages, (stages,))
+    return Schedule.from_arrays(name, placement, (0,) * microbatches, ops, offsets,
                                 params={"stages": stages, "microbatches": microbatches})
 
 

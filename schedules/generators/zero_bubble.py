@@ -56,6 +56,8 @@ activations on every device (ZB's p * M_B) once B >= 2S-1.
 
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 
 from ..arrays import B_CODE, F_CODE, W_CODE, OpArrays
@@ -145,7 +147,8 @@ def zb_h2(stages: int, microbatches: int) -> Schedule:
     microbatches, F], then the remaining W's (see module doc). Any ``stages >= 2``,
     ``microbatches >= 1``."""
     check_shape(stages, microbatches)
-    return _split_schedule("zb-h2", family_placement(PlacementFamily.LINEAR, stages, (stages,)), microbatches, zb_h2_orders(stages, microbatches))
+    placement = family_placement(PlacementFamily.LINEAR, stages, (stages,))
+    return _split_schedule("zb-h2", placement, microbatches, zb_h2_orders(stages, microbatches))
 
 
 # ---- ZB-V -------------------------------------------------------------------------------
@@ -157,13 +160,13 @@ class _Counters:
     def __init__(self, devices: int, device: int, microbatches: int):
         self.stage = (device, 2 * devices - 1 - device)
         self.microbatches = microbatches
-        self.next = {}
+        self.next: dict[tuple[Callable[[int, int], Op], int], int] = {}
         self.order: list[Op] = []
 
-    def count(self, kind, chunk: int) -> int:
+    def count(self, kind: Callable[[int, int], Op], chunk: int) -> int:
         return self.next.get((kind, chunk), 0)
 
-    def emit(self, kind, chunk: int) -> None:
+    def emit(self, kind: Callable[[int, int], Op], chunk: int) -> None:
         m = self.count(kind, chunk)
         self.next[(kind, chunk)] = m + 1
         if m < self.microbatches:
@@ -210,4 +213,5 @@ def zbv(stages: int, microbatches: int) -> Schedule:
     """ZB-V: the handcrafted V-shape zero-bubble order over ``stages`` devices (2S stages,
     two per device). Any ``stages >= 2``, ``microbatches >= 1`` (see module doc)."""
     check_shape(stages, microbatches)
-    return _split_schedule("zbv", family_placement(PlacementFamily.V, stages, (2 * stages,)), microbatches, zbv_orders(stages, microbatches))
+    placement = family_placement(PlacementFamily.V, stages, (2 * stages,))
+    return _split_schedule("zbv", placement, microbatches, zbv_orders(stages, microbatches))

@@ -44,7 +44,8 @@ def mirror_pairs(problem: Problem, placement: Placement) -> list[tuple[Op, Op]] 
         if problem.cap(d) != problem.cap(e) or problem.optimizer(d) != problem.optimizer(e):
             return None
     for s in range(n):
-        if costs.activation[(0, s)] != costs.activation[(1, s)] or problem.weight_part(0, s) != problem.weight_part(1, s):
+        if (costs.activation[(0, s)] != costs.activation[(1, s)]
+                or problem.weight_part(0, s) != problem.weight_part(1, s)):
             return None
         for k in problem.kinds:
             down, up = Op(k, 0, s, mbs[0][0]), Op(k, 1, s, mbs[1][0])

@@ -90,7 +90,8 @@ def _judge_makespan(problem: Problem, schedule: Schedule, sim) -> tuple[int, Tim
 MAKESPAN = ObjectiveSpec(
     Objective.MAKESPAN, None, bounds.makespan_lower_bound, bounds.safe_horizon,
     lambda problem, placement, cap: (cap, None), _makespan_variables, lambda model, v, orders, fifo: None,
-    lambda v: v.makespan, _judge_makespan, _no_hint, lambda problem, schedule, costs: simulate(schedule, costs).makespan)
+    lambda v: v.makespan, _judge_makespan, _no_hint,
+    lambda problem, schedule, costs: simulate(schedule, costs).makespan)
 
 
 # ---- period --------------------------------------------------------------------------------

@@ -189,7 +189,9 @@ class Pace:
         return (self.unit or 0.0) * 3
 
 
-def judge(problem: Problem, schedules: Iterable[Schedule], pace: Pace | None = None) -> tuple[list[KnownEval], list[str]]:
+def judge(
+    problem: Problem, schedules: Iterable[Schedule], pace: Pace | None = None
+) -> tuple[list[KnownEval], list[str]]:
     """Each schedule of this problem judged by the evaluator (``pace``: measured, and a
     schedule that breaks the memory cap is not timed on large problems); the others
     named with why they do not apply."""

@@ -147,7 +147,7 @@ def test_schedule_costs_1f1b():
 
 def test_schedule_costs_errors():
     tiny = load_model("tiny_gpt")
-    with pytest.raises(ValueError, match="global batch 64 .* 3 equal microbatches"):
+    with pytest.raises(ValueError, match=r"global batch 64 .* 3 equal microbatches"):
         schedule_costs(one_f_one_b(4, 3), UNIFORM, tiny)
     small = System.uniform("two", UNIT, LINK, num_devices=2)
     with pytest.raises(ValueError, match="system 'two' has 2 devices, the schedule needs 4"):

@@ -58,7 +58,7 @@ def test_microbatch_size():
 
     m = TransformerModel("m", 4, 8, 2, 4, 16, global_batch=64)
     assert Context().resolved(m, 16).microbatch_size == 4
-    with pytest.raises(ValueError, match="global batch 64 .* cannot be split into 3 equal microbatches"):
+    with pytest.raises(ValueError, match=r"global batch 64 .* cannot be split into 3 equal microbatches"):
         Context().resolved(m, 3)
 
 
@@ -103,7 +103,8 @@ def test_zero_bubble_models_match_their_names():
     ("attention", "sparse", "attention must be one of flash, classic, got 'sparse'"),
     ("bias", 1, "bias must be true or false, got 1"),
     ("logit_bytes", -1, "logit_bytes must be an integer >= 0, got -1"),
-    ("bytes_per_param_state", 3, r"bytes_per_param_state \(3\) must hold at least the weight and the gradient \(4 bytes\)"),
+    ("bytes_per_param_state", 3,
+     r"bytes_per_param_state \(3\) must hold at least the weight and the gradient \(4 bytes\)"),
 ])
 def test_family_validation(field, value, message):
     with pytest.raises(ValueError, match=message):

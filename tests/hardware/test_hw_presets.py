@@ -76,7 +76,7 @@ def test_unknown_preset():
         load_system("x")
     with pytest.raises(ValueError, match=r"unknown model 'nope'; known: .*paper_gpt"):
         load_model("nope")
-    with pytest.raises(ValueError, match="system file .*missing.toml. does not exist"):
+    with pytest.raises(ValueError, match=r"system file .*missing.toml. does not exist"):
         load_system("/no/such/missing.toml")
 
 
@@ -113,13 +113,19 @@ latency_s = 500e-9
     (lambda t: t.replace("memory_bytes = 80e9", "memory_bytes = 80e9\nflops = 1"), "unknown key 'device.flops'"),
     (lambda t: t.replace("peak_flops = 1e15\n", ""), "missing key 'device.peak_flops'"),
     (lambda t: t.replace('summary = "test"\n', ""), "missing key 'summary'"),
-    (lambda t: t.replace("bandwidth = 50e9", 'bandwidth = "fast"'), "key 'link.bandwidth' must be a number, got 'fast'"),
-    (lambda t: t.replace("bandwidth = 50e9", "bandwidth = -1"), r"in \[link\]: link bandwidth must be > 0 bytes/s, got -1"),
+    (lambda t: t.replace("bandwidth = 50e9", 'bandwidth = "fast"'),
+     "key 'link.bandwidth' must be a number, got 'fast'"),
+    (lambda t: t.replace("bandwidth = 50e9", "bandwidth = -1"),
+     r"in \[link\]: link bandwidth must be > 0 bytes/s, got -1"),
     (lambda t: t.replace("bandwidth = 50e9", "bandwidth = 0"), r"link bandwidth must be > 0 bytes/s, got 0"),
-    (lambda t: t.replace("peak_flops = 1e15", "peak_flops = 0.0"), r"in \[device\]: peak_flops must be > 0 FLOP/s, got 0.0"),
-    (lambda t: t.replace("compute_efficiency = 0.7", "compute_efficiency = 7"), r"compute_efficiency must be in \(0, 1\], got 7"),
-    (lambda t: t.replace('summary = "test"', 'summary = "test"\nnum_devices = 2.5'), "key 'num_devices' must be an integer, got 2.5"),
-    (lambda t: t.replace('summary = "test"', 'summary = "test"\ndevices_per_node = 8'), "devices_per_node and intra_node_link must be given together"),
+    (lambda t: t.replace("peak_flops = 1e15", "peak_flops = 0.0"),
+     r"in \[device\]: peak_flops must be > 0 FLOP/s, got 0.0"),
+    (lambda t: t.replace("compute_efficiency = 0.7", "compute_efficiency = 7"),
+     r"compute_efficiency must be in \(0, 1\], got 7"),
+    (lambda t: t.replace('summary = "test"', 'summary = "test"\nnum_devices = 2.5'),
+     "key 'num_devices' must be an integer, got 2.5"),
+    (lambda t: t.replace('summary = "test"', 'summary = "test"\ndevices_per_node = 8'),
+     "devices_per_node and intra_node_link must be given together"),
     (lambda t: t + "[[links]]\nsrc = 0\ndst = 1\nbandwidth = 1e9\n", "missing key 'links\\[0\\].latency_s'"),
     (lambda t: "link = 5\n" + t.split("[link]")[0], "key 'link' must be a table, got 5"),
 ])

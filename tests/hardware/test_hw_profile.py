@@ -84,7 +84,7 @@ def test_bad_profiles(tmp_path, edit, message):
     with pytest.raises(ValueError, match=message) as err:
         load_profile(path)
     assert "bad.toml" in str(err.value)
-    with pytest.raises(ValueError, match="profile file .*nope.toml does not exist"):
+    with pytest.raises(ValueError, match=r"profile file .*nope.toml does not exist"):
         load_profile(tmp_path / "nope.toml")
 
 

@@ -91,17 +91,17 @@ def test_node_system_intra_inter_and_overrides():
 
 
 def test_system_validation():
-    d, l = dev(), Link(1e9, 0)
+    d, link = dev(), Link(1e9, 0)
     with pytest.raises(ValueError, match="devices_per_node and intra_node_link must be given together"):
-        System("x", d, l, devices_per_node=8)
+        System("x", d, link, devices_per_node=8)
     with pytest.raises(ValueError, match="num_devices must be an integer >= 1, got 0"):
-        System("x", d, l, num_devices=0)
+        System("x", d, link, num_devices=0)
     with pytest.raises(ValueError, match=r"pair \(1, 2\) is given twice"):
-        System("x", d, l, links=(((1, 2), l), ((2, 1), l)))
+        System("x", d, link, links=(((1, 2), link), ((2, 1), link)))
     with pytest.raises(ValueError, match="device 3 cannot have a link to itself"):
-        System("x", d, l, links={(3, 3): l})
+        System("x", d, link, links={(3, 3): link})
     with pytest.raises(ValueError, match="system name must be a non-empty string"):
-        System("", d, l)
+        System("", d, link)
 
 
 def test_descriptions():

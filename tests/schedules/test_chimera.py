@@ -237,7 +237,7 @@ def test_asym_bad_split(split):
 
 
 def test_asym_regime_errors():
-    with pytest.raises(ValueError, match="^stages must be even for chimera-asym, got 3$"):
+    with pytest.raises(ValueError, match=r"^stages must be even for chimera-asym, got 3$"):
         chimera_asym(3, 6)
     with pytest.raises(ValueError, match=r"multiple of stages \(4\) for chimera-asym, got 5$"):
         chimera_asym(4, 5)

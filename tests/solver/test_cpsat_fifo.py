@@ -56,7 +56,8 @@ def test_fifo_relabelling_keeps_time_and_memory(name, S, B_):
     for op, t in t2.start.items():
         if op.microbatch + 1 < B_:
             nxt = op._replace(microbatch=op.microbatch + 1)
-            if nxt in t2.start and problem.microbatch2pipeline[nxt.microbatch] == problem.microbatch2pipeline[op.microbatch]:
+            same_pipeline = problem.microbatch2pipeline[nxt.microbatch] == problem.microbatch2pipeline[op.microbatch]
+            if nxt in t2.start and same_pipeline:
                 assert t2.start[nxt] > t
 
 

@@ -156,7 +156,7 @@ def test_search_phase_restarts_a_stalled_solve_with_the_next_search_and_seed(mon
     built = []
 
     class Stalled:
-        applied = []
+        applied = ()
         build_s = 0.0
 
         def __init__(self, problem, config, placement, horizon, makespan_lb=0, **_):

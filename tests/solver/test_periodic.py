@@ -188,7 +188,7 @@ def test_periodic_timing_with_a_looser_or_too_tight_period():
     loose = periodic_timing(sched, costs, period=12)
     assert max(device_spans(loose.start, loose.end, sched.device_of).values()) <= 12
     _assert_valid(sched, costs, loose.start)
-    with pytest.raises(ValueError, match="period 9.5 is below the least period 10"):
+    with pytest.raises(ValueError, match=r"period 9\.5 is below the least period 10"):
         periodic_timing(sched, costs, period=9.5)
     with pytest.raises(ValueError, match="period must be a finite number"):
         periodic_timing(sched, costs, period=math.inf)

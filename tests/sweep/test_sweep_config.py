@@ -60,21 +60,25 @@ def test_keys_are_stable_and_defaults_fill_in(tmp_path):
      "unknown key 'bogus'"),
     ('[grid]\nschedules=["gpipe"]\nstages=[4]\nmicrobatches=[8]\nsystems=["mid_nw_mid_cp"]\n[run]\nmood="x"',
      "unknown key 'mood' in [run]"),
-    ('[grid]\nschedules=["zigzag"]\nstages=[4]\nmicrobatches=[8]\nsystems=["mid_nw_mid_cp"]', "unknown schedule 'zigzag'"),
+    ('[grid]\nschedules=["zigzag"]\nstages=[4]\nmicrobatches=[8]\nsystems=["mid_nw_mid_cp"]',
+     "unknown schedule 'zigzag'"),
     ('[grid]\nschedules=["gpipe"]\nstages=[4]\nmicrobatches=[8]\nsystems=["moon_base"]', "unknown system 'moon_base'"),
     ('[grid]\nschedules=["gpipe"]\nstages=[4]\nmicrobatches=[8]\nsystems=["mid_nw_mid_cp"]\nmodels=["gpt9"]',
      "unknown model 'gpt9'"),
     ('[grid]\nschedules=["gpipe"]\nstages=[]\nmicrobatches=[8]\nsystems=["mid_nw_mid_cp"]', "grid.stages is empty"),
     ('[grid]\nschedules=[]\nstages=[4]\nmicrobatches=[8]\nsystems=["mid_nw_mid_cp"]', "grid.schedules is empty"),
-    ('[grid]\nschedules=["gpipe"]\nstages=["4"]\nmicrobatches=[8]\nsystems=["mid_nw_mid_cp"]', "grid.stages must list integers"),
-    ('[grid]\nschedules=["gpipe"]\nstages=[4]\nmicrobatches=8\nsystems=["mid_nw_mid_cp"]', "grid.microbatches must be a list"),
+    ('[grid]\nschedules=["gpipe"]\nstages=["4"]\nmicrobatches=[8]\nsystems=["mid_nw_mid_cp"]',
+     "grid.stages must list integers"),
+    ('[grid]\nschedules=["gpipe"]\nstages=[4]\nmicrobatches=8\nsystems=["mid_nw_mid_cp"]',
+     "grid.microbatches must be a list"),
     ('[grid]\nschedules=["gpipe"]\nstages=[1]\nmicrobatches=[8]\nsystems=["mid_nw_mid_cp"]', "integers >= 2"),
     ('[grid]\nschedules=["gpipe"]\nstages=[4]\nmicrobatches=[8]', "grid.systems is required"),
     ('[grid]\nschedules=["gpipe"]\nstages=[4]\nmicrobatches=[8]\nsystems=["mid_nw_mid_cp"]\n[run]\nmode="fast"',
      "run.mode must be one of"),
     ('[grid]\nschedules=["gpipe"]\nstages=[4]\nmicrobatches=[8]\nsystems=["mid_nw_mid_cp"]\n[run]\ntime_limit=-1',
      "run.time_limit must be a number > 0"),
-    ('[grid]\nschedules=["gpipe"]\nstages=[4]\nmicrobatches=[8]\nsystems=["mid_nw_mid_cp"]\ncaps=["lots"]', "grid.caps"),
+    ('[grid]\nschedules=["gpipe"]\nstages=[4]\nmicrobatches=[8]\nsystems=["mid_nw_mid_cp"]\ncaps=["lots"]',
+     "grid.caps"),
     ('[grid]\nschedules=["hanayo"]\nstages=[4]\nmicrobatches=[8]\nsystems=["mid_nw_mid_cp"]\n'
      '[grid.options]\nhanayo={colour=[1]}', "takes no option 'colour'"),
     ('[grid]\nschedules=["gpipe"]\nstages=[4]\nmicrobatches=[8]\nsystems=["mid_nw_mid_cp"]\n'
@@ -94,7 +98,8 @@ def test_malformed_configs_are_rejected_with_one_line(tmp_path, text, fragment):
 
 
 def test_cli_rejects_before_any_work(tmp_path, capsys):
-    path = write(tmp_path, '[grid]\nschedules=["gpipe", "nope"]\nstages=[4]\nmicrobatches=[8]\nsystems=["mid_nw_mid_cp"]')
+    path = write(tmp_path,
+                 '[grid]\nschedules=["gpipe", "nope"]\nstages=[4]\nmicrobatches=[8]\nsystems=["mid_nw_mid_cp"]')
     db = tmp_path / "never.sqlite"
     code = main(["sweep", str(path), "--db", str(db)])
     out, err = capsys.readouterr()
@@ -127,7 +132,9 @@ def test_search_settings_are_a_grid_dimension():
         (1.0, 10, 1), (1.0, 20, 1), (5.0, 10, 1), (5.0, 20, 1)}
     assert "limit=5s workers=1 ticks/op=20" in todo[-1].label()
     for bad, fragment in (({"run": {"mode": "simulate"}}, "only used in modes"),
-                          ({"grid": {**doc["grid"], "search": {"ticks_per_op": [1.5]}}}, "grid.search: run.ticks_per_op"),
-                          ({"grid": {**doc["grid"], "search": {"seed": [1]}}}, r"unknown key 'seed' in \[grid.search\]")):
+                          ({"grid": {**doc["grid"], "search": {"ticks_per_op": [1.5]}}},
+                           "grid.search: run.ticks_per_op"),
+                          ({"grid": {**doc["grid"], "search": {"seed": [1]}}},
+                           r"unknown key 'seed' in \[grid.search\]")):
         with pytest.raises(ConfigError, match=fragment):
             parse_config({**doc, **bad})

@@ -39,7 +39,7 @@ def test_store_insert_or_ignore_and_export(tmp_path):
         if importlib.util.find_spec("pyarrow") is None and importlib.util.find_spec("fastparquet") is None:
             with pytest.raises(ValueError, match="Parquet needs pyarrow"):
                 store.export(tmp_path / "out.parquet")
-        with pytest.raises(ValueError, match=".csv or .parquet"):
+        with pytest.raises(ValueError, match=r"\.csv or \.parquet"):
             store.export(tmp_path / "out.xlsx")
 
 
@@ -98,7 +98,8 @@ def test_cli_sweep_resumes_and_exports(tmp_path, capsys):
     frame = pd.read_csv(csv)
     assert len(frame) == 6 and frame.key.is_unique
     assert {"pipetab_version", "ortools_version", "status", "bound_s", "time_limit_s", "cpsat_workers",
-            "simulation_makespan_s", "simulation_idle_ratio", "table_bubble_ratio", "formula_bubble_ratio"} <= set(frame.columns)
+            "simulation_makespan_s", "simulation_idle_ratio", "table_bubble_ratio",
+            "formula_bubble_ratio"} <= set(frame.columns)
     assert main(["sweep", str(cfg), "--db", str(db), "--dry-run"]) == 0
     assert "0 to run, 6 already" in capsys.readouterr().out
 

@@ -97,7 +97,7 @@ def test_page_loads_draws_every_op_and_hover_names_the_op(browser, tmp_path):
     text = hover_text(page, x, y)
     assert "B · microbatch 5 · stage 2" in text and "on device 2" in text
     cell = lv.table.by_op[op]
-    assert f"table: slots {cell.start}–{cell.end}" in text
+    assert f"table: slots {cell.start}\u2013{cell.end}" in text  # the viewer writes an en dash
     # and the same op in the table
     table = page.locator("#schedule-0 canvas.table")
     x, y = point_of(canvas_geometry(table), 2, cell.start, cell.end)
@@ -115,7 +115,8 @@ def test_wheel_zooms_and_hover_stays_right(browser, tmp_path):
     for _ in range(5):
         page.mouse.wheel(0, -300)
     page.wait_for_function(f"document.querySelector('#schedule-0 canvas.table').dataset.t1 - "
-                           f"document.querySelector('#schedule-0 canvas.table').dataset.t0 < {before['t1'] - before['t0']} / 4")
+                           f"document.querySelector('#schedule-0 canvas.table').dataset.t0 < "
+                           f"{before['t1'] - before['t0']} / 4")
     after = canvas_geometry(table)
     assert 0 < after["drawn"] < before["drawn"]  # only what is in the window is drawn
     # GPipe's forward of microbatch m on stage s runs in slot s + m: find one in the window

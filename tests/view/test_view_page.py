@@ -38,7 +38,8 @@ def test_page_data_equals_the_levels():
     assert d["levels"] == lv.as_dict() and d["time_unit"] == "s" and d["memory_unit"] == "bytes"
     cell = lv.table.by_op
     seen = set()
-    for i, (dev, kind, p, s, m) in enumerate(zip(ops["device"], ops["kind"], ops["pipeline"], ops["stage"], ops["microbatch"])):
+    columns = (ops["device"], ops["kind"], ops["pipeline"], ops["stage"], ops["microbatch"])
+    for i, (dev, kind, p, s, m) in enumerate(zip(*columns)):
         op = next(o for o in sim.start if (o.kind.value, o.pipeline, o.stage, o.microbatch) == (kind, p, s, m))
         seen.add(op)
         assert lv.schedule.device_of(op) == dev
