@@ -23,6 +23,7 @@ error outcome. Each process caches the last schedules' levels, systems and model
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import sys
 import time
@@ -131,9 +132,8 @@ def _context(c: Configuration):
     from pipetab.hardware.context import Context
 
     d = c.cluster_dict()
-    return Context(tp=d.get("tp", 1), dp=d.get("dp", 1), sequence_parallel=d.get("sequence_parallel", False),
-                   zero=d.get("zero", 0), overlap=d.get("overlap", True), microbatch_size=d.get("microbatch_size"),
-                   global_batch=d.get("global_batch"), seq_len=d.get("seq"), recompute=c.run.recompute)
+    fields = {f.name for f in dataclasses.fields(Context)}  # every [grid.cluster] key that is a context field
+    return Context(**{k: v for k, v in d.items() if k in fields}, seq_len=d.get("seq"), recompute=c.run.recompute)
 
 
 def _base(c: Configuration) -> dict:

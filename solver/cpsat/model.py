@@ -212,9 +212,7 @@ class CpSatModel:
                     prm.num_full_subsolvers = w
         if not self.fixed_order:
             prm.probing_deterministic_time_limit = cfg.model.probing_det_limit  # ModelParams
-            # one feasibility-pump task ran 19 s past a 14-s limit (it does not check the
-            # clock); it never found a schedule here
-            prm.ignore_subsolvers.append("feasibility_pump")
+            prm.ignore_subsolvers.append("feasibility_pump")  # it ignores the clock (docs/cpsat.md)
         for key, value in cfg.extra_params:
             setattr(prm, key, value)
         if self.fixed_order:

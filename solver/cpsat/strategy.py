@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 class StopSignal:
     """``is_set()`` for a solve's watch thread: the search is done, a stop rule holds, the
     ``extra`` event is set, or the wall clock is past ``deadline`` (CP-SAT's own time
-    limit is not always checked in time: a solve with a 13-s limit was seen to run 25 s)."""
+    limit is not always checked in time, docs/cpsat.md)."""
 
     def __init__(self, state: "SearchState", extra: threading.Event | None = None, deadline: float | None = None):
         self.state = state
@@ -152,8 +152,8 @@ def proof_config(config: CpSatConfig) -> CpSatConfig:
     """A tightening probe's config: on at least 2 workers with the default portfolio and
     a wall-clock limit, CP-SAT's shared tree search on all of them (the workers split one
     search tree — the kind of search an infeasibility proof needs); else ``config``.
-    Used only on models without a memory cumulative (``bound_phase``): with cumulatives
-    of variable-size lifetimes a shared-tree task ran 43 s past a 14-s limit."""
+    Used only on models without a memory cumulative (``bound_phase``: with them a
+    shared-tree task overran its limit by far, docs/cpsat.md)."""
     if config.workers < 2 or config.subsolvers is not None or config.deterministic_time is not None:
         return config
     return config.replace(subsolvers=("shared_tree",),
