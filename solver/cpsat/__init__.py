@@ -1,26 +1,12 @@
 """The CP-SAT model of pipeline-parallel schedules: evaluate a known schedule with its
 choices fixed, search better orders and placements under memory caps, and prove lower
 bounds — every result solver-independent (``Result``) and re-checked by the evaluator.
-
-The tower, bottom up: ``problem`` (what to solve) → ``variables``, ``precedences`` and
-``families`` (the constraint families, one listed table), ``objectives`` (registered
-objective objects) → ``model`` (one CP-SAT model) → ``starts`` and ``greedy`` (schedules
-before any model) → ``strategy`` and ``fixed`` (start → bound → search on a fixed
-placement) → ``placement`` and ``partition`` (free placement, free stage partition) →
-``api``. ``params`` holds every tuned number; one ``Deadline`` per call.
-
-Public API::
-
-    Problem, idealized_problem                         what to solve (Objective, PlacementFamily)
-    CpSatConfig, MaxRuntime, NoImprovement, GapBelow   how to solve (limits, stop rules, params)
-    evaluate(schedule, costs, config) -> Result        fixed placement and order
-    search(problem, config, known) -> Result           free order (and placement)
-    bound(problem, config, known) -> Result            lower bound + known schedules' gaps
-    solver.seconds.solve_seconds(shape, real_costs, mode, config) -> Answer   in seconds
-    memory_front(problem, caps, config) -> [FrontPoint]
-    partition.solve_partition(shape, layer_costs, partition, config, mode)
-                                                       the stage partition as a decision
-    min_feasible_cap(problem) -> float
+A tower of small modules (docs/cpsat.md): ``problem`` → ``variables``, ``precedences``,
+``families``, ``objectives`` → ``model`` → ``starts``, ``greedy`` → ``strategy``, ``fixed``
+→ ``placement``, ``partition`` → ``api``; ``params`` holds every tuned number. Public:
+``Problem``, ``idealized_problem``, ``CpSatConfig`` and the stop rules, ``evaluate``,
+``search``, ``bound``, ``memory_front``, ``min_feasible_cap``, the result types; problems in
+seconds: ``solver.seconds.solve_seconds``.
 """
 
 from __future__ import annotations

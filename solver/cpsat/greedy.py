@@ -1,10 +1,8 @@
-"""Greedy memory-aware list scheduling: the model's own starting schedules, always
-feasible, plus the per-stage warm-up depths and spacings that steer them.
-
+"""Greedy memory-aware list scheduling, the model's own starting schedules:
 ``greedy_schedule`` dispatches ops as devices become idle (event-driven, never tick by
-tick); ``warmup_depths`` (Zero Bubble style depths of a linear pipeline), ``stage_limits``
-(Little's law depths with several stages per device) and ``microbatch_spacing`` (the
-busiest device's work per microbatch) parametrize it.
+tick), steered by ``warmup_depths`` (Zero Bubble style depths of a linear pipeline),
+``stage_limits`` (Little's law depths with several stages per device) and
+``microbatch_spacing`` (the busiest device's work per microbatch).
 """
 
 from __future__ import annotations

@@ -1,16 +1,8 @@
-"""The objectives of the CP-SAT model as small registered objects, one per ``Objective``.
-
-An objective says everything the model, the bounds and the checks need of it: the
-variables it adds and how it constrains them, the expression to minimize, its solver-free
-lower bound and horizon, how the evaluator judges a known schedule by it, how a schedule
-hints it, and the assumption it adds to a bound. ``objective(problem)`` gives the one of a
-problem; a new objective is a new ``ObjectiveSpec`` in ``OBJECTIVES`` (``docs/extending.md``).
-
-* ``makespan``: one synchronous step — every device's end plus its optimizer time, and
-  every replica group's all-reduce (``families.add_makespan``).
-* ``period``: the steady-state time of a repeated step without a global barrier — the
-  longest span of any device from its first op's start to its last op's end (the Zero
-  Bubble paper's cost, ``solver.periodic``); fixed placement only.
+"""The objectives of the CP-SAT model as registered ``ObjectiveSpec`` objects, one per
+``Objective``: everything the model, the bounds and the checks need of it. ``makespan``:
+one synchronous step, every device's end plus its optimizer time and every replica group's
+all-reduce. ``period``: the longest device span of a repeated step without a global barrier
+(the Zero Bubble paper's cost, ``solver.periodic``); fixed placement only.
 """
 
 from __future__ import annotations

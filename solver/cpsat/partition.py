@@ -1,25 +1,11 @@
 """Stage partitions as a decision: how many of the model's layers each stage holds.
 
-A partition gives every pipeline's stages layer counts (each >= 1, each pipeline's summing
-to the model's layers); it is a ``stage_work`` of integers, so costs follow the layers
-through the usual paths. ``Partition`` is ``even`` (``hardware.model.partition`` of equal
-shares), ``fixed`` (a list per pipeline) or ``free`` (the solver chooses).
-
-Costs of a partition come from a ``solver.pricing.LayerCosts``: ``IdealizedLayers``
-(per-layer slots, the LM head and the embedding as extra slots on a pipeline's last and
-first stage) or ``HardwareLayers`` (``hardware_costs`` of a schedule whose ``stage_work``
-is the layer counts: op times, activation bytes, messages and persistent memory follow
-the layers, the embedding on each pipeline's first stage, the LM head and loss on its
-last).
-
-The free partition is solved exactly by enumeration (``partition_enum``): partitions whose
-busiest device's work (plus the forward and backward chains before it, ``quick_bound``)
-reaches the incumbent are pruned while they are enumerated; the others are visited in
-order of that bound, each pruned again by the model's analytic bound or searched with its
-partition fixed (``search``/``bound``) on a slice of the deadline; the incumbent's orders
-seed every later partition (orders do not depend on the layer counts). The free problem's
-bound is the least bound over all partitions: proven ones for those searched, analytic or
-quick ones for the others, the incumbent for those pruned.
+``Partition`` is ``even``, ``fixed`` (layer counts per pipeline and stage) or ``free``; a
+partition is a ``stage_work`` of integers, priced by a ``solver.pricing.LayerCosts``. The
+free partition is solved exactly by enumeration (``partition_enum``): splits visited in
+order of their bound, each pruned by it or searched with its split fixed on a slice of the
+deadline, seeded with the incumbent's orders; the free problem's bound is the least over
+all splits (docs/partition.md).
 """
 
 from __future__ import annotations

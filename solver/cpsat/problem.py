@@ -1,13 +1,8 @@
 """The problem the CP-SAT model solves: ops of given microbatches on pipelines of stages,
-their integer costs, the devices, how much of the placement is fixed, and the objective.
-
-``placement`` is a fixed ``Placement`` or a ``PlacementFamily`` (``schedules.placements``):
-a family fixes the stage -> device map of its shape, ``free`` leaves it to the solver.
-
-``objective`` (``Objective``): ``makespan`` (one synchronous step, all-reduce and optimizer
-included) or ``period`` (the steady-state time of a repeated step without a global
-barrier: the longest span of any device from its first op's start to its last op's end).
-What each means to the model is in ``objectives``.
+their integer costs, the devices, the placement — a fixed ``Placement`` or a
+``PlacementFamily`` (``schedules.placements``; ``free`` leaves it to the solver) — and the
+``Objective`` (``makespan``: one synchronous step; ``period``: the steady state of a
+repeated step without a global barrier; ``objectives`` says what each means to the model).
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
-"""The start phase: schedules of the problem judged by the evaluator before any model is
-built — the known schedules given, the registry's schedules of the problem's shape
-(``CpSatConfig.known_generators``) and the model's own greedy list schedules
-(``greedy``) — then the fitting ones improved by double justification (``justify``). The
-best that fits is the first incumbent. Every step is paced: predicted from the measured
-time of one evaluation (``StartParams.costs``) and skipped when it would not end in time.
+"""The start phase: the known schedules given, the registry's of the problem's shape and
+the model's own list schedules (``greedy``) judged by the evaluator, the fitting ones
+improved by double justification; the best that fits is the first incumbent. Every step is
+paced from the measured time of one evaluation (``StartParams.costs``).
 """
 
 from __future__ import annotations

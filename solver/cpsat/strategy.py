@@ -1,17 +1,8 @@
-"""The phases of the one search strategy on a fixed placement (``fixed`` runs them in
-order; ``docs/cpsat.md`` describes it):
-
-1. **start** (``starts``): the known, registry and greedy schedules judged and justified;
-   the best that fits is the incumbent.
-2. **bound** (``bound_phase``): horizon tightening — is there a schedule whose objective is
-   at most h? — with CP-SAT's shared tree search on all workers, for
-   ``StrategyParams.bound_share`` of the time left (all of it in ``bound`` mode).
-3. **search** (``search_phase``): the model hinted with the incumbent, restarted with the
-   next search and seed when it stalls, until the time is up.
-
-A phase ends early once the bound meets the incumbent or a stop rule holds. Each phase
-leaves a ``PhaseRecord``; ``SearchState`` carries the incumbent and the bound between them;
-each runs within its slice of the call's ``Deadline``.
+"""The bound and search phases of the one strategy on a fixed placement (``fixed`` runs
+start → bound → search; docs/cpsat.md): ``bound_phase`` tightens the horizon (is there a
+schedule of objective at most h?), ``search_phase`` hints the model with the incumbent and
+restarts it when it stalls. ``SearchState`` carries the incumbent and the bound between
+them; each phase runs within its slice of the call's ``Deadline``.
 """
 
 from __future__ import annotations
