@@ -9,7 +9,13 @@ import time
 
 from . import common
 from .common import UsageError, emit_json
-from .hardware_args import add_batch_args, add_parallel_switches, add_profile_arg, load_profile_arg
+from .hardware_args import (
+    add_batch_args,
+    add_expert_switches,
+    add_parallel_switches,
+    add_profile_arg,
+    load_profile_arg,
+)
 
 
 def _int_list(name: str):
@@ -70,6 +76,12 @@ def register(sub) -> None:
     p.add_argument("--schedules", type=_word_list("schedules"), default=(),
                    help="registry schedules to try, e.g. 1f1b,zbv (default: all; see 'pipetab schedules')")
     add_parallel_switches(p)
+    p.add_argument("--ep", type=_int_list("ep"), default=(),
+                   help="expert-parallel sizes to try for a MoE model, e.g. 8,16 (default: every divisor of "
+                        "the expert count that divides a stage's GPUs)")
+    p.add_argument("--etp", type=_int_list("etp"), default=(),
+                   help="expert tensor-parallel sizes to try for a MoE model (default 1)")
+    add_expert_switches(p)
     p.add_argument("--top", type=common.positive_int("top"), default=10,
                    help="configurations to show, ranked exactly (default 10)")
     p.add_argument("--cpsat-shapes", type=common.positive_int("cpsat shapes", minimum=0), default=None,
@@ -84,6 +96,8 @@ def register(sub) -> None:
 
 # options the profile fixes: refused with --profile
 _PROFILED = (("microbatch_sizes", "--microbatch-sizes", ()), ("recompute", "--recompute", ()),
+             ("ep", "--ep", ()), ("etp", "--etp", ()), ("dispatch_precision", "--dispatch", None),
+             ("routing_imbalance", "--routing-imbalance", None), ("node_limit", "--node-limit", None),
              ("zero", "--zero", None), ("sequence_parallel", "--no-sequence-parallel", True),
              ("overlap", "--no-overlap", True), ("cpsat_shapes", "--cpsat-shapes", None),
              ("cpsat_time", "--cpsat-time", None))
@@ -120,7 +134,9 @@ def run(args) -> None:
         args.seq, microbatch_sizes=args.microbatch_sizes, recompute=args.recompute, schedules=args.schedules,
         zero=args.zero, sequence_parallel=args.sequence_parallel,
         overlap=args.overlap, top=args.top, cpsat_shapes=2 if args.cpsat_shapes is None else args.cpsat_shapes,
-        cpsat_time_s=args.cpsat_time or 3.0,
+        cpsat_time_s=args.cpsat_time or 3.0, ep=args.ep, etp=args.etp,
+        dispatch_precision=args.dispatch_precision or "bf16", routing_imbalance=args.routing_imbalance or 1.0,
+        node_limit=args.node_limit,
     )
     result = plan(space, progress=progress, profile=load_profile_arg(args))
     if plot:
@@ -140,12 +156,14 @@ def print_plan(result) -> None:
     q = result.question
     print(f"plan: {q['model']} on {q['gpus']} GPUs ({q['gpus_per_node']} per node, {q['system']}), "
           f"global batch {q['global_batch']} x {q['seq_len']} tokens")
-    head = ("#", "schedule", "PP", "TP", "DP", "mb", "micro", "recompute", "step (s)", "tokens/s",
-            "MFU", "peak GiB", "free GiB", "fits")
+    moe = any(c.ep_links for c in result.configurations)
+    head = ("#", "schedule", "PP", "TP", "DP", "EP" if moe else "", "mb", "micro", "recompute", "step (s)",
+            "tokens/s", "MFU", "peak GiB", "free GiB", "fits")
     rows = []
     for i, c in enumerate(result.configurations, 1):
         s = c.shape
-        rows.append((str(i), c.label, str(s.pp), str(s.tp), str(s.dp), str(s.microbatch_size),
+        ep = (f"{s.ep}" + (f"x{s.etp}" if s.etp > 1 else "")) if moe else ""
+        rows.append((str(i), c.label, str(s.pp), str(s.tp), str(s.dp), ep, str(s.microbatch_size),
                      str(s.microbatches), c.recompute_label, f"{c.step_time_s:#.4g}".rstrip("."),
                      f"{c.tokens_per_s:,.0f}",
                      f"{100 * c.mfu:.1f}%", f"{c.peak_memory_bytes / 2**30:.1f}",
@@ -155,9 +173,15 @@ def print_plan(result) -> None:
     else:
         widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
         for r in [head, *rows]:
-            print("  ".join(x.rjust(w) if j not in (1, 7) else x.ljust(w) for j, (x, w) in enumerate(zip(r, widths))))
+            cells = [x.rjust(w) if j not in (1, 8) else x.ljust(w) for j, (x, w) in enumerate(zip(r, widths)) if w]
+            print("  ".join(cells))
     if rows and not result.configurations[0].fits:
         print("none of these fits the GPU memory: the closest are shown")
+    if moe:
+        best = result.configurations[0]
+        hidden = f", {100 * best.a2a_hidden_s / best.a2a_s:.0f} % of it hidden by overlapped pairs" \
+            if best.a2a_s else ""
+        print(f"#1 all-to-all: {best.a2a_s:.3g} s per step on the busiest GPU over {best.ep_links}{hidden}")
     refused = result.candidates - result.pruned_memory - result.pruned_time - result.simulated
     outside = f", {refused} outside their schedule's regime (microbatches, stages)" if refused else ""
     print(f"searched {result.candidates} candidates: {result.pruned_memory} cannot fit the memory, "
