@@ -27,6 +27,7 @@ step each: ``hardware.parallel.ring_time``), in the forward and again in the bac
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import TYPE_CHECKING, Sequence
 
 from .gemms import own_tokens
@@ -124,6 +125,11 @@ def moe_layer_comm(model: TransformerModel, ctx: Context, topology: Topology, pp
     """Seconds of (dispatch, combine) communication of one MoE layer's forward on the
     slowest EP group of pipeline device ``pp_rank`` (module docstring); the backward's
     two all-to-alls of gradients take (combine, combine) — model-precision both ways."""
+    return _layer_comm(model, ctx, topology, pp_rank)
+
+
+@lru_cache(maxsize=4096)
+def _layer_comm(model: TransformerModel, ctx: Context, topology: Topology, pp_rank: int) -> tuple[float, float]:
     system, c = topology.system, model.bytes_per_param_compute
     tokens = own_tokens(model, ctx)
     copies = model.experts_per_token * ctx.routing_imbalance

@@ -85,12 +85,11 @@ class Topology:
     def tp_link(self, pp_rank: int = 0) -> Link | None:
         """The ring link of pipeline device ``pp_rank``'s tensor-parallel group (the
         slowest over its data-parallel replicas)."""
-        links = [self.ring_link(self.tp_group(pp_rank, j)) for j in range(self.context.dp)]
-        return _slowest(links)
+        return _group_link(self.system, self.context.tp, self.context.dp, pp_rank, "tp")
 
     def dp_link(self, pp_rank: int = 0) -> Link | None:
         """The ring link of pipeline device ``pp_rank``'s data-parallel groups."""
-        return _slowest([self.ring_link(self.dp_group(pp_rank, i)) for i in range(self.context.tp)])
+        return _group_link(self.system, self.context.tp, self.context.dp, pp_rank, "dp")
 
     def pipeline_link(self, a: int, b: int) -> Link:
         """One Hockney link for a message of a whole activation between pipeline devices
@@ -116,6 +115,19 @@ class Topology:
         if c.tp == 1 and c.dp == 1:
             return self.system  # GPU r is pipeline device r
         return _pipeline_system(self.system, c.tp, c.dp, bool(c.sequence_parallel), self.pp, c.parallel_label)
+
+
+@lru_cache(maxsize=4096)
+def _group_link(system: System, tp: int, dp: int, pp_rank: int, which: str) -> Link | None:
+    """``Topology.tp_link`` / ``dp_link``: the slowest ring of the tensor-parallel groups
+    (over the data-parallel replicas) or of the data-parallel groups (over the tensor
+    ranks) of one pipeline device, shared by every schedule of the same split."""
+    from .context import Context
+
+    topo = Topology(system, Context(tp=tp, dp=dp), pp_rank + 1)
+    if which == "tp":
+        return _slowest([topo.ring_link(topo.tp_group(pp_rank, j)) for j in range(dp)])
+    return _slowest([topo.ring_link(topo.dp_group(pp_rank, i)) for i in range(tp)])
 
 
 @lru_cache(maxsize=256)

@@ -298,50 +298,52 @@ def _locate(schedule: Schedule, ops: list[Op]) -> np.ndarray:
     num_mb = schedule.num_microbatches
     keys = schedule.codes * num_mb + schedule.ops.microbatch
     order = np.argsort(keys, kind="stable")
+    if not ops:
+        return np.zeros(0, np.int64)
+    kind = np.array([KIND_CODES[op.kind] for op in ops], np.int64)
+    pipe, stage, mb = (np.array([op[i] for op in ops], np.int64) for i in (1, 2, 3))
     base = schedule.stage_base
-
-    def key(op: Op) -> int:
-        p, s, m = op.pipeline, op.stage, op.microbatch
-        if not (0 <= p < len(base) - 1 and 0 <= s < base[p + 1] - base[p] and 0 <= m < num_mb):
-            return -1
-        return ((int(base[p]) + s) * 3 + KIND_CODES[op.kind]) * num_mb + m
-
-    want = np.array([key(op) for op in ops], np.int64)
+    npipe = len(base) - 1
+    p = np.clip(pipe, 0, npipe - 1)
+    ok = (pipe >= 0) & (pipe < npipe) & (stage >= 0) & (stage < base[p + 1] - base[p]) & (mb >= 0) & (mb < num_mb)
+    want = np.where(ok, ((base[p] + stage) * 3 + kind) * num_mb + mb, -1)
     pos = np.clip(np.searchsorted(keys[order], want), 0, len(keys) - 1)
     found = order[pos]
-    return np.where(keys[found] == want, found, -1)
+    return np.where(ok & (keys[found] == want), found, -1)
 
 
 def _check_blocks(schedule: Schedule) -> None:
     """``ValueError`` unless every block is two or more ops, consecutive in one device's
     order, in no other block, whose ops wait on at most two inputs from outside it, only
     a W on an op of its own block (its B), and whose forward (if any) comes first."""
-    flat = [op for block in schedule.blocks for op in block]
-    where = _locate(schedule, flat).tolist()
-    device, pred = schedule.device, schedule.pred
-    used = np.zeros(schedule.num_ops, bool)
-    i = 0
-    for block in schedule.blocks:
-        at, i = where[i:i + len(block)], i + len(block)
-        text = "&".join(map(str, block))
-        if len(block) < 2:
-            raise ValueError(f"block {text} of schedule {schedule.name!r} must hold at least two ops")
-        if -1 in at:
-            raise ValueError(f"block {text}: op {block[at.index(-1)]} is not part of schedule {schedule.name!r}")
-        if at != list(range(at[0], at[0] + len(at))) or device[at[0]] != device[at[-1]]:
-            raise ValueError(f"block {text}: its ops must follow one another in one device's order")
-        if used[at].any():
-            raise ValueError(f"block {text}: op {block[int(np.argmax(used[at]))]} is in two blocks")
-        used[at] = True
-        if any(op.kind is Kind.F for op in block[1:]):
-            raise ValueError(f"block {text}: a forward must open its block")
-        inside = [int(pred[j]) in at for j in at]
-        if inside.count(False) > 2:
-            raise ValueError(f"block {text}: a block may wait on at most two inputs from outside it")
-        for op, j, made_inside in zip(block, at, inside):
-            if made_inside and op.kind is not Kind.W:
-                raise ValueError(f"block {text}: {op} needs {schedule.ops.op(int(pred[j]))} of the same block; "
-                                 "only a W may follow its own B inside a block")
+    blocks = schedule.blocks
+    sizes = np.array([len(b) for b in blocks], np.int64)
+    at = _locate(schedule, [op for b in blocks for op in b])
+    block = np.repeat(np.arange(len(blocks)), sizes)
+    head = np.repeat(at[np.cumsum(sizes) - sizes], sizes)
+    pos = np.arange(len(at)) - np.repeat(np.cumsum(sizes) - sizes, sizes)
+    device, pred, kind = schedule.device, schedule.pred, schedule.ops.kind
+    j = np.maximum(at, 0)
+    consecutive = (at == head + pos) & (device[j] == device[np.maximum(head, 0)])
+    counts = np.bincount(at[at >= 0], minlength=schedule.num_ops)
+    inside = (pred[j] >= head) & (pred[j] < head + np.repeat(sizes, sizes))
+    outside = np.bincount(block, weights=~inside, minlength=len(blocks))
+    problems = [
+        (sizes < 2, "must hold at least two ops"),
+        (np.bincount(block, weights=at < 0, minlength=len(blocks)) > 0, "has an op that is not part of the schedule"),
+        (np.bincount(block, weights=~consecutive, minlength=len(blocks)) > 0,
+         "its ops must follow one another in one device's order"),
+        (np.bincount(block, weights=counts[j] > 1, minlength=len(blocks)) > 0, "has an op that is in two blocks"),
+        (np.bincount(block, weights=(pos > 0) & (kind[j] == 0), minlength=len(blocks)) > 0,
+         "a forward must open its block"),
+        (outside > 2, "a block may wait on at most two inputs from outside it"),
+        (np.bincount(block, weights=inside & (kind[j] != 2), minlength=len(blocks)) > 0,
+         "an op needs another of the same block; only a W may follow its own B inside a block"),
+    ]
+    for bad, why in problems:
+        if bad.any():
+            b = blocks[int(np.argmax(bad))]
+            raise ValueError(f"block {'&'.join(map(str, b))} of schedule {schedule.name!r}: {why}")
 
 
 def _check_ops(schedule: Schedule) -> None:

@@ -52,6 +52,7 @@ class Bounds:
         self.space = space
         self.schedules: dict = {}
         self.units: dict = {}
+        self.costs: dict = {}
 
     def schedule(self, name: str, opts: dict, pp: int, m: int) -> Schedule | None:
         key = (name, tuple(sorted(opts.items())), pp, m)
@@ -97,20 +98,31 @@ class Bounds:
         return max(shape.persistent_bytes(model, n, e) + u * act for n, e, u in zip(params, experts, units))
 
     def shape_time(self, shape: Context) -> float:
-        """A lower bound of the step time of every schedule on ``shape``: the FLOPs of its
-        microbatches' forward and backward passes (recomputation included) spread evenly
-        over its ``pp`` pipeline devices at the GPU's peak and efficiency, with no bubble,
-        latency, memory traffic, communication or optimizer step (each op's time is at
-        least its FLOPs at that rate; splitting or chunking a pass does not lower them)."""
+        """A lower bound of the step time of every schedule on ``shape``: its microbatches'
+        work spread evenly over its ``pp`` pipeline devices with no bubble or optimizer
+        step — on the compute stream the forward and backward of the whole model as one
+        stage (the roofline of a sum is at most the sum of the rooflines: splitting the
+        model into stages or chunks, or a backward into B and W, adds), on the
+        communication stream every expert-parallel all-to-all; the longer of the two (a
+        block takes at least its longer stream)."""
         from pipetab.hardware.costs import stage_cost
+        from pipetab.hardware.moe import moe_layer_comm
+        from pipetab.hardware.parallel import Topology
 
-        model, device = self.space.model, self.space.system.device
-        whole = stage_cost(model, device, shape, model.num_layers, first=True, last=True,
-                           tp_link=self.space.system.default_link if shape.tp > 1 else None)
-        tokens = shape.microbatch_size * model.seq_len  # type: ignore[operator]
-        rate = device.peak_flops * device.efficiency(tokens)
-        flops = (whole.flops_forward + whole.flops_backward) * shape.microbatches  # type: ignore[operator]
-        return (1 - 1e-9) * flops / (rate * shape.pp)  # type: ignore[operator]
+        model, system = self.space.model, self.space.system
+        topo = Topology(system, shape, shape.pp)  # type: ignore[arg-type]
+        links = [topo.tp_link(r) for r in range(shape.pp)] if shape.tp > 1 else [None]
+        fastest = max(links, key=lambda link: (link.bandwidth, -link.latency_s)) if links[0] else None
+        whole = stage_cost(model, system.device, shape, model.num_layers, first=True, last=True, tp_link=fastest)
+        m = shape.microbatches
+        compute = (whole.forward_s - whole.ep_comm_forward_s + whole.backward_s - whole.ep_comm_backward_s) * m  # type: ignore[operator]
+        comm = 0.0
+        if model.moe and (shape.ep > 1 or shape.etp > 1):
+            dispatch, combine = min(moe_layer_comm(model, shape, topo, r) for r in range(shape.pp))  # type: ignore[arg-type]
+            layers = model.num_moe_layers + model.mtp_layers
+            full = 2 if shape.recompute == "full" else 0
+            comm = layers * m * ((dispatch + combine) * (1 + full / 2) + 2 * combine)  # type: ignore[operator]
+        return (1 - 1e-9) * max(compute, comm) / shape.pp  # type: ignore[operator]
 
     def time(self, name: str, opts: dict, shape: Context) -> float:
         """Lower bound of the step time: the simulated step of the instance of at most ``4 pp``
@@ -122,11 +134,18 @@ class Bounds:
         pp, m = shape.pp, shape.microbatches
         small_m = small_microbatches(pp, m)  # type: ignore[arg-type]
         sched = self.schedule(name, opts, pp, small_m)  # type: ignore[arg-type]
-        # the small instance's own global batch: same microbatches, fewer of them
-        costs = hardware_costs(sched, self.space.system, self.space.model,  # type: ignore[arg-type]
-                               shape.replace(global_batch=None))
+        # the small instance's own global batch: same microbatches, fewer of them; schedules
+        # of one structure (placement, stage work, split backward) share their costs
+        key = (sched.placement, sched.stage_work, sched.split_backward, sched.microbatch2pipeline,  # type: ignore[union-attr]
+               shape.replace(global_batch=None))
+        if key not in self.costs:
+            self.costs[key] = hardware_costs(sched, self.space.system, self.space.model, key[-1])  # type: ignore[arg-type]
+        costs = self.costs[key]
         step = simulate(sched, costs).makespan  # type: ignore[arg-type]
         if small_m == m:
             return step
-        work = sum(costs.duration(op) for order in sched.orders for op in order)  # type: ignore[union-attr]
+        # each further microbatch adds at least its ops' compute (a block hides communication only)
+        comm = {k: sum(s for c, s in segs if c) for k, segs in costs.chains.items()}
+        work = sum(costs.duration(op) - comm.get((op.kind, op.pipeline, op.stage), 0.0)
+                   for order in sched.orders for op in order)  # type: ignore[union-attr]
         return step + (m - small_m) * work / (sched.num_devices * small_m)  # type: ignore[union-attr,operator]
