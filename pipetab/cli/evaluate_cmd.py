@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from . import common
 from .common import UsageError, emit_json
-from .hardware_args import add_hardware_args, cost_source
+from .hardware_args import add_hardware_args, check_ticks, cost_source
 
 MIN_TICKS_PER_OP = 10  # --tick at most 1/10 of the shortest op: rounding adds <= 10% per op
 
@@ -43,6 +43,10 @@ def levels_of(args):
         raise UsageError(f"--tick must be at most {costs.default_tick(MIN_TICKS_PER_OP):.3g} s "
                          f"(1/{MIN_TICKS_PER_OP} of the shortest op, so rounding each op up to whole ticks "
                          f"adds at most {100 // MIN_TICKS_PER_OP}%), got {args.tick:g}")
+    if args.solver == "cpsat" and costs is not None:
+        from pipetab.solver.costs import EVALUATE_TICKS_PER_OP
+
+        check_ticks(schedule, costs, args.tick, EVALUATE_TICKS_PER_OP)
     levels = evaluate_levels(schedule, slots=common.slots_of(args), costs=costs,
                              cpsat=args.solver == "cpsat", tick_s=args.tick)
     sim = levels.simulation

@@ -175,6 +175,11 @@ def main(argv: list[str] | None = None) -> int:
     Every error is one line, ``pipetab COMMAND: error: ...`` (``common.error_line``)."""
     argv = sys.argv[1:] if argv is None else list(argv)
     command = next((a for a in argv[:1] if a in COMMANDS), None)  # before parsing, for its errors
+    if sys.stdout is None or _closed(sys.stdout):
+        if sys.stderr is not None:
+            print(common.error_line(command, "standard output is closed, so nothing could be printed; "
+                                             "redirect it to a file or /dev/null"), file=sys.stderr)
+        return 2
     try:
         parser = build_parser()
         args = parser.parse_args(argv)
@@ -199,6 +204,20 @@ def main(argv: list[str] | None = None) -> int:
         print(common.error_line(command, "interrupted").replace(" error: ", " ", 1), file=sys.stderr)
         return 130
     return 0
+
+
+def _closed(stream) -> bool:
+    """Whether ``stream``'s file descriptor is closed (a shell's ``>&-``); a stream without
+    one (tests capture output) is open."""
+    try:
+        fd = stream.fileno()
+    except (OSError, ValueError, AttributeError):
+        return False
+    try:
+        os.fstat(fd)
+    except OSError:
+        return True
+    return False
 
 
 def _fail(command: str | None, message: str) -> int:

@@ -9,7 +9,15 @@ import time
 
 from . import common
 from .common import UsageError, emit_json
-from .hardware_args import add_batch_args, add_parallel_switches, add_profile_arg, load_profile_arg
+from .hardware_args import (
+    MAX_GPUS,
+    MAX_MICROBATCH_SIZE,
+    MAX_TP,
+    add_batch_args,
+    add_parallel_switches,
+    add_profile_arg,
+    load_profile_arg,
+)
 
 
 def _int_list(name: str):
@@ -18,8 +26,9 @@ def _int_list(name: str):
             values = tuple(int(x) for x in text.split(","))
         except ValueError:
             raise argparse.ArgumentTypeError(f"{name} must be integers separated by commas, got {text!r}") from None
-        if any(v < 1 for v in values):
-            raise argparse.ArgumentTypeError(f"{name} must be integers >= 1, got {text!r}")
+        if any(v < 1 or v > MAX_MICROBATCH_SIZE for v in values):
+            raise argparse.ArgumentTypeError(f"{name} must be integers >= 1 and <= {MAX_MICROBATCH_SIZE:,}, "
+                                             f"got {text[:60]!r}")
         return values
 
     parse.__name__ = name
@@ -55,8 +64,9 @@ def register(sub) -> None:
     p = sub.add_parser("plan", help="the best schedule, parallel split, microbatch size and recomputation "
                                     "for a model on a cluster, ranked by simulated step time")
     p.add_argument("--model", required=True, help="model preset or TOML file (see 'pipetab models')")
-    p.add_argument("--nodes", type=common.positive_int("nodes"), required=True, help="nodes of the cluster")
-    p.add_argument("--gpus-per-node", type=common.positive_int("gpus per node"), required=True,
+    p.add_argument("--nodes", type=common.positive_int("nodes", maximum=MAX_GPUS), required=True,
+                   help="nodes of the cluster")
+    p.add_argument("--gpus-per-node", type=common.positive_int("gpus per node", maximum=MAX_TP), required=True,
                    help="GPUs per node (tensor parallelism stays inside a node)")
     where = p.add_mutually_exclusive_group()
     where.add_argument("--gpu", default=None, help="GPU: H100 (default) or A100")
@@ -70,9 +80,9 @@ def register(sub) -> None:
     p.add_argument("--schedules", type=_word_list("schedules"), default=(),
                    help="registry schedules to try, e.g. 1f1b,zbv (default: all; see 'pipetab schedules')")
     add_parallel_switches(p)
-    p.add_argument("--top", type=common.positive_int("top"), default=10,
+    p.add_argument("--top", type=common.positive_int("top", maximum=1000), default=10,
                    help="configurations to show, ranked exactly (default 10)")
-    p.add_argument("--cpsat-shapes", type=common.positive_int("cpsat shapes", minimum=0), default=None,
+    p.add_argument("--cpsat-shapes", type=common.positive_int("cpsat shapes", minimum=0, maximum=16), default=None,
                    help="best shapes CP-SAT searches for a better linear schedule (default 2; 0: none)")
     p.add_argument("--cpsat-time", type=_seconds, default=None, help="seconds of CP-SAT per shape (default 3)")
     add_profile_arg(p)
@@ -105,10 +115,20 @@ def run(args) -> None:
                          "--system FILE.toml)")
     from pipetab.schedules.limits import MAX_OPS
 
+    if args.nodes * args.gpus_per_node > MAX_GPUS:
+        raise UsageError(f"--nodes x --gpus-per-node = {args.nodes} x {args.gpus_per_node} GPUs is more than the "
+                         f"{MAX_GPUS:,} pipetab plans for")
     if args.global_batch > MAX_OPS:
         raise UsageError(f"--global-batch must be at most {MAX_OPS} sequences (a schedule holds "
                          f"at most {MAX_OPS} ops; see docs/limits.md), got {args.global_batch}")
     plot = common.check_plot_path(args.plot)
+    profile = load_profile_arg(args)
+    gpu = args.system or args.gpu
+    if profile is not None:  # what the profile records is the default, and must not be contradicted
+        if gpu is None and profile.gpu is not None and profile.gpu.upper() in GPUS:
+            gpu = profile.gpu
+        if args.seq is None and profile.seq_len is not None:
+            args.seq = profile.seq_len
     t0 = time.perf_counter()
 
     def progress(message: str) -> None:
@@ -116,13 +136,25 @@ def run(args) -> None:
             print(f"plan [{time.perf_counter() - t0:5.1f} s] {message}", file=sys.stderr, flush=True)
 
     space = plan_question(
-        args.model, args.nodes, args.gpus_per_node, args.global_batch, args.system or args.gpu or "H100",
+        args.model, args.nodes, args.gpus_per_node, args.global_batch, gpu or "H100",
         args.seq, microbatch_sizes=args.microbatch_sizes, recompute=args.recompute, schedules=args.schedules,
         zero=args.zero, sequence_parallel=args.sequence_parallel,
         overlap=args.overlap, top=args.top, cpsat_shapes=2 if args.cpsat_shapes is None else args.cpsat_shapes,
         cpsat_time_s=args.cpsat_time or 3.0,
     )
-    result = plan(space, progress=progress, profile=load_profile_arg(args))
+    if profile is not None:
+        flag = f"--system {args.system}" if args.system else f"--gpu {gpu or 'H100'}" + ("" if gpu else " (default)")
+        try:
+            profile.check_matches(space.model, space.model.seq_len, space.system.device.peak_flops,
+                                  seq_flag="--seq" if args.seq is not None else "the model's sequence length",
+                                  gpu_flag=flag)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+    if "selective" in args.recompute:
+        from .hardware_args import check_recompute
+
+        check_recompute("selective", space.model)
+    result = plan(space, progress=progress, profile=profile)
     if plot:
         from pipetab.plan.plot import plot_plan
 

@@ -159,18 +159,22 @@ def plan_profiled(space: PlanSpace, profile, say, t0: float) -> Plan:
     microbatch size; the microbatches follow from the global batch), costs from the
     profile (``solver.pricing.profile_costs``), memory against the profile's ``memory_bytes``
     or else the GPU's usable memory."""
+    from pipetab.hardware.profile import check_possible
     from pipetab.solver.pricing import profile_costs
     from pipetab.solver.simulate import simulate
 
     tp, dp, b, n = profile.tp, profile.dp, profile.microbatch_size, space.num_gpus
     if b is None:
         raise ValueError(f"profile {profile.name!r} gives no 'microbatch_size': plan needs it")
+    profile.check_matches(space.model, space.model.seq_len, space.system.device.peak_flops,
+                          gpu_flag=f"the cluster ({space.system.name})")
     pp = profile.num_stages or n // (tp * dp)
     if pp * tp * dp != n:
         raise ValueError(f"profile {profile.name!r} describes {pp} stages x TP {tp} x DP {dp} GPUs, "
                          f"the cluster has {n}")
     if space.global_batch % (dp * b):
         raise ValueError(f"global batch {space.global_batch} is not a multiple of DP {dp} x microbatch size {b}")
+    check_possible(profile, space.model, space.system.device.peak_flops, pp, f" ({space.system.name})")
     shape = Context(tp=tp, dp=dp, pp=pp, sequence_parallel=False, zero=0, microbatch_size=b,
                     global_batch=space.global_batch, seq_len=space.model.seq_len)
     capacity = profile.memory_bytes or space.system.device.usable_memory_bytes
