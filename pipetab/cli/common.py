@@ -170,6 +170,16 @@ def build_schedule(args, name: str | None = None, strict: bool = True):
     return schedule
 
 
+def schedule_title(args, name: str) -> str:
+    """``interleaved(chunks=2)``: the schedule with every option it takes, given or default
+    (a title that drops them cannot be told from another run)."""
+    from pipetab.plan.space import schedule_label
+
+    opts = {o.name: o.default for o in registry.spec(name).options}
+    opts.update(schedule_options(args, name, strict=False))
+    return schedule_label(name, opts)
+
+
 def split_backward_schedules() -> list[str]:
     """Registry names whose schedules split the backward (checked on a tiny instance)."""
     out = []

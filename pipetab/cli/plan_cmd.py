@@ -87,6 +87,9 @@ def register(sub) -> None:
     p.add_argument("--cpsat-time", type=_seconds, default=None, help="seconds of CP-SAT per shape (default 3)")
     add_profile_arg(p)
     p.add_argument("--plot", metavar="FILE.png", help="Pareto plot: step time against peak memory per GPU")
+    p.add_argument("--html", metavar="FILE.html",
+                   help="one self-contained page: the ranked configurations (sortable), the Pareto plot, the "
+                        "winner's and runner-up's timelines and memory, the levels, the assumptions")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     p.add_argument("--format", choices=["text", "json"], default="text")
     p.set_defaults(func=run)
@@ -122,6 +125,7 @@ def run(args) -> None:
         raise UsageError(f"--global-batch must be at most {MAX_OPS} sequences (a schedule holds "
                          f"at most {MAX_OPS} ops; see docs/limits.md), got {args.global_batch}")
     plot = common.check_plot_path(args.plot)
+    page = args.html and common.output_path(args.html, "--html", (".html", ".htm"))
     profile = load_profile_arg(args)
     gpu = args.system or args.gpu
     if profile is not None:  # what the profile records is the default, and must not be contradicted
@@ -159,12 +163,18 @@ def run(args) -> None:
         from pipetab.plan.plot import plot_plan
 
         common.save_plot(plot_plan, plot, result, rows=10)
+    if page:
+        from pipetab.view.plan_page import write_plan_page
+
+        common.write_output(page, "--html", lambda p: write_plan_page(p, result))
     if args.format == "json":
         emit_json(result.as_dict())
         return
     print_plan(result)
     if args.plot:
         print(f"plot: {args.plot}")
+    if args.html:
+        print(f"page: {args.html}")
 
 
 def print_plan(result) -> None:
