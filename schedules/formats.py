@@ -13,6 +13,10 @@ holds several stages); ``makespan_slots`` is in slots.
 * torch CSV: PyTorch ``torch.distributed.pipelining`` compute-only form — one row per rank,
   one action per cell (``2F0`` = global stage 2, forward, microbatch 0; ``I``/``W`` for a
   split backward), empty cells for idle slots. Only single-pipeline schedules have it.
+  Torch runs files that mix a full backward ``B`` with ``I``/``W`` (ZB-V gives some
+  microbatches a full backward); read, such a ``B`` is its input-gradient op followed at
+  once by its weight-gradient op on the same rank. Which rank holds which stage is not in
+  the file: ``torch_layout`` names it and the torchtitan settings that build it.
 """
 
 from __future__ import annotations
@@ -259,6 +263,9 @@ def from_json(text: str, name: str = "") -> Table:
 # ---- torch CSV --------------------------------------------------------------------------
 
 _TORCH_RE = re.compile(r"^(\d+)([FBIW])(\d+)$")
+# actions torch writes that compute nothing pipetab models: gradient reduction and FSDP
+# (un)sharding per stage, and the sends and receives of the compute_comms form
+_TORCH_SKIPPED = re.compile(r"^\d+(REDUCE_GRAD|UNSHARD|RESHARD|(SEND|RECV)_[FB]\d+)$")
 
 
 def to_torch_csv(table: Table) -> str:
@@ -292,26 +299,37 @@ def from_torch_csv(text: str, name: str = "", slots=None) -> Table:
     from .table import SlotDurations, layout
 
     rows = list(csv.reader(io.StringIO(text)))
-    orders: list[list[Op]] = []
+    actions: list[list[tuple[int, str, int]]] = []
     stage2dev: dict[int, int] = {}
     mbs: set[int] = set()
-    split = False
-    for d, row in enumerate(rows):
-        order = []
-        for c, cell in enumerate(row):
+    for d, cells in enumerate(rows):
+        mine = []
+        for c, cell in enumerate(cells):
             cell = cell.strip()
             if not cell:
                 continue
             m = _TORCH_RE.match(cell)
+            if not m and _TORCH_SKIPPED.match(cell):
+                continue
             if not m:
-                raise FormatError(f"torch CSV row {d + 1}, column {c + 1}: action {cell!r} is not like '2F0'")
+                raise FormatError(f"torch CSV row {d + 1}, column {c + 1}: action {cell!r} is not like '2F0' "
+                                  "(stage, F/B/I/W, microbatch)")
             stage, letter, mb = int(m[1]), m[2], int(m[3])
-            split |= letter in "IW"
-            kind = {"F": Kind.F, "B": Kind.B, "I": Kind.B, "W": Kind.W}[letter]
             if stage2dev.setdefault(stage, d) != d:
                 raise FormatError(f"torch CSV: stage {stage} appears on ranks {stage2dev[stage]} and {d}")
-            order.append(Op(kind, 0, stage, mb))
+            mine.append((stage, letter, mb))
             mbs.add(mb)
+        actions.append(mine)
+    # a file with any I or W splits every backward: its full backwards B become I then W
+    split = any(letter in "IW" for mine in actions for _, letter, _ in mine)
+    orders: list[list[Op]] = []
+    for mine in actions:
+        order = []
+        for stage, letter, mb in mine:
+            if letter == "B" and split:
+                order += [Op(Kind.B, 0, stage, mb), Op(Kind.W, 0, stage, mb)]
+            else:
+                order.append(Op({"F": Kind.F, "B": Kind.B, "I": Kind.B, "W": Kind.W}[letter], 0, stage, mb))
         orders.append(order)
     if not stage2dev:
         raise FormatError("torch CSV has no actions")
@@ -319,6 +337,63 @@ def from_torch_csv(text: str, name: str = "", slots=None) -> Table:
     missing = [s for s in range(num_stages) if s not in stage2dev]
     if missing:
         raise FormatError(f"torch CSV: stage {missing[0]} has no actions")
-    placement = Placement((tuple(stage2dev[s] for s in range(num_stages)),), len(rows))
+    placement = Placement((tuple(stage2dev[s] for s in range(num_stages)),), len(actions))
     sched = Schedule(name or "torch", placement, (0,) * (max(mbs) + 1), tuple(map(tuple, orders)), split_backward=split)
     return layout(sched, slots or SlotDurations())
+
+
+# ---- the stage -> rank layout torch and torchtitan need -----------------------------------
+
+TORCHTITAN_V = ("ZBVZeroBubble", "DualPipeV")  # torchtitan places stages in a V for these names
+
+
+def torch_layout(schedule) -> dict:
+    """What a torch CSV of ``schedule`` (one pipeline) leaves out: which rank holds which
+    stage, and the torchtitan settings that build that placement. torchtitan places the
+    stages from the schedule's *name* -- a V (rank r holds stages r and 2R-1-r) for
+    ZBVZeroBubble and DualPipeV, a loop (rank r holds r, r+R, ...) for every other -- also
+    when the order comes from ``pipeline_parallel_schedule_csv``. ``style`` is "loop", "v",
+    or None (no torchtitan layout builds it: ``warning`` says why)."""
+    stage2dev = schedule.placement.stage2device
+    if len(stage2dev) != 1:
+        raise ValueError("torch CSV holds one pipeline; this schedule has several (e.g. Chimera)")
+    ranks, stages = schedule.num_devices, list(stage2dev[0])
+    per = len(stages) // ranks if len(stages) % ranks == 0 else 0
+    loop = per > 0 and all(d == s % ranks for s, d in enumerate(stages))
+    vee = per == 2 and all(d == (s if s < ranks else 2 * ranks - 1 - s) for s, d in enumerate(stages))
+    style = "loop" if loop else "v" if vee else None
+    layout = {r: [s for s, d in enumerate(stages) if d == r] for r in range(ranks)}
+    out: dict = {"ranks": ranks, "stages": len(stages), "stages_per_rank": per or None, "style": style,
+                 "stage_to_rank": stages, "rank_stages": layout, "warning": None, "torchtitan": None}
+    if style is None:
+        out["warning"] = ("no torchtitan layout builds this placement (torchtitan places stages in a loop, or in a "
+                          "V for ZBVZeroBubble and DualPipeV); torch's runtime runs it with stages placed by hand "
+                          "as 'rank_stages' says")
+        return out
+    name = TORCHTITAN_V[0] if style == "v" else ("Interleaved1F1B" if per > 1 else "1F1B")
+    out["torchtitan"] = {
+        "parallelism.pipeline_parallel_degree": ranks,
+        "parallelism.pipeline_parallel_schedule": name,
+        "parallelism.pipeline_parallel_schedule_csv": "FILE.csv",
+        "stages": len(stages),
+        "microbatches": schedule.num_microbatches,
+    }
+    return out
+
+
+def torch_layout_lines(schedule) -> list[str]:
+    """``torch_layout`` as lines for people (the CLI prints them on stderr beside a CSV)."""
+    lay = torch_layout(schedule)
+    shown = "; ".join(f"rank {r}: stages {', '.join(map(str, ss))}" for r, ss in list(lay["rank_stages"].items())[:8])
+    more = f"; ... ({lay['ranks']} ranks)" if lay["ranks"] > 8 else ""
+    lines = [f"stage -> rank ({lay['style'] or 'neither loop nor V'}): {shown}{more}"]
+    if lay["warning"]:
+        return [*lines, f"warning: {lay['warning']}"]
+    t = lay["torchtitan"]
+    lines.append(f"torchtitan: --parallelism.pipeline_parallel_degree {t['parallelism.pipeline_parallel_degree']} "
+                 f"--parallelism.pipeline_parallel_schedule {t['parallelism.pipeline_parallel_schedule']} "
+                 "--parallelism.pipeline_parallel_schedule_csv FILE.csv")
+    lines.append(f"  the model split into {t['stages']} stages (pipeline_parallel_layers_per_stage = layers / "
+                 f"{t['stages']}), {t['microbatches']} microbatches per step (local batch / "
+                 "pipeline_parallel_microbatch_size)")
+    return lines

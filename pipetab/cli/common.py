@@ -234,6 +234,25 @@ def write_output(path: Path, flag: str, write) -> None:
         raise UsageError(str(exc)) from None
 
 
+def torch_notes(schedule) -> None:
+    """Beside a torch CSV on stdout: its stage -> rank layout and the torchtitan settings
+    that build it (or a warning that none does), on stderr (``formats.torch_layout``)."""
+    from pipetab.schedules.formats import torch_layout_lines
+
+    for line in torch_layout_lines(schedule):
+        print(line, file=sys.stderr)
+
+
+def torch_csv_of(table, schedule, flag: str = "--format torch-csv") -> str:
+    """``table`` as torch CSV, or one line saying why it has none."""
+    from pipetab.schedules.formats import to_torch_csv
+
+    if schedule.num_pipelines > 1:
+        raise UsageError(f"{flag}: torch CSV holds one pipeline; {schedule.name} has {schedule.num_pipelines} "
+                         "(Chimera-style schedules cannot be written for torch)")
+    return to_torch_csv(table)
+
+
 def emit_json(doc) -> None:
     json.dump(doc, sys.stdout, indent=1)
     sys.stdout.write("\n")
@@ -263,7 +282,8 @@ def save_plot(fn, path: Path, *a, **kw) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(12, 3 + 0.35 * kw.pop("rows", 4)))
+    rows = kw.pop("rows", 4)
+    fig, ax = plt.subplots(figsize=(14, 2.6 + 0.32 * min(rows, 32)))
     try:
         fn(*a, ax=ax, **kw)
         fig.tight_layout()

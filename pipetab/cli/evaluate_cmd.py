@@ -18,7 +18,9 @@ def register(sub) -> None:
     p.add_argument("--solver", choices=["cpsat"], help="also evaluate with the CP-SAT model")
     p.add_argument("--tick", type=common.positive_float("tick"), default=None,
                    help="CP-SAT tick in seconds for hardware costs (default: 1/1000 of the shortest op)")
-    p.add_argument("--format", choices=["text", "json"], default="text")
+    p.add_argument("--format", choices=["text", "json", "torch-csv"], default="text",
+                   help="text (default), json, or torch-csv: the schedule for PyTorch's pipelining runtime on "
+                        "stdout, its stage -> rank layout and torchtitan settings on stderr (docs/torch.md)")
     p.set_defaults(func=run)
 
 
@@ -58,12 +60,28 @@ def levels_of(args):
         from pipetab.plot import plot_timeline
 
         common.save_plot(plot_timeline, plot, sim, rows=schedule.num_devices,
-                         title=f"{args.name} S={args.stages} B={args.microbatches} {source.label}")
+                         title=f"{common.schedule_title(args, args.name)} S={args.stages} B={args.microbatches} "
+                               f"{source.label}")
     return levels, source
 
 
 def run(args) -> None:
+    if args.format == "torch-csv":
+        if args.solver is not None:
+            raise UsageError("--solver does not apply with --format torch-csv (the CSV is the schedule's order)")
+        from pipetab.schedules.limits import check_grid_ops
+        from pipetab.schedules.registry import check_request, num_ops
+
+        options = common.schedule_options(args, args.name)
+        check_request(args.name, args.stages, args.microbatches, **options)
+        check_grid_ops(num_ops(args.name, args.stages, args.microbatches, **options) or 0)
     levels, source = levels_of(args)
+    if args.format == "torch-csv":
+        import sys
+
+        sys.stdout.write(common.torch_csv_of(levels.table, levels.schedule))
+        common.torch_notes(levels.schedule)
+        return
     doc = levels.as_dict()
     doc["schedule"], doc["stages"] = args.name, args.stages
     if source is not None:

@@ -52,7 +52,8 @@ def cmd_table(args) -> None:
     if plot:
         from pipetab.plot import plot_table
 
-        common.save_plot(plot_table, plot, table, title=f"{args.name}  S={args.stages} B={args.microbatches}")
+        common.save_plot(plot_table, plot, table, rows=table.num_devices,
+                         title=f"{common.schedule_title(args, args.name)}  S={args.stages} B={args.microbatches}")
     if args.format == "json":
         sys.stdout.writelines(formats.json_chunks(table, schedule=args.name, stages=args.stages,
                                                   bubble_ratio=metrics.bubble_ratio))
@@ -61,6 +62,7 @@ def cmd_table(args) -> None:
         sys.stdout.writelines(formats.csv_chunks(table))
     elif args.format == "torch-csv":
         sys.stdout.write(formats.to_torch_csv(table))
+        common.torch_notes(schedule)
     else:
         sys.stdout.write(formats.to_text(table))
         print(f"makespan {metrics.makespan_slots:g} slots{columns_note(table)}, "

@@ -4,8 +4,7 @@ for a model on a cluster by simulated step time (``pipetab.plan``)."""
 from __future__ import annotations
 
 import argparse
-import sys
-import time
+from typing import Any
 
 from . import common
 from .common import UsageError, emit_json
@@ -58,11 +57,34 @@ def _seconds(text: str) -> float:
     return value
 
 
+PLAN_TERMS = """\
+what the output says:
+  PPxTPxDP     pipeline stages x tensor-parallel GPUs per stage x data-parallel replicas
+  b x m        sequences per microbatch x microbatches per replica in one step
+  recompute    activations recomputed in the backward: none, selective (attention scores), full
+  step (s)     simulated time of one training step; tokens/s: global batch x sequence / step
+  MFU          model FLOPs utilisation: the model's FLOPs of the step (3 x forward, no
+               recomputation) / (step x GPUs x peak FLOP/s); never above 100 %
+  peak GiB     the most memory a GPU holds during the step (weights, gradients, optimizer
+               state, live activations); fits: peak within the GPU's usable memory
+  candidates   every (shape, schedule) pair; each ends as one of:
+    cannot fit the memory        its peak memory exceeds the GPU (by a lower bound, or simulated)
+    cannot beat those shown      a lower bound of its step time is slower than the top shown
+    simulated                    run through the simulator (the table ranks these)
+    not built                    the schedule does not exist for that number of stages and
+                                 microbatches (outside its regime: 'pipetab schedules')
+  CP-SAT       a search of the best shapes' linear schedules; its bound and gap are proven
+"""
+
+
 def register(sub) -> None:
     from pipetab.hardware.context import Recompute
 
     p = sub.add_parser("plan", help="the best schedule, parallel split, microbatch size and recomputation "
-                                    "for a model on a cluster, ranked by simulated step time")
+                                    "for a model on a cluster, ranked by simulated step time",
+                       description="Rank (schedule, PP, TP, DP, microbatch size, recomputation) for a model on a "
+                                   "cluster by simulated step time, among the configurations that fit the GPU.",
+                       epilog=PLAN_TERMS, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", required=True, help="model preset or TOML file (see 'pipetab models')")
     p.add_argument("--nodes", type=common.positive_int("nodes", maximum=MAX_GPUS), required=True,
                    help="nodes of the cluster")
@@ -90,8 +112,10 @@ def register(sub) -> None:
     p.add_argument("--html", metavar="FILE.html",
                    help="one self-contained page: the ranked configurations (sortable), the Pareto plot, the "
                         "winner's and runner-up's timelines and memory, the levels, the assumptions")
-    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
-    p.add_argument("--format", choices=["text", "json"], default="text")
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    p.add_argument("--format", choices=["text", "json", "torch-csv"], default="text",
+                   help="text (default), json, or torch-csv: the winner's schedule for PyTorch's pipelining "
+                        "runtime on stdout, its stage -> rank layout and torchtitan settings on stderr")
     p.set_defaults(func=run)
 
 
@@ -133,12 +157,6 @@ def run(args) -> None:
             gpu = profile.gpu
         if args.seq is None and profile.seq_len is not None:
             args.seq = profile.seq_len
-    t0 = time.perf_counter()
-
-    def progress(message: str) -> None:
-        if not args.quiet:
-            print(f"plan [{time.perf_counter() - t0:5.1f} s] {message}", file=sys.stderr, flush=True)
-
     space = plan_question(
         args.model, args.nodes, args.gpus_per_node, args.global_batch, gpu or "H100",
         args.seq, microbatch_sizes=args.microbatch_sizes, recompute=args.recompute, schedules=args.schedules,
@@ -158,7 +176,10 @@ def run(args) -> None:
         from .hardware_args import check_recompute
 
         check_recompute("selective", space.model)
-    result = plan(space, progress=progress, profile=profile)
+    from pipetab.console import Progress
+
+    with Progress("plan", quiet=args.quiet or args.format != "text") as progress:
+        result = plan(space, progress=progress, profile=profile)
     if plot:
         from pipetab.plan.plot import plot_plan
 
@@ -170,6 +191,18 @@ def run(args) -> None:
     if args.format == "json":
         emit_json(result.as_dict())
         return
+    if args.format == "torch-csv":
+        import sys
+
+        if not result.configurations or not result.configurations[0].fits:
+            raise UsageError("--format torch-csv: no configuration fits the GPU memory, so there is no winner to "
+                             "write")
+        best = result.configurations[0]
+        levels: Any = best.levels
+        sys.stdout.write(common.torch_csv_of(levels.table, levels.schedule))
+        common.torch_notes(levels.schedule)
+        print(f"winner: {best.label} on {best.shape.label}, {best.step_time_s:.4g} s per step", file=sys.stderr)
+        return
     print_plan(result)
     if args.plot:
         print(f"plot: {args.plot}")
@@ -178,32 +211,32 @@ def run(args) -> None:
 
 
 def print_plan(result) -> None:
-    """The ranked configurations as an aligned table, then what the search did."""
+    """The ranked configurations as an aligned table (a rich table on a terminal), then what
+    the search did, every line at most 100 columns (``pipetab.console``)."""
+    from pipetab.console import say, table
+
     q = result.question
-    print(f"plan: {q['model']} on {q['gpus']} GPUs ({q['gpus_per_node']} per node, {q['system']}), "
-          f"global batch {q['global_batch']} x {q['seq_len']} tokens")
-    head = ("#", "schedule", "PP", "TP", "DP", "mb", "micro", "recompute", "step (s)", "tokens/s",
-            "MFU", "peak GiB", "free GiB", "fits")
+    say(f"plan: {q['model']} on {q['gpus']} GPUs ({q['gpus_per_node']} per node, {q['system']}), "
+        f"global batch {q['global_batch']} x {q['seq_len']} tokens")
+    head = ("#", "schedule", "PPxTPxDP", "b x m", "recompute", "step (s)", "tokens/s", "MFU", "peak GiB", "fits")
     rows = []
     for i, c in enumerate(result.configurations, 1):
         s = c.shape
-        rows.append((str(i), c.label, str(s.pp), str(s.tp), str(s.dp), str(s.microbatch_size),
-                     str(s.microbatches), c.recompute_label, f"{c.step_time_s:#.4g}".rstrip("."),
-                     f"{c.tokens_per_s:,.0f}",
-                     f"{100 * c.mfu:.1f}%", f"{c.peak_memory_bytes / 2**30:.1f}",
-                     f"{c.headroom_bytes / 2**30:.1f}", "yes" if c.fits else "NO"))
+        rows.append((str(i), c.label, f"{s.pp}x{s.tp}x{s.dp}", f"{s.microbatch_size} x {s.microbatches}",
+                     c.recompute_label, f"{c.step_time_s:#.4g}".rstrip("."), f"{c.tokens_per_s:,.0f}",
+                     f"{100 * c.mfu:.1f}%", f"{c.peak_memory_bytes / 2**30:.1f}", "yes" if c.fits else "NO"))
     if not rows:
-        print("no configuration: no split of the GPUs, microbatch size and schedule fits the question")
+        say("no configuration: no split of the GPUs, microbatch size and schedule fits the question")
     else:
-        widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
-        for r in [head, *rows]:
-            print("  ".join(x.rjust(w) if j not in (1, 7) else x.ljust(w) for j, (x, w) in enumerate(zip(r, widths))))
+        table(head, rows, right={0, 2, 3, 5, 6, 7, 8})
+        say(f"usable GPU memory {result.configurations[0].capacity_bytes / 2**30:.1f} GiB; columns: "
+            "'pipetab plan --help'")
     if rows and not result.configurations[0].fits:
-        print("none of these fits the GPU memory: the closest are shown")
-    refused = result.candidates - result.pruned_memory - result.pruned_time - result.simulated
-    outside = f", {refused} outside their schedule's regime (microbatches, stages)" if refused else ""
-    print(f"searched {result.candidates} candidates: {result.pruned_memory} cannot fit the memory, "
-          f"{result.pruned_time} cannot beat the configurations shown, {result.simulated} simulated"
-          f"{outside}; {result.runtime_s:.1f} s")
+        say("none of these fits the GPU memory: the closest are shown")
+    unbuilt = result.candidates - result.pruned_memory - result.pruned_time - result.simulated
+    outside = f", {unbuilt} not built (outside their schedule's regime)" if unbuilt else ""
+    say(f"searched {result.candidates} candidates: {result.pruned_memory} cannot fit the memory, "
+        f"{result.pruned_time} cannot beat those shown, {result.simulated} simulated{outside}; "
+        f"{result.runtime_s:.1f} s")
     for note in result.cpsat_notes:
-        print(f"CP-SAT {note}")
+        say(f"CP-SAT {note}", "    ")

@@ -101,7 +101,8 @@ def _bounded(space: PlanSpace, bounds: Bounds, say) -> tuple[list[_Candidate], l
             else:
                 candidates.append(_Candidate(bounds.time(name, opts, shape), name, opts, shape))
     candidates.sort(key=lambda c: (c.bound, c.name))
-    say(f"{len(candidates)} candidates pass the memory bound ({len(misfits)} cannot fit); simulating by time bound")
+    say(f"{len(candidates)} candidates may fit the memory (by a lower bound of their peak); simulating them, "
+        "best time bound first")
     return candidates, misfits, len(all_shapes) * len(variants)
 
 
