@@ -101,4 +101,6 @@ def print_levels(doc: dict) -> None:
     print(f"{doc['schedule']}  S={doc['stages']}  B={doc['microbatches']}  devices={doc['devices']}")
     for r in rows:
         print("  ".join(x.ljust(w) for x, w in zip(r, widths)).rstrip())
-    print(f"formula source: {formula_source(doc)}")
+    from pipetab.console import say
+
+    say(f"formula source: {formula_source(doc)}")

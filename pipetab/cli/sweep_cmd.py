@@ -75,7 +75,9 @@ def run(args) -> None:
     if summary.errors:  # the lines above name them; stderr gets the one line of the contract
         label, message = summary.errors[0]
         more = f" and {len(summary.errors) - 1} more" if len(summary.errors) > 1 else ""
-        print(common.error_line("sweep", f"{len(summary.errors)} of {summary.total} configurations failed "
-                                         f"(first: {label}: {message}{more}); they are retried on the next run"),
-              file=sys.stderr)
-        raise SystemExit(2 if summary.new_rows == 0 else 1)
+        line = (f"{len(summary.errors)} of {summary.total} configurations failed (first: {label}: {message}{more}); "
+                "they are retried on the next run")
+        if summary.new_rows == 0:  # nothing ran: the configuration is what is wrong
+            raise UsageError(line)
+        print(common.error_line("sweep", line), file=sys.stderr)
+        raise SystemExit(1)
