@@ -18,9 +18,11 @@ from tests.sweep.test_sweep_orphans import alive, children
 
 pytestmark = pytest.mark.skipif(not Path("/proc").is_dir(), reason="needs /proc to find child processes")
 
+# the installed ``pipetab`` command: its console script calls pipetab.cli.main and exits with its code
+PIPETAB = [sys.executable, "-c", "import sys; from pipetab.cli import main; sys.exit(main())"]
 # tiny_gpt plans in about a second; CP-SAT then searches its two best shapes for 60 s in two workers
-PLAN = [sys.executable, "-m", "pipetab.cli", "plan", "--model", "tiny_gpt", "--nodes", "1", "--gpus-per-node", "8",
-        "--global-batch", "64", "--cpsat-time", "60", "--quiet"]
+PLAN = [*PIPETAB, "plan", "--model", "tiny_gpt", "--nodes", "1", "--gpus-per-node", "8", "--global-batch", "64",
+        "--cpsat-time", "60", "--quiet"]
 
 
 def wait_for_children(parent: subprocess.Popen, count: int) -> list[int]:
@@ -99,7 +101,7 @@ def test_ctrl_c_ends_a_dask_sweep_quietly_keeping_what_it_finished(tmp_path):
                 continue
         raise AssertionError("the sweep stored no row in 120 s")
 
-    done = interrupt([sys.executable, "-m", "pipetab.cli", "sweep", str(config), "--executor", "dask",
+    done = interrupt([*PIPETAB, "sweep", str(config), "--executor", "dask",
                       "--workers", "2", "--db", str(db), "--quiet"], some_rows)
     assert done.returncode == 130
     assert "Traceback" not in done.stderr and "WARNING" not in done.stderr, done.stderr

@@ -30,6 +30,9 @@ def run(args) -> None:
     out = common.output_path(args.out, "--out", (".toml",)) if args.out else None
     profile = load_profile(args.profile)
     model, system = load_model(args.model), load_system(args.system)
+    from .hardware_args import check_recompute
+
+    check_recompute(args.recompute, model)
     fit = calibrate(profile, model, system, recompute=args.recompute)
     out = out or common.output_path(f"{system.name}_calibrated.toml", "--out", (".toml",))
     note = (printable(f"{fit.system.name}: {system.name} with efficiencies fitted by 'pipetab calibrate' to profile "

@@ -9,8 +9,27 @@ from .hardware_args import add_hardware_args, check_ticks, cost_source
 MIN_TICKS_PER_OP = 10  # --tick at most 1/10 of the shortest op: rounding adds <= 10% per op
 
 
+LEVEL_TERMS = """\
+what the output says (one column per level: formula, table, simulation):
+  bubble / idle ratio   idle share: of the table's cells up to its makespan (formula and table),
+                        of devices x simulated step time (simulation)
+  makespan              the table's length in slots; the simulated step in seconds
+  peak activations      the most activations live on a device at once: in stage units (a stage
+                        holding 1/S of the model) for formula and table, in GiB simulated
+  weights               copies of a stage's weights per device; GiB of weights, gradients and
+                        optimizer state per GPU (persistent memory)
+  peak memory, fits     persistent + live activations at the worst moment; whether that is
+                        within the GPU's usable memory
+  exposed communication the time devices wait for messages (not hidden behind compute)
+  formula source        where the closed form comes from, or that the schedule has none
+"""
+
+
 def register(sub) -> None:
-    p = sub.add_parser("evaluate", help="formula, table and simulation of a schedule side by side")
+    import argparse
+
+    p = sub.add_parser("evaluate", help="formula, table and simulation of a schedule side by side",
+                       epilog=LEVEL_TERMS, formatter_class=argparse.RawDescriptionHelpFormatter)
     common.add_schedule_args(p)
     add_hardware_args(p)
     p.add_argument("--trace", metavar="FILE.json", help="write a Chrome trace of the simulation")

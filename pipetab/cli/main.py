@@ -203,6 +203,9 @@ def main(argv: list[str] | None = None) -> int:
     except RecursionError:
         return _fail(command, "an input is nested too deeply")
     except KeyboardInterrupt:
+        import signal
+
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # one line, however often Ctrl-C is pressed
         print(common.error_line(command, "interrupted").replace(" error: ", " ", 1), file=sys.stderr)
         return 130
     return 0

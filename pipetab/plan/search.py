@@ -13,6 +13,7 @@ from .bounds import Bounds
 from .cpsat import cpsat_outcome, cpsat_search, cpsat_shapes
 from .result import Configuration, Plan, activation_peaks, configuration, rank
 from .space import PlanSpace, costs_of, schedule_label, shapes
+from .workers import Workers
 
 if TYPE_CHECKING:
     from pipetab.schedules.schedule import Schedule
@@ -38,8 +39,7 @@ def plan(space: PlanSpace, progress: Callable[[str], None] | None = None, profil
     if profile is not None:
         return plan_profiled(space, profile, say, t0)
     bounds = Bounds(space)
-    pool = _worker_pool(min(2, space.cpsat_shapes)) if space.cpsat_shapes else None
-    finished = False
+    pool = Workers(min(2, space.cpsat_shapes)) if space.cpsat_shapes else None
     try:
         candidates, misfits, total = _bounded(space, bounds, say)
         results, misfit_runs, visited = _simulate_best(space, bounds, candidates, say)
@@ -47,41 +47,11 @@ def plan(space: PlanSpace, progress: Callable[[str], None] | None = None, profil
         closest = _closest_misfits(space, bounds, misfit_runs, misfits, space.top - len(results))
         simulated = sum(c.fits for c in results) + len(closest)
         shown, notes, ranked = _search_and_validate(space, bounds, rank(results + closest), pool, say)
-        finished = True
     finally:
-        if pool:
-            if not finished:  # interrupted or failed: do not wait for a running CP-SAT search
-                for proc in list((pool._processes or {}).values()):  # noqa: SLF001 (no public way before 3.14)
-                    proc.terminate()
-            pool.shutdown(wait=True, cancel_futures=True)
+        if pool:  # interrupted or failed: ends the searches still running
+            pool.close()
     return Plan(tuple(shown), total, pruned_memory - len(closest), len(candidates) - visited, simulated,
                 tuple(notes), time.perf_counter() - t0, _question(space), tuple(ranked))
-
-
-def _worker_pool(workers: int):
-    """Forked workers for CP-SAT (one solver thread each), so the searches overlap the
-    validation on the other core; each ends when this process does, however it ends
-    (SIGTERM, SIGKILL: ``sweep.executors.exit_with_parent``). None where processes cannot
-    be forked: CP-SAT then runs inline."""
-    import multiprocessing
-    import os
-    from concurrent.futures import ProcessPoolExecutor
-
-    try:
-        return ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"),
-                                   initializer=_worker_init, initargs=(os.getpid(),))
-    except ValueError:
-        return None
-
-
-def _worker_init(parent: int) -> None:
-    """A CP-SAT worker leaves Ctrl-C to ``plan`` (which ends it) and exits with it."""
-    import signal
-
-    from pipetab.sweep.executors import exit_with_parent
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    exit_with_parent(parent)
 
 
 def _bounded(space: PlanSpace, bounds: Bounds, say) -> tuple[list[_Candidate], list[_Candidate], int]:
