@@ -176,12 +176,15 @@ def cost_source(args, stages: int, microbatches: int) -> CostSource | None:
         recorded = {"--system": profile.gpu_label, "--model": profile.model and repr(profile.model),
                     "--seq": profile.seq_len and f"{profile.seq_len} tokens",
                     "--recompute": profile.recompute and repr(profile.recompute)}
+        values = {"--seq": getattr(args, "seq", None)}
         for flag, given in (("--system", args.system), ("--model", args.model), ("--recompute", recompute),
                             *((f, True) for f in given_cluster_options(args))):
             if given:
+                shown = given if isinstance(given, str) else values.get(flag)
                 what = f" (it records {recorded[flag]})" if recorded.get(flag) else ""
-                raise UsageError(f"{flag} does not apply with --profile: the profile's measured times fix the "
-                                 f"system, model, parallel split, microbatch size and recomputation{what}")
+                raise UsageError(f"{flag}{'' if shown is None else f' {shown}'} does not apply with --profile: the "
+                                 "profile's measured times fix the system, model, parallel split, microbatch size "
+                                 f"and recomputation{what}")
         return _profile_source(args.profile, profile, stages, contention)
     if not args.system:
         for flag, given in (("--model", args.model), ("--recompute", recompute), ("--contention", contention),
