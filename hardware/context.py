@@ -13,8 +13,19 @@ nowhere else:
 * ``microbatch_size``: ``global_batch / (dp x microbatches)``; given instead, the global
   batch is ``dp x microbatches x microbatch_size`` (``resolved``).
 
+Expert parallelism (mixture-of-experts models; Megatron-Core's "MoE parallel folding"):
+the ``tp x dp`` GPUs of a pipeline stage are regrouped for the expert layers into ``etp``
+(expert tensor parallelism) ``x ep`` (expert parallelism) ``x edp`` (expert data
+parallelism, ``edp = tp * dp / (ep * etp)``), ``etp`` fastest in the rank order. Each GPU
+holds ``num_experts / ep`` experts split ``etp`` ways; tokens reach them by an all-to-all
+(dispatch, and combine back) over the EP group (``hardware.moe``) in
+``dispatch_precision``; expert gradients are reduced, and with ZeRO their optimizer state
+sharded, over the ``edp`` ranks holding the same experts. ``routing_imbalance`` (busiest
+rank's tokens / mean, >= 1) scales expert compute and all-to-all; ``node_limit`` routes
+each token to experts on at most that many nodes (DeepSeek-V3's node-limited routing, 4).
+
 Options that cannot apply are refused: sequence parallelism without tensor parallelism,
-ZeRO without data parallelism.
+ZeRO without data parallelism, expert options on a dense model (``check``).
 """
 
 from __future__ import annotations
@@ -40,6 +51,28 @@ class Recompute(StrEnum):
 
 
 ZERO_STAGES = (0, 1, 2)
+
+
+class Precision(StrEnum):
+    """Element format of the expert-parallel dispatch: ``bf16`` (2 bytes) or ``fp8`` (1
+    byte plus a scale per 128 elements, as DeepSeek-V3 dispatches)."""
+
+    BF16 = "bf16"
+    FP8 = "fp8"
+
+    @property
+    def bytes_per_element(self) -> float:
+        return 2.0 if self is Precision.BF16 else 1.0 + 4 / 128
+
+
+def precision_of(value: object) -> Precision:
+    """``value`` as a ``Precision``; ``ValueError`` naming the choices otherwise."""
+    if isinstance(value, str):
+        try:
+            return Precision(value)
+        except ValueError:
+            pass
+    raise ValueError(f"dispatch precision must be one of {', '.join(Precision)}, got {value!r}")
 
 
 def recompute_of(value: object) -> Recompute:
@@ -70,10 +103,25 @@ class Context:
     global_batch: int | None = None
     seq_len: int | None = None
     recompute: Recompute = Recompute.NONE
+    ep: int = 1
+    etp: int = 1
+    dispatch_precision: Precision = Precision.BF16
+    routing_imbalance: float = 1.0
+    node_limit: int | None = None
 
     def __post_init__(self) -> None:
-        check_count("tp", self.tp)
-        check_count("dp", self.dp)
+        for what in ("tp", "dp", "ep", "etp"):
+            check_count(what, getattr(self, what))
+        if self.node_limit is not None:
+            check_count("node_limit", self.node_limit)
+        imbalance = self.routing_imbalance
+        if isinstance(imbalance, bool) or not isinstance(imbalance, (int, float)) or not 1 <= imbalance < math.inf:
+            raise ValueError(f"routing_imbalance must be a number >= 1 (busiest rank's tokens / mean), "
+                             f"got {imbalance!r}")
+        if (self.tp * self.dp) % (self.ep * self.etp):
+            raise ValueError(f"ep x etp ({self.ep} x {self.etp}) must divide tp x dp ({self.tp} x {self.dp}), "
+                             "the GPUs of one pipeline stage")
+        object.__setattr__(self, "dispatch_precision", precision_of(self.dispatch_precision))
         if self.pp is not None:
             check_count("pp", self.pp)
         for what in ("microbatch_size", "global_batch", "seq_len"):
@@ -99,6 +147,17 @@ class Context:
         return replace(self, **changes)
 
     # ---- batch ------------------------------------------------------------------------
+    @property
+    def edp(self) -> int:
+        """Expert data-parallel degree: replicas of each expert, ``tp * dp / (ep * etp)``."""
+        return self.tp * self.dp // (self.ep * self.etp)
+
+    @property
+    def expert_parallel(self) -> bool:
+        """Whether any expert option departs from its default."""
+        return (self.ep, self.etp, self.dispatch_precision, self.routing_imbalance,
+                self.node_limit) != (1, 1, Precision.BF16, 1.0, None)
+
     @property
     def microbatches(self) -> int | None:
         """Microbatches per replica, ``global_batch / (dp x microbatch_size)`` (None until
@@ -138,7 +197,9 @@ class Context:
 
     # ---- tensor parallelism --------------------------------------------------------------
     def check(self, model: TransformerModel) -> None:
-        """``ValueError`` unless ``tp`` splits the model's heads and MLP evenly."""
+        """``ValueError`` unless ``tp`` splits the model's heads and MLP evenly and the
+        expert options fit the model (module docstring)."""
+        self.check_experts(model)
         t = self.tp
         if model.heads % t or model.ffn_hidden % t:  # type: ignore[operator]
             raise ValueError(
@@ -151,20 +212,42 @@ class Context:
                 "divide one another"
             )
 
+    def check_experts(self, model: TransformerModel) -> None:
+        """``ValueError`` unless the expert options apply to ``model`` and divide it."""
+        if not model.moe:
+            if self.expert_parallel:
+                raise ValueError(f"ep, etp, dispatch precision, routing imbalance and node limit apply to "
+                                 f"mixture-of-experts models only; {model.name!r} is dense")
+            return
+        if model.num_experts % self.ep:
+            raise ValueError(f"ep {self.ep} must divide the {model.num_experts} experts of model {model.name!r}")
+        if model.expert_ffn_hidden % self.etp:  # type: ignore[operator]
+            raise ValueError(f"etp {self.etp} must divide the expert MLP size ({model.expert_ffn_hidden}) "
+                             f"of model {model.name!r}")
+        if self.tp > 1 and not self.sequence_parallel:
+            raise ValueError("mixture-of-experts layers with tp > 1 need sequence parallelism (as Megatron-Core)")
+
     # ---- data parallelism and ZeRO ---------------------------------------------------------
-    def persistent_bytes(self, model: TransformerModel, params: int) -> int:
-        """Weights, gradients and optimizer state of ``params`` parameters on one GPU,
-        sharded by ZeRO among the ``dp`` replicas (rounded up)."""
+    def persistent_bytes(self, model: TransformerModel, params: int, expert_params: int = 0) -> int:
+        """Weights, gradients and optimizer state of ``params`` parameters on one GPU
+        (``expert_params`` of them routed-expert weights), sharded by ZeRO among the ``dp``
+        replicas (the ``edp`` replicas for expert weights; rounded up)."""
+        dense = params - expert_params
+        return self._persistent(model, dense, self.dp) + self._persistent(model, expert_params, self.edp)
+
+    def _persistent(self, model: TransformerModel, params: int, replicas: int) -> int:
         zero = self.zero or 0
-        grad_shards = self.dp if zero >= 2 else 1
-        state_shards = self.dp if zero >= 1 else 1
+        grad_shards = replicas if zero >= 2 else 1
+        state_shards = replicas if zero >= 1 else 1
         return (params * model.bytes_per_param_compute
                 + math.ceil(params * model.bytes_per_grad / grad_shards)
                 + math.ceil(params * model.bytes_per_optimizer_state / state_shards))
 
-    def updated_params(self, params: int) -> int:
-        """Parameters whose optimizer step one GPU runs (its ZeRO shard)."""
-        return math.ceil(params / self.dp) if self.zero else params
+    def updated_params(self, params: int, expert_params: int = 0) -> int:
+        """Parameters whose optimizer step one GPU runs (its ZeRO shards)."""
+        if not self.zero:
+            return params
+        return math.ceil((params - expert_params) / self.dp) + math.ceil(expert_params / self.edp)
 
     # ---- labels --------------------------------------------------------------------------
     @property
@@ -174,6 +257,8 @@ class Context:
         parts = [f"TP{self.tp}", f"DP{self.dp}"]
         if self.sequence_parallel:
             parts.append("SP")
+        if self.ep > 1 or self.etp > 1:
+            parts.append(f"EP{self.ep}" + (f" ETP{self.etp}" if self.etp > 1 else ""))
         if self.zero:
             parts.append(f"ZeRO-{self.zero}")
         return " ".join(parts)
@@ -182,6 +267,8 @@ class Context:
     def label(self) -> str:
         """``PP2 TP8 DP2 b=1``: the shape of the run (what is known of it)."""
         parts = ([f"PP{self.pp}"] if self.pp else []) + [f"TP{self.tp}", f"DP{self.dp}"]
+        if self.ep > 1 or self.etp > 1:
+            parts.append(f"EP{self.ep}" + (f" ETP{self.etp}" if self.etp > 1 else ""))
         if self.microbatch_size is not None:
             parts.append(f"b={self.microbatch_size}")
         return " ".join(parts)
@@ -190,4 +277,6 @@ class Context:
         """Plain data (JSON, sweep rows)."""
         return {"pp": self.pp, "tp": self.tp, "dp": self.dp, "sequence_parallel": self.sequence_parallel,
                 "zero": self.zero, "overlap": self.overlap, "microbatch_size": self.microbatch_size,
-                "global_batch": self.global_batch, "seq_len": self.seq_len, "recompute": str(self.recompute)}
+                "global_batch": self.global_batch, "seq_len": self.seq_len, "recompute": str(self.recompute),
+                "ep": self.ep, "etp": self.etp, "dispatch_precision": str(self.dispatch_precision),
+                "routing_imbalance": self.routing_imbalance, "node_limit": self.node_limit}

@@ -28,6 +28,7 @@ ZeRO weight all-gather (``hardware.parallel``).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from itertools import accumulate
 from typing import TYPE_CHECKING, Sequence
 
@@ -39,6 +40,7 @@ from .layer import (
     activation_bytes_per_layer,
     attention_core_flops,
     embedding_forward_traffic,
+    expert_gemm_flops,
     head_activation_bytes,
     head_forward_flops,
     head_forward_traffic,
@@ -46,10 +48,15 @@ from .layer import (
     layer_forward_traffic,
     layer_gemm_flops,
     message_bytes,
+    mtp_forward_flops,
+    stage_activation_bytes,
+    stage_expert_params_per_gpu,
     stage_params_per_gpu,
+    stage_weight_memory_bytes,
     weight_memory_bytes_per_layer,
 )
 from .model import TransformerModel, partition
+from .moe import edp_group, moe_layer_comm
 from .parallel import Topology, ring_time
 from .system import Device, Link, System
 
@@ -97,6 +104,10 @@ def optimizer_time(device: Device, model: TransformerModel, params: int) -> floa
 
 
 # ---- one stage -----------------------------------------------------------------------------
+Segment = tuple[bool, float]
+"""A part of an op on one of the GPU's two streams: (on the communication stream, seconds)."""
+
+
 @dataclass(frozen=True)
 class StageCost:
     """Costs of one stage for one microbatch, per GPU of its tensor-parallel group.
@@ -108,8 +119,12 @@ class StageCost:
     both for the whole group. ``activation_bytes`` (M) is allocated at the start of F and
     freed at the end of B; when the backward is split, ``weight_memory_bytes`` (M_W) of it
     only at the end of W. ``tp_comm_*`` are the seconds of tensor-parallel collectives
-    inside each op. Layers ``first_layer .. first_layer + layers - 1`` of the model;
-    ``params`` per GPU.
+    inside each op, ``ep_comm_*`` those of the expert-parallel all-to-alls (both included
+    in the op's time). ``stage_cost`` shares its values between calls: never change them.
+    Layers ``first_layer .. first_layer + layers - 1`` of the model;
+    ``params`` per GPU, ``expert_params`` of them routed experts. ``chains`` (only with
+    expert-parallel communication) give each op kind's parts in order on the compute and
+    communication streams (``hardware.overlap``); their sum is the op's time.
     """
 
     layers: int
@@ -118,21 +133,25 @@ class StageCost:
     weight_s: float
     fwd_message_bytes: int
     bwd_message_bytes: int
-    activation_bytes: int
+    activation_bytes: float
     persistent_bytes: int
-    flops_forward: int
-    flops_backward: int = 0
-    flops_weight: int = 0
-    traffic_forward: int = 0
-    traffic_backward: int = 0
-    traffic_weight: int = 0
+    flops_forward: float
+    flops_backward: float = 0
+    flops_weight: float = 0
+    traffic_forward: float = 0
+    traffic_backward: float = 0
+    traffic_weight: float = 0
     params: int = 0
     first_layer: int = 0
     has_embedding: bool = False
     has_head: bool = False
-    weight_memory_bytes: int = 0
+    weight_memory_bytes: float = 0
     tp_comm_forward_s: float = 0.0
     tp_comm_backward_s: float = 0.0
+    ep_comm_forward_s: float = 0.0
+    ep_comm_backward_s: float = 0.0
+    expert_params: int = 0
+    chains: dict[Kind, tuple[Segment, ...]] | None = None
 
     @property
     def layer_range(self) -> tuple[int, int]:
@@ -140,26 +159,75 @@ class StageCost:
         return self.first_layer, self.first_layer + self.layers
 
 
+def _chain(parts: list[tuple[float, float]], compute_s: float, reverse: bool) -> tuple[Segment, ...]:
+    """An op's segments from its parts ``(flops, comm seconds)`` in forward order: the
+    op's compute seconds split over the parts by FLOPs, each part's communication after
+    its compute (before it, reversed, for a backward); adjacent compute merged."""
+    total = sum(f for f, _ in parts) or 1.0
+    seq: list[Segment] = []
+    for flops, comm in (reversed(parts) if reverse else parts):
+        pair = [(False, compute_s * flops / total), (True, comm)]
+        for seg in (reversed(pair) if reverse else pair):
+            if seg[1] <= 0:
+                continue
+            if seq and seq[-1][0] == seg[0]:
+                seq[-1] = (seg[0], seq[-1][1] + seg[1])
+            else:
+                seq.append(seg)
+    return tuple(seq)
+
+
+def _moe_parts(model: TransformerModel, ctx: Context, first_layer: int, layers: int, last: bool,
+               comm: tuple[float, float]) -> list[tuple[float, float]]:
+    """The stage's parts in forward order (flops of the forward, comm seconds after each)
+    for ``_chain``: dense layers whole; a MoE layer as attention (with router and shared
+    experts) then its dispatch, the routed experts then the combine (``comm``: their
+    seconds); the head (and MTP)."""
+    dispatch, combine = comm
+    dense_f, moe_f, expert_f = (layer_forward_flops(model, ctx), layer_forward_flops(model, ctx, True),
+                                expert_gemm_flops(model, ctx))
+    parts: list[tuple[float, float]] = []
+    for i in range(first_layer, first_layer + layers):
+        if model.is_moe_layer(i):
+            parts += [(moe_f - expert_f, dispatch), (expert_f, combine)]
+        else:
+            parts.append((dense_f, 0.0))
+    if last:
+        parts.append((head_forward_flops(model, ctx), 0.0))
+        for _ in range(model.mtp_layers):
+            parts += [(moe_f - expert_f, dispatch), (expert_f, combine)]
+    return parts
+
+
+@lru_cache(maxsize=65536)
 def stage_cost(model: TransformerModel, device: Device, ctx: Context, layers: int, *,
                first: bool, last: bool, first_layer: int = 0, split_backward: bool = False,
-               tp_link: Link | None = None) -> StageCost:
+               tp_link: Link | None = None, moe_comm: tuple[float, float] = (0.0, 0.0)) -> StageCost:
     """Costs of a stage of ``layers`` layers for one microbatch on one GPU of the run
     ``ctx`` (resolved: its microbatch size known) whose tensor-parallel collectives run
-    over ``tp_link``; ``first`` / ``last`` add the embedding / LM head (formulas:
-    ``hardware.layer`` and the module docstring)."""
+    over ``tp_link``; ``first`` / ``last`` add the embedding / LM head (and the MTP
+    modules); ``moe_comm`` is one MoE layer's (dispatch, combine) seconds
+    (``hardware.moe.moe_layer_comm``). Formulas: ``hardware.layer`` and the module
+    docstring."""
     check_count("layers", layers, 0)
     t, recompute = ctx.tp, ctx.recompute
+    ctx.check_experts(model)
     if t > 1:
         ctx.check(model)
         if tp_link is None:
             raise ValueError(f"a tensor-parallel group of {t} GPUs needs the link its collectives use")
     flash = model.attention == "flash"
-    gemm, core = layers * layer_gemm_flops(model, ctx), layers * attention_core_flops(model, ctx)
-    head = head_forward_flops(model, ctx) if last else 0
+    moe_layers = model.moe_layers_in(first_layer, first_layer + layers)
+    dense_layers = layers - moe_layers
+    gemm = dense_layers * layer_gemm_flops(model, ctx) + (moe_layers * layer_gemm_flops(model, ctx, True)
+                                                         if moe_layers else 0)
+    core = layers * attention_core_flops(model, ctx)
+    head = (head_forward_flops(model, ctx) + mtp_forward_flops(model, ctx)) if last else 0
     flops_f = gemm + core + head
     flash_extra = core // 2 if flash else 0  # the recomputed QK^T
     extra_f = {Recompute.NONE: 0, Recompute.SELECTIVE: 0 if flash else core, Recompute.FULL: gemm + core}[recompute]
-    layer_v = layers * layer_forward_traffic(model, ctx)
+    layer_v = dense_layers * layer_forward_traffic(model, ctx) + (
+        moe_layers * layer_forward_traffic(model, ctx, True) if moe_layers else 0)
     traffic_f = (layer_v + (head_forward_traffic(model, ctx) if last else 0)
                  + (embedding_forward_traffic(model, ctx) if first else 0))
     full = recompute is Recompute.FULL
@@ -167,6 +235,9 @@ def stage_cost(model: TransformerModel, device: Device, ctx: Context, layers: in
     one = ring_time(message_bytes(model, ctx), t, tp_link)  # one all-reduce of an activation
     comm_f = one * (2 * layers + (1 if first else 0))
     comm_b = one * ((4 if full else 2) * layers + (1 if last else 0))
+    a2a_layers = moe_layers + (model.mtp_layers if last else 0)
+    ep_f = a2a_layers * (moe_comm[0] + moe_comm[1])
+    ep_b = a2a_layers * 2 * moe_comm[1] + (ep_f if full else 0)
     tokens = ctx.microbatch_size * model.seq_len  # type: ignore[operator]
     if split_backward:
         flops_b = gemm + 2 * core + flash_extra + head + extra_f
@@ -177,21 +248,33 @@ def stage_cost(model: TransformerModel, device: Device, ctx: Context, layers: in
         flops_b, flops_w = 2 * flops_f + flash_extra + extra_f, 0
         traffic_b, traffic_w = 2 * traffic_f + extra_v, 0
         weight_s = 0.0
-    params = stage_params_per_gpu(model, layers, first, last, ctx)
+    compute_f = device.compute_time(flops_f, traffic_f, tokens) + comm_f
+    compute_b = device.compute_time(flops_b, traffic_b, tokens) + comm_b
+    chains = None
+    if ep_f > 0:
+        again = moe_comm if full else (0.0, 0.0)  # full recomputation runs the forward's all-to-alls again
+        comm_bwd = (moe_comm[1] + again[0], moe_comm[1] + again[1])
+        parts_f = _moe_parts(model, ctx, first_layer, layers, last, moe_comm)
+        parts_b = _moe_parts(model, ctx, first_layer, layers, last, comm_bwd)
+        chains = {Kind.F: _chain(parts_f, compute_f, reverse=False),
+                  Kind.B: _chain(parts_b, compute_b, reverse=True)}
+        if split_backward:
+            chains[Kind.W] = ((False, weight_s),)
+    params = stage_params_per_gpu(model, layers, first, last, ctx, first_layer)
+    expert_params = stage_expert_params_per_gpu(model, layers, last, ctx, first_layer)
     msg = message_bytes(model, ctx)
-    activation = layers * activation_bytes_per_layer(model, ctx)
+    activation = stage_activation_bytes(model, ctx, layers, first_layer)
     if last:
         activation += head_activation_bytes(model, ctx)
-    weight_part = layers * weight_memory_bytes_per_layer(model, ctx)
     return StageCost(
         layers=layers,
-        forward_s=device.compute_time(flops_f, traffic_f, tokens) + comm_f,
-        backward_s=device.compute_time(flops_b, traffic_b, tokens) + comm_b,
+        forward_s=compute_f + ep_f,
+        backward_s=compute_b + ep_b,
         weight_s=weight_s,
         fwd_message_bytes=0 if last else msg,
         bwd_message_bytes=0 if first else msg,
         activation_bytes=activation,
-        persistent_bytes=ctx.persistent_bytes(model, params),
+        persistent_bytes=ctx.persistent_bytes(model, params, expert_params),
         flops_forward=flops_f,
         flops_backward=flops_b,
         flops_weight=flops_w,
@@ -202,9 +285,13 @@ def stage_cost(model: TransformerModel, device: Device, ctx: Context, layers: in
         first_layer=first_layer,
         has_embedding=first,
         has_head=last,
-        weight_memory_bytes=weight_part,
+        weight_memory_bytes=stage_weight_memory_bytes(model, ctx, layers, first_layer),
         tp_comm_forward_s=comm_f,
         tp_comm_backward_s=comm_b,
+        ep_comm_forward_s=ep_f,
+        ep_comm_backward_s=ep_b,
+        expert_params=expert_params,
+        chains=chains,
     )
 
 
@@ -334,7 +421,7 @@ def _allreduces(model: TransformerModel, stage2device, ranges, ctx: Context,
         has_emb, has_head = -1 in unit_list, num_layers in unit_list
         start = layer_units[0] if layer_units else (0 if has_emb else num_layers)
         stop = layer_units[-1] + 1 if layer_units else start
-        params = stage_params_per_gpu(model, len(layer_units), has_emb, has_head, ctx)
+        params = stage_params_per_gpu(model, len(layer_units), has_emb, has_head, ctx, start)
         devices = tuple(sorted({stage2device[p][s] for p, s in holders}))
         nbytes = params * model.bytes_per_grad
         out.append(AllReduce(holders, devices, (start, stop), has_emb, has_head, params,
@@ -350,24 +437,35 @@ def _exposed(total: float, window: float, layers: int, overlap: bool) -> float:
     return max(total - window, total / max(layers, 1))
 
 
-def _device_tail(layout: Topology, model: TransformerModel, device: int, params: int,
-                 stage_costs: list[StageCost], split: bool) -> tuple[float, float]:
-    """(data-parallel sync seconds exposed, whole tail seconds) of one pipeline device."""
-    par = layout.context
-    opt = optimizer_time(layout.system.device, model, par.updated_params(params))
-    d = par.dp
-    if d == 1 or not stage_costs:
-        return 0.0, opt
-    link = layout.dp_link(device)
+def _sync(model: TransformerModel, par: Context, params: int, replicas: int, link: Link | None) -> tuple[float, float]:
+    """(gradient reduction, weight gather) seconds of ``params`` parameters among
+    ``replicas`` GPUs: a ring all-reduce, or with ZeRO a reduce-scatter and, after the
+    optimizer step, an all-gather."""
     grads = params * model.bytes_per_grad
+    if par.zero:  # ZeRO stage 1 or 2 (Context sets 0 or 1 when not given)
+        return (ring_time(grads, replicas, link, steps=1),
+                ring_time(params * model.bytes_per_param_compute, replicas, link, steps=1))
+    return ring_time(grads, replicas, link, steps=2), 0.0
+
+
+def _device_tail(layout: Topology, model: TransformerModel, device: int, params: int, expert_params: int,
+                 stage_costs: list[StageCost], split: bool) -> tuple[float, float]:
+    """(data-parallel sync seconds exposed, whole tail seconds) of one pipeline device:
+    dense parameters reduced among the ``dp`` replicas, routed experts among the ``edp``
+    GPUs holding the same experts (``hardware.moe``)."""
+    par = layout.context
+    opt = optimizer_time(layout.system.device, model, par.updated_params(params, expert_params))
+    if par.tp * par.dp == 1 or not stage_costs:
+        return 0.0, opt
+    reduce, gather = _sync(model, par, params - expert_params, par.dp,
+                           layout.dp_link(device) if par.dp > 1 else None)
+    if expert_params:
+        link = layout.ring_link(edp_group(layout, device))
+        more = _sync(model, par, expert_params, par.edp, link)
+        reduce, gather = reduce + more[0], gather + more[1]
     layers = sum(c.layers for c in stage_costs)
     last_bwd = min(c.weight_s if split else c.backward_s for c in stage_costs)
     first_fwd = min(c.forward_s for c in stage_costs)
-    if par.zero:  # ZeRO stage 1 or 2 (Context sets 0 or 1 when not given)
-        reduce = ring_time(grads, d, link, steps=1)
-        gather = ring_time(params * model.bytes_per_param_compute, d, link, steps=1)
-    else:
-        reduce, gather = ring_time(grads, d, link, steps=2), 0.0
     sync = _exposed(reduce, last_bwd, layers, par.overlap) + _exposed(gather, first_fwd, layers, par.overlap)
     return sync, sync + opt
 
@@ -387,8 +485,25 @@ def schedule_costs(schedule: Schedule, system: System, model: TransformerModel,
     """
     ctx = context.resolved(model, schedule.num_microbatches)
     model = ctx.apply(model)
+    ctx.check_experts(model)
     layout = Topology(system, ctx, schedule.num_devices)
     stage2device = schedule.placement.stage2device
+    comm: dict[int, tuple[float, float]] = {}
+
+    def moe_comm(device: int) -> tuple[float, float]:
+        if not model.moe:
+            return 0.0, 0.0
+        if device not in comm:
+            comm[device] = moe_layer_comm(model, ctx, layout, device)
+        return comm[device]
+
+    tp_links: dict[int, Link | None] = {}
+
+    def tp_link(device: int) -> Link | None:
+        if device not in tp_links:
+            tp_links[device] = layout.tp_link(device)
+        return tp_links[device]
+
     stages, ranges = [], []
     for p, works in enumerate(schedule.stage_work):
         counts = partition(works, model.num_layers)
@@ -397,16 +512,18 @@ def schedule_costs(schedule: Schedule, system: System, model: TransformerModel,
         stages.append(tuple(
             stage_cost(model, system.device, ctx, n, first=s == 0, last=s == len(counts) - 1,
                        first_layer=starts[s], split_backward=schedule.split_backward,
-                       tp_link=layout.tp_link(stage2device[p][s]))
+                       tp_link=tp_link(stage2device[p][s]), moe_comm=moe_comm(stage2device[p][s]))
             for s, n in enumerate(counts)
         ))
     per_device_params = [0] * schedule.num_devices
+    per_device_experts = [0] * schedule.num_devices
     per_device_stages: list[list[StageCost]] = [[] for _ in range(schedule.num_devices)]
     for p, row in enumerate(stages):
         for s, cost in enumerate(row):
             per_device_params[stage2device[p][s]] += cost.params
+            per_device_experts[stage2device[p][s]] += cost.expert_params
             per_device_stages[stage2device[p][s]].append(cost)
-    tails = [_device_tail(layout, model, d, n, per_device_stages[d], schedule.split_backward)
+    tails = [_device_tail(layout, model, d, n, per_device_experts[d], per_device_stages[d], schedule.split_backward)
              for d, n in enumerate(per_device_params)]
 
     def reduce_time(devices, nbytes):  # replicas: tensor rank 0 of each device, per GPU
@@ -420,7 +537,8 @@ def schedule_costs(schedule: Schedule, system: System, model: TransformerModel,
         split_backward=schedule.split_backward,
         stage2device=stage2device,
         stages=tuple(stages),
-        persistent_bytes=tuple(ctx.persistent_bytes(model, n) for n in per_device_params),
+        persistent_bytes=tuple(ctx.persistent_bytes(model, n, e)
+                               for n, e in zip(per_device_params, per_device_experts)),
         optimizer_s=tuple(t for _, t in tails),
         allreduces=_allreduces(model, stage2device, ranges, ctx, reduce_time),
         dp_sync_s=tuple(s for s, _ in tails),

@@ -13,8 +13,14 @@ heads among the ``t`` GPUs; when ``t`` exceeds ``kv_heads`` each GPU keeps one K
 (replicated). Norms, dropout and the GEMM inputs are replicated unless sequence
 parallelism (Korthikanti et al. 2022) splits them along the sequence.
 
+The weight GEMMs of a layer, their shapes per GPU and what TP and EP split, are listed by
+``hardware.gemms``; FLOPs, parameters and M_W follow from that list. Layers differ only by
+kind (dense or MoE: ``model.is_moe_layer``); the ``stage_*`` functions sum a stage's layers.
+
 FLOPs per GPU (forward; Narayanan et al. 2021 generalized to GQA and SwiGLU)
     GEMMs      ``2bs(2h^2 + 2h*kv + n*h*f) / t``    attention core ``4bs^2h / t``
+               (``sum 2*M*K*N`` over ``hardware.gemms``; the core is ``2bs^2 (a/t)
+               (d_qk + d_v)`` in general: MLA's queries and keys are ``d + r`` wide)
     LM head    ``2bshV / t``                         embedding lookup 0
     full backward ``2 x forward``; split backward (Zero Bubble paper, Table 1): B = the
     GEMMs' input gradients plus the whole attention-core backward (``1 x GEMMs + 2 x core``),
@@ -35,6 +41,12 @@ For GPT (GELU, dropout, classic, t = 1, c = 2) this is ``s*b*(18h + 4f) + 5*a*s^
 ``sbh(34 + 5as/h)`` at ``f = 4h``; with ``t`` it is ``sbh(10 + 24/t + 5as/(ht))`` and with
 sequence parallelism ``sbh/t (34 + 5as/h)``, Korthikanti et al.'s equations.
 ``"selective"`` drops the score terms, ``"full"`` keeps the layer input ``csbh`` only.
+Multi-head latent attention keeps, instead of Q, K and V of ``h``, ``kv`` and ``kv``: the
+latents ``2*q_r + 2*kv_r + r`` (replicated) and Q, K of ``a(d + r)/t``, V of ``a*d_v/t``.
+A MoE layer keeps, instead of the MLP's intermediates, the shared experts' (as a dense MLP
+of ``S*f_e``), the router's fp32 probabilities ``4*T*E`` and, per routed token copy
+(``hardware.gemms.routed_rows``), its input (in the dispatch precision), intermediates and
+output ``c(h + n*f_e/etp)``.
 The last stage keeps the final norm's and the head's inputs (``2csbh``) and
 ``logit_bytes * s*b*V/t`` of logits for the loss (none when ``logit_bytes`` is 0).
 
@@ -43,7 +55,8 @@ Weight part M_W of a layer's activation (split backward, Zero Bubble accounting:
 GEMMs ``dW = X^T dY``: ``X`` = ``h`` (QKV), ``h/t`` (output projection), ``h`` (up/gate),
 ``f/t`` (down); ``dY`` = ``h/t + 2kv/t`` (QKV), ``h`` (output projection), ``(n-1)f/t``
 (up/gate), ``h`` (down) elements per token, times ``c*s*b`` bytes, replicated terms
-``/t`` with sequence parallelism; at most the layer's activation. For GPT at t = 1 this
+``/t`` with sequence parallelism; at most the layer's activation (every GEMM of
+``hardware.gemms``: ``c * (M*K + M*N)``). For GPT at t = 1 this
 is ``c*s*b*(8h + 2f)`` (32sbh at f=4h, c=2: the Zero Bubble paper's count).
 
 Memory traffic (bytes moved to/from device memory; an [I] choice, not in the paper):
@@ -56,9 +69,11 @@ moves ``2 x`` (``1 + 1`` when split); ``"full"`` recomputation adds the forward 
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from .context import Context, Recompute
+from .gemms import Gemm, heads_per_gpu, kv_heads_per_gpu, layer_gemms, routed_rows
 
 if TYPE_CHECKING:
     from .model import TransformerModel
@@ -74,7 +89,7 @@ def check_mb(mb: object) -> int:
 def kv_width_per_gpu(model: TransformerModel, tp: int = 1) -> int:
     """K (or V) width one GPU holds: ``kv / t``, at least one head (replicated when
     ``t > kv_heads``)."""
-    return max(model.kv_heads // tp, 1) * model.head_dim  # type: ignore[operator]
+    return kv_heads_per_gpu(model, tp) * model.head_dim  # type: ignore[operator]
 
 
 def _split(value: int, tp: int) -> int:
@@ -85,41 +100,108 @@ def _mb(ctx: Context) -> int:
     return check_mb(ctx.microbatch_size)
 
 
+def _sp(value: float, ctx: Context) -> float:
+    return _split(value, ctx.tp) if ctx.sequence_parallel and isinstance(value, int) else (
+        value / ctx.tp if ctx.sequence_parallel else value)
+
+
+def _gemms(model: TransformerModel, ctx: Context, moe: bool) -> list[Gemm]:
+    _mb(ctx)
+    return layer_gemms(model, ctx, moe)
+
+
 # ---- parameters per GPU ---------------------------------------------------------------------
-def layer_params_per_gpu(model: TransformerModel, ctx: Context = Context()) -> int:
+def _norm_params(model: TransformerModel) -> int:
+    """Norms of a layer (replicated): two over ``h``, Q/K norms, MLA's latent norms."""
+    extra = 2 * model.head_dim if model.qk_norm else 0  # type: ignore[operator]
+    return 2 * model.norm_params + extra + model.q_lora_rank + model.kv_lora_rank
+
+
+@lru_cache(maxsize=4096)
+def _params(model: TransformerModel, tp: int, ep: int, etp: int, moe: bool) -> tuple[int, int]:
+    """(all, routed-expert) parameters of a layer on one GPU (they depend on the split only)."""
+    gemms = layer_gemms(model, Context(tp=tp, dp=ep * etp, ep=ep, etp=etp, microbatch_size=1), moe)
+    return (sum(g.weights + g.bias for g in gemms) + _norm_params(model),
+            sum(g.weights + g.bias for g in gemms if g.expert))
+
+
+def layer_params_per_gpu(model: TransformerModel, ctx: Context = Context(), moe: bool = False) -> int:
     """Parameters of one layer on one GPU of a ``tp``-way group (norms and row-parallel
-    biases replicated); ``model.layer_params`` at ``tp = 1``."""
-    h, f, n, tp = model.hidden, model.ffn_hidden, model.mlp_matrices, ctx.tp
-    kv = kv_width_per_gpu(model, tp)
-    matrices = _split(2 * h * h + n * h * f, tp) + 2 * h * kv  # type: ignore[operator]
-    biases = (_split(h + (n - 1) * f, tp) + 2 * kv + 2 * h) if model.bias else 0  # type: ignore[operator]
-    norms = 2 * (2 * h if model.norm == "layernorm" else h)
-    return matrices + biases + norms
+    biases replicated; routed experts ``E/ep`` split ``etp`` ways); ``model.layer_params``
+    at ``tp = 1``."""
+    return _params(model, ctx.tp, ctx.ep, ctx.etp, moe)[0]
+
+
+def layer_expert_params_per_gpu(model: TransformerModel, ctx: Context = Context(), moe: bool = True) -> int:
+    """The routed experts' share of ``layer_params_per_gpu`` (reduced and sharded over
+    the expert data-parallel ranks only)."""
+    return _params(model, ctx.tp, ctx.ep, ctx.etp, True)[1] if moe else 0
+
+
+def _layer_kinds(model: TransformerModel, first_layer: int, layers: int) -> tuple[int, int]:
+    """(dense, MoE) layers among ``layers`` layers from ``first_layer``."""
+    moe = model.moe_layers_in(first_layer, first_layer + layers)
+    return layers - moe, moe
+
+
+def _per_stage(model: TransformerModel, first_layer: int, layers: int, per_layer) -> int:
+    dense, moe = _layer_kinds(model, first_layer, layers)
+    return (dense * per_layer(False) if dense else 0) + (moe * per_layer(True) if moe else 0)
+
+
+def mtp_params_per_gpu(model: TransformerModel, ctx: Context) -> tuple[int, int]:
+    """(all, routed-expert) parameters of the MTP modules on one GPU of the last stage: a
+    MoE layer, the ``2h x h`` projection (split by TP) and three norms each."""
+    if not model.mtp_layers:
+        return 0, 0
+    one = _split(2 * model.hidden * model.hidden, ctx.tp) + 3 * model.norm_params
+    layer = layer_params_per_gpu(model, ctx, True)
+    return (model.mtp_layers * (one + layer),
+            model.mtp_layers * layer_expert_params_per_gpu(model, ctx))
 
 
 def stage_params_per_gpu(model: TransformerModel, layers: int, first: bool, last: bool,
-                         ctx: Context = Context()) -> int:
-    """Parameters of a stage on one GPU (embedding and head split by vocabulary)."""
+                         ctx: Context = Context(), first_layer: int = 0) -> int:
+    """Parameters of a stage on one GPU (embedding and head split by vocabulary; the MTP
+    modules on the last stage)."""
     table = _split(model.vocab, ctx.tp) * model.hidden
-    return layers * layer_params_per_gpu(model, ctx) + (table if first else 0) + (table if last else 0)
+    body = _per_stage(model, first_layer, layers, lambda moe: layer_params_per_gpu(model, ctx, moe))
+    end = (table + mtp_params_per_gpu(model, ctx)[0]) if last else 0
+    return body + (table if first else 0) + end
+
+
+def stage_expert_params_per_gpu(model: TransformerModel, layers: int, last: bool, ctx: Context = Context(),
+                                first_layer: int = 0) -> int:
+    """The routed experts' share of ``stage_params_per_gpu``."""
+    if not model.moe:
+        return 0
+    body = _per_stage(model, first_layer, layers, lambda moe: layer_expert_params_per_gpu(model, ctx, moe))
+    return body + (mtp_params_per_gpu(model, ctx)[1] if last else 0)
 
 
 # ---- FLOPs ----------------------------------------------------------------------------------
-def layer_gemm_flops(model: TransformerModel, ctx: Context) -> int:
-    """Forward FLOPs of a layer's GEMMs on one GPU: ``2bs(2h^2 + 2h*kv + n*h*f)/t``."""
-    h, s, f, n, tp = model.hidden, model.seq_len, model.ffn_hidden, model.mlp_matrices, ctx.tp
-    kv = kv_width_per_gpu(model, tp)
-    return 2 * _mb(ctx) * s * (_split(2 * h * h + n * h * f, tp) + 2 * h * kv)  # type: ignore[operator]
+def layer_gemm_flops(model: TransformerModel, ctx: Context, moe: bool = False) -> float:
+    """Forward FLOPs of a layer's GEMMs on one GPU: ``2bs(2h^2 + 2h*kv + n*h*f)/t`` for
+    a dense layer (``sum 2*M*K*N`` over ``hardware.gemms``)."""
+    total = sum(g.flops for g in _gemms(model, ctx, moe))
+    return int(total) if float(total).is_integer() else total
+
+
+def expert_gemm_flops(model: TransformerModel, ctx: Context) -> float:
+    """The routed experts' part of a MoE layer's ``layer_gemm_flops``."""
+    return sum(g.flops for g in _gemms(model, ctx, True) if g.expert)
 
 
 def attention_core_flops(model: TransformerModel, ctx: Context) -> int:
-    """``4bs^2h/t``: the ``QK^T`` and ``softmax*V`` products of one layer on one GPU."""
-    return 4 * _mb(ctx) * model.seq_len ** 2 * _split(model.hidden, ctx.tp)
+    """``2bs^2 (a/t)(d_qk + d_v)``, ``4bs^2h/t`` for standard attention: the ``QK^T`` and
+    ``softmax*V`` products of one layer on one GPU."""
+    width = model.qk_head_dim + model.v_head_dim  # type: ignore[operator]
+    return 2 * _mb(ctx) * model.seq_len ** 2 * heads_per_gpu(model, ctx.tp) * width
 
 
-def layer_forward_flops(model: TransformerModel, ctx: Context) -> int:
+def layer_forward_flops(model: TransformerModel, ctx: Context, moe: bool = False) -> float:
     """GEMMs plus attention core (``24bsh^2 + 4bs^2h`` for GPT at t = 1)."""
-    return layer_gemm_flops(model, ctx) + attention_core_flops(model, ctx)
+    return layer_gemm_flops(model, ctx, moe) + attention_core_flops(model, ctx)
 
 
 def head_forward_flops(model: TransformerModel, ctx: Context) -> int:
@@ -127,11 +209,26 @@ def head_forward_flops(model: TransformerModel, ctx: Context) -> int:
     return 2 * _mb(ctx) * model.seq_len * model.hidden * _split(model.vocab, ctx.tp)
 
 
-def model_flops_per_sequence(model: TransformerModel) -> int:
+def mtp_forward_flops(model: TransformerModel, ctx: Context) -> float:
+    """The MTP modules on the last stage: each a MoE layer, the ``2h x h`` projection and
+    an LM head."""
+    if not model.mtp_layers:
+        return 0
+    proj = 2 * _mb(ctx) * model.seq_len * _split(2 * model.hidden * model.hidden, ctx.tp)
+    return model.mtp_layers * (layer_forward_flops(model, ctx, True) + proj + head_forward_flops(model, ctx))
+
+
+def model_flops_per_sequence(model: TransformerModel) -> float:
     """Model FLOPs of one sequence's training step (forward + backward, no recomputation,
-    all GPUs): ``3 x (layers' forward + LM head)`` — the numerator of MFU."""
+    all GPUs): ``3 x (layers' forward + LM head)`` — the numerator of MFU. For a MoE
+    model the routed experts count ``experts_per_token`` experts per token (active
+    parameters); the MTP modules are not counted (DeepSeek-V3's MFU-style counts leave
+    them out as well)."""
     one = Context(microbatch_size=1)
-    return 3 * (model.num_layers * layer_forward_flops(model, one) + head_forward_flops(model, one))
+    dense, moe = _layer_kinds(model, 0, model.num_layers)
+    layers = dense * layer_forward_flops(model, one) + (moe * layer_forward_flops(model, one, True) if moe else 0)
+    total = 3 * (layers + head_forward_flops(model, one))
+    return int(total) if float(total).is_integer() else total
 
 
 # ---- activation memory and traffic -------------------------------------------------------
@@ -141,69 +238,112 @@ def _replicated(model: TransformerModel, mb: int) -> int:
     return 4 * c * sbh + (2 * sbh if model.dropout else 0)
 
 
-def _tp_split(model: TransformerModel, mb: int, tp: int) -> int:
+def _attention_split(model: TransformerModel, tp: int) -> int:
+    """Per token, elements of Q, K, V and the attention output one GPU keeps (TP split)."""
+    a = heads_per_gpu(model, tp)
+    if model.mla:
+        return a * (2 * model.qk_head_dim + 2 * model.v_head_dim)  # type: ignore[operator]
+    return 2 * a * model.head_dim + 2 * kv_width_per_gpu(model, tp)  # type: ignore[operator]
+
+
+def _latents(model: TransformerModel) -> int:
+    """Per token, MLA's replicated latents (down-projection outputs and their norms)."""
+    return 2 * model.q_lora_rank + 2 * model.kv_lora_rank + model.qk_rope_head_dim if model.mla else 0
+
+
+def _tp_split(model: TransformerModel, mb: int, tp: int, moe: bool) -> int:
     """Bytes per layer that TP splits (Q, K, V, attention output, MLP intermediates)."""
-    c, s, h, f = model.bytes_per_param_compute, model.seq_len, model.hidden, model.ffn_hidden
-    kv = kv_width_per_gpu(model, tp)
-    mlp = model.mlp_matrices
-    return c * s * mb * (_split(2 * h + mlp * f, tp) + 2 * kv)  # type: ignore[operator]
+    c, s, f = model.bytes_per_param_compute, model.seq_len, model.ffn_hidden
+    ffn = model.shared_experts * model.expert_ffn_hidden if moe else f  # type: ignore[operator]
+    return c * s * mb * (_split(model.mlp_matrices * ffn, tp) + _attention_split(model, tp))  # type: ignore[operator]
+
+
+def _experts(model: TransformerModel, ctx: Context) -> float:
+    """Bytes a MoE layer keeps for its router and routed experts (module docstring); the
+    dispatched copies are kept in the dispatch precision (DeepSeek-V3 caches them in FP8)."""
+    c = model.bytes_per_param_compute
+    kept = ctx.dispatch_precision.bytes_per_element * model.hidden
+    per_copy = kept + c * (model.hidden + model.mlp_matrices * _split(model.expert_ffn_hidden, ctx.etp))  # type: ignore[arg-type]
+    router = 4 * _mb(ctx) * model.seq_len / ctx.tp * model.num_experts
+    return routed_rows(model, ctx) * per_copy + router
 
 
 def _scores(model: TransformerModel, mb: int, tp: int) -> int:
     """Score-related bytes: classic ``c*a*s^2*b`` (+``(c+1)*a*s^2*b`` with dropout),
     fused ``4*a*s*b``, per GPU (``a/t`` heads)."""
-    s, heads, c = model.seq_len, _split(model.heads, tp), model.bytes_per_param_compute
+    s, heads, c = model.seq_len, heads_per_gpu(model, tp), model.bytes_per_param_compute
     if model.attention == "flash":
         return 4 * heads * s * mb
     per = c + (c + 1 if model.dropout else 0)
     return per * heads * s * s * mb
 
 
-def _sp(value: int, ctx: Context) -> int:
-    return _split(value, ctx.tp) if ctx.sequence_parallel else value
+def _kept(model: TransformerModel, ctx: Context, moe: bool) -> float:
+    """Activation bytes of a layer without the score terms."""
+    mb = _mb(ctx)
+    c = model.bytes_per_param_compute
+    replicated = _replicated(model, mb) + c * model.seq_len * mb * _latents(model)
+    kept = _sp(replicated, ctx) + _tp_split(model, mb, ctx.tp, moe)
+    return kept + (_experts(model, ctx) if moe else 0)
 
 
-def activation_bytes_per_layer(model: TransformerModel, ctx: Context) -> int:
+def _whole(value: float) -> float:
+    return int(value) if float(value).is_integer() else value
+
+
+def activation_bytes_per_layer(model: TransformerModel, ctx: Context, moe: bool = False) -> float:
     """Bytes one layer keeps on one GPU for the backward of one microbatch (module
     docstring); ``sbh(34 + 5as/h)`` for GPT with classic attention at t = 1."""
     mb = _mb(ctx)
     if ctx.recompute is Recompute.FULL:
         return _sp(model.bytes_per_param_compute * model.seq_len * mb * model.hidden, ctx)
-    kept = _sp(_replicated(model, mb), ctx) + _tp_split(model, mb, ctx.tp)
+    kept = _kept(model, ctx, moe)
     if ctx.recompute is Recompute.NONE or model.attention == "flash":
         kept += _scores(model, mb, ctx.tp)
-    return kept
+    return _whole(kept)
 
 
-def weight_memory_bytes_per_layer(model: TransformerModel, ctx: Context) -> int:
+def weight_memory_bytes_per_layer(model: TransformerModel, ctx: Context, moe: bool = False) -> float:
     """M_W of one layer on one GPU: inputs and output gradients of its weight GEMMs, at
     most its activation (module docstring); ``c*s*b*(8h + 2f)`` for GPT at t = 1."""
-    h, f, n, tp = model.hidden, model.ffn_hidden, model.mlp_matrices, ctx.tp
-    assert f is not None  # TransformerModel sets it (default 4 * hidden)
-    kv = kv_width_per_gpu(model, tp)
-    replicated = 4 * h  # X of QKV and up/gate, dY of the output and down projections
-    split = _split(2 * h + n * f, tp) + 2 * kv  # X: out-proj, down; dY: QKV, up/gate
-    per_token = _sp(replicated, ctx) + split
-    part = model.bytes_per_param_compute * model.seq_len * _mb(ctx) * per_token
-    return min(part, activation_bytes_per_layer(model, ctx))
+    elements = 0.0
+    for g in _gemms(model, ctx, moe):
+        elements += (_sp(g.rows * g.k, ctx) if g.x_replicated else g.rows * g.k)
+        elements += (_sp(g.rows * g.n, ctx) if g.dy_replicated else g.rows * g.n)
+    part = model.bytes_per_param_compute * elements
+    return _whole(min(part, activation_bytes_per_layer(model, ctx, moe)))
 
 
-def head_activation_bytes(model: TransformerModel, ctx: Context) -> int:
+def stage_activation_bytes(model: TransformerModel, ctx: Context, layers: int, first_layer: int = 0) -> float:
+    """Activation bytes of a stage's layers (``activation_bytes_per_layer`` by kind)."""
+    return _per_stage(model, first_layer, layers, lambda moe: activation_bytes_per_layer(model, ctx, moe))
+
+
+def stage_weight_memory_bytes(model: TransformerModel, ctx: Context, layers: int, first_layer: int = 0) -> float:
+    """M_W of a stage's layers (``weight_memory_bytes_per_layer`` by kind)."""
+    return _per_stage(model, first_layer, layers, lambda moe: weight_memory_bytes_per_layer(model, ctx, moe))
+
+
+def head_activation_bytes(model: TransformerModel, ctx: Context) -> float:
     """What the last stage keeps beyond its layers: the final norm's and the head's inputs
-    ``2csbh`` and ``logit_bytes * s*b*V/t`` (0 when ``logit_bytes`` is 0)."""
+    ``2csbh`` and ``logit_bytes * s*b*V/t`` (0 when ``logit_bytes`` is 0); the MTP
+    modules keep a MoE layer, their projection's input and their own logits each."""
     mb = _mb(ctx)
     if model.logit_bytes == 0:
         return 0
     sb = model.seq_len * mb
     inputs = _sp(2 * model.bytes_per_param_compute * sb * model.hidden, ctx)
-    return inputs + model.logit_bytes * sb * _split(model.vocab, ctx.tp)
+    head = inputs + model.logit_bytes * sb * _split(model.vocab, ctx.tp)
+    if model.mtp_layers:
+        proj = _sp(2 * model.bytes_per_param_compute * sb * model.hidden, ctx)
+        head += model.mtp_layers * (activation_bytes_per_layer(model, ctx, True) + proj + head)
+    return _whole(head)
 
 
-def layer_forward_traffic(model: TransformerModel, ctx: Context) -> int:
+def layer_forward_traffic(model: TransformerModel, ctx: Context, moe: bool = False) -> float:
     """``c*P_layer/t + 2*(activation without scores)`` bytes (module docstring)."""
-    mb = _mb(ctx)
-    kept = _sp(_replicated(model, mb), ctx) + _tp_split(model, mb, ctx.tp)
-    return model.bytes_per_param_compute * layer_params_per_gpu(model, ctx) + 2 * kept
+    params = layer_params_per_gpu(model, ctx, moe)
+    return _whole(model.bytes_per_param_compute * params + 2 * _kept(model, ctx, moe))
 
 
 def head_forward_traffic(model: TransformerModel, ctx: Context) -> int:

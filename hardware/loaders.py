@@ -29,8 +29,11 @@ Model file: ``summary``, ``num_layers``, ``hidden``, ``heads``, ``seq_len``, ``v
 ``global_batch`` (required); ``ffn_hidden``, ``kv_heads``, ``bytes_per_param_compute``,
 ``bytes_per_grad``, ``bytes_per_param_state``, ``logit_bytes`` (integers), ``mlp``
 (``"gelu"``/``"swiglu"``), ``norm`` (``"layernorm"``/``"rmsnorm"``), ``attention``
-(``"flash"``/``"classic"``), ``bias``, ``tied_embeddings``, ``dropout`` (true/false)
-(optional). See ``TransformerModel``.
+(``"flash"``/``"classic"``), ``bias``, ``tied_embeddings``, ``dropout``, ``qk_norm``
+(true/false); attention variants ``head_dim``, ``q_lora_rank``, ``kv_lora_rank``,
+``qk_rope_head_dim``, ``v_head_dim``; mixture of experts ``num_experts``,
+``experts_per_token``, ``expert_ffn_hidden``, ``shared_experts``, ``dense_layers``,
+``moe_layer_freq``, ``mtp_layers`` (optional integers). See ``TransformerModel``.
 
 Any problem (bad TOML, unknown / missing key, wrong type, out-of-range value) raises one
 ``ValueError`` naming the file and the key.
@@ -148,7 +151,7 @@ def _presets(kind: str) -> dict[str, Path]:
 
 def _resolve(kind: str, name_or_path: str | Path) -> Path:
     text = str(name_or_path)
-    if isinstance(name_or_path, Path) or text.endswith(".toml") or "/" in text or "\\" in text:
+    if isinstance(name_or_path, Path) or text.endswith((".toml", ".json")) or "/" in text or "\\" in text:
         path = Path(name_or_path)
         if not path.exists():
             raise ValueError(f"{kind} file {str(path)!r} does not exist")
@@ -201,9 +204,11 @@ def system_from_file(path: str | Path) -> System:
 _MODEL_REQUIRED = {k: int for k in ("num_layers", "hidden", "heads", "seq_len", "vocab", "global_batch")}
 _MODEL_OPTIONAL = {
     **{k: int for k in ("ffn_hidden", "kv_heads", "bytes_per_param_compute", "bytes_per_grad",
-                        "bytes_per_param_state", "logit_bytes")},
+                        "bytes_per_param_state", "logit_bytes", "head_dim", "q_lora_rank", "kv_lora_rank",
+                        "qk_rope_head_dim", "v_head_dim", "num_experts", "experts_per_token",
+                        "expert_ffn_hidden", "shared_experts", "dense_layers", "moe_layer_freq", "mtp_layers")},
     **{k: str for k in ("mlp", "norm", "attention")},
-    **{k: bool for k in ("bias", "tied_embeddings", "dropout")},
+    **{k: bool for k in ("bias", "tied_embeddings", "dropout", "qk_norm")},
 }
 
 
@@ -224,11 +229,17 @@ def load_system(name_or_path: str | Path | System) -> System:
 
 
 def load_model(name_or_path: str | Path | TransformerModel) -> TransformerModel:
-    """A preset model by name, or a model file by path (a ``TransformerModel`` passes
+    """A preset model by name, a model TOML file, or a Hugging Face ``config.json``
+    (any ``.json`` file: ``hardware.hf``) by path (a ``TransformerModel`` passes
     through)."""
     if isinstance(name_or_path, TransformerModel):
         return name_or_path
-    return model_from_file(_resolve("model", name_or_path))
+    path = _resolve("model", name_or_path)
+    if path.suffix.lower() == ".json":
+        from .hf import model_from_hf_config
+
+        return model_from_hf_config(path)
+    return model_from_file(path)
 
 
 def _summaries(kind: str) -> list[PresetInfo]:

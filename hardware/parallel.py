@@ -35,7 +35,7 @@ the rest of ``bytes_per_param_state`` (``/dp`` with ZeRO-1 or 2).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 from typing import TYPE_CHECKING
 
 from pipetab.schedules.checks import check_count
@@ -112,13 +112,23 @@ class Topology:
     def pipeline_system(self) -> System:
         """The ``pp`` pipeline devices as a ``System`` whose links are ``pipeline_link``
         (its device is the cluster's GPU: op costs are per GPU)."""
-        s = self.system
-        if self.context.tp == 1 and self.context.dp == 1:
-            return s  # GPU r is pipeline device r
-        links = {(a, b): self.pipeline_link(a, b) for a in range(self.pp) for b in range(a + 1, self.pp)}
-        default = links[(0, 1)] if self.pp > 1 else s.default_link
-        return System(f"{s.name} ({self.context.parallel_label}, PP{self.pp})", s.device, default,
-                      self.pp, tuple(links.items()), summary=s.summary)
+        c = self.context
+        if c.tp == 1 and c.dp == 1:
+            return self.system  # GPU r is pipeline device r
+        return _pipeline_system(self.system, c.tp, c.dp, bool(c.sequence_parallel), self.pp, c.parallel_label)
+
+
+@lru_cache(maxsize=256)
+def _pipeline_system(system: System, tp: int, dp: int, sequence_parallel: bool, pp: int, label: str) -> System:
+    """``Topology.pipeline_system``, shared by every schedule of the same split (plan
+    prices thousands)."""
+    from .context import Context
+
+    topo = Topology(system, Context(tp=tp, dp=dp, sequence_parallel=sequence_parallel), pp)
+    links = {(a, b): topo.pipeline_link(a, b) for a in range(pp) for b in range(a + 1, pp)}
+    default = links[(0, 1)] if pp > 1 else system.default_link
+    return System(f"{system.name} ({label}, PP{pp})", system.device, default, pp, tuple(links.items()),
+                  summary=system.summary)
 
 
 def _slowest(links: list[Link | None]) -> Link | None:

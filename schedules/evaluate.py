@@ -84,11 +84,49 @@ class Run(NamedTuple):
     sent: np.ndarray | None = None
 
 
+def block_durations(schedule: Schedule, dur: np.ndarray, block_time: Callable[[tuple[Op, ...]], float]) -> np.ndarray:
+    """``dur`` with every block's time (``block_time`` of its ops, asked once per
+    ``Schedule.block_patterns``) on its first op and 0 on the others (the form
+    ``run_orders`` runs blocks in)."""
+    if not schedule.blocks:
+        return dur
+    out = np.array(dur, float)
+    ids, patterns = schedule.block_patterns
+    out[schedule.block_heads] = np.array([block_time(b) for b in patterns], float)[ids]
+    out[schedule.block_members[1]] = 0.0
+    return out
+
+
+def _gates(schedule: Schedule, source: np.ndarray, wait: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per op, a second input to wait for (index into the kernel's values; the sentinel
+    when none) and its wait: a block's first op waits for the inputs of the block's other
+    ops that come from outside the block."""
+    n = len(source)
+    gsrc = np.full(n, 2 * n, np.int64)
+    gwait = np.zeros(n)
+    firsts, members = schedule.block_members
+    if not len(firsts):
+        return gsrc, gwait
+    pred = schedule.pred
+    block_of = np.full(n, -1, np.int64)
+    block_of[members] = firsts
+    block_of[firsts] = firsts
+    for f, m in zip(firsts.tolist(), members.tolist()):
+        q = int(pred[m])
+        if q >= 0 and block_of[q] == f:
+            continue  # made inside the block
+        gsrc[f], gwait[f] = source[m], wait[m]
+    return gsrc, gwait
+
+
 def run_orders(schedule: Schedule, dur: np.ndarray, lag: np.ndarray, link: np.ndarray | None = None) -> Run:
     """The ASAP run of ``schedule``: op i lasts ``dur[i]`` and may start ``lag[i]`` after
     its data predecessor ended. With ``link`` (per op, the id of the directed link its
     output crosses, -1 if it stays on its device) a link carries one message at a time in
-    the sender's order. Raises ``DeadlockError``."""
+    the sender's order. Blocks (``Schedule.blocks``) run as one op: ``dur`` gives the
+    block's time on its first op and 0 on the rest (``block_durations``); the first waits
+    for every input of the block, and the rest report the block's start. Raises
+    ``DeadlockError``."""
     n = schedule.num_ops
     pred = schedule.pred
     dur = np.asarray(dur, float)
@@ -109,15 +147,21 @@ def run_orders(schedule: Schedule, dur: np.ndarray, lag: np.ndarray, link: np.nd
     value[2 * n] = 0.0
     start = np.zeros(n)
     sent = np.zeros(n) if link is not None else None
-    kernel = _rounds if schedule.num_devices >= ROUNDS_MIN_DEVICES else _sweep
-    kernel(schedule.offsets, dur, wait, source, value, start, succ, lag, link, sent)
+    gates = _gates(schedule, source, wait) if schedule.blocks else None
+    if schedule.num_devices >= ROUNDS_MIN_DEVICES:
+        _rounds(schedule.offsets, dur, wait, source, value, start, succ, lag, link, sent, gates)
+    else:
+        _sweep(schedule.offsets, dur, wait, source, value, start, succ, lag, link, sent, gates)
     end = value[:n]
     if (end < 0).any():
         raise deadlock_error(schedule, end >= 0)
+    if gates is not None:
+        firsts, members = schedule.block_members
+        start[members] = start[firsts]
     return Run(start, end.copy(), sent)
 
 
-def _rounds(offsets, dur, wait, source, value, start, succ, lag, link, sent) -> None:
+def _rounds(offsets, dur, wait, source, value, start, succ, lag, link, sent, gates=None) -> None:
     """Every round, each device whose next op has its input runs that op. ``head``,
     ``stop`` and ``free`` hold the devices still running, in a compact order."""
     head = offsets[:-1].copy()
@@ -130,6 +174,10 @@ def _rounds(offsets, dur, wait, source, value, start, succ, lag, link, sent) -> 
     check_in = 0  # rounds until a device can have finished (each runs at most one op a round)
     while head.size:
         ready = value[source[head]]
+        if gates is not None:
+            other = value[gates[0][head]]
+            both = np.maximum(ready + wait[head], other + gates[1][head]) - wait[head]
+            ready = np.where((other < 0) | (ready < 0), -1.0, both)
         ok = ready >= 0
         if ok.all():
             ran = head
@@ -166,7 +214,7 @@ def _rounds(offsets, dur, wait, source, value, start, succ, lag, link, sent) -> 
             check_in = int(left.min(initial=0))
 
 
-def _sweep(offsets, dur, wait, source, value, start, succ, lag, link, sent) -> None:
+def _sweep(offsets, dur, wait, source, value, start, succ, lag, link, sent, gates=None) -> None:
     """Sweep the devices, running each one's order as far as its inputs allow, until no
     device can advance (plain Python on lists)."""
     n = len(dur)
@@ -180,6 +228,8 @@ def _sweep(offsets, dur, wait, source, value, start, succ, lag, link, sent) -> N
     sent_l = [0.0] * n
     bounds = [[a, b] for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist())]
     free = [0.0] * len(bounds)
+    gsrc_l: list[int] | None = gates[0].tolist() if gates is not None else None
+    gwait_l: list[float] = gates[1].tolist() if gates is not None else []
     progressed = True
     while progressed:
         progressed = False
@@ -190,6 +240,13 @@ def _sweep(offsets, dur, wait, source, value, start, succ, lag, link, sent) -> N
                 if r < 0:
                     break
                 r += wait_l[i]
+                if gsrc_l is not None:
+                    g = val[gsrc_l[i]]
+                    if g < 0:
+                        break
+                    g += gwait_l[i]
+                    if g > r:
+                        r = g
                 t = r if r > f else f
                 st[i] = t
                 f = t + dur_l[i]

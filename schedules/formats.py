@@ -12,11 +12,16 @@ Times of ops are in table ticks (``Table.tick_slots`` slots each; 1 unless a dev
 holds several stages); ``makespan_slots`` is in slots.
 * torch CSV: PyTorch ``torch.distributed.pipelining`` compute-only form — one row per rank,
   one action per cell (``2F0`` = global stage 2, forward, microbatch 0; ``I``/``W`` for a
-  split backward), empty cells for idle slots. Only single-pipeline schedules have it.
-  Torch runs files that mix a full backward ``B`` with ``I``/``W`` (ZB-V gives some
-  microbatches a full backward); read, such a ``B`` is its input-gradient op followed at
-  once by its weight-gradient op on the same rank. Which rank holds which stage is not in
-  the file: ``torch_layout`` names it and the torchtitan settings that build it.
+  split backward, ``B`` a full backward; ``(2F0;5B1)OVERLAP_F_B`` an overlapped pair),
+  empty cells for idle slots. Only single-pipeline schedules have it.
+
+Which rank holds which stage is not in a torch CSV: ``torch_layout`` names it and the
+torchtitan settings that build it. Actions that compute nothing pipetab models
+(``REDUCE_GRAD``, ``UNSHARD``, ``RESHARD``, sends and receives) are skipped when read.
+
+The ops of a block (``Schedule.blocks``) share their slots: the text grid writes them in
+one cell joined by ``&`` (``F3s2&B1s5&W1s5``), CSV and JSON as rows of equal start and
+duration.
 """
 
 from __future__ import annotations
@@ -65,14 +70,25 @@ def read_text_file(path, what: str = "file") -> str:
 # ---- text -------------------------------------------------------------------------------
 
 def to_text(table: Table) -> str:
-    """The aligned grid (see module docstring)."""
+    """The aligned grid (see module docstring); the ops of a block share their cells,
+    written ``F3s2&B1s5``."""
     check_grid(table.num_devices, table.makespan)
-    names = [*table.ops.names(), "."]
+    names = table.ops.names()
+    keep = ~table.shared
+    if not keep.all():
+        for i in np.nonzero(~keep)[0].tolist():
+            opener = i - 1
+            while not keep[opener]:
+                opener -= 1
+            names[opener] += "&" + names[i]
+    index = np.nonzero(keep)[0]
+    names = [names[i] for i in index.tolist()] + ["."]
+    device, start, duration = table.device[index], table.start[index], table.duration[index]
     cells = np.full((table.num_devices, table.makespan), len(names) - 1, np.int64)
-    rows = np.repeat(table.device, table.duration)
-    first = np.repeat(table.start - np.cumsum(np.concatenate([[0], table.duration[:-1]])), table.duration)
+    rows = np.repeat(device, duration)
+    first = np.repeat(start - np.cumsum(np.concatenate([[0], duration[:-1]])), duration)
     cols = first + np.arange(len(rows))
-    cells[rows, cols] = np.repeat(np.arange(len(table)), table.duration)
+    cells[rows, cols] = np.repeat(np.arange(len(index)), duration)
     width = max(max(map(len, names)), len(str(table.makespan - 1)), 1)
     dev_w = len(f"dev{table.num_devices - 1}")
     padded = np.array([x.ljust(width) for x in names], dtype=object)
@@ -101,13 +117,13 @@ def from_text(text: str, name: str = "") -> Table:
                 t += 1
                 continue
             try:
-                op = Op.parse(cell)
+                block = [Op.parse(part) for part in cell.split("&")]
             except ValueError as exc:
                 raise FormatError(f"dev{d}, slot {t}: {exc}") from None
             t0 = t
             while t < len(cells) and cells[t] == cell:
                 t += 1
-            records.append((op, d, t0, t - t0))
+            records.extend((op, d, t0, t - t0) for op in block)
     if sorted(devices) != list(range(len(devices))):
         raise FormatError(f"text table rows must be dev0..dev{len(devices) - 1}, got {sorted(devices)}")
     return _table(len(devices), records, name)
@@ -263,22 +279,43 @@ def from_json(text: str, name: str = "") -> Table:
 # ---- torch CSV --------------------------------------------------------------------------
 
 _TORCH_RE = re.compile(r"^(\d+)([FBIW])(\d+)$")
+_OVERLAP_RE = re.compile(r"^\(([^;()]+);([^;()]+)\)OVERLAP_F_B$")
 # actions torch writes that compute nothing pipetab models: gradient reduction and FSDP
 # (un)sharding per stage, and the sends and receives of the compute_comms form
 _TORCH_SKIPPED = re.compile(r"^\d+(REDUCE_GRAD|UNSHARD|RESHARD|(SEND|RECV)_[FB]\d+)$")
 
 
+def _torch_action(ops: list[Op], letters: dict[Kind, str]) -> str:
+    """One torch action for an op or a block: ``2F0``; a full backward (B with its W)
+    ``3B1``; an overlapped pair ``(2F0;5B1)OVERLAP_F_B`` (its backward full when the block
+    holds its W, else ``I``)."""
+    def one(op: Op, letter: str) -> str:
+        return f"{op.stage}{letter}{op.microbatch}"
+
+    kinds = [op.kind for op in ops]
+    if len(ops) == 1:
+        return one(ops[0], letters[ops[0].kind])
+    backward = next(op for op in ops if op.kind is Kind.B)
+    full = Kind.W in kinds
+    if Kind.F not in kinds:
+        return one(backward, "B")
+    forward = next(op for op in ops if op.kind is Kind.F)
+    return f"({one(forward, 'F')};{one(backward, 'B' if full else letters[Kind.B])})OVERLAP_F_B"
+
+
 def to_torch_csv(table: Table) -> str:
     """PyTorch compute-only CSV (one row per rank; idle slots empty). With a split backward
     the input-gradient op is written ``I`` and the weight-gradient op ``W``, as torch does;
-    otherwise a backward is ``B``. Multi-slot ops are written once, at their start slot."""
+    otherwise a backward is ``B``. A block is one action: a full backward ``B`` (its input
+    gradient and W together), an overlapped pair torch's ``(F;B)OVERLAP_F_B``. Multi-slot
+    ops are written once, at their start slot."""
     ops = table.ops
     if ops.pipeline.any():
         raise ValueError("torch CSV holds one pipeline; this table has several (e.g. Chimera)")
     check_grid(table.num_devices, table.makespan)
     split = bool((ops.kind == KIND_CODES[Kind.W]).any())
-    letters = np.array(["F", "I" if split else "B", "W"])[ops.kind].tolist()
-    actions = [f"{s}{k}{m}" for s, k, m in zip(ops.stage.tolist(), letters, ops.microbatch.tolist())]
+    letters = {Kind.F: "F", Kind.B: "I" if split else "B", Kind.W: "W"}
+    shared = table.shared.tolist()
     out = io.StringIO()
     w = csv.writer(out, lineterminator="\n")
     bounds = table.offsets.tolist()
@@ -286,59 +323,81 @@ def to_torch_csv(table: Table) -> str:
     for d in range(table.num_devices):
         a, b = bounds[d], bounds[d + 1]
         row = [""] * (starts[b - 1] + 1 if b > a else 0)
-        for i in range(a, b):
-            row[starts[i]] = actions[i]
+        i = a
+        while i < b:
+            j = i + 1
+            while j < b and shared[j]:
+                j += 1
+            row[starts[i]] = _torch_action([ops.op(k) for k in range(i, j)], letters)
+            i = j
         w.writerow(row)
     return out.getvalue()
 
 
+def _torch_ops(cell: str, where: str) -> tuple[list[tuple[int, str, int]], bool]:
+    """(stage, letter, microbatch) of each action in a cell, and whether it is a pair."""
+    pair = _OVERLAP_RE.match(cell)
+    parts = [pair[1], pair[2]] if pair else [cell]
+    out = []
+    for part in parts:
+        m = _TORCH_RE.match(part.strip())
+        if not m:
+            raise FormatError(f"torch CSV {where}: action {cell!r} is not like '2F0' or '(2F0;5B1)OVERLAP_F_B'")
+        out.append((int(m[1]), m[2], int(m[3])))
+    if pair and [p[1] for p in out] not in (["F", "B"], ["F", "I"]):
+        raise FormatError(f"torch CSV {where}: OVERLAP_F_B pairs a forward with a backward, got {cell!r}")
+    return out, bool(pair)
+
+
 def from_torch_csv(text: str, name: str = "", slots=None) -> Table:
     """Read PyTorch's compute-only CSV into a table: each rank's actions in row order,
-    laid out as soon as possible with ``slots`` (default F=1, B=2, I=B, W=1)."""
+    laid out as soon as possible with ``slots`` (default F=1, B=2, I=B, W=1). With ``I``
+    or ``W`` anywhere a ``B`` is a full backward: its input gradient and W as one block;
+    an ``OVERLAP_F_B`` pair is a block."""
     from .schedule import Placement, Schedule
     from .table import SlotDurations, layout
 
     rows = list(csv.reader(io.StringIO(text)))
-    actions: list[list[tuple[int, str, int]]] = []
+    parsed_rows: list[list[tuple[list[tuple[int, str, int]], bool]]] = []
     stage2dev: dict[int, int] = {}
-    mbs: set[int] = set()
-    for d, cells in enumerate(rows):
-        mine = []
-        for c, cell in enumerate(cells):
+    for d, row in enumerate(rows):
+        parsed = []
+        for c, cell in enumerate(row):
             cell = cell.strip()
-            if not cell:
-                continue
-            m = _TORCH_RE.match(cell)
-            if not m and _TORCH_SKIPPED.match(cell):
-                continue
-            if not m:
-                raise FormatError(f"torch CSV row {d + 1}, column {c + 1}: action {cell!r} is not like '2F0' "
-                                  "(stage, F/B/I/W, microbatch)")
-            stage, letter, mb = int(m[1]), m[2], int(m[3])
-            if stage2dev.setdefault(stage, d) != d:
-                raise FormatError(f"torch CSV: stage {stage} appears on ranks {stage2dev[stage]} and {d}")
-            mine.append((stage, letter, mb))
-            mbs.add(mb)
-        actions.append(mine)
-    # a file with any I or W splits every backward: its full backwards B become I then W
-    split = any(letter in "IW" for mine in actions for _, letter, _ in mine)
-    orders: list[list[Op]] = []
-    for mine in actions:
-        order = []
-        for stage, letter, mb in mine:
-            if letter == "B" and split:
-                order += [Op(Kind.B, 0, stage, mb), Op(Kind.W, 0, stage, mb)]
-            else:
-                order.append(Op({"F": Kind.F, "B": Kind.B, "I": Kind.B, "W": Kind.W}[letter], 0, stage, mb))
-        orders.append(order)
+            if cell and not _TORCH_SKIPPED.match(cell):
+                actions, pair = _torch_ops(cell, f"row {d + 1}, column {c + 1}")
+                for stage, _, _ in actions:
+                    if stage2dev.setdefault(stage, d) != d:
+                        raise FormatError(f"torch CSV: stage {stage} appears on ranks {stage2dev[stage]} and {d}")
+                parsed.append((actions, pair))
+        parsed_rows.append(parsed)
     if not stage2dev:
         raise FormatError("torch CSV has no actions")
+    split = any(letter in "IW" for row in parsed_rows for actions, _ in row for _, letter, _ in actions)
+    orders: list[list[Op]] = []
+    blocks: list[tuple[Op, ...]] = []
+    mbs: set[int] = set()
+    kinds = {"F": Kind.F, "B": Kind.B, "I": Kind.B, "W": Kind.W}
+    for prow in parsed_rows:
+        order: list[Op] = []
+        for actions, _pair in prow:
+            block: list[Op] = []
+            for stage, letter, mb in actions:
+                block.append(Op(kinds[letter], 0, stage, mb))
+                if letter == "B" and split:  # a full backward: its W with it
+                    block.append(Op(Kind.W, 0, stage, mb))
+                mbs.add(mb)
+            order.extend(block)
+            if len(block) > 1:
+                blocks.append(tuple(block))
+        orders.append(order)
     num_stages = max(stage2dev) + 1
     missing = [s for s in range(num_stages) if s not in stage2dev]
     if missing:
         raise FormatError(f"torch CSV: stage {missing[0]} has no actions")
-    placement = Placement((tuple(stage2dev[s] for s in range(num_stages)),), len(actions))
-    sched = Schedule(name or "torch", placement, (0,) * (max(mbs) + 1), tuple(map(tuple, orders)), split_backward=split)
+    placement = Placement((tuple(stage2dev[s] for s in range(num_stages)),), len(rows))
+    sched = Schedule(name or "torch", placement, (0,) * (max(mbs) + 1), tuple(map(tuple, orders)),
+                     split_backward=split, blocks=blocks)
     return layout(sched, slots or SlotDurations())
 
 

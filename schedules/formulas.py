@@ -106,7 +106,9 @@ def chimera_asym(stages: int, microbatches: int, split: tuple[int, int] = (1, 2)
     )
 
 
-def interleaved(stages: int, microbatches: int, chunks: int = 2) -> Formula:
+def interleaved(stages: int, microbatches: int, chunks: int = 2, overlap: bool = False) -> Formula:
+    # ``overlap`` (the steady-state pairs as blocks) leaves the table unchanged without
+    # communication (pipetab, measured for S <= 8, v <= 4, B <= 32 at F = 1, K = 1 and 2)
     # device d peaks at min(w_d + 1, vB) chunk activations of A/v, w_d = (v-1)S + 2(S-1-d)
     # the warm-up (reference §3(c) [V]); the min binds only at B = S, for d < (S-1)/2.
     v = chunks
@@ -209,17 +211,34 @@ def zbv(stages: int, microbatches: int) -> Formula:
     return Formula(ratio, source, peaks, (1.0,) * S)
 
 
-def dualpipev(stages: int, microbatches: int) -> Formula:
+def dualpipev(stages: int, microbatches: int, overlap: bool = True) -> Formula:
     # DeepSeek's units are one of the PP = 2S stages (1/(2S) of the model); pipetab's are
     # 1/S of the model. "Parameter 2x" = two such stages = 1.0 here; "activation PP+1" =
     # 2S+1 chunk activations = (2S+1)/2 here (measured on every device, S <= 16, B <= 64).
     S, n = stages, microbatches
-    return Formula(
-        (S - 1) / (3 * n + S - 1),
-        "(S-1)/(3B+S-1): DeepSeek's (PP/2-1)(F&B+B-3W) idle per device (deepseek-ai/DualPipe "
-        "README, PP = 2S) with F = W = 1, full B = 2, F&B = 3 slots (no overlap gain); "
-        "pipetab's table of the same orders has fewer idle slots, (S-1)/(6B+S-1), since its "
-        "B sends the input gradient before its W and a pair's F need not wait for its B's input",
-        ((2 * S + 1) / 2,) * S,
-        (1.0,) * S,
-    )
+    if overlap:
+        ratio, source = (S - 1) / (3 * n + S - 1), (
+            "(S-1)/(3B+S-1): DeepSeek's (PP/2-1)(F&B+B-3W) idle per device (deepseek-ai/DualPipe "
+            "README, PP = 2S) with F = W = 1, full B = 2, F&B = 3 slots (no overlap gain without "
+            "communication)")
+    else:
+        ratio, source = (S - 1) / (6 * n + S - 1), (
+            "(S-1)/(6B+S-1): the same orders with the pairs run one op after the other (torch's "
+            "runtime without an overlap callback), F = B = W = 1 slot per chunk op (pipetab, "
+            "measured for S <= 16, B <= 64)")
+    return Formula(ratio, source, ((2 * S + 1) / 2,) * S, (1.0,) * S)
+
+
+def dualpipe(stages: int, microbatches: int, overlap: bool = True) -> Formula:
+    # Units: a stage is 1/S of the model (one per device per direction); two weight copies
+    # per device, PP+1 = S+1 live stage activations per device (DeepSeek's table).
+    S, n = stages, microbatches
+    if overlap:
+        ratio, source = (S - 2) / (3 * n + S - 2), (
+            "(S-2)/(3B+S-2): DeepSeek's (PP/2-1)(F&B+B-3W) idle per device (deepseek-ai/DualPipe "
+            "README, PP = S) with F = W = 1, full B = 2, F&B = 3 slots, over 3B busy slots")
+    else:
+        ratio, source = (S / 2 - 1) / (3 * n + S / 2 - 1), (
+            "(S/2-1)/(3B+S/2-1): the same orders with the pairs run one op after the other, "
+            "F = B = W = 1 slot (pipetab, measured for even S <= 16, B <= 64)")
+    return Formula(ratio, source, (float(S + 1),) * S, (2.0,) * S)

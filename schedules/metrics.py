@@ -60,7 +60,8 @@ def table_metrics(table: Table, schedule: Schedule | None = None, weight_memory:
     schedule = schedule or schedule_from_table(table)
     makespan = table.makespan
     num_devices = table.num_devices
-    busy = np.bincount(table.device, weights=table.duration, minlength=num_devices).astype(np.int64).tolist()
+    spans = table.duration * ~table.shared  # a block's ops share their slots: counted once
+    busy = np.bincount(table.device, weights=spans, minlength=num_devices).astype(np.int64).tolist()
     idle = [makespan - b for b in busy]
     bubble = sum(idle) / (num_devices * makespan) if makespan else 0.0
     tick = table.tick_slots

@@ -72,6 +72,30 @@ SPLIT = Option(
     "layer split A:B between the lighter and heavier stage of each device", parse_split,
 )
 
+def parse_flag(text: str) -> bool:
+    """``on``/``off`` (also ``true``/``false``, ``yes``/``no``, ``1``/``0``) as a bool."""
+    value = str(text).strip().lower()
+    if value in ("on", "true", "yes", "1"):
+        return True
+    if value in ("off", "false", "no", "0"):
+        return False
+    raise ValueError(f"overlap-pairs must be on or off, got {text!r}")
+
+
+OVERLAP = Option(
+    "overlap", "overlap-pairs", True,
+    "run the overlapped forward-backward pairs as one block on two streams (on) or one op after the other (off)",
+    parse_flag,
+)
+
+
+OVERLAP_OFF = Option(
+    "overlap", "overlap-pairs", False,
+    "run the steady-state forward-backward pairs as one block on two streams (Megatron's combined 1F1B)",
+    parse_flag,
+)
+
+
 def _two_per_stage(stages: int) -> int:
     return 2 * stages
 
@@ -114,7 +138,7 @@ REGISTRY: dict[str, ScheduleSpec] = {
             "interleaved",
             "Megatron interleaved 1F1B: v chunks per device, one pipeline of v*S stages (loop)",
             _interleaved.interleaved, formulas.interleaved, _interleaved.INTERLEAVED_REGIME,
-            (CHUNKS,), lambda stages, chunks: 2 * chunks * stages,
+            (CHUNKS, OVERLAP_OFF), lambda stages, chunks, overlap: 2 * chunks * stages,
         ),
         ScheduleSpec(
             "zb-h1",
@@ -135,10 +159,18 @@ REGISTRY: dict[str, ScheduleSpec] = {
             ops_per_microbatch=lambda stages: 3 * 2 * stages,
         ),
         ScheduleSpec(
+            "dualpipe",
+            "DeepSeek DualPipe: two pipelines in opposite directions (two weight copies), "
+            "overlapped forward-backward pairs, split backward, W queue",
+            _dualpipe.dualpipe, formulas.dualpipe, _dualpipe.DUALPIPE_REGIME, (OVERLAP,),
+            lambda stages, overlap: 3 * stages,
+        ),
+        ScheduleSpec(
             "dualpipev",
-            "DeepSeek DualPipeV: 2S stages in a V over S devices, split backward, W queue",
-            _dualpipe.dualpipev, formulas.dualpipev, _dualpipe.DUALPIPEV_REGIME,
-            ops_per_microbatch=lambda stages: 3 * 2 * stages,
+            "DeepSeek DualPipeV: 2S stages in a V over S devices, overlapped forward-backward "
+            "pairs, split backward, W queue",
+            _dualpipe.dualpipev, formulas.dualpipev, _dualpipe.DUALPIPEV_REGIME, (OVERLAP,),
+            lambda stages, overlap: 3 * 2 * stages,
         ),
     )
 }

@@ -6,6 +6,15 @@ and the simulator (level 3) derive them.
 
 Underneath, a schedule holds its ops as arrays (``schedules.arrays``) in device order;
 ``orders`` (tuples of ``Op``) is built from them on first use. Generators may give either.
+
+Blocks: ops that run as one unit (``Schedule.blocks``) — an overlapped forward-backward
+pair (torch's ``OVERLAP_F_B``, DualPipe's F&B: one microbatch's forward and another's
+backward interleaved on the GPU's compute and communication streams) with or without the
+backward's W, or a full backward (B and its W) that sends its input gradient only when
+both are done. A block is consecutive in its device's order; it starts when the device is
+free and every input of its ops has arrived, and all its ops end together, after the
+block's duration (``hardware.overlap``: between the longest stream and the sum of the
+parts; the sum when nothing is communicated).
 """
 
 from __future__ import annotations
@@ -84,6 +93,7 @@ class Schedule:
     stage_work: tuple[tuple[float, ...], ...]
     split_backward: bool
     params: Mapping[str, object] = field(compare=False)
+    blocks: tuple[tuple[Op, ...], ...] = ()
 
     def __init__(
         self,
@@ -94,6 +104,7 @@ class Schedule:
         stage_work: Sequence[Sequence[float]] | None = None,
         split_backward: bool = False,
         params: Mapping[str, object] | None = None,
+        blocks: Sequence[Sequence[Op]] = (),
     ) -> None:
         pl = placement
         put = object.__setattr__  # frozen: the fields are set once, here
@@ -121,6 +132,43 @@ class Schedule:
         if any(w <= 0 for ws in self.stage_work for w in ws):
             raise ValueError("stage_work values must be > 0")
         _check_ops(self)
+        put(self, "blocks", tuple(tuple(Op(*op) for op in b) for b in blocks))
+        if self.blocks:
+            _check_blocks(self)
+
+    def with_blocks(self, blocks: Sequence[Sequence[Op]]) -> "Schedule":
+        """This schedule with ``blocks`` instead of its own (``()``: every op alone)."""
+        return Schedule(self.name, self.placement, self.microbatch2pipeline, self.orders, self.stage_work,
+                        self.split_backward, self.params, blocks)
+
+    @cached_property
+    def block_members(self) -> tuple[np.ndarray, np.ndarray]:
+        """(first, member) op indices of every block member after the first, in device
+        order: ``member`` runs within the block that ``first`` opens."""
+        heads = self.block_heads
+        sizes = np.array([len(b) - 1 for b in self.blocks], np.int64)
+        firsts = np.repeat(heads, sizes)
+        starts = np.repeat(np.cumsum(sizes) - sizes, sizes)
+        members = firsts + 1 + np.arange(len(firsts)) - starts  # a block's ops follow its first
+        return firsts, members
+
+    @cached_property
+    def block_patterns(self) -> tuple[np.ndarray, list[tuple[Op, ...]]]:
+        """(pattern of every block, the distinct patterns): a block's ops with each
+        microbatch renumbered by its first appearance in the block — blocks of one
+        pattern take the same time, so costs are worked out once per pattern."""
+        ids: dict[tuple[Op, ...], int] = {}
+        out = []
+        for block in self.blocks:
+            seen: dict[int, int] = {}
+            canon = tuple(op._replace(microbatch=seen.setdefault(op.microbatch, len(seen))) for op in block)
+            out.append(ids.setdefault(canon, len(ids)))
+        return np.array(out, np.int64), list(ids)
+
+    @cached_property
+    def block_heads(self) -> np.ndarray:
+        """Index (in device order) of every block's first op, in the order of ``blocks``."""
+        return _locate(self, [b[0] for b in self.blocks]) if self.blocks else np.zeros(0, np.int64)
 
     @classmethod
     def from_arrays(
@@ -133,10 +181,11 @@ class Schedule:
         stage_work: Sequence[Sequence[float]] | None = None,
         split_backward: bool = False,
         params: Mapping[str, object] | None = None,
+        blocks: Sequence[Sequence[Op]] = (),
     ) -> "Schedule":
         """The schedule whose device d runs ``ops[offsets[d]:offsets[d+1]]`` in that order."""
         return cls(name, placement, tuple(microbatch2pipeline), Orders(ops, offsets), stage_work,
-                   split_backward, dict(params or {}))
+                   split_backward, dict(params or {}), blocks)
 
     @property
     def ops(self) -> OpArrays:
@@ -242,6 +291,57 @@ class Schedule:
         """Index of every op's data predecessor (-1: none): F(s) after F(s-1); B(s) after
         B(s+1), or after F(s) on the last stage; W(s) after B(s)."""
         return frozen(data_predecessors_of(self.ops, self.stage_base, self.num_microbatches), np.int64)
+
+
+def _locate(schedule: Schedule, ops: list[Op]) -> np.ndarray:
+    """Index (in device order) of each of ``ops``; -1 for an op not in the schedule."""
+    num_mb = schedule.num_microbatches
+    keys = schedule.codes * num_mb + schedule.ops.microbatch
+    order = np.argsort(keys, kind="stable")
+    base = schedule.stage_base
+
+    def key(op: Op) -> int:
+        p, s, m = op.pipeline, op.stage, op.microbatch
+        if not (0 <= p < len(base) - 1 and 0 <= s < base[p + 1] - base[p] and 0 <= m < num_mb):
+            return -1
+        return ((int(base[p]) + s) * 3 + KIND_CODES[op.kind]) * num_mb + m
+
+    want = np.array([key(op) for op in ops], np.int64)
+    pos = np.clip(np.searchsorted(keys[order], want), 0, len(keys) - 1)
+    found = order[pos]
+    return np.where(keys[found] == want, found, -1)
+
+
+def _check_blocks(schedule: Schedule) -> None:
+    """``ValueError`` unless every block is two or more ops, consecutive in one device's
+    order, in no other block, whose ops wait on at most two inputs from outside it, only
+    a W on an op of its own block (its B), and whose forward (if any) comes first."""
+    flat = [op for block in schedule.blocks for op in block]
+    where = _locate(schedule, flat).tolist()
+    device, pred = schedule.device, schedule.pred
+    used = np.zeros(schedule.num_ops, bool)
+    i = 0
+    for block in schedule.blocks:
+        at, i = where[i:i + len(block)], i + len(block)
+        text = "&".join(map(str, block))
+        if len(block) < 2:
+            raise ValueError(f"block {text} of schedule {schedule.name!r} must hold at least two ops")
+        if -1 in at:
+            raise ValueError(f"block {text}: op {block[at.index(-1)]} is not part of schedule {schedule.name!r}")
+        if at != list(range(at[0], at[0] + len(at))) or device[at[0]] != device[at[-1]]:
+            raise ValueError(f"block {text}: its ops must follow one another in one device's order")
+        if used[at].any():
+            raise ValueError(f"block {text}: op {block[int(np.argmax(used[at]))]} is in two blocks")
+        used[at] = True
+        if any(op.kind is Kind.F for op in block[1:]):
+            raise ValueError(f"block {text}: a forward must open its block")
+        inside = [int(pred[j]) in at for j in at]
+        if inside.count(False) > 2:
+            raise ValueError(f"block {text}: a block may wait on at most two inputs from outside it")
+        for op, j, made_inside in zip(block, at, inside):
+            if made_inside and op.kind is not Kind.W:
+                raise ValueError(f"block {text}: {op} needs {schedule.ops.op(int(pred[j]))} of the same block; "
+                                 "only a W may follow its own B inside a block")
 
 
 def _check_ops(schedule: Schedule) -> None:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Mapping, NamedTuple
 import numpy as np
 
 from .arrays import LazyTuple, OpArrays, frozen, segment_offsets
-from .evaluate import run_orders
+from .evaluate import block_durations, run_orders
 from .limits import check_grid
 from .ops import Kind, Op
 
@@ -200,6 +200,25 @@ class Table:
         return segment_offsets(self.device, self.num_devices)
 
     @cached_property
+    def shared(self) -> np.ndarray:
+        """Per entry, whether it shares its device, start and end with the entry before it:
+        the later ops of a block (``Schedule.blocks``), which run together with the first."""
+        d, s, e = self.device, self.start, self.end
+        out = np.zeros(len(d), bool)
+        out[1:] = (d[1:] == d[:-1]) & (s[1:] == s[:-1]) & (e[1:] == e[:-1]) & (e[1:] > s[1:])
+        return out
+
+    def blocks(self) -> list[tuple[Op, ...]]:
+        """Groups of ops sharing device, start and end: the blocks the table runs."""
+        out: list[list[Op]] = []
+        for i in np.nonzero(self.shared)[0].tolist():
+            if out and out[-1][-1] == self.ops.op(i - 1):
+                out[-1].append(self.ops.op(i))
+            else:
+                out.append([self.ops.op(i - 1), self.ops.op(i)])
+        return [tuple(b) for b in out]
+
+    @cached_property
     def by_op(self) -> dict[Op, PlacedOp]:
         return {e.op: e for e in self.entries}
 
@@ -252,7 +271,9 @@ def timed_table(schedule: Schedule, start, end, name: str | None = None, tick_sl
 def layout(schedule: Schedule, slots: SlotDurations | None = None) -> Table:
     """The idealized table of ``schedule``: ASAP on integer columns, no communication time."""
     slots = slots or SlotDurations()
-    dur = slots.durations(schedule)
+    plain = slots.durations(schedule)
+    # no communication in a table: a block takes the sum of its ops
+    dur = block_durations(schedule, plain, lambda b: sum(slots.of(schedule, op) for op in b))
     if int(dur.sum()) >= 2**53:
         raise ValueError("slot durations too large: the table's times would exceed 2**53 columns")
     start, end, _ = run_orders(schedule, dur, np.zeros(len(dur)))

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Iterable
 import numpy as np
 
 from .arrays import KINDS, W_CODE, data_predecessors_of
-from .ops import Op
+from .ops import Kind, Op
 from .schedule import Placement, Schedule
 
 if TYPE_CHECKING:
@@ -199,13 +199,18 @@ def validate(table: Table, schedule: Schedule | None = None) -> None:
         p = mb2pipe[m]
         raise TableError(f"op {Op(KINDS[k], p, s, m)} is missing (expected on device {placement.device(p, s)})")
     device, start, end = table.device, table.start, table.end
-    overlap = (device[1:] == device[:-1]) & (start[1:] < end[:-1])
+    shared = _legal_blocks(table) if table.shared.any() else table.shared
+    overlap = (device[1:] == device[:-1]) & (start[1:] < end[:-1]) & ~shared[1:]
     i = _first(overlap)
     if i is not None:
         raise TableError(
             f"device {int(device[i + 1])} runs {ops.op(i)} and {ops.op(i + 1)} in slot {int(start[i + 1])}"
         )
     pred = data_predecessors_of(ops, st.stage_base, len(mb2pipe))
+    if shared.any():  # an op made inside its own block is no dependency to wait for
+        same = (pred >= 0) & (device[np.maximum(pred, 0)] == device) & (start[np.maximum(pred, 0)] == start) \
+            & (end[np.maximum(pred, 0)] == end)
+        pred = np.where(same, -1, pred)
     has = pred >= 0
     late = np.zeros(n, bool)
     late[has] = end[pred[has]] > start[has]
@@ -218,6 +223,26 @@ def validate(table: Table, schedule: Schedule | None = None) -> None:
         )
     if schedule is not None:
         _check_against(table, schedule, st)
+
+
+def _legal_blocks(table: Table) -> np.ndarray:
+    """``table.shared`` where the ops sharing slots form a block (a forward with another
+    microbatch's or stage's backward, and that backward's W, or a backward with its W);
+    sharing slots otherwise is an overlap."""
+    legal = table.shared.copy()
+    i = 0
+    for block in table.blocks():
+        while not legal[i]:  # the block's second entry
+            i += 1
+        kinds = [op.kind for op in block]
+        bs = [op for op in block if op.kind is Kind.B]
+        ws = [op for op in block if op.kind is Kind.W]
+        fs = [op for op in block if op.kind is Kind.F]
+        ok = (2 <= len(block) <= 3 and kinds.count(Kind.F) <= 1 and len(bs) == 1 and len(ws) <= 1
+              and all(w[1:] == bs[0][1:] for w in ws) and not any(f[1:] == bs[0][1:] for f in fs))
+        legal[i:i + len(block) - 1] = ok
+        i += len(block) - 1
+    return legal
 
 
 def _check_against(table: Table, schedule: Schedule, st: _Structure) -> None:
@@ -260,4 +285,4 @@ def schedule_from_table(table: Table, name: str | None = None) -> Schedule:
     work = tuple(tuple(mean[int(st.stage_base[p]) + s] for s in range(st.placement.num_stages(p)))
                  for p in range(st.placement.num_pipelines))
     return Schedule.from_arrays(name or table.name or "table", st.placement, st.microbatch2pipeline, ops,
-                                table.offsets, work, st.split)
+                                table.offsets, work, st.split, blocks=table.blocks())

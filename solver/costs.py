@@ -11,12 +11,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 from pipetab.schedules.memory import check_weight_fraction
+from pipetab.schedules.ops import Kind
 
 if TYPE_CHECKING:
-    from pipetab.schedules.ops import Kind, Op
+    from pipetab.schedules.ops import Op
 
 StageKey = tuple[int, int]  # (pipeline, stage)
 
@@ -88,6 +89,9 @@ class Costs:
     until W's end (``schedules.memory``); a stage not listed keeps all of it (M_W = M).
     ``persistent[d]``: memory always held by device d (weights, gradients, optimizer).
     ``capacity[d]``: memory device d has in total (None: unlimited).
+    ``chains[(kind, p, s)]``: the op's parts on the compute and communication streams
+    (``hardware.overlap``; in the unit of ``op_time``, not rounded), for ops that
+    communicate inside (expert parallelism); ``block_time`` runs a block of ops on them.
     """
 
     unit: str
@@ -104,9 +108,35 @@ class Costs:
     rounding: Rounding = Rounding.UP  # how times were quantized to ticks
     weight_memory: Mapping[StageKey, float] = field(default_factory=dict)
     tick_slots: float = 1.0  # idealized costs: slots per integer time unit (the table's tick)
+    chains: Mapping[tuple[Kind, int, int], tuple[tuple[bool, float], ...]] = field(default_factory=dict)
+    _blocks: dict = field(init=False, default_factory=dict, repr=False, compare=False)  # block_time's cache
 
     def duration(self, op: Op) -> float:
         return self.op_time[(op.kind, op.pipeline, op.stage)]
+
+    def block_time(self, ops: Sequence[Op]) -> float:
+        """Time of ``ops`` run as one block (``schedules.schedule``): the sum of their
+        times when none communicates inside, else the two-stream time of their chains
+        (``hardware.overlap``; a W joins its own B's chain), rounded as the op times are."""
+        keys = [(op.kind, op.pipeline, op.stage) for op in ops]
+        if not any(k in self.chains for k in keys):
+            return sum(self.op_time[k] for k in keys)
+        # a W joins its own B's chain; every other op is a chain of its own
+        threads = tuple(i - 1 if op.kind is Kind.W and i and ops[i - 1][1:] == op[1:] else i
+                        for i, op in enumerate(ops))
+        cache_key = (tuple(keys), threads)
+        if cache_key not in self._blocks:
+            self._blocks[cache_key] = self._block_time(keys, threads)
+        return self._blocks[cache_key]
+
+    def _block_time(self, keys: list, threads: tuple[int, ...]) -> float:
+        from pipetab.hardware.overlap import two_stream
+
+        chains: dict[int, list[tuple[bool, float]]] = {}
+        for key, thread in zip(keys, threads):
+            chains.setdefault(thread, []).extend(self.chains.get(key) or ((False, self.op_time[key]),))
+        t = two_stream(list(chains.values()))
+        return t if self.tick_s is None else max(int(self.rounding is Rounding.UP), _ticks(t, 1.0, self.rounding))
 
     def transfer(self, op: Op, src: int, dst: int) -> float:
         """Time for ``op``'s output to reach device ``dst`` from ``src`` (0 if equal)."""
@@ -164,6 +194,7 @@ class Costs:
             self,
             unit="ticks",
             op_time={k: max(1 if r is Rounding.UP else 0, q(v)) for k, v in self.op_time.items()},
+            chains={k: tuple((c, v / tick_s) for c, v in segs) for k, segs in self.chains.items()},
             replica_groups=tuple(replace(g, allreduce_time=q(g.allreduce_time)) for g in self.replica_groups),
             optimizer_time=tuple(q(t) for t in self.optimizer_time),
             tick_s=tick_s,

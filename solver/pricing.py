@@ -156,9 +156,11 @@ def hardware_costs(schedule: Schedule, system, model, context: Context | None = 
 
     system, model, ctx = check_hardware(system, model, schedule.num_devices, schedule.num_microbatches, context)
     sc = schedule_costs(schedule, system, model, ctx)
-    op_time, message, activation, weight_memory = {}, {}, {}, {}
+    op_time, message, activation, weight_memory, chains = {}, {}, {}, {}, {}
     for p, row in enumerate(sc.stages):
         for s, cost in enumerate(row):
+            for kind, chain in (cost.chains or {}).items():
+                chains[(kind, p, s)] = chain
             op_time[(Kind.F, p, s)] = cost.forward_s
             op_time[(Kind.B, p, s)] = cost.backward_s
             if schedule.split_backward:
@@ -180,6 +182,7 @@ def hardware_costs(schedule: Schedule, system, model, context: Context | None = 
         replica_groups=groups,
         optimizer_time=tuple(sc.optimizer_s),
         contention=contention,
+        chains=chains,
     )
 
 

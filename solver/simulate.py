@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from pipetab.schedules.arrays import LazyTuple
-from pipetab.schedules.evaluate import run_orders
+from pipetab.schedules.evaluate import block_durations, run_orders
 from pipetab.schedules.memory import event_times, live_levels, memory_deltas, peaks
 from pipetab.schedules.ops import Kind, Op
 from pipetab.schedules.table import Table, timed_table
@@ -129,8 +129,11 @@ class Simulation:
     @cached_property
     def busy(self) -> tuple[float, ...]:
         """Compute (ops + optimizer) time per device."""
-        busy = np.bincount(self.schedule.device, weights=self.end_times - self.start_times,
-                           minlength=self.schedule.num_devices).tolist()
+        spans = self.end_times - self.start_times
+        if self.schedule.blocks:  # a block's later ops run within its first
+            spans = spans.copy()
+            spans[self.schedule.block_members[1]] = 0.0
+        busy = np.bincount(self.schedule.device, weights=spans, minlength=self.schedule.num_devices).tolist()
         return tuple(b + (e - s) for b, (s, e) in zip(busy, self.optimizer))
 
     @cached_property
@@ -224,6 +227,8 @@ def simulate(schedule: Schedule, costs: Costs) -> Simulation:
     codes, pred = schedule.codes, schedule.pred
     op_time = costs.op_time
     dur = stage_kind_table(schedule, lambda k, p, s: op_time[(k, p, s)])[codes]
+    if schedule.blocks:
+        dur = block_durations(schedule, dur, costs.block_time)
     lag_of, link_of = _messages(schedule, costs)
     lag, link_in = lag_of[codes], link_of[codes]
     consumers = np.nonzero(link_in >= 0)[0]

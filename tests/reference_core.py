@@ -27,6 +27,9 @@ def cases(draw, max_stages=14, max_microbatches=48):
         B_ = per * draw(st.integers(1, max(1, max_microbatches // per)))
     elif name == "dualpipev":
         B_ = draw(st.integers(2 * S, 2 * S + max_microbatches // 2))
+    elif name == "dualpipe":
+        S += S % 2
+        B_ = 2 * draw(st.integers(S, S + max_microbatches // 4))
     else:
         B_ = draw(st.integers(1, max_microbatches))
     opts = {}
@@ -36,15 +39,22 @@ def cases(draw, max_stages=14, max_microbatches=48):
         opts["chunks"] = draw(st.integers(2, 3))
     if name == "chimera-asym":
         opts["split"] = (draw(st.integers(1, 3)), draw(st.integers(1, 3)))
+    if name.startswith("dualpipe"):
+        opts["overlap"] = draw(st.booleans())
     return registry.generate(name, S, B_, **opts)
 
 
-def ref_run(schedule, duration, lag, contention=False):
+def ref_run(schedule, duration, lag, contention=False, block_time=None):
     """ASAP run: (start, end, transfers) with transfers {(producer, consumer): (start, end)}.
 
     Event-driven: an op is released when the previous op of its device ended and its input
     arrived; with ``contention`` each directed link sends one message at a time, in the
-    order the messages became ready (ties by the producer's position in the orders)."""
+    order the messages became ready (ties by the producer's position in the orders). A
+    block (``schedule.blocks``) is released when the op before it ended and every input
+    its ops take from outside it arrived; all its ops then run from that time for
+    ``block_time(block)`` (default: the sum of their durations)."""
+    block_time = block_time or (lambda ops: sum(duration(op) for op in ops))
+    block_of = {op: b for b in schedule.blocks for op in b}
     nstages = [schedule.num_stages(p) for p in range(schedule.num_pipelines)]
     dev = {op: d for d, order in enumerate(schedule.orders) for op in order}
     pos = {op: i for i, op in enumerate(op for order in schedule.orders for op in order)}
@@ -63,17 +73,33 @@ def ref_run(schedule, duration, lag, contention=False):
 
     next_on_device = {a: b for b, a in prev.items()}
 
+    def inputs_ready(op):
+        block = block_of.get(op, (op,))
+        return all(pred[x] is None or x in arrive or pred[x] in block for x in block)
+
     def runnable(op):
-        return op not in end and (op not in prev or prev[op] in end) and (pred[op] is None or op in arrive)
+        if op in block_of and block_of[op][0] != op:
+            return False  # runs with its block's first op
+        return op not in end and (op not in prev or prev[op] in end) and inputs_ready(op)
 
     def run_from(todo):
         while todo:
             op = todo.pop()
             if not runnable(op):
                 continue
-            t = max(end[prev[op]] if op in prev else 0.0, arrive.get(op, 0.0))
-            start[op] = t
-            end[op] = t + duration(op)
+            block = block_of.get(op, (op,))
+            t = max([end[prev[op]] if op in prev else 0.0]
+                    + [arrive[x] for x in block if x in arrive and pred[x] not in block])
+            span = block_time(block) if len(block) > 1 else duration(op)
+            for x in block:
+                start[x], end[x] = t, t + span
+            for x in block:
+                run_outputs(x, todo)
+            if block[-1] in next_on_device:
+                todo.append(next_on_device[block[-1]])
+
+    def run_outputs(op, todo):
+        if True:
             for c in consumers[op]:
                 crosses = dev[c] != dev[op]
                 if contention and crosses:
@@ -83,8 +109,8 @@ def ref_run(schedule, duration, lag, contention=False):
                     if crosses:
                         transfers[(op, c)] = (end[op], arrive[c])
                     todo.append(c)
-            if op in next_on_device:
-                todo.append(next_on_device[op])
+                    if c in block_of:
+                        todo.append(block_of[c][0])
 
     run_from([order[0] for order in schedule.orders if order])
     while waiting:
@@ -93,7 +119,7 @@ def ref_run(schedule, duration, lag, contention=False):
         s = max(ready, link_free[key])
         arrive[c] = link_free[key] = s + lag(op, c, True)
         transfers[(op, c)] = (s, arrive[c])
-        run_from([c])
+        run_from([c] + ([block_of[c][0]] if c in block_of else []))
     return start, end, transfers
 
 
@@ -123,8 +149,11 @@ def ref_table_metrics(table, schedule, fraction):
     """(busy, peak counts, peak shares) per device, counting cells and memory events."""
     busy = [0] * table.num_devices
     count_events = [[] for _ in range(table.num_devices)]
+    spans = set()
     for e in table.entries:
-        busy[e.device] += e.duration
+        if (e.device, e.start, e.end) not in spans:  # the ops of a block share their slots
+            busy[e.device] += e.duration
+        spans.add((e.device, e.start, e.end))
         size = schedule.activation_share(e.op.pipeline, e.op.stage)
         dc = _change(e.op.kind, 1.0, fraction, schedule.split_backward)
         ds = _change(e.op.kind, size, fraction * size, schedule.split_backward)
@@ -148,7 +177,7 @@ def ref_simulation(schedule, costs):
     def lag(op, consumer, crosses):
         return costs.transfer(op, schedule.device_of(op), schedule.device_of(consumer)) if crosses else 0
 
-    start, end, transfers = ref_run(schedule, costs.duration, lag, costs.contention)
+    start, end, transfers = ref_run(schedule, costs.duration, lag, costs.contention, costs.block_time)
     last = Kind.W if schedule.split_backward else Kind.B
     ready = [0.0] * schedule.num_devices
     for op, e in end.items():
@@ -163,9 +192,11 @@ def ref_simulation(schedule, costs):
     opt = costs.optimizer_time or (0,) * schedule.num_devices
     optimizer = tuple((r, r + opt[d]) for d, r in enumerate(ready))
     busy = [0.0] * schedule.num_devices
+    later = {op for b in schedule.blocks for op in b[1:]}  # they run within their block's first op
     for order in schedule.orders:
         for op in order:
-            busy[schedule.device_of(op)] += end[op] - start[op]
+            if op not in later:
+                busy[schedule.device_of(op)] += end[op] - start[op]
     busy = tuple(b + (e - s) for b, (s, e) in zip(busy, optimizer))
     events = [[] for _ in range(schedule.num_devices)]
     for op in start:
@@ -271,15 +302,31 @@ def ref_validate_message(table):
                 if Op(k, p, s, m) not in counts:
                     return f"op {Op(k, p, s, m)} is missing (expected on device {where[(p, s)]})"
     by_device = defaultdict(list)
+    spans = defaultdict(list)  # ops sharing a device's slots: a block when legal
     for e in table.entries:
         by_device[e.device].append(e)
+        spans[(e.device, e.start, e.end)].append(e.op)
+
+    def legal(ops):
+        fs = [o for o in ops if o.kind is Kind.F]
+        bs = [o for o in ops if o.kind is Kind.B]
+        ws = [o for o in ops if o.kind is Kind.W]
+        return (2 <= len(ops) <= 3 and len(fs) <= 1 and len(bs) == 1 and len(ws) <= 1
+                and all(w[1:] == bs[0][1:] for w in ws) and all(f[1:] != bs[0][1:] for f in fs))
+
+    def together(a, b):
+        return (a.device, a.start, a.end) == (b.device, b.start, b.end) and a.end > a.start \
+            and legal(spans[(a.device, a.start, a.end)])
+
     for d in range(table.num_devices):
         for a, b in zip(by_device[d], by_device[d][1:]):
-            if b.start < a.end:
+            if b.start < a.end and not together(a, b):
                 return f"device {d} runs {a.op} and {b.op} in slot {b.start}"
     by_op = {e.op: e for e in table.entries}
     for e in table.entries:
         for q in data_predecessors(e.op, nstages[e.op.pipeline]):
+            if together(by_op[q], e):
+                continue
             if by_op[q].end > e.start:
                 return (f"op {e.op} on device {e.device} starts at slot {e.start} before its "
                         f"dependency {q} ends at slot {by_op[q].end}")

@@ -112,6 +112,9 @@ def add_schedule_args(p: argparse.ArgumentParser, name: bool = True, several: bo
     p.add_argument("--chunks", type=positive_int("chunks", maximum=MAX_DEVICES), default=None,
                    help="interleaved chunks per device v (default 2)")
     p.add_argument("--split", default=None, help="chimera-asym layer split A:B (default 1:2)")
+    p.add_argument("--overlap-pairs", default=None, metavar="on|off",
+                   help="dualpipe, dualpipev, interleaved: run overlapped forward-backward pairs as one block "
+                        "on two streams (dualpipe/dualpipev default on, interleaved default off)")
     add_slot_args(p)
 
 
@@ -138,6 +141,11 @@ def given_options(args) -> dict:
             given["split"] = registry.parse_split(args.split)
         except ValueError as exc:
             raise UsageError(f"--{exc.args[0]}") from None
+    if getattr(args, "overlap_pairs", None) is not None:
+        try:
+            given["overlap"] = registry.parse_flag(args.overlap_pairs)
+        except ValueError as exc:
+            raise UsageError(f"--{exc.args[0]}") from None
     return given
 
 
@@ -149,9 +157,14 @@ def schedule_options(args, name: str, strict: bool = True) -> dict:
     if strict:
         for key in given:
             if key not in allowed:
-                raise UsageError(f"--{key} does not apply to schedule {name!r} "
+                raise UsageError(f"--{_flag(key)} does not apply to schedule {name!r} "
                                  f"({_takers(key)})")
     return {k: v for k, v in given.items() if k in allowed}
+
+
+def _flag(option: str) -> str:
+    """The command-line flag of a schedule option's keyword name."""
+    return next((o.flag for s in registry.REGISTRY.values() for o in s.options if o.name == option), option)
 
 
 def _takers(option: str) -> str:
@@ -198,7 +211,7 @@ def check_options_apply(args, names: list[str]) -> None:
     """Each given option applies to at least one of the schedules ``names``."""
     for key in given_options(args):
         if not any(key in {o.name for o in registry.spec(n).options} for n in names):
-            raise UsageError(f"--{key} does not apply to {', '.join(map(repr, names))} "
+            raise UsageError(f"--{_flag(key)} does not apply to {', '.join(map(repr, names))} "
                              f"({_takers(key)})")
 
 

@@ -48,6 +48,8 @@ CLUSTER_OPTIONS = (
     ("tp", "--tp", None), ("dp", "--dp", None), ("sequence_parallel", "--no-sequence-parallel", True),
     ("zero", "--zero", None), ("overlap", "--no-overlap", True), ("microbatch_size", "--microbatch-size", None),
     ("global_batch", "--global-batch", None), ("seq", "--seq", None),
+    ("ep", "--ep", None), ("etp", "--etp", None), ("dispatch_precision", "--dispatch", None),
+    ("routing_imbalance", "--routing-imbalance", None), ("node_limit", "--node-limit", None),
 )
 
 
@@ -83,6 +85,33 @@ def add_context_args(p) -> None:
                    default=None,
                    help="sequences per microbatch (default: global batch / (dp x microbatches))")
     add_batch_args(g, required=False)
+    g.add_argument("--ep", type=common.positive_int("ep"), default=None,
+                   help="expert parallelism (MoE models): GPUs of a stage sharing the experts (default 1)")
+    g.add_argument("--etp", type=common.positive_int("etp"), default=None,
+                   help="expert tensor parallelism (MoE models): GPUs splitting each expert (default 1)")
+    add_expert_switches(g)
+
+
+def _imbalance(text: str) -> float:
+    import argparse
+
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 1 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"routing imbalance must be a number >= 1, got {text!r}")
+    return value
+
+
+def add_expert_switches(p) -> None:
+    """--dispatch, --routing-imbalance, --node-limit (shared with ``pipetab plan``)."""
+    p.add_argument("--dispatch", dest="dispatch_precision", choices=["bf16", "fp8"], default=None,
+                   help="element format of the expert-parallel dispatch (MoE models; default bf16)")
+    p.add_argument("--routing-imbalance", type=_imbalance, default=None,
+                   help="busiest EP rank's tokens / the mean, scaling expert compute and all-to-all (default 1.0)")
+    p.add_argument("--node-limit", type=common.positive_int("node limit"), default=None,
+                   help="route each token to experts on at most this many nodes (DeepSeek-V3: 4; default none)")
 
 
 def add_parallel_switches(p) -> None:
@@ -140,7 +169,7 @@ class CostSource:
         if self.profile is not None:
             return f"profile {self.profile.name}"
         ctx = self.context
-        extra = "" if ctx.tp == ctx.dp == 1 else f", {ctx.parallel_label}"  # type: ignore[union-attr]
+        extra = "" if ctx.tp == ctx.dp == 1 and ctx.ep == 1 else f", {ctx.parallel_label}"  # type: ignore[union-attr]
         return f"on {self.system.name}{extra}"  # type: ignore[attr-defined]
 
     def as_dict(self) -> dict:
@@ -153,7 +182,9 @@ class CostSource:
         return {"system": self.system.name, "model": self.model.name, "recompute": str(ctx.recompute),  # type: ignore[attr-defined,union-attr]
                 "contention": self.contention, "tp": ctx.tp, "dp": ctx.dp,  # type: ignore[union-attr]
                 "sequence_parallel": ctx.sequence_parallel, "zero": ctx.zero, "overlap": ctx.overlap,  # type: ignore[union-attr]
-                "microbatch_size": ctx.microbatch_size, "seq_len": ctx.seq_len, "global_batch": ctx.global_batch}  # type: ignore[union-attr]
+                "microbatch_size": ctx.microbatch_size, "seq_len": ctx.seq_len, "global_batch": ctx.global_batch,  # type: ignore[union-attr]
+                "ep": ctx.ep, "etp": ctx.etp, "dispatch_precision": str(ctx.dispatch_precision),  # type: ignore[union-attr]
+                "routing_imbalance": ctx.routing_imbalance, "node_limit": ctx.node_limit}  # type: ignore[union-attr]
 
 
 def given_cluster_options(args) -> list[str]:
@@ -284,9 +315,14 @@ def context_of(args, recompute: str = "none") -> Context:
         if given:
             raise UsageError(f"{flag} applies with {needs} only (it shapes "
                              f"{'tensor' if needs.startswith('--tp') else 'data'} parallelism)")
-    return Context(tp=tp, dp=dp, sequence_parallel=None if args.sequence_parallel else False, zero=args.zero,
-                   overlap=args.overlap, microbatch_size=args.microbatch_size, global_batch=args.global_batch,
-                   seq_len=args.seq, recompute=recompute)
+    experts = {k: getattr(args, k) for k in ("ep", "etp", "dispatch_precision", "routing_imbalance", "node_limit")
+               if getattr(args, k, None) is not None}
+    try:
+        return Context(tp=tp, dp=dp, sequence_parallel=None if args.sequence_parallel else False, zero=args.zero,
+                       overlap=args.overlap, microbatch_size=args.microbatch_size, global_batch=args.global_batch,
+                       seq_len=args.seq, recompute=recompute, **experts)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def check_recompute(recompute: str, model, flag: str = "--recompute") -> None:

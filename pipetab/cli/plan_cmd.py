@@ -13,6 +13,7 @@ from .hardware_args import (
     MAX_MICROBATCH_SIZE,
     MAX_TP,
     add_batch_args,
+    add_expert_switches,
     add_parallel_switches,
     add_profile_arg,
     load_profile_arg,
@@ -102,6 +103,12 @@ def register(sub) -> None:
     p.add_argument("--schedules", type=_word_list("schedules"), default=(),
                    help="registry schedules to try, e.g. 1f1b,zbv (default: all; see 'pipetab schedules')")
     add_parallel_switches(p)
+    p.add_argument("--ep", type=_int_list("ep"), default=(),
+                   help="expert-parallel sizes to try for a MoE model, e.g. 8,16 (default: every divisor of "
+                        "the expert count that divides a stage's GPUs)")
+    p.add_argument("--etp", type=_int_list("etp"), default=(),
+                   help="expert tensor-parallel sizes to try for a MoE model (default 1)")
+    add_expert_switches(p)
     p.add_argument("--top", type=common.positive_int("top", maximum=1000), default=10,
                    help="configurations to show, ranked exactly (default 10)")
     p.add_argument("--cpsat-shapes", type=common.positive_int("cpsat shapes", minimum=0, maximum=16), default=None,
@@ -121,6 +128,8 @@ def register(sub) -> None:
 
 # options the profile fixes: refused with --profile
 _PROFILED = (("microbatch_sizes", "--microbatch-sizes", ()), ("recompute", "--recompute", ()),
+             ("ep", "--ep", ()), ("etp", "--etp", ()), ("dispatch_precision", "--dispatch", None),
+             ("routing_imbalance", "--routing-imbalance", None), ("node_limit", "--node-limit", None),
              ("zero", "--zero", None), ("sequence_parallel", "--no-sequence-parallel", True),
              ("overlap", "--no-overlap", True), ("cpsat_shapes", "--cpsat-shapes", None),
              ("cpsat_time", "--cpsat-time", None))
@@ -162,7 +171,9 @@ def run(args) -> None:
         args.seq, microbatch_sizes=args.microbatch_sizes, recompute=args.recompute, schedules=args.schedules,
         zero=args.zero, sequence_parallel=args.sequence_parallel,
         overlap=args.overlap, top=args.top, cpsat_shapes=2 if args.cpsat_shapes is None else args.cpsat_shapes,
-        cpsat_time_s=args.cpsat_time or 3.0,
+        cpsat_time_s=args.cpsat_time or 3.0, ep=args.ep, etp=args.etp,
+        dispatch_precision=args.dispatch_precision or "bf16", routing_imbalance=args.routing_imbalance or 1.0,
+        node_limit=args.node_limit,
     )
     if profile is not None:
         flag = f"--system {args.system}" if args.system else f"--gpu {gpu or 'H100'}" + ("" if gpu else " (default)")
@@ -218,21 +229,30 @@ def print_plan(result) -> None:
     q = result.question
     say(f"plan: {q['model']} on {q['gpus']} GPUs ({q['gpus_per_node']} per node, {q['system']}), "
         f"global batch {q['global_batch']} x {q['seq_len']} tokens")
-    head = ("#", "schedule", "PPxTPxDP", "b x m", "recompute", "step (s)", "tokens/s", "MFU", "peak GiB", "fits")
+    moe = any(c.ep_links for c in result.configurations)
+    head = ("#", "schedule", "PPxTPxDP", *(("EP",) if moe else ()), "b x m", "recompute", "step (s)", "tokens/s",
+            "MFU", "peak GiB", "fits")
     rows = []
     for i, c in enumerate(result.configurations, 1):
         s = c.shape
-        rows.append((str(i), c.label, f"{s.pp}x{s.tp}x{s.dp}", f"{s.microbatch_size} x {s.microbatches}",
+        ep = ((f"{s.ep}" + (f"x{s.etp}" if s.etp > 1 else "")),) if moe else ()
+        rows.append((str(i), c.label, f"{s.pp}x{s.tp}x{s.dp}", *ep, f"{s.microbatch_size} x {s.microbatches}",
                      c.recompute_label, f"{c.step_time_s:#.4g}".rstrip("."), f"{c.tokens_per_s:,.0f}",
                      f"{100 * c.mfu:.1f}%", f"{c.peak_memory_bytes / 2**30:.1f}", "yes" if c.fits else "NO"))
     if not rows:
         say("no configuration: no split of the GPUs, microbatch size and schedule fits the question")
     else:
-        table(head, rows, right={0, 2, 3, 5, 6, 7, 8})
+        numbers = ("#", "PPxTPxDP", "EP", "b x m", "step (s)", "tokens/s", "MFU", "peak GiB")
+        table(head, rows, right={i for i, h in enumerate(head) if h in numbers})
         say(f"usable GPU memory {result.configurations[0].capacity_bytes / 2**30:.1f} GiB; columns: "
             "'pipetab plan --help'")
     if rows and not result.configurations[0].fits:
         say("none of these fits the GPU memory: the closest are shown")
+    if moe:
+        best = result.configurations[0]
+        hidden = f", {100 * best.a2a_hidden_s / best.a2a_s:.0f} % of it hidden by overlapped pairs" \
+            if best.a2a_s else ""
+        say(f"#1 all-to-all: {best.a2a_s:.3g} s per step on the busiest GPU over {best.ep_links}{hidden}")
     unbuilt = result.candidates - result.pruned_memory - result.pruned_time - result.simulated
     outside = f", {unbuilt} not built (outside their schedule's regime)" if unbuilt else ""
     say(f"searched {result.candidates} candidates: {result.pruned_memory} cannot fit the memory, "

@@ -13,7 +13,12 @@ def register(sub) -> None:
                        ("systems", "GPUs per node, memory, peak FLOP/s and links")):
         p = sub.add_parser(kind, help=f"list the {kind} presets, or check your own TOML files ({what})")
         p.add_argument("files", metavar="FILE", nargs="*",
-                       help=f"{kind[:-1]} TOML files to load and describe instead of the presets")
+                       help=f"{kind[:-1]} TOML files to load and describe instead of the presets"
+                       + (" (a .json file is read as a Hugging Face config.json)" if kind == "models" else ""))
+        if kind == "models":
+            p.add_argument("--from-hf", metavar="CONFIG_JSON", action="append", default=[],
+                           help="describe the model of a Hugging Face config.json (Llama, Mistral, Mixtral, Qwen2, "
+                                "Qwen3, Qwen3-MoE, DeepSeek-V2/V3); use the same path with --model anywhere")
         p.add_argument("--format", choices=["text", "json"], default="text")
         p.set_defaults(func=run, kind=kind)
 
@@ -22,8 +27,14 @@ def run(args) -> None:
     from pipetab import hardware
 
     if args.kind == "models":
-        items = [(i.name, i.summary, str(i.path)) for i in hardware.list_models()] if not args.files else \
-            [(None, None, f) for f in args.files]
+        files = list(args.files) + list(args.from_hf)
+        items = [(i.name, i.summary, str(i.path)) for i in hardware.list_models()] if not files else \
+            [(None, None, f) for f in files]
+        for f in args.from_hf:
+            if not str(f).lower().endswith(".json"):
+                from .common import UsageError
+
+                raise UsageError(f"--from-hf takes a Hugging Face config.json file, got {f!r}")
         rows = [model_row(hardware.load_model(path), name, summary, path) for name, summary, path in items]
     else:
         items = [(i.name, i.summary, str(i.path)) for i in hardware.list_systems()] if not args.files else \
@@ -37,7 +48,8 @@ def run(args) -> None:
 
 def model_row(m, name, summary, path) -> dict:
     return {"name": name or m.name, "summary": summary if summary is not None else m.summary, "path": path,
-            "parameters": m.total_params, "family": m.family, "layers": m.num_layers, "hidden": m.hidden,
+            "parameters": m.total_params, "active_parameters": m.active_params,
+            "family": m.family, "layers": m.num_layers, "hidden": m.hidden,
             "seq_len": m.seq_len, "global_batch": m.global_batch}
 
 
@@ -59,10 +71,10 @@ def _count(n: float) -> str:
 
 
 def print_models(rows: list[dict]) -> None:
-    head = ("name", "parameters", "layers", "hidden", "seq", "family")
-    table = [head] + [(r["name"], _count(r["parameters"]), str(r["layers"]), str(r["hidden"]), str(r["seq_len"]),
-                       r["family"]) for r in rows]
-    _print_table(table, right={1, 2, 3, 4})
+    head = ("name", "parameters", "active", "layers", "hidden", "seq", "family")
+    table = [head] + [(r["name"], _count(r["parameters"]), _count(r["active_parameters"]), str(r["layers"]),
+                       str(r["hidden"]), str(r["seq_len"]), r["family"]) for r in rows]
+    _print_table(table, right={1, 2, 3, 4, 5})
     for r in rows:
         if r["summary"]:
             print(printable(f"  {r['name']}: {r['summary']}"))

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 from pipetab.hardware.layer import (
     activation_bytes_per_layer,
+    stage_expert_params_per_gpu,
     stage_params_per_gpu,
     weight_memory_bytes_per_layer,
 )
@@ -75,19 +76,41 @@ class Bounds:
     def memory(self, name: str, opts: dict, shape: Context) -> float | None:
         """Lower bound of the peak memory per GPU (bytes); None when the generator refuses."""
         model = self.space.model
-        act = activation_bytes_per_layer(model, shape)
-        part = weight_memory_bytes_per_layer(model, shape)
+        kinds = {model.is_moe_layer(i) for i in range(model.num_layers)}  # the lighter kind bounds every layer
+        act = min(activation_bytes_per_layer(model, shape, moe) for moe in kinds)
+        part = min(weight_memory_bytes_per_layer(model, shape, moe) / activation_bytes_per_layer(model, shape, moe)
+                   for moe in kinds) * act
         sched = self.schedule(name, opts, shape.pp, small_microbatches(shape.pp, shape.microbatches))
         if sched is None:
             return None
         units = self.layer_units(sched, part / act if sched.split_backward else 1.0)
         params = [0] * sched.num_devices  # type: ignore[union-attr]
+        experts = [0] * sched.num_devices  # type: ignore[union-attr]
         for p, w in enumerate(sched.stage_work):  # type: ignore[union-attr]
             counts = partition(w, model.num_layers)
+            start = 0
             for s, n in enumerate(counts):
-                params[sched.placement.device(p, s)] += stage_params_per_gpu(  # type: ignore[union-attr]
-                    model, n, s == 0, s == len(counts) - 1, shape)
-        return max(shape.persistent_bytes(model, n) + u * act for n, u in zip(params, units))
+                d, last = sched.placement.device(p, s), s == len(counts) - 1  # type: ignore[union-attr]
+                params[d] += stage_params_per_gpu(model, n, s == 0, last, shape, start)
+                experts[d] += stage_expert_params_per_gpu(model, n, last, shape, start)
+                start += n
+        return max(shape.persistent_bytes(model, n, e) + u * act for n, e, u in zip(params, experts, units))
+
+    def shape_time(self, shape: Context) -> float:
+        """A lower bound of the step time of every schedule on ``shape``: the FLOPs of its
+        microbatches' forward and backward passes (recomputation included) spread evenly
+        over its ``pp`` pipeline devices at the GPU's peak and efficiency, with no bubble,
+        latency, memory traffic, communication or optimizer step (each op's time is at
+        least its FLOPs at that rate; splitting or chunking a pass does not lower them)."""
+        from pipetab.hardware.costs import stage_cost
+
+        model, device = self.space.model, self.space.system.device
+        whole = stage_cost(model, device, shape, model.num_layers, first=True, last=True,
+                           tp_link=self.space.system.default_link if shape.tp > 1 else None)
+        tokens = shape.microbatch_size * model.seq_len  # type: ignore[operator]
+        rate = device.peak_flops * device.efficiency(tokens)
+        flops = (whole.flops_forward + whole.flops_backward) * shape.microbatches  # type: ignore[operator]
+        return (1 - 1e-9) * flops / (rate * shape.pp)  # type: ignore[operator]
 
     def time(self, name: str, opts: dict, shape: Context) -> float:
         """Lower bound of the step time: the simulated step of the instance of at most ``4 pp``

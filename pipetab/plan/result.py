@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from pipetab.hardware.layer import model_flops_per_sequence
+from pipetab.hardware.moe import ep_span
 
 from .bounds import order_peaks
 from .space import PlanSpace, schedule_label
@@ -34,6 +35,9 @@ class Configuration:
     idle_ratio: float
     source: str = "registry"
     profiled: bool = False
+    a2a_s: float = 0.0
+    a2a_hidden_s: float = 0.0
+    ep_links: str = ""
     levels: object = field(default=None, compare=False, repr=False)
     searched: Schedule | None = field(default=None, compare=False, repr=False)
 
@@ -53,11 +57,12 @@ class Configuration:
         s = self.shape
         return {
             "schedule": self.schedule, "options": {k: v for k, v in self.options}, "source": self.source,
-            "pp": s.pp, "tp": s.tp, "dp": s.dp, "microbatch_size": s.microbatch_size,
+            "pp": s.pp, "tp": s.tp, "dp": s.dp, "ep": s.ep, "etp": s.etp, "microbatch_size": s.microbatch_size,
             "microbatches": s.microbatches, "recompute": self.recompute_label,
             "step_time_s": self.step_time_s, "tokens_per_s": self.tokens_per_s, "mfu": self.mfu,
             "peak_memory_bytes": self.peak_memory_bytes, "capacity_bytes": self.capacity_bytes,
             "headroom_bytes": self.headroom_bytes, "fits": self.fits, "idle_ratio": self.idle_ratio,
+            "all_to_all_s": self.a2a_s, "all_to_all_hidden_s": self.a2a_hidden_s, "all_to_all_links": self.ep_links,
         }
 
 
@@ -106,11 +111,31 @@ def configuration(space: PlanSpace, name: str, opts: dict, shape: Context, sched
                          f"a step of {step:.4g} s is shorter than the {flops:.3g} FLOPs of model {model.name!r} "
                          f"take at the peak of {space.num_gpus} GPUs ({system.device.peak_flops / 1e12:g} TFLOP/s "
                          "each); the op times (a profile?) are not of this model, sequence length or GPU")
+    a2a, hidden = all_to_all_summary(sched, costs)
+    links = ep_span(system, shape) if model.moe else ""
     return Configuration(
         name, tuple(sorted(opts.items())), shape, step, tokens / step, mfu,
         round(peak), int(capacity or system.device.usable_memory_bytes), fits,
         1 - busy / (sched.num_devices * step), "registry" if searched is None else "cpsat",
-        profiled=profiled, searched=searched)
+        profiled=profiled, searched=searched, a2a_s=a2a, a2a_hidden_s=hidden, ep_links=links)
+
+
+def all_to_all_summary(sched: Schedule, costs) -> tuple[float, float]:
+    """(seconds of expert-parallel all-to-all in one step, seconds of it hidden under other
+    ops by the schedule's blocks) on the device with the most all-to-all (``Costs.chains``:
+    an op's communication segments; a block hides its ops' sum less its time)."""
+    if not costs.chains:
+        return 0.0, 0.0
+    comm = {key: sum(s for c, s in segs if c) for key, segs in costs.chains.items()}
+    total = [0.0] * sched.num_devices
+    for d, order in enumerate(sched.orders):
+        total[d] = sum(comm.get((op.kind, op.pipeline, op.stage), 0.0) for op in order)
+    hidden = [0.0] * sched.num_devices
+    for block in sched.blocks:
+        d = sched.device_of(block[0])
+        hidden[d] += sum(costs.duration(op) for op in block) - costs.block_time(block)
+    d = max(range(sched.num_devices), key=lambda i: total[i])
+    return total[d], min(hidden[d], total[d])
 
 
 def activation_peaks(sched: Schedule, costs) -> list[float]:

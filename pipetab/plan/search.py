@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import heapq
 import time
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Callable
@@ -41,39 +42,83 @@ def plan(space: PlanSpace, progress: Callable[[str], None] | None = None, profil
     bounds = Bounds(space)
     pool = Workers(min(2, space.cpsat_shapes)) if space.cpsat_shapes else None
     try:
-        candidates, misfits, total = _bounded(space, bounds, say)
-        results, misfit_runs, visited = _simulate_best(space, bounds, candidates, say)
-        pruned_memory = len(misfits) + len(misfit_runs)
-        closest = _closest_misfits(space, bounds, misfit_runs, misfits, space.top - len(results))
+        search = _BestFirst(space, bounds, say)
+        results, misfit_runs = search.run()
+        pruned_memory = len(search.misfits) + len(misfit_runs)
+        closest = _closest_misfits(space, bounds, misfit_runs, search.misfits, space.top - len(results))
         simulated = sum(c.fits for c in results) + len(closest)
         shown, notes, ranked = _search_and_validate(space, bounds, rank(results + closest), pool, say)
     finally:
         if pool:  # interrupted or failed: ends the searches still running
             pool.close()
-    return Plan(tuple(shown), total, pruned_memory - len(closest), len(candidates) - visited, simulated,
+    return Plan(tuple(shown), search.total, pruned_memory - len(closest), search.pruned_time, simulated,
                 tuple(notes), time.perf_counter() - t0, _question(space), tuple(ranked))
 
 
-def _bounded(space: PlanSpace, bounds: Bounds, say) -> tuple[list[_Candidate], list[_Candidate], int]:
-    """(candidates that may fit, by time bound; those that cannot, with their memory bound;
-    the number enumerated)."""
-    cap = space.system.device.usable_memory_bytes
-    candidates, misfits = [], []
-    all_shapes, variants = shapes(space), space.variants()
-    say(f"{len(all_shapes)} shapes x {len(variants)} schedules = {len(all_shapes) * len(variants)} candidates")
-    for shape in all_shapes:
-        for name, opts in variants:
-            need = bounds.memory(name, opts, shape)
+class _BestFirst:
+    """Candidates in order of a lower bound of their step time, each bounded only when
+    needed: a shape first enters with ``Bounds.shape_time`` (no schedule does better);
+    taken out, its schedules' memory bounds prune those that cannot fit and the rest enter
+    with their own time bounds; a candidate taken out is simulated. The search stops when
+    the next bound reaches the ``top``-th best step that fits: nothing left can beat the
+    configurations found, and the shapes never opened need no bound of their own."""
+
+    def __init__(self, space: PlanSpace, bounds: Bounds, say) -> None:
+        self.space, self.bounds, self.say = space, bounds, say
+        self.variants = space.variants()
+        all_shapes = shapes(space)
+        self.total = len(all_shapes) * len(self.variants)
+        self.misfits: list[_Candidate] = []
+        self.heap: list[tuple[float, int, object]] = []
+        for i, shape in enumerate(all_shapes):
+            heapq.heappush(self.heap, (bounds.shape_time(shape), i, shape))
+        self.tiebreak = len(all_shapes)
+        self.pruned_time = 0
+        say(f"{len(all_shapes)} shapes x {len(self.variants)} schedules = {self.total} candidates")
+
+    def _open(self, shape: Context) -> None:
+        cap = self.space.system.device.usable_memory_bytes
+        for name, opts in self.variants:
+            need = self.bounds.memory(name, opts, shape)
             if need is None:
                 continue
             if need > cap:
-                misfits.append(_Candidate(need, name, opts, shape))
+                self.misfits.append(_Candidate(need, name, opts, shape))
             else:
-                candidates.append(_Candidate(bounds.time(name, opts, shape), name, opts, shape))
-    candidates.sort(key=lambda c: (c.bound, c.name))
-    say(f"{len(candidates)} candidates may fit the memory (by a lower bound of their peak); simulating them, "
-        "best time bound first")
-    return candidates, misfits, len(all_shapes) * len(variants)
+                self.tiebreak += 1
+                cand = _Candidate(self.bounds.time(name, opts, shape), name, opts, shape)
+                heapq.heappush(self.heap, (cand.bound, self.tiebreak, cand))
+
+    def run(self) -> tuple[list[Configuration], list[_Candidate]]:
+        """(configurations simulated, candidates whose full instance does not fit)."""
+        results: list[Configuration] = []
+        best: list[float] = []  # max-heap (negated) of the top fitting steps
+        misfit_runs: list[_Candidate] = []
+        last_note = time.perf_counter()
+        while self.heap:
+            bound, _, item = heapq.heappop(self.heap)
+            if len(best) >= self.space.top and bound >= -best[0]:
+                heapq.heappush(self.heap, (bound, 0, item))
+                break
+            if isinstance(item, Context):
+                self._open(item)
+                continue
+            cand: _Candidate = item  # type: ignore[assignment]
+            conf = _evaluate(self.space, self.bounds, cand, simulate_misfit=False)
+            if conf is None:
+                if self.bounds.schedule(cand.name, cand.opts, cand.shape.pp, cand.shape.microbatches) is not None:
+                    misfit_runs.append(cand)
+                continue
+            results.append(conf)
+            heapq.heappush(best, -conf.step_time_s)
+            if len(best) > self.space.top:
+                heapq.heappop(best)
+            if time.perf_counter() - last_note > 2:
+                self.say(f"simulated {len(results)} configurations")
+                last_note = time.perf_counter()
+        for _, _, item in self.heap:  # never reached: their bounds cannot beat the top
+            self.pruned_time += len(self.variants) if isinstance(item, Context) else 1
+        return results, misfit_runs
 
 
 def _evaluate(space: PlanSpace, bounds: Bounds, cand: _Candidate, simulate_misfit: bool):
@@ -90,29 +135,6 @@ def _evaluate(space: PlanSpace, bounds: Bounds, cand: _Candidate, simulate_misfi
                                    for p, a, c in zip(costs.persistent, acts, costs.capacity)):
         return None
     return configuration(space, cand.name, cand.opts, cand.shape, sched, costs, simulate(sched, costs).makespan, acts)
-
-
-def _simulate_best(space: PlanSpace, bounds: Bounds, candidates: list[_Candidate], say):
-    """Simulate candidates in time-bound order until the bound reaches the ``top``-th best
-    fitting step: (configurations that fit, candidates whose full instance does not fit,
-    candidates visited)."""
-    results: list[Configuration] = []
-    misfit_runs: list[_Candidate] = []
-    visited, last_note = 0, time.perf_counter()
-    for cand in candidates:
-        if len(results) >= space.top and cand.bound >= sorted(c.step_time_s for c in results)[space.top - 1]:
-            break
-        visited += 1
-        conf = _evaluate(space, bounds, cand, simulate_misfit=False)
-        if conf is None:
-            if bounds.schedule(cand.name, cand.opts, cand.shape.pp, cand.shape.microbatches) is not None:
-                misfit_runs.append(cand)
-            continue
-        results.append(conf)
-        if time.perf_counter() - last_note > 2:
-            say(f"simulated {len(results)} of {len(candidates)}")
-            last_note = time.perf_counter()
-    return results, misfit_runs, visited
 
 
 def _closest_misfits(space: PlanSpace, bounds: Bounds, runs: list[_Candidate], misfits: list[_Candidate],

@@ -1,6 +1,7 @@
 """The question ``plan`` answers: a model, a cluster and a global batch (``PlanSpace``), and
-the shapes it enumerates: each a resolved ``hardware.Context`` (a (PP, TP, DP) split,
-microbatch size and count, recomputation, and the space's switches)."""
+the shapes it enumerates: each a resolved ``hardware.Context`` (a (PP, TP, DP) split, for a
+mixture-of-experts model an (EP, ETP) regrouping of each stage's GPUs, microbatch size and
+count, recomputation, and the space's switches)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from pipetab.hardware.context import Context, Recompute
+from pipetab.hardware.context import Context, Recompute, precision_of, recompute_of
 from pipetab.hardware.loaders import load_model, load_system
 from pipetab.hardware.system import System
 from pipetab.schedules import registry
@@ -23,6 +24,12 @@ GPUS = {"H100": "dgx_h100_ib", "A100": "a100_cluster"}
 VARIANTS: dict[str, tuple[dict, ...]] = {
     "interleaved": ({"chunks": 2}, {"chunks": 4}),
     "hanayo": ({"waves": 1}, {"waves": 2}),
+}
+# for mixture-of-experts models: the schedules that overlap the all-to-all, with and without
+MOE_VARIANTS: dict[str, tuple[dict, ...]] = {
+    "interleaved": tuple({"chunks": v, "overlap": o} for v in (2, 4) for o in (True, False)),
+    "dualpipe": ({"overlap": True}, {"overlap": False}),
+    "dualpipev": ({"overlap": True}, {"overlap": False}),
 }
 MAX_TOKENS_PER_MICROBATCH = 32768  # default microbatch sizes: powers of two up to this many tokens
 
@@ -68,10 +75,26 @@ class PlanSpace:
     top: int = 10
     cpsat_shapes: int = 2
     cpsat_time_s: float = 3.0
+    ep: tuple[int, ...] = ()
+    etp: tuple[int, ...] = ()
+    dispatch_precision: str = "bf16"
+    routing_imbalance: float = 1.0
+    node_limit: int | None = None
 
     def __post_init__(self) -> None:
         check_count("global batch", self.global_batch)
         check_count("top", self.top)
+        experts = Context(dispatch_precision=precision_of(self.dispatch_precision),
+                          routing_imbalance=self.routing_imbalance, node_limit=self.node_limit)  # checks them
+        for what, values in (("ep", self.ep), ("etp", self.etp)):
+            for v in values:
+                check_count(what, v)
+        if not self.model.moe and (self.ep or self.etp or experts.expert_parallel):
+            raise ValueError(f"ep, etp, dispatch precision, routing imbalance and node limit apply to "
+                             f"mixture-of-experts models only; {self.model.name!r} is dense")
+        for e in self.ep:
+            if self.model.num_experts % e:
+                raise ValueError(f"ep {e} must divide the {self.model.num_experts} experts of {self.model.name!r}")
         if self.system.num_devices is None or self.system.devices_per_node is None:
             raise ValueError("plan needs a cluster with a number of GPUs and GPUs per node (use plan.cluster)")
         for b in self.microbatch_sizes:
@@ -108,46 +131,68 @@ class PlanSpace:
 
     def variants(self) -> list[tuple[str, dict]]:
         """(schedule, options) pairs: each registry schedule with its default options, or the
-        ``VARIANTS`` listed for it."""
+        ``VARIANTS`` listed for it (``MOE_VARIANTS`` first for a mixture-of-experts model:
+        each overlapping schedule with and without its overlap)."""
         names = self.schedules or tuple(registry.REGISTRY)
+        table = {**VARIANTS, **MOE_VARIANTS} if self.model.moe else VARIANTS
         out = []
         for n in names:
             defaults = {o.name: o.default for o in registry.spec(n).options}
-            out += [(n, {**defaults, **o}) for o in VARIANTS.get(n, ({},))]
+            out += [(n, {**defaults, **o}) for o in table.get(n, ({},))]
         return out
+
+    def expert_splits(self, tp: int, dp: int) -> list[tuple[int, int]]:
+        """(ep, etp) regroupings of a stage's ``tp x dp`` GPUs for the experts: ``ep``
+        dividing the expert count (the given ones, else every such divisor), ``etp`` 1 (or
+        the given ones) dividing ``tp`` and the expert MLP; (1, 1) for a dense model."""
+        m = self.model
+        if not m.moe:
+            return [(1, 1)]
+        eps = self.ep or tuple(_divisors(m.num_experts))
+        etps = self.etp or (1,)
+        return [(e, t) for e in eps for t in etps
+                if (tp * dp) % (e * t) == 0 and tp % t == 0 and m.expert_ffn_hidden % t == 0]  # type: ignore[operator]
 
 
 def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def shape(space: PlanSpace, pp: int, tp: int, dp: int, microbatch_size: int, recompute: str) -> Context:
+def shape(space: PlanSpace, pp: int, tp: int, dp: int, microbatch_size: int, recompute: str,
+          ep: int = 1, etp: int = 1) -> Context:
     """The resolved context of one shape of ``space`` (its switches applied where they
-    apply: sequence parallelism with TP > 1, ZeRO and overlap with DP > 1)."""
-    return Context(tp=tp, dp=dp, pp=pp, sequence_parallel=None if space.sequence_parallel else False,
-                   zero=space.zero if dp > 1 else None, overlap=space.overlap, microbatch_size=microbatch_size,
-                   global_batch=space.global_batch, seq_len=space.model.seq_len, recompute=recompute)
+    apply: sequence parallelism with TP > 1, ZeRO and overlap with DP > 1, the expert
+    options with a mixture-of-experts model)."""
+    ctx = Context(tp=tp, dp=dp, pp=pp, sequence_parallel=None if space.sequence_parallel else False,
+                  zero=space.zero if dp > 1 else None, overlap=space.overlap, microbatch_size=microbatch_size,
+                  global_batch=space.global_batch, seq_len=space.model.seq_len, recompute=recompute_of(recompute))
+    if not space.model.moe:
+        return ctx
+    return ctx.replace(ep=ep, etp=etp, dispatch_precision=precision_of(space.dispatch_precision),
+                       routing_imbalance=space.routing_imbalance, node_limit=space.node_limit)
 
 
 def shapes(space: PlanSpace) -> list[Context]:
-    """Every (pp, tp, dp) split with tp inside a node dividing the model, pp >= 2, and every
+    """Every (pp, tp, dp) split with tp inside a node dividing the model, pp >= 2, every
+    (ep, etp) regrouping for the experts (``PlanSpace.expert_splits``), and every
     microbatch size and recompute option the global batch allows."""
     model, G, N = space.model, space.system.devices_per_node, space.num_gpus
     out = []
     for tp in _divisors(G):  # type: ignore[arg-type]
         try:
-            Context(tp=tp).check(model)
+            Context(tp=tp, sequence_parallel=None if space.sequence_parallel else False).check(model)
         except ValueError:
             continue
         for pp in _divisors(N // tp):
             if pp < 2 or pp > model.num_layers or (N // tp) % pp:
                 continue
             dp = N // (tp * pp)
-            for b in space.sizes():
-                if space.global_batch % (dp * b):
-                    continue
-                for rc in space.recomputes():
-                    out.append(shape(space, pp, tp, dp, b, rc))
+            for ep, etp in space.expert_splits(tp, dp):
+                for b in space.sizes():
+                    if space.global_batch % (dp * b):
+                        continue
+                    for rc in space.recomputes():
+                        out.append(shape(space, pp, tp, dp, b, rc, ep, etp))
     return out
 
 

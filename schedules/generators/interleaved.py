@@ -20,6 +20,12 @@ need it) and 2 <= v <= 16. Throughout that regime the table's bubble is Megatron
 (S-1)/(vB+S-1): makespan (vB + S - 1)(F + K) for chunk ops of F and K slots (measured for
 S <= 12, v <= 4, B <= 48 with several F, K; at F = K = 1 for S <= 16, B <= 64).
 
+Overlap (``overlap=True``; Megatron-Core's combined 1F1B, ``--overlap-moe-expert-parallel-comm``,
+which needs the virtual pipeline): each steady-state pair [forward k + w_d, backward k]
+runs as one block (``Schedule.blocks``), the all-to-alls of either hidden under the other's
+compute (``hardware.overlap``); without communication the block takes F + B, but it starts
+only when both inputs are there.
+
 Memory: device d peaks at min(w_d + 1, vB) live chunk activations of A/v each, i.e.
 ((v-1)S + 2(S-1-d) + 1)/v stage activations once B > S (at B = S device 0 holds all vS).
 """
@@ -70,15 +76,36 @@ def interleaved_arrays(devices: int, microbatches: int, chunks: int) -> tuple[Op
     return ops, np.arange(devices + 1, dtype=np.int64) * (2 * total)
 
 
-def interleaved(stages: int, microbatches: int, chunks: int = 2) -> Schedule:
+def steady_pairs(orders: Orders, devices: int, microbatches: int, chunks: int) -> list[tuple]:
+    """The steady-state (forward, backward) pairs of every device: positions w_d + 2i and
+    w_d + 2i + 1 of its order (module doc), except a backward right after its own forward
+    (the last stage's, which must wait for it)."""
+    pairs = []
+    total = chunks * microbatches
+    for d in range(devices):
+        order = orders[d]
+        w = warmup(devices, microbatches, chunks, d)
+        for i in range(total - w):
+            f, b = order[w + 2 * i], order[w + 2 * i + 1]
+            if (f.stage, f.microbatch) != (b.stage, b.microbatch):
+                pairs.append((f, b))
+    return pairs
+
+
+def interleaved(stages: int, microbatches: int, chunks: int = 2, overlap: bool = False) -> Schedule:
     """Megatron interleaved 1F1B with ``chunks`` (v) chunks per device over ``stages``
-    devices: one pipeline of v*S equal stages in the loop mapping. Requires
-    2 <= v <= 16 and ``microbatches`` a multiple of ``stages``."""
+    devices: one pipeline of v*S equal stages in the loop mapping; with ``overlap`` the
+    steady-state forward-backward pairs run as blocks (module doc). Requires 2 <= v <= 16
+    and ``microbatches`` a multiple of ``stages``."""
     _check(stages, microbatches, chunks)
+    orders = Orders(*interleaved_arrays(stages, microbatches, chunks))
+    blocks = steady_pairs(orders, stages, microbatches, chunks) if overlap else []
     return Schedule(
         "interleaved",
         family_placement(PlacementFamily.INTERLEAVED, stages, (chunks * stages,)),
         (0,) * microbatches,
-        Orders(*interleaved_arrays(stages, microbatches, chunks)),
-        params={"stages": stages, "microbatches": microbatches, "chunks": chunks},
+        orders,
+        params={"stages": stages, "microbatches": microbatches, "chunks": chunks,
+                **({"overlap": True} if overlap else {})},
+        blocks=blocks,
     )

@@ -40,7 +40,7 @@ def evaluate(schedule: Schedule, costs: Costs, config: CpSatConfig | None = None
     deadlocking order. Past the time limit: ``unknown`` with the evaluator's makespan."""
     config = config or CpSatConfig()
     deadline = config.deadline()
-    problem = Problem.from_schedule(schedule, costs)
+    problem = Problem.from_schedule(schedule, costs, blocks=True)
     label = f"placement and per-device order fixed: {schedule.name}"
     known = evaluate_known(problem, schedule)
     mem = known.memory

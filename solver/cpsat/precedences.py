@@ -86,6 +86,15 @@ def add_precedences(model: cp_model.CpModel, v: Variables) -> None:
             lag = _free_lag(model, v, pred, op)
             model.add(v.start[i] >= v.start[j] + v.dur[j] + lag)
             v.lag[(pred, op)] = lag
+    for block in problem.blocks:  # fixed orders: a block starts once every input of its ops is there
+        first = v.index[block[0]]
+        for op in block[1:]:
+            pred = predecessor(op, problem.num_stages[op.pipeline])
+            if pred is None or pred in block:
+                continue
+            j = v.index[pred]
+            lag = min_lag(problem, v.placement, pred, op)
+            model.add(v.start[first] >= v.start[j] + v.dur[j] + lag)
 
 
 # ---- resources ------------------------------------------------------------------------------

@@ -64,9 +64,15 @@ class Problem:
     stage_work: tuple[tuple[float, ...], ...] | None = None
     name: str = "problem"
     objective: Objective = Objective.MAKESPAN
+    blocks: tuple[tuple[Op, ...], ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "objective", objective_of(self.objective))
+        durations = {}
+        for block in self.blocks:  # fixed orders only: a block's time on its first op, 0 on the rest
+            durations[block[0]] = _int(self.costs.block_time(block), f"block {'&'.join(map(str, block))}")
+            durations.update((op, 0) for op in block[1:])
+        object.__setattr__(self, "_block_durations", durations)
         object.__setattr__(self, "microbatch2pipeline", tuple(self.microbatch2pipeline))
         object.__setattr__(self, "num_stages", tuple(self.num_stages))
         self._check_shape()
@@ -196,6 +202,8 @@ class Problem:
 
     # ---- integer costs ------------------------------------------------------------------
     def duration(self, op: Op) -> int:
+        if self.blocks and op in self._block_durations:  # type: ignore[attr-defined]
+            return self._block_durations[op]  # type: ignore[attr-defined]
         return round(self.costs.duration(op))
 
     def lag(self, pred: Op, src: int, dst: int) -> int:
@@ -312,8 +320,10 @@ class Problem:
 
     @classmethod
     def from_schedule(cls, schedule: Schedule, costs: Costs,
-                      placement: Placement | PlacementFamily | None = None) -> "Problem":
-        """The problem a known schedule solves (its placement fixed unless ``placement``)."""
+                      placement: Placement | PlacementFamily | None = None, blocks: bool = False) -> "Problem":
+        """The problem a known schedule solves (its placement fixed unless ``placement``);
+        with ``blocks`` (its orders fixed: evaluation) its blocks run as they do in the
+        simulator."""
         return cls(
             schedule.num_devices,
             tuple(schedule.microbatch2pipeline),
@@ -323,6 +333,7 @@ class Problem:
             schedule.split_backward,
             tuple(tuple(w) for w in schedule.stage_work),
             schedule.name,
+            blocks=schedule.blocks if blocks else (),
         )
 
 

@@ -146,6 +146,8 @@ class Variables:
             d = problem.duration(op)
             lo = head[key]
             hi = horizon - d - tail[key] - min_opt
+            if problem.blocks:  # durations differ within a chain: no per-chain bounds
+                lo, hi = 0, horizon - d
             if hi < lo:
                 hi = lo  # horizon too small: precedence/makespan constraints make it infeasible
             s = model.new_int_var(lo, hi, f"s_{op}")

@@ -47,7 +47,7 @@ def test_paper_and_gpt3_sizes():
 
 
 def test_model_validation():
-    with pytest.raises(ValueError, match=r"heads must divide hidden \(4096\), got 80"):
+    with pytest.raises(ValueError, match=r"heads must divide hidden \(4096\) unless head_dim is given, got 80"):
         TransformerModel("p", 128, 4096, 80, 4096, 51200, 512)
     with pytest.raises(ValueError, match="num_layers must be an integer >= 1, got 0"):
         TransformerModel("p", 0, 4096, 32, 4096, 51200, 512)

@@ -156,7 +156,7 @@ global_batch = 8
 
 
 @pytest.mark.parametrize("edit, message", [
-    (lambda t: t.replace("heads = 4", "heads = 5"), r"heads must divide hidden \(64\), got 5"),
+    (lambda t: t.replace("heads = 4", "heads = 5"), r"heads must divide hidden \(64\) unless head_dim is given, got 5"),
     (lambda t: t.replace("hidden = 64", 'hidden = "64"'), "key 'hidden' must be an integer, got '64'"),
     (lambda t: t.replace("hidden = 64", "hidden = 64.0"), "key 'hidden' must be an integer, got 64.0"),
     (lambda t: t.replace("vocab = 128\n", ""), "missing key 'vocab'"),

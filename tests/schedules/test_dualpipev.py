@@ -120,10 +120,27 @@ def test_reference_table_cell_for_cell_under_dualpipe_timing(reference_grid):
     assert m.peak_activations == (9,) * 4  # PP+1 (torch liveness: 9)
 
 
-def test_pipetab_table_is_shorter_than_dualpipe_timing():
-    """Our ASAP table of the same orders: B releases its input gradient before its W and a
-    pair's F does not wait for its B's input, so 3 idle slots per device instead of 6."""
-    schedule = dualpipev(4, 8)
+def test_blocks_give_dualpipe_timing_op_for_op():
+    """pipetab's own table of dualpipev (full backwards and overlapped pairs as blocks)
+    equals ``dualpipe_timing``, written independently above, op for op."""
+    for stages, microbatches in ((4, 8), (3, 7 + 3), (5, 13), (8, 16)):
+        schedule = dualpipev(stages, microbatches)
+        ours = layout(schedule, UNIT)
+        validate(ours, schedule)
+        theirs = dualpipe_timing(schedule, full_backwards(stages, microbatches),
+                                 overlapped_pairs(stages, microbatches))
+        starts = {e.op: e.start for e in theirs.entries}
+        ends = {e.op: e.end for e in theirs.entries}
+        for e in ours.entries:  # ours: a block's ops share its slots; theirs: one slot each
+            block = next((b for b in schedule.blocks if e.op in b), (e.op,))
+            assert e.start == starts[block[0]] and e.end == ends[block[-1]], e.op
+
+
+def test_serial_pairs_table_is_shorter_than_dualpipe_timing():
+    """Without overlap the pairs are plain ops: a pair's F does not wait for its B's input,
+    so 3 idle slots per device instead of 6."""
+    schedule = dualpipev(4, 8, overlap=False)
+    assert schedule.params["overlap"] is False
     table = layout(schedule, UNIT)
     validate(table, schedule)
     assert table.makespan == 51
@@ -143,8 +160,9 @@ def test_full_backwards_and_pairs():
             if op in full:  # its own W right after it
                 assert order[pos[op] + 1] == Op(Kind.W, 0, op.stage, op.microbatch)
     pairs = overlapped_pairs(4, 8)
-    # step 4 has B-2S+r+1 iterations of two pairs, step 5 S-r-1 of one
-    assert len(pairs) == sum(2 * (8 - 8 + r + 1) + (4 - r - 1) for r in range(4))
+    # step 4 has B-2S+r+1 iterations of two pairs, step 5 S-r-1 of one; the last device
+    # runs the first pair of its step 4 one op after the other (the reference's choice)
+    assert len(pairs) == sum(2 * (8 - 8 + r + 1) + (4 - r - 1) for r in range(4)) - 1
     for f, b in pairs:
         assert f.kind is Kind.F and b.kind is Kind.B and b in full
         order = schedule.orders[schedule.device_of(f)]
@@ -171,11 +189,13 @@ def test_formula(stages, microbatches):
     validate(dp, schedule)
     assert dp.makespan == 6 * microbatches + 2 * (stages - 1)
     assert table_metrics(dp, schedule).bubble_ratio == pytest.approx(f.bubble_ratio, abs=1e-12)
-    # pipetab's table: S-1 idle slots per device
-    table = layout(schedule, UNIT)
+    assert layout(schedule, UNIT).makespan == dp.makespan
+    # pairs run one op after the other: S-1 idle slots per device
+    table = layout(dualpipev(stages, microbatches, overlap=False), UNIT)
     m = table_metrics(table, schedule)
     assert table.makespan == 6 * microbatches + stages - 1
     assert m.bubble_ratio == pytest.approx((stages - 1) / (6 * microbatches + stages - 1))
+    assert m.bubble_ratio == pytest.approx(formulas.dualpipev(stages, microbatches, overlap=False).bubble_ratio)
     # PP+1 = 2S+1 chunk activations on every device, in both timings
     assert m.peak_activations == (2 * stages + 1,) * stages
     assert table_metrics(dp, schedule).peak_activations == (2 * stages + 1,) * stages
@@ -229,5 +249,6 @@ def test_property_tables_validate(shape, slots):
             for kind in (Kind.F, Kind.B, Kind.W):
                 assert counts[Op(kind, 0, s, m)] == 1
             b, w = by_op[Op(Kind.B, 0, s, m)], by_op[Op(Kind.W, 0, s, m)]
-            assert w.device == b.device and w.start >= b.end
+            same_block = (w.start, w.end) == (b.start, b.end)  # a full backward: B and its W run as one
+            assert w.device == b.device and (w.start >= b.end or same_block)
     assert simulate(schedule, slot_costs(schedule, slots)).makespan == table.makespan

@@ -148,7 +148,8 @@ def test_registry_entry():
     assert INTERLEAVED_REGIME == "2 <= v <= 16, B a multiple of S"
     entry = registry.spec("interleaved")
     assert entry.regime == INTERLEAVED_REGIME
-    assert [(o.name, o.flag, o.default) for o in entry.options] == [("chunks", "chunks", 2)]
+    assert [(o.name, o.flag, o.default) for o in entry.options] == [("chunks", "chunks", 2),
+                                                                    ("overlap", "overlap-pairs", False)]
     assert registry.generate("interleaved", 4, 8) == interleaved(4, 8, 2)
     assert registry.generate("interleaved", 4, 8, chunks=3) == interleaved(4, 8, 3)
     assert registry.formula("interleaved", 4, 8, chunks=3) == formulas.interleaved(4, 8, 3)

@@ -1,0 +1,138 @@
+"""The weight GEMMs of one layer on one GPU: the shapes its FLOPs, parameters and M_W
+follow from.
+
+A layer's forward runs, per microbatch on each GPU, ``Y = X W`` for every weight matrix
+it holds: ``rows`` tokens (M) of width ``k`` (K) times a ``k x n`` weight (N), ``2*M*K*N``
+FLOPs; its input-gradient and weight-gradient passes run one GEMM of the same size each.
+Tensor parallelism (Megatron-LM) splits a *column-parallel* GEMM's output and a
+*row-parallel* GEMM's input by ``t``; the input of a column-parallel GEMM and the output
+(gradient) of a row-parallel one are the full activation every TP rank holds — stored as a
+``1/t`` shard under sequence parallelism (``x_replicated`` / ``dy_replicated``).
+
+Attention: Q, K, V (one column-parallel GEMM), the output projection (row-parallel); under
+multi-head latent attention the down projections ``W_DQ`` and ``W_DKV`` are replicated on
+every TP rank (they are small: ``q_r`` and ``kv_r + r`` wide) and the up projections
+``W_UQ``, ``W_UKV`` column-parallel. A dense MLP: up/gate column-, down row-parallel.
+
+Mixture of experts (Megatron-Core's MoE layer; DeepSeek-V3): the router ``h x E`` runs on
+the GPU's own tokens ``T = b*s/t`` (sequence-parallel shard; ``b*s`` at ``t = 1``), shared
+experts as a dense MLP of ``S * f_e`` split by TP, and the ``E / ep`` routed experts a GPU
+holds (each split ``etp`` ways) run on the tokens dispatched to it: ``T * k`` on average
+(``experts_per_token`` copies of each of the EP group's tokens, spread over its ``ep``
+ranks), times the routing imbalance (busiest rank / mean), times ``etp`` (the expert-TP
+group gathers its members' tokens). A grouped GEMM over the local experts has those rows.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, NamedTuple
+
+if TYPE_CHECKING:
+    from .context import Context
+    from .model import TransformerModel
+
+
+class Gemm(NamedTuple):
+    """One weight GEMM of a layer on one GPU (module docstring): ``rows x k`` times
+    ``k x n``; ``weights`` and ``bias`` the parameters this GPU holds for it; ``expert``
+    for routed experts (sharded over expert parallelism)."""
+
+    name: str
+    rows: float
+    k: int
+    n: int
+    weights: int
+    bias: int
+    x_replicated: bool
+    dy_replicated: bool
+    expert: bool = False
+
+    @property
+    def flops(self) -> float:
+        """``2*M*K*N``: one pass (forward, input gradient or weight gradient)."""
+        return 2 * self.rows * self.k * self.n
+
+
+def _split(value: int, tp: int) -> int:
+    return -(-value // tp)  # ceil: what the busiest GPU holds
+
+
+def heads_per_gpu(model: TransformerModel, tp: int) -> int:
+    return _split(model.heads, tp)
+
+
+def kv_heads_per_gpu(model: TransformerModel, tp: int) -> int:
+    """K/V heads one GPU holds: ``kv_heads / t``, at least one (replicated when ``t >
+    kv_heads``)."""
+    return max(model.kv_heads // tp, 1)  # type: ignore[operator]
+
+
+def tokens(model: TransformerModel, ctx: Context) -> int:
+    """Tokens of one microbatch through a column-parallel GEMM: ``b*s``."""
+    return ctx.microbatch_size * model.seq_len  # type: ignore[operator]
+
+
+def own_tokens(model: TransformerModel, ctx: Context) -> float:
+    """Tokens a GPU routes (its sequence-parallel shard): ``b*s/t``."""
+    return tokens(model, ctx) / ctx.tp
+
+
+def routed_rows(model: TransformerModel, ctx: Context) -> float:
+    """Token copies the busiest GPU's routed experts process (module docstring)."""
+    return own_tokens(model, ctx) * model.experts_per_token * ctx.routing_imbalance * ctx.etp
+
+
+def _column(name: str, rows: float, k: int, n: int, bias: bool) -> Gemm:
+    return Gemm(name, rows, k, n, k * n, n if bias else 0, True, False)
+
+
+def _row(name: str, rows: float, k: int, n: int, bias: bool) -> Gemm:
+    return Gemm(name, rows, k, n, k * n, n if bias else 0, False, True)
+
+
+def attention_gemms(model: TransformerModel, ctx: Context) -> list[Gemm]:
+    """The attention projections of a layer on one GPU."""
+    h, t, m, bias = model.hidden, ctx.tp, tokens(model, ctx), model.bias
+    a = heads_per_gpu(model, t)
+    if not model.mla:
+        kv = kv_heads_per_gpu(model, t) * model.head_dim  # type: ignore[operator]
+        return [_column("qkv", m, h, a * model.head_dim + 2 * kv, bias),  # type: ignore[operator]
+                _row("out", m, a * model.head_dim, h, bias)]  # type: ignore[operator]
+    r, qr, kvr = model.qk_rope_head_dim, model.q_lora_rank, model.kv_lora_rank
+    out = []
+    if qr:
+        out.append(Gemm("q_down", m, h, qr, h * qr, 0, True, True))
+    out += [_column("q_up", m, qr or h, a * model.qk_head_dim, False),
+            Gemm("kv_down", m, h, kvr + r, h * (kvr + r), 0, True, True),
+            _column("kv_up", m, kvr, a * (model.head_dim + model.v_head_dim), False),  # type: ignore[operator]
+            _row("out", m, a * model.v_head_dim, h, False)]  # type: ignore[operator]
+    return out
+
+
+def mlp_gemms(model: TransformerModel, ctx: Context, ffn: int, prefix: str = "") -> list[Gemm]:
+    """A dense MLP of hidden size ``ffn`` split by TP: up/gate and down."""
+    h, t, m, n = model.hidden, ctx.tp, tokens(model, ctx), model.mlp_matrices
+    f = _split(ffn, t)
+    return [_column(f"{prefix}up", m, h, (n - 1) * f, model.bias), _row(f"{prefix}down", m, f, h, model.bias)]
+
+
+def expert_gemms(model: TransformerModel, ctx: Context) -> list[Gemm]:
+    """The router, the shared experts and the GPU's routed experts (module docstring)."""
+    h, n = model.hidden, model.mlp_matrices
+    local = model.num_experts // ctx.ep
+    f = _split(model.expert_ffn_hidden, ctx.etp)  # type: ignore[arg-type]
+    rows = routed_rows(model, ctx)
+    bias = model.bias
+    out = [Gemm("router", own_tokens(model, ctx), h, model.num_experts, h * model.num_experts, 0, False, False)]
+    if model.shared_experts:
+        out += mlp_gemms(model, ctx, model.shared_experts * model.expert_ffn_hidden, "shared_")  # type: ignore[operator]
+    out += [Gemm("experts_up", rows, h, (n - 1) * f, local * h * (n - 1) * f,
+                 local * (n - 1) * f if bias else 0, False, False, True),
+            Gemm("experts_down", rows, f, h, local * f * h, local * h if bias else 0, False, False, True)]
+    return out
+
+
+def layer_gemms(model: TransformerModel, ctx: Context, moe: bool = False) -> list[Gemm]:
+    """Every weight GEMM of one dense (``moe`` False) or MoE layer on one GPU."""
+    ffn = expert_gemms(model, ctx) if moe else mlp_gemms(model, ctx, model.ffn_hidden)  # type: ignore[arg-type]
+    return attention_gemms(model, ctx) + ffn
