@@ -63,8 +63,9 @@ def table(head: Sequence[str], rows: Sequence[Sequence[object]], right: Abstract
         Console(width=WIDTH, highlight=False).print(t)
         return
     widths = [max(len(r[i]) for r in [head, *cells]) for i in range(len(head))]
+    gap = "  " if sum(widths) + 2 * (len(widths) - 1) <= WIDTH else " "  # one space when two do not fit
     for r in [head, *cells]:
-        print("  ".join(x.rjust(w) if i in right else x.ljust(w) for i, (x, w) in enumerate(zip(r, widths))).rstrip())
+        print(gap.join(x.rjust(w) if i in right else x.ljust(w) for i, (x, w) in enumerate(zip(r, widths))).rstrip())
 
 
 class Progress:

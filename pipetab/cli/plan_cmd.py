@@ -250,7 +250,7 @@ def print_plan(result) -> None:
         say("none of these fits the GPU memory: the closest are shown")
     if moe:
         best = result.configurations[0]
-        hidden = f", {100 * best.a2a_hidden_s / best.a2a_s:.0f} % of it hidden by overlapped pairs" \
+        hidden = f", {max(0.0, 100 * best.a2a_hidden_s / best.a2a_s):.0f} % of it hidden by overlapped pairs" \
             if best.a2a_s else ""
         say(f"#1 all-to-all: {best.a2a_s:.3g} s per step on the busiest GPU over {best.ep_links}{hidden}")
     unbuilt = result.candidates - result.pruned_memory - result.pruned_time - result.simulated
