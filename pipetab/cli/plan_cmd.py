@@ -221,6 +221,29 @@ def run(args) -> None:
         print(f"page: {args.html}")
 
 
+def compact_labels(configurations) -> list[str]:
+    """Schedule labels for a table of people's width: an option is named where it is not
+    the registry's default or where the rows of that schedule differ in it
+    (``interleaved(chunks=4)`` beside ``interleaved(chunks=2)``, plain ``zbv``); the JSON
+    and the page name every option."""
+    from pipetab.plan.space import schedule_label
+    from pipetab.schedules import registry
+
+    seen: dict[tuple[str, str], set] = {}
+    for c in configurations:
+        for k, v in c.options:
+            seen.setdefault((c.schedule, k), set()).add(v)
+    out = []
+    for c in configurations:
+        try:
+            defaults = {o.name: o.default for o in registry.spec(c.schedule).options}
+        except ValueError:  # CP-SAT's own schedules are not in the registry
+            defaults = {}
+        shown = {k: v for k, v in c.options if k not in defaults or v != defaults[k] or len(seen[(c.schedule, k)]) > 1}
+        out.append(schedule_label(c.schedule, shown))
+    return out
+
+
 def print_plan(result) -> None:
     """The ranked configurations as an aligned table (a rich table on a terminal), then what
     the search did, every line at most 100 columns (``pipetab.console``)."""
@@ -233,10 +256,11 @@ def print_plan(result) -> None:
     head = ("#", "schedule", "PPxTPxDP", *(("EP",) if moe else ()), "b x m", "recompute", "step (s)", "tokens/s",
             "MFU", "peak GiB", "fits")
     rows = []
+    labels = compact_labels(result.configurations)
     for i, c in enumerate(result.configurations, 1):
         s = c.shape
         ep = ((f"{s.ep}" + (f"x{s.etp}" if s.etp > 1 else "")),) if moe else ()
-        rows.append((str(i), c.label, f"{s.pp}x{s.tp}x{s.dp}", *ep, f"{s.microbatch_size} x {s.microbatches}",
+        rows.append((str(i), labels[i - 1], f"{s.pp}x{s.tp}x{s.dp}", *ep, f"{s.microbatch_size} x {s.microbatches}",
                      c.recompute_label, f"{c.step_time_s:#.4g}".rstrip("."), f"{c.tokens_per_s:,.0f}",
                      f"{100 * c.mfu:.1f}%", f"{c.peak_memory_bytes / 2**30:.1f}", "yes" if c.fits else "NO"))
     if not rows:
