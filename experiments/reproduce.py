@@ -92,7 +92,9 @@ def main(argv: list[str] | None = None) -> int:
     path = report.write_report(results, out)
     total = time.perf_counter() - t0
     print(f"\nreproduction ({'quick' if args.quick else 'full'}) done in {total:.1f} s")
-    print(f"figures: {', '.join(str(p) for p in drawn)}")
+    from pipetab.console import say
+
+    say(f"figures: {', '.join(str(p) for p in drawn)}", " " * 9)
     print(f"report:  {path}")
     return 1 if errors else 0
 

@@ -53,6 +53,10 @@ stages = {gpus}                     # [P] pipeline stages = GPUs (Table 3)
 microbatch_size = {mb}              # [P] Table 3
 microbatches = {m}                 # [P] Table 3 / Table 6 row
 memory_bytes = 80e9             # [P] A100 SXM 80G
+model = "{model_name}"             # [P] the model of Table 3 (pipetab's preset of it)
+seq_len = {model.seq_len}                  # [P] Table 3
+gpu = "A100"                    # [P] A100 SXM 80G
+peak_flops = 312e12             # [P] A100 dense bf16 peak
 
 [default]                       # every stage: the paper profiles an interior stage
 forward = {t_f}                # [P] T_F

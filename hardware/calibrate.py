@@ -72,8 +72,16 @@ class Calibration:
 
 
 def _layers(profile: Profile, model: TransformerModel, stages: int) -> list[int]:
-    if all(profile.stage(d).layers is not None for d in range(stages)):
-        return [profile.stage(d).layers for d in range(stages)]  # type: ignore[misc]
+    given = [profile.stage(d).layers for d in range(stages)]
+    if all(n is not None for n in given):
+        layers = [int(n or 0) for n in given]
+        # the end stages' embedding and LM head may be counted as a layer each (the Zero
+        # Bubble paper's profiles: interior stages of 3 layers, end stages one fewer)
+        if sum(layers) > model.num_layers + 2 or max(layers) > model.num_layers:
+            raise ValueError(f"profile {profile.name!r} gives stages of {sum(layers)} layers in all "
+                             f"({', '.join(map(str, layers))}), more than the {model.num_layers} of model "
+                             f"{model.name!r}; give the layers each profiled stage held")
+        return layers
     if profile.uniform:
         raise ValueError(f"profile {profile.name!r} gives no 'layers': calibrate needs the layers of its stage")
     return list(partition([1.0] * stages, model.num_layers))
@@ -85,6 +93,9 @@ def calibrate(profile: Profile, model: TransformerModel, system: System, recompu
     ``tp`` and ``dp`` give the op sizes."""
     if profile.microbatch_size is None:
         raise ValueError(f"profile {profile.name!r} gives no 'microbatch_size': calibrate needs it")
+    profile.check_matches(model, None, system.device.peak_flops)
+    if profile.seq_len is not None:
+        model = replace(model, seq_len=profile.seq_len)
     stages = profile.num_stages or 1
     # the profiled run's split, as pipetab modelled it before contexts had defaults
     ctx = Context(tp=profile.tp, dp=profile.dp, sequence_parallel=False, zero=0,
@@ -123,6 +134,8 @@ def calibrate(profile: Profile, model: TransformerModel, system: System, recompu
         if memory:
             e_m = (sum(v for _, v, _ in memory) / dev.mem_bandwidth
                    / max(sum(t - dev.mem_latency_s - c for t, _, c in memory), 1e-300))
+    _check_efficiency(profile, system, "compute", e_c)
+    _check_efficiency(profile, system, "memory", e_m)
     e_c, e_m = min(e_c, 1.0), min(e_m, 1.0)
     fitted_dev = replace(dev, compute_efficiency=e_c, mem_efficiency=e_m)
     kinds = []
@@ -132,10 +145,20 @@ def calibrate(profile: Profile, model: TransformerModel, system: System, recompu
         fitted_s = sum(fitted_dev.compute_time(f, v, tokens) + c for _, _, f, v, c in mine)
         alone = (sum(f for _, _, f, _, _ in mine) / (dev.peak_flops * shape)
                  / max(sum(t - dev.compute_latency_s - c for _, t, _, _, c in mine), 1e-300))
+        _check_efficiency(profile, system, f"{kind} ops' compute", alone)
         kinds.append(OpFit(kind, measured_s, fitted_s, alone))
     fitted_system = replace(system, device=fitted_dev, name=f"{system.name}_calibrated",
                             summary=f"{system.summary} (efficiencies fitted to profile {profile.name})")
     return Calibration(fitted_system, e_c, e_m, any(bound), tuple(kinds), sum(bound), len(ops))
+
+
+def _check_efficiency(profile: Profile, system: System, what: str, value: float) -> None:
+    """A fitted efficiency above 1 means the profile's ops ran faster than the GPU's peak
+    (or its memory bandwidth) allows: no such GPU could have produced it."""
+    if not value <= 1.0 + 1e-9:
+        raise ValueError(f"profile {profile.name!r} runs faster than {system.name!r} can: its {what} efficiency "
+                         f"would be {value:.3g} (at most 1 is possible at the GPU's peak); check the profile's "
+                         "time_unit, microbatch size, layers and model, or the system's GPU")
 
 
 def system_to_toml(system: System, note: str = "") -> str:

@@ -18,6 +18,14 @@ File format::
     tp = 1                              # GPUs per stage (tensor parallel) and replicas (data
     dp = 1                              # parallel) of the profiled run (default 1 each)
     memory_bytes = 80e9                 # device memory (omit: memory not checked)
+    # what was measured (each optional; pipetab refuses a run that contradicts them):
+    model = "llama3_8b"                 # the model profiled (a preset or model file's name)
+    num_layers = 32                     # its shape: layers and hidden size (checked against --model)
+    hidden = 4096
+    seq_len = 8192                      # tokens per sequence
+    gpu = "H100"                        # the GPU, and its peak FLOP/s (checked against --system / --gpu)
+    peak_flops = 989e12
+    recompute = "none"                  # activation recomputation of the profiled run
     [default]                           # every stage, unless its [[stage]] entry says otherwise
     forward = 18.5                      # T_F of one microbatch on a stage holding 1/stages of the model
     backward = 18.1                     # T_B (the full backward when there is no weight)
@@ -30,7 +38,14 @@ File format::
     layers = 3                          # layers of the stage (for calibrate)
     [[stage]]                           # optional, ``stages`` entries, same keys as [default]
 
-Every problem raises one ``ValueError`` naming the file and the key.
+Every problem raises one ``ValueError`` naming the file and the key. Times must span at
+most ``MAX_TIME_SPAN`` (the longest time over the shortest op's): wider, integer ticks
+of the shortest op cannot count the longest (CP-SAT's domains would overflow), and no
+real step is that uneven.
+
+``Profile.check_matches`` refuses a model, sequence length or GPU that contradicts what the
+profile records; ``check_possible`` refuses a profile whose ops run faster than the
+model's FLOPs allow at the GPU's peak (an MFU above 100 %).
 """
 
 from __future__ import annotations
@@ -42,13 +57,17 @@ from pathlib import Path
 from .loaders import _File, _parse
 
 TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
+MAX_TIME_SPAN = 1e6  # longest time / shortest op (F, B or W) of a profile
+PEAK_TOLERANCE = 0.01  # a GPU's peak within 1 % of the profile's is the same GPU
+RECOMPUTES = ("none", "selective", "full")
 
 _STAGE_KEYS: dict[str, type] = {k: float for k in ("forward", "backward", "weight", "message", "activation_bytes",
                                                    "weight_memory_bytes", "persistent_bytes", "tail")}
 _STAGE_KEYS["layers"] = int
 _TOP_KEYS = {"source": str, "time_unit": str, "stages": int, "microbatch_size": int,
              "microbatches": int, "tp": int, "dp": int, "memory_bytes": float,
-             "default": dict, "stage": list}
+             "default": dict, "stage": list, "model": str, "num_layers": int, "hidden": int, "seq_len": int,
+             "gpu": str, "peak_flops": float, "recompute": str}
 
 
 @dataclass(frozen=True)
@@ -102,10 +121,31 @@ class Profile:
     tp: int = 1
     dp: int = 1
     memory_bytes: float | None = None
+    model: str | None = None
+    num_layers: int | None = None
+    hidden: int | None = None
+    seq_len: int | None = None
+    gpu: str | None = None
+    peak_flops: float | None = None
+    recompute: str | None = None
 
     def __post_init__(self) -> None:
         if not self.stages:
             raise ValueError("a profile needs at least one stage")
+        for key in ("num_layers", "hidden", "seq_len"):
+            value = getattr(self, key)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ValueError(f"{key} must be an integer >= 1, got {value!r}")
+        if self.peak_flops is not None and not (math.isfinite(self.peak_flops) and 0 < self.peak_flops <= 1e18):
+            raise ValueError(f"peak_flops must be a number of FLOP/s > 0 and <= 1e18, got {self.peak_flops!r}")
+        if self.recompute is not None and self.recompute not in RECOMPUTES:
+            raise ValueError(f"recompute must be one of {', '.join(RECOMPUTES)}, got {self.recompute!r}")
+        ops = [t for st in self.stages for t in (st.forward_s, st.backward_s, st.weight_s) if t]
+        longest = max(t for st in self.stages for t in (*ops, st.message_s, st.tail_s))
+        if longest > MAX_TIME_SPAN * min(ops):
+            raise ValueError(f"times span {longest:.3g} s to the shortest op's {min(ops):.3g} s, more than a factor of "
+                             f"{MAX_TIME_SPAN:.0e} (integer ticks of the shortest cannot count the longest); "
+                             "check the time_unit and the values")
         if self.uniform and len(self.stages) != 1:
             raise ValueError("a uniform profile has exactly one stage entry")
         if len({s.split_backward for s in self.stages}) > 1:
@@ -127,6 +167,41 @@ class Profile:
         if not 0 <= device < len(self.stages):
             raise ValueError(f"profile {self.name!r} has {len(self.stages)} stages, device {device} is not one")
         return self.stages[device]
+
+    @property
+    def gpu_label(self) -> str:
+        """``A100 (312 TFLOP/s peak)``: the GPU the profile records."""
+        peak = "" if self.peak_flops is None else f"{self.peak_flops / 1e12:g} TFLOP/s peak"
+        if self.gpu and peak:
+            return f"{self.gpu} ({peak})"
+        return self.gpu or peak or "an unrecorded GPU"
+
+    def check_matches(self, model=None, seq_len: int | None = None, peak_flops: float | None = None,
+                      model_flag: str = "--model", seq_flag: str = "--seq", gpu_flag: str = "--system") -> None:
+        """``ValueError`` naming both values when ``model`` (a ``TransformerModel``),
+        ``seq_len`` or a GPU of ``peak_flops`` contradicts what the profile records."""
+        if model is not None:
+            if self.model is not None and self.model != model.name and (self.num_layers, self.hidden) == (None, None):
+                raise ValueError(f"profile {self.name!r} measured model {self.model!r}, not {model_flag} "
+                                 f"{model.name!r}; give the model the profile was taken on")
+            for key in ("num_layers", "hidden"):
+                mine, theirs = getattr(self, key), getattr(model, key)
+                if mine is not None and mine != theirs:
+                    raise ValueError(f"profile {self.name!r} measured a model with {key} {mine}, but {model_flag} "
+                                     f"{model.name!r} has {key} {theirs}; give the model the profile was taken on")
+        if seq_len is not None and self.seq_len is not None and seq_len != self.seq_len:
+            raise ValueError(f"profile {self.name!r} measured sequences of {self.seq_len} tokens, not {seq_flag} "
+                             f"{seq_len}; give the profile's sequence length")
+        if (peak_flops is not None and self.peak_flops is not None
+                and abs(peak_flops - self.peak_flops) > PEAK_TOLERANCE * self.peak_flops):
+            raise ValueError(f"profile {self.name!r} was measured on {self.gpu_label}, but {gpu_flag} has a GPU of "
+                             f"{peak_flops / 1e12:g} TFLOP/s peak; give the GPU the profile was taken on")
+
+    def step_seconds(self, stages: int) -> float:
+        """The busy time of one microbatch's forward and backward through ``stages``
+        pipeline devices (each stage's F + B + W)."""
+        return sum(st.forward_s + st.backward_s + (st.weight_s or 0.0)
+                   for st in (self.stage(d) for d in range(stages)))
 
     def check_devices(self, count: int) -> None:
         """``ValueError`` unless the profile describes ``count`` pipeline devices."""
@@ -197,7 +272,28 @@ def profile_from_file(path: str | Path) -> Profile:
         summary=f.table["summary"], source=f.table.get("source", ""),
         microbatch_size=f.table.get("microbatch_size"), microbatches=f.table.get("microbatches"),
         tp=f.table.get("tp", 1), dp=f.table.get("dp", 1), memory_bytes=memory,
+        **{k: f.table.get(k) for k in ("model", "num_layers", "hidden", "seq_len", "gpu", "peak_flops", "recompute")},
     )
+
+
+def check_possible(profile: Profile, model, peak_flops: float, stages: int, where: str = "") -> None:
+    """``ValueError`` when ``profile``'s ops run ``model``'s FLOPs faster than ``peak_flops``
+    per GPU allows (its microbatch through ``stages`` devices of ``profile.tp`` GPUs each):
+    no GPU of that peak could have produced it (its MFU would exceed 100 %)."""
+    from .layer import model_flops_per_sequence
+
+    if profile.microbatch_size is None:
+        return
+    flops = model_flops_per_sequence(model) * profile.microbatch_size
+    least = flops / (profile.tp * peak_flops)
+    busy = profile.step_seconds(stages)
+    if busy < least * (1 - 1e-9):
+        raise ValueError(
+            f"profile {profile.name!r} is faster than any GPU of {peak_flops / 1e12:g} TFLOP/s peak{where} could run "
+            f"model {model.name!r}: one microbatch of {profile.microbatch_size} x {model.seq_len} tokens takes "
+            f"{busy:.4g} s of forward and backward on its {stages} stages x TP {profile.tp}, but its "
+            f"{flops:.3g} FLOPs need at least {least:.4g} s at peak (MFU {100 * least / busy:.0f} %); "
+            "check the profile's model, sequence length, microbatch size, time_unit and GPU")
 
 
 def load_profile(name_or_path: str | Path | Profile) -> Profile:
@@ -217,6 +313,7 @@ def toml_value(value) -> str:
     if isinstance(value, float):
         return repr(value)
     text = str(value).replace("\\", "\\\\").replace('"', '\\"')
+    text = "".join(f"\\u{ord(c):04x}" if ord(c) < 32 or ord(c) == 127 else c for c in text)  # TOML forbids them raw
     return f'"{text}"'
 
 
@@ -229,7 +326,8 @@ def profile_to_toml(profile: Profile, time_unit: str = "s") -> str:
     lines.append(f"time_unit = {toml_value(time_unit)}")
     if not profile.uniform:
         lines.append(f"stages = {len(profile.stages)}")
-    for key in ("microbatch_size", "microbatches", "tp", "dp", "memory_bytes"):
+    for key in ("microbatch_size", "microbatches", "tp", "dp", "memory_bytes", "model", "num_layers", "hidden",
+                "seq_len", "gpu", "peak_flops", "recompute"):
         value = getattr(profile, key)
         if value is not None:
             lines.append(f"{key} = {toml_value(value)}")

@@ -29,6 +29,17 @@ def _positive(what: str, value: object, unit: str) -> None:
         raise ValueError(f"{what} must be > 0 {unit}, got {value!r}")
 
 
+# what any real device or link lies within, many orders of magnitude either side: beyond,
+# a step's seconds overflow or vanish (a typo in the exponent, or the wrong unit)
+RANGES = {"FLOP/s": (1e6, 1e19), "bytes/s": (1.0, 1e16), "bytes": (1e3, 1e16), "s": (0.0, 1e3)}
+
+
+def _in_range(what: str, value: float, unit: str) -> None:
+    low, high = RANGES[unit]
+    if not low <= value <= high:
+        raise ValueError(f"{what} must be between {low:g} and {high:g} {unit}, got {value!r}")
+
+
 def _non_negative(what: str, value: object, unit: str = "s") -> None:
     if not _num(value) or value < 0:
         raise ValueError(f"{what} must be >= 0 {unit}, got {value!r}")
@@ -87,6 +98,9 @@ class Device:
         _positive("memory_bytes", self.memory_bytes, "bytes")
         _non_negative("efficiency_half_tokens", self.efficiency_half_tokens, "tokens")
         _non_negative("reserved_bytes", self.reserved_bytes, "bytes")
+        for what, unit in (("peak_flops", "FLOP/s"), ("mem_bandwidth", "bytes/s"), ("memory_bytes", "bytes"),
+                           ("compute_latency_s", "s"), ("mem_latency_s", "s")):
+            _in_range(what, getattr(self, what), unit)
         if self.reserved_bytes >= self.memory_bytes:
             raise ValueError(
                 f"reserved_bytes ({self.reserved_bytes:g}) must be below memory_bytes ({self.memory_bytes:g})"
@@ -148,6 +162,8 @@ class Link:
     def __post_init__(self) -> None:
         _positive("link bandwidth", self.bandwidth, "bytes/s")
         _non_negative("link latency_s", self.latency_s)
+        _in_range("link bandwidth", self.bandwidth, "bytes/s")
+        _in_range("link latency_s", self.latency_s, "s")
 
     def time(self, nbytes: float) -> float:
         """Seconds to send ``nbytes`` over this link (``nbytes/bandwidth + latency``)."""

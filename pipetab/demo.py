@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 
 from pipetab.cli.plan_cmd import print_plan
+from pipetab.console import Progress
 from pipetab.demo_cpsat import run as run_cpsat
 from pipetab.plan import plan, plan_question
 
@@ -26,11 +26,12 @@ def _levels(conf) -> None:
     gib = 2**30
     print(f"{conf.label} on PP{conf.shape.pp} TP{conf.shape.tp} DP{conf.shape.dp}, "
           f"{conf.shape.microbatches} microbatches of {conf.shape.microbatch_size}:")
+    from pipetab.console import say
     print(f"  formula     bubble {'-' if f is None or f['bubble_ratio'] is None else format(f['bubble_ratio'], '.4f')}")
     print(f"  table       bubble {t['bubble_ratio']:.4f}, makespan {t['makespan_slots']:g} slots")
-    print(f"  simulation  idle {s['idle_ratio']:.4f}, step {s['makespan_s']:.1f} s, exposed messages "
-          f"{s['exposed_comm_s']:.2f} s, peak memory per GPU {max(s['peak_memory_bytes']) / gib:.1f} GiB "
-          f"of {s['capacity_bytes'][0] / gib:.1f} GiB usable")
+    say(f"  simulation  idle {s['idle_ratio']:.4f}, step {s['makespan_s']:.1f} s, exposed messages "
+        f"{s['exposed_comm_s']:.2f} s, peak memory per GPU {max(s['peak_memory_bytes']) / gib:.1f} GiB "
+        f"of {s['capacity_bytes'][0] / gib:.1f} GiB usable", " " * 14)
 
 
 def _pictures(result, out: Path) -> None:
@@ -52,16 +53,18 @@ def _pictures(result, out: Path) -> None:
     plt.close(fig)
     best = result.configurations[0]
     sim, shape = best.levels.simulation, best.shape
-    window = sim.makespan * min(1.0, (shape.pp + 8) / shape.microbatches)  # the warm-up and a few more
-    fig, ax = plt.subplots(figsize=(14, 2 + 0.5 * shape.pp))
-    plot_timeline(sim, ax=ax, transfers=False,
-                  title=f"best: {best.label}, PP{shape.pp} TP{shape.tp} DP{shape.dp}: the first {window:.0f} s "
-                        f"of {sim.makespan:.0f} s")
-    ax.set_xlim(0, window if sim.makespan >= 10 else window * 1e3)
+    fig, ax = plt.subplots(figsize=(14, 2.6 + 0.5 * shape.pp))
+    plot_timeline(sim, ax=ax, transfers=False,  # a long run: warm-up, steady state and cool-down at real scale
+                  title=f"best: {best.label}, PP{shape.pp} TP{shape.tp} DP{shape.dp}, "
+                        f"{shape.microbatches} microbatches of {shape.microbatch_size}")
     fig.tight_layout()
     fig.savefig(out / "best_timeline.png", dpi=110)
     plt.close(fig)
-    print(f"\npictures: {out / 'plan.png'}, {out / 'best_timeline.png'}")
+    from pipetab.view.plan_page import write_plan_page
+
+    write_plan_page(out / "plan.html", result)
+    print(f"\nwrote {out / 'plan.png'} (the Pareto picture),\n      {out / 'best_timeline.png'} (the best's timeline "
+          f"at real scale),\n      {out / 'plan.html'} (the plan as a page: sortable table, Pareto plot, timelines)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -78,10 +81,10 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
 
     print(f"== 1. pipetab plan --model {args.model} --nodes {args.nodes} --gpus-per-node {args.gpus_per_node} "
-          f"--gpu {args.gpu} --global-batch {args.global_batch} --seq {args.seq}\n")
-    t0 = time.perf_counter()
-    result = plan(plan_question(args.model, args.nodes, args.gpus_per_node, args.global_batch, args.gpu, args.seq),
-                  progress=lambda msg: print(f"  [{time.perf_counter() - t0:5.1f} s] {msg}", file=sys.stderr))
+          f"--gpu {args.gpu}\n        --global-batch {args.global_batch} --seq {args.seq}\n")
+    with Progress("  plan") as progress:
+        result = plan(plan_question(args.model, args.nodes, args.gpus_per_node, args.global_batch, args.gpu,
+                                    args.seq), progress=progress)
     print_plan(result)
     if not result.configurations:
         return 0

@@ -15,6 +15,10 @@ holds several stages); ``makespan_slots`` is in slots.
   split backward, ``B`` a full backward; ``(2F0;5B1)OVERLAP_F_B`` an overlapped pair),
   empty cells for idle slots. Only single-pipeline schedules have it.
 
+Which rank holds which stage is not in a torch CSV: ``torch_layout`` names it and the
+torchtitan settings that build it. Actions that compute nothing pipetab models
+(``REDUCE_GRAD``, ``UNSHARD``, ``RESHARD``, sends and receives) are skipped when read.
+
 The ops of a block (``Schedule.blocks``) share their slots: the text grid writes them in
 one cell joined by ``&`` (``F3s2&B1s5&W1s5``), CSV and JSON as rows of equal start and
 duration.
@@ -276,6 +280,9 @@ def from_json(text: str, name: str = "") -> Table:
 
 _TORCH_RE = re.compile(r"^(\d+)([FBIW])(\d+)$")
 _OVERLAP_RE = re.compile(r"^\(([^;()]+);([^;()]+)\)OVERLAP_F_B$")
+# actions torch writes that compute nothing pipetab models: gradient reduction and FSDP
+# (un)sharding per stage, and the sends and receives of the compute_comms form
+_TORCH_SKIPPED = re.compile(r"^\d+(REDUCE_GRAD|UNSHARD|RESHARD|(SEND|RECV)_[FB]\d+)$")
 
 
 def _torch_action(ops: list[Op], letters: dict[Kind, str]) -> str:
@@ -357,7 +364,7 @@ def from_torch_csv(text: str, name: str = "", slots=None) -> Table:
         parsed = []
         for c, cell in enumerate(row):
             cell = cell.strip()
-            if cell:
+            if cell and not _TORCH_SKIPPED.match(cell):
                 actions, pair = _torch_ops(cell, f"row {d + 1}, column {c + 1}")
                 for stage, _, _ in actions:
                     if stage2dev.setdefault(stage, d) != d:
@@ -392,3 +399,60 @@ def from_torch_csv(text: str, name: str = "", slots=None) -> Table:
     sched = Schedule(name or "torch", placement, (0,) * (max(mbs) + 1), tuple(map(tuple, orders)),
                      split_backward=split, blocks=blocks)
     return layout(sched, slots or SlotDurations())
+
+
+# ---- the stage -> rank layout torch and torchtitan need -----------------------------------
+
+TORCHTITAN_V = ("ZBVZeroBubble", "DualPipeV")  # torchtitan places stages in a V for these names
+
+
+def torch_layout(schedule) -> dict:
+    """What a torch CSV of ``schedule`` (one pipeline) leaves out: which rank holds which
+    stage, and the torchtitan settings that build that placement. torchtitan places the
+    stages from the schedule's *name* -- a V (rank r holds stages r and 2R-1-r) for
+    ZBVZeroBubble and DualPipeV, a loop (rank r holds r, r+R, ...) for every other -- also
+    when the order comes from ``pipeline_parallel_schedule_csv``. ``style`` is "loop", "v",
+    or None (no torchtitan layout builds it: ``warning`` says why)."""
+    stage2dev = schedule.placement.stage2device
+    if len(stage2dev) != 1:
+        raise ValueError("torch CSV holds one pipeline; this schedule has several (e.g. Chimera)")
+    ranks, stages = schedule.num_devices, list(stage2dev[0])
+    per = len(stages) // ranks if len(stages) % ranks == 0 else 0
+    loop = per > 0 and all(d == s % ranks for s, d in enumerate(stages))
+    vee = per == 2 and all(d == (s if s < ranks else 2 * ranks - 1 - s) for s, d in enumerate(stages))
+    style = "loop" if loop else "v" if vee else None
+    layout = {r: [s for s, d in enumerate(stages) if d == r] for r in range(ranks)}
+    out: dict = {"ranks": ranks, "stages": len(stages), "stages_per_rank": per or None, "style": style,
+                 "stage_to_rank": stages, "rank_stages": layout, "warning": None, "torchtitan": None}
+    if style is None:
+        out["warning"] = ("no torchtitan layout builds this placement (torchtitan places stages in a loop, or in a "
+                          "V for ZBVZeroBubble and DualPipeV); torch's runtime runs it with stages placed by hand "
+                          "as 'rank_stages' says")
+        return out
+    name = TORCHTITAN_V[0] if style == "v" else ("Interleaved1F1B" if per > 1 else "1F1B")
+    out["torchtitan"] = {
+        "parallelism.pipeline_parallel_degree": ranks,
+        "parallelism.pipeline_parallel_schedule": name,
+        "parallelism.pipeline_parallel_schedule_csv": "FILE.csv",
+        "stages": len(stages),
+        "microbatches": schedule.num_microbatches,
+    }
+    return out
+
+
+def torch_layout_lines(schedule) -> list[str]:
+    """``torch_layout`` as lines for people (the CLI prints them on stderr beside a CSV)."""
+    lay = torch_layout(schedule)
+    shown = "; ".join(f"rank {r}: stages {', '.join(map(str, ss))}" for r, ss in list(lay["rank_stages"].items())[:8])
+    more = f"; ... ({lay['ranks']} ranks)" if lay["ranks"] > 8 else ""
+    lines = [f"stage -> rank ({lay['style'] or 'neither loop nor V'}): {shown}{more}"]
+    if lay["warning"]:
+        return [*lines, f"warning: {lay['warning']}"]
+    t = lay["torchtitan"]
+    lines.append(f"torchtitan: --parallelism.pipeline_parallel_degree {t['parallelism.pipeline_parallel_degree']} "
+                 f"--parallelism.pipeline_parallel_schedule {t['parallelism.pipeline_parallel_schedule']} "
+                 "--parallelism.pipeline_parallel_schedule_csv FILE.csv")
+    lines.append(f"  the model split into {t['stages']} stages (pipeline_parallel_layers_per_stage = layers / "
+                 f"{t['stages']}), {t['microbatches']} microbatches per step (local batch / "
+                 "pipeline_parallel_microbatch_size)")
+    return lines

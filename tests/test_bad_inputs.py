@@ -168,6 +168,20 @@ FILES = {
     "sweep_stages.toml": SWEEP.replace("stages = [4]", "stages = [1]"),
     "sweep_empty.toml": SWEEP.replace('schedules = ["1f1b"]', "schedules = []"),
     "sweep_deep.toml": "a = " + "[" * 100_000 + "]" * 100_000 + "\n",
+    "sweep_escape.toml": 'name = "../../x"\n' + SWEEP,
+    "sweep_control.toml": 'name = "a\\u001b[31mb"\n' + SWEEP,
+    "sweep_billions.toml": SWEEP.replace("stages = [4]", "stages = [" + ",".join(map(str, range(2, 1002))) + "]")
+    .replace("microbatches = [8]", "microbatches = [" + ",".join(map(str, range(1, 5001))) + "]"),
+    "sweep_profile_stages.toml": SWEEP.replace('systems = ["mid_nw_mid_cp"]', 'profiles = ["prof_ok.toml"]')
+    .replace("stages = [4]", "stages = [8]"),
+    # profiles: what they measured (checked), impossible speeds, overflowing spans
+    "prof_recorded.toml": PROFILE.replace('summary = "test profile"', 'summary = "test profile"\nmodel = "tiny_gpt"'
+                                          '\nseq_len = 128\ngpu = "H100"\npeak_flops = 989e12'),
+    "prof_too_fast.toml": PROFILE.replace('summary = "test profile"', 'summary = "test profile"\nmodel = "llama3_8b"'
+                                          '\nseq_len = 8192\npeak_flops = 989e12').replace("layers = 2", "layers = 8"),
+    "prof_span.toml": PROFILE.replace("forward = 2.0", "forward = 2e-17"),
+    "prof_peak_inf.toml": PROFILE.replace('summary = "test profile"', 'summary = "test profile"\npeak_flops = inf'),
+    "prof_layers_many.toml": PROFILE.replace("layers = 2", "layers = 2000"),
     # tables for check
     "empty.json": "",
     "deep.json": "[" * 100_000 + "]" * 100_000,
@@ -224,9 +238,15 @@ def files(tmp_path_factory) -> Path:
     (root / "folder.toml").mkdir()
     (root / "folder.html").mkdir()
     (root / "folder.png").mkdir()
+    (root / "folder.csv").mkdir()
     os.mkfifo(root / "fifo.json")
     os.mkfifo(root / "fifo.toml")
     os.symlink("/dev/zero", root / "zero.json")
+    for suffix in ("html", "png", "csv"):
+        os.mkfifo(root / f"fifo.{suffix}")
+    (root / "victim.txt").write_text("not yours to overwrite\n")
+    for suffix in ("html", "png", "json", "toml", "csv", "sqlite"):
+        os.symlink(root / "victim.txt", root / f"link.{suffix}")
     return root
 
 
@@ -291,8 +311,9 @@ CASES += [
     ("evaluate-solver-unknown", ["evaluate", "1f1b", *S4, "--solver", "gurobi"], "--solver"),
     ("evaluate-format-unknown", ["evaluate", "1f1b", *S4, "--format", "xml"], "--format"),
     ("evaluate-recompute-unknown", ["evaluate", "1f1b", *S4, *SYS, "--recompute", "some"], "--recompute"),
-    ("evaluate-batch-split", ["evaluate", "1f1b", "-S", "4", "-B", "3", *SYS], "global batch"),
-    ("evaluate-batch-too-many", ["evaluate", "1f1b", "-S", "4", "-B", "1024", *SYS], "global batch"),
+    ("evaluate-batch-split", ["evaluate", "1f1b", "-S", "4", "-B", "3", *SYS, "--model", "paper_gpt"], "global batch"),
+    ("evaluate-batch-too-many", ["evaluate", "1f1b", "-S", "4", "-B", "1024", *SYS, "--model", "paper_gpt"],
+     "global batch"),
     ("evaluate-system-unknown", ["evaluate", "1f1b", *S4, "--system", "cray"], "system"),
     ("evaluate-system-missing-file", ["evaluate", "1f1b", *S4, "--system", "{d}/none.toml"], "none.toml"),
     ("evaluate-system-folder", ["evaluate", "1f1b", *S4, "--system", "{d}/folder.toml"], "folder.toml"),
@@ -656,6 +677,89 @@ MAIN_CASES = [
 ]
 CASES += [c for c in MAIN_CASES if c[0] not in {x[0] for x in CASES}]
 
+# issue 29: huge numbers, unsafe outputs, checked inputs, sweeps, options that change nothing
+BIG = str(2**40)
+ISSUE29 = [
+    # size guards before work, on every command (each hung, overflowed or ran past a minute)
+    ("evaluate-dp-huge", ["evaluate", "1f1b", *S4, *SYS, "--dp", BIG], "dp"),
+    ("evaluate-tp-huge", ["evaluate", "1f1b", *S4, *SYS, "--tp", BIG], "tp"),
+    ("evaluate-gpus-too-many", ["evaluate", "1f1b", *S4, *SYS, "--tp", "1024", "--dp", "1024"], "GPUs"),
+    ("evaluate-microbatch-size-huge", ["evaluate", "1f1b", *S4, *SYS, "--microbatch-size", BIG], "microbatch size"),
+    ("evaluate-seq-huge", ["evaluate", "1f1b", *S4, *SYS, "--seq", BIG], "sequence length"),
+    ("evaluate-global-batch-huge", ["evaluate", "1f1b", *S4, *SYS, "--global-batch", BIG], "global batch"),
+    ("evaluate-slots-huge", ["evaluate", "1f1b", *S4, "--forward-slots", str(2**62)], "forward slots"),
+    ("table-slots-huge", ["table", "1f1b", *S4, "--backward-slots", str(2**62)], "backward slots"),
+    ("view-chunks-huge", ["view", "interleaved", *S4, "--chunks", str(2**20)], "chunks"),
+    ("search-stages-huge", ["search", "-S", "100000", "-B", "8"], "stages"),
+    ("search-microbatches-huge", ["search", "-S", "4", "-B", "1000000000"], "ops"),
+    ("search-chunks-huge", ["search", *S4, "--placement", "interleaved", "--chunks", str(2**20)], "--chunks"),
+    ("search-waves-huge", ["search", *S4, "--placement", "wave", "--waves", str(2**20)], "--waves"),
+    ("search-devices-huge", ["search", *S4, "--placement", "free", "--devices", BIG], "stages"),
+    ("bound-dp-huge", ["bound", *S4, *SYS, "--dp", BIG], "dp"),
+    ("search-memory-cap-overflow", ["search", *S4, *SYS, "--memory-cap", "1e400"], "--memory-cap"),
+    ("bound-memory-cap-huge", ["bound", *S4, *SYS, "--memory-cap", "1e30"], "--memory-cap"),
+    ("search-tick-inf", ["search", *S4, *SYS, "--tick", "inf"], "--tick"),
+    ("search-tick-tiny", ["search", *S4, *SYS, "--tick", "1e-15"], "--tick"),
+    ("bound-tick-too-fine", ["bound", *S4, *SYS, "--model", "paper_gpt", "--tick", "1e-11"], "ticks"),
+    ("evaluate-cpsat-tick-too-fine", ["evaluate", "1f1b", *S4, *SYS, *CP, "--tick", "1e-12"], "ticks"),
+    ("plan-nodes-huge", [*PLAN[:3], "--nodes", BIG, *PLAN[5:]], "nodes"),
+    ("plan-gpus-per-node-huge", [*PLAN[:5], "--gpus-per-node", BIG, *PLAN[7:]], "gpus per node"),
+    ("plan-gpus-too-many", [*PLAN[:3], "--nodes", "100000", "--gpus-per-node", "1000", *PLAN[7:]], "GPUs"),
+    ("plan-top-huge", [*PLAN, "--top", BIG], "top"),
+    ("plan-cpsat-shapes-huge", [*PLAN, "--cpsat-shapes", BIG], "cpsat shapes"),
+    ("plan-microbatch-sizes-huge", [*PLAN, "--microbatch-sizes", f"1,{BIG}"], "microbatch sizes"),
+    ("search-profile-span", ["search", *S4, "--profile", "{d}/prof_span.toml"], "span"),
+    ("evaluate-profile-peak-inf", ["evaluate", "1f1b", *S4, "--profile", "{d}/prof_peak_inf.toml"], "peak_flops"),
+    # outputs: FIFOs, folders, planted links (never followed), a full disk
+    ("view-output-fifo", ["view", "1f1b", *S4, "-o", "{d}/fifo.html"], "not a regular file"),
+    ("view-output-link", ["view", "1f1b", *S4, "-o", "{d}/link.html"], "symbolic link"),
+    ("evaluate-plot-fifo", ["evaluate", "1f1b", *S4, *SYS, "--plot", "{d}/fifo.png"], "not a regular file"),
+    ("evaluate-plot-link", ["evaluate", "1f1b", *S4, *SYS, "--plot", "{d}/link.png"], "symbolic link"),
+    ("evaluate-trace-fifo", ["evaluate", "1f1b", *S4, *SYS, "--trace", "{d}/fifo.json"], "not a regular file"),
+    ("evaluate-trace-link", ["evaluate", "1f1b", *S4, *SYS, "--trace", "{d}/link.json"], "symbolic link"),
+    ("table-plot-fifo", ["table", "1f1b", *S4, "--plot", "{d}/fifo.png"], "not a regular file"),
+    ("plan-plot-fifo", [*PLAN, "--plot", "{d}/fifo.png"], "not a regular file"),
+    ("plan-plot-link", [*PLAN, "--plot", "{d}/link.png"], "symbolic link"),
+    ("plan-html-fifo", [*PLAN, "--html", "{d}/fifo.html"], "not a regular file"),
+    ("plan-html-link", [*PLAN, "--html", "{d}/link.html"], "symbolic link"),
+    ("plan-html-folder", [*PLAN, "--html", "{d}/folder.html"], "folder"),
+    ("plan-html-suffix", [*PLAN, "--html", "{d}/p.txt"], "--html"),
+    ("plan-html-device", [*PLAN, "--html", "/dev/full"], "--html"),
+    ("calibrate-out-fifo", ["calibrate", "{d}/prof_ok.toml", *CAL, "--out", "{d}/fifo.toml"], "not a regular file"),
+    ("calibrate-out-link", ["calibrate", "{d}/prof_ok.toml", *CAL, "--out", "{d}/link.toml"], "symbolic link"),
+    ("sweep-export-fifo", ["sweep", "{d}/sweep_ok.toml", "--export", "{d}/fifo.csv"], "not a regular file"),
+    ("sweep-export-link", ["sweep", "{d}/sweep_ok.toml", "--export", "{d}/link.csv"], "symbolic link"),
+    ("sweep-export-folder", ["sweep", "{d}/sweep_ok.toml", "--export", "{d}/folder.csv"], "folder"),
+    ("sweep-db-link", ["sweep", "{d}/sweep_ok.toml", "--db", "{d}/link.sqlite"], "symbolic link"),
+    # sweeps: a name escaping results/, control characters, a grid of billions, failed rows
+    ("sweep-name-escapes", ["sweep", "{d}/sweep_escape.toml"], "plain file name"),
+    ("sweep-name-control", ["sweep", "{d}/sweep_control.toml"], "plain file name"),
+    ("sweep-grid-billions", ["sweep", "{d}/sweep_billions.toml"], "configurations"),
+    ("sweep-profile-other-stages", ["sweep", "{d}/sweep_profile_stages.toml", "--db", "{d}/ps.sqlite", "--quiet"],
+     "describes 4 pipeline devices"),
+    # checked inputs: a profile of another model, sequence or GPU; impossible speeds
+    ("plan-profile-other-model", [*PLAN[:1], "--model", "llama3_8b", *PLAN[3:], "--profile", "{d}/prof_recorded.toml"],
+     "'tiny_gpt'"),
+    ("plan-profile-other-seq", [*PLAN, "--seq", "256", "--profile", "{d}/prof_recorded.toml"], "128 tokens"),
+    ("plan-profile-other-gpu", [*PLAN, "--gpu", "A100", "--profile", "{d}/prof_recorded.toml"], "989 TFLOP/s"),
+    ("evaluate-profile-model-recorded", ["evaluate", "1f1b", *S4, "--profile", "{d}/prof_recorded.toml", "--model",
+                                         "llama3_8b"], "'tiny_gpt'"),
+    ("evaluate-profile-too-fast", ["evaluate", "1f1b", *S4, "--profile", "{d}/prof_too_fast.toml"], "faster than"),
+    ("bound-profile-too-fast", ["bound", *S4, "--profile", "{d}/prof_too_fast.toml"], "faster than"),
+    ("calibrate-profile-too-fast", ["calibrate", "{d}/prof_too_fast.toml", "--model", "llama3_8b", "--system",
+                                    "dgx_h100_ib"], "faster than"),
+    ("calibrate-layers-beyond-model", ["calibrate", "{d}/prof_layers_many.toml", *CAL], "more than the 16"),
+    # options that change nothing, problems with no answer but an immediate one
+    ("evaluate-selective-flash", ["evaluate", "1f1b", *S4, *LLAMA, "--recompute", "selective"], "changes nothing"),
+    ("plan-selective-flash", [*PLAN[:1], "--model", "llama3_8b", *PLAN[3:], "--recompute", "selective"],
+     "changes nothing"),
+    ("search-persistent-beyond-gpu", ["search", *S4, "--placement", "bidirectional", "--partition", "free",
+                                      "--system", "fast_nw_mid_cp", "--model", "paper_gpt"], "no schedule fits"),
+    ("evaluate-torch-csv-two-pipelines", ["evaluate", "chimera", *S4, "--format", "torch-csv"], "one pipeline"),
+    ("evaluate-torch-csv-solver", ["evaluate", "1f1b", *S4, "--format", "torch-csv", *CP], "--solver"),
+]
+CASES += ISSUE29
+
 
 @pytest.fixture
 def alarm():
@@ -694,6 +798,77 @@ def test_bad_input_is_one_clear_line(argv, fragment, files, capsys, alarm, monke
     assert "Traceback" not in err and fragment in lines[0], lines[0]
     command = argv[0] if argv and not argv[0].startswith("-") and argv[0] in COMMANDS else None
     assert lines[0].startswith(f"pipetab {command}: error: " if command else "pipetab: error: "), lines[0]
+
+
+@pytest.mark.parametrize("argv", [["schedules"], ["table", "1f1b", "-S", "4", "-B", "8"], ["models"], ["systems"],
+                                  ["evaluate", "1f1b", "-S", "4", "-B", "8"], ["check", "README.md"],
+                                  ["schedules", "--format", "json"],
+                                  ["plan", "--model", "tiny_gpt", "--nodes", "1", "--gpus-per-node", "2",
+                                   "--global-batch", "4", "--quiet"]])
+def test_a_closed_stdout_is_one_line(argv):
+    proc = subprocess.run([sys.executable, "-m", "pipetab.cli", *argv], stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE, text=True, timeout=60, pass_fds=(),
+                          preexec_fn=lambda: os.close(1))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        f"pipetab {argv[0]}: error: standard output is closed, so nothing could be printed; "
+        "redirect it to a file or /dev/null"]
+
+
+def test_a_broken_pipe_ends_quietly():
+    proc = subprocess.Popen([sys.executable, "-m", "pipetab.cli", "table", "1f1b", "-S", "8", "-B", "4000"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.read(100)  # the reader wants no more
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 0 and err == ""
+
+
+def test_a_planted_link_is_not_followed(files, capsys, monkeypatch):
+    monkeypatch.chdir(files)
+    before = (files / "victim.txt").read_text()
+    for argv in (["view", "1f1b", *S4, "-o", "link.html"], ["evaluate", "1f1b", *S4, *SYS, "--trace", "link.json"]):
+        assert main(argv) == 2
+    capsys.readouterr()
+    assert (files / "victim.txt").read_text() == before and (files / "link.html").is_symlink()
+
+
+def test_a_full_disk_leaves_no_partial_file(tmp_path, capsys, monkeypatch):
+    """The page is written to a temporary file beside the target, renamed only when
+    complete: a write failing half-way (ENOSPC) leaves the old file and nothing else."""
+    import errno
+
+    from pipetab.view import plan_page  # noqa: F401 (the module whose writer fails below)
+
+    target = tmp_path / "v.html"
+    target.write_text("the old page\n")
+
+    def half_then_full(self, text, *a, **kw):
+        with open(self, "w") as fh:
+            fh.write(text[: len(text) // 2])
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr("pathlib.Path.write_text", half_then_full)
+    code = main(["view", "1f1b", *S4, "-o", str(target)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and err == [f"pipetab view: error: --output {str(target)!r} cannot be written: "
+                                 "No space left on device"]
+    assert target.read_text() == "the old page\n" and sorted(p.name for p in tmp_path.iterdir()) == ["v.html"]
+
+
+def test_control_characters_from_files_are_shown_escaped(tmp_path, capsys):
+    model = tmp_path / "evil.toml"
+    model.write_text(FILES_MODEL_EVIL)
+    assert main(["models", str(model)]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\\x1b[2J" in out
+    bad = tmp_path / "bad.toml"
+    bad.write_text(FILES_MODEL_EVIL + "colour = 1\n")
+    assert main(["models", str(bad)]) == 2
+    assert "\x1b" not in capsys.readouterr().err
+
+
+FILES_MODEL_EVIL = MODEL.replace('summary = "test model"', 'summary = "clear \\u001b[2J the screen"')
 
 
 def test_stdout_on_a_full_disk_is_one_line():

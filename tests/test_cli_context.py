@@ -49,7 +49,8 @@ def test_the_context_options_give_the_api_costs(capsys):
 def test_global_batch_and_sequence_set_the_microbatch(capsys):
     # paper_gpt: global batch 512, so 512 / 8 = 64 sequences per microbatch by default;
     # --global-batch 64 makes it 8, the same as --microbatch-size 8
-    base = ["evaluate", "1f1b", "-S", "4", "-B", "8", "--system", "mid_nw_mid_cp", "--seq", "1024"]
+    base = ["evaluate", "1f1b", "-S", "4", "-B", "8", "--system", "mid_nw_mid_cp", "--model", "paper_gpt",
+            "--seq", "1024"]
     by_batch = run_json(capsys, *base, "--global-batch", "64")
     by_size = run_json(capsys, *base, "--microbatch-size", "8")
     default = run_json(capsys, *base)
@@ -101,7 +102,7 @@ def _levels(doc: dict) -> dict:
 ])
 def test_tp_dp_one_and_the_models_own_batch_give_todays_numbers(capsys, extra):
     for name in ("1f1b", "chimera"):
-        base = ["evaluate", name, "-S", "4", "-B", "8", "--system", "mid_nw_mid_cp"]
+        base = ["evaluate", name, "-S", "4", "-B", "8", "--system", "mid_nw_mid_cp", "--model", "paper_gpt"]
         assert _levels(run_json(capsys, *base, *extra)) == _levels(run_json(capsys, *base))
 
 

@@ -32,7 +32,7 @@ def _refused(capsys, *argv):
     (("table", "1f1b", "-S", str(limits.MAX_DEVICES + 1), "-B", "1"), "at most 1024 devices"),
     (("table", "zbv", "-S", "128", "-B", str(limits.MAX_OPS // (6 * 128) + 1)), "ops"),
     (("table", "1f1b", "-S", "128", "-B", str(limits.MAX_GRID_CELLS // 256 + 1)), "use the CSV or JSON form"),
-    (("evaluate", "1f1b", "-S", "64", "-B", "1024", "--system", "mid_nw_mid_cp"),
+    (("evaluate", "1f1b", "-S", "64", "-B", "1024", "--system", "mid_nw_mid_cp", "--model", "paper_gpt"),
      "global batch 512 of model 'paper_gpt' cannot be split into 1024"),
 ])
 def test_beyond_the_limits_is_one_line_before_any_work(capsys, nothing_generated, argv, message):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+from pipetab.files import printable
 
 from . import common
 from .common import emit_json
@@ -30,16 +30,20 @@ def run(args) -> None:
     out = common.output_path(args.out, "--out", (".toml",)) if args.out else None
     profile = load_profile(args.profile)
     model, system = load_model(args.model), load_system(args.system)
+    from .hardware_args import check_recompute
+
+    check_recompute(args.recompute, model)
     fit = calibrate(profile, model, system, recompute=args.recompute)
-    out = out or Path(f"{system.name}_calibrated.toml")
-    note = (f"{fit.system.name}: {system.name} with efficiencies fitted by 'pipetab calibrate' to profile "
-            f"{args.profile} for model {model.name}\n[F] fitted: compute_efficiency"
+    out = out or common.output_path(f"{system.name}_calibrated.toml", "--out", (".toml",))
+    note = (printable(f"{fit.system.name}: {system.name} with efficiencies fitted by 'pipetab calibrate' to profile "
+                      f"{args.profile} for model {model.name}") + "\n[F] fitted: compute_efficiency"
             + (", mem_efficiency" if fit.mem_identified else " (mem_efficiency kept: no memory-bound op)"))
     common.write_output(out, "--out", lambda p: p.write_text(system_to_toml(fit.system, note)))
     if args.format == "json":
         emit_json({**fit.as_dict(), "written": str(out)})
         return
-    print(f"calibrated {system.name} to {profile.name} ({model.name}, microbatch {profile.microbatch_size}):")
+    print(printable(f"calibrated {system.name} to {profile.name} ({model.name}, "
+                    f"microbatch {profile.microbatch_size}):"))
     print(f"  compute efficiency {fit.compute_efficiency:.3f} (was {system.device.compute_efficiency:g}), "
           f"memory efficiency {fit.mem_efficiency:.3f}"
           + ("" if fit.mem_identified else " (kept: every op is compute-bound)"))
@@ -47,4 +51,4 @@ def run(args) -> None:
     for o in fit.ops:
         print(f"  {o.kind:<3} {o.measured_s * 1e3:>10.3f}ms {o.fitted_s * 1e3:>10.3f}ms "
               f"{100 * o.error:>7.1f}% {o.efficiency:>17.3f}")
-    print(f"wrote {out}")
+    print(printable(f"wrote {out}"))

@@ -9,7 +9,12 @@ import sys
 from pathlib import Path
 
 from pipetab.schedules import registry
+from pipetab.schedules.limits import MAX_DEVICES
 from pipetab.schedules.table import SlotDurations
+
+# slots of one op: at most 2**30, so that a table of MAX_OPS ops ends within 2**53 slots
+# (integer times, numpy's int64 and the text grid stay exact)
+MAX_SLOTS = 2**30
 
 
 class UsageError(Exception):
@@ -24,7 +29,9 @@ class UsageError(Exception):
 def error_line(command: str | None, message: str) -> str:
     """The one error line of every command: ``pipetab COMMAND: error: MESSAGE`` (``pipetab:
     error: MESSAGE`` before a command is known), on one line whatever ``message`` holds."""
-    message = " ".join(str(message).split())
+    from pipetab.files import printable
+
+    message = printable(" ".join(str(message).split()))
     return f"pipetab {command}: error: {message}" if command else f"pipetab: error: {message}"
 
 
@@ -47,8 +54,9 @@ def enum_choice(enum):
     return parse
 
 
-def positive_int(name: str, minimum: int = 1):
-    """argparse type: an integer >= ``minimum``, else a one-line error naming ``name``."""
+def positive_int(name: str, minimum: int = 1, maximum: int | None = None):
+    """argparse type: an integer >= ``minimum`` (and <= ``maximum``), else a one-line error
+    naming ``name`` and the range allowed."""
 
     def parse(text: str) -> int:
         try:
@@ -57,24 +65,30 @@ def positive_int(name: str, minimum: int = 1):
             raise argparse.ArgumentTypeError(f"{name} must be an integer, got {text!r}") from None
         if value < minimum:
             raise argparse.ArgumentTypeError(f"{name} must be an integer >= {minimum}, got {value}")
+        if maximum is not None and value > maximum:
+            shown = f"{value}" if len(str(value)) <= 30 else f"{str(value)[:12]}... ({len(str(value))} digits)"
+            raise argparse.ArgumentTypeError(f"{name} must be an integer between {minimum} and {maximum:,}, "
+                                             f"got {shown}")
         return value
 
     parse.__name__ = name
     return parse
 
 
-def positive_float(name: str, maximum: float | None = None):
-    """argparse type: a finite number > 0 (and <= ``maximum``), else a one-line error
-    naming ``name``."""
+def positive_float(name: str, maximum: float | None = None, minimum: float | None = None):
+    """argparse type: a finite number > 0 (and within [``minimum``, ``maximum``]), else a
+    one-line error naming ``name``."""
 
     def parse(text: str) -> float:
         try:
             value = float(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{name} must be a number, got {text!r}") from None
-        if not math.isfinite(value) or value <= 0 or (maximum is not None and value > maximum):
+        if (not math.isfinite(value) or value <= 0 or (maximum is not None and value > maximum)
+                or (minimum is not None and value < minimum)):
+            least = f" and >= {minimum:g}" if minimum is not None else ""
             most = f" and <= {maximum:g}" if maximum is not None else ""
-            raise argparse.ArgumentTypeError(f"{name} must be a finite number > 0{most}, got {text!r}")
+            raise argparse.ArgumentTypeError(f"{name} must be a finite number > 0{least}{most}, got {text!r}")
         return value
 
     parse.__name__ = name
@@ -93,8 +107,9 @@ def add_schedule_args(p: argparse.ArgumentParser, name: bool = True, several: bo
                         "interleaved, ZB-V and DualPipeV hold several stages per device)")
     p.add_argument("--microbatches", "-B", type=positive_int("microbatches"), required=True,
                    help="microbatches per training step B")
-    p.add_argument("--waves", type=positive_int("waves"), default=None, help="Hanayo waves W (default 1)")
-    p.add_argument("--chunks", type=positive_int("chunks"), default=None,
+    p.add_argument("--waves", type=positive_int("waves", maximum=MAX_DEVICES), default=None,
+                   help="Hanayo waves W (default 1)")
+    p.add_argument("--chunks", type=positive_int("chunks", maximum=MAX_DEVICES), default=None,
                    help="interleaved chunks per device v (default 2)")
     p.add_argument("--split", default=None, help="chimera-asym layer split A:B (default 1:2)")
     p.add_argument("--overlap-pairs", default=None, metavar="on|off",
@@ -105,12 +120,12 @@ def add_schedule_args(p: argparse.ArgumentParser, name: bool = True, several: bo
 
 def add_slot_args(p: argparse.ArgumentParser, weight: bool = True) -> None:
     """--forward-slots, --backward-slots and (for split-backward schedules) --weight-slots."""
-    p.add_argument("--forward-slots", type=positive_int("forward slots"), default=1,
+    p.add_argument("--forward-slots", type=positive_int("forward slots", maximum=MAX_SLOTS), default=1,
                    help="slots of one forward (default 1)")
-    p.add_argument("--backward-slots", type=positive_int("backward slots"), default=2,
+    p.add_argument("--backward-slots", type=positive_int("backward slots", maximum=MAX_SLOTS), default=2,
                    help="slots of one backward; the input-gradient part when it is split (default 2)")
     if weight:
-        p.add_argument("--weight-slots", type=positive_int("weight slots"), default=None,
+        p.add_argument("--weight-slots", type=positive_int("weight slots", maximum=MAX_SLOTS), default=None,
                        help="slots of one weight-gradient op in split-backward schedules (default 1)")
 
 
@@ -168,6 +183,16 @@ def build_schedule(args, name: str | None = None, strict: bool = True):
     return schedule
 
 
+def schedule_title(args, name: str) -> str:
+    """``interleaved(chunks=2)``: the schedule with every option it takes, given or default
+    (a title that drops them cannot be told from another run)."""
+    from pipetab.plan.space import schedule_label
+
+    opts = {o.name: o.default for o in registry.spec(name).options}
+    opts.update(schedule_options(args, name, strict=False))
+    return schedule_label(name, opts)
+
+
 def split_backward_schedules() -> list[str]:
     """Registry names whose schedules split the backward (checked on a tiny instance)."""
     out = []
@@ -196,25 +221,49 @@ def slots_of(args) -> SlotDurations:
 
 
 def output_path(text: str, flag: str, suffixes: tuple[str, ...]) -> Path:
-    """An output file named on the command line: its suffix one of ``suffixes`` and its
-    folder existing (checked before any work)."""
+    """An output file named on the command line: its suffix one of ``suffixes``, its folder
+    existing, and it a regular file or new (never a link, FIFO, device or folder:
+    ``pipetab.files.check_target``), checked before any work."""
+    from pipetab.files import check_target
+
     path = Path(text)
     if path.suffix.lower() not in suffixes:
         raise UsageError(f"{flag} must end in {' or '.join(suffixes)}, got {text!r}")
-    if not path.parent.is_dir():
-        raise UsageError(f"{flag} {text!r}: folder {str(path.parent)!r} does not exist")
-    if path.is_dir():
-        raise UsageError(f"{flag} {text!r} is a folder, not a file")
-    return path
+    try:
+        return check_target(path, flag)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def write_output(path: Path, flag: str, write) -> None:
-    """Run ``write(path)``; a failure to write (full disk, no permission) becomes one line."""
+    """Run ``write(tmp)`` on a temporary file beside ``path`` and rename it onto ``path``
+    (``pipetab.files.write_atomic``); a failure to write (full disk, no permission) becomes
+    one line naming ``flag`` and leaves no partial file."""
+    from pipetab.files import write_atomic
+
     try:
-        write(path)
-    except OSError as exc:
-        raise UsageError(f"{flag} {str(path)!r} cannot be written: "
-                         f"{exc.strerror or exc}") from None
+        write_atomic(path, write, flag)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def torch_notes(schedule) -> None:
+    """Beside a torch CSV on stdout: its stage -> rank layout and the torchtitan settings
+    that build it (or a warning that none does), on stderr (``formats.torch_layout``)."""
+    from pipetab.schedules.formats import torch_layout_lines
+
+    for line in torch_layout_lines(schedule):
+        print(line, file=sys.stderr)
+
+
+def torch_csv_of(table, schedule, flag: str = "--format torch-csv") -> str:
+    """``table`` as torch CSV, or one line saying why it has none."""
+    from pipetab.schedules.formats import to_torch_csv
+
+    if schedule.num_pipelines > 1:
+        raise UsageError(f"{flag}: torch CSV holds one pipeline; {schedule.name} has {schedule.num_pipelines} "
+                         "(Chimera-style schedules cannot be written for torch)")
+    return to_torch_csv(table)
 
 
 def emit_json(doc) -> None:
@@ -246,7 +295,8 @@ def save_plot(fn, path: Path, *a, **kw) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(12, 3 + 0.35 * kw.pop("rows", 4)))
+    rows = kw.pop("rows", 4)
+    fig, ax = plt.subplots(figsize=(14, 2.6 + 0.32 * min(rows, 32)))
     try:
         fn(*a, ax=ax, **kw)
         fig.tight_layout()

@@ -17,12 +17,31 @@ hardware) whose ``costs(schedule)`` are the simulation's costs.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from pipetab.hardware.context import Context
+from pipetab.schedules.limits import MAX_DEVICES, check_size
 
 from . import common
 from .common import UsageError
+
+# the model of a hardware run without --model: GPT-3 2.7B (Brown et al. 2020) with one
+# sequence per microbatch, which fits an 80 GB GPU on every preset system from two stages
+# with 1F1B-like schedules (paper_gpt, the paper's model, needs TiB per GPU: the paper does
+# not cap memory)
+DEFAULT_MODEL = "gpt3_2p7b"
+DEFAULT_MICROBATCH_SIZE = 1  # with DEFAULT_MODEL only, when neither --microbatch-size nor --global-batch is given
+
+# sizes of the real-cluster options (docs/limits.md): beyond them no cluster exists, and the
+# arithmetic of a step would only hang or overflow
+MAX_TP = 1024
+MAX_GPUS = 2**20  # GPUs of one run (stages x tp x dp)
+MAX_MICROBATCH_SIZE = 2**20  # sequences
+MAX_GLOBAL_BATCH = 2**24  # sequences
+MAX_SEQ = 2**24  # tokens per sequence
+MAX_MEMORY_BYTES = 2.0**60  # --memory-cap: 1 EiB
+MAX_TICKS = 2**36  # a CP-SAT step in integer ticks: CP-SAT's domains stay within int64 over 10^6 ops
 
 # (attribute, flag, value when not given): the real-cluster options
 CLUSTER_OPTIONS = (
@@ -37,7 +56,8 @@ CLUSTER_OPTIONS = (
 def add_hardware_args(p) -> None:
     """--system, --model, --recompute, --contention, then ``add_context_args``."""
     p.add_argument("--system", help="system preset or TOML file; adds the simulation level")
-    p.add_argument("--model", default=None, help="model preset or TOML file (default: paper_gpt)")
+    p.add_argument("--model", default=None,
+                   help=f"model preset or TOML file (default: {DEFAULT_MODEL} with one sequence per microbatch)")
     p.add_argument("--recompute", choices=["none", "selective", "full"], default=None,
                    help="activation recomputation assumed for activation memory (default none)")
     p.add_argument("--contention", action="store_true",
@@ -56,12 +76,13 @@ def add_context_args(p) -> None:
     """--profile and the real-cluster options (module docstring)."""
     add_profile_arg(p)
     g = p.add_argument_group("real cluster (with --system; names and defaults as in 'pipetab plan')")
-    g.add_argument("--tp", type=common.positive_int("tp"), default=None,
+    g.add_argument("--tp", type=common.positive_int("tp", maximum=MAX_TP), default=None,
                    help="tensor-parallel GPUs per schedule device (default 1)")
-    g.add_argument("--dp", type=common.positive_int("dp"), default=None,
+    g.add_argument("--dp", type=common.positive_int("dp", maximum=MAX_GPUS), default=None,
                    help="data-parallel replicas of the pipeline (default 1)")
     add_parallel_switches(g)
-    g.add_argument("--microbatch-size", type=common.positive_int("microbatch size"), default=None,
+    g.add_argument("--microbatch-size", type=common.positive_int("microbatch size", maximum=MAX_MICROBATCH_SIZE),
+                   default=None,
                    help="sequences per microbatch (default: global batch / (dp x microbatches))")
     add_batch_args(g, required=False)
     g.add_argument("--ep", type=common.positive_int("ep"), default=None,
@@ -105,9 +126,10 @@ def add_parallel_switches(p) -> None:
 
 def add_batch_args(p, required: bool) -> None:
     """--global-batch and --seq (shared with ``pipetab plan``)."""
-    p.add_argument("--global-batch", type=common.positive_int("global batch"), default=None, required=required,
+    p.add_argument("--global-batch", type=common.positive_int("global batch", maximum=MAX_GLOBAL_BATCH), default=None,
+                   required=required,
                    help="sequences per training step" + ("" if required else " (default: the model's)"))
-    p.add_argument("--seq", type=common.positive_int("sequence length"), default=None,
+    p.add_argument("--seq", type=common.positive_int("sequence length", maximum=MAX_SEQ), default=None,
                    help="tokens per sequence (default: the model's)")
 
 
@@ -174,17 +196,27 @@ def cost_source(args, stages: int, microbatches: int) -> CostSource | None:
     """The costs named on the command line for a schedule on ``stages`` devices with
     ``microbatches`` microbatches (None: no hardware); every option that does not apply is
     refused, and the system, model or profile that cannot run the request, before anything
-    is generated."""
+    is generated. Without ``--model`` a hardware run takes ``DEFAULT_MODEL`` (and sets
+    ``args.model`` to it, so every later step names the same model)."""
+    check_sizes(args, stages, microbatches)
     recompute = getattr(args, "recompute", None)
     recompute = None if recompute in (None, "none") else recompute
     contention = bool(getattr(args, "contention", False))
     if args.profile is not None:
+        profile = load_profile_arg(args)
+        recorded = {"--system": profile.gpu_label, "--model": profile.model and repr(profile.model),
+                    "--seq": profile.seq_len and f"{profile.seq_len} tokens",
+                    "--recompute": profile.recompute and repr(profile.recompute)}
+        values = {"--seq": getattr(args, "seq", None)}
         for flag, given in (("--system", args.system), ("--model", args.model), ("--recompute", recompute),
                             *((f, True) for f in given_cluster_options(args))):
             if given:
-                raise UsageError(f"{flag} does not apply with --profile (the profile's measured times fix "
-                                 "the system, model, parallel split, microbatch size and recomputation)")
-        return _profile_source(args.profile, stages, contention)
+                shown = given if isinstance(given, str) else values.get(flag)
+                what = f" (it records {recorded[flag]})" if recorded.get(flag) else ""
+                raise UsageError(f"{flag}{'' if shown is None else f' {shown}'} does not apply with --profile: the "
+                                 "profile's measured times fix the system, model, parallel split, microbatch size "
+                                 f"and recomputation{what}")
+        return _profile_source(args.profile, profile, stages, contention)
     if not args.system:
         for flag, given in (("--model", args.model), ("--recompute", recompute), ("--contention", contention),
                             *((f, True) for f in given_cluster_options(args))):
@@ -195,14 +227,83 @@ def cost_source(args, stages: int, microbatches: int) -> CostSource | None:
     return _system_source(args, stages, microbatches, recompute or "none", contention)
 
 
-def _profile_source(path: str, stages: int, contention: bool) -> CostSource:
-    from pipetab.hardware.profile import load_profile
+def check_sizes(args, stages: int, microbatches: int) -> None:
+    """Size and number guards of every command that prices a schedule, before any work:
+    the pipeline's devices and ops (``schedules.limits``), the GPUs of the run, a finite
+    ``--memory-cap`` and ``--tick``."""
+    chunks = getattr(args, "chunks", None) or 2
+    waves = getattr(args, "waves", None) or 1
+    placement = str(getattr(args, "placement", "") or "")
+    per_microbatch = stages * {"interleaved": chunks, "wave": 2 * waves, "v": 2}.get(placement, 1)
+    devices = getattr(args, "devices", None) or stages
+    if placement == "interleaved" and chunks > MAX_DEVICES:
+        raise UsageError(f"--chunks must be at most {MAX_DEVICES}, got {chunks}")
+    if placement == "wave" and waves > MAX_DEVICES:
+        raise UsageError(f"--waves must be at most {MAX_DEVICES}, got {waves}")
+    kinds = 3 if getattr(args, "split_backward", False) else 2
+    try:
+        check_size(max(stages, devices), microbatches * per_microbatch * kinds,
+                   f"S={stages}, B={microbatches}" + (f" with {per_microbatch // stages} stages per device"
+                                                      if per_microbatch > stages else ""))
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    tp, dp = getattr(args, "tp", None) or 1, getattr(args, "dp", None) or 1
+    if stages * tp * dp > MAX_GPUS:
+        raise UsageError(f"stages x tp x dp = {stages} x {tp} x {dp} GPUs is more than the {MAX_GPUS:,} "
+                         "pipetab plans for")
+    cap = getattr(args, "memory_cap", None)
+    if cap is not None and not (math.isfinite(cap) and cap <= MAX_MEMORY_BYTES):
+        raise UsageError(f"--memory-cap must be a finite number of bytes at most {MAX_MEMORY_BYTES:.3g} "
+                         f"(1 EiB), got {cap:g}")
+    tick = getattr(args, "tick", None)
+    if tick is not None and not (math.isfinite(tick) and tick >= 1e-12):
+        raise UsageError(f"--tick must be a finite number of seconds >= 1e-12 (a picosecond), got {tick:g}")
 
-    profile = load_profile(path)
+
+def check_ticks(schedule, costs, tick_s: float | None, ticks_per_op: int, flag: str = "--tick") -> None:
+    """``schedule``'s step on ``costs`` in ticks of ``tick_s`` (default: 1/``ticks_per_op``
+    of the shortest op) must stay within ``MAX_TICKS``: ``UsageError`` otherwise (a tick far
+    too small, or op times spanning too many orders of magnitude)."""
+    if costs.unit != "s":
+        return
+    tick = tick_s or costs.default_tick(ticks_per_op)
+    work = sum(costs.duration(op) for order in schedule.orders for op in order) + sum(costs.optimizer_time)
+    shortest = min(costs.op_time.values())
+    if work / tick > MAX_TICKS:
+        given = f"{flag} {tick:g} s" if tick_s else f"the default tick ({tick:.3g} s, 1/{ticks_per_op} of the " \
+                                                      f"shortest op, {shortest:.3g} s)"
+        raise UsageError(f"{given} counts the step's {work:.3g} s of work in {work / tick:.3g} ticks, more than "
+                         f"the {MAX_TICKS:.3g} CP-SAT's integers hold; give a coarser --tick (or op times of a "
+                         "narrower range)")
+
+
+def _profile_source(path: str, profile, stages: int, contention: bool) -> CostSource:
     if profile.num_stages is not None and profile.num_stages != stages:
         raise UsageError(f"--profile {path} describes {profile.num_stages} pipeline devices but --stages is "
                          f"{stages}: profile the same number of stages or give 'stages' only in [default]")
+    check_profile_possible(profile, stages)
     return CostSource(contention=contention, profile=profile, profile_path=path)
+
+
+def check_profile_possible(profile, stages: int, model=None, peak_flops: float | None = None, where: str = "") -> None:
+    """``hardware.profile.check_possible`` on the model and GPU peak given, else the ones the
+    profile records (skipped when neither is known)."""
+    from pipetab.hardware.loaders import load_model
+    from pipetab.hardware.profile import check_possible
+
+    if model is None and profile.model is not None:
+        try:
+            model = load_model(profile.model)
+        except ValueError:
+            return  # a model file elsewhere: its FLOPs are not known here
+        if profile.seq_len is not None:
+            from dataclasses import replace
+
+            model = replace(model, seq_len=profile.seq_len)
+    peak = peak_flops or profile.peak_flops
+    if model is None or peak is None:
+        return
+    check_possible(profile, model, peak, stages, where)
 
 
 def context_of(args, recompute: str = "none") -> Context:
@@ -224,16 +325,30 @@ def context_of(args, recompute: str = "none") -> Context:
         raise UsageError(str(exc)) from None
 
 
+def check_recompute(recompute: str, model, flag: str = "--recompute") -> None:
+    """Selective recomputation drops the stored attention scores and nothing else: on a
+    model with fused (flash) attention, which stores none, it changes nothing -- refused."""
+    if str(recompute) == "selective" and model.attention == "flash":
+        raise UsageError(f"{flag} selective changes nothing on model {model.name!r}: its fused (flash) attention "
+                         "stores no attention scores, the only activations selective recomputation drops; "
+                         "use none or full")
+
+
 def _system_source(args, stages: int, microbatches: int, recompute: str, contention: bool) -> CostSource:
     from pipetab.hardware.loaders import load_model, load_system
     from pipetab.solver.pricing import check_hardware
 
+    if args.model is None:  # the default model, as every later step (labels, partitions) names it
+        args.model = DEFAULT_MODEL
+        if args.microbatch_size is None and args.global_batch is None:
+            args.microbatch_size = DEFAULT_MICROBATCH_SIZE
     ctx = context_of(args, recompute)
     b, gb = args.microbatch_size, args.global_batch
     if b is not None and gb is not None and gb != ctx.dp * microbatches * b:
         raise UsageError(f"--global-batch {gb} must be dp x microbatches x --microbatch-size = "
                          f"{ctx.dp} x {microbatches} x {b} = {ctx.dp * microbatches * b} (or give one of them)")
-    model = load_model(args.model or "paper_gpt")
+    model = load_model(args.model)
+    check_recompute(recompute, model)
     ctx.check(ctx.apply(model))
     system = load_system(args.system)
     if system.num_devices is not None and stages * ctx.tp * ctx.dp > system.num_devices:
@@ -252,9 +367,40 @@ def check_context(args, num_devices: int, num_microbatches: int) -> None:
 
 
 def costs_of(args, schedule):
-    """``schedule``'s costs from the command line's options (None without hardware)."""
+    """``schedule``'s costs from the command line's options (None without hardware),
+    checked to fit CP-SAT's integer ticks (``check_ticks``)."""
+    from pipetab.solver.costs import SEARCH_TICKS_PER_OP
+
     source = cost_source(args, schedule.num_devices, schedule.num_microbatches)
-    return None if source is None else source.costs(schedule)
+    if source is None:
+        return None
+    costs = source.costs(schedule)
+    check_ticks(schedule, costs, getattr(args, "tick", None), SEARCH_TICKS_PER_OP)
+    check_persistent(args, costs)
+    return costs
+
+
+def check_persistent(args, costs) -> None:
+    """A search or bound whose weights, gradients and optimizer state alone exceed a
+    device's memory has no schedule: answered at once with what to change. With the
+    partition free, the devices' average is what every split must hold at least."""
+    caps = [getattr(args, "memory_cap", None) or c for c in costs.capacity]
+    persistent = list(costs.persistent)
+    if not persistent or any(c is None for c in caps):
+        return
+    partition = getattr(args, "partition", None)
+    free = partition is not None and getattr(partition, "mode", "even") == "free"
+    if free:
+        need, where = sum(persistent) / len(persistent), "on average over the devices (any layer split)"
+        over = need > min(caps)
+    else:
+        worst = max(range(len(persistent)), key=lambda d: persistent[d] - caps[d])
+        need, where = persistent[worst], f"on device {worst}"
+        over = need > caps[worst]
+    if over:
+        raise UsageError(f"no schedule fits: weights, gradients and optimizer state alone need {need / 2**30:.4g} GiB "
+                         f"{where}, more than the {min(caps) / 2**30:.4g} GiB of device memory; use more stages, "
+                         "--tp, --dp with --zero, a smaller --model or a larger --memory-cap")
 
 
 def costs_label(args) -> str:

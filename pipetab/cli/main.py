@@ -52,7 +52,8 @@ def cmd_table(args) -> None:
     if plot:
         from pipetab.plot import plot_table
 
-        common.save_plot(plot_table, plot, table, title=f"{args.name}  S={args.stages} B={args.microbatches}")
+        common.save_plot(plot_table, plot, table, rows=table.num_devices,
+                         title=f"{common.schedule_title(args, args.name)}  S={args.stages} B={args.microbatches}")
     if args.format == "json":
         sys.stdout.writelines(formats.json_chunks(table, schedule=args.name, stages=args.stages,
                                                   bubble_ratio=metrics.bubble_ratio))
@@ -61,6 +62,7 @@ def cmd_table(args) -> None:
         sys.stdout.writelines(formats.csv_chunks(table))
     elif args.format == "torch-csv":
         sys.stdout.write(formats.to_torch_csv(table))
+        common.torch_notes(schedule)
     else:
         sys.stdout.write(formats.to_text(table))
         print(f"makespan {metrics.makespan_slots:g} slots{columns_note(table)}, "
@@ -175,6 +177,11 @@ def main(argv: list[str] | None = None) -> int:
     Every error is one line, ``pipetab COMMAND: error: ...`` (``common.error_line``)."""
     argv = sys.argv[1:] if argv is None else list(argv)
     command = next((a for a in argv[:1] if a in COMMANDS), None)  # before parsing, for its errors
+    if sys.stdout is None or _closed(sys.stdout):
+        if sys.stderr is not None:
+            print(common.error_line(command, "standard output is closed, so nothing could be printed; "
+                                             "redirect it to a file or /dev/null"), file=sys.stderr)
+        return 2
     try:
         parser = build_parser()
         args = parser.parse_args(argv)
@@ -196,9 +203,26 @@ def main(argv: list[str] | None = None) -> int:
     except RecursionError:
         return _fail(command, "an input is nested too deeply")
     except KeyboardInterrupt:
+        import signal
+
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # one line, however often Ctrl-C is pressed
         print(common.error_line(command, "interrupted").replace(" error: ", " ", 1), file=sys.stderr)
         return 130
     return 0
+
+
+def _closed(stream) -> bool:
+    """Whether ``stream``'s file descriptor is closed (a shell's ``>&-``); a stream without
+    one (tests capture output) is open."""
+    try:
+        fd = stream.fileno()
+    except (OSError, ValueError, AttributeError):
+        return False
+    try:
+        os.fstat(fd)
+    except OSError:
+        return True
+    return False
 
 
 def _fail(command: str | None, message: str) -> int:

@@ -4,12 +4,14 @@ for a model on a cluster by simulated step time (``pipetab.plan``)."""
 from __future__ import annotations
 
 import argparse
-import sys
-import time
+from typing import Any
 
 from . import common
 from .common import UsageError, emit_json
 from .hardware_args import (
+    MAX_GPUS,
+    MAX_MICROBATCH_SIZE,
+    MAX_TP,
     add_batch_args,
     add_expert_switches,
     add_parallel_switches,
@@ -24,8 +26,9 @@ def _int_list(name: str):
             values = tuple(int(x) for x in text.split(","))
         except ValueError:
             raise argparse.ArgumentTypeError(f"{name} must be integers separated by commas, got {text!r}") from None
-        if any(v < 1 for v in values):
-            raise argparse.ArgumentTypeError(f"{name} must be integers >= 1, got {text!r}")
+        if any(v < 1 or v > MAX_MICROBATCH_SIZE for v in values):
+            raise argparse.ArgumentTypeError(f"{name} must be integers >= 1 and <= {MAX_MICROBATCH_SIZE:,}, "
+                                             f"got {text[:60]!r}")
         return values
 
     parse.__name__ = name
@@ -55,14 +58,38 @@ def _seconds(text: str) -> float:
     return value
 
 
+PLAN_TERMS = """\
+what the output says:
+  PPxTPxDP     pipeline stages x tensor-parallel GPUs per stage x data-parallel replicas
+  b x m        sequences per microbatch x microbatches per replica in one step
+  recompute    activations recomputed in the backward: none, selective (attention scores), full
+  step (s)     simulated time of one training step; tokens/s: global batch x sequence / step
+  MFU          model FLOPs utilisation: the model's FLOPs of the step (3 x forward, no
+               recomputation) / (step x GPUs x peak FLOP/s); never above 100 %
+  peak GiB     the most memory a GPU holds during the step (weights, gradients, optimizer
+               state, live activations); fits: peak within the GPU's usable memory
+  candidates   every (shape, schedule) pair; each ends as one of:
+    cannot fit the memory        its peak memory exceeds the GPU (by a lower bound, or simulated)
+    cannot beat those shown      a lower bound of its step time is slower than the top shown
+    simulated                    run through the simulator (the table ranks these)
+    not built                    the schedule does not exist for that number of stages and
+                                 microbatches (outside its regime: 'pipetab schedules')
+  CP-SAT       a search of the best shapes' linear schedules; its bound and gap are proven
+"""
+
+
 def register(sub) -> None:
     from pipetab.hardware.context import Recompute
 
     p = sub.add_parser("plan", help="the best schedule, parallel split, microbatch size and recomputation "
-                                    "for a model on a cluster, ranked by simulated step time")
+                                    "for a model on a cluster, ranked by simulated step time",
+                       description="Rank (schedule, PP, TP, DP, microbatch size, recomputation) for a model on a "
+                                   "cluster by simulated step time, among the configurations that fit the GPU.",
+                       epilog=PLAN_TERMS, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", required=True, help="model preset or TOML file (see 'pipetab models')")
-    p.add_argument("--nodes", type=common.positive_int("nodes"), required=True, help="nodes of the cluster")
-    p.add_argument("--gpus-per-node", type=common.positive_int("gpus per node"), required=True,
+    p.add_argument("--nodes", type=common.positive_int("nodes", maximum=MAX_GPUS), required=True,
+                   help="nodes of the cluster")
+    p.add_argument("--gpus-per-node", type=common.positive_int("gpus per node", maximum=MAX_TP), required=True,
                    help="GPUs per node (tensor parallelism stays inside a node)")
     where = p.add_mutually_exclusive_group()
     where.add_argument("--gpu", default=None, help="GPU: H100 (default) or A100")
@@ -82,15 +109,20 @@ def register(sub) -> None:
     p.add_argument("--etp", type=_int_list("etp"), default=(),
                    help="expert tensor-parallel sizes to try for a MoE model (default 1)")
     add_expert_switches(p)
-    p.add_argument("--top", type=common.positive_int("top"), default=10,
+    p.add_argument("--top", type=common.positive_int("top", maximum=1000), default=10,
                    help="configurations to show, ranked exactly (default 10)")
-    p.add_argument("--cpsat-shapes", type=common.positive_int("cpsat shapes", minimum=0), default=None,
+    p.add_argument("--cpsat-shapes", type=common.positive_int("cpsat shapes", minimum=0, maximum=16), default=None,
                    help="best shapes CP-SAT searches for a better linear schedule (default 2; 0: none)")
     p.add_argument("--cpsat-time", type=_seconds, default=None, help="seconds of CP-SAT per shape (default 3)")
     add_profile_arg(p)
     p.add_argument("--plot", metavar="FILE.png", help="Pareto plot: step time against peak memory per GPU")
-    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
-    p.add_argument("--format", choices=["text", "json"], default="text")
+    p.add_argument("--html", metavar="FILE.html",
+                   help="one self-contained page: the ranked configurations (sortable), the Pareto plot, the "
+                        "winner's and runner-up's timelines and memory, the levels, the assumptions")
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    p.add_argument("--format", choices=["text", "json", "torch-csv"], default="text",
+                   help="text (default), json, or torch-csv: the winner's schedule for PyTorch's pipelining "
+                        "runtime on stdout, its stage -> rank layout and torchtitan settings on stderr")
     p.set_defaults(func=run)
 
 
@@ -119,18 +151,23 @@ def run(args) -> None:
                          "--system FILE.toml)")
     from pipetab.schedules.limits import MAX_OPS
 
+    if args.nodes * args.gpus_per_node > MAX_GPUS:
+        raise UsageError(f"--nodes x --gpus-per-node = {args.nodes} x {args.gpus_per_node} GPUs is more than the "
+                         f"{MAX_GPUS:,} pipetab plans for")
     if args.global_batch > MAX_OPS:
         raise UsageError(f"--global-batch must be at most {MAX_OPS} sequences (a schedule holds "
                          f"at most {MAX_OPS} ops; see docs/limits.md), got {args.global_batch}")
     plot = common.check_plot_path(args.plot)
-    t0 = time.perf_counter()
-
-    def progress(message: str) -> None:
-        if not args.quiet:
-            print(f"plan [{time.perf_counter() - t0:5.1f} s] {message}", file=sys.stderr, flush=True)
-
+    page = args.html and common.output_path(args.html, "--html", (".html", ".htm"))
+    profile = load_profile_arg(args)
+    gpu = args.system or args.gpu
+    if profile is not None:  # what the profile records is the default, and must not be contradicted
+        if gpu is None and profile.gpu is not None and profile.gpu.upper() in GPUS:
+            gpu = profile.gpu
+        if args.seq is None and profile.seq_len is not None:
+            args.seq = profile.seq_len
     space = plan_question(
-        args.model, args.nodes, args.gpus_per_node, args.global_batch, args.system or args.gpu or "H100",
+        args.model, args.nodes, args.gpus_per_node, args.global_batch, gpu or "H100",
         args.seq, microbatch_sizes=args.microbatch_sizes, recompute=args.recompute, schedules=args.schedules,
         zero=args.zero, sequence_parallel=args.sequence_parallel,
         overlap=args.overlap, top=args.top, cpsat_shapes=2 if args.cpsat_shapes is None else args.cpsat_shapes,
@@ -138,54 +175,112 @@ def run(args) -> None:
         dispatch_precision=args.dispatch_precision or "bf16", routing_imbalance=args.routing_imbalance or 1.0,
         node_limit=args.node_limit,
     )
-    result = plan(space, progress=progress, profile=load_profile_arg(args))
+    if profile is not None:
+        flag = f"--system {args.system}" if args.system else f"--gpu {gpu or 'H100'}" + ("" if gpu else " (default)")
+        try:
+            profile.check_matches(space.model, space.model.seq_len, space.system.device.peak_flops,
+                                  seq_flag="--seq" if args.seq is not None else "the model's sequence length",
+                                  gpu_flag=flag)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+    if "selective" in args.recompute:
+        from .hardware_args import check_recompute
+
+        check_recompute("selective", space.model)
+    from pipetab.console import Progress
+
+    with Progress("plan", quiet=args.quiet or args.format != "text") as progress:
+        result = plan(space, progress=progress, profile=profile)
     if plot:
         from pipetab.plan.plot import plot_plan
 
         common.save_plot(plot_plan, plot, result, rows=10)
+    if page:
+        from pipetab.view.plan_page import write_plan_page
+
+        common.write_output(page, "--html", lambda p: write_plan_page(p, result))
     if args.format == "json":
         emit_json(result.as_dict())
+        return
+    if args.format == "torch-csv":
+        import sys
+
+        if not result.configurations or not result.configurations[0].fits:
+            raise UsageError("--format torch-csv: no configuration fits the GPU memory, so there is no winner to "
+                             "write")
+        best = result.configurations[0]
+        levels: Any = best.levels
+        sys.stdout.write(common.torch_csv_of(levels.table, levels.schedule))
+        common.torch_notes(levels.schedule)
+        print(f"winner: {best.label} on {best.shape.label}, {best.step_time_s:.4g} s per step", file=sys.stderr)
         return
     print_plan(result)
     if args.plot:
         print(f"plot: {args.plot}")
+    if args.html:
+        print(f"page: {args.html}")
+
+
+def compact_labels(configurations) -> list[str]:
+    """Schedule labels for a table of people's width: an option is named where it is not
+    the registry's default or where the rows of that schedule differ in it
+    (``interleaved(chunks=4)`` beside ``interleaved(chunks=2)``, plain ``zbv``); the JSON
+    and the page name every option."""
+    from pipetab.plan.space import schedule_label
+    from pipetab.schedules import registry
+
+    seen: dict[tuple[str, str], set] = {}
+    for c in configurations:
+        for k, v in c.options:
+            seen.setdefault((c.schedule, k), set()).add(v)
+    out = []
+    for c in configurations:
+        try:
+            defaults = {o.name: o.default for o in registry.spec(c.schedule).options}
+        except ValueError:  # CP-SAT's own schedules are not in the registry
+            defaults = {}
+        shown = {k: v for k, v in c.options if k not in defaults or v != defaults[k] or len(seen[(c.schedule, k)]) > 1}
+        out.append(schedule_label(c.schedule, shown))
+    return out
 
 
 def print_plan(result) -> None:
-    """The ranked configurations as an aligned table, then what the search did."""
+    """The ranked configurations as an aligned table (a rich table on a terminal), then what
+    the search did, every line at most 100 columns (``pipetab.console``)."""
+    from pipetab.console import say, table
+
     q = result.question
-    print(f"plan: {q['model']} on {q['gpus']} GPUs ({q['gpus_per_node']} per node, {q['system']}), "
-          f"global batch {q['global_batch']} x {q['seq_len']} tokens")
+    say(f"plan: {q['model']} on {q['gpus']} GPUs ({q['gpus_per_node']} per node, {q['system']}), "
+        f"global batch {q['global_batch']} x {q['seq_len']} tokens")
     moe = any(c.ep_links for c in result.configurations)
-    head = ("#", "schedule", "PP", "TP", "DP", "EP" if moe else "", "mb", "micro", "recompute", "step (s)",
-            "tokens/s", "MFU", "peak GiB", "free GiB", "fits")
+    head = ("#", "schedule", "PPxTPxDP", *(("EP",) if moe else ()), "b x m", "recompute", "step (s)", "tokens/s",
+            "MFU", "peak GiB", "fits")
     rows = []
+    labels = compact_labels(result.configurations)
     for i, c in enumerate(result.configurations, 1):
         s = c.shape
-        ep = (f"{s.ep}" + (f"x{s.etp}" if s.etp > 1 else "")) if moe else ""
-        rows.append((str(i), c.label, str(s.pp), str(s.tp), str(s.dp), ep, str(s.microbatch_size),
-                     str(s.microbatches), c.recompute_label, f"{c.step_time_s:#.4g}".rstrip("."),
-                     f"{c.tokens_per_s:,.0f}",
-                     f"{100 * c.mfu:.1f}%", f"{c.peak_memory_bytes / 2**30:.1f}",
-                     f"{c.headroom_bytes / 2**30:.1f}", "yes" if c.fits else "NO"))
+        ep = ((f"{s.ep}" + (f"x{s.etp}" if s.etp > 1 else "")),) if moe else ()
+        rows.append((str(i), labels[i - 1], f"{s.pp}x{s.tp}x{s.dp}", *ep, f"{s.microbatch_size} x {s.microbatches}",
+                     c.recompute_label, f"{c.step_time_s:#.4g}".rstrip("."), f"{c.tokens_per_s:,.0f}",
+                     f"{100 * c.mfu:.1f}%", f"{c.peak_memory_bytes / 2**30:.1f}", "yes" if c.fits else "NO"))
     if not rows:
-        print("no configuration: no split of the GPUs, microbatch size and schedule fits the question")
+        say("no configuration: no split of the GPUs, microbatch size and schedule fits the question")
     else:
-        widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
-        for r in [head, *rows]:
-            cells = [x.rjust(w) if j not in (1, 8) else x.ljust(w) for j, (x, w) in enumerate(zip(r, widths)) if w]
-            print("  ".join(cells))
+        numbers = ("#", "PPxTPxDP", "EP", "b x m", "step (s)", "tokens/s", "MFU", "peak GiB")
+        table(head, rows, right={i for i, h in enumerate(head) if h in numbers})
+        say(f"usable GPU memory {result.configurations[0].capacity_bytes / 2**30:.1f} GiB; columns: "
+            "'pipetab plan --help'")
     if rows and not result.configurations[0].fits:
-        print("none of these fits the GPU memory: the closest are shown")
+        say("none of these fits the GPU memory: the closest are shown")
     if moe:
         best = result.configurations[0]
-        hidden = f", {100 * best.a2a_hidden_s / best.a2a_s:.0f} % of it hidden by overlapped pairs" \
+        hidden = f", {max(0.0, 100 * best.a2a_hidden_s / best.a2a_s):.0f} % of it hidden by overlapped pairs" \
             if best.a2a_s else ""
-        print(f"#1 all-to-all: {best.a2a_s:.3g} s per step on the busiest GPU over {best.ep_links}{hidden}")
-    refused = result.candidates - result.pruned_memory - result.pruned_time - result.simulated
-    outside = f", {refused} outside their schedule's regime (microbatches, stages)" if refused else ""
-    print(f"searched {result.candidates} candidates: {result.pruned_memory} cannot fit the memory, "
-          f"{result.pruned_time} cannot beat the configurations shown, {result.simulated} simulated"
-          f"{outside}; {result.runtime_s:.1f} s")
+        say(f"#1 all-to-all: {best.a2a_s:.3g} s per step on the busiest GPU over {best.ep_links}{hidden}")
+    unbuilt = result.candidates - result.pruned_memory - result.pruned_time - result.simulated
+    outside = f", {unbuilt} not built (outside their schedule's regime)" if unbuilt else ""
+    say(f"searched {result.candidates} candidates: {result.pruned_memory} cannot fit the memory, "
+        f"{result.pruned_time} cannot beat those shown, {result.simulated} simulated{outside}; "
+        f"{result.runtime_s:.1f} s")
     for note in result.cpsat_notes:
-        print(f"CP-SAT {note}")
+        say(f"CP-SAT {note}", "    ")

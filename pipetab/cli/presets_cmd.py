@@ -3,6 +3,8 @@ a planner needs to know of each (parameters and family; GPUs per node, memory, l
 
 from __future__ import annotations
 
+from pipetab.files import printable
+
 from .common import emit_json
 
 
@@ -75,7 +77,7 @@ def print_models(rows: list[dict]) -> None:
     _print_table(table, right={1, 2, 3, 4, 5})
     for r in rows:
         if r["summary"]:
-            print(f"  {r['name']}: {r['summary']}")
+            print(printable(f"  {r['name']}: {r['summary']}"))
 
 
 def print_systems(rows: list[dict]) -> None:
@@ -89,10 +91,11 @@ def print_systems(rows: list[dict]) -> None:
     _print_table(table, right={1, 2, 3})
     for r in rows:
         if r["summary"]:
-            print(f"  {r['name']}: {r['summary']}")
+            print(printable(f"  {r['name']}: {r['summary']}"))
 
 
 def _print_table(table, right: set) -> None:
+    table = [tuple(printable(x) for x in r) for r in table]
     widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
     for r in table:
         print("  ".join(x.rjust(w) if i in right else x.ljust(w) for i, (x, w) in enumerate(zip(r, widths))).rstrip())

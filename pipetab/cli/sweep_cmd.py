@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from . import common
 from .common import UsageError, positive_int
 
 
@@ -46,6 +47,15 @@ def run(args) -> None:
         if not (importlib.util.find_spec("pyarrow") or importlib.util.find_spec("fastparquet")):
             raise UsageError("exporting to Parquet needs pyarrow: pip install pyarrow (or use .csv)")
     db = args.db or config.db or f"results/{config.name}.sqlite"
+    for flag, path in (("--db", db), ("--export", args.export or config.export)):
+        if path:
+            from pipetab.files import check_target
+
+            try:
+                if Path(path).parent.is_dir():
+                    check_target(path, flag)
+            except ValueError as exc:
+                raise UsageError(str(exc)) from None
     executor = make_executor(args.executor, args.workers, args.scheduler)
     with ResultStore(db) as store:
         if args.dry_run:
@@ -58,9 +68,16 @@ def run(args) -> None:
             summary = run_sweep(config, store, executor, limit=args.limit,
                                 progress=not args.quiet, export=args.export)
         except KeyboardInterrupt:
-            print(f"\ninterrupted; finished configurations are kept in {db} — run the same command to resume",
-                  file=sys.stderr)
+            print(("" if args.quiet else "\n") + f"pipetab sweep: interrupted; finished configurations are kept in "
+                  f"{db} — run the same command to resume", file=sys.stderr)
             raise SystemExit(130) from None
     print(summary.text())
-    if summary.errors:
+    if summary.errors:  # the lines above name them; stderr gets the one line of the contract
+        label, message = summary.errors[0]
+        more = f" and {len(summary.errors) - 1} more" if len(summary.errors) > 1 else ""
+        line = (f"{len(summary.errors)} of {summary.total} configurations failed (first: {label}: {message}{more}); "
+                "they are retried on the next run")
+        if summary.new_rows == 0:  # nothing ran: the configuration is what is wrong
+            raise UsageError(line)
+        print(common.error_line("sweep", line), file=sys.stderr)
         raise SystemExit(1)

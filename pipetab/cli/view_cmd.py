@@ -36,7 +36,7 @@ def run(args) -> None:
         levels.append(evaluate_levels(schedule, slots=common.slots_of(args),
                                       costs=None if source is None else source.costs(schedule)))
         on = "(table slot costs)" if source is None else source.label
-        titles.append(f"{name} S={args.stages} B={args.microbatches} {on}")
+        titles.append(f"{common.schedule_title(args, name)} S={args.stages} B={args.microbatches} {on}")
     common.write_output(path, "--output", lambda p: write_page(p, levels, titles))
     print(f"wrote {path} ({len(levels)} schedule{'s' if len(levels) > 1 else ''})")
     if args.open:

@@ -105,11 +105,16 @@ def configuration(space: PlanSpace, name: str, opts: dict, shape: Context, sched
                for n in (per_pipeline[p],)) + sum(costs.optimizer_time)
     tokens = space.global_batch * model.seq_len
     flops = model_flops_per_sequence(model) * space.global_batch
+    mfu = flops / (step * space.num_gpus * system.device.peak_flops)
+    if not mfu <= 1 + 1e-9:
+        raise ValueError(f"{schedule_label(name, opts)} on {shape.label} would run at MFU {100 * mfu:.0f} %: "
+                         f"a step of {step:.4g} s is shorter than the {flops:.3g} FLOPs of model {model.name!r} "
+                         f"take at the peak of {space.num_gpus} GPUs ({system.device.peak_flops / 1e12:g} TFLOP/s "
+                         "each); the op times (a profile?) are not of this model, sequence length or GPU")
     a2a, hidden = all_to_all_summary(sched, costs)
     links = ep_span(system, shape) if model.moe else ""
     return Configuration(
-        name, tuple(sorted(opts.items())), shape, step, tokens / step,
-        flops / (step * space.num_gpus * system.device.peak_flops),
+        name, tuple(sorted(opts.items())), shape, step, tokens / step, mfu,
         round(peak), int(capacity or system.device.usable_memory_bytes), fits,
         1 - busy / (sched.num_devices * step), "registry" if searched is None else "cpsat",
         profiled=profiled, searched=searched, a2a_s=a2a, a2a_hidden_s=hidden, ep_links=links)

@@ -11,9 +11,10 @@ from pipetab.hardware.context import Context
 from pipetab.schedules import registry
 
 from .bounds import Bounds
-from .cpsat import cpsat_outcome, cpsat_search, cpsat_shapes, worker_pool
+from .cpsat import cpsat_outcome, cpsat_search, cpsat_shapes
 from .result import Configuration, Plan, activation_peaks, configuration, rank
 from .space import PlanSpace, costs_of, schedule_label, shapes
+from .workers import Workers
 
 if TYPE_CHECKING:
     from pipetab.schedules.schedule import Schedule
@@ -39,7 +40,7 @@ def plan(space: PlanSpace, progress: Callable[[str], None] | None = None, profil
     if profile is not None:
         return plan_profiled(space, profile, say, t0)
     bounds = Bounds(space)
-    pool = worker_pool(min(2, space.cpsat_shapes)) if space.cpsat_shapes else None
+    pool = Workers(min(2, space.cpsat_shapes)) if space.cpsat_shapes else None
     try:
         search = _BestFirst(space, bounds, say)
         results, misfit_runs = search.run()
@@ -48,8 +49,8 @@ def plan(space: PlanSpace, progress: Callable[[str], None] | None = None, profil
         simulated = sum(c.fits for c in results) + len(closest)
         shown, notes, ranked = _search_and_validate(space, bounds, rank(results + closest), pool, say)
     finally:
-        if pool:
-            pool.shutdown(cancel_futures=True)
+        if pool:  # interrupted or failed: ends the searches still running
+            pool.close()
     return Plan(tuple(shown), search.total, pruned_memory - len(closest), search.pruned_time, simulated,
                 tuple(notes), time.perf_counter() - t0, _question(space), tuple(ranked))
 
@@ -182,18 +183,22 @@ def plan_profiled(space: PlanSpace, profile, say, t0: float) -> Plan:
     microbatch size; the microbatches follow from the global batch), costs from the
     profile (``solver.pricing.profile_costs``), memory against the profile's ``memory_bytes``
     or else the GPU's usable memory."""
+    from pipetab.hardware.profile import check_possible
     from pipetab.solver.pricing import profile_costs
     from pipetab.solver.simulate import simulate
 
     tp, dp, b, n = profile.tp, profile.dp, profile.microbatch_size, space.num_gpus
     if b is None:
         raise ValueError(f"profile {profile.name!r} gives no 'microbatch_size': plan needs it")
+    profile.check_matches(space.model, space.model.seq_len, space.system.device.peak_flops,
+                          gpu_flag=f"the cluster ({space.system.name})")
     pp = profile.num_stages or n // (tp * dp)
     if pp * tp * dp != n:
         raise ValueError(f"profile {profile.name!r} describes {pp} stages x TP {tp} x DP {dp} GPUs, "
                          f"the cluster has {n}")
     if space.global_batch % (dp * b):
         raise ValueError(f"global batch {space.global_batch} is not a multiple of DP {dp} x microbatch size {b}")
+    check_possible(profile, space.model, space.system.device.peak_flops, pp, f" ({space.system.name})")
     shape = Context(tp=tp, dp=dp, pp=pp, sequence_parallel=False, zero=0, microbatch_size=b,
                     global_batch=space.global_batch, seq_len=space.model.seq_len)
     capacity = profile.memory_bytes or space.system.device.usable_memory_bytes

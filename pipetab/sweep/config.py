@@ -68,11 +68,13 @@ from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 from pathlib import Path
 
+from pipetab.files import safe_name
 from pipetab.hardware.context import Recompute
 from pipetab.schedules import registry
 from pipetab.solver.costs import SEARCH_TICKS_PER_OP
 
 MODES = ("table", "simulate", "search", "bound")
+MAX_CONFIGURATIONS = 1_000_000  # one sweep's grid, before anything is expanded
 RECOMPUTE = tuple(str(r) for r in Recompute)
 KEY_VERSION = 2  # bump when the meaning of a configuration key or its row changes
 
@@ -344,6 +346,10 @@ def parse_config(doc: dict, name: str = "sweep", source: str = "") -> SweepConfi
     if "grid" not in doc:
         raise ConfigError("missing table [grid]")
     name = _str(doc.get("name", name), "name")
+    try:
+        safe_name(name, "name")  # the store's default file is results/<name>.sqlite
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
     description = _str(doc.get("description", ""), "description")
     grid_doc = _table(doc["grid"], "grid")
     _keys(grid_doc, _GRID, "[grid]")
@@ -415,7 +421,22 @@ def _validated(name, grid_doc, run, db, export, description, source) -> SweepCon
     for key in ("schedules", "stages", "microbatches", "systems", "models", "profiles", "caps"):
         if key in grid and len(set(map(str, grid[key]))) != len(grid[key]):
             raise ConfigError(f"grid.{key} lists a value twice")
-    return SweepConfig(name, grid, run, db, export, description, source, digests, dict(grid_doc))
+    config = SweepConfig(name, grid, run, db, export, description, source, digests, dict(grid_doc))
+    size = grid_size(config)
+    if size > MAX_CONFIGURATIONS:
+        raise ConfigError(f"the grid crosses to {size:,} configurations, more than the {MAX_CONFIGURATIONS:,} one "
+                          "sweep runs; split it into several sweeps or shorten its lists")
+    return config
+
+
+def grid_size(config: SweepConfig) -> int:
+    """How many configurations (run or skipped) ``expand`` would produce, counted without
+    expanding."""
+    g = config.grid
+    sources = len(g.get("profiles", ())) or len(g.get("models") or [None]) * len(g.get("systems") or [None])
+    per = len(cluster_settings(g)) * (len(g["stages"]) if "gpus" not in g else 1)
+    per *= len(g["microbatches"]) * sources * len(g.get("caps") or ["device"]) * len(config.runs)
+    return sum(len(option_sets(config, name)) for name in g["schedules"]) * per
 
 
 def _parse_cluster(doc: object, run: RunSettings) -> dict:

@@ -85,7 +85,9 @@ class Summary:
         lines.append(f"results: {self.db}")
         if self.exported:
             lines.append(f"exported {self.exported[1]} rows to {self.exported[0]}")
-        return "\n".join(lines)
+        from pipetab.console import wrap
+
+        return "\n".join(wrap(line) for line in lines)
 
 
 def plan(config: SweepConfig, store: ResultStore, check_regime: bool = True) -> Plan:

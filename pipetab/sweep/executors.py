@@ -15,8 +15,11 @@ dies (even by ``kill -9``), so a killed sweep leaves no orphans.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import multiprocessing
 import os
+import signal
 import threading
 import time
 from typing import Callable, Iterator, Sequence
@@ -50,7 +53,7 @@ class SerialExecutor:
 PARENT_POLL_S = 0.5
 
 
-def _exit_with_parent(parent: int) -> None:
+def exit_with_parent(parent: int) -> None:
     """Pool-worker initializer: a daemon thread ends this process once ``parent`` is gone
     (this process is then re-parented, so its parent id changes)."""
 
@@ -85,7 +88,7 @@ class LocalExecutor:
         self._depth = getattr(self, "_depth", 0) + 1
         if self._pool is None:
             self._pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=_pool_context(),
-                                             initializer=_exit_with_parent, initargs=(os.getpid(),))
+                                             initializer=exit_with_parent, initargs=(os.getpid(),))
         return self
 
     def __exit__(self, *exc) -> None:
@@ -104,6 +107,21 @@ class LocalExecutor:
         finally:
             for f in futures:
                 f.cancel()
+
+
+@contextlib.contextmanager
+def _sigint_ignored(active: bool = True):
+    """Worker processes started inside inherit SIGINT ignored: a terminal's Ctrl-C, sent to
+    the whole process group, reaches only this process, which closes the cluster in order
+    (Dask's workers would each print a traceback)."""
+    if not active or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
 
 
 class DaskExecutor:
@@ -141,10 +159,11 @@ class DaskExecutor:
         else:
             # worker processes talk TCP on loopback; in-process workers use Dask's inproc transport
             where = {"host": "127.0.0.1"} if self.processes else {}
-            self._cluster = LocalCluster(
-                n_workers=self.workers, threads_per_worker=1, processes=self.processes,
-                dashboard_address=None, **where,
-            )
+            with _sigint_ignored(self.processes):
+                self._cluster = LocalCluster(
+                    n_workers=self.workers, threads_per_worker=1, processes=self.processes,
+                    dashboard_address=None, silence_logs=logging.ERROR, **where,
+                )
             self._client = Client(self._cluster)
         return self
 

@@ -337,8 +337,8 @@ def same_row(a: dict, b: dict) -> bool:
 
 
 class Progress:
-    """A one-line progress bar on ``stream`` (stderr): redrawn in place on a terminal, a
-    line every 10 % otherwise. No dependency."""
+    """Progress on ``stream`` (stderr): rich's progress bar on a terminal, a plain line
+    every 10 % otherwise (piped, a log file)."""
 
     def __init__(self, total: int, label: str = "", stream=None, width: int = 28, min_interval: float = 0.1):
         self.total = max(0, int(total))
@@ -352,16 +352,24 @@ class Progress:
         self._last = 0.0
         self._decile = -1
         self._tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self._rich = None
+        if self._tty:
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+            from rich.progress import Progress as Bar
+
+            self._rich = Bar(TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                             TextColumn("eta"), TimeRemainingColumn(), TextColumn("{task.fields[errors]}"),
+                             console=Console(file=self.stream, width=100))
+            self._task = self._rich.add_task(label, total=self.total, errors="")
+            self._rich.start()
 
     def update(self, n: int = 1, errors: int = 0) -> None:
         self.done += n
         self.errors += errors
-        now = time.perf_counter()
-        if self._tty:
-            if now - self._last >= self.min_interval or self.done >= self.total:
-                self._last = now
-                self.stream.write("\r" + self.line())
-                self.stream.flush()
+        if self._rich is not None:
+            self._rich.update(self._task, completed=self.done,
+                              errors=f"{self.errors} errors" if self.errors else "")
         else:
             decile = (10 * self.done // self.total) if self.total else 10
             if decile != self._decile:
@@ -381,6 +389,6 @@ class Progress:
                 f"{elapsed:6.1f} s  eta {eta:5.1f} s{err}")
 
     def close(self) -> None:
-        if self._tty:
-            self.stream.write("\n")
-            self.stream.flush()
+        if self._rich is not None:
+            self._rich.stop()
+            self._rich = None

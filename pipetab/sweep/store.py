@@ -42,9 +42,12 @@ class ResultStore:
     """A results store at ``path`` (created with its folder if missing)."""
 
     def __init__(self, path: str | Path):
+        from pipetab.files import check_target
+
         self.path = Path(path)
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
+            check_target(self.path, "results store")  # never a link planted where the store goes
             self._db = sqlite3.connect(str(self.path), timeout=60)
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
@@ -146,15 +149,21 @@ def export_rows(rows: list[dict], path: str | Path) -> int:
         raise ValueError(f"export file must end in .csv or .parquet, got {str(path)!r}")
     if suffix == ".parquet" and not (importlib.util.find_spec("pyarrow") or importlib.util.find_spec("fastparquet")):
         raise ValueError("exporting to Parquet needs pyarrow: pip install pyarrow (or export to .csv)")
+    from pipetab.files import write_atomic
+
     path.parent.mkdir(parents=True, exist_ok=True)
     if suffix == ".parquet":
         import pandas as pd
 
-        pd.DataFrame(rows).to_parquet(path, index=False)
+        write_atomic(path, lambda tmp: pd.DataFrame(rows).to_parquet(tmp, index=False), "export file")
         return len(rows)
     columns = list(dict.fromkeys(k for r in rows for k in r))  # every field, in order of first use
-    with path.open("w", newline="", encoding="utf-8") as fh:  # csv, not pandas: no 0.3-1 s import
-        writer = csv.DictWriter(fh, fieldnames=columns, restval="")
-        writer.writeheader()
-        writer.writerows({k: "" if v is None else v for k, v in r.items()} for r in rows)
+
+    def write(tmp: Path) -> None:
+        with tmp.open("w", newline="", encoding="utf-8") as fh:  # csv, not pandas: no 0.3-1 s import
+            writer = csv.DictWriter(fh, fieldnames=columns, restval="")
+            writer.writeheader()
+            writer.writerows({k: "" if v is None else v for k, v in r.items()} for r in rows)
+
+    write_atomic(path, write, "export file")  # a full disk or Ctrl-C leaves no partial file
     return len(rows)

@@ -109,7 +109,9 @@ def _asset(name: str) -> str:
 def render_page(schedules: list[dict], title: str = "pipetab view") -> str:
     """The HTML page of ``page_data`` values (one self-contained document)."""
     data = json.dumps({"title": title, "schedules": schedules}, allow_nan=False, separators=(",", ":"))
-    data = data.replace("</", "<\\/")  # nothing in the data can end the script element
+    # nothing in the data can end the script element or open an HTML comment or tag in it
+    # ("</script>", "<!--", "<script" from a name in a user's file): <, > and & as JSON escapes
+    data = data.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
     parts = {"title": html.escape(title), "style": _asset("view.css"), "data": data, "script": _asset("view.js")}
     return re.sub(r"\{\{(\w+)\}\}", lambda m: parts[m.group(1)], _asset("page.html"))
 

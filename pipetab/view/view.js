@@ -237,6 +237,18 @@ function describeOp(s, i) {
     + `device ${d} memory: ${fmtMemory(s, memoryAt(s, d, o.start[i]))} at start, ${fmtMemory(s, memoryAt(s, d, o.end[i]))} at end`;
 }
 
+// one colour per device in the memory chart (its legend and its hover use the same)
+function hue(s, d) { return `hsl(${(d * 360 / s.devices) % 360}, 65%, 42%)`; }
+
+function memoryLegend(s) {
+  const box = el("div", { class: "legend memory-legend" });
+  const step = Math.max(1, Math.ceil(s.devices / 16));   // at most 16 entries: every step-th device
+  for (let d = 0; d < s.devices; d += step) box.append(el("span", {}, el("i", { style: `background:${hue(s, d)}` }), `dev ${d}`));
+  if (step > 1) box.append(el("span", {}, `(every ${step}th of ${s.devices} devices; hover for the others)`));
+  box.append(el("span", {}, el("i", { style: "background:none;border:0;border-top:2px dashed #c00;height:0" }), "capacity"));
+  return box;
+}
+
 function memoryTrack(s, view) {
   const height = 170, bottom = height - AXIS - 8;
   const [scale, unit] = memoryScale(s);
@@ -246,7 +258,6 @@ function memoryTrack(s, view) {
   const cap = caps.length ? Math.min(...caps) : null;
   const top = Math.max(peak, cap !== null && cap <= 2 * peak ? cap : 0) * 1.05 || 1;
   const y = (v) => bottom - v / top * (bottom - TOP);
-  const hue = (d) => `hsl(${(d * 360 / s.devices) % 360}, 65%, 42%)`;
 
   function draw(ctx, track) {
     const { w } = track.geometry();
@@ -268,7 +279,7 @@ function memoryTrack(s, view) {
     for (let d = 0; d < s.devices; d++) {
       const [times, vals] = s.memory[d];
       const lo = Math.max(0, upper(times, 0, times.length, track.view.t0) - 1);
-      ctx.strokeStyle = hue(d); ctx.lineWidth = 1.2; ctx.beginPath();
+      ctx.strokeStyle = hue(s, d); ctx.lineWidth = 1.2; ctx.beginPath();
       let py = y(vals[lo]);
       ctx.moveTo(LEFT, py);
       for (let i = lo + 1; i < times.length && times[i] <= track.view.t1; i++) {
@@ -287,7 +298,7 @@ function memoryTrack(s, view) {
     const list = [];
     for (let d = 0; d < s.devices; d++) list.push([memoryAt(s, d, t), d]);
     list.sort((a, b) => b[0] - a[0]);
-    const shown = list.slice(0, 8).map(([v, d]) => `<span style="color:${hue(d)}">■</span> device ${d}: ${fmtMemory(s, v)}`);
+    const shown = list.slice(0, 8).map(([v, d]) => `<span style="color:${hue(s, d)}">■</span> device ${d}: ${fmtMemory(s, v)}`);
     const more = list.length > 8 ? `<br>… ${list.length - 8} more devices` : "";
     return `<b>memory at ${fmtTime(s, t)}</b> (highest first)<br>${shown.join("<br>")}${more}`;
   }
@@ -330,7 +341,8 @@ function panel(s, index) {
       toolbar(memoryView, "zoom (timeline and memory)"),
       opsTrack(s, memoryView, "start", "end", "time (s)", (t) => t * s.time_scale, describe).box);
   }
-  p.append(el("h3", {}, `memory per device over time (${memoryScale(s)[1]})`), memoryTrack(s, memoryView).box);
+  p.append(el("h3", {}, `memory per device over time (${memoryScale(s)[1]})`), memoryTrack(s, memoryView).box,
+    memoryLegend(s));
   return p;
 }
 

@@ -174,7 +174,8 @@ def test_cli_free_partition_reports_the_split_and_its_assumption(capsys):
 
 
 def test_cli_hardware_even_names_its_split(capsys):
-    doc = _cli_json(capsys, "bound", "-S", "4", "-B", "8", "--system", "fast_nw_fast_cp", "--memory-cap", "100TB",
+    doc = _cli_json(capsys, "bound", "-S", "4", "-B", "8", "--system", "fast_nw_fast_cp", "--model", "paper_gpt",
+                    "--memory-cap", "100TB",
                     "--time-limit", "5", "--format", "json")
     assert doc["partition"] == [[32, 32, 32, 32]]
     assert "partition fixed: 32,32,32,32" in doc["bound_assumptions"]

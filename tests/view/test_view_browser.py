@@ -76,7 +76,8 @@ def hover_text(page, x: float, y: float) -> str:
 def test_page_loads_draws_every_op_and_hover_names_the_op(browser, tmp_path):
     from pipetab.schedules.registry import generate
 
-    page = open_page(browser, write(tmp_path, "1f1b", "zbv", "-S", "4", "-B", "8", "--system", "mid_nw_mid_cp"))
+    page = open_page(browser, write(tmp_path, "1f1b", "zbv", "-S", "4", "-B", "8", "--system", "mid_nw_mid_cp",
+                                    "--model", "paper_gpt"))
     assert page.problems == []
     counts = {"1f1b": 4 * 8 * 2, "zbv": 4 * 8 * 2 * 3}
     for i, name in enumerate(counts):

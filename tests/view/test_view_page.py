@@ -68,3 +68,28 @@ def test_data_cannot_end_the_script_element():
     text = render_page([d], title="<b>x</b>")
     assert text.count("</script>") == 2 and "<title>&lt;b&gt;x&lt;/b&gt;</title>" in text
     assert embedded(text)["schedules"][0]["title"] == "</script><script>alert(1)</script>"
+
+
+def test_data_cannot_open_a_comment_or_tag_in_the_script_element():
+    """``<!--<script>`` inside a script element would make the parser swallow the page's
+    code (panels stop drawing): the data holds <, > and & only as JSON escapes."""
+    lv = evaluate_levels("1f1b", 2, 2)
+    d = page_data(lv, title="<!--<script>&amp;")
+    text = render_page([d], title="<!--x")
+    data = re.search(r'<script id="pipetab-data" type="application/json">(.*?)</script>', text, re.S).group(1)
+    assert "<" not in data and ">" not in data and "&" not in data
+    assert embedded(text)["schedules"][0]["title"] == "<!--<script>&amp;"
+
+
+def test_titles_name_the_schedules_options(tmp_path, capsys):
+    out = tmp_path / "v.html"
+    assert main(["view", "interleaved", "hanayo", "-S", "4", "-B", "8", "-o", str(out)]) == 0
+    capsys.readouterr()
+    titles = [s["title"] for s in embedded(out.read_text())["schedules"]]
+    assert titles[0].startswith("interleaved(chunks=2") and titles[1].startswith("hanayo(waves=1")
+    from pipetab.plan.space import schedule_label
+    from pipetab.schedules import registry
+
+    for name, title in zip(("interleaved", "hanayo"), titles):  # every option, default or given
+        label = schedule_label(name, {o.name: o.default for o in registry.spec(name).options})
+        assert title == f"{label} S=4 B=8 (table slot costs)"

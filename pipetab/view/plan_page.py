@@ -1,0 +1,111 @@
+"""``pipetab plan --html FILE``: the plan as one self-contained HTML page (no network).
+
+The page holds the ranked configurations as a sortable table (every simulated one), the
+Pareto picture of step time against peak memory per GPU whose points name their shape on
+hover, the winner's and the runner-up's tables, simulated timelines and memory over time
+(the viewer's panels: ``pipetab.view.page_data``, drawn by the viewer's script) with the
+winner's three levels, and the assumptions of the costs and what plan did not consider.
+
+    from pipetab.view.plan_page import write_plan_page
+    write_plan_page("plan.html", plan(space))
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from . import _asset, page_data
+
+if TYPE_CHECKING:
+    from pipetab.plan import Configuration, Plan
+
+# what the costs assume and what plan leaves out (pipetab.plan's docstring, docs/cluster.md)
+ASSUMPTIONS = (
+    "Op times come from a roofline of FLOPs and bytes per GPU with the system's efficiencies (or the profile's "
+    "measured times); messages by the Hockney model; links carry transfers side by side (no congestion).",
+    "Tensor-parallel all-reduces run inside each op, not overlapped with compute; the data-parallel gradient "
+    "reduction and the optimizer step end the step.",
+    "Memory: weights, gradients and optimizer state (ZeRO as given) plus live activations; no fragmentation; "
+    "the GPU's reserved memory is not usable.",
+    "MFU counts the model's FLOPs (3 x forward of every layer and the LM head, no recomputation) over the "
+    "step time and the GPUs' peak.",
+)
+NOT_CONSIDERED = (
+    "context and expert parallelism",
+    "interleaved or V placements searched by CP-SAT (CP-SAT searches the linear placement of the best shapes)",
+    "uneven layer splits (every stage holds an even share of the layers)",
+    "overlap of tensor-parallel communication with compute",
+    "pipeline degree 1 (no schedule to choose)",
+)
+
+
+def _row(rank: int, c: Configuration) -> dict:
+    s = c.shape
+    return {"rank": rank, "schedule": c.label, "source": c.source, "pp": s.pp, "tp": s.tp, "dp": s.dp,
+            "mb": s.microbatch_size, "micro": s.microbatches, "recompute": c.recompute_label,
+            "step": c.step_time_s, "tokens": c.tokens_per_s, "mfu": c.mfu, "peak": c.peak_memory_bytes / 2**30,
+            "free": c.headroom_bytes / 2**30, "fits": c.fits, "shape": shape_name(c)}
+
+
+def shape_name(c: Configuration) -> str:
+    """``zb-h1 PP2 TP8 DP2 b=1 recompute none``: what a point of the Pareto picture is."""
+    return f"{c.label} {c.shape.label} recompute {c.recompute_label}"
+
+
+def plan_data(result: Plan) -> tuple[dict, list[dict]]:
+    """What the page draws (plain data): the question, the search's counts, every simulated
+    configuration ranked and the Pareto front; and the winner and runner-up as viewer
+    panels (``page_data``)."""
+    from pipetab.plan.plot import pareto_front
+
+    ranked = list(result.evaluated or result.configurations)
+    gib = 2**30
+    front = pareto_front([(c.peak_memory_bytes / gib, c.step_time_s) for c in ranked if c.fits])
+    panels, names = [], []
+    for role, c in zip(("winner", "runner-up"), result.configurations[:2]):
+        if c.levels is None:
+            continue
+        panels.append(page_data(c.levels, f"{role}: {shape_name(c)}"))  # type: ignore[arg-type]
+        names.append(role)
+    q = result.question
+    return {
+        "question": q,
+        "counts": {"candidates": result.candidates, "pruned_memory": result.pruned_memory,
+                   "pruned_time": result.pruned_time, "simulated": result.simulated,
+                   "outside": result.candidates - result.pruned_memory - result.pruned_time - result.simulated,
+                   "runtime_s": round(result.runtime_s, 3)},
+        "rows": [_row(i, c) for i, c in enumerate(ranked, 1)],
+        "shown": len(result.configurations),
+        "front": front,
+        "capacity": ranked[0].capacity_bytes / gib if ranked else None,
+        "cpsat": list(result.cpsat_notes),
+        "assumptions": list(ASSUMPTIONS),
+        "not_considered": list(NOT_CONSIDERED),
+        "panels": names,
+    }, panels
+
+
+def render_plan_page(result: Plan) -> str:
+    """The HTML page of ``result`` (one self-contained document)."""
+    q = result.question
+    title = (f"pipetab plan: {q['model']} on {q['gpus']} GPUs ({q['system']}), global batch "
+             f"{q['global_batch']} x {q['seq_len']} tokens")
+    plan, schedules = plan_data(result)
+    data = json.dumps({"title": title, "plan": plan, "schedules": schedules}, allow_nan=False,
+                      separators=(",", ":"))
+    # nothing from a user's file can end the script element or open a comment or tag in it
+    data = data.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+    parts = {"title": html.escape(title), "style": _asset("view.css") + _asset("plan.css"), "data": data,
+             "script": _asset("plan.js") + "\n" + _asset("view.js")}
+    return re.sub(r"\{\{(\w+)\}\}", lambda m: parts[m.group(1)], _asset("plan.html"))
+
+
+def write_plan_page(path: str | Path, result: Plan) -> Path:
+    """Write the plan page of ``result`` to ``path``; returns the path."""
+    path = Path(path)
+    path.write_text(render_plan_page(result), encoding="utf-8")
+    return path
