@@ -45,6 +45,13 @@ def small_microbatches(pp: int, m: int) -> int:
     return 4 * pp if m > 4 * pp and m % (2 * pp) == 0 else m
 
 
+def _sizes(shape: Context) -> tuple[int, int]:
+    """(pp, microbatches) of a resolved shape."""
+    if shape.pp is None or shape.microbatches is None:
+        raise ValueError(f"shape {shape.label} is not resolved (pp and microbatches needed)")
+    return shape.pp, shape.microbatches
+
+
 class Bounds:
     """Cached generation and per-candidate lower bounds."""
 
@@ -81,7 +88,8 @@ class Bounds:
         act = min(activation_bytes_per_layer(model, shape, moe) for moe in kinds)
         part = min(weight_memory_bytes_per_layer(model, shape, moe) / activation_bytes_per_layer(model, shape, moe)
                    for moe in kinds) * act
-        sched = self.schedule(name, opts, shape.pp, small_microbatches(shape.pp, shape.microbatches))
+        pp, m = _sizes(shape)
+        sched = self.schedule(name, opts, pp, small_microbatches(pp, m))
         if sched is None:
             return None
         units = self.layer_units(sched, part / act if sched.split_backward else 1.0)
@@ -110,9 +118,10 @@ class Bounds:
         from pipetab.hardware.parallel import Topology
 
         model, system = self.space.model, self.space.system
-        topo = Topology(system, shape, shape.pp)  # type: ignore[arg-type]
-        links = [topo.tp_link(r) for r in range(shape.pp)] if shape.tp > 1 else [None]
-        fastest = max(links, key=lambda link: (link.bandwidth, -link.latency_s)) if links[0] else None
+        pp, _ = _sizes(shape)
+        topo = Topology(system, shape, pp)
+        links = [link for link in (topo.tp_link(r) for r in range(pp)) if link is not None]
+        fastest = max(links, key=lambda link: (link.bandwidth, -link.latency_s)) if links else None
         whole = stage_cost(model, system.device, shape, model.num_layers, first=True, last=True, tp_link=fastest)
         m = shape.microbatches
         compute = (whole.forward_s - whole.ep_comm_forward_s + whole.backward_s - whole.ep_comm_backward_s) * m  # type: ignore[operator]
