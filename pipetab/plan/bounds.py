@@ -101,12 +101,18 @@ class Bounds:
         microbatches' forward and backward passes (recomputation included) spread evenly
         over its ``pp`` pipeline devices at the GPU's peak and efficiency, with no bubble,
         latency, memory traffic, communication or optimizer step (each op's time is at
-        least its FLOPs at that rate; splitting or chunking a pass does not lower them)."""
+        least its FLOPs at that rate; splitting or chunking a pass does not lower them).
+        Under the kernel model (``Device.sm_count > 0``) every op takes at least the sum of
+        its kernels' times, so the bound is the whole model's kernels spread evenly."""
         from pipetab.hardware.costs import stage_cost
 
         model, device = self.space.model, self.space.system.device
         whole = stage_cost(model, device, shape, model.num_layers, first=True, last=True,
                            tp_link=self.space.system.default_link if shape.tp > 1 else None)
+        if device.kernels:  # ops are sums of their kernels' times: the whole model's work, evenly spread
+            work = (whole.forward_s - whole.tp_comm_forward_s - whole.ep_comm_forward_s
+                    + whole.backward_s - whole.tp_comm_backward_s - whole.ep_comm_backward_s)
+            return (1 - 1e-9) * work * shape.microbatches / shape.pp  # type: ignore[operator]
         tokens = shape.microbatch_size * model.seq_len  # type: ignore[operator]
         rate = device.peak_flops * device.efficiency(tokens)
         flops = (whole.flops_forward + whole.flops_backward) * shape.microbatches  # type: ignore[operator]
