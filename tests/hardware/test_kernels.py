@@ -142,3 +142,39 @@ def test_kernel_calibration_recovers_the_efficiencies_that_made_the_profile():
     assert fit.compute_efficiency == pytest.approx(0.7, rel=1e-6)
     assert fit.mem_efficiency == pytest.approx(0.5, rel=1e-6)
     assert all(abs(o.error) < 1e-6 for o in fit.ops)
+
+
+# ---- memory per GPU, hand-worked (Korthikanti et al. 2022's per-layer counts) --------------------
+DENSE = TransformerModel("dense", num_layers=4, hidden=8, heads=2, seq_len=4, vocab=16, global_batch=4,
+                         attention="classic", logit_bytes=0)
+GQA = TransformerModel("gqa", num_layers=4, hidden=8, heads=4, kv_heads=2, seq_len=4, vocab=16, global_batch=4,
+                       ffn_hidden=12, mlp="swiglu", norm="rmsnorm", bias=False, dropout=False, attention="classic",
+                       logit_bytes=0)
+
+
+@pytest.mark.parametrize("model, recompute, expected", [
+    # dense GPT: 2 layers x 872 + embedding 128 = 1872 parameters x 16 bytes = 29,952; a layer keeps
+    # sbh(34 + 5as/h) = 32 x 39 = 1,248 bytes, 34sbh = 1,088 with selective recomputation (no scores);
+    # 1F1B on 2 devices: device 0 holds 2 microbatches of its 2 layers at the peak
+    (DENSE, "none", 29952 + 2 * 2 * 1248),
+    (DENSE, "selective", 29952 + 2 * 2 * 1088),
+    # GQA (4 heads of 2, 2 K/V heads: kv width 4), SwiGLU f = 12, RMSNorm, no biases or dropout:
+    # a layer has 2*8*8 + 2*8*4 + 3*8*12 + 2*8 = 496 parameters; stage 0: 2 x 496 + 128 = 1,120 x 16 =
+    # 17,920 bytes; a layer keeps 4csbh = 256 (norm, QKV and MLP inputs), Q 64, K and V 2 x 2*4*4 = 64,
+    # attention output 64, SwiGLU 3csbf = 288, scores c*a*s^2*b = 128: 864, without the scores 736
+    (GQA, "none", 17920 + 2 * 2 * 864),
+    (GQA, "selective", 17920 + 2 * 2 * 736),
+])
+def test_memory_per_gpu_by_hand(model, recompute, expected):
+    from pipetab.hardware.system import Link, System
+    from pipetab.schedules import registry
+    from pipetab.solver.pricing import hardware_costs
+    from pipetab.solver.simulate import simulate
+
+    unit = Device(peak_flops=1e6, compute_efficiency=1.0, compute_latency_s=0.0, mem_bandwidth=1e6,
+                  mem_efficiency=1.0, mem_latency_s=0.0, memory_bytes=1e9)
+    for device in (unit, GPU):  # the kernel model changes times, not memory
+        system = System.uniform("unit", device, Link(1e3, 1e-3))
+        sched = registry.generate("1f1b", 2, 4)
+        sim = simulate(sched, hardware_costs(sched, system, model, Context(microbatch_size=1, recompute=recompute)))
+        assert sim.peak_memory[0] == expected
