@@ -14,6 +14,12 @@ alternating until the classification stops changing. With no memory-bound op ``e
 not identifiable and is kept. Efficiencies are capped at 1. The fitted efficiency of each
 op kind alone is reported too (the Zero Bubble paper's profiles show W running at a lower
 efficiency than F, which one efficiency cannot express).
+
+Under the kernel model (``Device.sm_count > 0``) each op is its kernels (``hardware.parts``),
+``T_i = A_i / e_c + V_i / e_m + K_i + C_i`` with ``A_i`` the compute-bound GEMMs' seconds at
+efficiency 1, ``V_i`` the memory-bound kernels' bytes over the bandwidth, ``K_i`` launches and
+flash attention; ``1/e_c`` and ``1/e_m`` are the least-squares solution of the relative
+errors ``(T_i - model_i) / T_i`` over all ops, alternating with the classification.
 """
 
 from __future__ import annotations
@@ -104,6 +110,8 @@ def calibrate(profile: Profile, model: TransformerModel, system: System, recompu
     layout = Topology(system, ctx, max(stages, 1))
     tokens = profile.microbatch_size * model.seq_len
     split = profile.split_backward
+    if system.device.kernels:
+        return _calibrate_kernels(profile, model, system, ctx, layout)
     ops = []  # (kind, measured, flops, traffic, collective)
     for d, layers in enumerate(_layers(profile, model, stages)):
         ends = not profile.uniform
@@ -173,8 +181,10 @@ def system_to_toml(system: System, note: str = "") -> str:
     d: Device = system.device
     for key in ("peak_flops", "compute_efficiency", "compute_latency_s", "mem_bandwidth",
                 "mem_efficiency", "mem_latency_s", "memory_bytes", "reserved_bytes",
-                "efficiency_half_tokens"):
+                "efficiency_half_tokens", "fp8_peak_flops", "attention_efficiency"):
         lines.append(f"{key} = {toml_value(float(getattr(d, key)))}")
+    if d.kernels:
+        lines += [f"sm_count = {d.sm_count}", f"tile_m = {d.tile_m}", f"tile_n = {d.tile_n}"]
     links = [("link", system.default_link)]
     if system.intra_node_link is not None:
         links.append(("intra_node_link", system.intra_node_link))
@@ -186,3 +196,71 @@ def system_to_toml(system: System, note: str = "") -> str:
                   f"bandwidth = {toml_value(float(link.bandwidth))}",
                   f"latency_s = {toml_value(float(link.latency_s))}"]
     return "\n".join(lines) + "\n"
+
+
+def _solve(rows: list[tuple[float, float, float, float]], x: float, z: float) -> tuple[float, float]:
+    """Least squares of ``(y - a*x - v*z) / t`` over ``rows`` of ``(y, a, v, t)`` for ``x``
+    and ``z`` (one of them kept when its column is zero)."""
+    saa = sum((a / t) ** 2 for _, a, _, t in rows)
+    svv = sum((v / t) ** 2 for _, _, v, t in rows)
+    sav = sum(a * v / t**2 for _, a, v, t in rows)
+    sya = sum(y * a / t**2 for y, a, _, t in rows)
+    syv = sum(y * v / t**2 for y, _, v, t in rows)
+    det = saa * svv - sav * sav
+    if saa > 0 and svv > 0 and det > 1e-12 * saa * svv:
+        return (sya * svv - syv * sav) / det, (syv * saa - sya * sav) / det
+    if saa > 0:
+        return (sya - sav * z) / saa, z
+    return x, (syv - sav * x) / svv if svv > 0 else z
+
+
+def _calibrate_kernels(profile: Profile, model: TransformerModel, system: System, ctx: Context,
+                       layout: Topology) -> Calibration:
+    """The kernel model's fit (module docstring)."""
+    from pipetab.schedules.ops import Kind
+
+    from .parts import stage_parts
+
+    stages, split = profile.num_stages or 1, profile.split_backward
+    ops = []  # (kind, measured, parts, collective)
+    for d, layers in enumerate(_layers(profile, model, stages)):
+        ends = not profile.uniform
+        first, last = ends and d == 0, ends and d == stages - 1
+        cost = stage_cost(model, system.device, ctx, layers, first=first, last=last, split_backward=split,
+                          tp_link=layout.tp_link(d))
+        measured = profile.stage(d)
+        times = [(Kind.F, measured.forward_s, cost.tp_comm_forward_s),
+                 (Kind.B, measured.backward_s, cost.tp_comm_backward_s)]
+        if measured.weight_s is not None:
+            times.append((Kind.W, measured.weight_s, 0.0))
+        for kind, t, comm in times:
+            parts = stage_parts(model, ctx, layers, first=first, last=last, first_layer=0, kind=kind,
+                                split_backward=split)
+            ops.append((kind.name, t, parts, comm))
+    dev = system.device
+    e_c, e_m = dev.compute_efficiency, dev.mem_efficiency
+    for _ in range(30):
+        now = replace(dev, compute_efficiency=e_c, mem_efficiency=e_m)
+        rows = []
+        for _, t, parts, comm in ops:
+            terms = [tuple(n * x for x in part.terms(now)) for part, n in parts]
+            a, v, fixed = (sum(col) for col in zip(*terms)) if terms else (0.0, 0.0, 0.0)
+            rows.append((t - fixed - comm, a, v, t))
+        x, z = _solve(rows, 1 / e_c, 1 / e_m)
+        raw = (1 / max(x, 1e-9), 1 / max(z, 1e-9))
+        new = (min(raw[0], 1.0), min(raw[1], 1.0))
+        if abs(new[0] - e_c) < 1e-9 and abs(new[1] - e_m) < 1e-9:
+            break
+        e_c, e_m = new
+    _check_efficiency(profile, system, "compute", raw[0])
+    _check_efficiency(profile, system, "memory", raw[1])
+    fitted_dev = replace(dev, compute_efficiency=e_c, mem_efficiency=e_m)
+    kinds = []
+    for name in ("F", "B", "W") if split else ("F", "B"):
+        mine = [o for o in ops if o[0] == name]
+        fitted_s = sum(sum(p.time(fitted_dev) * n for p, n in parts) + comm for _, _, parts, comm in mine)
+        kinds.append(OpFit(name, sum(o[1] for o in mine), fitted_s, e_c))
+    bound = sum(1 for _, _, parts, _ in ops for p, _ in parts if p.terms(fitted_dev)[1] > 0)
+    fitted_system = replace(system, device=fitted_dev, name=f"{system.name}_calibrated",
+                            summary=f"{system.summary} (efficiencies fitted to profile {profile.name})")
+    return Calibration(fitted_system, e_c, e_m, bound > 0, tuple(kinds), bound, len(ops))

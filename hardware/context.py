@@ -65,14 +65,14 @@ class Precision(StrEnum):
         return 2.0 if self is Precision.BF16 else 1.0 + 4 / 128
 
 
-def precision_of(value: object) -> Precision:
-    """``value`` as a ``Precision``; ``ValueError`` naming the choices otherwise."""
+def precision_of(value: object, what: str = "dispatch precision") -> Precision:
+    """``value`` as a ``Precision``; ``ValueError`` naming ``what`` and the choices otherwise."""
     if isinstance(value, str):
         try:
             return Precision(value)
         except ValueError:
             pass
-    raise ValueError(f"dispatch precision must be one of {', '.join(Precision)}, got {value!r}")
+    raise ValueError(f"{what} must be one of {', '.join(Precision)}, got {value!r}")
 
 
 def recompute_of(value: object) -> Recompute:
@@ -91,7 +91,8 @@ class Context:
     devices (None: as many as the schedule has), ``tp`` GPUs per device, ``dp`` replicas,
     ``sequence_parallel``, ZeRO stage ``zero``, ``overlap`` of the data-parallel reduction
     with the last backward, ``microbatch_size`` and ``global_batch`` in sequences,
-    ``seq_len`` in tokens, ``recompute``. ``Context()`` is one GPU per stage and one replica."""
+    ``seq_len`` in tokens, ``recompute``, ``gemm_precision`` (bf16, or fp8 GEMMs at the GPU's fp8
+    peak: ``hardware.kernels``). ``Context()`` is one GPU per stage and one replica."""
 
     tp: int = 1
     dp: int = 1
@@ -108,6 +109,7 @@ class Context:
     dispatch_precision: Precision = Precision.BF16
     routing_imbalance: float = 1.0
     node_limit: int | None = None
+    gemm_precision: Precision = Precision.BF16
 
     def __post_init__(self) -> None:
         for what in ("tp", "dp", "ep", "etp"):
@@ -122,6 +124,7 @@ class Context:
             raise ValueError(f"ep x etp ({self.ep} x {self.etp}) must divide tp x dp ({self.tp} x {self.dp}), "
                              "the GPUs of one pipeline stage")
         object.__setattr__(self, "dispatch_precision", precision_of(self.dispatch_precision))
+        object.__setattr__(self, "gemm_precision", precision_of(self.gemm_precision, "gemm precision"))
         if self.pp is not None:
             check_count("pp", self.pp)
         for what in ("microbatch_size", "global_batch", "seq_len"):
@@ -279,4 +282,5 @@ class Context:
                 "zero": self.zero, "overlap": self.overlap, "microbatch_size": self.microbatch_size,
                 "global_batch": self.global_batch, "seq_len": self.seq_len, "recompute": str(self.recompute),
                 "ep": self.ep, "etp": self.etp, "dispatch_precision": str(self.dispatch_precision),
-                "routing_imbalance": self.routing_imbalance, "node_limit": self.node_limit}
+                "routing_imbalance": self.routing_imbalance, "node_limit": self.node_limit,
+                "gemm_precision": str(self.gemm_precision)}

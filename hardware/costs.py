@@ -57,7 +57,9 @@ from .layer import (
 )
 from .model import TransformerModel, partition
 from .moe import edp_group, moe_layer_comm
+from .overheads import end_of_step_s
 from .parallel import Topology, ring_time
+from .parts import stage_segments
 from .system import Device, Link, System
 
 if TYPE_CHECKING:
@@ -160,8 +162,9 @@ class StageCost:
 
 
 def _chain(parts: list[tuple[float, float]], compute_s: float, reverse: bool) -> tuple[Segment, ...]:
-    """An op's segments from its parts ``(flops, comm seconds)`` in forward order: the
-    op's compute seconds split over the parts by FLOPs, each part's communication after
+    """An op's segments from its parts ``(weight, comm seconds)`` in forward order: the
+    op's compute seconds split over the parts by weight (their kernel seconds under the
+    kernel model, else their FLOPs), each part's communication after
     its compute (before it, reversed, for a backward); adjacent compute merged."""
     total = sum(f for f, _ in parts) or 1.0
     seq: list[Segment] = []
@@ -197,6 +200,13 @@ def _moe_parts(model: TransformerModel, ctx: Context, first_layer: int, layers: 
         for _ in range(model.mtp_layers):
             parts += [(moe_f - expert_f, dispatch), (expert_f, combine)]
     return parts
+
+
+def _weighted(parts: list[tuple[float, float]], seconds: list[float] | None) -> list[tuple[float, float]]:
+    """``parts`` with each part's kernel seconds (``hardware.parts``) in place of its FLOPs."""
+    if not seconds or len(seconds) != len(parts):
+        return parts
+    return [(sec, comm) for sec, (_, comm) in zip(seconds, parts)]
 
 
 @lru_cache(maxsize=65536)
@@ -250,12 +260,19 @@ def stage_cost(model: TransformerModel, device: Device, ctx: Context, layers: in
         weight_s = 0.0
     compute_f = device.compute_time(flops_f, traffic_f, tokens) + comm_f
     compute_b = device.compute_time(flops_b, traffic_b, tokens) + comm_b
+    segments = None
+    if device.kernels:  # ops as their kernels (hardware.parts); the FLOPs and traffic above stay the model's
+        segments = [stage_segments(model, device, ctx, layers, first=first, last=last, first_layer=first_layer,
+                                   kind=kind, split_backward=split_backward) for kind in (Kind.F, Kind.B, Kind.W)]
+        compute_f, compute_b = sum(segments[0]) + comm_f, sum(segments[1]) + comm_b
+        weight_s = sum(segments[2]) if split_backward else 0.0
     chains = None
     if ep_f > 0:
         again = moe_comm if full else (0.0, 0.0)  # full recomputation runs the forward's all-to-alls again
         comm_bwd = (moe_comm[1] + again[0], moe_comm[1] + again[1])
-        parts_f = _moe_parts(model, ctx, first_layer, layers, last, moe_comm)
-        parts_b = _moe_parts(model, ctx, first_layer, layers, last, comm_bwd)
+        seconds: list[list[float] | None] = list(segments) if segments else [None, None]
+        parts_f = _weighted(_moe_parts(model, ctx, first_layer, layers, last, moe_comm), seconds[0])
+        parts_b = _weighted(_moe_parts(model, ctx, first_layer, layers, last, comm_bwd), seconds[1])
         chains = {Kind.F: _chain(parts_f, compute_f, reverse=False),
                   Kind.B: _chain(parts_b, compute_b, reverse=True)}
         if split_backward:
@@ -455,6 +472,8 @@ def _device_tail(layout: Topology, model: TransformerModel, device: int, params:
     GPUs holding the same experts (``hardware.moe``)."""
     par = layout.context
     opt = optimizer_time(layout.system.device, model, par.updated_params(params, expert_params))
+    if layout.system.device.kernels:
+        opt += end_of_step_s(layout)
     if par.tp * par.dp == 1 or not stage_costs:
         return 0.0, opt
     reduce, gather = _sync(model, par, params - expert_params, par.dp,

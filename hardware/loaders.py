@@ -19,6 +19,11 @@ System file::
     memory_bytes = 80e9               # bytes
     reserved_bytes = 4e9              # optional: memory the model cannot use (default 0)
     efficiency_half_tokens = 256      # optional: efficiency curve (see Device; default flat)
+    sm_count = 132                    # optional: price ops as kernels (hardware.kernels; default 0: off)
+    tile_m = 256                      # optional: GEMM tile rows and columns (default 256 x 128)
+    tile_n = 128
+    fp8_peak_flops = 1.979e15         # optional: fp8 GEMM peak (default 0: no fp8)
+    attention_efficiency = 0.6        # optional: flash attention's share of peak (default: compute_efficiency)
     [link]                            # required: between nodes, or between any two devices
     bandwidth = 50e9                  # bytes/s
     latency_s = 500e-9                # s
@@ -165,7 +170,8 @@ def _resolve(kind: str, name_or_path: str | Path) -> Path:
 _DEVICE_KEYS = {k: float for k in (
     "peak_flops", "compute_efficiency", "compute_latency_s", "mem_bandwidth",
     "mem_efficiency", "mem_latency_s", "memory_bytes")}
-_DEVICE_OPTIONAL = {"reserved_bytes": float, "efficiency_half_tokens": float}
+_DEVICE_OPTIONAL = {"reserved_bytes": float, "efficiency_half_tokens": float, "sm_count": int, "tile_m": int,
+                    "tile_n": int, "fp8_peak_flops": float, "attention_efficiency": float}
 _LINK_KEYS = {"bandwidth": float, "latency_s": float}
 
 

@@ -76,6 +76,13 @@ class Device:
     of peak — GEMMs with few rows fill fewer tiles of the GPU's cores and pay their fixed
     costs over less work (tile and wave quantization, NVIDIA's "Matrix Multiplication
     Background" guide). ``efficiency_half_tokens = 0`` (default) is a flat efficiency.
+
+    Kernel model (``sm_count > 0``; ``hardware.kernels``): ops are priced as the kernels
+    they run instead — GEMMs tiled ``tile_m x tile_n`` over ``sm_count`` multiprocessors
+    in waves, each tile at ``compute_efficiency`` of its share of the peak (of
+    ``fp8_peak_flops`` for fp8 GEMMs), flash attention at ``attention_efficiency`` of peak
+    (0: ``compute_efficiency``), memory-bound kernels at ``mem_efficiency``; each kernel
+    pays ``compute_latency_s`` (launch). The efficiency curve is then not used.
     """
 
     peak_flops: float
@@ -87,6 +94,11 @@ class Device:
     memory_bytes: float
     efficiency_half_tokens: float = 0.0
     reserved_bytes: float = 0.0
+    sm_count: int = 0
+    tile_m: int = 256
+    tile_n: int = 128
+    fp8_peak_flops: float = 0.0
+    attention_efficiency: float = 0.0
 
     def __post_init__(self) -> None:
         _positive("peak_flops", self.peak_flops, "FLOP/s")
@@ -101,6 +113,13 @@ class Device:
         for what, unit in (("peak_flops", "FLOP/s"), ("mem_bandwidth", "bytes/s"), ("memory_bytes", "bytes"),
                            ("compute_latency_s", "s"), ("mem_latency_s", "s")):
             _in_range(what, getattr(self, what), unit)
+        for what in ("sm_count", "tile_m", "tile_n"):
+            value = getattr(self, what)
+            if isinstance(value, bool) or not isinstance(value, int) or value < (0 if what == "sm_count" else 1):
+                raise ValueError(f"{what} must be an integer >= {0 if what == 'sm_count' else 1}, got {value!r}")
+        _non_negative("fp8_peak_flops", self.fp8_peak_flops, "FLOP/s")
+        if self.attention_efficiency:
+            _fraction("attention_efficiency", self.attention_efficiency)
         if self.reserved_bytes >= self.memory_bytes:
             raise ValueError(
                 f"reserved_bytes ({self.reserved_bytes:g}) must be below memory_bytes ({self.memory_bytes:g})"
@@ -110,6 +129,27 @@ class Device:
     def effective_flops(self) -> float:
         """``peak_flops * compute_efficiency`` (FLOP/s)."""
         return self.peak_flops * self.compute_efficiency
+
+    @property
+    def kernels(self) -> bool:
+        """Whether ops are priced by the kernel model (``sm_count > 0``)."""
+        return self.sm_count > 0
+
+    def peak(self, fp8: bool = False) -> float:
+        """Peak FLOP/s of a GEMM in bf16 (``peak_flops``) or fp8 (``fp8_peak_flops``;
+        ``ValueError`` when the device has none)."""
+        if not fp8:
+            return self.peak_flops
+        if not self.fp8_peak_flops:
+            raise ValueError("gemm precision fp8 needs a device with fp8_peak_flops")
+        return self.fp8_peak_flops
+
+    def max_flop_rate(self, tokens: float | None = None, fp8: bool = False) -> float:
+        """The fastest FLOP/s any op reaches (a bound's rate): the peak at the efficiency
+        curve, or under the kernel model the largest of the GEMM and attention efficiencies."""
+        if not self.kernels:
+            return self.peak_flops * self.efficiency(tokens)
+        return self.peak(fp8) * max(self.compute_efficiency, self.attention_efficiency)
 
     @property
     def effective_mem_bandwidth(self) -> float:
@@ -149,6 +189,7 @@ class Device:
             f"(+{si(self.mem_latency_s, 's')}), {si(self.memory_bytes, 'B')}"
             + (f" ({si(self.reserved_bytes, 'B')} reserved)" if self.reserved_bytes else "")
             + (f", half efficiency at {self.efficiency_half_tokens:g} tokens" if self.efficiency_half_tokens else "")
+            + (f", {self.sm_count} SMs, GEMM tiles {self.tile_m}x{self.tile_n}" if self.kernels else "")
         )
 
 

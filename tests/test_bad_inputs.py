@@ -14,15 +14,12 @@ import os
 import signal
 import subprocess
 import sys
-from typing import TYPE_CHECKING
+from pathlib import Path
 
 import pytest
 
 from pipetab.cli import main
 from pipetab.cli.main import COMMANDS, build_parser
-
-if TYPE_CHECKING:
-    from pathlib import Path
 
 HANG_S = 20
   # a case still running after this long has hung
@@ -187,6 +184,7 @@ FILES = {
     "deep.json": "[" * 100_000 + "]" * 100_000,
     "deep_obj.json": '{"ops": ' + "[" * 100_000 + "]" * 100_000 + "}",
     "list.json": "[1, 2]",
+    "empty_trace.json": '{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 0, "dur": 5}]}',
     "no_ops.json": '{"devices": 2}',
     "ops_empty.json": '{"devices": 2, "ops": []}',
     "claims_makespan.json": _table_json(makespan_slots=999),
@@ -251,6 +249,7 @@ def files(tmp_path_factory) -> Path:
 
 
 S4 = ["-S", "4", "-B", "8"]
+TRACES = [str(Path(__file__).resolve().parent / "data" / "traces" / f"rank{r}.json.gz") for r in (0, 1)]
 PLAN = ["plan", "--model", "tiny_gpt", "--nodes", "1", "--gpus-per-node", "4", "--global-batch", "8", "--quiet"]
 CAL = ["--model", "tiny_gpt", "--system", "mid_nw_mid_cp"]
 SYS = ["--system", "mid_nw_mid_cp"]
@@ -671,6 +670,26 @@ MAIN_CASES = [
     ("calibrate-out-missing-folder",
      ["calibrate", "{d}/sp_prof_ok.toml", "--model", "tiny_gpt", "--system", "dgx_h100_ib",
       "--out", "{d}/nowhere/s.toml"], "--out"),
+    # profile (PyTorch profiler traces in)
+    ("profile-not-json", ["profile", "{d}/empty.json", "-o", "{d}/p.toml"], "is not JSON"),
+    ("profile-not-a-trace", ["profile", "{d}/list.json", "-o", "{d}/p.toml"], "not a PyTorch profiler trace"),
+    ("profile-table-not-a-trace", ["profile", "{d}/no_ops.json", "-o", "{d}/p.toml"], "no 'traceEvents'"),
+    ("profile-no-pipeline-ops", ["profile", "{d}/empty_trace.json", "-o", "{d}/p.toml"], "no pipeline ops"),
+    ("profile-ranks-disagree", ["profile", *TRACES, "-o", "{d}/p.toml", "-S", "3"], "-S is 3 pipeline devices"),
+    ("profile-rank-twice", ["profile", TRACES[0], TRACES[0], "-o", "{d}/p.toml"], "repeat a rank"),
+    ("profile-missing", ["profile", "{d}/none.json", "-o", "{d}/p.toml"], "none.json"),
+    ("profile-folder", ["profile", "{d}/folder.json", "-o", "{d}/p.toml"], "folder.json"),
+    ("profile-fifo", ["profile", "{d}/fifo.json", "-o", "{d}/p.toml"], "fifo.json"),
+    ("profile-deep", ["profile", "{d}/deep.json", "-o", "{d}/p.toml"], "nested too deeply"),
+    ("profile-out-suffix", ["profile", *TRACES, "-o", "{d}/p.txt"], "--out"),
+    ("profile-out-missing", ["profile", *TRACES], "--out"),
+    ("profile-layers-words", ["profile", *TRACES, "-o", "{d}/p.toml", "--layers", "a,b"], "layers"),
+    ("profile-layers-count", ["profile", *TRACES, "-o", "{d}/p.toml", "--layers", "1,2,3"], "--layers gives 3"),
+    ("profile-stages-zero", ["profile", *TRACES, "-o", "{d}/p.toml", "-S", "0"], "stages"),
+    ("gemm-precision-fp8-without-fp8", ["evaluate", "1f1b", *S4, "--system", "mid_nw_mid_cp", "--model", "tiny_gpt",
+                                        "--gemm-precision", "fp8"], "--gemm-precision"),
+    ("gemm-precision-unknown", ["evaluate", "1f1b", *S4, "--system", "dgx_h100_ib", "--model", "tiny_gpt",
+                                "--gemm-precision", "fp4"], "--gemm-precision"),
     # a bad model file
     ("evaluate-bad-model-file", ["evaluate", "1f1b", *S4, "--system", "dgx_h100_ib", "--model",
                                  "{d}/model_zero_layers.toml"], "num_layers"),

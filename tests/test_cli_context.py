@@ -150,7 +150,7 @@ def test_search_with_cluster_options(capsys):
 def test_systems_list_gpus_per_node_memory_and_links(capsys):
     rows = {r["name"]: r for r in run_json(capsys, "systems")}
     h100 = rows["dgx_h100_ib"]  # the preset's datasheet values
-    assert (h100["gpus_per_node"], h100["memory_bytes"], h100["peak_flops"]) == (8, 80e9, 989e12)
+    assert (h100["gpus_per_node"], h100["memory_bytes"], h100["peak_flops"]) == (8, 81559 * 2**20, 989e12)
     assert h100["intra_node_link"] == {"bandwidth": 450e9, "latency_s": 1e-6}
     assert h100["link"] == {"bandwidth": 50e9, "latency_s": 3e-6}
     assert rows["mid_nw_mid_cp"]["gpus_per_node"] is None and rows["mid_nw_mid_cp"]["intra_node_link"] is None

@@ -50,6 +50,7 @@ CLUSTER_OPTIONS = (
     ("global_batch", "--global-batch", None), ("seq", "--seq", None),
     ("ep", "--ep", None), ("etp", "--etp", None), ("dispatch_precision", "--dispatch", None),
     ("routing_imbalance", "--routing-imbalance", None), ("node_limit", "--node-limit", None),
+    ("gemm_precision", "--gemm-precision", None),
 )
 
 
@@ -90,6 +91,9 @@ def add_context_args(p) -> None:
     g.add_argument("--etp", type=common.positive_int("etp"), default=None,
                    help="expert tensor parallelism (MoE models): GPUs splitting each expert (default 1)")
     add_expert_switches(g)
+    g.add_argument("--gemm-precision", choices=["bf16", "fp8"], default=None,
+                   help="GEMM precision: fp8 runs the GEMMs at the GPU's fp8 peak with their input casts "
+                        "(a system with sm_count and fp8_peak_flops; default bf16)")
 
 
 def _imbalance(text: str) -> float:
@@ -184,7 +188,8 @@ class CostSource:
                 "sequence_parallel": ctx.sequence_parallel, "zero": ctx.zero, "overlap": ctx.overlap,  # type: ignore[union-attr]
                 "microbatch_size": ctx.microbatch_size, "seq_len": ctx.seq_len, "global_batch": ctx.global_batch,  # type: ignore[union-attr]
                 "ep": ctx.ep, "etp": ctx.etp, "dispatch_precision": str(ctx.dispatch_precision),  # type: ignore[union-attr]
-                "routing_imbalance": ctx.routing_imbalance, "node_limit": ctx.node_limit}  # type: ignore[union-attr]
+                "routing_imbalance": ctx.routing_imbalance, "node_limit": ctx.node_limit,  # type: ignore[union-attr]
+                "gemm_precision": str(ctx.gemm_precision)}  # type: ignore[union-attr]
 
 
 def given_cluster_options(args) -> list[str]:
@@ -315,8 +320,8 @@ def context_of(args, recompute: str = "none") -> Context:
         if given:
             raise UsageError(f"{flag} applies with {needs} only (it shapes "
                              f"{'tensor' if needs.startswith('--tp') else 'data'} parallelism)")
-    experts = {k: getattr(args, k) for k in ("ep", "etp", "dispatch_precision", "routing_imbalance", "node_limit")
-               if getattr(args, k, None) is not None}
+    experts = {k: getattr(args, k) for k in ("ep", "etp", "dispatch_precision", "routing_imbalance", "node_limit",
+                                             "gemm_precision") if getattr(args, k, None) is not None}
     try:
         return Context(tp=tp, dp=dp, sequence_parallel=None if args.sequence_parallel else False, zero=args.zero,
                        overlap=args.overlap, microbatch_size=args.microbatch_size, global_batch=args.global_batch,
@@ -351,6 +356,9 @@ def _system_source(args, stages: int, microbatches: int, recompute: str, content
     check_recompute(recompute, model)
     ctx.check(ctx.apply(model))
     system = load_system(args.system)
+    if str(ctx.gemm_precision) == "fp8" and not (system.device.kernels and system.device.fp8_peak_flops):
+        raise UsageError(f"--gemm-precision fp8 needs a system priced by its kernels with an fp8 peak "
+                         f"(sm_count and fp8_peak_flops); {system.name} has none")
     if system.num_devices is not None and stages * ctx.tp * ctx.dp > system.num_devices:
         raise UsageError(f"--system {system.name} has {system.num_devices} GPUs; stages x tp x dp = "
                          f"{stages} x {ctx.tp} x {ctx.dp} needs {stages * ctx.tp * ctx.dp}")

@@ -137,11 +137,11 @@ def _print_metrics(d: dict, indent: str = "  ") -> None:
 
 
 COMMANDS = ("schedules", "table", "check", "systems", "models", "evaluate", "search", "bound", "sweep",
-            "view", "plan", "calibrate")
+            "view", "plan", "calibrate", "profile")
 
 
 def build_parser() -> Parser:
-    from . import calibrate_cmd, evaluate_cmd, plan_cmd, presets_cmd, solve_cmd, sweep_cmd, view_cmd
+    from . import calibrate_cmd, evaluate_cmd, plan_cmd, presets_cmd, profile_cmd, solve_cmd, sweep_cmd, view_cmd
 
     parser = Parser(prog="pipetab", description="Explore pipeline-parallel training schedules as tables.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
@@ -169,6 +169,7 @@ def build_parser() -> Parser:
     view_cmd.register(sub)
     plan_cmd.register(sub)
     calibrate_cmd.register(sub)
+    profile_cmd.register(sub)
     return parser
 
 

@@ -109,8 +109,9 @@ class Bounds:
         """A lower bound of the step time of every schedule on ``shape``: its microbatches'
         work spread evenly over its ``pp`` pipeline devices with no bubble or optimizer
         step — on the compute stream the forward and backward of the whole model as one
-        stage (the roofline of a sum is at most the sum of the rooflines: splitting the
-        model into stages or chunks, or a backward into B and W, adds), on the
+        stage (the roofline of a sum is at most the sum of the rooflines, and under the
+        kernel model an op is the sum of its kernels: splitting the model into stages or
+        chunks, or a backward into B and W, adds), on the
         communication stream every expert-parallel all-to-all; the longer of the two (a
         block takes at least its longer stream)."""
         from pipetab.hardware.costs import stage_cost

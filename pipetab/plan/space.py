@@ -35,11 +35,14 @@ MAX_TOKENS_PER_MICROBATCH = 32768  # default microbatch sizes: powers of two up 
 
 
 def schedule_label(name: str, options: dict) -> str:
-    """``interleaved(chunks=4)``, ``chimera-asym(split=1:2)``, ``1f1b``."""
+    """``interleaved(chunks=4)``, ``chimera-asym(split=1:2)``, ``1f1b``,
+    ``dualpipe(overlap=False)`` (``overlap`` only where it is not the schedule's default)."""
     def text(v):
         return ":".join(map(str, v)) if isinstance(v, tuple) else str(v)
 
-    opts = ",".join(f"{k}={text(v)}" for k, v in sorted(options.items()))
+    defaults = {o.name: o.default for o in registry.spec(name).options} if name in registry.REGISTRY else {}
+    shown = {k: v for k, v in options.items() if not (k == "overlap" and defaults.get(k) == v)}
+    opts = ",".join(f"{k}={text(v)}" for k, v in sorted(shown.items()))
     return f"{name}({opts})" if opts else name
 
 

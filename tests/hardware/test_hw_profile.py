@@ -95,6 +95,13 @@ def test_profile_values():
         Profile("p", (StageProfile(1.0, 1.0),) * 2, uniform=True)
 
 
+def _op_roofline(system):
+    """``system`` with ops priced by the op roofline (no kernel model)."""
+    from dataclasses import replace
+
+    return replace(system, device=replace(system.device, sm_count=0))
+
+
 def _profile_on(system, model, name="1f1b", par=None, mb=1):
     sched = registry.generate(name, 4, 8)
     par = (par or Context()).replace(microbatch_size=mb)
@@ -109,7 +116,7 @@ def test_calibrate_recovers_the_efficiency_that_made_the_profile(name, par):
     from pipetab.hardware.calibrate import calibrate
     from pipetab.hardware.loaders import load_model, load_system
 
-    base = load_system("dgx_h100_ib")
+    base = _op_roofline(load_system("dgx_h100_ib"))
     truth = replace(base, device=replace(base.device, compute_efficiency=0.55, efficiency_half_tokens=512.0))
     model = load_model("llama3_8b")
     prof = _profile_on(truth, model, name, par)
@@ -127,7 +134,7 @@ def test_calibrate_fits_memory_efficiency_of_memory_bound_ops():
     from pipetab.hardware.calibrate import calibrate
     from pipetab.hardware.loaders import load_model, load_system
 
-    base = load_system("dgx_h100_ib")  # tiny_gpt's ops are memory-bound on an H100
+    base = _op_roofline(load_system("dgx_h100_ib"))  # tiny_gpt's ops are memory-bound on an H100
     truth = replace(base, device=replace(base.device, mem_efficiency=0.6))
     model = load_model("tiny_gpt")
     fit = calibrate(_profile_on(truth, model), model, base)

@@ -1,0 +1,158 @@
+"""PyTorch profiler traces in: Chrome-trace JSON (``torch.profiler``'s
+``export_chrome_trace``, plain or gzipped) turned into a pipetab ``Profile``.
+
+One trace per pipeline rank (or per stage, in rank order). ``torch.distributed.pipelining``
+marks every action of its schedule runtime with a ``record_function`` annotation named
+``PP:<stage><action><microbatch>`` (``PP:0F3``: stage 0's forward of microbatch 3; ``I`` the
+input gradient and ``W`` the weight gradient of a split backward, ``B`` a full backward,
+``SEND_F`` / ``SEND_B`` a message); its single-stage schedules mark ``Forward <mb>`` and
+``Backward <mb>``. Where the trace holds the GPU's copy of an annotation
+(``gpu_user_annotation``, the kernels' span on the device) that one is used, else the CPU's
+(``user_annotation``).
+
+Per rank (a pipeline device of the profile): ``T_F`` is the sum over the stages it runs of
+the mean duration of their forwards (a V or interleaved rank runs two or more stages, each
+``1/v`` of the device's share), ``T_B`` likewise of their input gradients (or full
+backwards), ``T_W`` of their weight gradients (none without a split backward), the
+message time the mean of its sends, and, where the trace recorded memory
+(``profile_memory=True``: ``[memory]`` events), the activation bytes of one microbatch: the
+mean growth of ``Total Allocated`` over each stage's forwards, summed over its stages.
+
+A trace that is not a profiler trace, holds no pipeline ops, or whose ranks disagree with
+the stages asked for is refused with one ``ValueError`` sentence naming the file.
+"""
+
+from __future__ import annotations
+
+import bisect
+import gzip
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from statistics import fmean
+
+from .profile import Profile, StageProfile
+
+ACTION = re.compile(r"PP:(\d+)(F|I|W|B|SEND_F|SEND_B)(\d+)")
+LEGACY = re.compile(r"(Forward|Backward) (\d+)")
+KIND_OF = {"F": "F", "I": "B", "B": "B", "W": "W", "Forward": "F", "Backward": "B"}
+
+
+@dataclass
+class RankTrace:
+    """What one trace holds: its rank (None: not recorded), the durations (s) of each
+    ``(stage, kind)``'s ops (kind F, B or W; ``full`` when the backward is not split),
+    sends (s) and per stage the allocated bytes an F added (None: no memory recorded)."""
+
+    path: str
+    rank: int | None
+    ops: dict[tuple[int, str], list[float]] = field(default_factory=dict)
+    sends: list[float] = field(default_factory=list)
+    activation: dict[int, list[float]] | None = None
+    split: bool = False
+
+
+def _load(path: Path) -> dict:
+    if not path.is_file():
+        raise ValueError(f"trace {str(path)!r} does not exist or is not a regular file")
+    try:
+        raw = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
+        doc = json.loads(raw)
+    except (OSError, EOFError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"trace {str(path)!r} is not JSON ({exc})") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
+        raise ValueError(f"trace {str(path)!r} is not a PyTorch profiler trace (no 'traceEvents' list)")
+    return doc
+
+
+def _events(doc: dict) -> list[dict]:
+    """The annotations of the pipeline's actions, the GPU's when the trace has them."""
+    marks = [e for e in doc["traceEvents"] if isinstance(e, dict) and e.get("ph") == "X"
+             and e.get("cat") in ("user_annotation", "gpu_user_annotation") and isinstance(e.get("name"), str)
+             and (ACTION.fullmatch(e["name"]) or LEGACY.fullmatch(e["name"]))]
+    gpu = [e for e in marks if e["cat"] == "gpu_user_annotation"]
+    return gpu or marks
+
+
+def _memory(doc: dict) -> tuple[list[float], list[float]] | None:
+    """(times, Total Allocated) of the trace's ``[memory]`` events (None: none recorded)."""
+    mem = sorted((float(e["ts"]), float(e["args"]["Total Allocated"])) for e in doc["traceEvents"]
+                 if isinstance(e, dict) and e.get("name") == "[memory]" and isinstance(e.get("args"), dict)
+                 and "Total Allocated" in e["args"] and "ts" in e)
+    return ([t for t, _ in mem], [a for _, a in mem]) if mem else None
+
+
+def _allocated(mem: tuple[list[float], list[float]], ts: float) -> float:
+    i = bisect.bisect_right(mem[0], ts)
+    return mem[1][i - 1] if i else 0.0
+
+
+def read_trace(path: str | Path) -> RankTrace:
+    """One trace's pipeline ops (module docstring)."""
+    path = Path(path)
+    doc = _load(path)
+    info = doc.get("distributedInfo")
+    rank = info.get("rank") if isinstance(info, dict) and isinstance(info.get("rank"), int) else None
+    out = RankTrace(str(path), rank)
+    mem = _memory(doc)
+    out.activation = {} if mem else None
+    for e in _events(doc):
+        try:
+            ts, dur = float(e["ts"]), float(e["dur"]) * 1e-6
+        except (KeyError, TypeError, ValueError):
+            raise ValueError(f"trace {str(path)!r}: event {e['name']!r} has no numeric 'ts' and 'dur'") from None
+        m = ACTION.fullmatch(e["name"])
+        stage, action = (int(m.group(1)), m.group(2)) if m else (0, LEGACY.fullmatch(e["name"]).group(1))  # type: ignore[union-attr]
+        if action.startswith("SEND"):
+            out.sends.append(dur)
+            continue
+        out.split |= action in ("I", "W")
+        out.ops.setdefault((stage, KIND_OF[action]), []).append(dur)
+        if mem and KIND_OF[action] == "F":
+            grown = _allocated(mem, ts + dur * 1e6) - _allocated(mem, ts)
+            out.activation.setdefault(stage, []).append(max(grown, 0.0))  # type: ignore[union-attr]
+    if not out.ops:
+        raise ValueError(f"trace {str(path)!r} holds no pipeline ops (annotations PP:<stage>F<microbatch> "
+                         "or 'Forward <microbatch>' of torch.distributed.pipelining)")
+    return out
+
+
+def _stage_profile(t: RankTrace, split: bool, layers: int | None) -> StageProfile:
+    stages = sorted({s for s, _ in t.ops})
+
+    def total(kind: str) -> float:
+        return sum(fmean(t.ops[(s, kind)]) for s in stages if (s, kind) in t.ops)
+
+    for s in stages:
+        for kind in ("F", "B", "W") if split else ("F", "B"):
+            if (s, kind) not in t.ops:
+                name = {"F": "forward", "B": "backward", "W": "weight-gradient"}[kind]
+                raise ValueError(f"trace {t.path!r}: stage {s} has no {name} op")
+    act = sum(fmean(v) for v in t.activation.values()) if t.activation else 0.0
+    return StageProfile(forward_s=total("F"), backward_s=total("B"), weight_s=total("W") if split else None,
+                        message_s=fmean(t.sends) if t.sends else 0.0, activation_bytes=act, layers=layers)
+
+
+def profile_from_traces(paths: list[str | Path], stages: int | None = None, *, microbatch_size: int | None = None,
+                        tp: int = 1, dp: int = 1, layers: list[int] | None = None,
+                        summary: str = "") -> Profile:
+    """The ``Profile`` of one trace per pipeline rank (module docstring): ranks from the
+    traces' ``distributedInfo`` (else the order of ``paths``), ``stages`` pipeline devices
+    (None: as many as traces), ``layers`` per device (for ``calibrate``)."""
+    traces = [read_trace(p) for p in paths]
+    ranks = [t.rank if t.rank is not None else i for i, t in enumerate(traces)]
+    if len(set(ranks)) != len(ranks):
+        raise ValueError(f"traces repeat a rank ({', '.join(map(str, sorted(ranks)))}): give one trace per rank")
+    want = stages if stages is not None else len(traces)
+    if sorted(ranks) != list(range(want)):
+        raise ValueError(f"-S is {want} pipeline devices but the traces hold ranks {', '.join(map(str, sorted(ranks)))}"
+                         f": give one trace for each rank 0..{want - 1}")
+    if layers is not None and len(layers) != want:
+        raise ValueError(f"--layers gives {len(layers)} counts for {want} pipeline devices")
+    split = any(t.split for t in traces)
+    by_rank = dict(zip(ranks, traces))
+    entries = tuple(_stage_profile(by_rank[r], split, layers[r] if layers else None) for r in range(want))
+    source = "PyTorch profiler traces: " + ", ".join(Path(p).name for p in paths)
+    return Profile(name="trace", stages=entries, summary=summary or f"profile of {want} ranks from their traces",
+                   source=source, microbatch_size=microbatch_size, tp=tp, dp=dp)
