@@ -7,8 +7,9 @@ published measured runs. Writes ``docs/bench/moe_plan.csv`` and ``docs/bench/moe
     python -m experiments.bench_moe --quick    # Mixtral 8x7B on 64 GPUs and DeepSeek-V3's run only
 
 The published runs (sources in ``PUBLISHED``) are priced as run: their parallel split,
-microbatch size, global batch and schedule. pipetab models bf16 GEMMs; runs that trained in
-FP8 are marked, and the error says how far the bf16 prediction lies from them.
+microbatch size, global batch, schedule and GEMM precision (FP8 runs at the GPU's fp8 peak,
+``Context.gemm_precision``). DeepSeek-V3 trained with FP8 GEMMs, so its question is planned
+with them too.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ QUESTIONS = [
     ("mixtral-8x7b-64", "mixtral_8x7b", 8, 8, "dgx_h100_ib", 256, {}),
     ("qwen3-235b-256", "qwen3_235b_a22b", 32, 8, "dgx_h100_ib", 2048, {}),
     ("deepseek-v3-2048", "deepseek_v3", 256, 8, "h800_ib", 15360,
-     {"dispatch_precision": "fp8", "node_limit": 4, "microbatch_sizes": (1,)}),
+     {"dispatch_precision": "fp8", "node_limit": 4, "microbatch_sizes": (1,), "gemm_precision": "fp8"}),
 ]
 QUICK = ("mixtral-8x7b-64", "deepseek-v3-2048")
 OVERLAPPING = (("dualpipe", {}), ("dualpipev", {}), ("interleaved", {"chunks": 2}), ("interleaved", {"chunks": 4}))
@@ -65,7 +66,7 @@ PLAN_COLUMNS = ["question", "model", "gpus", "global_batch", "candidates", "prun
                 "simulated", "wall_s", "cpu_s", "load_avg_1min", "best", "fits", "pp", "tp", "dp", "ep", "etp",
                 "microbatch_size", "recompute", "step_s", "mfu", "peak_gib", "a2a_s", "a2a_hidden_pct", "a2a_links",
                 "overlap_gains"]
-PUBLISHED_COLUMNS = ["run", "schedule", "precision", "predicted_step_s", "measured_step_s", "step_error_pct",
+PUBLISHED_COLUMNS = ["run", "schedule", "gemm_precision", "predicted_step_s", "measured_step_s", "step_error_pct",
                      "predicted_tokens_per_s_gpu", "measured_tokens_per_s_gpu", "tokens_error_pct",
                      "predicted_tflops", "measured_tflops", "tflops_error_pct", "overlap_gain_pct", "fits",
                      "peak_gib", "source"]
@@ -122,7 +123,7 @@ def run_published(p: tuple) -> dict:
     label, model, nodes, gpn, system, batch, ctx_args, name, opts, precision, step, tokens, tflops, source = p
     m, sys_ = load_model(model), cluster(system, nodes, gpn)
     pp = ctx_args["pp"]
-    ctx = Context(global_batch=batch, seq_len=m.seq_len, **ctx_args)
+    ctx = Context(global_batch=batch, seq_len=m.seq_len, gemm_precision=precision, **ctx_args)
     ctx = ctx.resolved(m, batch // (ctx.dp * ctx.microbatch_size))  # type: ignore[operator]
     on, sched, costs = _step(name, {**opts, "overlap": True}, ctx, sys_, m)
     off = _step(name, {**opts, "overlap": False}, ctx, sys_, m)[0]
@@ -130,7 +131,7 @@ def run_published(p: tuple) -> dict:
     predicted_tokens = batch * m.seq_len / on / (nodes * gpn)
     predicted_tflops = model_flops_per_sequence(m) * batch / on / (nodes * gpn) / 1e12
     peak = max(a + b for a, b in zip(sim.peak_activation, costs.persistent))
-    return {"run": label, "schedule": f"{name}{opts or ''} on PP{pp} {ctx.parallel_label}", "precision": precision,
+    return {"run": label, "schedule": f"{name}{opts or ''} on PP{pp} {ctx.parallel_label}", "gemm_precision": precision,
             "predicted_step_s": round(on, 3), "measured_step_s": step, "step_error_pct": _err(on, step),
             "predicted_tokens_per_s_gpu": round(predicted_tokens, 1), "measured_tokens_per_s_gpu": tokens,
             "tokens_error_pct": _err(predicted_tokens, tokens), "predicted_tflops": round(predicted_tflops, 1),

@@ -109,6 +109,8 @@ def register(sub) -> None:
     p.add_argument("--etp", type=_int_list("etp"), default=(),
                    help="expert tensor-parallel sizes to try for a MoE model (default 1)")
     add_expert_switches(p)
+    p.add_argument("--gemm-precision", choices=["bf16", "fp8"], default=None,
+                   help="GEMMs in bf16 (default) or fp8 at the GPU's fp8 peak (systems priced by their kernels)")
     p.add_argument("--top", type=common.positive_int("top", maximum=1000), default=10,
                    help="configurations to show, ranked exactly (default 10)")
     p.add_argument("--cpsat-shapes", type=common.positive_int("cpsat shapes", minimum=0, maximum=16), default=None,
@@ -130,6 +132,7 @@ def register(sub) -> None:
 _PROFILED = (("microbatch_sizes", "--microbatch-sizes", ()), ("recompute", "--recompute", ()),
              ("ep", "--ep", ()), ("etp", "--etp", ()), ("dispatch_precision", "--dispatch", None),
              ("routing_imbalance", "--routing-imbalance", None), ("node_limit", "--node-limit", None),
+             ("gemm_precision", "--gemm-precision", None),
              ("zero", "--zero", None), ("sequence_parallel", "--no-sequence-parallel", True),
              ("overlap", "--no-overlap", True), ("cpsat_shapes", "--cpsat-shapes", None),
              ("cpsat_time", "--cpsat-time", None))
@@ -173,7 +176,7 @@ def run(args) -> None:
         overlap=args.overlap, top=args.top, cpsat_shapes=2 if args.cpsat_shapes is None else args.cpsat_shapes,
         cpsat_time_s=args.cpsat_time or 3.0, ep=args.ep, etp=args.etp,
         dispatch_precision=args.dispatch_precision or "bf16", routing_imbalance=args.routing_imbalance or 1.0,
-        node_limit=args.node_limit,
+        node_limit=args.node_limit, gemm_precision=args.gemm_precision or "bf16",
     )
     if profile is not None:
         flag = f"--system {args.system}" if args.system else f"--gpu {gpu or 'H100'}" + ("" if gpu else " (default)")

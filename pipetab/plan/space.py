@@ -83,12 +83,17 @@ class PlanSpace:
     dispatch_precision: str = "bf16"
     routing_imbalance: float = 1.0
     node_limit: int | None = None
+    gemm_precision: str = "bf16"
 
     def __post_init__(self) -> None:
         check_count("global batch", self.global_batch)
         check_count("top", self.top)
         experts = Context(dispatch_precision=precision_of(self.dispatch_precision),
                           routing_imbalance=self.routing_imbalance, node_limit=self.node_limit)  # checks them
+        fp8 = precision_of(self.gemm_precision, "gemm precision") == "fp8"
+        if fp8 and not (self.system.device.kernels and self.system.device.fp8_peak_flops):
+            raise ValueError(f"gemm precision fp8 needs a system priced by its kernels with an fp8 peak; "
+                             f"{self.system.name!r} has none")
         for what, values in (("ep", self.ep), ("etp", self.etp)):
             for v in values:
                 check_count(what, v)
@@ -168,7 +173,8 @@ def shape(space: PlanSpace, pp: int, tp: int, dp: int, microbatch_size: int, rec
     options with a mixture-of-experts model)."""
     ctx = Context(tp=tp, dp=dp, pp=pp, sequence_parallel=None if space.sequence_parallel else False,
                   zero=space.zero if dp > 1 else None, overlap=space.overlap, microbatch_size=microbatch_size,
-                  global_batch=space.global_batch, seq_len=space.model.seq_len, recompute=recompute_of(recompute))
+                  global_batch=space.global_batch, seq_len=space.model.seq_len, recompute=recompute_of(recompute),
+                  gemm_precision=precision_of(space.gemm_precision, "gemm precision"))
     if not space.model.moe:
         return ctx
     return ctx.replace(ep=ep, etp=etp, dispatch_precision=precision_of(space.dispatch_precision),
