@@ -7,9 +7,8 @@ its rank). The tests read every file with ``pipetab check``'s reader (formats.fr
 and compare it with pipetab's generator of the same schedule where there is one.
 
 Needs PyTorch (not a dependency of pipetab): ``pip install torch`` (the CPU wheel is enough),
-then ``python -m experiments.torch_schedules``. Files with overlapped forward-backward pairs
-(``OVERLAP_F_B``, torch's DualPipeV) are not written: pipetab reads them once it models
-overlapped pairs.
+then ``python -m experiments.torch_schedules``. torch's DualPipeV writes its overlapped
+forward-backward pairs as ``(F;B)OVERLAP_F_B`` actions.
 """
 
 from __future__ import annotations
@@ -27,6 +26,8 @@ CASES = [
     ("loopedbfs_r2_v2_m4", "ScheduleLoopedBFS", 2, 2, 4, "loop"),
     ("interleavedzb_r4_v2_m8", "ScheduleInterleavedZeroBubble", 4, 2, 8, "loop"),
     ("zbv_r4_m8", "ScheduleZBVZeroBubble", 4, 2, 8, "v"),
+    ("dualpipev_r4_m8", "ScheduleDualPipeV", 4, 2, 8, "v"),
+    ("dualpipev_r4_m10", "ScheduleDualPipeV", 4, 2, 10, "v"),
 ]
 
 

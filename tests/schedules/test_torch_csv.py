@@ -14,6 +14,7 @@ import pytest
 from pipetab.cli import main
 from pipetab.schedules import formats, registry
 from pipetab.schedules.ops import Kind, Op
+from pipetab.schedules.table import layout
 from pipetab.schedules.validate import schedule_from_table, validate
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "torch"
@@ -39,6 +40,21 @@ def test_torchs_schedules_equal_pipetabs_op_for_op(name, ours, options, style, t
     assert layout["style"] == style and layout["warning"] is None
     assert layout["torchtitan"]["parallelism.pipeline_parallel_schedule"] == titan
     assert layout["torchtitan"]["parallelism.pipeline_parallel_degree"] == 4
+
+
+@pytest.mark.parametrize("name, microbatches", [("dualpipev_r4_m8", 8), ("dualpipev_r4_m10", 10)])
+def test_torchs_dualpipev_equals_pipetabs_with_its_pairs(name, microbatches):
+    """torch 2.13's ScheduleDualPipeV: the same order as pipetab's (DeepSeek's step loop),
+    its OVERLAP_F_B actions pipetab's overlapped pairs, its full backwards B with their W,
+    and laid out the same table op for op."""
+    table, sched = read(name)
+    mine = registry.generate("dualpipev", 4, microbatches)
+    assert sched.placement.stage2device == mine.placement.stage2device
+    assert sched.orders == mine.orders
+    assert set(sched.blocks) == set(mine.blocks)
+    assert table.entries == layout(mine).entries
+    back = schedule_from_table(formats.from_torch_csv(formats.to_torch_csv(table), name))  # pipetab's own CSV
+    assert back.orders == mine.orders and set(back.blocks) == set(mine.blocks)
 
 
 @pytest.mark.parametrize("name, ranks, stages", [("interleavedzb_r4_v2_m8", 4, 8), ("loopedbfs_r2_v2_m4", 2, 4)])
