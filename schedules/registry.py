@@ -36,7 +36,8 @@ class ScheduleSpec:
 
     ``ops_per_microbatch(stages, **options)``: how many ops one microbatch has (stages it
     passes x 2, or x 3 with a split backward), so that sizes are checked before anything
-    is generated; without it, ``3 * stages`` (one stage per device, split backward)."""
+    is generated; without it, ``3 * stages`` (one stage per device, split backward).
+    ``min_stages``: 1 for the schedules that run without a pipeline (PP = 1)."""
 
     name: str
     summary: str
@@ -45,6 +46,7 @@ class ScheduleSpec:
     regime: str
     options: tuple[Option, ...] = ()
     ops_per_microbatch: Callable[..., int] | None = None
+    min_stages: int = 2
 
 
 def parse_split(text: str) -> tuple[int, int]:
@@ -105,11 +107,12 @@ REGISTRY: dict[str, ScheduleSpec] = {
     for spec in (
         ScheduleSpec(
             "gpipe", "fill-drain: all forwards, then all backwards",
-            _linear.gpipe, formulas.gpipe, "S >= 2, B >= 1", ops_per_microbatch=_two_per_stage,
+            _linear.gpipe, formulas.gpipe, "S >= 1, B >= 1", ops_per_microbatch=_two_per_stage, min_stages=1,
         ),
         ScheduleSpec(
             "1f1b", "one-forward-one-backward after a warm-up (PipeDream-Flush, Megatron)",
-            _linear.one_f_one_b, formulas.one_f_one_b, "S >= 2, B >= 1", ops_per_microbatch=_two_per_stage,
+            _linear.one_f_one_b, formulas.one_f_one_b, "S >= 1, B >= 1", ops_per_microbatch=_two_per_stage,
+            min_stages=1,
         ),
         ScheduleSpec(
             "chimera", "two opposite pipelines over the same devices, basic units concatenated",
@@ -197,7 +200,7 @@ def num_ops(name: str, stages: int, microbatches: int, **options) -> int | None:
     """How many ops the named schedule would have (None when the options are not numbers
     the generator could accept; it will say why)."""
     entry = spec(name)
-    check_shape(stages, microbatches)
+    check_shape(stages, microbatches, entry.min_stages)
     opts = _options(entry, options)
     try:
         per = entry.ops_per_microbatch(stages, **opts) if entry.ops_per_microbatch else 3 * stages
@@ -225,5 +228,5 @@ def generate(name: str, stages: int, microbatches: int, **options) -> Schedule:
 def formula(name: str, stages: int, microbatches: int, **options) -> formulas.Formula:
     """Level-1 closed-form numbers of the named schedule."""
     entry = spec(name)
-    check_shape(stages, microbatches)
+    check_shape(stages, microbatches, entry.min_stages)
     return entry.formula(stages, microbatches, **_options(entry, options))

@@ -239,7 +239,7 @@ CP = ["--solver", "cpsat"]
 # (id, argv with {d} for the files' folder, what the one line must contain)
 SHAPE = [
     ("stages-zero", ["1f1b", "-S", "0", "-B", "8"], "stages"),
-    ("stages-one", ["1f1b", "-S", "1", "-B", "8"], "stages"),
+    ("stages-one", ["zb-h1", "-S", "1", "-B", "8"], "stages"),
     ("stages-negative", ["1f1b", "-S", "-4", "-B", "8"], "stages"),
     ("stages-word", ["1f1b", "-S", "four", "-B", "8"], "stages"),
     ("stages-float", ["1f1b", "-S", "2.5", "-B", "8"], "stages"),
