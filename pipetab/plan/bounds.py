@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import itertools
 from typing import TYPE_CHECKING
+
+import numpy as np
 
 from pipetab.hardware.layer import (
     activation_bytes_per_layer,
@@ -12,8 +15,7 @@ from pipetab.hardware.layer import (
 )
 from pipetab.hardware.model import partition
 from pipetab.schedules import registry
-from pipetab.schedules.memory import memory_change
-from pipetab.schedules.ops import Kind
+from pipetab.schedules.memory import memory_deltas
 
 if TYPE_CHECKING:
     from pipetab.hardware.context import Context
@@ -25,18 +27,20 @@ if TYPE_CHECKING:
 def order_peaks(schedule: Schedule, size: dict, part: dict) -> list[float]:
     """Peak live activation per device from the per-device orders alone (a device runs its
     ops one after another, so the peak does not depend on timing); ``size`` / ``part``: M
-    and M_W per (pipeline, stage), changes as ``schedules.memory.memory_change`` defines."""
-    split = schedule.split_backward
-    change = {(k, p, s): memory_change(k, size[(p, s)], part[(p, s)], split)
-              for (p, s) in size for k in (Kind.F, Kind.B, Kind.W)}
+    and M_W per (pipeline, stage), changes as ``schedules.memory.memory_change`` defines
+    (vectorized over the schedule's op arrays: ``memory_deltas``)."""
+    ops, offsets = schedule.orders.ops, schedule.orders.offsets
+    pipes = max(size)[0] + 1
+    stages = max(s for _, s in size) + 1
+    grid_m, grid_w = np.zeros((pipes, stages)), np.zeros((pipes, stages))
+    for (p, s), v in size.items():
+        grid_m[p, s], grid_w[p, s] = v, part[(p, s)]
+    deltas = memory_deltas(ops.kind, grid_m[ops.pipeline, ops.stage], grid_w[ops.pipeline, ops.stage],
+                           schedule.split_backward)
     peaks = []
-    for order in schedule.orders:
-        level = peak = 0.0
-        for kind, p, s, _ in order:
-            level += change[(kind, p, s)]
-            if level > peak:
-                peak = level
-        peaks.append(peak)
+    for a, b in itertools.pairwise(offsets.tolist()):
+        run = np.cumsum(deltas[a:b])
+        peaks.append(max(0.0, float(run.max())) if b > a else 0.0)
     return peaks
 
 
@@ -52,17 +56,40 @@ class Bounds:
         self.space = space
         self.schedules: dict = {}
         self.units: dict = {}
+        self.runs: dict = {}
+        self.deep: dict = {}  # (name, options, pp) -> more stages than layers
 
     def schedule(self, name: str, opts: dict, pp: int, m: int) -> Schedule | None:
-        key = (name, tuple(sorted(opts.items())), pp, m)
+        """The named schedule of ``pp`` devices and ``m`` microbatches, or None when the
+        generator refuses it or it has more stages than the model has layers (known after
+        the first instance of ``(name, opts, pp)``: no other is generated); cached."""
+        shape_key = (name, tuple(sorted(opts.items())), pp)
+        key = (*shape_key, m)
         if key not in self.schedules:
-            try:
-                sched = registry.generate(name, pp, m, **opts)
-                partition(sched.stage_work[0], self.space.model.num_layers)
-                self.schedules[key] = sched
-            except ValueError:
-                self.schedules[key] = None
+            sched = None
+            if self.deep.get(shape_key) is not True:
+                try:
+                    sched = registry.generate(name, pp, m, **opts)
+                except ValueError:
+                    sched = None
+                if sched is not None:
+                    self.deep[shape_key] = sched.num_stages(0) > self.space.model.num_layers
+                    sched = None if self.deep[shape_key] else sched
+            self.schedules[key] = sched
         return self.schedules[key]
+
+    def short(self, name: str, opts: dict, pp: int, m: int) -> Schedule | None:
+        """A short instance of the run (its peaks are at most the run's): of
+        ``small_microbatches``, else the largest of the first periodic samples
+        (``periodic.sample_sizes``) the generator accepts, else the run itself."""
+        from .periodic import sample_sizes
+
+        if registry.num_ops(name, pp, m, **opts) is None:
+            return None
+        for n in [small_microbatches(pp, m)] + [sizes[-1] for sizes in sample_sizes(m, pp)]:
+            if n < m and (sched := self.schedule(name, opts, pp, n)) is not None:
+                return sched
+        return self.schedule(name, opts, pp, m)
 
     def layer_units(self, sched: Schedule, fraction: float) -> list[float]:
         """Peak activation per device in layer activations (M = layers of the stage)."""
@@ -80,7 +107,7 @@ class Bounds:
         act = min(activation_bytes_per_layer(model, shape, moe) for moe in kinds)
         part = min(weight_memory_bytes_per_layer(model, shape, moe) / activation_bytes_per_layer(model, shape, moe)
                    for moe in kinds) * act
-        sched = self.schedule(name, opts, shape.pp, small_microbatches(shape.pp, shape.microbatches))
+        sched = self.short(name, opts, shape.pp, shape.microbatches)  # type: ignore[arg-type]
         if sched is None:
             return None
         units = self.layer_units(sched, part / act if sched.split_backward else 1.0)
@@ -105,28 +132,40 @@ class Bounds:
         from pipetab.hardware.costs import stage_cost
 
         model, device = self.space.model, self.space.system.device
-        whole = stage_cost(model, device, shape, model.num_layers, first=True, last=True,
-                           tp_link=self.space.system.default_link if shape.tp > 1 else None)
-        tokens = shape.microbatch_size * model.seq_len  # type: ignore[operator]
+        link = self.space.system.default_link
+        whole = stage_cost(model, device, shape.replace(layout=None, recompute_layers=None), model.num_layers,
+                           first=True, last=True, tp_link=link if shape.tp > 1 else None,
+                           cp_link=link if shape.cp > 1 else None)
+        tokens = shape.microbatch_size * model.seq_len // shape.cp  # type: ignore[operator]
         rate = device.peak_flops * device.efficiency(tokens)
         flops = (whole.flops_forward + whole.flops_backward) * shape.microbatches  # type: ignore[operator]
         return (1 - 1e-9) * flops / (rate * shape.pp)  # type: ignore[operator]
 
-    def time(self, name: str, opts: dict, shape: Context) -> float:
-        """Lower bound of the step time: the simulated step of the instance of at most ``4 pp``
-        microbatches, plus the average device work of each further microbatch (module
-        docstring); exact when the instance is the shape itself."""
+    def run(self, name: str, opts: dict, shape: Context):
+        """The candidate's run (``periodic.periodic_run``: its step time and peaks, from a
+        few periods when it is long), or None when the generator refuses it; cached."""
         from pipetab.solver.pricing import hardware_costs
         from pipetab.solver.simulate import simulate
 
-        pp, m = shape.pp, shape.microbatches
-        small_m = small_microbatches(pp, m)  # type: ignore[arg-type]
-        sched = self.schedule(name, opts, pp, small_m)  # type: ignore[arg-type]
-        # the small instance's own global batch: same microbatches, fewer of them
-        costs = hardware_costs(sched, self.space.system, self.space.model,  # type: ignore[arg-type]
-                               shape.replace(global_batch=None))
-        step = simulate(sched, costs).makespan  # type: ignore[arg-type]
-        if small_m == m:
-            return step
-        work = sum(costs.duration(op) for order in sched.orders for op in order)  # type: ignore[union-attr]
-        return step + (m - small_m) * work / (sched.num_devices * small_m)  # type: ignore[union-attr,operator]
+        from .periodic import periodic_run
+
+        key = (name, tuple(sorted(opts.items())), shape)
+        if key not in self.runs:
+            system, model, pp = self.space.system, self.space.model, shape.pp
+            try:
+                registry.check_request(name, pp, shape.microbatches, **opts)  # type: ignore[arg-type]
+            except ValueError:
+                self.runs[key] = None
+                return None
+            # an instance's own global batch: the same microbatches, fewer of them
+            self.runs[key] = periodic_run(
+                lambda n: self.schedule(name, opts, pp, n),  # type: ignore[arg-type]
+                lambda s: hardware_costs(s, system, model, shape.replace(global_batch=None)),
+                shape.microbatches, simulate, pp)  # type: ignore[arg-type]
+        return self.runs[key]
+
+    def time(self, name: str, opts: dict, shape: Context) -> float | None:
+        """The step time of the candidate (``run``: exact, from a few periods when long): a
+        bound that needs no more simulation; None when the generator refuses the run."""
+        run = self.run(name, opts, shape)
+        return None if run is None else run.makespan

@@ -21,7 +21,9 @@ class Configuration:
     """One ranked candidate: a schedule (``source`` ``registry`` or ``cpsat``) on a shape
     (a resolved ``Context``), its simulated step time, throughput, MFU and peak memory per
     GPU against the usable capacity. ``profiled``: op times from a profile, which fixes
-    the recomputation."""
+    the recomputation. ``sample_microbatches``: the step time and memory were extrapolated
+    from instances of at most that many microbatches (``periodic``), on which ``levels``
+    were evaluated."""
 
     schedule: str
     options: tuple[tuple[str, object], ...]
@@ -38,6 +40,7 @@ class Configuration:
     a2a_s: float = 0.0
     a2a_hidden_s: float = 0.0
     ep_links: str = ""
+    sample_microbatches: int | None = None
     levels: object = field(default=None, compare=False, repr=False)
     searched: Schedule | None = field(default=None, compare=False, repr=False)
 
@@ -94,18 +97,20 @@ class Plan:
 
 def configuration(space: PlanSpace, name: str, opts: dict, shape: Context, sched: Schedule, costs,
                    step: float, acts: list[float], searched: Schedule | None = None,
-                   capacity: float | None = None, profiled: bool = False) -> Configuration:
+                   capacity: float | None = None, profiled: bool = False, scale: float = 1.0) -> Configuration:
     """A ranked candidate from its simulated step time and its peak activations per device
-    (``order_peaks``: the simulator's memory definition); busy time from the op durations."""
+    (``order_peaks``: the simulator's memory definition); busy time from the op durations
+    (``scale`` microbatches of the run per microbatch of ``sched`` when it is a shorter
+    instance of the run)."""
     model, system = space.model, space.system
     peak = max(p + a for p, a in zip(costs.persistent, acts))
     fits = all(c is None or p + a <= c + 1e-9 for p, a, c in zip(costs.persistent, acts, costs.capacity))
-    per_pipeline = [sched.microbatch2pipeline.count(p) for p in range(sched.num_pipelines)]
+    per_pipeline = [scale * sched.microbatch2pipeline.count(p) for p in range(sched.num_pipelines)]
     busy = sum(n * costs.op_time[(kind, p, s)] for (kind, p, s) in costs.op_time
                for n in (per_pipeline[p],)) + sum(costs.optimizer_time)
     tokens = space.global_batch * model.seq_len
     flops = model_flops_per_sequence(model) * space.global_batch
-    a2a, hidden = all_to_all_summary(sched, costs)
+    a2a, hidden = (scale * x for x in all_to_all_summary(sched, costs))
     links = ep_span(system, shape) if model.moe else ""
     return Configuration(
         name, tuple(sorted(opts.items())), shape, step, tokens / step,

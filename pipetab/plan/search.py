@@ -84,8 +84,11 @@ class _BestFirst:
             if need > cap:
                 self.misfits.append(_Candidate(need, name, opts, shape))
             else:
+                bound = self.bounds.time(name, opts, shape)
+                if bound is None:
+                    continue
                 self.tiebreak += 1
-                cand = _Candidate(self.bounds.time(name, opts, shape), name, opts, shape)
+                cand = _Candidate(bound, name, opts, shape)
                 heapq.heappush(self.heap, (cand.bound, self.tiebreak, cand))
 
     def run(self) -> tuple[list[Configuration], list[_Candidate]]:
@@ -105,7 +108,7 @@ class _BestFirst:
             cand: _Candidate = item  # type: ignore[assignment]
             conf = _evaluate(self.space, self.bounds, cand, simulate_misfit=False)
             if conf is None:
-                if self.bounds.schedule(cand.name, cand.opts, cand.shape.pp, cand.shape.microbatches) is not None:
+                if self.bounds.run(cand.name, cand.opts, cand.shape) is not None:
                     misfit_runs.append(cand)
                 continue
             results.append(conf)
@@ -121,19 +124,19 @@ class _BestFirst:
 
 
 def _evaluate(space: PlanSpace, bounds: Bounds, cand: _Candidate, simulate_misfit: bool):
-    """The candidate's configuration (simulated), or None when the generator refuses its
-    full instance or, unless ``simulate_misfit``, when its exact memory does not fit."""
-    from pipetab.solver.simulate import simulate
-
-    sched = bounds.schedule(cand.name, cand.opts, cand.shape.pp, cand.shape.microbatches)
-    if sched is None:
+    """The candidate's configuration (its run: ``Bounds.run``), or None when the generator
+    refuses its full instance or, unless ``simulate_misfit``, when its exact memory does
+    not fit."""
+    run = bounds.run(cand.name, cand.opts, cand.shape)
+    if run is None:
         return None
-    costs = costs_of(space, sched, cand.shape)
-    acts = activation_peaks(sched, costs)
+    costs = run.costs
+    acts = list(run.peaks)
     if not simulate_misfit and any(c is not None and p + a > c + 1e-9
                                    for p, a, c in zip(costs.persistent, acts, costs.capacity)):
         return None
-    return configuration(space, cand.name, cand.opts, cand.shape, sched, costs, simulate(sched, costs).makespan, acts)
+    return configuration(space, cand.name, cand.opts, cand.shape, run.schedule, costs, run.makespan, acts,
+                         scale=run.scale)
 
 
 def _closest_misfits(space: PlanSpace, bounds: Bounds, runs: list[_Candidate], misfits: list[_Candidate],
@@ -223,13 +226,19 @@ def plan_profiled(space: PlanSpace, profile, say, t0: float) -> Plan:
 def _validated(space: PlanSpace, conf: Configuration, bounds: Bounds | None, costs=None,
                sched: Schedule | None = None) -> Configuration:
     """``conf`` with its levels (``evaluate_levels`` validates the table; its simulation
-    must give the ranked step time)."""
+    must give the ranked step time). A run extrapolated from a few periods
+    (``periodic``) is validated on its largest simulated instance."""
     from pipetab.solver.levels import evaluate_levels
 
-    sched = sched or conf.searched or bounds.schedule(  # type: ignore[union-attr]
-        conf.schedule, dict(conf.options), conf.shape.pp, conf.shape.microbatches)
-    levels = evaluate_levels(sched, costs=costs or costs_of(space, sched, conf.shape))
-    if abs(levels.simulation.makespan - conf.step_time_s) > 1e-9 * conf.step_time_s:
-        raise AssertionError(f"{conf.label}: evaluate_levels gives {levels.simulation.makespan} s, "
-                             f"the plan ranked {conf.step_time_s} s")
+    run = None
+    if sched is None and conf.searched is None and bounds is not None:
+        run = bounds.run(conf.schedule, dict(conf.options), conf.shape)
+        sched, costs = run.schedule, run.costs
+    sched = sched or conf.searched
+    levels = evaluate_levels(sched, costs=costs or costs_of(space, sched, conf.shape))  # type: ignore[arg-type]
+    step = run.makespan if run is not None and run.extrapolated else levels.simulation.makespan
+    if abs(step - conf.step_time_s) > 1e-9 * conf.step_time_s:
+        raise AssertionError(f"{conf.label}: evaluate_levels gives {step} s, the plan ranked {conf.step_time_s} s")
+    if run is not None and run.extrapolated:
+        return replace(conf, levels=levels, sample_microbatches=sched.num_microbatches)  # type: ignore[union-attr]
     return replace(conf, levels=levels)
