@@ -134,7 +134,9 @@ def _allreduces(model: TransformerModel, stage2device, ranges, ctx: Context,
     """Group the model's units (embedding, layers 0..L-1, LM head) by the tuple of stages
     holding them (one per pipeline); consecutive units with the same holders form one
     group; groups held by more than one stage are all-reduced (``reduce_time(devices,
-    nbytes)``)."""
+    nbytes)``). One pipeline holds every unit once: none."""
+    if len(ranges) == 1:
+        return ()
     num_layers = model.num_layers
     holders_of_layer = []
     for layer in range(num_layers):

@@ -41,7 +41,7 @@ def brute_force(sp: PlanSpace) -> list[tuple]:
 
 @pytest.mark.parametrize("memory", [1e9, 3e8, 2.2e8])
 def test_plan_ranks_exactly_what_brute_force_ranks(memory):
-    sp = space(memory)
+    sp = space(memory, refine=False)  # brute force knows even layouts only
     result = plan(sp)
     truth = [r for r in brute_force(sp) if not r[0]][:sp.top]
     got = [(not c.fits, c.step_time_s, c.label, c.shape) for c in result.configurations if c.fits]
@@ -49,8 +49,10 @@ def test_plan_ranks_exactly_what_brute_force_ranks(memory):
     for g, t in zip(got, truth):
         assert g[1] == pytest.approx(t[1], rel=1e-12)
     # ties in step time may order differently; the sets of (schedule, shape) per time agree
-    assert sorted((round(g[1], 12), g[2], g[3].__repr__()) for g in got) == \
-        sorted((round(t[1], 12), t[2], t[3].__repr__()) for t in truth)
+    # (but for a tie at the cut: GPipe and 1F1B on one stage take the same time)
+    cut = round(truth[-1][1], 12)
+    assert sorted((round(g[1], 12), g[2], g[3].__repr__()) for g in got if round(g[1], 12) != cut) == \
+        sorted((round(t[1], 12), t[2], t[3].__repr__()) for t in truth if round(t[1], 12) != cut)
     assert result.pruned_memory + result.pruned_time + result.simulated <= result.candidates
 
 

@@ -11,6 +11,7 @@ from . import common
 from .common import UsageError, emit_json
 from .hardware_args import (
     add_batch_args,
+    add_cp_switches,
     add_expert_switches,
     add_parallel_switches,
     add_profile_arg,
@@ -76,6 +77,12 @@ def register(sub) -> None:
     p.add_argument("--schedules", type=_word_list("schedules"), default=(),
                    help="registry schedules to try, e.g. 1f1b,zbv (default: all; see 'pipetab schedules')")
     add_parallel_switches(p)
+    add_cp_switches(p)
+    for dim, what in (("pp", "pipeline stages"), ("tp", "tensor-parallel GPUs"), ("cp", "context-parallel GPUs"),
+                      ("dp", "data-parallel replicas")):
+        p.add_argument(f"--{dim}", type=_int_list(dim), default=(),
+                       help=f"{what} to consider, e.g. 8 or 4,8 (default: every value that splits the cluster"
+                            + ("; CP only for sequences of 16384 tokens or more)" if dim == "cp" else ")"))
     p.add_argument("--ep", type=_int_list("ep"), default=(),
                    help="expert-parallel sizes to try for a MoE model, e.g. 8,16 (default: every divisor of "
                         "the expert count that divides a stage's GPUs)")
@@ -100,7 +107,9 @@ _PROFILED = (("microbatch_sizes", "--microbatch-sizes", ()), ("recompute", "--re
              ("routing_imbalance", "--routing-imbalance", None), ("node_limit", "--node-limit", None),
              ("zero", "--zero", None), ("sequence_parallel", "--no-sequence-parallel", True),
              ("overlap", "--no-overlap", True), ("cpsat_shapes", "--cpsat-shapes", None),
-             ("cpsat_time", "--cpsat-time", None))
+             ("cpsat_time", "--cpsat-time", None), ("pp", "--pp", ()), ("tp", "--tp", ()), ("cp", "--cp", ()),
+             ("dp", "--dp", ()), ("cp_comm", "--cp-comm", None), ("reshard_after_forward", "--no-reshard-after-forward",
+                                                                 True))
 
 
 def run(args) -> None:
@@ -136,7 +145,8 @@ def run(args) -> None:
         overlap=args.overlap, top=args.top, cpsat_shapes=2 if args.cpsat_shapes is None else args.cpsat_shapes,
         cpsat_time_s=args.cpsat_time or 3.0, ep=args.ep, etp=args.etp,
         dispatch_precision=args.dispatch_precision or "bf16", routing_imbalance=args.routing_imbalance or 1.0,
-        node_limit=args.node_limit,
+        node_limit=args.node_limit, pp=args.pp, tp=args.tp, cp=args.cp, dp=args.dp,
+        cp_comm=args.cp_comm or "p2p", reshard_after_forward=args.reshard_after_forward,
     )
     result = plan(space, progress=progress, profile=load_profile_arg(args))
     if plot:
@@ -151,41 +161,70 @@ def run(args) -> None:
         print(f"plot: {args.plot}")
 
 
+def _rows(result) -> tuple[tuple[str, ...], list[tuple[str, ...]]]:
+    """The table's header and rows; the CP, EP and ZeRO columns only when one of the shown
+    configurations uses them."""
+    confs = result.configurations
+    moe = any(c.ep_links for c in confs)
+    cp = any(c.shape.cp > 1 for c in confs)
+    zero = any(c.shape.zero == 3 for c in confs)
+    uneven = any(c.shape.layout is not None for c in confs)
+    head = ("#", "schedule", "PP", "TP", "CP" if cp else "", "DP", "EP" if moe else "", "ZeRO" if zero else "",
+            "layers" if uneven else "", "mb", "micro", "recompute", "step (s)", "tokens/s", "MFU", "peak GiB",
+            "free GiB", "fits")
+    rows = []
+    for i, c in enumerate(confs, 1):
+        s = c.shape
+        ep = (f"{s.ep}" + (f"x{s.etp}" if s.etp > 1 else "")) if moe else ""
+        layers = ("uneven" if s.layout is not None else "even") if uneven else ""
+        rows.append((str(i), c.label, str(s.pp), str(s.tp), str(s.cp) if cp else "", str(s.dp), ep,
+                     str(s.zero) if zero else "", layers, str(s.microbatch_size), str(s.microbatches),
+                     c.recompute_label,
+                     f"{c.step_time_s:#.4g}".rstrip("."), f"{c.tokens_per_s:,.0f}", f"{100 * c.mfu:.1f}%",
+                     f"{c.peak_memory_bytes / 2**30:.1f}", f"{c.headroom_bytes / 2**30:.1f}",
+                     "yes" if c.fits else "NO"))
+    return head, rows
+
+
+def _print_best(result) -> None:
+    """#1's all-to-all (MoE), its layers per stage and Megatron layout."""
+    best = result.configurations[0]
+    if best.ep_links:
+        hidden = f", {100 * best.a2a_hidden_s / best.a2a_s:.0f} % of it hidden by overlapped pairs" \
+            if best.a2a_s else ""
+        print(f"#1 all-to-all: {best.a2a_s:.3g} s per step on the busiest GPU over {best.ep_links}{hidden}")
+    if best.layout:
+        from pipetab.plan.result import runs
+
+        print(f"#1 layers per stage: {runs(best.layers_per_stage)} (pipeline_model_parallel_layout {best.layout!r})")
+    if best.sample_microbatches:
+        print(f"#1 step time and memory extrapolated from runs of {best.sample_microbatches} microbatches "
+              "(periodic schedule, exact)")
+
+
 def print_plan(result) -> None:
     """The ranked configurations as an aligned table, then what the search did."""
     q = result.question
     print(f"plan: {q['model']} on {q['gpus']} GPUs ({q['gpus_per_node']} per node, {q['system']}), "
           f"global batch {q['global_batch']} x {q['seq_len']} tokens")
-    moe = any(c.ep_links for c in result.configurations)
-    head = ("#", "schedule", "PP", "TP", "DP", "EP" if moe else "", "mb", "micro", "recompute", "step (s)",
-            "tokens/s", "MFU", "peak GiB", "free GiB", "fits")
-    rows = []
-    for i, c in enumerate(result.configurations, 1):
-        s = c.shape
-        ep = (f"{s.ep}" + (f"x{s.etp}" if s.etp > 1 else "")) if moe else ""
-        rows.append((str(i), c.label, str(s.pp), str(s.tp), str(s.dp), ep, str(s.microbatch_size),
-                     str(s.microbatches), c.recompute_label, f"{c.step_time_s:#.4g}".rstrip("."),
-                     f"{c.tokens_per_s:,.0f}",
-                     f"{100 * c.mfu:.1f}%", f"{c.peak_memory_bytes / 2**30:.1f}",
-                     f"{c.headroom_bytes / 2**30:.1f}", "yes" if c.fits else "NO"))
+    head, rows = _rows(result)
     if not rows:
         print("no configuration: no split of the GPUs, microbatch size and schedule fits the question")
     else:
         widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
+        left = (1, head.index("recompute"))
         for r in [head, *rows]:
-            cells = [x.rjust(w) if j not in (1, 8) else x.ljust(w) for j, (x, w) in enumerate(zip(r, widths)) if w]
+            cells = [x.ljust(w) if j in left else x.rjust(w) for j, (x, w) in enumerate(zip(r, widths)) if w]
             print("  ".join(cells))
-    if rows and not result.configurations[0].fits:
-        print("none of these fits the GPU memory: the closest are shown")
-    if moe:
-        best = result.configurations[0]
-        hidden = f", {100 * best.a2a_hidden_s / best.a2a_s:.0f} % of it hidden by overlapped pairs" \
-            if best.a2a_s else ""
-        print(f"#1 all-to-all: {best.a2a_s:.3g} s per step on the busiest GPU over {best.ep_links}{hidden}")
+        if not result.configurations[0].fits:
+            print("none of these fits the GPU memory: the closest are shown")
+        _print_best(result)
     refused = result.candidates - result.pruned_memory - result.pruned_time - result.simulated
     outside = f", {refused} outside their schedule's regime (microbatches, stages)" if refused else ""
     print(f"searched {result.candidates} candidates: {result.pruned_memory} cannot fit the memory, "
           f"{result.pruned_time} cannot beat the configurations shown, {result.simulated} simulated"
           f"{outside}; {result.runtime_s:.1f} s")
+    for note in result.notes:
+        print(f"note: {note}")
     for note in result.cpsat_notes:
         print(f"CP-SAT {note}")

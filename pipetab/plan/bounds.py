@@ -58,6 +58,7 @@ class Bounds:
         self.units: dict = {}
         self.runs: dict = {}
         self.deep: dict = {}  # (name, options, pp) -> more stages than layers
+        self.params: dict = {}
 
     def schedule(self, name: str, opts: dict, pp: int, m: int) -> Schedule | None:
         """The named schedule of ``pp`` devices and ``m`` microbatches, or None when the
@@ -79,14 +80,17 @@ class Bounds:
         return self.schedules[key]
 
     def short(self, name: str, opts: dict, pp: int, m: int) -> Schedule | None:
-        """A short instance of the run (its peaks are at most the run's): of
-        ``small_microbatches``, else the largest of the first periodic samples
-        (``periodic.sample_sizes``) the generator accepts, else the run itself."""
+        """A short instance of the run (its peaks are at most the run's): the largest of
+        the first periodic samples (``periodic.sample_sizes``: the run simulates them too)
+        the generator accepts, else of ``small_microbatches``, else the run itself."""
         from .periodic import sample_sizes
 
-        if registry.num_ops(name, pp, m, **opts) is None:
+        try:
+            if registry.num_ops(name, pp, m, **opts) is None:
+                return None
+        except ValueError:
             return None
-        for n in [small_microbatches(pp, m)] + [sizes[-1] for sizes in sample_sizes(m, pp)]:
+        for n in [sizes[-1] for sizes in sample_sizes(m, pp)] + [small_microbatches(pp, m)]:
             if n < m and (sched := self.schedule(name, opts, pp, n)) is not None:
                 return sched
         return self.schedule(name, opts, pp, m)
@@ -100,46 +104,79 @@ class Bounds:
             self.units[key] = order_peaks(sched, layers, {k: fraction * n for k, n in layers.items()})
         return self.units[key]
 
-    def memory(self, name: str, opts: dict, shape: Context) -> float | None:
-        """Lower bound of the peak memory per GPU (bytes); None when the generator refuses."""
+    def _device_params(self, sched: Schedule, shape: Context) -> tuple[list[int], list[int]]:
+        """(parameters, routed-expert parameters) per GPU of each device of ``sched``'s
+        even split; cached (they depend on the split and the TP/EP sizes only)."""
+        key = (id(sched), shape.tp, shape.ep, shape.etp)
+        if key not in self.params:
+            model = self.space.model
+            params, experts = [0] * sched.num_devices, [0] * sched.num_devices
+            for p, w in enumerate(sched.stage_work):
+                counts = partition(w, model.num_layers)
+                start = 0
+                for s, n in enumerate(counts):
+                    d, last = sched.placement.device(p, s), s == len(counts) - 1
+                    params[d] += stage_params_per_gpu(model, n, s == 0, last, shape, start)
+                    experts[d] += stage_expert_params_per_gpu(model, n, last, shape, start)
+                    start += n
+            self.params[key] = (params, experts)
+        return self.params[key]
+
+    def _layer_activation(self, shape: Context) -> tuple[float, float]:
+        """(activation, its weight part) of the lighter layer kind on ``shape``."""
         model = self.space.model
         kinds = {model.is_moe_layer(i) for i in range(model.num_layers)}  # the lighter kind bounds every layer
         act = min(activation_bytes_per_layer(model, shape, moe) for moe in kinds)
         part = min(weight_memory_bytes_per_layer(model, shape, moe) / activation_bytes_per_layer(model, shape, moe)
                    for moe in kinds) * act
+        return act, part
+
+    def shape_memory(self, shape: Context) -> float:
+        """A lower bound of the peak memory per GPU of every schedule on ``shape``: a device
+        holds at least ``ceil(L / pp)`` layers' weights, gradients and optimizer state and,
+        once, their activation (each op pair F, B holds it)."""
+        model = self.space.model
+        layers = -(-model.num_layers // shape.pp)  # type: ignore[operator]
+        act, _ = self._layer_activation(shape)
+        return shape.persistent_bytes(model, stage_params_per_gpu(model, layers, False, False, shape)) + layers * act
+
+    def memory(self, name: str, opts: dict, shape: Context) -> float | None:
+        """Lower bound of the peak memory per GPU (bytes); None when the generator refuses."""
+        model = self.space.model
+        act, part = self._layer_activation(shape)
         sched = self.short(name, opts, shape.pp, shape.microbatches)  # type: ignore[arg-type]
         if sched is None:
             return None
         units = self.layer_units(sched, part / act if sched.split_backward else 1.0)
-        params = [0] * sched.num_devices  # type: ignore[union-attr]
-        experts = [0] * sched.num_devices  # type: ignore[union-attr]
-        for p, w in enumerate(sched.stage_work):  # type: ignore[union-attr]
-            counts = partition(w, model.num_layers)
-            start = 0
-            for s, n in enumerate(counts):
-                d, last = sched.placement.device(p, s), s == len(counts) - 1  # type: ignore[union-attr]
-                params[d] += stage_params_per_gpu(model, n, s == 0, last, shape, start)
-                experts[d] += stage_expert_params_per_gpu(model, n, last, shape, start)
-                start += n
+        params, experts = self._device_params(sched, shape)
         return max(shape.persistent_bytes(model, n, e) + u * act for n, e, u in zip(params, experts, units))
 
     def shape_time(self, shape: Context) -> float:
-        """A lower bound of the step time of every schedule on ``shape``: the FLOPs of its
-        microbatches' forward and backward passes (recomputation included) spread evenly
-        over its ``pp`` pipeline devices at the GPU's peak and efficiency, with no bubble,
-        latency, memory traffic, communication or optimizer step (each op's time is at
-        least its FLOPs at that rate; splitting or chunking a pass does not lower them)."""
-        from pipetab.hardware.costs import stage_cost
+        """A lower bound of the step time of every schedule on ``shape``, the larger of
 
-        model, device = self.space.model, self.space.system.device
-        link = self.space.system.default_link
-        whole = stage_cost(model, device, shape.replace(layout=None, recompute_layers=None), model.num_layers,
-                           first=True, last=True, tp_link=link if shape.tp > 1 else None,
-                           cp_link=link if shape.cp > 1 else None)
-        tokens = shape.microbatch_size * model.seq_len // shape.cp  # type: ignore[operator]
-        rate = device.peak_flops * device.efficiency(tokens)
-        flops = (whole.flops_forward + whole.flops_backward) * shape.microbatches  # type: ignore[operator]
-        return (1 - 1e-9) * flops / (rate * shape.pp)  # type: ignore[operator]
+        * the whole model's forward and backward (``stage_cost`` of every layer, embedding
+          and head on one device, recomputation included) for each microbatch, spread
+          evenly over the ``pp`` devices: a sum of roofline times is at least the roofline
+          time of the sums and collectives add up, so the stages' ops take at least this
+          much together, and the busiest device at least the average;
+        * one microbatch's chain: its forwards through every stage, then its input
+          gradients back (each waits for the one before; the weight gradients of a split
+          backward may wait).
+
+        Collectives run over the cluster's fastest link; no bubble, message, ZeRO-3 gather
+        or optimizer step is counted."""
+        from pipetab.hardware.costs import stage_cost
+        from pipetab.hardware.system import Link
+
+        system, model = self.space.system, self.space.model
+        links = [system.default_link, *([system.intra_node_link] if system.intra_node_link else [])]
+        fast = Link(max(k.bandwidth for k in links), min(k.latency_s for k in links))
+        ctx = shape.replace(layout=None, recompute_layers=None)
+        whole, chain = (stage_cost(model, system.device, ctx, model.num_layers, first=True, last=True,
+                                   split_backward=split, tp_link=fast if shape.tp > 1 else None,
+                                   cp_link=fast if shape.cp > 1 else None) for split in (False, True))
+        work = (whole.forward_s + whole.backward_s) * shape.microbatches / shape.pp  # type: ignore[operator]
+        return (1 - 1e-9) * max(work, chain.forward_s + chain.backward_s)
 
     def run(self, name: str, opts: dict, shape: Context):
         """The candidate's run (``periodic.periodic_run``: its step time and peaks, from a

@@ -13,6 +13,7 @@ from .space import PlanSpace, schedule_label
 
 if TYPE_CHECKING:
     from pipetab.hardware.context import Context
+    from pipetab.hardware.model import TransformerModel
     from pipetab.schedules.schedule import Schedule
 
 
@@ -41,6 +42,7 @@ class Configuration:
     a2a_hidden_s: float = 0.0
     ep_links: str = ""
     sample_microbatches: int | None = None
+    layout: str = ""
     levels: object = field(default=None, compare=False, repr=False)
     searched: Schedule | None = field(default=None, compare=False, repr=False)
 
@@ -54,7 +56,18 @@ class Configuration:
 
     @property
     def recompute_label(self) -> str:
-        return "profiled" if self.profiled else str(self.shape.recompute)
+        if self.profiled:
+            return "profiled"
+        if self.shape.recompute_layers is not None:
+            return "layers " + runs(self.shape.recompute_layers)
+        return str(self.shape.recompute)
+
+    @property
+    def layers_per_stage(self) -> tuple[int, ...]:
+        """Transformer layers of each stage of a pipeline, in pipeline order."""
+        from pipetab.hardware.layout import Layout
+
+        return Layout.parse(self.layout).layers if self.layout else ()
 
     def as_dict(self) -> dict:
         s = self.shape
@@ -66,6 +79,9 @@ class Configuration:
             "peak_memory_bytes": self.peak_memory_bytes, "capacity_bytes": self.capacity_bytes,
             "headroom_bytes": self.headroom_bytes, "fits": self.fits, "idle_ratio": self.idle_ratio,
             "all_to_all_s": self.a2a_s, "all_to_all_hidden_s": self.a2a_hidden_s, "all_to_all_links": self.ep_links,
+            "cp": s.cp, "cp_comm": str(s.cp_comm), "zero": s.zero, "layout": self.layout,
+            "layers_per_stage": list(self.layers_per_stage),
+            "recompute_layers": None if s.recompute_layers is None else list(s.recompute_layers),
         }
 
 
@@ -84,13 +100,14 @@ class Plan:
     runtime_s: float
     question: dict
     evaluated: tuple[Configuration, ...] = ()  # every simulated candidate, ranked (for plots)
+    notes: tuple[str, ...] = ()  # what the space left out and why, what plan added
 
     def as_dict(self) -> dict:
         return {
             **self.question,
             "candidates": self.candidates, "pruned_by_memory_bound": self.pruned_memory,
             "pruned_by_time_bound": self.pruned_time, "simulated": self.simulated,
-            "cpsat": list(self.cpsat_notes), "runtime_s": round(self.runtime_s, 3),
+            "cpsat": list(self.cpsat_notes), "notes": list(self.notes), "runtime_s": round(self.runtime_s, 3),
             "configurations": [c.as_dict() for c in self.configurations],
         }
 
@@ -117,7 +134,32 @@ def configuration(space: PlanSpace, name: str, opts: dict, shape: Context, sched
         flops / (step * space.num_gpus * system.device.peak_flops),
         round(peak), int(capacity or system.device.usable_memory_bytes), fits,
         1 - busy / (sched.num_devices * step), "registry" if searched is None else "cpsat",
-        profiled=profiled, searched=searched, a2a_s=a2a, a2a_hidden_s=hidden, ep_links=links)
+        profiled=profiled, searched=searched, a2a_s=a2a, a2a_hidden_s=hidden, ep_links=links,
+        layout=layout_text(model, shape, sched))
+
+
+def runs(values) -> str:
+    """``4*30,3*2``: runs of equal values."""
+    out: list[list] = []
+    for v in values:
+        if out and out[-1][0] == v:
+            out[-1][1] += 1
+        else:
+            out.append([v, 1])
+    return ",".join(f"{v}*{n}" if n > 1 else str(v) for v, n in out)
+
+
+def layout_text(model: TransformerModel, shape: Context, sched: Schedule) -> str:
+    """The Megatron layout string of ``sched``'s first pipeline on ``shape``: its layout,
+    else the even split of its stage work ("" when the stages outnumber the layers)."""
+    from pipetab.hardware.layout import Layout
+
+    if shape.layout is not None:
+        return shape.layout.megatron()
+    try:
+        return Layout.even(model.num_layers, sched.stage_work[0], mtp=model.mtp_layers).megatron()
+    except ValueError:
+        return ""
 
 
 def all_to_all_summary(sched: Schedule, costs) -> tuple[float, float]:

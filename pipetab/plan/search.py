@@ -12,6 +12,7 @@ from pipetab.schedules import registry
 
 from .bounds import Bounds
 from .cpsat import cpsat_outcome, cpsat_search, cpsat_shapes, worker_pool
+from .refine import refine
 from .result import Configuration, Plan, activation_peaks, configuration, rank
 from .space import PlanSpace, costs_of, schedule_label, shapes
 
@@ -43,15 +44,16 @@ def plan(space: PlanSpace, progress: Callable[[str], None] | None = None, profil
     try:
         search = _BestFirst(space, bounds, say)
         results, misfit_runs = search.run()
-        pruned_memory = len(search.misfits) + len(misfit_runs)
+        pruned_memory = len(search.misfits) + len(misfit_runs) + search.unfit
         closest = _closest_misfits(space, bounds, misfit_runs, search.misfits, space.top - len(results))
-        simulated = sum(c.fits for c in results) + len(closest)
-        shown, notes, ranked = _search_and_validate(space, bounds, rank(results + closest), pool, say)
+        refined = refine(space, bounds, rank(results), _refined(space, bounds)) if space.refine else []
+        simulated = sum(c.fits for c in results) + len(closest) + len(refined)
+        shown, notes, ranked = _search_and_validate(space, bounds, rank(results + closest + refined), pool, say)
     finally:
         if pool:
             pool.shutdown(cancel_futures=True)
     return Plan(tuple(shown), search.total, pruned_memory - len(closest), search.pruned_time, simulated,
-                tuple(notes), time.perf_counter() - t0, _question(space), tuple(ranked))
+                tuple(notes), time.perf_counter() - t0, _question(space), tuple(ranked), space.notes())
 
 
 class _BestFirst:
@@ -73,10 +75,14 @@ class _BestFirst:
             heapq.heappush(self.heap, (bounds.shape_time(shape), i, shape))
         self.tiebreak = len(all_shapes)
         self.pruned_time = 0
+        self.unfit = 0  # candidates of shapes no schedule fits
         say(f"{len(all_shapes)} shapes x {len(self.variants)} schedules = {self.total} candidates")
 
     def _open(self, shape: Context) -> None:
         cap = self.space.system.device.usable_memory_bytes
+        if self.bounds.shape_memory(shape) > cap:  # no schedule fits: none is bounded
+            self.unfit += len(self.variants)
+            return
         for name, opts in self.variants:
             need = self.bounds.memory(name, opts, shape)
             if need is None:
@@ -139,6 +145,16 @@ def _evaluate(space: PlanSpace, bounds: Bounds, cand: _Candidate, simulate_misfi
                          scale=run.scale)
 
 
+def _refined(space: PlanSpace, bounds: Bounds):
+    """``refine``'s evaluation: a candidate's configuration when it fits (source
+    ``refined``), else None."""
+    def evaluate(name: str, opts: dict, shape: Context):
+        conf = _evaluate(space, bounds, _Candidate(0.0, name, opts, shape), simulate_misfit=False)
+        return None if conf is None else replace(conf, source="refined")
+
+    return evaluate
+
+
 def _closest_misfits(space: PlanSpace, bounds: Bounds, runs: list[_Candidate], misfits: list[_Candidate],
                      room: int) -> list[Configuration]:
     """When fewer than ``top`` fit: the misfits needing least memory, simulated, to rank
@@ -157,7 +173,7 @@ def _search_and_validate(space: PlanSpace, bounds: Bounds, ranked: list[Configur
     """CP-SAT on the best shapes (in ``pool``'s workers while this process validates the
     best configurations): (the ``top`` shown, validated; CP-SAT's notes; everything
     ranked, with what CP-SAT found)."""
-    searched, skipped = cpsat_shapes(space, ranked)
+    searched, skipped = cpsat_shapes(space, [c for c in ranked if c.shape.pp > 1])  # CP-SAT needs a pipeline
     jobs = []
     for shape in searched:
         say(f"CP-SAT: searching {shape.label} m={shape.microbatches} for {space.cpsat_time_s:g} s")
