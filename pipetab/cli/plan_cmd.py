@@ -6,9 +6,14 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from typing import TYPE_CHECKING
 
 from . import common
 from .common import UsageError, emit_json
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
 from .hardware_args import (
     add_batch_args,
     add_cp_switches,
@@ -96,6 +101,12 @@ def register(sub) -> None:
     p.add_argument("--cpsat-time", type=_seconds, default=None, help="seconds of CP-SAT per shape (default 3)")
     add_profile_arg(p)
     p.add_argument("--plot", metavar="FILE.png", help="Pareto plot: step time against peak memory per GPU")
+    p.add_argument("--emit", choices=["megatron", "torchtitan"], default=None,
+                   help="print the best configuration as Megatron-LM arguments or a torchtitan TOML section "
+                        "instead of the table (Megatron: the best it can run)")
+    p.add_argument("--emit-csv", metavar="FILE.csv", default=None,
+                   help="with --emit torchtitan: write the schedule as the CSV that "
+                        "pipeline_parallel_schedule_csv reads")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     p.add_argument("--format", choices=["text", "json"], default="text")
     p.set_defaults(func=run)
@@ -132,6 +143,11 @@ def run(args) -> None:
         raise UsageError(f"--global-batch must be at most {MAX_OPS} sequences (a schedule holds "
                          f"at most {MAX_OPS} ops; see docs/limits.md), got {args.global_batch}")
     plot = common.check_plot_path(args.plot)
+    if args.emit_csv is not None and args.emit != "torchtitan":
+        raise UsageError("--emit-csv applies with --emit torchtitan only")
+    if args.emit is not None and args.format == "json":
+        raise UsageError("--emit prints a framework's configuration: it does not combine with --format json")
+    emit_csv = common.output_path(args.emit_csv, "--emit-csv", (".csv",)) if args.emit_csv else None
     t0 = time.perf_counter()
 
     def progress(message: str) -> None:
@@ -153,6 +169,9 @@ def run(args) -> None:
         from pipetab.plan.plot import plot_plan
 
         common.save_plot(plot_plan, plot, result, rows=10)
+    if args.emit is not None:
+        print(emitted(result, space, args.emit, emit_csv), end="")
+        return
     if args.format == "json":
         emit_json(result.as_dict())
         return
@@ -161,7 +180,29 @@ def run(args) -> None:
         print(f"plot: {args.plot}")
 
 
-def _rows(result) -> tuple[tuple[str, ...], list[tuple[str, ...]]]:
+def emitted(result, space, framework: str, csv_path: Path | None) -> str:
+    """The best configuration (for Megatron, the best it runs) in ``framework``'s form;
+    the schedule written to ``csv_path`` for torchtitan."""
+    from pipetab.plan import emit
+    from pipetab.schedules import registry
+
+    fits = [c for c in result.evaluated if c.fits] or list(result.configurations)
+    if framework == "megatron":
+        runnable = [c for c in fits if c.schedule in emit.MEGATRON_SCHEDULES]
+        if not runnable:
+            raise UsageError("--emit megatron: no configuration found runs a schedule Megatron-LM runs "
+                             f"({', '.join(emit.MEGATRON_SCHEDULES)}); give --schedules 1f1b,interleaved")
+        conf = runnable[0]
+        note = "" if conf is fits[0] else f"# the best configuration, {fits[0].label}, is not a Megatron schedule\n"
+        return note + emit.megatron_text(conf, space.model, space.num_gpus)
+    conf = fits[0]
+    if csv_path:
+        sched = registry.generate(conf.schedule, conf.shape.pp, conf.shape.microbatches, **dict(conf.options))
+        common.write_output(csv_path, "--emit-csv", lambda p: p.write_text(emit.torch_csv(conf, sched)))
+    return emit.torchtitan_toml(conf, space.num_gpus, str(csv_path) if csv_path else "")
+
+
+def _rows(result) -> tuple[tuple, list[tuple]]:
     """The table's header and rows; the CP, EP and ZeRO columns only when one of the shown
     configurations uses them."""
     confs = result.configurations

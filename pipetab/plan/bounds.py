@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import itertools
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Mapping
 
 import numpy as np
 
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from .space import PlanSpace
 
 
-def order_peaks(schedule: Schedule, size: dict, part: dict) -> list[float]:
+def order_peaks(schedule: Schedule, size: Mapping, part: Mapping) -> list[float]:
     """Peak live activation per device from the per-device orders alone (a device runs its
     ops one after another, so the peak does not depend on timing); ``size`` / ``part``: M
     and M_W per (pipeline, stage), changes as ``schedules.memory.memory_change`` defines

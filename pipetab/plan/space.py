@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from pipetab.hardware.context import Context, Recompute, precision_of, recompute_of
+from pipetab.hardware.context import Context, Recompute, cp_comm_of, precision_of, recompute_of
 from pipetab.hardware.loaders import load_model, load_system
 from pipetab.hardware.system import System
 from pipetab.schedules import registry
@@ -121,7 +121,7 @@ class PlanSpace:
             registry.spec(name)
         if self.zero not in (None, 0, 1, 2, 3):
             raise ValueError(f"zero must be 0, 1, 2 or 3, got {self.zero!r}")
-        Context(cp_comm=self.cp_comm, reshard_after_forward=self.reshard_after_forward)  # checks them
+        Context(cp_comm=cp_comm_of(self.cp_comm), reshard_after_forward=self.reshard_after_forward)  # checks them
         self._check_pins()
         if not (isinstance(self.cpsat_shapes, int) and self.cpsat_shapes >= 0):
             raise ValueError(f"cpsat shapes must be an integer >= 0, got {self.cpsat_shapes!r}")
@@ -251,7 +251,7 @@ def shape(space: PlanSpace, pp: int, tp: int, dp: int, microbatch_size: int, rec
     ctx = Context(tp=tp, dp=dp, pp=pp, cp=cp, sequence_parallel=None if space.sequence_parallel else False,
                   zero=zero if dp * cp > 1 else None, overlap=space.overlap, microbatch_size=microbatch_size,
                   global_batch=space.global_batch, seq_len=space.model.seq_len, recompute=recompute_of(recompute),
-                  cp_comm=space.cp_comm if cp > 1 else "p2p",
+                  cp_comm=cp_comm_of(space.cp_comm if cp > 1 else "p2p"),
                   reshard_after_forward=space.reshard_after_forward if zero == 3 else True)
     if not space.model.moe:
         return ctx
