@@ -59,6 +59,7 @@ class Bounds:
         self.runs: dict = {}
         self.deep: dict = {}  # (name, options, pp) -> more stages than layers
         self.params: dict = {}
+        self.op_costs: dict = {}
 
     def schedule(self, name: str, opts: dict, pp: int, m: int) -> Schedule | None:
         """The named schedule of ``pp`` devices and ``m`` microbatches, or None when the
@@ -178,28 +179,60 @@ class Bounds:
         work = (whole.forward_s + whole.backward_s) * shape.microbatches / shape.pp  # type: ignore[operator]
         return (1 - 1e-9) * max(work, chain.forward_s + chain.backward_s)
 
+    def costs(self, name: str, opts: dict, shape: Context, sched: Schedule):
+        """The costs of the candidate's ops (any instance ``sched`` of it: per-op costs do
+        not depend on the number of microbatches, each instance its own global batch); cached
+        per schedule structure."""
+        from pipetab.solver.pricing import hardware_costs
+
+        # schedules of one structure (placement, stage work, split backward) cost the same
+        key = (sched.placement.stage2device, sched.stage_work, sched.split_backward, shape)
+        if key not in self.op_costs:
+            self.op_costs[key] = hardware_costs(sched, self.space.system, self.space.model,
+                                                shape.replace(global_batch=None))
+        return self.op_costs[key]
+
     def run(self, name: str, opts: dict, shape: Context):
         """The candidate's run (``periodic.periodic_run``: its step time and peaks, from a
         few periods when it is long), or None when the generator refuses it; cached."""
-        from pipetab.solver.pricing import hardware_costs
         from pipetab.solver.simulate import simulate
 
         from .periodic import periodic_run
 
         key = (name, tuple(sorted(opts.items())), shape)
         if key not in self.runs:
-            system, model, pp = self.space.system, self.space.model, shape.pp
+            pp = shape.pp
             try:
                 registry.check_request(name, pp, shape.microbatches, **opts)  # type: ignore[arg-type]
             except ValueError:
                 self.runs[key] = None
                 return None
-            # an instance's own global batch: the same microbatches, fewer of them
             self.runs[key] = periodic_run(
                 lambda n: self.schedule(name, opts, pp, n),  # type: ignore[arg-type]
-                lambda s: hardware_costs(s, system, model, shape.replace(global_batch=None)),
-                shape.microbatches, simulate, pp)  # type: ignore[arg-type]
+                lambda s: self.costs(name, opts, shape, s), shape.microbatches, simulate, pp)  # type: ignore[arg-type]
         return self.runs[key]
+
+    def quick(self, name: str, opts: dict, shape: Context) -> tuple[float, bool] | None:
+        """(a lower bound of the step time, whether it is the step itself) from the short
+        instance (``short``): its simulated step plus, for each further microbatch, the
+        average work of a device per microbatch (every registry generator repeats a steady
+        pattern per microbatch, so a longer run adds at least that; tested); None when the
+        generator refuses."""
+        from pipetab.solver.simulate import simulate, stage_kind_table
+
+        m = shape.microbatches
+        sched = self.short(name, opts, shape.pp, m)  # type: ignore[arg-type]
+        if sched is None:
+            return None
+        if sched.num_microbatches == m:
+            run = self.run(name, opts, shape)
+            return None if run is None else (run.makespan, True)
+        costs = self.costs(name, opts, shape, sched)
+        step = simulate(sched, costs).makespan
+        op_time = costs.op_time
+        work = float(stage_kind_table(sched, lambda k, p, s: op_time.get((k, p, s), 0.0))[sched.codes].sum())
+        n = sched.num_microbatches
+        return step + (m - n) * work / (sched.num_devices * n), False  # type: ignore[operator]
 
     def time(self, name: str, opts: dict, shape: Context) -> float | None:
         """The step time of the candidate (``run``: exact, from a few periods when long): a

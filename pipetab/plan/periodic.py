@@ -109,6 +109,8 @@ def busy_times(sim: Simulation) -> list[float]:
 def _steady(sims: list[Simulation], peaks: list[list[float]]) -> bool:
     """Whether the samples show the steady state (module docstring)."""
     spans = [s.makespan for s in sims]
+    if not np.isfinite(spans).all():
+        return False
     growth = spans[-1] - spans[-2]
     work = max(b - a for a, b in zip(busy_times(sims[-2]), busy_times(sims[-1])))
     return (_agree(spans, spans[-1]) and growth >= work - REL_TOL * spans[-1]

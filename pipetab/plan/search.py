@@ -29,6 +29,7 @@ class _Candidate:
     name: str
     opts: dict
     shape: Context
+    exact: bool = True  # the bound is the candidate's step time (else ``Bounds.quick``'s)
 
 
 def plan(space: PlanSpace, progress: Callable[[str], None] | None = None, profile=None) -> Plan:
@@ -44,7 +45,7 @@ def plan(space: PlanSpace, progress: Callable[[str], None] | None = None, profil
     try:
         search = _BestFirst(space, bounds, say)
         results, misfit_runs = search.run()
-        pruned_memory = len(search.misfits) + len(misfit_runs) + search.unfit
+        pruned_memory = len(search.misfits) + len(misfit_runs)
         closest = _closest_misfits(space, bounds, misfit_runs, search.misfits, space.top - len(results))
         refined = refine(space, bounds, rank(results), _refined(space, bounds)) if space.refine else []
         simulated = sum(c.fits for c in results) + len(closest) + len(refined)
@@ -75,13 +76,13 @@ class _BestFirst:
             heapq.heappush(self.heap, (bounds.shape_time(shape), i, shape))
         self.tiebreak = len(all_shapes)
         self.pruned_time = 0
-        self.unfit = 0  # candidates of shapes no schedule fits
         say(f"{len(all_shapes)} shapes x {len(self.variants)} schedules = {self.total} candidates")
 
     def _open(self, shape: Context) -> None:
         cap = self.space.system.device.usable_memory_bytes
-        if self.bounds.shape_memory(shape) > cap:  # no schedule fits: none is bounded
-            self.unfit += len(self.variants)
+        need = self.bounds.shape_memory(shape)
+        if need > cap:  # no schedule fits: none is bounded on its own (the shape's bound is theirs)
+            self.misfits += [_Candidate(need, name, opts, shape) for name, opts in self.variants]
             return
         for name, opts in self.variants:
             need = self.bounds.memory(name, opts, shape)
@@ -90,12 +91,14 @@ class _BestFirst:
             if need > cap:
                 self.misfits.append(_Candidate(need, name, opts, shape))
             else:
-                bound = self.bounds.time(name, opts, shape)
-                if bound is None:
+                quick = self.bounds.quick(name, opts, shape)
+                if quick is None:
                     continue
-                self.tiebreak += 1
-                cand = _Candidate(bound, name, opts, shape)
-                heapq.heappush(self.heap, (cand.bound, self.tiebreak, cand))
+                self._push(_Candidate(quick[0], name, opts, shape, quick[1]))
+
+    def _push(self, cand: _Candidate) -> None:
+        self.tiebreak += 1
+        heapq.heappush(self.heap, (cand.bound, self.tiebreak, cand))
 
     def run(self) -> tuple[list[Configuration], list[_Candidate]]:
         """(configurations simulated, candidates whose full instance does not fit)."""
@@ -112,6 +115,11 @@ class _BestFirst:
                 self._open(item)
                 continue
             cand: _Candidate = item  # type: ignore[assignment]
+            if not cand.exact:  # its run next: it enters again with its step time
+                step = self.bounds.time(cand.name, cand.opts, cand.shape)
+                if step is not None:
+                    self._push(replace(cand, bound=step, exact=True))
+                continue
             conf = _evaluate(self.space, self.bounds, cand, simulate_misfit=False)
             if conf is None:
                 if self.bounds.run(cand.name, cand.opts, cand.shape) is not None:
