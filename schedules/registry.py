@@ -8,10 +8,12 @@ from typing import TYPE_CHECKING, Callable
 from . import formulas
 from .generators import check_shape
 from .generators import chimera as _chimera
+from .generators import controllable as _controllable
 from .generators import dualpipe as _dualpipe
 from .generators import hanayo as _hanayo
 from .generators import interleaved as _interleaved
 from .generators import linear as _linear
+from .generators import looped as _looped
 from .generators import zero_bubble as _zero_bubble
 from .limits import check_size
 
@@ -174,6 +176,34 @@ REGISTRY: dict[str, ScheduleSpec] = {
             "pairs, split backward, W queue",
             _dualpipe.dualpipev, formulas.dualpipev, _dualpipe.DUALPIPEV_REGIME, (OVERLAP,),
             lambda stages, overlap: 3 * 2 * stages,
+        ),
+        ScheduleSpec(
+            "looped-bfs",
+            "breadth-first looped (torch ScheduleLoopedBFS): v chunks per device, every microbatch through "
+            "a device's first chunk, then its next; backwards in reverse",
+            _looped.looped_bfs, formulas.looped_bfs, "S >= 2, B >= 1, 2 <= v <= 16", (CHUNKS,),
+            lambda stages, chunks: 2 * chunks * stages,
+        ),
+        ScheduleSpec(
+            "interleaved-zb",
+            "interleaved zero bubble (torch ScheduleInterleavedZeroBubble, ZB-1P on v chunks per device): "
+            "split backward, W delayed by d on device d",
+            _looped.interleaved_zb, formulas.interleaved_zb, "S >= 2, B a multiple of max(1, B // S), v >= 2",
+            (CHUNKS,), lambda stages, chunks: 3 * chunks * stages,
+        ),
+        ScheduleSpec(
+            "v-half",
+            "V-Half (Qi et al., controllable memory): V placement, building blocks with half of 1F1B's "
+            "activation memory, split backward",
+            _controllable.v_half, formulas.v_half, "S >= 2, B >= 1",
+            ops_per_microbatch=lambda stages: 3 * 2 * stages,
+        ),
+        ScheduleSpec(
+            "v-min",
+            "V-Min (Qi et al., controllable memory): V placement, building blocks with a third of 1F1B's "
+            "activation memory, split backward",
+            _controllable.v_min, formulas.v_min, "S >= 2, B >= 1",
+            ops_per_microbatch=lambda stages: 3 * 2 * stages,
         ),
     )
 }

@@ -85,11 +85,11 @@ class _BestFirst:
             self.misfits += [_Candidate(need, name, opts, shape) for name, opts in self.variants]
             return
         for name, opts in self.variants:
-            need = self.bounds.memory(name, opts, shape)
-            if need is None:
+            bound = self.bounds.memory(name, opts, shape)
+            if bound is None:
                 continue
-            if need > cap:
-                self.misfits.append(_Candidate(need, name, opts, shape))
+            if bound > cap:
+                self.misfits.append(_Candidate(bound, name, opts, shape))
             else:
                 quick = self.bounds.quick(name, opts, shape)
                 if quick is None:
