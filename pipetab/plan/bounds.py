@@ -214,10 +214,12 @@ class Bounds:
 
     def quick(self, name: str, opts: dict, shape: Context) -> tuple[float, bool] | None:
         """(a lower bound of the step time, whether it is the step itself) from the short
-        instance (``short``): its simulated step plus, for each further microbatch, the
-        average work of a device per microbatch (every registry generator repeats a steady
-        pattern per microbatch, so a longer run adds at least that; tested); None when the
-        generator refuses."""
+        instance (``short``): the larger of its simulated step and the busiest device's op
+        time at ``m`` microbatches (``m / n`` times the short run's: each microbatch brings
+        every device the same ops); with blocks (overlapped pairs, whose time is less than
+        their ops') the short step plus, for each further microbatch, the average work of a
+        device per microbatch (tested for every registry generator with blocks); None
+        when the generator refuses."""
         from pipetab.solver.simulate import simulate, stage_kind_table
 
         m = shape.microbatches
@@ -230,9 +232,12 @@ class Bounds:
         costs = self.costs(name, opts, shape, sched)
         step = simulate(sched, costs).makespan
         op_time = costs.op_time
-        work = float(stage_kind_table(sched, lambda k, p, s: op_time.get((k, p, s), 0.0))[sched.codes].sum())
+        durations = stage_kind_table(sched, lambda k, p, s: op_time.get((k, p, s), 0.0))[sched.codes]
         n = sched.num_microbatches
-        return step + (m - n) * work / (sched.num_devices * n), False  # type: ignore[operator]
+        if not sched.blocks:  # a device's ops take their durations: m / n times the short run's, busy
+            busiest = max(float(durations[a:b].sum()) for a, b in itertools.pairwise(sched.offsets.tolist()))
+            return max(step, m * busiest / n), False  # type: ignore[operator]
+        return step + (m - n) * float(durations.sum()) / (sched.num_devices * n), False  # type: ignore[operator]
 
     def time(self, name: str, opts: dict, shape: Context) -> float | None:
         """The step time of the candidate (``run``: exact, from a few periods when long): a

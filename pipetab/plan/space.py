@@ -36,6 +36,9 @@ MOE_VARIANTS: dict[str, tuple[dict, ...]] = {
     "dualpipe": ({"overlap": True}, {"overlap": False}),
     "dualpipev": ({"overlap": True}, {"overlap": False}),
 }
+# registry schedules left out of the default search: their generator (the authors' greedy)
+# grows with the square of the microbatches; give them with ``schedules``
+NOT_BY_DEFAULT = ("v-half", "v-min")
 MAX_TOKENS_PER_MICROBATCH = 32768  # default microbatch sizes: powers of two up to this many tokens
 CP_FROM_TOKENS = 16384  # context parallelism is tried for sequences of at least this many tokens
 CP_MIN_TOKENS = 4096  # ... down to this many tokens per context-parallel rank
@@ -195,6 +198,9 @@ class PlanSpace:
             out.append("ETP 1 only (give --etp to try more)")
         if self.zero is not None:
             out.append(f"ZeRO pinned to {self.zero}")
+        if not self.schedules:
+            out.append(f"{' and '.join(NOT_BY_DEFAULT)} not considered: their generator grows with the square of "
+                       "the microbatches (give --schedules to try them)")
         out.append("layouts: even split; uneven ones (end stages lighter) and per-stage recomputation tried on "
                    "the 3 best" if self.refine else "layouts: even split only")
         return tuple(out)
@@ -217,7 +223,7 @@ class PlanSpace:
         """(schedule, options) pairs: each registry schedule with its default options, or the
         ``VARIANTS`` listed for it (``MOE_VARIANTS`` first for a mixture-of-experts model:
         each overlapping schedule with and without its overlap)."""
-        names = self.schedules or tuple(registry.REGISTRY)
+        names = self.schedules or tuple(n for n in registry.REGISTRY if n not in NOT_BY_DEFAULT)
         table = {**VARIANTS, **MOE_VARIANTS} if self.model.moe else VARIANTS
         out = []
         for n in names:
