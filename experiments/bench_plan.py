@@ -1,11 +1,15 @@
 """Benchmark of ``pipetab plan`` over a set of questions: wall and CPU time, the search's
-counts, and the answer (best configuration, MFU, memory). Writes ``results/bench_plan.csv``.
+counts, and the answer (best configuration, MFU, memory, layers per stage). Writes
+``results/bench_plan.csv``.
 
     python -m experiments.bench_plan            # every question
     python -m experiments.bench_plan --quick    # the default question only (issue 16's target)
+    python -m experiments.bench_plan --scale    # issue 26's: 8B to 405B, 1 to 2,048 nodes
 
-The machine's load average is recorded with each row: the 2-core CI and shared machines
-make single timings noisy.
+Issue 26's targets: each ``--scale`` question at most 5 s on 2 cores; the 16,384-GPU plan
+(405B on 2,048 nodes) at most 3x the 32-GPU plan's time of the same model in the same run
+(``ratio_to_32_gpus``). The machine's load average is recorded with each row: the 2-core CI
+and shared machines make single timings noisy (CPU seconds are the steadier measure).
 """
 
 from __future__ import annotations
@@ -27,9 +31,24 @@ QUESTIONS = [
     ("zb_28p3b", 4, 8, "A100", 96, 1024),
     ("llama3_405b", 16, 8, "H100", 2048, 8192),
 ]
+# issue 26: Llama 3 8B on 1 and 2 nodes (8k and 128k context), 70B on 4 and 64 nodes, 405B on
+# 16, 1,024 and 2,048 nodes (16M tokens per step, as Meta's run)
+SCALE = [
+    ("llama3_8b", 1, 8, "H100", 256, 8192),
+    ("llama3_8b", 1, 8, "H100", 16, 131072),
+    ("llama3_8b", 2, 8, "H100", 256, 8192),
+    ("llama3_8b", 2, 8, "H100", 16, 131072),
+    ("llama3_70b", 4, 8, "H100", 1024, 8192),
+    ("llama3_70b", 64, 8, "H100", 1024, 8192),
+    ("llama3_405b", 4, 8, "H100", 2048, 8192),  # the 32-GPU plan the 16,384-GPU one is held to
+    ("llama3_405b", 16, 8, "H100", 2048, 8192),
+    ("llama3_405b", 1024, 8, "H100", 2048, 8192),
+    ("llama3_405b", 2048, 8, "H100", 2048, 8192),
+]
 COLUMNS = ["model", "gpus", "gpu", "global_batch", "seq", "cpsat_shapes", "candidates", "pruned_memory",
-           "pruned_time", "simulated", "wall_s", "cpu_s", "load_avg_1min", "best", "pp", "tp", "dp",
-           "microbatch_size", "microbatches", "recompute", "step_s", "mfu", "peak_gib", "capacity_gib"]
+           "pruned_time", "simulated", "wall_s", "cpu_s", "load_avg_1min", "ratio_to_32_gpus", "best", "pp", "tp",
+           "cp", "dp", "zero", "microbatch_size", "microbatches", "recompute", "step_s", "mfu", "peak_gib",
+           "capacity_gib", "layout"]
 
 
 def run(question, cpsat_shapes: int) -> dict:
@@ -45,29 +64,36 @@ def run(question, cpsat_shapes: int) -> dict:
     if result.configurations:
         c = result.configurations[0]
         s = c.shape
-        row.update(best=c.label if c.fits else f"{c.label} (does not fit)", pp=s.pp, tp=s.tp, dp=s.dp,
-                   microbatch_size=s.microbatch_size, microbatches=s.microbatches, recompute=str(s.recompute),
-                   step_s=round(c.step_time_s, 3), mfu=round(c.mfu, 4),
-                   peak_gib=round(c.peak_memory_bytes / 2**30, 2), capacity_gib=round(c.capacity_bytes / 2**30, 2))
+        row.update(best=c.label if c.fits else f"{c.label} (does not fit)", pp=s.pp, tp=s.tp, cp=s.cp, dp=s.dp,
+                   zero=s.zero, microbatch_size=s.microbatch_size, microbatches=s.microbatches,
+                   recompute=c.recompute_label, step_s=round(c.step_time_s, 3), mfu=round(c.mfu, 4),
+                   peak_gib=round(c.peak_memory_bytes / 2**30, 2), capacity_gib=round(c.capacity_bytes / 2**30, 2),
+                   layout=c.layout)
     return row
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m experiments.bench_plan")
     ap.add_argument("--quick", action="store_true", help="the default question only")
+    ap.add_argument("--scale", action="store_true", help="issue 26's questions (8B to 405B, 1 to 2,048 nodes)")
     ap.add_argument("--repeat", type=int, default=1, help="runs per question (default 1)")
     ap.add_argument("--cpsat-shapes", type=int, default=2)
     ap.add_argument("--out", default="results/bench_plan.csv")
     args = ap.parse_args(argv)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    questions = QUESTIONS[:1] if args.quick else QUESTIONS
+    questions = QUESTIONS[:1] if args.quick else SCALE if args.scale else QUESTIONS
+    base: dict[str, float] = {}  # per model, the 32-GPU plan's wall time in this run
     with out.open("w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=COLUMNS)
         writer.writeheader()
         for q in questions:
             for _ in range(args.repeat):
                 row = run(q, args.cpsat_shapes)
+                if row["gpus"] == 32:
+                    base.setdefault(row["model"], row["wall_s"])
+                b = base.get(row["model"])
+                row["ratio_to_32_gpus"] = round(row["wall_s"] / b, 2) if b else ""
                 writer.writerow(row)
                 fh.flush()
                 print(", ".join(f"{k}={row.get(k, '')}" for k in COLUMNS))

@@ -4,12 +4,15 @@
 - ``model``: ``TransformerModel`` (decoder families: GQA, SwiGLU, RMSNorm, tied
   embeddings; parameter counts) and ``partition``.
 - ``layer``: per-layer FLOPs, activation bytes, M_W and traffic per GPU.
-- ``context``: ``Context`` (every parallel and batching decision of a run: PP, TP, DP,
-  sequence parallelism, ZeRO, overlap, microbatch size, global batch, sequence length,
-  recomputation) and ``Recompute``.
+- ``context``: ``Context`` (every parallel and batching decision of a run: PP, TP, CP, DP,
+  EP, sequence parallelism, ZeRO 0-3, overlap, microbatch size, global batch, sequence
+  length, recomputation, per-stage recomputation, layout) and ``Recompute``.
+- ``layout``: ``Layout`` (layers per stage, Megatron's ``pipeline_model_parallel_layout``).
 - ``parallel``: ``Topology`` (which GPUs and links a stage's collectives and messages use).
-- ``costs``: ``stage_cost``, collectives, optimizer; ``schedule_costs(schedule, system,
-  model, context)`` costs every stage of a schedule.
+- ``cp``, ``zero3``, ``moe``: context parallelism's K/V exchange, ZeRO-3's gathers and
+  reductions, expert parallelism's all-to-alls.
+- ``costs``: ``stage_cost``, collectives, optimizer; ``pipeline``: ``schedule_costs(schedule,
+  system, model, context)`` costs every stage of a schedule.
 - ``profile``: measured op times (``Profile``, ``load_profile``); ``calibrate``: a system's
   efficiencies fitted to a profile.
 - ``loaders``: presets as TOML files (``load_system``, ``load_model``, ``list_*``).
@@ -38,6 +41,7 @@ from .costs import (
     weight_memory_bytes_per_layer,
 )
 from .layer import model_flops_per_sequence
+from .layout import Layout
 from .loaders import (
     PresetInfo,
     list_models,
@@ -57,6 +61,7 @@ __all__ = [
     "Calibration",
     "Context",
     "Device",
+    "Layout",
     "Link",
     "PresetInfo",
     "Profile",

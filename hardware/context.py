@@ -1,22 +1,24 @@
 """``Context``: every parallel and batching decision of one run, in one validated value.
 
-A pipeline *device* is what runs one stage's ops: on a real cluster a tensor-parallel group
-of ``tp`` GPUs, the whole pipeline replicated ``dp`` ways for data parallelism (with ZeRO
-stage ``zero`` sharding the optimizer state, and the gradients at stage 2). Every front end
+A pipeline *device* is what runs one stage's ops: on a real cluster ``tp x cp`` GPUs (a
+tensor-parallel group for each of ``cp`` context-parallel ranks, which split every sequence:
+``hardware.cp``), the whole pipeline replicated ``dp`` ways for data parallelism (with ZeRO
+stage ``zero`` sharding the optimizer state over the ``dp x cp`` GPUs holding the same
+weights, the gradients too at stage 2, and the weights at stage 3: ``hardware.zero3``). Every front end
 (the CLI's commands, sweeps, ``plan``) parses its options into a ``Context``; the cost
 formulas (``hardware.layer``, ``hardware.costs``) take it. Defaults are derived here and
 nowhere else:
 
 * ``sequence_parallel``: on whenever ``tp > 1`` (Korthikanti et al. 2022);
-* ``zero``: 1 (Megatron's distributed optimizer) whenever ``dp > 1``, else 0;
+* ``zero``: 1 (Megatron's distributed optimizer) whenever ``dp x cp > 1``, else 0;
 * ``seq_len`` and ``global_batch``: the model's (``resolved``);
 * ``microbatch_size``: ``global_batch / (dp x microbatches)``; given instead, the global
   batch is ``dp x microbatches x microbatch_size`` (``resolved``).
 
 Expert parallelism (mixture-of-experts models; Megatron-Core's "MoE parallel folding"):
-the ``tp x dp`` GPUs of a pipeline stage are regrouped for the expert layers into ``etp``
+the ``tp x cp x dp`` GPUs of a pipeline stage are regrouped for the expert layers into ``etp``
 (expert tensor parallelism) ``x ep`` (expert parallelism) ``x edp`` (expert data
-parallelism, ``edp = tp * dp / (ep * etp)``), ``etp`` fastest in the rank order. Each GPU
+parallelism, ``edp = tp * cp * dp / (ep * etp)``), ``etp`` fastest in the rank order. Each GPU
 holds ``num_experts / ep`` experts split ``etp`` ways; tokens reach them by an all-to-all
 (dispatch, and combine back) over the EP group (``hardware.moe``) in
 ``dispatch_precision``; expert gradients are reduced, and with ZeRO their optimizer state
@@ -24,8 +26,15 @@ sharded, over the ``edp`` ranks holding the same experts. ``routing_imbalance`` 
 rank's tokens / mean, >= 1) scales expert compute and all-to-all; ``node_limit`` routes
 each token to experts on at most that many nodes (DeepSeek-V3's node-limited routing, 4).
 
+Layers per stage: ``layout`` (``hardware.layout``: any number per stage, zero included,
+embedding and head + loss explicit; None: the schedule's ``stage_work`` split evenly) and
+``recompute_layers`` (per stage in pipeline order, how many of its layers recompute in
+full, Megatron's ``--recompute-num-layers`` with the block method; the others follow
+``recompute``).
+
 Options that cannot apply are refused: sequence parallelism without tensor parallelism,
-ZeRO without data parallelism, expert options on a dense model (``check``).
+ZeRO without data or context parallelism, expert options on a dense model, a context-parallel
+size not dividing the sequence into ``2 cp`` chunks (``check``).
 """
 
 from __future__ import annotations
@@ -36,6 +45,8 @@ from enum import StrEnum
 from typing import TYPE_CHECKING
 
 from pipetab.schedules.checks import check_count
+
+from .layout import Layout, layout_of
 
 if TYPE_CHECKING:
     from .model import TransformerModel
@@ -50,7 +61,26 @@ class Recompute(StrEnum):
     FULL = "full"
 
 
-ZERO_STAGES = (0, 1, 2)
+ZERO_STAGES = (0, 1, 2, 3)
+
+
+class CpComm(StrEnum):
+    """How context-parallel ranks exchange keys and values (Megatron's ``--cp-comm-type``):
+    ``p2p`` (a ring of point-to-point sends overlapped with attention) or ``allgather``
+    (Llama 3: gathered before attention, not overlapped)."""
+
+    P2P = "p2p"
+    ALLGATHER = "allgather"
+
+
+def cp_comm_of(value: object) -> CpComm:
+    """``value`` as a ``CpComm``; ``ValueError`` naming the choices otherwise."""
+    if isinstance(value, str):
+        try:
+            return CpComm(value)
+        except ValueError:
+            pass
+    raise ValueError(f"cp comm must be one of {', '.join(CpComm)}, got {value!r}")
 
 
 class Precision(StrEnum):
@@ -88,11 +118,13 @@ def recompute_of(value: object) -> Recompute:
 @dataclass(frozen=True)
 class Context:
     """The parallel and batching context of a run (module docstring): ``pp`` pipeline
-    devices (None: as many as the schedule has), ``tp`` GPUs per device, ``dp`` replicas,
-    ``sequence_parallel``, ZeRO stage ``zero``, ``overlap`` of the data-parallel reduction
-    with the last backward, ``microbatch_size`` and ``global_batch`` in sequences,
-    ``seq_len`` in tokens, ``recompute``, ``gemm_precision`` (bf16, or fp8 GEMMs at the GPU's fp8
-    peak: ``hardware.kernels``). ``Context()`` is one GPU per stage and one replica."""
+    devices (None: as many as the schedule has), ``tp x cp`` GPUs per device, ``dp``
+    replicas, ``sequence_parallel``, ZeRO stage ``zero`` (``reshard_after_forward`` at
+    stage 3), ``overlap`` of the data-parallel reduction with the last backward,
+    ``microbatch_size`` and ``global_batch`` in sequences, ``seq_len`` in tokens,
+    ``recompute``, ``cp_comm``, ``layout``, ``recompute_layers``, ``gemm_precision`` (bf16,
+    or fp8 GEMMs at the GPU's fp8 peak: ``hardware.kernels``). ``Context()`` is one GPU per
+    stage and one replica."""
 
     tp: int = 1
     dp: int = 1
@@ -110,19 +142,31 @@ class Context:
     routing_imbalance: float = 1.0
     node_limit: int | None = None
     gemm_precision: Precision = Precision.BF16
+    cp: int = 1
+    cp_comm: CpComm = CpComm.P2P
+    reshard_after_forward: bool = True
+    layout: Layout | None = None
+    recompute_layers: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
-        for what in ("tp", "dp", "ep", "etp"):
+        for what in ("tp", "dp", "ep", "etp", "cp"):
             check_count(what, getattr(self, what))
+        object.__setattr__(self, "cp_comm", cp_comm_of(self.cp_comm))
+        object.__setattr__(self, "layout", layout_of(self.layout))
+        if self.recompute_layers is not None:
+            object.__setattr__(self, "recompute_layers", tuple(self.recompute_layers))
+            for n in self.recompute_layers:
+                check_count("recompute layers", n, 0)
         if self.node_limit is not None:
             check_count("node_limit", self.node_limit)
         imbalance = self.routing_imbalance
         if isinstance(imbalance, bool) or not isinstance(imbalance, (int, float)) or not 1 <= imbalance < math.inf:
             raise ValueError(f"routing_imbalance must be a number >= 1 (busiest rank's tokens / mean), "
                              f"got {imbalance!r}")
-        if (self.tp * self.dp) % (self.ep * self.etp):
-            raise ValueError(f"ep x etp ({self.ep} x {self.etp}) must divide tp x dp ({self.tp} x {self.dp}), "
-                             "the GPUs of one pipeline stage")
+        if (self.tp * self.cp * self.dp) % (self.ep * self.etp):
+            what = f"tp x cp x dp ({self.tp} x {self.cp} x {self.dp})" if self.cp > 1 else \
+                f"tp x dp ({self.tp} x {self.dp})"
+            raise ValueError(f"ep x etp ({self.ep} x {self.etp}) must divide {what}, the GPUs of one pipeline stage")
         object.__setattr__(self, "dispatch_precision", precision_of(self.dispatch_precision))
         object.__setattr__(self, "gemm_precision", precision_of(self.gemm_precision, "gemm precision"))
         if self.pp is not None:
@@ -133,16 +177,16 @@ class Context:
         if self.sequence_parallel is None:
             object.__setattr__(self, "sequence_parallel", self.tp > 1)
         if self.zero is None:
-            object.__setattr__(self, "zero", 1 if self.dp > 1 else 0)
-        for what in ("sequence_parallel", "overlap"):
+            object.__setattr__(self, "zero", 1 if self.replicas > 1 else 0)
+        for what in ("sequence_parallel", "overlap", "reshard_after_forward"):
             if not isinstance(getattr(self, what), bool):
                 raise ValueError(f"{what} must be true or false, got {getattr(self, what)!r}")
         if self.zero not in ZERO_STAGES or isinstance(self.zero, bool):
-            raise ValueError(f"zero must be one of 0, 1, 2, got {self.zero!r}")
+            raise ValueError(f"zero must be one of 0, 1, 2, 3, got {self.zero!r}")
         if self.sequence_parallel and self.tp == 1:
             raise ValueError("sequence parallelism applies with tp > 1 only")
-        if self.zero and self.dp == 1:
-            raise ValueError(f"ZeRO stage {self.zero} applies with dp > 1 only")
+        if self.zero and self.replicas == 1:
+            raise ValueError(f"ZeRO stage {self.zero} applies with dp > 1 (or cp > 1) only")
         object.__setattr__(self, "recompute", recompute_of(self.recompute))
 
     def replace(self, **changes) -> "Context":
@@ -152,8 +196,19 @@ class Context:
     # ---- batch ------------------------------------------------------------------------
     @property
     def edp(self) -> int:
-        """Expert data-parallel degree: replicas of each expert, ``tp * dp / (ep * etp)``."""
-        return self.tp * self.dp // (self.ep * self.etp)
+        """Expert data-parallel degree: replicas of each expert, ``tp * cp * dp / (ep * etp)``."""
+        return self.tp * self.cp * self.dp // (self.ep * self.etp)
+
+    @property
+    def replicas(self) -> int:
+        """GPUs holding the same dense weights: ``dp x cp`` (context-parallel ranks hold the
+        same layers; Megatron reduces and shards over the data-parallel group with CP)."""
+        return self.dp * self.cp
+
+    @property
+    def gpus_per_device(self) -> int:
+        """GPUs of one pipeline device: ``tp x cp``."""
+        return self.tp * self.cp
 
     @property
     def expert_parallel(self) -> bool:
@@ -200,9 +255,10 @@ class Context:
 
     # ---- tensor parallelism --------------------------------------------------------------
     def check(self, model: TransformerModel) -> None:
-        """``ValueError`` unless ``tp`` splits the model's heads and MLP evenly and the
-        expert options fit the model (module docstring)."""
+        """``ValueError`` unless ``tp`` splits the model's heads and MLP evenly, ``cp`` its
+        sequence and the expert options and layout fit the model (module docstring)."""
         self.check_experts(model)
+        self.check_sequence(model)
         t = self.tp
         if model.heads % t or model.ffn_hidden % t:  # type: ignore[operator]
             raise ValueError(
@@ -214,6 +270,16 @@ class Context:
                 f"tp {t} and the kv_heads ({model.kv_heads}) of model {model.name!r} must "
                 "divide one another"
             )
+
+    def check_sequence(self, model: TransformerModel) -> None:
+        """``ValueError`` unless ``cp`` splits the sequence into ``2 cp`` equal chunks (the
+        causal load balancing of ``hardware.cp``) and the layout splits ``model``."""
+        seq = self.seq_len or model.seq_len
+        if self.cp > 1 and seq % (2 * self.cp):
+            raise ValueError(f"cp {self.cp} must split the sequence of {seq} tokens into 2 x cp = {2 * self.cp} "
+                             "equal chunks (causal load balancing)")
+        if self.layout is not None:
+            self.layout.check(model)
 
     def check_experts(self, model: TransformerModel) -> None:
         """``ValueError`` unless the expert options apply to ``model`` and divide it."""
@@ -233,16 +299,19 @@ class Context:
     # ---- data parallelism and ZeRO ---------------------------------------------------------
     def persistent_bytes(self, model: TransformerModel, params: int, expert_params: int = 0) -> int:
         """Weights, gradients and optimizer state of ``params`` parameters on one GPU
-        (``expert_params`` of them routed-expert weights), sharded by ZeRO among the ``dp``
-        replicas (the ``edp`` replicas for expert weights; rounded up)."""
+        (``expert_params`` of them routed-expert weights), sharded by ZeRO among the
+        ``dp x cp`` replicas (the ``edp`` replicas for expert weights; rounded up): the
+        optimizer state from stage 1, the gradients from 2, the weights at 3 (whose
+        gathered working copy is ``hardware.zero3``'s)."""
         dense = params - expert_params
-        return self._persistent(model, dense, self.dp) + self._persistent(model, expert_params, self.edp)
+        return self._persistent(model, dense, self.replicas) + self._persistent(model, expert_params, self.edp)
 
     def _persistent(self, model: TransformerModel, params: int, replicas: int) -> int:
         zero = self.zero or 0
         grad_shards = replicas if zero >= 2 else 1
         state_shards = replicas if zero >= 1 else 1
-        return (params * model.bytes_per_param_compute
+        weights = params * model.bytes_per_param_compute
+        return ((math.ceil(weights / replicas) if zero >= 3 else weights)
                 + math.ceil(params * model.bytes_per_grad / grad_shards)
                 + math.ceil(params * model.bytes_per_optimizer_state / state_shards))
 
@@ -250,14 +319,14 @@ class Context:
         """Parameters whose optimizer step one GPU runs (its ZeRO shards)."""
         if not self.zero:
             return params
-        return math.ceil((params - expert_params) / self.dp) + math.ceil(expert_params / self.edp)
+        return math.ceil((params - expert_params) / self.replicas) + math.ceil(expert_params / self.edp)
 
     # ---- labels --------------------------------------------------------------------------
     @property
     def parallel_label(self) -> str:
         """``TP8 DP2 SP ZeRO-1``: the parallel split within a pipeline device and across
-        replicas."""
-        parts = [f"TP{self.tp}", f"DP{self.dp}"]
+        replicas (``CP2`` after the TP when context-parallel)."""
+        parts = [f"TP{self.tp}", *([f"CP{self.cp}"] if self.cp > 1 else []), f"DP{self.dp}"]
         if self.sequence_parallel:
             parts.append("SP")
         if self.ep > 1 or self.etp > 1:
@@ -269,7 +338,8 @@ class Context:
     @property
     def label(self) -> str:
         """``PP2 TP8 DP2 b=1``: the shape of the run (what is known of it)."""
-        parts = ([f"PP{self.pp}"] if self.pp else []) + [f"TP{self.tp}", f"DP{self.dp}"]
+        parts = ([f"PP{self.pp}"] if self.pp else []) + [f"TP{self.tp}", *([f"CP{self.cp}"] if self.cp > 1 else []),
+                                                          f"DP{self.dp}"]
         if self.ep > 1 or self.etp > 1:
             parts.append(f"EP{self.ep}" + (f" ETP{self.etp}" if self.etp > 1 else ""))
         if self.microbatch_size is not None:
@@ -283,4 +353,7 @@ class Context:
                 "global_batch": self.global_batch, "seq_len": self.seq_len, "recompute": str(self.recompute),
                 "ep": self.ep, "etp": self.etp, "dispatch_precision": str(self.dispatch_precision),
                 "routing_imbalance": self.routing_imbalance, "node_limit": self.node_limit,
-                "gemm_precision": str(self.gemm_precision)}
+                "gemm_precision": str(self.gemm_precision),
+                "cp": self.cp, "cp_comm": str(self.cp_comm), "reshard_after_forward": self.reshard_after_forward,
+                "layout": None if self.layout is None else self.layout.megatron(),
+                "recompute_layers": None if self.recompute_layers is None else list(self.recompute_layers)}

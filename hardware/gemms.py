@@ -15,7 +15,7 @@ every TP rank (they are small: ``q_r`` and ``kv_r + r`` wide) and the up project
 ``W_UQ``, ``W_UKV`` column-parallel. A dense MLP: up/gate column-, down row-parallel.
 
 Mixture of experts (Megatron-Core's MoE layer; DeepSeek-V3): the router ``h x E`` runs on
-the GPU's own tokens ``T = b*s/t`` (sequence-parallel shard; ``b*s`` at ``t = 1``), shared
+the GPU's own tokens ``T = b*s/(t*cp)`` (sequence-parallel shard; ``b*s/cp`` at ``t = 1``), shared
 experts as a dense MLP of ``S * f_e`` split by TP, and the ``E / ep`` routed experts a GPU
 holds (each split ``etp`` ways) run on the tokens dispatched to it: ``T * k`` on average
 (``experts_per_token`` copies of each of the EP group's tokens, spread over its ``ep``
@@ -67,13 +67,19 @@ def kv_heads_per_gpu(model: TransformerModel, tp: int) -> int:
     return max(model.kv_heads // tp, 1)  # type: ignore[operator]
 
 
+def local_seq(model: TransformerModel, ctx: Context) -> int:
+    """Tokens of a sequence on one context-parallel rank: ``s/cp`` (``Context.check``
+    makes ``2 cp`` divide ``s``)."""
+    return model.seq_len // ctx.cp
+
+
 def tokens(model: TransformerModel, ctx: Context) -> int:
-    """Tokens of one microbatch through a column-parallel GEMM: ``b*s``."""
-    return ctx.microbatch_size * model.seq_len  # type: ignore[operator]
+    """Tokens of one microbatch through a column-parallel GEMM: ``b*s/cp``."""
+    return ctx.microbatch_size * local_seq(model, ctx)  # type: ignore[operator]
 
 
 def own_tokens(model: TransformerModel, ctx: Context) -> float:
-    """Tokens a GPU routes (its sequence-parallel shard): ``b*s/t``."""
+    """Tokens a GPU routes (its sequence-parallel shard): ``b*s/(t*cp)``."""
     return tokens(model, ctx) / ctx.tp
 
 

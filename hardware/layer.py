@@ -7,6 +7,12 @@ matrices (2 GELU, 3 SwiGLU), ``V`` vocabulary, ``c`` = ``model.bytes_per_param_c
 (2 = bf16), ``t`` the tensor-parallel degree. Counts are exact integers when ``t`` divides
 what it splits (``Context.check`` makes sure); a multiply-add is 2 FLOPs.
 
+Context parallelism (``cp`` ranks; ``hardware.cp``) splits every sequence: each rank runs
+the layer on ``s/cp`` of its tokens (``gemms.local_seq``), so FLOPs, activations and
+traffic above are those of ``s/cp`` tokens, except the attention core and the classic
+scores, whose ``s/cp`` queries meet all ``s`` keys (``s^2 -> s^2/cp``). ``message_bytes``
+stays the whole device's.
+
 Tensor parallelism (Megatron-LM, Shoeybi et al. 2019): Q, K, V, the MLP's up/gate and the
 LM head are split by columns, the attention output and MLP down projections by rows, the
 heads among the ``t`` GPUs; when ``t`` exceeds ``kv_heads`` each GPU keeps one K/V head
@@ -73,7 +79,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from .context import Context, Recompute
-from .gemms import Gemm, heads_per_gpu, kv_heads_per_gpu, layer_gemms, routed_rows
+from .gemms import Gemm, heads_per_gpu, kv_heads_per_gpu, layer_gemms, local_seq, routed_rows
 
 if TYPE_CHECKING:
     from .model import TransformerModel
@@ -196,7 +202,7 @@ def attention_core_flops(model: TransformerModel, ctx: Context) -> int:
     """``2bs^2 (a/t)(d_qk + d_v)``, ``4bs^2h/t`` for standard attention: the ``QK^T`` and
     ``softmax*V`` products of one layer on one GPU."""
     width = model.qk_head_dim + model.v_head_dim  # type: ignore[operator]
-    return 2 * _mb(ctx) * model.seq_len ** 2 * heads_per_gpu(model, ctx.tp) * width
+    return 2 * _mb(ctx) * local_seq(model, ctx) * model.seq_len * heads_per_gpu(model, ctx.tp) * width
 
 
 def layer_forward_flops(model: TransformerModel, ctx: Context, moe: bool = False) -> float:
@@ -206,7 +212,7 @@ def layer_forward_flops(model: TransformerModel, ctx: Context, moe: bool = False
 
 def head_forward_flops(model: TransformerModel, ctx: Context) -> int:
     """LM head ``2bshV/t``."""
-    return 2 * _mb(ctx) * model.seq_len * model.hidden * _split(model.vocab, ctx.tp)
+    return 2 * _mb(ctx) * local_seq(model, ctx) * model.hidden * _split(model.vocab, ctx.tp)
 
 
 def mtp_forward_flops(model: TransformerModel, ctx: Context) -> float:
@@ -214,7 +220,7 @@ def mtp_forward_flops(model: TransformerModel, ctx: Context) -> float:
     an LM head."""
     if not model.mtp_layers:
         return 0
-    proj = 2 * _mb(ctx) * model.seq_len * _split(2 * model.hidden * model.hidden, ctx.tp)
+    proj = 2 * _mb(ctx) * local_seq(model, ctx) * _split(2 * model.hidden * model.hidden, ctx.tp)
     return model.mtp_layers * (layer_forward_flops(model, ctx, True) + proj + head_forward_flops(model, ctx))
 
 
@@ -232,9 +238,9 @@ def model_flops_per_sequence(model: TransformerModel) -> float:
 
 
 # ---- activation memory and traffic -------------------------------------------------------
-def _replicated(model: TransformerModel, mb: int) -> int:
+def _replicated(model: TransformerModel, mb: int, seq: int) -> int:
     """Bytes per layer that TP replicates (sequence parallelism splits them)."""
-    c, sbh = model.bytes_per_param_compute, model.seq_len * mb * model.hidden
+    c, sbh = model.bytes_per_param_compute, seq * mb * model.hidden
     return 4 * c * sbh + (2 * sbh if model.dropout else 0)
 
 
@@ -251,9 +257,9 @@ def _latents(model: TransformerModel) -> int:
     return 2 * model.q_lora_rank + 2 * model.kv_lora_rank + model.qk_rope_head_dim if model.mla else 0
 
 
-def _tp_split(model: TransformerModel, mb: int, tp: int, moe: bool) -> int:
+def _tp_split(model: TransformerModel, mb: int, tp: int, moe: bool, s: int) -> int:
     """Bytes per layer that TP splits (Q, K, V, attention output, MLP intermediates)."""
-    c, s, f = model.bytes_per_param_compute, model.seq_len, model.ffn_hidden
+    c, f = model.bytes_per_param_compute, model.ffn_hidden
     ffn = model.shared_experts * model.expert_ffn_hidden if moe else f  # type: ignore[operator]
     return c * s * mb * (_split(model.mlp_matrices * ffn, tp) + _attention_split(model, tp))  # type: ignore[operator]
 
@@ -264,26 +270,27 @@ def _experts(model: TransformerModel, ctx: Context) -> float:
     c = model.bytes_per_param_compute
     kept = ctx.dispatch_precision.bytes_per_element * model.hidden
     per_copy = kept + c * (model.hidden + model.mlp_matrices * _split(model.expert_ffn_hidden, ctx.etp))  # type: ignore[arg-type]
-    router = 4 * _mb(ctx) * model.seq_len / ctx.tp * model.num_experts
+    router = 4 * _mb(ctx) * local_seq(model, ctx) / ctx.tp * model.num_experts
     return routed_rows(model, ctx) * per_copy + router
 
 
-def _scores(model: TransformerModel, mb: int, tp: int) -> int:
+def _scores(model: TransformerModel, mb: int, tp: int, s: int) -> int:
     """Score-related bytes: classic ``c*a*s^2*b`` (+``(c+1)*a*s^2*b`` with dropout),
-    fused ``4*a*s*b``, per GPU (``a/t`` heads)."""
-    s, heads, c = model.seq_len, heads_per_gpu(model, tp), model.bytes_per_param_compute
+    fused ``4*a*s*b``, per GPU (``a/t`` heads; a context-parallel rank keeps the rows of
+    its ``s`` queries against every key)."""
+    heads, c = heads_per_gpu(model, tp), model.bytes_per_param_compute
     if model.attention == "flash":
         return 4 * heads * s * mb
     per = c + (c + 1 if model.dropout else 0)
-    return per * heads * s * s * mb
+    return per * heads * s * model.seq_len * mb
 
 
 def _kept(model: TransformerModel, ctx: Context, moe: bool) -> float:
     """Activation bytes of a layer without the score terms."""
-    mb = _mb(ctx)
+    mb, seq = _mb(ctx), local_seq(model, ctx)
     c = model.bytes_per_param_compute
-    replicated = _replicated(model, mb) + c * model.seq_len * mb * _latents(model)
-    kept = _sp(replicated, ctx) + _tp_split(model, mb, ctx.tp, moe)
+    replicated = _replicated(model, mb, seq) + c * seq * mb * _latents(model)
+    kept = _sp(replicated, ctx) + _tp_split(model, mb, ctx.tp, moe, seq)
     return kept + (_experts(model, ctx) if moe else 0)
 
 
@@ -296,10 +303,10 @@ def activation_bytes_per_layer(model: TransformerModel, ctx: Context, moe: bool 
     docstring); ``sbh(34 + 5as/h)`` for GPT with classic attention at t = 1."""
     mb = _mb(ctx)
     if ctx.recompute is Recompute.FULL:
-        return _sp(model.bytes_per_param_compute * model.seq_len * mb * model.hidden, ctx)
+        return _sp(model.bytes_per_param_compute * local_seq(model, ctx) * mb * model.hidden, ctx)
     kept = _kept(model, ctx, moe)
     if ctx.recompute is Recompute.NONE or model.attention == "flash":
-        kept += _scores(model, mb, ctx.tp)
+        kept += _scores(model, mb, ctx.tp, local_seq(model, ctx))
     return _whole(kept)
 
 
@@ -331,7 +338,7 @@ def head_activation_bytes(model: TransformerModel, ctx: Context) -> float:
     mb = _mb(ctx)
     if model.logit_bytes == 0:
         return 0
-    sb = model.seq_len * mb
+    sb = local_seq(model, ctx) * mb
     inputs = _sp(2 * model.bytes_per_param_compute * sb * model.hidden, ctx)
     head = inputs + model.logit_bytes * sb * _split(model.vocab, ctx.tp)
     if model.mtp_layers:
@@ -349,12 +356,12 @@ def layer_forward_traffic(model: TransformerModel, ctx: Context, moe: bool = Fal
 def head_forward_traffic(model: TransformerModel, ctx: Context) -> int:
     """``c*V*h/t + 2*c*b*s*V/t`` bytes (weights read; logits written and read)."""
     c, v = model.bytes_per_param_compute, _split(model.vocab, ctx.tp)
-    return c * v * model.hidden + 2 * c * _mb(ctx) * model.seq_len * v
+    return c * v * model.hidden + 2 * c * _mb(ctx) * local_seq(model, ctx) * v
 
 
 def embedding_forward_traffic(model: TransformerModel, ctx: Context) -> int:
     """``2*c*b*s*h`` bytes (embedding rows gathered, output written)."""
-    return 2 * model.bytes_per_param_compute * _mb(ctx) * model.seq_len * model.hidden
+    return 2 * model.bytes_per_param_compute * _mb(ctx) * local_seq(model, ctx) * model.hidden
 
 
 def message_bytes(model: TransformerModel, ctx: Context) -> int:

@@ -232,8 +232,12 @@ class TransformerModel:
         return self.moe and layer >= self.dense_layers and layer % self.moe_layer_freq == 0
 
     def moe_layers_in(self, start: int, stop: int) -> int:
-        """MoE layers among layers ``start .. stop - 1``."""
-        return sum(self.is_moe_layer(i) for i in range(start, stop))
+        """MoE layers among layers ``start .. stop - 1`` (counted: the multiples of
+        ``moe_layer_freq`` from ``dense_layers`` on)."""
+        if not self.moe or stop <= start:
+            return 0
+        lo, f = max(start, self.dense_layers), self.moe_layer_freq
+        return max(0, (stop - 1) // f - (lo - 1) // f) if stop > lo else 0
 
     @property
     def num_moe_layers(self) -> int:

@@ -2,13 +2,14 @@
 experts and combines the results, and the expert-tensor-parallel gathers.
 
 Groups (``Context``, Megatron-Core's expert rank order): inside pipeline stage ``r`` the
-GPU of local index ``l = e_t + etp*(e_p + ep*e_d)`` (``l = tp_rank + tp*dp_rank``, the
-numbering of ``hardware.parallel``) is expert-TP rank ``e_t``, EP rank ``e_p`` and expert
-data-parallel rank ``e_d``; an EP group is the ``ep`` GPUs of one ``(e_t, e_d)``.
+GPU of local index ``l = e_t + etp*(e_p + ep*e_d)`` (``l = tp_rank + tp*(cp_rank +
+cp*dp_rank)``, the numbering of ``hardware.parallel``) is expert-TP rank ``e_t``, EP rank
+``e_p`` and expert data-parallel rank ``e_d``; an EP group is the ``ep`` GPUs of one
+``(e_t, e_d)``.
 
 All-to-all (per MoE layer; twice in the forward: dispatch and combine, twice in the
 backward: their gradients, in B when the backward is split). A GPU sends ``V = T * k' *
-w`` bytes: ``T = b*s/t`` tokens of its own, ``k' = experts_per_token *
+w`` bytes: ``T = b*s/(t*cp)`` tokens of its own, ``k' = experts_per_token *
 routing_imbalance`` copies each, ``w = h * bytes per element`` (the dispatch precision
 for the forward dispatch, the model's for the rest); ``1/ep`` of it stays on the GPU.
 Every GPU sends to all the others at once, so the time is the slower of its two link
@@ -82,7 +83,7 @@ def all_to_all_time(system: System, members: Sequence[int], tokens: float, copie
 def ep_group(topology: Topology, pp_rank: int, etp_rank: int = 0, edp_rank: int = 0) -> list[int]:
     """GPUs of the EP group of ``(etp_rank, edp_rank)`` in pipeline stage ``pp_rank``."""
     ctx = topology.context
-    base = ctx.tp * ctx.dp * pp_rank
+    base = ctx.tp * ctx.cp * ctx.dp * pp_rank
     return [base + etp_rank + ctx.etp * (j + ctx.ep * edp_rank) for j in range(ctx.ep)]
 
 
@@ -90,7 +91,7 @@ def etp_group(topology: Topology, pp_rank: int, ep_rank: int = 0, edp_rank: int 
     """GPUs of the expert-tensor-parallel group of ``(ep_rank, edp_rank)`` in stage
     ``pp_rank``."""
     ctx = topology.context
-    base = ctx.tp * ctx.dp * pp_rank + ctx.etp * (ep_rank + ctx.ep * edp_rank)
+    base = ctx.tp * ctx.cp * ctx.dp * pp_rank + ctx.etp * (ep_rank + ctx.ep * edp_rank)
     return [base + i for i in range(ctx.etp)]
 
 
@@ -98,7 +99,7 @@ def edp_group(topology: Topology, pp_rank: int, etp_rank: int = 0, ep_rank: int 
     """GPUs holding the same experts as ``(etp_rank, ep_rank)`` in stage ``pp_rank``: the
     expert data-parallel group their gradients are reduced over."""
     ctx = topology.context
-    base = ctx.tp * ctx.dp * pp_rank + etp_rank + ctx.etp * ep_rank
+    base = ctx.tp * ctx.cp * ctx.dp * pp_rank + etp_rank + ctx.etp * ep_rank
     return [base + ctx.etp * ctx.ep * k for k in range(ctx.edp)]
 
 
@@ -106,7 +107,7 @@ def ep_span(system: System, ctx: Context, pp_rank: int = 0) -> str:
     """Which links the all-to-all of an EP group uses: ``"NVLink (inside a node)"``,
     ``"NIC (1 GPU per node, 8 nodes)"`` or ``"NVLink + NIC (8 GPUs per node, 8 nodes)"``
     (GPUs numbered as ``hardware.parallel``; stage ``pp_rank``'s first group)."""
-    base = ctx.tp * ctx.dp * pp_rank
+    base = ctx.tp * ctx.cp * ctx.dp * pp_rank
     members = [base + ctx.etp * j for j in range(ctx.ep)]
     if ctx.ep < 2:
         return "none (EP 1)"

@@ -1,11 +1,12 @@
 """Which GPUs and links a pipeline device's collectives and messages use.
 
-GPUs are numbered as Megatron-LM numbers its ranks (order tensor, data, pipeline): the GPU
-of tensor rank ``i``, data rank ``j`` and pipeline rank ``r`` is ``i + tp*(j + dp*r)``. A
-cluster of nodes fills GPU 0, 1, ... node by node, so a tensor-parallel group of at most
-``gpus_per_node`` GPUs sits inside one node (NVLink), data-parallel replicas come next and
-pipeline stages are the outermost, usually across nodes — which link each message uses
-follows from this numbering and ``System.link`` (intra-node vs inter-node).
+GPUs are numbered as Megatron-LM numbers its ranks (order tensor, context, data, pipeline):
+the GPU of tensor rank ``i``, context rank ``k``, data rank ``j`` and pipeline rank ``r`` is
+``i + tp*(k + cp*(j + dp*r))``. A cluster of nodes fills GPU 0, 1, ... node by node, so a
+tensor-parallel group of at most ``gpus_per_node`` GPUs sits inside one node (NVLink),
+context-parallel ranks come next, then data-parallel replicas; pipeline stages are the
+outermost, usually across nodes — which link each message uses follows from this
+numbering and ``System.link`` (intra-node vs inter-node).
 
 Communication (all ring algorithms, each GPU on its own link; a ring runs at its slowest
 hop, ``hardware.costs.allreduce_time``):
@@ -16,24 +17,28 @@ hop, ``hardware.costs.allreduce_time``):
   (Korthikanti et al. 2022), which divides the replicated activations by ``tp``. The
   vocabulary-parallel embedding adds one all-reduce to the first stage's forward, the
   LM head one to the last stage's backward. They are not overlapped with compute.
-* pipeline messages: each GPU of a group sends its ``1/tp`` share to its counterpart in
-  the next group, in parallel; without sequence parallelism the receivers then
-  all-gather the full activation inside their group (Megatron's scatter-gather). Both
-  are one Hockney link per pair of pipeline devices (``pipeline_link``).
+* pipeline messages: each GPU of a device sends its ``1/(tp cp)`` share to its counterpart
+  in the next device, in parallel; without sequence parallelism the receivers then
+  all-gather their context rank's ``1/cp`` inside their tensor group (Megatron's
+  scatter-gather). Both are one Hockney link per pair of pipeline devices (``pipeline_link``).
+* context parallelism: keys and values travel among the ``cp`` ranks of a device
+  (``hardware.cp``, over ``cp_link``).
 * data parallelism: after a device's last backward its gradients (``bytes_per_grad``
-  per parameter it holds) are all-reduced among its ``dp`` replicas; with ZeRO
+  per parameter it holds) are all-reduced among its ``dp x cp`` replicas (the GPUs holding
+  the same weights: context ranks hold the same layers); with ZeRO
   (``zero >= 1``, Megatron's distributed optimizer) reduce-scattered, and after the
   optimizer step the updated weights all-gathered. With ``overlap`` the reduction runs
   during the device's last backward op and the gather during the next step's first
   forward; at least the share of one layer stays exposed.
 
 Memory per GPU (``Context.persistent_bytes``): weights ``bytes_per_param_compute`` per
-parameter it holds; gradients ``bytes_per_grad`` (``/dp`` with ZeRO-2); optimizer state
-the rest of ``bytes_per_param_state`` (``/dp`` with ZeRO-1 or 2).
+parameter it holds (``/(dp cp)`` with ZeRO-3); gradients ``bytes_per_grad`` (``/(dp cp)``
+from ZeRO-2); optimizer state the rest of ``bytes_per_param_state`` (``/(dp cp)`` from ZeRO-1).
 """
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from typing import TYPE_CHECKING
@@ -48,8 +53,8 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Topology:
-    """``pp`` pipeline devices of ``context.tp`` GPUs each, replicated ``context.dp``
-    ways, on the GPUs of ``system`` (numbered as in the module docstring)."""
+    """``pp`` pipeline devices of ``context.tp x context.cp`` GPUs each, replicated
+    ``context.dp`` ways, on the GPUs of ``system`` (numbered as in the module docstring)."""
 
     system: System
     context: Context
@@ -61,49 +66,133 @@ class Topology:
 
     @property
     def num_gpus(self) -> int:
-        return self.context.tp * self.context.dp * self.pp
+        return self.context.tp * self.context.cp * self.context.dp * self.pp
 
-    def gpu(self, tp_rank: int, dp_rank: int, pp_rank: int) -> int:
-        """Global GPU index of a (tensor, data, pipeline) rank triple."""
-        t, d = self.context.tp, self.context.dp
-        return tp_rank + t * (dp_rank + d * pp_rank)
+    def gpu(self, tp_rank: int, dp_rank: int, pp_rank: int, cp_rank: int = 0) -> int:
+        """Global GPU index of a (tensor, data, pipeline, context) rank tuple."""
+        t, c, d = self.context.tp, self.context.cp, self.context.dp
+        return tp_rank + t * (cp_rank + c * (dp_rank + d * pp_rank))
 
-    def tp_group(self, pp_rank: int, dp_rank: int = 0) -> list[int]:
-        return [self.gpu(i, dp_rank, pp_rank) for i in range(self.context.tp)]
+    def tp_group(self, pp_rank: int, dp_rank: int = 0, cp_rank: int = 0) -> list[int]:
+        return [self.gpu(i, dp_rank, pp_rank, cp_rank) for i in range(self.context.tp)]
+
+    def cp_group(self, pp_rank: int, tp_rank: int = 0, dp_rank: int = 0) -> list[int]:
+        return [self.gpu(tp_rank, dp_rank, pp_rank, k) for k in range(self.context.cp)]
 
     def dp_group(self, pp_rank: int, tp_rank: int = 0) -> list[int]:
-        return [self.gpu(tp_rank, j, pp_rank) for j in range(self.context.dp)]
+        """The ``dp x cp`` GPUs holding the same weights as ``tp_rank`` of ``pp_rank``."""
+        c = self.context
+        return [self.gpu(tp_rank, j, pp_rank, k) for j in range(c.dp) for k in range(c.cp)]
+
+    def members(self) -> list[tuple[int, int]]:
+        """Every (data rank, context rank) of a pipeline device."""
+        return [(j, k) for j in range(self.context.dp) for k in range(self.context.cp)]
+
+    @cached_property
+    def period(self) -> int | None:
+        """``P`` when the link of two GPUs depends only on whether they share a node of
+        ``P`` GPUs (a cluster without pair overrides; 1 when every link is the same):
+        groups shifted by a multiple of ``P`` then use the same links, so each link below
+        is found from one group per residue. None: every group is looked at."""
+        if self.system.links:
+            return None
+        return self.system.devices_per_node or 1
+
+    def _link_kinds(self, same: bool, other: bool) -> Link | None:
+        """The slowest of the intra-node link (``same``) and the inter-node one (``other``)."""
+        kinds = ([self.system.intra_node_link or self.system.default_link] if same else []) + (
+            [self.system.default_link] if other else [])
+        return _slowest(kinds)  # type: ignore[arg-type]
 
     def ring_link(self, gpus: list[int]) -> Link | None:
         """The slowest hop of a ring over ``gpus`` (None for a single GPU)."""
         ring = sorted(set(gpus))
         if len(ring) < 2:
             return None
+        if self.period is not None:
+            self.system.check_devices(ring[-1] + 1)
+            nodes = [g // self.period for g in ring]
+            one_node = nodes[0] == nodes[-1]
+            return self._link_kinds(one_node or any(a == b for a, b in itertools.pairwise(nodes)), not one_node)
         hops = [self.system.link(a, b) for a, b in zip(ring, ring[1:] + ring[:1]) if a != b]
         return Link(min(h.bandwidth for h in hops), max(h.latency_s for h in hops))
 
+    def groups_link(self, bases: list[int], offsets: list[int]) -> Link | None:
+        """The slowest ring link over the groups ``{b + o for o in offsets}``, one group per
+        residue of its base modulo ``period`` (all of them without a period)."""
+        seen: dict[int, Link | None] = {}
+        for b in bases:
+            key = b if self.period is None else b % self.period
+            if key not in seen:
+                seen[key] = self.ring_link([b + o for o in offsets])
+        return _slowest(list(seen.values()))
+
+    def group_link(self, kind: str, pp_rank: int) -> Link | None:
+        """The slowest ring link of the ``kind`` (tp, cp, dp) groups of device ``pp_rank``."""
+        c, gpu = self.context, self.gpu
+        if kind == "tp":
+            return self.groups_link([gpu(0, j, pp_rank, k) for j, k in self.members()], list(range(c.tp)))
+        if kind == "cp":
+            return self.groups_link([gpu(i, j, pp_rank) for i in range(c.tp) for j in range(c.dp)],
+                                    [c.tp * k for k in range(c.cp)])
+        return self.groups_link([gpu(i, 0, pp_rank) for i in range(c.tp)],
+                                [c.tp * (k + c.cp * j) for j, k in self.members()])
+
+    def _device_link(self, kind: str, pp_rank: int) -> Link | None:
+        """``kind``'s link of pipeline device ``pp_rank``: with a period, the same for
+        every device whose first GPU has the same residue modulo it (kept per cluster)."""
+        c = self.context
+        if self.period is None:
+            return self.group_link(kind, pp_rank)
+        key = (self.system, c.tp, c.cp, c.dp, kind, c.tp * c.cp * c.dp * pp_rank % self.period)
+        if key not in _CLUSTER_LINKS:
+            if len(_CLUSTER_LINKS) > 4096:
+                _CLUSTER_LINKS.clear()
+            _CLUSTER_LINKS[key] = self.group_link(kind, pp_rank)
+        return _CLUSTER_LINKS[key]
+
     def tp_link(self, pp_rank: int = 0) -> Link | None:
         """The ring link of pipeline device ``pp_rank``'s tensor-parallel group (the
-        slowest over its data-parallel replicas)."""
-        return _group_link(self.system, self.context.tp, self.context.dp, pp_rank, "tp")
+        slowest over its data- and context-parallel replicas)."""
+        return self._device_link("tp", pp_rank)
+
+    def cp_link(self, pp_rank: int = 0) -> Link | None:
+        """The ring link of pipeline device ``pp_rank``'s context-parallel groups (the
+        slowest over its tensor ranks and replicas)."""
+        return None if self.context.cp == 1 else self._device_link("cp", pp_rank)
 
     def dp_link(self, pp_rank: int = 0) -> Link | None:
-        """The ring link of pipeline device ``pp_rank``'s data-parallel groups."""
-        return _group_link(self.system, self.context.tp, self.context.dp, pp_rank, "dp")
+        """The ring link of pipeline device ``pp_rank``'s data-parallel groups (the ``dp
+        x cp`` GPUs holding the same weights)."""
+        return self._device_link("dp", pp_rank)
+
+    def _pair_links(self, a: int, b: int) -> list[Link]:
+        """The links of the GPU pairs (one per rank of a device) of pipeline devices ``a``
+        and ``b``: with a period, from the residues of device ``a``'s GPUs."""
+        c = self.context
+        if self.period is None:
+            return [self.system.link(self.gpu(i, j, a, k), self.gpu(i, j, b, k))
+                    for i in range(c.tp) for j, k in self.members()]
+        size, period = c.tp * c.cp * c.dp, self.period
+        self.system.check_devices(size * (max(a, b) + 1))
+        shift = size * abs(b - a)
+        residues = range(period) if size >= period else {(size * min(a, b) + i) % period for i in range(size)}
+        same = any(r + shift < period for r in residues)
+        other = any(r + shift >= period for r in residues)
+        return [link for link in (self._link_kinds(same, False), self._link_kinds(False, other)) if link]
 
     def pipeline_link(self, a: int, b: int) -> Link:
         """One Hockney link for a message of a whole activation between pipeline devices
-        ``a`` and ``b``: each of the ``tp`` GPU pairs carries ``1/tp`` of it in parallel
-        over the slowest of their links; without sequence parallelism the receiving group
-        then all-gathers it (module docstring)."""
-        t = self.context.tp
-        pairs = [self.system.link(self.gpu(i, j, a), self.gpu(i, j, b))
-                 for i in range(t) for j in range(self.context.dp)]
+        ``a`` and ``b``: each of the ``tp x cp`` GPU pairs carries ``1/(tp cp)`` of it in
+        parallel over the slowest of their links; without sequence parallelism each
+        receiving tensor group then all-gathers its ``1/cp`` (module docstring)."""
+        t, c = self.context.tp, self.context.cp
+        pairs = self._pair_links(a, b)
         slow = Link(min(p.bandwidth for p in pairs), max(p.latency_s for p in pairs))
-        inverse_bw, latency = 1 / (t * slow.bandwidth), slow.latency_s
+        inverse_bw, latency = 1 / (t * c * slow.bandwidth), slow.latency_s
         if t > 1 and not self.context.sequence_parallel:
             gather = _slowest([self.tp_link(a), self.tp_link(b)])
-            inverse_bw += (t - 1) / (t * gather.bandwidth)  # type: ignore[union-attr]
+            inverse_bw += (t - 1) / (t * c * gather.bandwidth)  # type: ignore[union-attr]
             latency += (t - 1) * gather.latency_s  # type: ignore[union-attr]
         return Link(1 / inverse_bw, latency)
 
@@ -112,35 +201,27 @@ class Topology:
         """The ``pp`` pipeline devices as a ``System`` whose links are ``pipeline_link``
         (its device is the cluster's GPU: op costs are per GPU)."""
         c = self.context
-        if c.tp == 1 and c.dp == 1:
+        if c.tp == 1 and c.dp == 1 and c.cp == 1:
             return self.system  # GPU r is pipeline device r
-        return _pipeline_system(self.system, c.tp, c.dp, bool(c.sequence_parallel), self.pp, c.parallel_label)
-
-
-@lru_cache(maxsize=4096)
-def _group_link(system: System, tp: int, dp: int, pp_rank: int, which: str) -> Link | None:
-    """``Topology.tp_link`` / ``dp_link``: the slowest ring of the tensor-parallel groups
-    (over the data-parallel replicas) or of the data-parallel groups (over the tensor
-    ranks) of one pipeline device, shared by every schedule of the same split."""
-    from .context import Context
-
-    topo = Topology(system, Context(tp=tp, dp=dp), pp_rank + 1)
-    if which == "tp":
-        return _slowest([topo.ring_link(topo.tp_group(pp_rank, j)) for j in range(dp)])
-    return _slowest([topo.ring_link(topo.dp_group(pp_rank, i)) for i in range(tp)])
+        return _pipeline_system(self.system, c.tp, c.dp, bool(c.sequence_parallel), self.pp, c.parallel_label,
+                                c.cp)
 
 
 @lru_cache(maxsize=256)
-def _pipeline_system(system: System, tp: int, dp: int, sequence_parallel: bool, pp: int, label: str) -> System:
+def _pipeline_system(system: System, tp: int, dp: int, sequence_parallel: bool, pp: int, label: str,
+                     cp: int = 1) -> System:
     """``Topology.pipeline_system``, shared by every schedule of the same split (plan
     prices thousands)."""
     from .context import Context
 
-    topo = Topology(system, Context(tp=tp, dp=dp, sequence_parallel=sequence_parallel), pp)
+    topo = Topology(system, Context(tp=tp, dp=dp, cp=cp, sequence_parallel=sequence_parallel), pp)
     links = {(a, b): topo.pipeline_link(a, b) for a in range(pp) for b in range(a + 1, pp)}
     default = links[(0, 1)] if pp > 1 else system.default_link
     return System(f"{system.name} ({label}, PP{pp})", system.device, default, pp, tuple(links.items()),
                   summary=system.summary)
+
+
+_CLUSTER_LINKS: dict[tuple, Link | None] = {}  # (system, tp, cp, dp, kind, residue) -> link
 
 
 def _slowest(links: list[Link | None]) -> Link | None:

@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from pipetab.schedules.ops import Kind
 
 from .context import Precision, Recompute
-from .gemms import Gemm, heads_per_gpu, kv_heads_per_gpu, layer_gemms, own_tokens, routed_rows, tokens
+from .gemms import Gemm, heads_per_gpu, kv_heads_per_gpu, layer_gemms, local_seq, own_tokens, routed_rows, tokens
 from .kernels import attention_time, gemm_terms, gemm_time, memory_time
 from .layer import attention_core_flops
 
@@ -119,33 +119,34 @@ def _gemm_parts(g: Gemm, kind: Kind, ctx: Context, local: int, c: int) -> list[P
     return out
 
 
-def _scores(model: TransformerModel, ctx: Context) -> tuple[int, int, int, int]:
-    """(heads of ``b`` sequences, s, d_qk, d_v) of the attention core on one GPU."""
-    return (ctx.microbatch_size * heads_per_gpu(model, ctx.tp), model.seq_len,  # type: ignore[operator]
-            model.qk_head_dim, model.v_head_dim)  # type: ignore[return-value]
+def _scores(model: TransformerModel, ctx: Context) -> tuple[int, int, int, int, int]:
+    """(heads of ``b`` sequences, the GPU's queries ``s/cp``, keys ``s``, d_qk, d_v) of the
+    attention core on one GPU (context parallelism splits the queries)."""
+    return (ctx.microbatch_size * heads_per_gpu(model, ctx.tp), local_seq(model, ctx),  # type: ignore[operator]
+            model.seq_len, model.qk_head_dim, model.v_head_dim)  # type: ignore[return-value]
 
 
 def core_parts(model: TransformerModel, ctx: Context, kind: Kind) -> list[Part]:
     """The attention core of pass ``kind`` (none in W)."""
     if kind is Kind.W:
         return []
-    c, (heads, s, dqk, dv) = model.bytes_per_param_compute, _scores(model, ctx)
+    c, (heads, s, sk, dqk, dv) = model.bytes_per_param_compute, _scores(model, ctx)
     if model.attention == "flash":
         kv = heads if model.mla else ctx.microbatch_size * kv_heads_per_gpu(model, ctx.tp)  # type: ignore[operator]
-        qkvo = c * s * (heads * (dqk + dv) + kv * (dqk + dv)) + 4 * s * heads
+        qkvo = c * (s * heads * (dqk + dv) + sk * kv * (dqk + dv)) + 4 * s * heads
         flops = attention_core_flops(model, ctx) / 2  # causal: half the blocks
         if kind is Kind.F:
             return [Part("flash_fwd", "attention", flops=flops, nbytes=qkvo)]
         return [Part("flash_bwd", "attention", flops=2.5 * flops, nbytes=2 * qkvo)]
-    probs = heads * s * s
+    probs = heads * s * sk
     drop = (2 * c + 1) * probs if model.dropout else 0
     if kind is Kind.F:
-        return [Part("scores", "gemm", s, dqk, s, heads, element_bytes=c), _mem("softmax", 2 * c * probs),
-                _mem("attention_dropout", drop), Part("context", "gemm", s, s, dv, heads, element_bytes=c)]
-    return [Part("d_values", "gemm", s, s, dv, heads, element_bytes=c),
-            Part("d_probs", "gemm", s, dv, s, heads, element_bytes=c), _mem("attention_dropout_bwd", drop),
-            _mem("softmax_bwd", 3 * c * probs), Part("d_queries", "gemm", s, s, dqk, heads, element_bytes=c),
-            Part("d_keys", "gemm", s, s, dqk, heads, element_bytes=c)]
+        return [Part("scores", "gemm", s, dqk, sk, heads, element_bytes=c), _mem("softmax", 2 * c * probs),
+                _mem("attention_dropout", drop), Part("context", "gemm", s, sk, dv, heads, element_bytes=c)]
+    return [Part("d_values", "gemm", sk, s, dv, heads, element_bytes=c),
+            Part("d_probs", "gemm", s, dv, sk, heads, element_bytes=c), _mem("attention_dropout_bwd", drop),
+            _mem("softmax_bwd", 3 * c * probs), Part("d_queries", "gemm", s, sk, dqk, heads, element_bytes=c),
+            Part("d_keys", "gemm", sk, s, dqk, heads, element_bytes=c)]
 
 
 def _elementwise(model: TransformerModel, ctx: Context, moe: bool, kind: Kind) -> list[Part]:

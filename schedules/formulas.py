@@ -242,3 +242,43 @@ def dualpipe(stages: int, microbatches: int, overlap: bool = True) -> Formula:
             "(S/2-1)/(3B+S/2-1): the same orders with the pairs run one op after the other, "
             "F = B = W = 1 slot (pipetab, measured for even S <= 16, B <= 64)")
     return Formula(ratio, source, (float(S + 1),) * S, (2.0,) * S)
+
+
+def looped_bfs(stages: int, microbatches: int, chunks: int = 2) -> Formula:
+    # breadth-first: each device's forwards run chunk by chunk, so every microbatch's
+    # activation of every chunk is live when the first backward starts (v*B chunk
+    # activations of A/v each: B stage units), as GPipe's
+    return Formula(
+        None,
+        "no closed form taken here (Lamy-Poirier, arXiv 2211.05953, gives it for its own cost model)",
+        (float(microbatches),) * stages,
+        (1.0,) * stages,
+    )
+
+
+def interleaved_zb(stages: int, microbatches: int, chunks: int = 2) -> Formula:
+    return Formula(
+        None,
+        "no closed form published for ZB-1P on looped stages (torch ScheduleInterleavedZeroBubble)",
+        None,
+        (1.0,) * stages,
+    )
+
+
+def v_half(stages: int, microbatches: int) -> Formula:
+    return Formula(
+        None,
+        "about half of 1F1B's bubble (S-1)/(B+S-1) at T_F=T_B=T_W (Qi et al., NeurIPS'24; not exact)",
+        None,
+        (1.0,) * stages,
+    )
+
+
+def v_min(stages: int, microbatches: int) -> Formula:
+    return Formula(
+        None,
+        "about 2/3 of 1F1B's bubble plus O(S) at T_F=T_B=T_W (Qi et al., NeurIPS'24; not exact)",
+        None,
+        (1.0,) * stages,
+    )
+

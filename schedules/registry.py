@@ -8,10 +8,12 @@ from typing import TYPE_CHECKING, Callable
 from . import formulas
 from .generators import check_shape
 from .generators import chimera as _chimera
+from .generators import controllable as _controllable
 from .generators import dualpipe as _dualpipe
 from .generators import hanayo as _hanayo
 from .generators import interleaved as _interleaved
 from .generators import linear as _linear
+from .generators import looped as _looped
 from .generators import zero_bubble as _zero_bubble
 from .limits import check_size
 
@@ -36,7 +38,8 @@ class ScheduleSpec:
 
     ``ops_per_microbatch(stages, **options)``: how many ops one microbatch has (stages it
     passes x 2, or x 3 with a split backward), so that sizes are checked before anything
-    is generated; without it, ``3 * stages`` (one stage per device, split backward)."""
+    is generated; without it, ``3 * stages`` (one stage per device, split backward).
+    ``min_stages``: 1 for the schedules that run without a pipeline (PP = 1)."""
 
     name: str
     summary: str
@@ -45,6 +48,7 @@ class ScheduleSpec:
     regime: str
     options: tuple[Option, ...] = ()
     ops_per_microbatch: Callable[..., int] | None = None
+    min_stages: int = 2
 
 
 def parse_split(text: str) -> tuple[int, int]:
@@ -105,11 +109,12 @@ REGISTRY: dict[str, ScheduleSpec] = {
     for spec in (
         ScheduleSpec(
             "gpipe", "fill-drain: all forwards, then all backwards",
-            _linear.gpipe, formulas.gpipe, "S >= 2, B >= 1", ops_per_microbatch=_two_per_stage,
+            _linear.gpipe, formulas.gpipe, "S >= 1, B >= 1", ops_per_microbatch=_two_per_stage, min_stages=1,
         ),
         ScheduleSpec(
             "1f1b", "one-forward-one-backward after a warm-up (PipeDream-Flush, Megatron)",
-            _linear.one_f_one_b, formulas.one_f_one_b, "S >= 2, B >= 1", ops_per_microbatch=_two_per_stage,
+            _linear.one_f_one_b, formulas.one_f_one_b, "S >= 1, B >= 1", ops_per_microbatch=_two_per_stage,
+            min_stages=1,
         ),
         ScheduleSpec(
             "chimera", "two opposite pipelines over the same devices, basic units concatenated",
@@ -172,6 +177,34 @@ REGISTRY: dict[str, ScheduleSpec] = {
             _dualpipe.dualpipev, formulas.dualpipev, _dualpipe.DUALPIPEV_REGIME, (OVERLAP,),
             lambda stages, overlap: 3 * 2 * stages,
         ),
+        ScheduleSpec(
+            "looped-bfs",
+            "breadth-first looped (torch ScheduleLoopedBFS): v chunks per device, every microbatch through "
+            "a device's first chunk, then its next; backwards in reverse",
+            _looped.looped_bfs, formulas.looped_bfs, "S >= 2, B >= 1, 2 <= v <= 16", (CHUNKS,),
+            lambda stages, chunks: 2 * chunks * stages,
+        ),
+        ScheduleSpec(
+            "interleaved-zb",
+            "interleaved zero bubble (torch ScheduleInterleavedZeroBubble, ZB-1P on v chunks per device): "
+            "split backward, W delayed by d on device d",
+            _looped.interleaved_zb, formulas.interleaved_zb, "S >= 2, B a multiple of max(1, B // S), v >= 2",
+            (CHUNKS,), lambda stages, chunks: 3 * chunks * stages,
+        ),
+        ScheduleSpec(
+            "v-half",
+            "V-Half (Qi et al., controllable memory): V placement, building blocks with half of 1F1B's "
+            "activation memory, split backward",
+            _controllable.v_half, formulas.v_half, "S >= 2, B >= 1",
+            ops_per_microbatch=lambda stages: 3 * 2 * stages,
+        ),
+        ScheduleSpec(
+            "v-min",
+            "V-Min (Qi et al., controllable memory): V placement, building blocks with a third of 1F1B's "
+            "activation memory, split backward",
+            _controllable.v_min, formulas.v_min, "S >= 2, B >= 1",
+            ops_per_microbatch=lambda stages: 3 * 2 * stages,
+        ),
     )
 }
 
@@ -197,7 +230,7 @@ def num_ops(name: str, stages: int, microbatches: int, **options) -> int | None:
     """How many ops the named schedule would have (None when the options are not numbers
     the generator could accept; it will say why)."""
     entry = spec(name)
-    check_shape(stages, microbatches)
+    check_shape(stages, microbatches, entry.min_stages)
     opts = _options(entry, options)
     try:
         per = entry.ops_per_microbatch(stages, **opts) if entry.ops_per_microbatch else 3 * stages
@@ -225,5 +258,5 @@ def generate(name: str, stages: int, microbatches: int, **options) -> Schedule:
 def formula(name: str, stages: int, microbatches: int, **options) -> formulas.Formula:
     """Level-1 closed-form numbers of the named schedule."""
     entry = spec(name)
-    check_shape(stages, microbatches)
+    check_shape(stages, microbatches, entry.min_stages)
     return entry.formula(stages, microbatches, **_options(entry, options))

@@ -23,7 +23,7 @@ def cases(draw, max_stages=14, max_microbatches=48):
     even = name.startswith("chimera")
     S = draw(st.sampled_from(range(2, max_stages + 1, 2)) if even else st.integers(2, max_stages))
     per = 2 * S if name == "chimera-fd" else S
-    if name in ("chimera", "chimera-asym", "chimera-fd", "hanayo", "interleaved"):
+    if name in ("chimera", "chimera-asym", "chimera-fd", "hanayo", "interleaved", "interleaved-zb"):
         B_ = per * draw(st.integers(1, max(1, max_microbatches // per)))
     elif name == "dualpipev":
         B_ = draw(st.integers(2 * S, 2 * S + max_microbatches // 2))
@@ -35,7 +35,7 @@ def cases(draw, max_stages=14, max_microbatches=48):
     opts = {}
     if name == "hanayo":
         opts["waves"] = draw(st.integers(1, 2))
-    if name == "interleaved":
+    if name in ("interleaved", "interleaved-zb", "looped-bfs"):
         opts["chunks"] = draw(st.integers(2, 3))
     if name == "chimera-asym":
         opts["split"] = (draw(st.integers(1, 3)), draw(st.integers(1, 3)))

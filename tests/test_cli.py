@@ -110,7 +110,7 @@ def test_presets_listed(capsys):
 @pytest.mark.parametrize(
     "argv, needle",
     [
-        (["table", "gpipe", "-S", "1", "-B", "4"], "stages must be an integer >= 2, got 1"),
+        (["table", "zb-h1", "-S", "1", "-B", "4"], "stages must be an integer >= 2, got 1"),
         (["table", "gpipe", "-S", "4", "-B", "0"], "microbatches must be an integer >= 1, got 0"),
         (["table", "chimera", "-S", "5", "-B", "10"], "stages must be even for chimera, got 5"),
         (["table", "chimera", "-S", "4", "-B", "6"],

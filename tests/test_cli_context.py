@@ -115,7 +115,8 @@ def test_plan_and_evaluate_agree_on_the_same_configuration(capsys):
     best = doc["configurations"][0]
     got = run_json(capsys, "evaluate", best["schedule"], "-S", str(best["pp"]), "-B", str(best["microbatches"]),
                    "--system", "dgx_h100_ib", "--model", "llama3_8b", "--seq", "2048", "--global-batch", "32",
-                   "--tp", str(best["tp"]), "--dp", str(best["dp"]))
+                   "--tp", str(best["tp"]), "--dp", str(best["dp"]),
+                   *(["--zero", str(best["zero"])] if best["dp"] > 1 else []))  # plan tries ZeRO 1 and 3
     assert got["context"]["microbatch_size"] == best["microbatch_size"]
     assert got["simulation"]["makespan_s"] == pytest.approx(best["step_time_s"], rel=1e-9)
 
@@ -189,3 +190,23 @@ def test_a_layer_split_is_costed_in_the_cluster_context(capsys):
     default = run_json(capsys, "search", "-S", "4", "-B", "4", *ctx)
     assert even["makespan"] == pytest.approx(default["makespan"], rel=1e-9)
     assert doc["makespan"] < default["makespan"]
+
+
+def test_layouts_with_empty_transformer_stages_evaluate_view_and_search(capsys, tmp_path):
+    """Layouts with stages empty of transformer layers (the embedding or the head alone) run
+    through evaluate (validated table, simulation), view and CP-SAT search."""
+    from pipetab.cli import main as cli
+
+    base = ["1f1b", "-S", "4", "-B", "8", "--system", "mid_nw_mid_cp", "--model", "tiny_gpt",
+            "--layout", "E|t*8|t*8|L"]
+    assert cli(["evaluate", *base, "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["context"]["layout"] == "E|t*8|t*8|L" and doc["simulation"]["makespan_s"] > 0
+    assert cli(["view", *base, "-o", str(tmp_path / "v.html")]) == 0
+    capsys.readouterr()
+    # the head's stage empty of layers (a stage holding the embedding alone makes CP-SAT's bound
+    # exceed the simulated schedule: a solver/cpsat issue reported, not worked around here)
+    assert cli(["search", "-S", "4", "-B", "8", "--system", "mid_nw_mid_cp", "--model", "tiny_gpt",
+                "--layout", "Et*8|t*7|t|L", "--time-limit", "2", "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["status"] in ("optimal", "feasible") and doc["makespan"] > 0

@@ -6,7 +6,10 @@ takes measured op times (``hardware.profile``). The real-cluster options have th
 defaults of ``pipetab plan``: ``--tp`` and ``--dp`` (each schedule device is a
 tensor-parallel group of ``tp`` GPUs, the pipeline replicated ``dp`` ways),
 ``--no-sequence-parallel`` (with ``tp > 1``), ``--zero`` (with ``dp > 1``; default 1),
-``--no-overlap`` (with ``dp > 1``), ``--microbatch-size``, ``--global-batch`` and ``--seq``.
+``--no-overlap`` (with ``dp > 1``), ``--microbatch-size``, ``--global-batch`` and ``--seq``;
+``--cp`` and ``--cp-comm`` (context parallelism), ``--zero 3`` with
+``--no-reshard-after-forward``, ``--layout`` (Megatron's layout string) and
+``--recompute-layers`` (per stage).
 
 ``add_hardware_args(parser)`` adds them all (``evaluate``, ``view``); ``add_context_args``
 adds all but ``--system``/``--model``/``--recompute``/``--contention`` (``search`` and
@@ -51,6 +54,8 @@ CLUSTER_OPTIONS = (
     ("ep", "--ep", None), ("etp", "--etp", None), ("dispatch_precision", "--dispatch", None),
     ("routing_imbalance", "--routing-imbalance", None), ("node_limit", "--node-limit", None),
     ("gemm_precision", "--gemm-precision", None),
+    ("cp", "--cp", None), ("cp_comm", "--cp-comm", None), ("reshard_after_forward", "--no-reshard-after-forward", True),
+    ("layout", "--layout", None), ("recompute_layers", "--recompute-layers", None),
 )
 
 
@@ -81,7 +86,11 @@ def add_context_args(p) -> None:
                    help="tensor-parallel GPUs per schedule device (default 1)")
     g.add_argument("--dp", type=common.positive_int("dp", maximum=MAX_GPUS), default=None,
                    help="data-parallel replicas of the pipeline (default 1)")
+    g.add_argument("--cp", type=common.positive_int("cp"), default=None,
+                   help="context-parallel GPUs per tensor rank, splitting each sequence (default 1)")
+    add_cp_switches(g)
     add_parallel_switches(g)
+    add_layout_args(g)
     g.add_argument("--microbatch-size", type=common.positive_int("microbatch size", maximum=MAX_MICROBATCH_SIZE),
                    default=None,
                    help="sequences per microbatch (default: global batch / (dp x microbatches))")
@@ -118,12 +127,55 @@ def add_expert_switches(p) -> None:
                    help="route each token to experts on at most this many nodes (DeepSeek-V3: 4; default none)")
 
 
+def add_cp_switches(p) -> None:
+    """--cp-comm (shared with ``pipetab plan``)."""
+    p.add_argument("--cp-comm", dest="cp_comm", choices=["p2p", "allgather"], default=None,
+                   help="context-parallel K/V exchange: p2p ring overlapped with attention (default) or "
+                        "allgather (Llama 3)")
+
+
+def _layout(text: str):
+    import argparse
+
+    from pipetab.hardware.layout import Layout
+
+    try:
+        return Layout.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _counts(text: str) -> tuple[int, ...]:
+    import argparse
+
+    try:
+        values = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        values = (-1,)
+    if any(v < 0 for v in values):
+        raise argparse.ArgumentTypeError(f"recompute layers must be integers >= 0 separated by commas (one per "
+                                         f"stage), got {text!r}")
+    return values
+
+
+def add_layout_args(p) -> None:
+    """--layout and --recompute-layers."""
+    p.add_argument("--layout", type=_layout, default=None,
+                   help="layers per stage as Megatron's pipeline_model_parallel_layout, e.g. 'E|(t*8|)*4L' "
+                        "(E embedding, t layer, m MTP, L head and loss; default: even)")
+    p.add_argument("--recompute-layers", type=_counts, default=None,
+                   help="per stage, layers recomputed in full (Megatron's --recompute-num-layers), e.g. 4,2,0,0")
+
+
 def add_parallel_switches(p) -> None:
     """--no-sequence-parallel, --zero, --no-overlap (shared with ``pipetab plan``)."""
     p.add_argument("--no-sequence-parallel", dest="sequence_parallel", action="store_false",
                    help="tensor parallelism without sequence parallelism (default: with, when TP > 1)")
-    p.add_argument("--zero", type=int, choices=[0, 1, 2], default=None,
-                   help="ZeRO stage with data parallelism: 0 none, 1 optimizer state (default), 2 and gradients")
+    p.add_argument("--zero", type=int, choices=[0, 1, 2, 3], default=None,
+                   help="ZeRO stage with data parallelism: 0 none, 1 optimizer state (default), 2 and gradients, "
+                        "3 and weights (FSDP)")
+    p.add_argument("--no-reshard-after-forward", dest="reshard_after_forward", action="store_false",
+                   help="with --zero 3: keep the gathered weights from F to B (FSDP's reshard_after_forward=False)")
     p.add_argument("--no-overlap", dest="overlap", action="store_false",
                    help="do not overlap the data-parallel gradient reduction with the last backward")
 
@@ -189,7 +241,9 @@ class CostSource:
                 "microbatch_size": ctx.microbatch_size, "seq_len": ctx.seq_len, "global_batch": ctx.global_batch,  # type: ignore[union-attr]
                 "ep": ctx.ep, "etp": ctx.etp, "dispatch_precision": str(ctx.dispatch_precision),  # type: ignore[union-attr]
                 "routing_imbalance": ctx.routing_imbalance, "node_limit": ctx.node_limit,  # type: ignore[union-attr]
-                "gemm_precision": str(ctx.gemm_precision)}  # type: ignore[union-attr]
+                "gemm_precision": str(ctx.gemm_precision),  # type: ignore[union-attr]
+                **{k: v for k, v in ctx.as_dict().items()  # type: ignore[union-attr]
+                   if k in ("cp", "cp_comm", "reshard_after_forward", "layout", "recompute_layers")}}
 
 
 def given_cluster_options(args) -> list[str]:
@@ -313,19 +367,24 @@ def check_profile_possible(profile, stages: int, model=None, peak_flops: float |
 
 def context_of(args, recompute: str = "none") -> Context:
     """The run's ``Context`` from the real-cluster options (not yet resolved for a schedule)."""
-    tp, dp = args.tp or 1, args.dp or 1
+    tp, dp, cp = args.tp or 1, args.dp or 1, getattr(args, "cp", None) or 1
     for flag, given, needs in (("--no-sequence-parallel", not args.sequence_parallel and tp == 1, "--tp > 1"),
-                               ("--zero", args.zero is not None and dp == 1, "--dp > 1"),
-                               ("--no-overlap", not args.overlap and dp == 1, "--dp > 1")):
+                               ("--zero", args.zero is not None and dp * cp == 1, "--dp > 1 or --cp > 1"),
+                               ("--no-overlap", not args.overlap and dp == 1, "--dp > 1"),
+                               ("--cp-comm", getattr(args, "cp_comm", None) is not None and cp == 1, "--cp > 1"),
+                               ("--no-reshard-after-forward", not getattr(args, "reshard_after_forward", True)
+                                and args.zero != 3, "--zero 3")):
         if given:
-            raise UsageError(f"{flag} applies with {needs} only (it shapes "
-                             f"{'tensor' if needs.startswith('--tp') else 'data'} parallelism)")
+            what = {"--tp > 1": "tensor", "--cp > 1": "context", "--zero 3": "sharded data"}.get(needs, "data")
+            raise UsageError(f"{flag} applies with {needs} only (it shapes {what} parallelism)")
     experts = {k: getattr(args, k) for k in ("ep", "etp", "dispatch_precision", "routing_imbalance", "node_limit",
-                                             "gemm_precision") if getattr(args, k, None) is not None}
+                                             "gemm_precision", "cp_comm", "layout", "recompute_layers")
+               if getattr(args, k, None) is not None}
     try:
-        return Context(tp=tp, dp=dp, sequence_parallel=None if args.sequence_parallel else False, zero=args.zero,
-                       overlap=args.overlap, microbatch_size=args.microbatch_size, global_batch=args.global_batch,
-                       seq_len=args.seq, recompute=recompute, **experts)
+        return Context(tp=tp, dp=dp, cp=cp, sequence_parallel=None if args.sequence_parallel else False,
+                       zero=args.zero, overlap=args.overlap, microbatch_size=args.microbatch_size,
+                       global_batch=args.global_batch, seq_len=args.seq, recompute=recompute,
+                       reshard_after_forward=getattr(args, "reshard_after_forward", True), **experts)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
 
@@ -359,9 +418,11 @@ def _system_source(args, stages: int, microbatches: int, recompute: str, content
     if str(ctx.gemm_precision) == "fp8" and not (system.device.kernels and system.device.fp8_peak_flops):
         raise UsageError(f"--gemm-precision fp8 needs a system priced by its kernels with an fp8 peak "
                          f"(sm_count and fp8_peak_flops); {system.name} has none")
-    if system.num_devices is not None and stages * ctx.tp * ctx.dp > system.num_devices:
-        raise UsageError(f"--system {system.name} has {system.num_devices} GPUs; stages x tp x dp = "
-                         f"{stages} x {ctx.tp} x {ctx.dp} needs {stages * ctx.tp * ctx.dp}")
+    gpus = stages * ctx.tp * ctx.cp * ctx.dp
+    if system.num_devices is not None and gpus > system.num_devices:
+        cp = f" x {ctx.cp}" if ctx.cp > 1 else ""
+        raise UsageError(f"--system {system.name} has {system.num_devices} GPUs; stages x tp{' x cp' if cp else ''} "
+                         f"x dp = {stages} x {ctx.tp}{cp} x {ctx.dp} needs {gpus}")
     system, model, ctx = check_hardware(system, model, stages, microbatches, ctx)
     return CostSource(system, model, ctx, contention)
 

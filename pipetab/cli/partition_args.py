@@ -49,6 +49,8 @@ def partition_rules(args) -> list:
         ((layered or args.partition is not None)
          and args.placement not in (PlacementFamily.LINEAR, PlacementFamily.BIDIRECTIONAL),
          "--partition and --layers apply to --placement linear or bidirectional"),
+        (getattr(args, "layout", None) is not None and (layered or args.partition is not None),
+         "--layout fixes the layers per stage: it does not combine with --partition or --layers"),
     ]
 
 
@@ -84,6 +86,9 @@ def even_layers_of(args, shape):
     from pipetab.solver.cpsat.partition import Partition
     from pipetab.solver.pricing import even_layers
 
+    if getattr(args, "layout", None) is not None:  # every pipeline as --layout says
+        layers = tuple(args.layout.layers for _ in shape.num_stages)
+        return layers, Partition("fixed", layers).label(layers)
     layers = even_layers(load_model(args.model or "paper_gpt").num_layers, shape.num_stages)
     return layers, Partition("even").label(layers)
 

@@ -4,15 +4,20 @@ for a model on a cluster by simulated step time (``pipetab.plan``)."""
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import common
 from .common import UsageError, emit_json
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
 from .hardware_args import (
     MAX_GPUS,
     MAX_MICROBATCH_SIZE,
     MAX_TP,
     add_batch_args,
+    add_cp_switches,
     add_expert_switches,
     add_parallel_switches,
     add_profile_arg,
@@ -103,6 +108,12 @@ def register(sub) -> None:
     p.add_argument("--schedules", type=_word_list("schedules"), default=(),
                    help="registry schedules to try, e.g. 1f1b,zbv (default: all; see 'pipetab schedules')")
     add_parallel_switches(p)
+    add_cp_switches(p)
+    for dim, what in (("pp", "pipeline stages"), ("tp", "tensor-parallel GPUs"), ("cp", "context-parallel GPUs"),
+                      ("dp", "data-parallel replicas")):
+        p.add_argument(f"--{dim}", type=_int_list(dim), default=(),
+                       help=f"{what} to consider, e.g. 8 or 4,8 (default: every value that splits the cluster"
+                            + ("; CP only for sequences of 16384 tokens or more)" if dim == "cp" else ")"))
     p.add_argument("--ep", type=_int_list("ep"), default=(),
                    help="expert-parallel sizes to try for a MoE model, e.g. 8,16 (default: every divisor of "
                         "the expert count that divides a stage's GPUs)")
@@ -121,6 +132,12 @@ def register(sub) -> None:
     p.add_argument("--html", metavar="FILE.html",
                    help="one self-contained page: the ranked configurations (sortable), the Pareto plot, the "
                         "winner's and runner-up's timelines and memory, the levels, the assumptions")
+    p.add_argument("--emit", choices=["megatron", "torchtitan"], default=None,
+                   help="print the best configuration as Megatron-LM arguments or a torchtitan TOML section "
+                        "instead of the table (Megatron: the best it can run)")
+    p.add_argument("--emit-csv", metavar="FILE.csv", default=None,
+                   help="with --emit torchtitan: write the schedule as the CSV that "
+                        "pipeline_parallel_schedule_csv reads")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.add_argument("--format", choices=["text", "json", "torch-csv"], default="text",
                    help="text (default), json, or torch-csv: the winner's schedule for PyTorch's pipelining "
@@ -135,7 +152,9 @@ _PROFILED = (("microbatch_sizes", "--microbatch-sizes", ()), ("recompute", "--re
              ("gemm_precision", "--gemm-precision", None),
              ("zero", "--zero", None), ("sequence_parallel", "--no-sequence-parallel", True),
              ("overlap", "--no-overlap", True), ("cpsat_shapes", "--cpsat-shapes", None),
-             ("cpsat_time", "--cpsat-time", None))
+             ("cpsat_time", "--cpsat-time", None), ("pp", "--pp", ()), ("tp", "--tp", ()), ("cp", "--cp", ()),
+             ("dp", "--dp", ()), ("cp_comm", "--cp-comm", None), ("reshard_after_forward", "--no-reshard-after-forward",
+                                                                 True))
 
 
 def run(args) -> None:
@@ -161,6 +180,11 @@ def run(args) -> None:
         raise UsageError(f"--global-batch must be at most {MAX_OPS} sequences (a schedule holds "
                          f"at most {MAX_OPS} ops; see docs/limits.md), got {args.global_batch}")
     plot = common.check_plot_path(args.plot)
+    if args.emit_csv is not None and args.emit != "torchtitan":
+        raise UsageError("--emit-csv applies with --emit torchtitan only")
+    if args.emit is not None and args.format != "text":
+        raise UsageError(f"--emit prints a framework's configuration: it does not combine with --format {args.format}")
+    emit_csv = common.output_path(args.emit_csv, "--emit-csv", (".csv",)) if args.emit_csv else None
     page = args.html and common.output_path(args.html, "--html", (".html", ".htm"))
     profile = load_profile_arg(args)
     gpu = args.system or args.gpu
@@ -177,6 +201,8 @@ def run(args) -> None:
         cpsat_time_s=args.cpsat_time or 3.0, ep=args.ep, etp=args.etp,
         dispatch_precision=args.dispatch_precision or "bf16", routing_imbalance=args.routing_imbalance or 1.0,
         node_limit=args.node_limit, gemm_precision=args.gemm_precision or "bf16",
+        pp=args.pp, tp=args.tp, cp=args.cp, dp=args.dp,
+        cp_comm=args.cp_comm or "p2p", reshard_after_forward=args.reshard_after_forward,
     )
     if profile is not None:
         flag = f"--system {args.system}" if args.system else f"--gpu {gpu or 'H100'}" + ("" if gpu else " (default)")
@@ -198,6 +224,9 @@ def run(args) -> None:
         from pipetab.plan.plot import plot_plan
 
         common.save_plot(plot_plan, plot, result, rows=10)
+    if args.emit is not None:
+        print(emitted(result, space, args.emit, emit_csv), end="")
+        return
     if page:
         from pipetab.view.plan_page import write_plan_page
 
@@ -247,6 +276,72 @@ def compact_labels(configurations) -> list[str]:
     return out
 
 
+def emitted(result, space, framework: str, csv_path: Path | None) -> str:
+    """The best configuration (for Megatron, the best it runs) in ``framework``'s form;
+    the schedule written to ``csv_path`` for torchtitan."""
+    from pipetab.plan import emit
+    from pipetab.schedules import registry
+
+    fits = [c for c in result.evaluated if c.fits] or list(result.configurations)
+    if framework == "megatron":
+        runnable = [c for c in fits if c.schedule in emit.MEGATRON_SCHEDULES]
+        if not runnable:
+            raise UsageError("--emit megatron: no configuration found runs a schedule Megatron-LM runs "
+                             f"({', '.join(emit.MEGATRON_SCHEDULES)}); give --schedules 1f1b,interleaved")
+        conf = runnable[0]
+        note = "" if conf is fits[0] else f"# the best configuration, {fits[0].label}, is not a Megatron schedule\n"
+        return note + emit.megatron_text(conf, space.model, space.num_gpus)
+    conf = fits[0]
+    if csv_path:
+        sched = registry.generate(conf.schedule, conf.shape.pp, conf.shape.microbatches, **dict(conf.options))
+        common.write_output(csv_path, "--emit-csv", lambda p: p.write_text(emit.torch_csv(conf, sched)))
+    return emit.torchtitan_toml(conf, space.num_gpus, str(csv_path) if csv_path else "")
+
+
+def _rows(result) -> tuple[tuple, list[tuple]]:
+    """The table's header and rows (100 columns at most): the split as ``PPxTPxDP`` (or
+    ``PPxTPxCPxDP`` when a configuration shown uses context parallelism), the EP and ZeRO
+    columns only when one of them uses them."""
+    confs = result.configurations
+    moe = any(c.ep_links for c in confs)
+    cp = any(c.shape.cp > 1 for c in confs)
+    zero = any(c.shape.zero == 3 for c in confs)
+    split = "PPxTPxCPxDP" if cp else "PPxTPxDP"
+    head = ("#", "schedule", split, *(("EP",) if moe else ()), *(("ZeRO",) if zero else ()), "b x m", "recompute",
+            "step (s)", "tokens/s", "MFU", "peak GiB", "fits")
+    rows = []
+    labels = compact_labels(confs)
+    for i, c in enumerate(confs, 1):
+        s = c.shape
+        shape = f"{s.pp}x{s.tp}x{s.cp}x{s.dp}" if cp else f"{s.pp}x{s.tp}x{s.dp}"
+        ep = ((f"{s.ep}" + (f"x{s.etp}" if s.etp > 1 else "")),) if moe else ()
+        z = (str(s.zero),) if zero else ()
+        rows.append((str(i), labels[i - 1], shape, *ep, *z, f"{s.microbatch_size} x {s.microbatches}",
+                     c.recompute_label, f"{c.step_time_s:#.4g}".rstrip("."), f"{c.tokens_per_s:,.0f}",
+                     f"{100 * c.mfu:.1f}%", f"{c.peak_memory_bytes / 2**30:.1f}", "yes" if c.fits else "NO"))
+    return head, rows
+
+
+def _best_lines(result) -> list[str]:
+    """#1's all-to-all (MoE), its layers per stage and Megatron layout, and whether its
+    step was extrapolated."""
+    best = result.configurations[0]
+    out = []
+    if best.ep_links:
+        hidden = f", {max(0.0, 100 * best.a2a_hidden_s / best.a2a_s):.0f} % of it hidden by overlapped pairs" \
+            if best.a2a_s else ""
+        out.append(f"#1 all-to-all: {best.a2a_s:.3g} s per step on the busiest GPU over {best.ep_links}{hidden}")
+    if best.layout:
+        from pipetab.plan.result import runs
+
+        out.append(f"#1 layers per stage: {runs(best.layers_per_stage)} "
+                   f"(pipeline_model_parallel_layout {best.layout!r})")
+    if best.sample_microbatches:
+        out.append(f"#1 step time and memory extrapolated from runs of {best.sample_microbatches} microbatches "
+                   "(periodic schedule, exact)")
+    return out
+
+
 def print_plan(result) -> None:
     """The ranked configurations as an aligned table (a rich table on a terminal), then what
     the search did, every line at most 100 columns (``pipetab.console``)."""
@@ -255,35 +350,24 @@ def print_plan(result) -> None:
     q = result.question
     say(f"plan: {q['model']} on {q['gpus']} GPUs ({q['gpus_per_node']} per node, {q['system']}), "
         f"global batch {q['global_batch']} x {q['seq_len']} tokens")
-    moe = any(c.ep_links for c in result.configurations)
-    head = ("#", "schedule", "PPxTPxDP", *(("EP",) if moe else ()), "b x m", "recompute", "step (s)", "tokens/s",
-            "MFU", "peak GiB", "fits")
-    rows = []
-    labels = compact_labels(result.configurations)
-    for i, c in enumerate(result.configurations, 1):
-        s = c.shape
-        ep = ((f"{s.ep}" + (f"x{s.etp}" if s.etp > 1 else "")),) if moe else ()
-        rows.append((str(i), labels[i - 1], f"{s.pp}x{s.tp}x{s.dp}", *ep, f"{s.microbatch_size} x {s.microbatches}",
-                     c.recompute_label, f"{c.step_time_s:#.4g}".rstrip("."), f"{c.tokens_per_s:,.0f}",
-                     f"{100 * c.mfu:.1f}%", f"{c.peak_memory_bytes / 2**30:.1f}", "yes" if c.fits else "NO"))
+    head, rows = _rows(result)
     if not rows:
         say("no configuration: no split of the GPUs, microbatch size and schedule fits the question")
     else:
-        numbers = ("#", "PPxTPxDP", "EP", "b x m", "step (s)", "tokens/s", "MFU", "peak GiB")
+        numbers = ("#", head[2], "EP", "ZeRO", "b x m", "step (s)", "tokens/s", "MFU", "peak GiB")
         table(head, rows, right={i for i, h in enumerate(head) if h in numbers})
         say(f"usable GPU memory {result.configurations[0].capacity_bytes / 2**30:.1f} GiB; columns: "
             "'pipetab plan --help'")
-    if rows and not result.configurations[0].fits:
-        say("none of these fits the GPU memory: the closest are shown")
-    if moe:
-        best = result.configurations[0]
-        hidden = f", {max(0.0, 100 * best.a2a_hidden_s / best.a2a_s):.0f} % of it hidden by overlapped pairs" \
-            if best.a2a_s else ""
-        say(f"#1 all-to-all: {best.a2a_s:.3g} s per step on the busiest GPU over {best.ep_links}{hidden}")
+        if not result.configurations[0].fits:
+            say("none of these fits the GPU memory: the closest are shown")
+        for line in _best_lines(result):
+            say(line)
     unbuilt = result.candidates - result.pruned_memory - result.pruned_time - result.simulated
     outside = f", {unbuilt} not built (outside their schedule's regime)" if unbuilt else ""
     say(f"searched {result.candidates} candidates: {result.pruned_memory} cannot fit the memory, "
         f"{result.pruned_time} cannot beat those shown, {result.simulated} simulated{outside}; "
         f"{result.runtime_s:.1f} s")
+    for note in result.notes:
+        say(f"note: {note}", "  ")
     for note in result.cpsat_notes:
         say(f"CP-SAT {note}", "    ")

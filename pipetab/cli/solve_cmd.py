@@ -320,6 +320,7 @@ def _print(args, doc: dict, schedule, ops_costs) -> None:
         print(f"smallest feasible cap: {f(doc['min_feasible_cap'])}")
     if doc.get("partition"):
         print("partition (layers per stage): " + " / ".join(",".join(map(str, r)) for r in doc["partition"]))
+        print(f"pipeline_model_parallel_layout: {_layout_text(doc['partition'][0])}")
     if doc.get("message"):
         print(doc["message"])
     print("bound holds under: " + ("; ".join(doc["bound_assumptions"]) or "no restriction"))
@@ -340,3 +341,14 @@ def _op(r):
     from pipetab.schedules.ops import Kind, Op
 
     return Op(Kind(r["kind"]), r["pipeline"], r["stage"], r["microbatch"])
+
+
+def _layout_text(layers) -> str:
+    """Megatron's layout string of one pipeline's layers per stage ('-' when a stage would
+    hold nothing)."""
+    from pipetab.hardware.layout import Layout
+
+    try:
+        return Layout.of_layers(layers).megatron()
+    except ValueError:
+        return "-"

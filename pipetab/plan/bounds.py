@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import itertools
+from typing import TYPE_CHECKING, Mapping
+
+import numpy as np
 
 from pipetab.hardware.layer import (
     activation_bytes_per_layer,
@@ -12,8 +15,7 @@ from pipetab.hardware.layer import (
 )
 from pipetab.hardware.model import partition
 from pipetab.schedules import registry
-from pipetab.schedules.memory import memory_change
-from pipetab.schedules.ops import Kind
+from pipetab.schedules.memory import memory_deltas
 
 if TYPE_CHECKING:
     from pipetab.hardware.context import Context
@@ -22,34 +24,29 @@ if TYPE_CHECKING:
     from .space import PlanSpace
 
 
-def order_peaks(schedule: Schedule, size: dict, part: dict) -> list[float]:
+def order_peaks(schedule: Schedule, size: Mapping, part: Mapping) -> list[float]:
     """Peak live activation per device from the per-device orders alone (a device runs its
     ops one after another, so the peak does not depend on timing); ``size`` / ``part``: M
-    and M_W per (pipeline, stage), changes as ``schedules.memory.memory_change`` defines."""
-    split = schedule.split_backward
-    change = {(k, p, s): memory_change(k, size[(p, s)], part[(p, s)], split)
-              for (p, s) in size for k in (Kind.F, Kind.B, Kind.W)}
+    and M_W per (pipeline, stage), changes as ``schedules.memory.memory_change`` defines
+    (vectorized over the schedule's op arrays: ``memory_deltas``)."""
+    ops, offsets = schedule.orders.ops, schedule.orders.offsets
+    pipes = max(size)[0] + 1
+    stages = max(s for _, s in size) + 1
+    grid_m, grid_w = np.zeros((pipes, stages)), np.zeros((pipes, stages))
+    for (p, s), v in size.items():
+        grid_m[p, s], grid_w[p, s] = v, part[(p, s)]
+    deltas = memory_deltas(ops.kind, grid_m[ops.pipeline, ops.stage], grid_w[ops.pipeline, ops.stage],
+                           schedule.split_backward)
     peaks = []
-    for order in schedule.orders:
-        level = peak = 0.0
-        for kind, p, s, _ in order:
-            level += change[(kind, p, s)]
-            if level > peak:
-                peak = level
-        peaks.append(peak)
+    for a, b in itertools.pairwise(offsets.tolist()):
+        run = np.cumsum(deltas[a:b])
+        peaks.append(max(0.0, float(run.max())) if b > a else 0.0)
     return peaks
 
 
 def small_microbatches(pp: int, m: int) -> int:
     """At most ``4 pp`` microbatches with the same divisibility by ``pp`` and ``2 pp``."""
     return 4 * pp if m > 4 * pp and m % (2 * pp) == 0 else m
-
-
-def _sizes(shape: Context) -> tuple[int, int]:
-    """(pp, microbatches) of a resolved shape."""
-    if shape.pp is None or shape.microbatches is None:
-        raise ValueError(f"shape {shape.label} is not resolved (pp and microbatches needed)")
-    return shape.pp, shape.microbatches
 
 
 class Bounds:
@@ -59,18 +56,45 @@ class Bounds:
         self.space = space
         self.schedules: dict = {}
         self.units: dict = {}
-        self.costs: dict = {}
+        self.runs: dict = {}
+        self.deep: dict = {}  # (name, options, pp) -> more stages than layers
+        self.params: dict = {}
+        self.op_costs: dict = {}
 
     def schedule(self, name: str, opts: dict, pp: int, m: int) -> Schedule | None:
-        key = (name, tuple(sorted(opts.items())), pp, m)
+        """The named schedule of ``pp`` devices and ``m`` microbatches, or None when the
+        generator refuses it or it has more stages than the model has layers (known after
+        the first instance of ``(name, opts, pp)``: no other is generated); cached."""
+        shape_key = (name, tuple(sorted(opts.items())), pp)
+        key = (*shape_key, m)
         if key not in self.schedules:
-            try:
-                sched = registry.generate(name, pp, m, **opts)
-                partition(sched.stage_work[0], self.space.model.num_layers)
-                self.schedules[key] = sched
-            except ValueError:
-                self.schedules[key] = None
+            sched = None
+            if self.deep.get(shape_key) is not True:
+                try:
+                    sched = registry.generate(name, pp, m, **opts)
+                except ValueError:
+                    sched = None
+                if sched is not None:
+                    self.deep[shape_key] = sched.num_stages(0) > self.space.model.num_layers
+                    sched = None if self.deep[shape_key] else sched
+            self.schedules[key] = sched
         return self.schedules[key]
+
+    def short(self, name: str, opts: dict, pp: int, m: int) -> Schedule | None:
+        """A short instance of the run (its peaks are at most the run's): the largest of
+        the first periodic samples (``periodic.sample_sizes``: the run simulates them too)
+        the generator accepts, else of ``small_microbatches``, else the run itself."""
+        from .periodic import sample_sizes
+
+        try:
+            if registry.num_ops(name, pp, m, **opts) is None:
+                return None
+        except ValueError:
+            return None
+        for n in [sizes[-1] for sizes in sample_sizes(m, pp)] + [small_microbatches(pp, m)]:
+            if n < m and (sched := self.schedule(name, opts, pp, n)) is not None:
+                return sched
+        return self.schedule(name, opts, pp, m)
 
     def layer_units(self, sched: Schedule, fraction: float) -> list[float]:
         """Peak activation per device in layer activations (M = layers of the stage)."""
@@ -81,81 +105,159 @@ class Bounds:
             self.units[key] = order_peaks(sched, layers, {k: fraction * n for k, n in layers.items()})
         return self.units[key]
 
-    def memory(self, name: str, opts: dict, shape: Context) -> float | None:
-        """Lower bound of the peak memory per GPU (bytes); None when the generator refuses."""
+    def _device_params(self, sched: Schedule, shape: Context) -> tuple[list[int], list[int]]:
+        """(parameters, routed-expert parameters) per GPU of each device of ``sched``'s
+        even split; cached (they depend on the split and the TP/EP sizes only)."""
+        key = (id(sched), shape.tp, shape.ep, shape.etp)
+        if key not in self.params:
+            model = self.space.model
+            params, experts = [0] * sched.num_devices, [0] * sched.num_devices
+            for p, w in enumerate(sched.stage_work):
+                counts = partition(w, model.num_layers)
+                start = 0
+                for s, n in enumerate(counts):
+                    d, last = sched.placement.device(p, s), s == len(counts) - 1
+                    params[d] += stage_params_per_gpu(model, n, s == 0, last, shape, start)
+                    experts[d] += stage_expert_params_per_gpu(model, n, last, shape, start)
+                    start += n
+            self.params[key] = (params, experts)
+        return self.params[key]
+
+    def _layer_activation(self, shape: Context) -> tuple[float, float]:
+        """(activation, its weight part) of the lighter layer kind on ``shape``."""
         model = self.space.model
         kinds = {model.is_moe_layer(i) for i in range(model.num_layers)}  # the lighter kind bounds every layer
         act = min(activation_bytes_per_layer(model, shape, moe) for moe in kinds)
         part = min(weight_memory_bytes_per_layer(model, shape, moe) / activation_bytes_per_layer(model, shape, moe)
                    for moe in kinds) * act
-        pp, m = _sizes(shape)
-        sched = self.schedule(name, opts, pp, small_microbatches(pp, m))
+        return act, part
+
+    def shape_memory(self, shape: Context) -> float:
+        """A lower bound of the peak memory per GPU of every schedule on ``shape``: a device
+        holds at least ``ceil(L / pp)`` layers' weights, gradients and optimizer state and,
+        once, their activation (each op pair F, B holds it)."""
+        model = self.space.model
+        layers = -(-model.num_layers // shape.pp)  # type: ignore[operator]
+        act, _ = self._layer_activation(shape)
+        return shape.persistent_bytes(model, stage_params_per_gpu(model, layers, False, False, shape)) + layers * act
+
+    def memory(self, name: str, opts: dict, shape: Context) -> float | None:
+        """Lower bound of the peak memory per GPU (bytes); None when the generator refuses."""
+        model = self.space.model
+        act, part = self._layer_activation(shape)
+        sched = self.short(name, opts, shape.pp, shape.microbatches)  # type: ignore[arg-type]
         if sched is None:
             return None
         units = self.layer_units(sched, part / act if sched.split_backward else 1.0)
-        params = [0] * sched.num_devices  # type: ignore[union-attr]
-        experts = [0] * sched.num_devices  # type: ignore[union-attr]
-        for p, w in enumerate(sched.stage_work):  # type: ignore[union-attr]
-            counts = partition(w, model.num_layers)
-            start = 0
-            for s, n in enumerate(counts):
-                d, last = sched.placement.device(p, s), s == len(counts) - 1  # type: ignore[union-attr]
-                params[d] += stage_params_per_gpu(model, n, s == 0, last, shape, start)
-                experts[d] += stage_expert_params_per_gpu(model, n, last, shape, start)
-                start += n
+        params, experts = self._device_params(sched, shape)
         return max(shape.persistent_bytes(model, n, e) + u * act for n, e, u in zip(params, experts, units))
 
     def shape_time(self, shape: Context) -> float:
-        """A lower bound of the step time of every schedule on ``shape``: its microbatches'
-        work spread evenly over its ``pp`` pipeline devices with no bubble or optimizer
-        step — on the compute stream the forward and backward of the whole model as one
-        stage (the roofline of a sum is at most the sum of the rooflines, and under the
-        kernel model an op is the sum of its kernels: splitting the model into stages or
-        chunks, or a backward into B and W, adds), on the
-        communication stream every expert-parallel all-to-all; the longer of the two (a
-        block takes at least its longer stream)."""
+        """A lower bound of the step time of every schedule on ``shape``, the larger of
+
+        * the whole model's forward and backward (``stage_cost`` of every layer, embedding
+          and head on one device, recomputation included) for each microbatch, spread
+          evenly over the ``pp`` devices: a sum of roofline times is at least the roofline
+          time of the sums and collectives add up, so the stages' ops take at least this
+          much together, and the busiest device at least the average;
+        * one microbatch's chain: its forwards through every stage, then its input
+          gradients back (each waits for the one before; the weight gradients of a split
+          backward may wait).
+
+        Collectives run over the cluster's fastest link; no bubble, message, ZeRO-3 gather
+        or optimizer step is counted. The expert-parallel all-to-alls stay out of the first
+        (overlapped pairs hide them under other ops' compute) but count on the
+        communication stream: every device runs its share of them one after the other, so
+        a third bound is their sum spread over the devices (and a pair takes at least its
+        longer stream)."""
         from pipetab.hardware.costs import stage_cost
-        from pipetab.hardware.moe import moe_layer_comm
-        from pipetab.hardware.parallel import Topology
+        from pipetab.hardware.system import Link
 
-        model, system = self.space.model, self.space.system
-        pp, _ = _sizes(shape)
-        topo = Topology(system, shape, pp)
-        links = [link for link in (topo.tp_link(r) for r in range(pp)) if link is not None]
-        fastest = max(links, key=lambda link: (link.bandwidth, -link.latency_s)) if links else None
-        whole = stage_cost(model, system.device, shape, model.num_layers, first=True, last=True, tp_link=fastest)
-        m = shape.microbatches
-        compute = (whole.forward_s - whole.ep_comm_forward_s + whole.backward_s - whole.ep_comm_backward_s) * m  # type: ignore[operator]
-        comm = 0.0
-        if model.moe and (shape.ep > 1 or shape.etp > 1):
-            dispatch, combine = min(moe_layer_comm(model, shape, topo, r) for r in range(shape.pp))  # type: ignore[arg-type]
-            layers = model.num_moe_layers + model.mtp_layers
-            full = 2 if shape.recompute == "full" else 0
-            comm = layers * m * ((dispatch + combine) * (1 + full / 2) + 2 * combine)  # type: ignore[operator]
-        return (1 - 1e-9) * max(compute, comm) / shape.pp  # type: ignore[operator]
+        system, model = self.space.system, self.space.model
+        links = [system.default_link, *([system.intra_node_link] if system.intra_node_link else [])]
+        fast = Link(max(k.bandwidth for k in links), min(k.latency_s for k in links))
+        ctx = shape.replace(layout=None, recompute_layers=None)
+        moe_comm = (0.0, 0.0)
+        if model.moe and (shape.ep > 1 or shape.etp > 1):  # the fastest EP group's all-to-all
+            from pipetab.hardware.moe import moe_layer_comm
+            from pipetab.hardware.parallel import Topology
 
-    def time(self, name: str, opts: dict, shape: Context) -> float:
-        """Lower bound of the step time: the simulated step of the instance of at most ``4 pp``
-        microbatches, plus the average device work of each further microbatch (module
-        docstring); exact when the instance is the shape itself."""
+            topo = Topology(system, ctx, shape.pp)  # type: ignore[arg-type]
+            moe_comm = min(moe_layer_comm(model, ctx, topo, r) for r in range(shape.pp))  # type: ignore[arg-type]
+        whole, chain = (stage_cost(model, system.device, ctx, model.num_layers, first=True, last=True,
+                                   split_backward=split, tp_link=fast if shape.tp > 1 else None,
+                                   cp_link=fast if shape.cp > 1 else None, moe_comm=moe_comm)
+                        for split in (False, True))
+        comm = whole.ep_comm_forward_s + whole.ep_comm_backward_s
+        work = (whole.forward_s + whole.backward_s - comm) * shape.microbatches / shape.pp  # type: ignore[operator]
+        all_to_all = comm * shape.microbatches / shape.pp  # type: ignore[operator]
+        return (1 - 1e-9) * max(work, all_to_all, chain.forward_s + chain.backward_s)
+
+    def costs(self, name: str, opts: dict, shape: Context, sched: Schedule):
+        """The costs of the candidate's ops (any instance ``sched`` of it: per-op costs do
+        not depend on the number of microbatches, each instance its own global batch); cached
+        per schedule structure."""
         from pipetab.solver.pricing import hardware_costs
+
+        # schedules of one structure (placement, stage work, split backward) cost the same
+        key = (sched.placement.stage2device, sched.stage_work, sched.split_backward, shape)
+        if key not in self.op_costs:
+            self.op_costs[key] = hardware_costs(sched, self.space.system, self.space.model,
+                                                shape.replace(global_batch=None))
+        return self.op_costs[key]
+
+    def run(self, name: str, opts: dict, shape: Context):
+        """The candidate's run (``periodic.periodic_run``: its step time and peaks, from a
+        few periods when it is long), or None when the generator refuses it; cached."""
         from pipetab.solver.simulate import simulate
 
-        pp, m = shape.pp, shape.microbatches
-        small_m = small_microbatches(pp, m)  # type: ignore[arg-type]
-        sched = self.schedule(name, opts, pp, small_m)  # type: ignore[arg-type]
-        # the small instance's own global batch: same microbatches, fewer of them; schedules
-        # of one structure (placement, stage work, split backward) share their costs
-        key = (sched.placement, sched.stage_work, sched.split_backward, sched.microbatch2pipeline,  # type: ignore[union-attr]
-               shape.replace(global_batch=None))
-        if key not in self.costs:
-            self.costs[key] = hardware_costs(sched, self.space.system, self.space.model, key[-1])  # type: ignore[arg-type]
-        costs = self.costs[key]
-        step = simulate(sched, costs).makespan  # type: ignore[arg-type]
-        if small_m == m:
-            return step
-        # each further microbatch adds at least its ops' compute (a block hides communication only)
-        comm = {k: sum(s for c, s in segs if c) for k, segs in costs.chains.items()}
-        work = sum(costs.duration(op) - comm.get((op.kind, op.pipeline, op.stage), 0.0)
-                   for order in sched.orders for op in order)  # type: ignore[union-attr]
-        return step + (m - small_m) * work / (sched.num_devices * small_m)  # type: ignore[union-attr,operator]
+        from .periodic import periodic_run
+
+        key = (name, tuple(sorted(opts.items())), shape)
+        if key not in self.runs:
+            pp = shape.pp
+            try:
+                registry.check_request(name, pp, shape.microbatches, **opts)  # type: ignore[arg-type]
+            except ValueError:
+                self.runs[key] = None
+                return None
+            self.runs[key] = periodic_run(
+                lambda n: self.schedule(name, opts, pp, n),  # type: ignore[arg-type]
+                lambda s: self.costs(name, opts, shape, s), shape.microbatches, simulate, pp)  # type: ignore[arg-type]
+        return self.runs[key]
+
+    def quick(self, name: str, opts: dict, shape: Context) -> tuple[float, bool] | None:
+        """(a lower bound of the step time, whether it is the step itself) from the short
+        instance (``short``): the larger of its simulated step and the busiest device's op
+        time at ``m`` microbatches (``m / n`` times the short run's: each microbatch brings
+        every device the same ops); with blocks (overlapped pairs, whose time is less than
+        their ops') the short step plus, for each further microbatch, the average work of a
+        device per microbatch (tested for every registry generator with blocks); None
+        when the generator refuses."""
+        from pipetab.solver.simulate import simulate, stage_kind_table
+
+        m = shape.microbatches
+        sched = self.short(name, opts, shape.pp, m)  # type: ignore[arg-type]
+        if sched is None:
+            return None
+        if sched.num_microbatches == m:
+            run = self.run(name, opts, shape)
+            return None if run is None else (run.makespan, True)
+        costs = self.costs(name, opts, shape, sched)
+        step = simulate(sched, costs).makespan
+        op_time = costs.op_time
+        durations = stage_kind_table(sched, lambda k, p, s: op_time.get((k, p, s), 0.0))[sched.codes]
+        n = sched.num_microbatches
+        if not sched.blocks:  # a device's ops take their durations: m / n times the short run's, busy
+            busiest = max(float(durations[a:b].sum()) for a, b in itertools.pairwise(sched.offsets.tolist()))
+            return max(step, m * busiest / n), False  # type: ignore[operator]
+        # a block hides communication only: each further microbatch brings at least its ops' compute
+        comm = stage_kind_table(sched, lambda k, p, s: sum(t for c, t in costs.chains.get((k, p, s), ()) if c))
+        compute = durations - comm[sched.codes]
+        return step + (m - n) * float(compute.sum()) / (sched.num_devices * n), False  # type: ignore[operator]
+
+    def time(self, name: str, opts: dict, shape: Context) -> float | None:
+        """The step time of the candidate (``run``: exact, from a few periods when long): a
+        bound that needs no more simulation; None when the generator refuses the run."""
+        run = self.run(name, opts, shape)
+        return None if run is None else run.makespan

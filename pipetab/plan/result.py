@@ -13,6 +13,7 @@ from .space import PlanSpace, schedule_label
 
 if TYPE_CHECKING:
     from pipetab.hardware.context import Context
+    from pipetab.hardware.model import TransformerModel
     from pipetab.schedules.schedule import Schedule
 
 
@@ -21,7 +22,9 @@ class Configuration:
     """One ranked candidate: a schedule (``source`` ``registry`` or ``cpsat``) on a shape
     (a resolved ``Context``), its simulated step time, throughput, MFU and peak memory per
     GPU against the usable capacity. ``profiled``: op times from a profile, which fixes
-    the recomputation."""
+    the recomputation. ``sample_microbatches``: the step time and memory were extrapolated
+    from instances of at most that many microbatches (``periodic``), on which ``levels``
+    were evaluated."""
 
     schedule: str
     options: tuple[tuple[str, object], ...]
@@ -38,6 +41,8 @@ class Configuration:
     a2a_s: float = 0.0
     a2a_hidden_s: float = 0.0
     ep_links: str = ""
+    sample_microbatches: int | None = None
+    layout: str = ""
     levels: object = field(default=None, compare=False, repr=False)
     searched: Schedule | None = field(default=None, compare=False, repr=False)
 
@@ -51,7 +56,18 @@ class Configuration:
 
     @property
     def recompute_label(self) -> str:
-        return "profiled" if self.profiled else str(self.shape.recompute)
+        if self.profiled:
+            return "profiled"
+        if self.shape.recompute_layers is not None:
+            return "layers " + runs(self.shape.recompute_layers)
+        return str(self.shape.recompute)
+
+    @property
+    def layers_per_stage(self) -> tuple[int, ...]:
+        """Transformer layers of each stage of a pipeline, in pipeline order."""
+        from pipetab.hardware.layout import Layout
+
+        return Layout.parse(self.layout).layers if self.layout else ()
 
     def as_dict(self) -> dict:
         s = self.shape
@@ -63,6 +79,9 @@ class Configuration:
             "peak_memory_bytes": self.peak_memory_bytes, "capacity_bytes": self.capacity_bytes,
             "headroom_bytes": self.headroom_bytes, "fits": self.fits, "idle_ratio": self.idle_ratio,
             "all_to_all_s": self.a2a_s, "all_to_all_hidden_s": self.a2a_hidden_s, "all_to_all_links": self.ep_links,
+            "cp": s.cp, "cp_comm": str(s.cp_comm), "zero": s.zero, "layout": self.layout,
+            "layers_per_stage": list(self.layers_per_stage),
+            "recompute_layers": None if s.recompute_layers is None else list(s.recompute_layers),
         }
 
 
@@ -81,26 +100,29 @@ class Plan:
     runtime_s: float
     question: dict
     evaluated: tuple[Configuration, ...] = ()  # every simulated candidate, ranked (for plots)
+    notes: tuple[str, ...] = ()  # what the space left out and why, what plan added
 
     def as_dict(self) -> dict:
         return {
             **self.question,
             "candidates": self.candidates, "pruned_by_memory_bound": self.pruned_memory,
             "pruned_by_time_bound": self.pruned_time, "simulated": self.simulated,
-            "cpsat": list(self.cpsat_notes), "runtime_s": round(self.runtime_s, 3),
+            "cpsat": list(self.cpsat_notes), "notes": list(self.notes), "runtime_s": round(self.runtime_s, 3),
             "configurations": [c.as_dict() for c in self.configurations],
         }
 
 
 def configuration(space: PlanSpace, name: str, opts: dict, shape: Context, sched: Schedule, costs,
                    step: float, acts: list[float], searched: Schedule | None = None,
-                   capacity: float | None = None, profiled: bool = False) -> Configuration:
+                   capacity: float | None = None, profiled: bool = False, scale: float = 1.0) -> Configuration:
     """A ranked candidate from its simulated step time and its peak activations per device
-    (``order_peaks``: the simulator's memory definition); busy time from the op durations."""
+    (``order_peaks``: the simulator's memory definition); busy time from the op durations
+    (``scale`` microbatches of the run per microbatch of ``sched`` when it is a shorter
+    instance of the run)."""
     model, system = space.model, space.system
     peak = max(p + a for p, a in zip(costs.persistent, acts))
     fits = all(c is None or p + a <= c + 1e-9 for p, a, c in zip(costs.persistent, acts, costs.capacity))
-    per_pipeline = [sched.microbatch2pipeline.count(p) for p in range(sched.num_pipelines)]
+    per_pipeline = [scale * sched.microbatch2pipeline.count(p) for p in range(sched.num_pipelines)]
     busy = sum(n * costs.op_time[(kind, p, s)] for (kind, p, s) in costs.op_time
                for n in (per_pipeline[p],)) + sum(costs.optimizer_time)
     tokens = space.global_batch * model.seq_len
@@ -111,13 +133,38 @@ def configuration(space: PlanSpace, name: str, opts: dict, shape: Context, sched
                          f"a step of {step:.4g} s is shorter than the {flops:.3g} FLOPs of model {model.name!r} "
                          f"take at the peak of {space.num_gpus} GPUs ({system.device.peak_flops / 1e12:g} TFLOP/s "
                          "each); the op times (a profile?) are not of this model, sequence length or GPU")
-    a2a, hidden = all_to_all_summary(sched, costs)
+    a2a, hidden = (scale * x for x in all_to_all_summary(sched, costs))
     links = ep_span(system, shape) if model.moe else ""
     return Configuration(
         name, tuple(sorted(opts.items())), shape, step, tokens / step, mfu,
         round(peak), int(capacity or system.device.usable_memory_bytes), fits,
         1 - busy / (sched.num_devices * step), "registry" if searched is None else "cpsat",
-        profiled=profiled, searched=searched, a2a_s=a2a, a2a_hidden_s=hidden, ep_links=links)
+        profiled=profiled, searched=searched, a2a_s=a2a, a2a_hidden_s=hidden, ep_links=links,
+        layout=layout_text(model, shape, sched))
+
+
+def runs(values) -> str:
+    """``4*30,3*2``: runs of equal values."""
+    out: list[list] = []
+    for v in values:
+        if out and out[-1][0] == v:
+            out[-1][1] += 1
+        else:
+            out.append([v, 1])
+    return ",".join(f"{v}*{n}" if n > 1 else str(v) for v, n in out)
+
+
+def layout_text(model: TransformerModel, shape: Context, sched: Schedule) -> str:
+    """The Megatron layout string of ``sched``'s first pipeline on ``shape``: its layout,
+    else the even split of its stage work ("" when the stages outnumber the layers)."""
+    from pipetab.hardware.layout import Layout
+
+    if shape.layout is not None:
+        return shape.layout.megatron()
+    try:
+        return Layout.even(model.num_layers, sched.stage_work[0], mtp=model.mtp_layers).megatron()
+    except ValueError:
+        return ""
 
 
 def all_to_all_summary(sched: Schedule, costs) -> tuple[float, float]:

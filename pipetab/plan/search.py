@@ -12,6 +12,7 @@ from pipetab.schedules import registry
 
 from .bounds import Bounds
 from .cpsat import cpsat_outcome, cpsat_search, cpsat_shapes
+from .refine import refine
 from .result import Configuration, Plan, activation_peaks, configuration, rank
 from .space import PlanSpace, costs_of, schedule_label, shapes
 from .workers import Workers
@@ -29,6 +30,7 @@ class _Candidate:
     name: str
     opts: dict
     shape: Context
+    exact: bool = True  # the bound is the candidate's step time (else ``Bounds.quick``'s)
 
 
 def plan(space: PlanSpace, progress: Callable[[str], None] | None = None, profile=None) -> Plan:
@@ -46,13 +48,14 @@ def plan(space: PlanSpace, progress: Callable[[str], None] | None = None, profil
         results, misfit_runs = search.run()
         pruned_memory = len(search.misfits) + len(misfit_runs)
         closest = _closest_misfits(space, bounds, misfit_runs, search.misfits, space.top - len(results))
-        simulated = sum(c.fits for c in results) + len(closest)
-        shown, notes, ranked = _search_and_validate(space, bounds, rank(results + closest), pool, say)
+        refined = refine(space, bounds, rank(results), _refined(space, bounds)) if space.refine else []
+        simulated = sum(c.fits for c in results) + len(closest) + len(refined)
+        shown, notes, ranked = _search_and_validate(space, bounds, rank(results + closest + refined), pool, say)
     finally:
         if pool:  # interrupted or failed: ends the searches still running
             pool.close()
     return Plan(tuple(shown), search.total, pruned_memory - len(closest), search.pruned_time, simulated,
-                tuple(notes), time.perf_counter() - t0, _question(space), tuple(ranked))
+                tuple(notes), time.perf_counter() - t0, _question(space), tuple(ranked), space.notes())
 
 
 class _BestFirst:
@@ -78,16 +81,25 @@ class _BestFirst:
 
     def _open(self, shape: Context) -> None:
         cap = self.space.system.device.usable_memory_bytes
+        need = self.bounds.shape_memory(shape)
+        if need > cap:  # no schedule fits: none is bounded on its own (the shape's bound is theirs)
+            self.misfits += [_Candidate(need, name, opts, shape) for name, opts in self.variants]
+            return
         for name, opts in self.variants:
-            need = self.bounds.memory(name, opts, shape)
-            if need is None:
+            bound = self.bounds.memory(name, opts, shape)
+            if bound is None:
                 continue
-            if need > cap:
-                self.misfits.append(_Candidate(need, name, opts, shape))
+            if bound > cap:
+                self.misfits.append(_Candidate(bound, name, opts, shape))
             else:
-                self.tiebreak += 1
-                cand = _Candidate(self.bounds.time(name, opts, shape), name, opts, shape)
-                heapq.heappush(self.heap, (cand.bound, self.tiebreak, cand))
+                quick = self.bounds.quick(name, opts, shape)
+                if quick is None:
+                    continue
+                self._push(_Candidate(quick[0], name, opts, shape, quick[1]))
+
+    def _push(self, cand: _Candidate) -> None:
+        self.tiebreak += 1
+        heapq.heappush(self.heap, (cand.bound, self.tiebreak, cand))
 
     def run(self) -> tuple[list[Configuration], list[_Candidate]]:
         """(configurations simulated, candidates whose full instance does not fit)."""
@@ -104,9 +116,14 @@ class _BestFirst:
                 self._open(item)
                 continue
             cand: _Candidate = item  # type: ignore[assignment]
+            if not cand.exact:  # its run next: it enters again with its step time
+                step = self.bounds.time(cand.name, cand.opts, cand.shape)
+                if step is not None:
+                    self._push(replace(cand, bound=step, exact=True))
+                continue
             conf = _evaluate(self.space, self.bounds, cand, simulate_misfit=False)
             if conf is None:
-                if self.bounds.schedule(cand.name, cand.opts, cand.shape.pp, cand.shape.microbatches) is not None:
+                if self.bounds.run(cand.name, cand.opts, cand.shape) is not None:
                     misfit_runs.append(cand)
                 continue
             results.append(conf)
@@ -122,19 +139,29 @@ class _BestFirst:
 
 
 def _evaluate(space: PlanSpace, bounds: Bounds, cand: _Candidate, simulate_misfit: bool):
-    """The candidate's configuration (simulated), or None when the generator refuses its
-    full instance or, unless ``simulate_misfit``, when its exact memory does not fit."""
-    from pipetab.solver.simulate import simulate
-
-    sched = bounds.schedule(cand.name, cand.opts, cand.shape.pp, cand.shape.microbatches)
-    if sched is None:
+    """The candidate's configuration (its run: ``Bounds.run``), or None when the generator
+    refuses its full instance or, unless ``simulate_misfit``, when its exact memory does
+    not fit."""
+    run = bounds.run(cand.name, cand.opts, cand.shape)
+    if run is None:
         return None
-    costs = costs_of(space, sched, cand.shape)
-    acts = activation_peaks(sched, costs)
+    costs = run.costs
+    acts = list(run.peaks)
     if not simulate_misfit and any(c is not None and p + a > c + 1e-9
                                    for p, a, c in zip(costs.persistent, acts, costs.capacity)):
         return None
-    return configuration(space, cand.name, cand.opts, cand.shape, sched, costs, simulate(sched, costs).makespan, acts)
+    return configuration(space, cand.name, cand.opts, cand.shape, run.schedule, costs, run.makespan, acts,
+                         scale=run.scale)
+
+
+def _refined(space: PlanSpace, bounds: Bounds):
+    """``refine``'s evaluation: a candidate's configuration when it fits (source
+    ``refined``), else None."""
+    def evaluate(name: str, opts: dict, shape: Context):
+        conf = _evaluate(space, bounds, _Candidate(0.0, name, opts, shape), simulate_misfit=False)
+        return None if conf is None else replace(conf, source="refined")
+
+    return evaluate
 
 
 def _closest_misfits(space: PlanSpace, bounds: Bounds, runs: list[_Candidate], misfits: list[_Candidate],
@@ -155,7 +182,9 @@ def _search_and_validate(space: PlanSpace, bounds: Bounds, ranked: list[Configur
     """CP-SAT on the best shapes (in ``pool``'s workers while this process validates the
     best configurations): (the ``top`` shown, validated; CP-SAT's notes; everything
     ranked, with what CP-SAT found)."""
-    searched, skipped = cpsat_shapes(space, ranked)
+    # CP-SAT needs a pipeline; it searches a shape's even layout (a refined layout is the registry schedule's)
+    even = [replace(c, shape=c.shape.replace(layout=None, recompute_layers=None)) for c in ranked if c.shape.pp > 1]
+    searched, skipped = cpsat_shapes(space, even)
     jobs = []
     for shape in searched:
         say(f"CP-SAT: searching {shape.label} m={shape.microbatches} for {space.cpsat_time_s:g} s")
@@ -164,6 +193,9 @@ def _search_and_validate(space: PlanSpace, bounds: Bounds, ranked: list[Configur
     checked = {id(c): _validated(space, c, bounds) for c in ranked[:space.top]}
     outcomes = [cpsat_outcome(space, shape, job.result() if job else cpsat_search(space, shape), ranked)
                 for shape, job in jobs] + [(None, note) for note in skipped]
+    if space.cpsat_shapes and not searched and not skipped and ranked:
+        outcomes.append((None, "not run: no configuration simulated has a pipeline (CP-SAT orders a pipeline's ops; "
+                               "pin --pp to search one)"))
     ranked = rank(ranked + [c for c, _ in outcomes if c is not None])
     shown = [checked.get(id(c)) or _validated(space, c, bounds) for c in ranked[:space.top]]
     return shown, [note for _, note in outcomes], ranked
@@ -228,13 +260,19 @@ def plan_profiled(space: PlanSpace, profile, say, t0: float) -> Plan:
 def _validated(space: PlanSpace, conf: Configuration, bounds: Bounds | None, costs=None,
                sched: Schedule | None = None) -> Configuration:
     """``conf`` with its levels (``evaluate_levels`` validates the table; its simulation
-    must give the ranked step time)."""
+    must give the ranked step time). A run extrapolated from a few periods
+    (``periodic``) is validated on its largest simulated instance."""
     from pipetab.solver.levels import evaluate_levels
 
-    sched = sched or conf.searched or bounds.schedule(  # type: ignore[union-attr]
-        conf.schedule, dict(conf.options), conf.shape.pp, conf.shape.microbatches)
-    levels = evaluate_levels(sched, costs=costs or costs_of(space, sched, conf.shape))
-    if abs(levels.simulation.makespan - conf.step_time_s) > 1e-9 * conf.step_time_s:
-        raise AssertionError(f"{conf.label}: evaluate_levels gives {levels.simulation.makespan} s, "
-                             f"the plan ranked {conf.step_time_s} s")
+    run = None
+    if sched is None and conf.searched is None and bounds is not None:
+        run = bounds.run(conf.schedule, dict(conf.options), conf.shape)
+        sched, costs = run.schedule, run.costs
+    sched = sched or conf.searched
+    levels = evaluate_levels(sched, costs=costs or costs_of(space, sched, conf.shape))  # type: ignore[arg-type]
+    step = run.makespan if run is not None and run.extrapolated else levels.simulation.makespan
+    if abs(step - conf.step_time_s) > 1e-9 * conf.step_time_s:
+        raise AssertionError(f"{conf.label}: evaluate_levels gives {step} s, the plan ranked {conf.step_time_s} s")
+    if run is not None and run.extrapolated:
+        return replace(conf, levels=levels, sample_microbatches=sched.num_microbatches)  # type: ignore[union-attr]
     return replace(conf, levels=levels)

@@ -1,7 +1,12 @@
 """The question ``plan`` answers: a model, a cluster and a global batch (``PlanSpace``), and
-the shapes it enumerates: each a resolved ``hardware.Context`` (a (PP, TP, DP) split, for a
-mixture-of-experts model an (EP, ETP) regrouping of each stage's GPUs, microbatch size and
-count, recomputation, and the space's switches)."""
+the shapes it enumerates: each a resolved ``hardware.Context`` (a (PP, TP, CP, DP) split,
+PP = 1 included; for a mixture-of-experts model an (EP, ETP) regrouping of each stage's
+GPUs; ZeRO 1 or 3; microbatch size and count, recomputation, and the space's switches).
+
+Context parallelism is enumerated for long sequences (``CP_FROM_TOKENS`` and more: every
+power of two dividing the GPUs left by TP that leaves each rank ``CP_MIN_TOKENS``);
+``pp``, ``tp``, ``cp``, ``dp`` and ``ep`` pin their dimension to the values given.
+``notes`` says which dimensions were not considered and why."""
 
 from __future__ import annotations
 
@@ -9,7 +14,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from pipetab.hardware.context import Context, Recompute, precision_of, recompute_of
+from pipetab.hardware.context import Context, Recompute, cp_comm_of, precision_of, recompute_of
 from pipetab.hardware.loaders import load_model, load_system
 from pipetab.hardware.system import System
 from pipetab.schedules import registry
@@ -31,7 +36,12 @@ MOE_VARIANTS: dict[str, tuple[dict, ...]] = {
     "dualpipe": ({"overlap": True}, {"overlap": False}),
     "dualpipev": ({"overlap": True}, {"overlap": False}),
 }
+# registry schedules left out of the default search: their generator (the authors' greedy)
+# grows with the square of the microbatches; give them with ``schedules``
+NOT_BY_DEFAULT = ("v-half", "v-min")
 MAX_TOKENS_PER_MICROBATCH = 32768  # default microbatch sizes: powers of two up to this many tokens
+CP_FROM_TOKENS = 16384  # context parallelism is tried for sequences of at least this many tokens
+CP_MIN_TOKENS = 4096  # ... down to this many tokens per context-parallel rank
 
 
 def schedule_label(name: str, options: dict) -> str:
@@ -64,7 +74,8 @@ class PlanSpace:
     """The question: ``model`` with ``global_batch`` sequences per step on ``system`` (a
     ``cluster``), and which options to search. Empty tuples mean the defaults: microbatch
     sizes powers of two up to ``MAX_TOKENS_PER_MICROBATCH`` tokens, every recompute option
-    (``selective`` only with classic attention), every registry schedule."""
+    (``selective`` only with classic attention), every registry schedule. ``refine``:
+    try uneven layouts and per-stage recomputation on the best (``refine``)."""
 
     model: TransformerModel
     system: System
@@ -84,6 +95,13 @@ class PlanSpace:
     routing_imbalance: float = 1.0
     node_limit: int | None = None
     gemm_precision: str = "bf16"
+    pp: tuple[int, ...] = ()
+    tp: tuple[int, ...] = ()
+    cp: tuple[int, ...] = ()
+    dp: tuple[int, ...] = ()
+    cp_comm: str = "p2p"
+    reshard_after_forward: bool = True
+    refine: bool = True
 
     def __post_init__(self) -> None:
         check_count("global batch", self.global_batch)
@@ -112,16 +130,88 @@ class PlanSpace:
                 raise ValueError(f"recompute must be among {', '.join(Recompute)}, got {r!r}")
         for name in self.schedules:
             registry.spec(name)
-        if self.zero not in (None, 0, 1, 2):
-            raise ValueError(f"zero must be 0, 1 or 2, got {self.zero!r}")
+        if self.zero not in (None, 0, 1, 2, 3):
+            raise ValueError(f"zero must be 0, 1, 2 or 3, got {self.zero!r}")
+        Context(cp_comm=cp_comm_of(self.cp_comm), reshard_after_forward=self.reshard_after_forward)  # checks them
+        self._check_pins()
         if not (isinstance(self.cpsat_shapes, int) and self.cpsat_shapes >= 0):
             raise ValueError(f"cpsat shapes must be an integer >= 0, got {self.cpsat_shapes!r}")
         if not (math.isfinite(self.cpsat_time_s) and self.cpsat_time_s > 0):
             raise ValueError(f"cpsat time must be a number of seconds > 0, got {self.cpsat_time_s!r}")
 
+    def _check_pins(self) -> None:
+        """``ValueError`` naming the pin when a pinned degree cannot split the cluster."""
+        n, per_node = self.num_gpus, self.system.devices_per_node
+        for what in ("pp", "tp", "cp", "dp"):
+            for v in getattr(self, what):
+                check_count(what, v)
+                if n % v:
+                    raise ValueError(f"--{what} {v} must divide the cluster's {n} GPUs")
+        for v in self.tp:
+            if per_node % v:  # type: ignore[operator]
+                raise ValueError(f"--tp {v} must divide the {per_node} GPUs of a node (TP stays inside a node)")
+        if all(len(getattr(self, w)) == 1 for w in ("pp", "tp", "cp", "dp")):
+            total = self.pp[0] * self.tp[0] * self.cp[0] * self.dp[0]
+            if total != n:
+                raise ValueError(f"--pp {self.pp[0]} x --tp {self.tp[0]} x --cp {self.cp[0]} x --dp {self.dp[0]} = "
+                                 f"{total} GPUs, the cluster has {n}")
+        for v in self.cp:
+            if self.model.seq_len % (2 * v):
+                raise ValueError(f"--cp {v} must split the sequence of {self.model.seq_len} tokens into 2 x cp = "
+                                 f"{2 * v} equal chunks")
+        for v in self.pp:
+            if v > self.model.num_layers:
+                raise ValueError(f"--pp {v} is more stages than the {self.model.num_layers} layers of "
+                                 f"{self.model.name!r}")
+
     @property
     def num_gpus(self) -> int:
         return self.system.num_devices  # type: ignore[return-value]
+
+    def cps(self, tp: int) -> tuple[int, ...]:
+        """Context-parallel degrees with tensor parallelism ``tp``: the pinned ones, else 1
+        and, for sequences of ``CP_FROM_TOKENS`` tokens or more, every power of two
+        dividing the GPUs left by TP that leaves ``CP_MIN_TOKENS`` tokens per rank."""
+        if self.cp:
+            return self.cp
+        seq, left = self.model.seq_len, self.num_gpus // tp
+        out, c = [1], 2
+        while seq >= CP_FROM_TOKENS and left % c == 0 and seq % (2 * c) == 0 and seq // c >= CP_MIN_TOKENS:
+            out.append(c)
+            c *= 2
+        return tuple(out)
+
+    def zeros(self, replicas: int) -> tuple[int | None, ...]:
+        """ZeRO stages to try with ``replicas`` GPUs per weight: the given one, else the
+        default (1) and 3; None (no ZeRO) without replicas."""
+        if replicas == 1:
+            return (None,)
+        return (self.zero,) if self.zero is not None else (None, 3)
+
+    def notes(self) -> tuple[str, ...]:
+        """What the space leaves out and why (``plan`` prints them)."""
+        m, out = self.model, []
+        for what in ("pp", "tp", "cp", "dp"):
+            if getattr(self, what):
+                out.append(f"{what.upper()} pinned to {', '.join(map(str, getattr(self, what)))}")
+        if self.cp == (1,) and m.seq_len >= CP_FROM_TOKENS:
+            out.append(f"CP pinned to 1: each GPU runs whole sequences of {m.seq_len} tokens")
+        elif not self.cp and m.seq_len < CP_FROM_TOKENS:
+            out.append(f"CP not considered: sequences of {m.seq_len} tokens (tried from {CP_FROM_TOKENS})")
+        if not m.moe:
+            out.append("EP not considered: dense model")
+        elif self.ep == (1,):
+            out.append("EP pinned to 1: every GPU holds every expert")
+        if m.moe and not self.etp:
+            out.append("ETP 1 only (give --etp to try more)")
+        if self.zero is not None:
+            out.append(f"ZeRO pinned to {self.zero}")
+        if not self.schedules:
+            out.append(f"{' and '.join(NOT_BY_DEFAULT)} not considered: their generator grows with the square of "
+                       "the microbatches (give --schedules to try them)")
+        out.append("layouts: even split; uneven ones (end stages lighter) and per-stage recomputation tried on "
+                   "the 3 best" if self.refine else "layouts: even split only")
+        return tuple(out)
 
     def sizes(self) -> tuple[int, ...]:
         if self.microbatch_sizes:
@@ -141,7 +231,7 @@ class PlanSpace:
         """(schedule, options) pairs: each registry schedule with its default options, or the
         ``VARIANTS`` listed for it (``MOE_VARIANTS`` first for a mixture-of-experts model:
         each overlapping schedule with and without its overlap)."""
-        names = self.schedules or tuple(registry.REGISTRY)
+        names = self.schedules or tuple(n for n in registry.REGISTRY if n not in NOT_BY_DEFAULT)
         table = {**VARIANTS, **MOE_VARIANTS} if self.model.moe else VARIANTS
         out = []
         for n in names:
@@ -149,8 +239,8 @@ class PlanSpace:
             out += [(n, {**defaults, **o}) for o in table.get(n, ({},))]
         return out
 
-    def expert_splits(self, tp: int, dp: int) -> list[tuple[int, int]]:
-        """(ep, etp) regroupings of a stage's ``tp x dp`` GPUs for the experts: ``ep``
+    def expert_splits(self, tp: int, dp: int, cp: int = 1) -> list[tuple[int, int]]:
+        """(ep, etp) regroupings of a stage's ``tp x cp x dp`` GPUs for the experts: ``ep``
         dividing the expert count (the given ones, else every such divisor), ``etp`` 1 (or
         the given ones) dividing ``tp`` and the expert MLP; (1, 1) for a dense model."""
         m = self.model
@@ -159,7 +249,7 @@ class PlanSpace:
         eps = self.ep or tuple(_divisors(m.num_experts))
         etps = self.etp or (1,)
         return [(e, t) for e in eps for t in etps
-                if (tp * dp) % (e * t) == 0 and tp % t == 0 and m.expert_ffn_hidden % t == 0]  # type: ignore[operator]
+                if (tp * cp * dp) % (e * t) == 0 and tp % t == 0 and m.expert_ffn_hidden % t == 0]  # type: ignore[operator]
 
 
 def _divisors(n: int) -> list[int]:
@@ -167,13 +257,16 @@ def _divisors(n: int) -> list[int]:
 
 
 def shape(space: PlanSpace, pp: int, tp: int, dp: int, microbatch_size: int, recompute: str,
-          ep: int = 1, etp: int = 1) -> Context:
+          ep: int = 1, etp: int = 1, cp: int = 1, zero: int | None = None) -> Context:
     """The resolved context of one shape of ``space`` (its switches applied where they
-    apply: sequence parallelism with TP > 1, ZeRO and overlap with DP > 1, the expert
-    options with a mixture-of-experts model)."""
-    ctx = Context(tp=tp, dp=dp, pp=pp, sequence_parallel=None if space.sequence_parallel else False,
-                  zero=space.zero if dp > 1 else None, overlap=space.overlap, microbatch_size=microbatch_size,
+    apply: sequence parallelism with TP > 1, ZeRO and overlap with DP x CP > 1, the expert
+    options with a mixture-of-experts model); ``zero`` None: the space's."""
+    zero = space.zero if zero is None else zero
+    ctx = Context(tp=tp, dp=dp, pp=pp, cp=cp, sequence_parallel=None if space.sequence_parallel else False,
+                  zero=zero if dp * cp > 1 else None, overlap=space.overlap, microbatch_size=microbatch_size,
                   global_batch=space.global_batch, seq_len=space.model.seq_len, recompute=recompute_of(recompute),
+                  cp_comm=cp_comm_of(space.cp_comm if cp > 1 else "p2p"),
+                  reshard_after_forward=space.reshard_after_forward if zero == 3 else True,
                   gemm_precision=precision_of(space.gemm_precision, "gemm precision"))
     if not space.model.moe:
         return ctx
@@ -181,27 +274,39 @@ def shape(space: PlanSpace, pp: int, tp: int, dp: int, microbatch_size: int, rec
                        routing_imbalance=space.routing_imbalance, node_limit=space.node_limit)
 
 
-def shapes(space: PlanSpace) -> list[Context]:
-    """Every (pp, tp, dp) split with tp inside a node dividing the model, pp >= 2, every
-    (ep, etp) regrouping for the experts (``PlanSpace.expert_splits``), and every
-    microbatch size and recompute option the global batch allows."""
-    model, G, N = space.model, space.system.devices_per_node, space.num_gpus
+def _splits(space: PlanSpace) -> list[tuple[int, int, int, int]]:
+    """Every (pp, tp, cp, dp) of the cluster: TP inside a node dividing the model, the pins
+    (``PlanSpace``), PP at most the layers (PP = 1 included)."""
+    model, per_node, n = space.model, space.system.devices_per_node, space.num_gpus
     out = []
-    for tp in _divisors(G):  # type: ignore[arg-type]
+    for tp in space.tp or _divisors(per_node):  # type: ignore[arg-type]
         try:
             Context(tp=tp, sequence_parallel=None if space.sequence_parallel else False).check(model)
         except ValueError:
             continue
-        for pp in _divisors(N // tp):
-            if pp < 2 or pp > model.num_layers or (N // tp) % pp:
+        for cp in space.cps(tp):
+            if n % (tp * cp):
                 continue
-            dp = N // (tp * pp)
-            for ep, etp in space.expert_splits(tp, dp):
+            for pp in _divisors(n // (tp * cp)):
+                dp = n // (tp * cp * pp)
+                if pp <= model.num_layers and (not space.pp or pp in space.pp) and (not space.dp or dp in space.dp):
+                    out.append((pp, tp, cp, dp))
+    return out
+
+
+def shapes(space: PlanSpace) -> list[Context]:
+    """Every (pp, tp, cp, dp) split (``_splits``), every (ep, etp) regrouping for the
+    experts (``PlanSpace.expert_splits``), ZeRO 1 and 3 with replicas (``zeros``), and
+    every microbatch size and recompute option the global batch allows."""
+    out = []
+    for pp, tp, cp, dp in _splits(space):
+        for ep, etp in space.expert_splits(tp, dp, cp):
+            for zero in space.zeros(dp * cp):
                 for b in space.sizes():
                     if space.global_batch % (dp * b):
                         continue
                     for rc in space.recomputes():
-                        out.append(shape(space, pp, tp, dp, b, rc, ep, etp))
+                        out.append(shape(space, pp, tp, dp, b, rc, ep, etp, cp, zero))
     return out
 
 

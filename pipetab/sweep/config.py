@@ -22,7 +22,11 @@ File format (every key optional unless marked)::
     tp = [4, 8]                             #   tensor-parallel degrees to cross (default [1])
     dp = [1]                                #   data-parallel degrees to cross (default [1])
     sequence_parallel = true                #   as 'pipetab plan' (default true; with tp > 1)
-    zero = 1                                #   ZeRO stage with dp > 1 (default 1)
+    zero = 1                                #   ZeRO stage with dp > 1 (default 1; 3: FSDP)
+    cp = [1, 2]                             #   context-parallel degrees to cross (S = gpus /
+                                            #   (tp x cp x dp)); cp_comm = "p2p" | "allgather"
+    layout = "E|(t*8|)*4L"                  #   Megatron layout string (its stages: grid.stages)
+    reshard_after_forward = true            #   with zero = 3 (default true)
     overlap = true                          #   overlap the DP reduction (default true)
     global_batch = 1024                     #   sequences per step (default: the model's); the
     microbatch_size = 1                     #   microbatch is global_batch / (dp x B), or fixed
@@ -81,7 +85,8 @@ KEY_VERSION = 2  # bump when the meaning of a configuration key or its row chang
 _TOP = {"name", "description", "grid", "run", "output"}
 _GRID = {"schedules", "stages", "microbatches", "systems", "models", "profiles", "caps", "options", "search",
          "cluster"}
-_CLUSTER = {"gpus", "tp", "dp", "sequence_parallel", "zero", "overlap", "global_batch", "microbatch_size", "seq"}
+_CLUSTER = {"gpus", "tp", "dp", "sequence_parallel", "zero", "overlap", "global_batch", "microbatch_size", "seq",
+            "cp", "cp_comm", "layout", "reshard_after_forward"}
 _SEARCH = ("time_limit", "workers", "tick_s", "ticks_per_op")
 _RUN = {
     "mode", "recompute", "contention", "exposed_comm", "forward_slots", "backward_slots",
@@ -215,7 +220,7 @@ class Configuration:
             parts.append(f"profile={self.profile}")
         if self.cluster:
             c = self.cluster_dict()
-            parts.append(f"TP{c['tp']} DP{c['dp']}")
+            parts.append(f"TP{c['tp']}" + (f" CP{c['cp']}" if c.get("cp", 1) > 1 else "") + f" DP{c['dp']}")
         if self.run.uses_hardware and self.cap != "device":
             parts.append(f"cap={self.cap}")
         if self.run.uses_cpsat:
@@ -446,7 +451,9 @@ def _parse_cluster(doc: object, run: RunSettings) -> dict:
         raise ConfigError("grid.cluster is not used in mode 'table' (the table level has no hardware)")
     _keys(doc, _CLUSTER, "[grid.cluster]")
     out: dict = {}
-    for key in ("tp", "dp"):
+    for key in ("tp", "dp", "cp"):
+        if key == "cp" and "cp" not in doc:
+            continue  # left out of the configurations' keys unless given (their keys stay as before)
         out[key] = _list(doc.get(key, [1]), f"grid.cluster.{key}", int)
         if any(v < 1 for v in out[key]) or len(set(out[key])) != len(out[key]):
             raise ConfigError(f"grid.cluster.{key} must list different integers >= 1, got {out[key]!r}")
@@ -465,9 +472,32 @@ def _parse_cluster(doc: object, run: RunSettings) -> dict:
             raise ConfigError(f"grid.cluster.{key} must be true or false, got {v!r}")
         out[key] = v
     zero = doc.get("zero", 1)
-    if zero not in (0, 1, 2) or isinstance(zero, bool):
-        raise ConfigError(f"grid.cluster.zero must be 0, 1 or 2, got {zero!r}")
+    if zero not in (0, 1, 2, 3) or isinstance(zero, bool):
+        raise ConfigError(f"grid.cluster.zero must be 0, 1, 2 or 3, got {zero!r}")
     out["zero"] = zero
+    out.update(_parse_cluster_extras(doc))
+    return out
+
+
+def _parse_cluster_extras(doc: dict) -> dict:
+    """``cp_comm``, ``layout`` and ``reshard_after_forward`` of ``[grid.cluster]``, when given."""
+    from pipetab.hardware.context import CpComm
+    from pipetab.hardware.layout import Layout
+
+    out: dict = {}
+    if "cp_comm" in doc:
+        if doc["cp_comm"] not in tuple(CpComm):
+            raise ConfigError(f"grid.cluster.cp_comm must be one of {', '.join(CpComm)}, got {doc['cp_comm']!r}")
+        out["cp_comm"] = doc["cp_comm"]
+    if "layout" in doc:
+        try:
+            out["layout"] = Layout.parse(doc["layout"]).megatron()
+        except ValueError as exc:
+            raise ConfigError(f"grid.cluster.layout: {exc}") from None
+    if "reshard_after_forward" in doc:
+        if not isinstance(doc["reshard_after_forward"], bool) or doc.get("zero") != 3:
+            raise ConfigError("grid.cluster.reshard_after_forward must be true or false, with zero = 3")
+        out["reshard_after_forward"] = doc["reshard_after_forward"]
     return out
 
 
@@ -480,10 +510,15 @@ def cluster_settings(grid: dict) -> list[tuple[tuple[str, object], ...]]:
     out = []
     for tp in c["tp"]:
         for dp in c["dp"]:
-            d = {k: v for k, v in c.items() if k not in ("tp", "dp")}
-            d.update(tp=tp, dp=dp, sequence_parallel=c["sequence_parallel"] and tp > 1,
-                     zero=c["zero"] if dp > 1 else 0)
-            out.append(tuple(sorted(d.items())))
+            for cp in c.get("cp", (None,)):
+                d = {k: v for k, v in c.items() if k not in ("tp", "dp", "cp")}
+                d.update(tp=tp, dp=dp, sequence_parallel=c["sequence_parallel"] and tp > 1,
+                         zero=c["zero"] if dp * (cp or 1) > 1 else 0)
+                if cp is not None:
+                    d["cp"] = cp
+                if "cp_comm" in d and (cp or 1) == 1:
+                    del d["cp_comm"]
+                out.append(tuple(sorted(d.items())))
     return out
 
 
@@ -610,7 +645,7 @@ def expand(config: SweepConfig, check_regime: bool = True) -> tuple[list[Configu
                 c_ = dict(cluster)
                 for S in _stages(g, c_):
                     for B in g["microbatches"]:
-                        regime = (_regime_error(name, S, B, opts) if check_regime and S >= 2
+                        regime = (_regime_error(name, S, B, opts, c_.get("layout")) if check_regime and S >= 2
                                   else _cluster_error(g, c_) if S < 2 else None)
                         for system, model, profile in sources:
                             batch = None if regime or model is None else _batch_error(model, B, cluster)
@@ -633,19 +668,26 @@ def _stages(grid: dict, cluster: dict) -> list[int]:
     tp x dp does not divide it, 1 when it leaves one stage: skipped)."""
     if "gpus" not in grid:
         return grid["stages"]
-    tp_dp = cluster["tp"] * cluster["dp"]
+    tp_dp = cluster["tp"] * cluster["dp"] * cluster.get("cp", 1)
     return [grid["gpus"] // tp_dp if grid["gpus"] % tp_dp == 0 else 0]
 
 
 def _cluster_error(grid: dict, cluster: dict) -> str:
-    return (f"tp {cluster['tp']} x dp {cluster['dp']} leaves no pipeline of at least 2 stages on "
+    cp = f" x cp {cluster['cp']}" if "cp" in cluster else ""
+    return (f"tp {cluster['tp']}{cp} x dp {cluster['dp']} leaves no pipeline of at least 2 stages on "
             f"grid.cluster.gpus {grid['gpus']}")
 
 
 @lru_cache(maxsize=4096)
-def _regime_error(name: str, stages: int, microbatches: int, options: tuple) -> str | None:
+def _regime_error(name: str, stages: int, microbatches: int, options: tuple, layout: str | None = None) -> str | None:
+    from pipetab.hardware.layout import Layout
+
     try:
-        registry.generate(name, stages, microbatches, **dict(options))
+        sched = registry.generate(name, stages, microbatches, **dict(options))
+        if layout is not None:
+            want = Layout.parse(layout).num_stages
+            if want != sched.num_stages(0):
+                return f"grid.cluster.layout has {want} stages, {name} with S={stages} has {sched.num_stages(0)}"
     except ValueError as exc:
         return str(exc.args[0] if exc.args else exc)
     return None
@@ -661,6 +703,8 @@ def _batch_error(model: str, microbatches: int, cluster: tuple = ()) -> str | No
                            microbatch_size=c.get("microbatch_size"))
     try:
         ctx.resolved(hardware.load_model(model), microbatches)
+        if "layout" in c:
+            hardware.Layout.parse(c["layout"]).check(hardware.load_model(model))
     except ValueError as exc:
         return str(exc)
     return None

@@ -52,14 +52,16 @@ def one_f_one_b_warmup(stages: int, microbatches: int) -> np.ndarray:
 
 def gpipe(stages: int, microbatches: int) -> Schedule:
     """GPipe (fill-drain): every device runs all forwards, then all backwards, both in
-    ascending microbatch order (as torch's ``ScheduleGPipe``)."""
-    check_shape(stages, microbatches)
+    ascending microbatch order (as torch's ``ScheduleGPipe``). One stage (no pipeline)
+    is allowed."""
+    check_shape(stages, microbatches, min_stages=1)
     return _linear("gpipe", stages, microbatches, np.full(stages, microbatches))
 
 
 def one_f_one_b(stages: int, microbatches: int) -> Schedule:
     """1F1B (PipeDream-Flush / Megatron non-interleaved): device d runs
     ``min(S-1-d, B)`` warm-up forwards, then alternates one forward and one backward,
-    then drains the remaining backwards."""
-    check_shape(stages, microbatches)
+    then drains the remaining backwards. One stage (no pipeline) is gradient
+    accumulation: F and B of each microbatch in turn."""
+    check_shape(stages, microbatches, min_stages=1)
     return _linear("1f1b", stages, microbatches, one_f_one_b_warmup(stages, microbatches))

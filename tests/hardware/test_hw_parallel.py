@@ -33,8 +33,8 @@ def ctx(tp=1, dp=1, mb=1, **kw) -> Context:
 def test_parallel_validation():
     with pytest.raises(ValueError, match="tp must be an integer >= 1, got 0"):
         Context(tp=0)
-    with pytest.raises(ValueError, match="zero must be one of 0, 1, 2, got 3"):
-        Context(dp=2, zero=3)
+    with pytest.raises(ValueError, match="zero must be one of 0, 1, 2, 3, got 4"):
+        Context(dp=2, zero=4)
     with pytest.raises(ValueError, match=r"tp 3 must divide the heads \(2\)"):
         Context(tp=3).check(MINI)
     gqa = TransformerModel("g", 2, 64, 8, 4, 16, 1, kv_heads=2)
@@ -44,7 +44,7 @@ def test_parallel_validation():
     # options that cannot apply are refused, the defaults derived
     with pytest.raises(ValueError, match="sequence parallelism applies with tp > 1 only"):
         Context(sequence_parallel=True)
-    with pytest.raises(ValueError, match="ZeRO stage 1 applies with dp > 1 only"):
+    with pytest.raises(ValueError, match=r"ZeRO stage 1 applies with dp > 1 \(or cp > 1\) only"):
         Context(zero=1)
     assert Context(tp=8, dp=2).sequence_parallel and Context(tp=8, dp=2).zero == 1
     assert not Context().sequence_parallel and Context().zero == 0

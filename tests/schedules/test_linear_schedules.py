@@ -6,6 +6,7 @@ from hypothesis import strategies as st
 
 from pipetab.schedules import registry
 from pipetab.schedules.metrics import table_metrics
+from pipetab.schedules.ops import Kind
 from pipetab.schedules.table import SlotDurations, layout
 from pipetab.schedules.validate import validate
 
@@ -68,3 +69,32 @@ def test_property_valid_and_complete(name, S, B):
         seen[e.op] = seen.get(e.op, 0) + 1
     assert all(v == 1 for v in seen.values())
     assert len(seen) == 2 * S * B
+
+
+@pytest.mark.parametrize("name", ["gpipe", "1f1b"])
+def test_one_stage_is_gradient_accumulation(name):
+    # no pipeline: one device runs every microbatch's F and B; 1F1B alternates them, GPipe
+    # runs the forwards first (and keeps all activations)
+    sched = registry.generate(name, 1, 3)
+    table = layout(sched, SlotDurations(1, 2))
+    validate(table, sched)
+    assert table.makespan == 9 and table_metrics(table).bubble_ratio == 0
+    expected = "F0 B0 F1 B1 F2 B2" if name == "1f1b" else "F0 F1 F2 B0 B1 B2"
+    assert " ".join(f"{op.kind}{op.microbatch}" for op in sched.orders[0]) == expected
+    assert registry.formula(name, 1, 3).peak_activations == ((1.0,) if name == "1f1b" else (3.0,))
+
+
+def test_one_stage_simulates_and_cpsat_agrees():
+    from pipetab.solver.cpsat import CpSatConfig, evaluate
+    from pipetab.solver.pricing import hardware_costs
+    from pipetab.solver.simulate import simulate
+
+    sched = registry.generate("1f1b", 1, 4)
+    costs = hardware_costs(sched, "dgx_h100_ib", "tiny_gpt")
+    sim = simulate(sched, costs)
+    per = costs.op_time[(Kind.F, 0, 0)] + costs.op_time[(Kind.B, 0, 0)]
+    assert sim.makespan == pytest.approx(4 * per + costs.optimizer_time[0])
+    quantized = costs.quantized(costs.default_tick(1000))
+    assert evaluate(sched, quantized, CpSatConfig(time_limit_s=10)).makespan == simulate(sched, quantized).makespan
+    with pytest.raises(ValueError, match="stages must be an integer >= 2, got 1"):
+        registry.generate("zb-h1", 1, 4)

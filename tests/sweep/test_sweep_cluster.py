@@ -83,7 +83,7 @@ def test_profiles_instead_of_systems_and_models(tmp_path):
 @pytest.mark.parametrize("grid, fragment", [
     ({"profiles": ["x.toml"], "systems": ["mid_nw_mid_cp"]}, "exclude each other"),
     ({"cluster": {"tp": [0]}}, "grid.cluster.tp"),
-    ({"cluster": {"zero": 3}}, "grid.cluster.zero"),
+    ({"cluster": {"zero": 4}}, "grid.cluster.zero"),
     ({"cluster": {"gpus": 8}}, "grid.stages follows"),
     ({"cluster": {"global_batch": 8, "microbatch_size": 1}}, "exclude each other"),
     ({"cluster": {"colour": 1}}, "colour"),
