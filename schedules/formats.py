@@ -231,7 +231,11 @@ def json_chunks(table: Table, schedule: str = "", stages: int | None = None, bub
 
 
 def from_json(text: str, name: str = "") -> Table:
-    """Parse the JSON form (only ``devices`` and ``ops`` are needed)."""
+    """Parse the JSON form (only ``devices`` and ``ops`` are needed). ``ops`` is a list of
+    records, or the compact columns ``pipetab search`` writes: an object of equally long
+    lists ``device``, ``start``, ``duration``, ``pipeline``, ``stage``, ``microbatch`` and
+    ``kind`` as a string of letters (or a list of them). A ``tick_slots`` of null (a
+    result in seconds, its ops in ticks) reads as 1."""
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -239,8 +243,10 @@ def from_json(text: str, name: str = "") -> Table:
     except RecursionError:
         raise FormatError("JSON table is nested too deeply (a table is an object with an 'ops' list of "
                           "flat records)") from None
-    if not isinstance(doc, dict) or not isinstance(doc.get("ops"), list):
-        raise FormatError("JSON table must be an object with an 'ops' list")
+    if not isinstance(doc, dict) or not isinstance(doc.get("ops"), (list, dict)):
+        raise FormatError("JSON table must be an object with an 'ops' list (or an object of columns)")
+    if isinstance(doc["ops"], dict):
+        return _from_columns(doc, name)
     records = [
         _record_to_entry(r if isinstance(r, dict) else {}, f"JSON op {i}") for i, r in enumerate(doc["ops"])
     ]
@@ -249,9 +255,58 @@ def from_json(text: str, name: str = "") -> Table:
     devices = doc.get("devices", max(r[1] for r in records) + 1)
     if not isinstance(devices, int) or devices < 1:
         raise FormatError(f"JSON table: devices must be an integer >= 1, got {devices!r}")
-    tick = doc.get("tick_slots", 1.0)
     try:
-        return _table(devices, records, name or str(doc.get("schedule", "")), tick)
+        return _table(devices, records, name or str(doc.get("schedule", "")), _tick_slots(doc))
+    except ValueError as exc:
+        raise FormatError(f"JSON table: {exc}") from None
+
+
+def _tick_slots(doc: dict) -> float:
+    tick = doc.get("tick_slots", 1.0)
+    tick = 1.0 if tick is None else tick
+    if isinstance(tick, bool) or not isinstance(tick, (int, float)) or not 0 < tick < float("inf"):
+        raise FormatError(f"JSON table: tick_slots must be a number > 0, got {tick!r}")
+    return float(tick)
+
+
+def _from_columns(doc: dict, name: str) -> Table:
+    """The compact form: ``ops`` an object of columns (``from_json``)."""
+    cols = doc["ops"]
+    missing = [f for f in FIELDS if f not in cols]
+    if missing:
+        raise FormatError(f"JSON ops columns: missing {missing[0]!r} (columns: {', '.join(FIELDS)})")
+    kinds = cols["kind"]
+    if isinstance(kinds, str):
+        kinds = list(kinds)
+    if not isinstance(kinds, list) or any(k not in ("F", "B", "W") for k in kinds):
+        raise FormatError("JSON ops columns: kind must be a string of the letters F, B and W (or a list of them)")
+    values = {}
+    for f in ("device", "start", "duration", "pipeline", "stage", "microbatch"):
+        col = cols[f]
+        try:
+            arr = np.array(col) if isinstance(col, list) else None
+        except (OverflowError, ValueError):
+            arr = None
+        if arr is None or (arr.size and arr.dtype.kind not in "iu") or arr.ndim != 1:
+            raise FormatError(f"JSON ops columns: {f} must be a list of integers")
+        if len(arr) != len(kinds):
+            raise FormatError(f"JSON ops columns: {f} has {len(arr)} values, kind has {len(kinds)}")
+        low = 1 if f == "duration" else 0
+        bad = np.flatnonzero((arr < low) | (arr > MAX_FIELD))
+        if bad.size:
+            raise FormatError(f"JSON op {int(bad[0])}: {f} must be {'>= 1' if low else '>= 0'} and at most "
+                              f"{MAX_FIELD}, got {col[int(bad[0])]!r}")
+        values[f] = arr.astype(np.int64)
+    if not kinds:
+        raise FormatError("JSON table has no ops")
+    devices = doc.get("devices", int(values["device"].max()) + 1)
+    if not isinstance(devices, int) or isinstance(devices, bool) or devices < 1:
+        raise FormatError(f"JSON table: devices must be an integer >= 1, got {devices!r}")
+    codes = np.array([KIND_CODES[Kind(k)] for k in kinds], np.int8)
+    ops = OpArrays(codes, values["pipeline"], values["stage"], values["microbatch"])
+    try:
+        return Table.from_arrays(devices, ops, values["device"], values["start"], values["duration"],
+                                 name or str(doc.get("schedule", "")), _tick_slots(doc))
     except ValueError as exc:
         raise FormatError(f"JSON table: {exc}") from None
 

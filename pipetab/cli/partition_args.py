@@ -114,17 +114,18 @@ def real_known(name: str, args, real) -> float | None:
         return None
 
 
-def solve_layers(args, shape, config):
+def solve_layers(args, shape, config, deadline=None):
     """Solve with the stage partition as a decision: (the problem of the chosen split,
     result, real costs of its split (of the even split when none was found), real costs
-    of the even split for known schedules — both None on idealized costs — layers)."""
+    of the even split for known schedules — both None on idealized costs — layers),
+    within the command's ``deadline``."""
     from pipetab.solver.cpsat.partition import PARTITION_FORMS, Partition, partition_problem, solve_partition
     from pipetab.solver.pricing import even_layers
 
     lc = _layer_costs(args, shape)
     part = args.partition or Partition("even")
     try:
-        out = solve_partition(shape, lc, part, config, args.mode)
+        out = solve_partition(shape, lc, part, config, args.mode, deadline=deadline)
     except ValueError as exc:
         if str(exc).startswith("partition"):
             raise UsageError(f"--{exc}; allowed: {PARTITION_FORMS}") from None

@@ -133,13 +133,14 @@ def _search_and_validate(space: PlanSpace, bounds: Bounds, ranked: list[Configur
     ranked, with what CP-SAT found)."""
     searched, skipped = cpsat_shapes(space, ranked)
     jobs = []
-    for shape in searched:
-        say(f"CP-SAT: searching {shape.label} m={shape.microbatches} for {space.cpsat_time_s:g} s")
-        jobs.append((shape, pool.submit(cpsat_search, space, shape) if pool else None))
+    for shape, best in searched:
+        say(f"CP-SAT: searching {shape.label} m={shape.microbatches} on {best.label}'s placement for "
+            f"{space.cpsat_time_s:g} s")
+        jobs.append((shape, best, pool.submit(cpsat_search, space, shape, best) if pool else None))
     say(f"validating the {min(len(ranked), space.top)} best configurations")
     checked = {id(c): _validated(space, c, bounds) for c in ranked[:space.top]}
-    outcomes = [cpsat_outcome(space, shape, job.result() if job else cpsat_search(space, shape), ranked)
-                for shape, job in jobs] + [(None, note) for note in skipped]
+    outcomes = [cpsat_outcome(space, shape, job.result() if job else cpsat_search(space, shape, best), ranked)
+                for shape, best, job in jobs] + [(None, note) for note in skipped]
     ranked = rank(ranked + [c for c, _ in outcomes if c is not None])
     shown = [checked.get(id(c)) or _validated(space, c, bounds) for c in ranked[:space.top]]
     return shown, [note for _, note in outcomes], ranked

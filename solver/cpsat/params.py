@@ -1,9 +1,10 @@
 """How to solve: limits, stop rules, seeds, the names an ablation may switch off, and
 the tuned numbers of every phase as defaults of small dataclasses (``ModelParams``,
-``StartParams``, ``StrategyParams``, ``DecomposeParams``; ``docs/cpsat.md`` gives the
-measurement behind each). ``CpSatConfig.from_toml`` reads them from a file (top-level keys
-and ``[model]``, ``[start]``, ``[strategy]``, ``[decompose]`` tables). The time limit becomes
-one ``Deadline`` (``CpSatConfig.deadline``) at the public entry; nothing below makes another.
+``StartParams``, ``StrategyParams``, ``DecomposeParams``, ``SecondsParams``; ``docs/cpsat.md``
+gives the measurement behind each). ``CpSatConfig.from_toml`` reads them from a file
+(top-level keys and ``[model]``, ``[start]``, ``[strategy]``, ``[decompose]``, ``[seconds]``
+tables). The time limit becomes one ``Deadline`` (``CpSatConfig.deadline``) at the public
+entry; nothing below makes another.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ FAMILIES_OFF = (
     "hints",            # complete hints from the incumbent
     "justify",          # double justification of the starting schedules
     "decompose",        # free placement: one fixed-placement search per canonical placement
+    "cyclic",           # the cyclic phase: periodic schedules as starts (steady)
 )
 
 
@@ -134,7 +136,8 @@ class StrategyParams:
     ``stall_share`` of the phase (at least ``stall_min_s``) without progress; the mirror
     solve's share; proof-time growth per step ``growth_clamp``; deterministic seconds a
     model build counts per op; ``safety_share`` of the limit (at most ``safety_max_s``)
-    kept back (``Deadline``)."""
+    kept back (``Deadline``); the cyclic phase's share of the time after the start when
+    the full model fits (all of it when it does not)."""
 
     bound_share: float = 0.55
     shared_capped_bound_share: float = 0.2
@@ -146,14 +149,25 @@ class StrategyParams:
     build_det_per_op: float = 2e-6
     safety_share: float = 0.05
     safety_max_s: float = 1.0
+    cyclic_share: float = 0.15
 
 
 @dataclass(frozen=True)
 class DecomposeParams:
-    """Free placement (one model with placement literals above ``max_placements``) and
-    free partition (``partition``: candidates and nodes per candidate enumerated, shares
-    of the time for the even split, the enumeration and the ``least_splits`` search, the
-    least slice of a visited split)."""
+    """Free placement (one model with placement literals above ``max_placements``), free
+    partition (``partition``: candidates and nodes per candidate enumerated, shares of
+    the time for the even split, the enumeration and the ``least_splits`` search, the
+    least slice of a visited split) and the cyclic phase (``steady``: on problems of at
+    least ``cyclic_min_ratio`` microbatches per device and, where the full model fits the
+    time, ``cyclic_min_ops`` ops, the ``max_blocks_tried`` most
+    promising blocks of at most ``max_block`` times the pipelines' pattern and
+    ``max_template_ops`` template ops; a period probe on
+    ``cyclic_probe_share`` of what its block has left, the makespan solve at the least
+    period on ``cyclic_makespan_share``, each block but the last on
+    ``cyclic_block_share`` of what the phase has left; the best ``cyclic_expansions``
+    kernels expanded; the steady states of the ``cyclic_seeds`` best starts as seeds; a
+    kernel's orders run by the simulator settle on a block up to ``cyclic_steady_factor``
+    times its own)."""
 
     max_placements: int = 20000
     max_candidates: int = 50_000
@@ -163,9 +177,35 @@ class DecomposeParams:
     least_splits: int = 8
     least_share: float = 0.15
     min_slice_s: float = 0.5
+    cyclic_min_ratio: float = 4.0
+    cyclic_min_ops: int = 4000
+    max_block: int = 32
+    max_blocks_tried: int = 4
+    max_template_ops: int = 20_000
+    cyclic_probe_share: float = 0.5
+    cyclic_makespan_share: float = 0.5
+    cyclic_block_share: float = 0.5
+    cyclic_expansions: int = 2
+    cyclic_seeds: int = 3
+    cyclic_steady_factor: int = 16
 
 
-_PARTS = {"model": ModelParams, "start": StartParams, "strategy": StrategyParams, "decompose": DecomposeParams}
+@dataclass(frozen=True)
+class SecondsParams:
+    """A problem in seconds (``solver.seconds.solve_seconds``): the search on durations
+    rounded up gets ``search_share`` of the time, the bound on durations rounded down the
+    rest; without a tick given, the first tick is 1/``ticks_per_op`` of the shortest op,
+    refined (at most ``refinements`` times) until rounding moves a reference schedule's
+    time by at most ``max_rounding`` of it (rounded up against rounded down)."""
+
+    search_share: float = 0.75
+    ticks_per_op: int = 20
+    max_rounding: float = 0.005
+    refinements: int = 3
+
+
+_PARTS = {"model": ModelParams, "start": StartParams, "strategy": StrategyParams, "decompose": DecomposeParams,
+          "seconds": SecondsParams}
 
 
 @dataclass(frozen=True)
@@ -184,7 +224,7 @@ class CpSatConfig:
     greedy list schedules are always tried. ``ablate``: names to switch off
     (``FAMILIES_OFF``). ``subsolvers`` / ``extra_params``: CP-SAT's portfolio and raw
     ``SatParameters`` (None: ``ModelParams.portfolios``). ``model``, ``start``,
-    ``strategy``, ``decompose``: the phases' numbers; ``bound_share`` (given here) sets
+    ``strategy``, ``decompose``, ``seconds``: the phases' numbers; ``bound_share`` (given here) sets
     ``strategy.bound_share``."""
 
     time_limit_s: float = 60.0
@@ -202,6 +242,7 @@ class CpSatConfig:
     start: StartParams = StartParams()
     strategy: StrategyParams = StrategyParams()
     decompose: DecomposeParams = DecomposeParams()
+    seconds: SecondsParams = SecondsParams()
 
     def __post_init__(self) -> None:
         if not (isinstance(self.time_limit_s, (int, float)) and math.isfinite(self.time_limit_s)
