@@ -15,9 +15,17 @@ It appends to its CSV and skips the rows already there, so it can run in parts
 (``--part I/N``: the I-th of N interleaved parts, each instance with both weight
 memories and with and without seeds) and resume.
 
-Writes results/bench_cpsat.csv (results/bench_cpsat_split.csv) and prints a table.
+``--real-size`` runs issue 28's real-size set (``experiments.cpsat_real_set``): S in {8, 16,
+32, 64}, B in {4S, 16S, 64S}, whole and split backward, linear and V placements, caps {S, 2S}
+M_B, F:B:W in {1:2:0, 1:1:1, 3:4:2}, messages of 0 or 1 slot; 60 s per instance, stopping at a
+proven gap of 1 %. ``--sample N``: the first N of a stratified order (every value of every
+dimension about equally often); ``--part I/N``: the I-th of N interleaved parts of the whole
+grid. Both append to their CSV and skip the instances already there (resumable).
+
+Writes results/bench_cpsat.csv (results/bench_cpsat_split.csv, results/bench_cpsat_real.csv)
+and prints a table.
 Run: python -m experiments.bench_cpsat [--time-limit SEC] [--quick] [--workers N]
-     [--only-targets] [--split-set [--part I/N]] [--out PATH]
+     [--only-targets] [--split-set [--part I/N]] [--real-size [--sample N | --part I/N]] [--out PATH]
 """
 
 from __future__ import annotations
@@ -249,19 +257,29 @@ def main(argv=None) -> int:
     ap.add_argument("--split-set", action="store_true", help="issue 14's idealized split-backward set (resumable)")
     ap.add_argument("--time-limits", action="store_true",
                     help="wall time of whole search processes on issue 17's sizes against their limit")
-    ap.add_argument("--part", default="0/1", help="with --split-set: run rows i mod n == I of I/N (default 0/1)")
+    ap.add_argument("--part", default="0/1",
+                    help="with --split-set or --real-size: run rows i mod n == I of I/N (default 0/1)")
+    ap.add_argument("--real-size", action="store_true", help="issue 28's real-size set (resumable)")
+    ap.add_argument("--sample", type=int, default=None,
+                    help="with --real-size: the first N instances of a stratified order instead of the grid")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     results = Path(__file__).resolve().parent.parent / "results"
     if args.time_limits:
         run_time_limits(Path(args.out or results / "bench_cpsat_time_limits.csv"))
         return 0
+    try:
+        part = tuple(int(x) for x in args.part.split("/"))
+        assert len(part) == 2 and 0 <= part[0] < part[1]
+    except (ValueError, AssertionError):
+        ap.error(f"--part must look like I/N with 0 <= I < N, got {args.part!r}")
+    if args.real_size:
+        from .cpsat_real_set import run_real_set
+
+        limit = 60.0 if args.time_limit == 20.0 else args.time_limit
+        run_real_set(limit, args.workers, Path(args.out or results / "bench_cpsat_real.csv"), part, args.sample)
+        return 0
     if args.split_set:
-        try:
-            part = tuple(int(x) for x in args.part.split("/"))
-            assert len(part) == 2 and 0 <= part[0] < part[1]
-        except (ValueError, AssertionError):
-            ap.error(f"--part must look like I/N with 0 <= I < N, got {args.part!r}")
         limit = 5.0 if args.quick and args.time_limit == 20.0 else 30.0 if args.time_limit == 20.0 else args.time_limit
         run_split_set(limit, args.workers, Path(args.out or results / "bench_cpsat_split.csv"), part)
         return 0

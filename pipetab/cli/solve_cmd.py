@@ -360,7 +360,7 @@ def run(args) -> None:
                          ablate=frozenset() if args.fifo else {"fifo"})
     if args.tick is not None:  # a tick given is kept as it is
         config = config.replace(seconds=replace(config.seconds, refinements=0))
-    limit = max(0.05 * args.time_limit, args.time_limit - OutputBudget().seconds(args, len(shape.ops)))
+    limit = max(0.05 * args.time_limit, args.time_limit - OutputBudget().seconds(args, shape.num_ops))
     deadline = config.replace(time_limit_s=limit).deadline(t0=started)
     if args.layers is not None or (args.system and args.partition and args.partition.mode != "even"):
         doc, schedule, ops_costs = _partition_doc(args, shape, config, deadline)

@@ -367,13 +367,10 @@ def kernel_of(problem: Problem, placement: Placement, schedule: Schedule, start_
     problem the kernel belongs to (default ``problem``)."""
     ops = schedule.ops
     B = schedule.num_microbatches
-    chain = {key: i for i, key in enumerate(
-        (k, p, s) for p, n in enumerate(problem.num_stages) for s in range(n) for k in problem.kinds)}
     kinds = (Kind.F, Kind.B, Kind.W)
-    code = np.array([chain[(kinds[k], p, s)]
-                     for k, p, s in zip(ops.kind.tolist(), ops.pipeline.tolist(), ops.stage.tolist())])
+    chain = {(kinds[c % 3], *schedule.stage_keys[c // 3]): c for c in range(3 * len(schedule.stage_keys))}
     grid = np.full((len(chain), B), np.nan)
-    grid[code, ops.microbatch] = start_times
+    grid[schedule.codes, ops.microbatch] = start_times
     n = pattern_period(problem)
     lo, hi = B // 3 - B // 3 % n, 2 * B // 3
     for k in range(n, min(largest, (hi - lo) // 2) + 1, n):

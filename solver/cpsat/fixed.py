@@ -154,7 +154,8 @@ class _Fixed:
             self.t_first = self.t_first if self.t_first is not None else time.perf_counter() - self.deadline.t0
 
     def finish(self, status: Status, schedule, value, bound, message: str, families=(), stopped_by=None) -> Result:
-        if schedule is not None and schedule.name != "cpsat" and self.pace.fits("evaluate", self.deadline.end + 1.0, 3):
+        if (schedule is not None and schedule.name != "cpsat" and not schedule.name.startswith("cyclic-")
+                and self.pace.fits("evaluate", self.deadline.end + 1.0, 3)):
             checked(self.problem, schedule, value)  # a start: its table validated too (solver schedules are already)
         result = finish(self.problem, self.mode, status, schedule, value, bound, self.deadline.t0, self.t_first,
                         search_assumptions(self.problem, self.label, families), message, self.start.evals,

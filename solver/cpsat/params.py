@@ -95,10 +95,13 @@ StopRule = MaxRuntime | NoImprovement | GapBelow
 class ModelParams:
     """One model: order literals replace a one-stage device's no-overlap up to
     ``order_literal_limit`` literals; presolve probing stops after ``probing_det_limit``
-    deterministic seconds; ``portfolios``: subsolvers per worker count."""
+    deterministic seconds; ``portfolios``: subsolvers per worker count; the analytic
+    bound's sweep over the microbatches (``sweep``) up to ``sweep_max_cells``
+    microbatch-stages (0.7 s at 524,288)."""
 
     order_literal_limit: int = 60000
     probing_det_limit: float = 0.1
+    sweep_max_cells: int = 2_000_000
     portfolios: tuple[tuple[int, tuple[str, ...]], ...] = DEFAULT_PORTFOLIOS
 
 
@@ -167,7 +170,8 @@ class DecomposeParams:
     ``cyclic_block_share`` of what the phase has left; the best ``cyclic_expansions``
     kernels expanded; the steady states of the ``cyclic_seeds`` best starts as seeds; a
     kernel's orders run by the simulator settle on a block up to ``cyclic_steady_factor``
-    times its own)."""
+    times its own; the list scheduler of one period tries the ``modulo_tries`` periods
+    from the lower bound up and the bound times each of ``modulo_steps``)."""
 
     max_placements: int = 20000
     max_candidates: int = 50_000
@@ -188,6 +192,8 @@ class DecomposeParams:
     cyclic_expansions: int = 2
     cyclic_seeds: int = 3
     cyclic_steady_factor: int = 16
+    modulo_tries: int = 6
+    modulo_steps: tuple[float, ...] = (1.1, 1.25, 1.5, 2.0)
 
 
 @dataclass(frozen=True)

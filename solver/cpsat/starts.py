@@ -200,7 +200,7 @@ def judge(
             skipped.append(f"{s.name}: {why}")
             continue
         t = time.perf_counter()
-        timed = pace is None or len(problem.ops) <= pace.params.time_unfit_ops
+        timed = pace is None or problem.num_ops <= pace.params.time_unfit_ops
         evals.append(evaluate_known(problem, s, time_unfit=timed))
         if pace is not None and evals[-1].timing is not None:
             pace.measured(time.perf_counter() - t)

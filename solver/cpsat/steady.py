@@ -20,6 +20,7 @@ from pipetab.solver.simulate import simulate
 from .cyclic import Kernel, blocks, kernel_of, pattern_period, period_lower_bound, steady_kernel, template_ops
 from .cyclic_model import CyclicModel
 from .justify import justify, precedence_graph
+from .modulo import first_modulo_kernel
 from .oracle import KnownEval, checked
 from .result import CyclicInfo, PhaseRecord, SolveRecord
 
@@ -71,9 +72,11 @@ def block_period(problem: Problem, placement: Placement, block: int, config: CpS
                  seed: Kernel | None = None) -> BlockOutcome:
     """The least period of block ``block`` (module docstring), within ``deadline``;
     ``seed``: a kernel of this block already known (its period the first upper bound,
-    its starts the hint at that period)."""
+    its starts the hint at that period; else the list scheduler's, ``modulo``)."""
     params = config.decompose
     lb, why = period_lower_bound(problem, placement, block)
+    if seed is None:
+        seed = first_modulo_kernel(problem, placement, block, lb, params.modulo_steps, params.modulo_tries)
     out = BlockOutcome(block, lb, why, kernel=seed)
     lo, hi, step, proving = lb, None if seed is None else seed.period, 1, True
     build_s = 0.0
@@ -119,7 +122,7 @@ def cyclic_applies(problem: Problem, config: CpSatConfig, model_fits: bool = Fal
     least ``cyclic_min_ops`` ops (smaller ones the full model settles better)."""
     params = config.decompose
     return (not problem.is_free and problem.num_microbatches >= params.cyclic_min_ratio * problem.num_devices
-            and (not model_fits or len(problem.ops) >= params.cyclic_min_ops)
+            and (not model_fits or problem.num_ops >= params.cyclic_min_ops)
             and bool(blocks(problem, params.max_block * pattern_period(problem))))
 
 
@@ -159,7 +162,11 @@ def cyclic_phase(problem: Problem, placement: Placement, config: CpSatConfig, de
                 seeds[kernel.block] = kernel
     sizes = sorted(seeds, key=lambda k: seeds[k].per_microbatch) + [
         k for k in block_order(problem, placement, config) if k not in seeds]
-    phase = deadline.slice(share)
+    if deadline.deterministic:
+        phase = deadline.slice(share)
+    else:  # leave the time to expand and check the kernels found
+        reserve = (pace.unit or 0.0) * params.cyclic_expansions * 3
+        phase = deadline.within(share * max(0.0, deadline.wall_left() - reserve))
     outcomes: list[BlockOutcome] = []
     best = float("inf")
     for i, k in enumerate(sizes[:params.max_blocks_tried]):

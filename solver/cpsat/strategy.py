@@ -201,7 +201,7 @@ def search_phase(problem: Problem, placement: Placement, config: CpSatConfig, st
         wall, det = deadline.limits()
         raw = model.solve(wall, det, stall_s=stall_s, stop=StopSignal(state, deadline=deadline.end),
                           on_solution=state.improved)
-        deadline.charge(raw, len(problem.ops))
+        deadline.charge(raw, problem.num_ops)
         rows.append(solve_record("search", cfg, None, raw))
         state.offer(solution_of(problem, model, raw))
         state.raise_bound(raw.bound)
@@ -223,7 +223,7 @@ def _mirror_solve(problem, placement, config, state, deadline: Deadline, rows, m
     wall, det = deadline.limits()
     wall, det = wall * share, None if det is None else det * share
     raw = model.solve(wall, det, stop=StopSignal(state, deadline=deadline.end), on_solution=state.improved)
-    deadline.charge(raw, len(problem.ops))
+    deadline.charge(raw, problem.num_ops)
     rows.append(solve_record("search (mirror)", config, None, raw))
     state.offer(solution_of(problem, model, raw))
 
@@ -254,10 +254,10 @@ def bound_phase(problem: Problem, placement: Placement, config: CpSatConfig, sta
             model.config = proof_config(config)
         wall, det = deadline.limits()
         raw = model.solve(wall, det, stop=StopSignal(state, stop, deadline.end), on_solution=state.improved)
-        deadline.charge(raw, len(problem.ops))
+        deadline.charge(raw, problem.num_ops)
         rows.append(solve_record("bound", model.config, h, raw))
         if raw.status == "infeasible":
-            proofs.append((h, deadline.cost(raw, len(problem.ops))))
+            proofs.append((h, deadline.cost(raw, problem.num_ops)))
             state.raise_bound(h + 1)
             continue
         state.offer(solution_of(problem, model, raw))
