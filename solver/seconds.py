@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Sequence
 
 from .costs import Costs, Rounding
@@ -93,11 +93,12 @@ def rounding_spread(schedule: Schedule, real: Costs, tick: float) -> float:
 
 
 def choose_tick(shape: Problem, real: Costs, params: SecondsParams, known: Sequence[Schedule] = (),
-                tick: float | None = None) -> float:
+                tick: float | None = None, timed: list[float] | None = None) -> float:
     """The tick: ``tick`` (default 1/``ticks_per_op`` of the shortest op), refined until
     ``rounding_spread`` of a reference schedule (the first known one, else the registry's
     first of the shape) is at most ``max_rounding`` (the tick divided by the factor the
-    spread predicts, at most ``refinements`` times: none keeps a tick as given)."""
+    spread predicts, at most ``refinements`` times: none keeps a tick as given).
+    ``timed``: gets the seconds one simulation of the reference took."""
     tick = tick or real.default_tick(params.ticks_per_op)
     if params.refinements < 1:
         return tick
@@ -108,7 +109,10 @@ def choose_tick(shape: Problem, real: Costs, params: SecondsParams, known: Seque
     if reference is None:
         return tick
     for _ in range(params.refinements):
+        t = time.perf_counter()
         spread = rounding_spread(reference, real, tick)
+        if timed is not None:
+            timed.append((time.perf_counter() - t) / 3)
         if spread <= params.max_rounding:
             break
         tick /= math.ceil(1.1 * spread / params.max_rounding)
@@ -119,8 +123,8 @@ def solve_seconds(shape: Problem, real: Costs, mode: Mode | str = Mode.SEARCH, c
                   known: Sequence[Schedule] = (), *, tick_s: float | None = None, known_costs: Costs | None = None,
                   deadline: Deadline | None = None) -> Answer:
     """``shape`` (its placement, pipelines, split and objective) on ``real`` costs in
-    seconds: a search on durations rounded up to ticks of ``tick_s`` refined by
-    ``choose_tick`` (``SecondsParams.refinements`` 0 keeps it) for
+    seconds: a search on durations rounded up to ticks of ``tick_s`` (as given; default
+    ``choose_tick``'s) for
     ``SecondsParams.search_share`` of the time, then a bound — memory-aware, CP-SAT's,
     seeded with that schedule — on durations rounded down for the rest; ``mode`` only
     says what was asked (both run the same solves, so ``search`` and ``bound`` report the
@@ -130,12 +134,17 @@ def solve_seconds(shape: Problem, real: Costs, mode: Mode | str = Mode.SEARCH, c
     mode, config = Mode(mode), config or CpSatConfig()
     deadline = deadline or config.deadline()
     params = config.seconds
-    tick = choose_tick(shape, real, params, known, tick_s)
+    timed: list[float] = []
+    tick = choose_tick(shape, real, params if tick_s is None else replace(params, refinements=0), known, tick_s, timed)
     down = shape.with_costs(real.quantized(tick, Rounding.DOWN))
+    # keep back what judging the answer takes: a simulation per known schedule and three more
+    left = deadline.wall_left()
+    work = deadline if deadline.deterministic or not timed else deadline.within(
+        max(params.least_work_share * left, left - max(timed) * (len(known) + params.answer_simulations)))
     found = search(shape.with_costs(real.quantized(tick, Rounding.UP)), config, known,
-                   deadline=deadline.slice(params.search_share))
+                   deadline=work.slice(params.search_share))
     seeds = list(known) + ([found.schedule] if found.schedule is not None else [])
-    proof = bound(down, config, seeds, deadline=deadline.slice(1.0))
+    proof = bound(down, config, seeds, deadline=work.slice(1.0))
     return _answer(shape, real, mode, tick, found, proof, known, known_costs or real, deadline)
 
 

@@ -193,3 +193,69 @@ def test_period_objective_from_the_command_line(capsys):
     assert docs["period"]["lower_bound"] <= docs["makespan"]["lower_bound"]
     assert any("longest device span" in a for a in docs["period"]["bound_assumptions"])
     assert next(p["name"] for p in docs["period"]["phases"]) == "start"
+
+
+@pytest.mark.parametrize("argv", [
+    ["--placement", "v"],
+    ["--placement", "interleaved", "--chunks", "2"],
+    ["--placement", "wave", "--waves", "1"],
+    ["--placement", "v", "--split-backward"],
+    ["--system", "mid_nw_mid_cp", "--model", "tiny_gpt", "--memory-cap", "100TB"],
+    ["--system", "mid_nw_mid_cp", "--model", "tiny_gpt", "--memory-cap", "100TB", "--placement", "v"],
+])
+def test_search_json_reads_back_with_check(capsys, tmp_path, argv):
+    """Issue 29: the JSON of V, interleaved, wave and hardware-cost searches is a table
+    ``pipetab check`` reads (ops as columns in integer ticks), with the same ops."""
+    code, out, err = run(capsys, "search", "-S", "4", "-B", "8", *argv, "--time-limit", "5", "--format", "json")
+    assert code == 0, err
+    doc = json.loads(out)
+    path = tmp_path / "found.json"
+    path.write_text(out)
+    code, checked, err = run(capsys, "check", str(path), "--format", "json")
+    assert code == 0, err
+    report = json.loads(checked)
+    assert report["valid"] and report["devices"] == 4 and report["microbatches"] == 8
+    stages = 4 * (2 if any(a in argv for a in ("v", "interleaved", "wave")) else 1)
+    kinds = 3 if "--split-backward" in argv else 2
+    assert len(doc["ops"]["kind"]) == len(doc["ops"]["start"]) == 8 * stages * kinds
+
+
+def test_search_torch_csv_reads_back(capsys, tmp_path):
+    """``--format torch-csv``: the found schedule's per-rank actions, which ``check``
+    reads as a torch CSV, in the same per-device order as the JSON's schedule."""
+    base = ["search", "-S", "4", "-B", "8", "--split-backward", "--activation-cap", "4", "--time-limit", "5"]
+    code, out, err = run(capsys, *base, "--format", "torch-csv")
+    assert code == 0, err
+    rows = [r.split(",") for r in out.strip().splitlines()]
+    assert len(rows) == 4 and all(c == "" or c[-1].isdigit() for r in rows for c in r)
+    path = tmp_path / "found.csv"
+    path.write_text(out)
+    code, _, err = run(capsys, "check", str(path))
+    assert code == 0, err
+    from pipetab.schedules import formats
+
+    table = formats.from_torch_csv(out)
+    assert table.microbatches == 8 and len(table) == 4 * 8 * 3
+
+
+def test_torch_csv_refuses_two_pipelines_and_no_ops_drops_the_ops(capsys):
+    code, _, err = run(capsys, "search", "-S", "4", "-B", "8", "--placement", "bidirectional", "--format", "torch-csv")
+    assert code == 2 and "one pipeline" in err and err.count("\n") == 1
+    code, out, err = run(capsys, "search", "-S", "4", "-B", "8", "--time-limit", "5", "--format", "json", "--no-ops")
+    assert code == 0, err
+    assert json.loads(out)["ops"] == []
+    code, out, err = run(capsys, "search", "-S", "4", "-B", "8", "--time-limit", "5", "--no-ops")
+    assert code == 0 and "dev0" not in out
+
+
+def test_the_status_line_explains_a_gap_beside_optimal_durations(capsys):
+    """On hardware costs a schedule optimal for durations rounded up is not called optimal
+    unless the bound meets its real time, and the line says what rounding moves."""
+    code, out, err = run(capsys, "search", "-S", "2", "-B", "4", "--system", "mid_nw_mid_cp", "--model", "tiny_gpt",
+                         "--memory-cap", "100TB", "--time-limit", "5")
+    assert code == 0, err
+    status = next(line for line in out.splitlines() if line.startswith("status"))
+    if "status optimal" in status:
+        assert "gap 0.00%" in status
+    else:
+        assert "rounding to ticks" in status or "gap -" in status

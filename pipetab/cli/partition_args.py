@@ -97,6 +97,8 @@ def real_lower_bound(problem, real, result) -> float | None:
     from pipetab.solver.costs import Rounding
     from pipetab.solver.cpsat import analytic_lower_bound
 
+    if problem.costs.tick_s is None:  # no split was solved within the time: no bound in seconds
+        return None
     if problem.costs.rounding is Rounding.DOWN:
         return None if result.lower_bound is None else result.lower_bound * problem.costs.tick_s
     down = replace(problem, costs=real.quantized(problem.costs.tick_s, Rounding.DOWN))

@@ -274,6 +274,7 @@ def _seconds_doc(args, shape, real, config, deadline):
                partition=None if layers is None else [list(r) for r in layers], phases=phases,
                cyclic=_cyclic_doc(res.cyclic, answer.tick_s))
     doc.pop("tick_slots")
+    doc["_real"] = real
     return doc, answer.schedule, real.quantized(answer.tick_s, Rounding.UP)
 
 
@@ -307,6 +308,7 @@ def _partition_doc(args, shape, config, deadline):
                tick_s=tick, message=message, known=known,
                partition=None if layers is None else [list(r) for r in layers])
     doc.pop("tick_slots")
+    doc["_real"] = real
     return doc, result.schedule, real.quantized(tick, Rounding.UP) if tick else problem.costs
 
 
@@ -318,8 +320,8 @@ class OutputBudget:
     ``text_s`` for the summary. Measured on S=128, B=1,024 (262,144 ops): docs/cpsat.md."""
 
     fixed_s: float = 0.15
-    json_s_per_op: float = 2.5e-6
-    torch_s_per_op: float = 4e-6
+    json_s_per_op: float = 5e-6
+    torch_s_per_op: float = 6e-6
     text_s: float = 0.05
 
     def seconds(self, args, num_ops: int) -> float:
@@ -349,8 +351,6 @@ def _started(args) -> float:
 
 
 def run(args) -> None:
-    from dataclasses import replace
-
     from pipetab.solver.cpsat import CpSatConfig
 
     started = _started(args)
@@ -358,8 +358,6 @@ def run(args) -> None:
     # the CP-SAT entry of this command: its one config and deadline, from the command line
     config = CpSatConfig(time_limit_s=args.time_limit, workers=args.workers, known_generators=args.known_generators,
                          ablate=frozenset() if args.fifo else {"fifo"})
-    if args.tick is not None:  # a tick given is kept as it is
-        config = config.replace(seconds=replace(config.seconds, refinements=0))
     limit = max(0.05 * args.time_limit, args.time_limit - OutputBudget().seconds(args, shape.num_ops))
     deadline = config.replace(time_limit_s=limit).deadline(t0=started)
     if args.layers is not None or (args.system and args.partition and args.partition.mode != "even"):
@@ -368,19 +366,21 @@ def run(args) -> None:
         doc, schedule, ops_costs = _seconds_doc(args, shape, real, config, deadline)
     else:
         doc, schedule, ops_costs = _slots_doc(args, shape, config, deadline)
+    real_costs = doc.pop("_real", None)  # the schedule's costs in seconds (hardware, a profile)
     if args.format == "json":
-        _emit_json(doc, None if args.no_ops else schedule, ops_costs)
+        _emit_json(doc, None if args.no_ops else schedule, ops_costs, real_costs)
     elif args.format == "torch-csv":
         _emit_torch_csv(schedule)
     else:
         _print(args, doc, schedule, ops_costs)
 
 
-def ops_columns(schedule, costs) -> dict:
+def ops_columns(schedule, costs, real=None) -> tuple[dict, dict | None]:
     """The schedule's ops as columns (``device``, ``start``, ``duration``, ``kind`` as one
     string of letters, ``pipeline``, ``stage``, ``microbatch``), by device and start,
     timed by the simulator on integer ``costs`` (ticks): the compact form of a table that
-    ``schedules.formats.from_json`` reads."""
+    ``schedules.formats.from_json`` reads; with ``real`` costs in seconds also the ops'
+    ``start`` and ``end`` there, in the same order."""
     import numpy as np
 
     from pipetab.solver.simulate import simulate
@@ -390,23 +390,32 @@ def ops_columns(schedule, costs) -> dict:
     duration = np.rint(sim.end_times).astype(np.int64) - start
     order = np.lexsort((start, schedule.device))
     ops = schedule.ops
-    return {"device": schedule.device[order].tolist(), "start": start[order].tolist(),
+    cols = {"device": schedule.device[order].tolist(), "start": start[order].tolist(),
             "duration": duration[order].tolist(),
             "kind": "".join(np.array(["F", "B", "W"])[ops.kind[order]].tolist()),
             "pipeline": ops.pipeline[order].tolist(), "stage": ops.stage[order].tolist(),
             "microbatch": ops.microbatch[order].tolist()}
+    if real is None:
+        return cols, None
+    timed = simulate(schedule, real)
+    return cols, {"start": timed.start_times[order].tolist(), "end": timed.end_times[order].tolist()}
 
 
-def _emit_json(doc: dict, schedule, ops_costs) -> None:
+def _emit_json(doc: dict, schedule, ops_costs, real=None) -> None:
     """The document with its ops as compact columns (``ops_columns``; an empty list
-    without a schedule), indented except the columns."""
+    without a schedule) and, in seconds, ``times_s``; indented except the columns."""
     head = json.dumps({k: v for k, v in doc.items()}, indent=1)
     if schedule is None:
         sys.stdout.write(head[:-2] + ',\n "ops": []\n}\n')
         return
-    cols = ops_columns(schedule, ops_costs)
-    body = ",\n".join(f'  "{k}": {json.dumps(v, separators=(",", ":"))}' for k, v in cols.items())
-    sys.stdout.write(head[:-2] + ',\n "ops": {\n' + body + "\n }\n}\n")
+    cols, seconds = ops_columns(schedule, ops_costs, real)
+
+    def block(name: str, values: dict) -> str:
+        body = ",\n".join(f'  "{k}": {json.dumps(v, separators=(",", ":"))}' for k, v in values.items())
+        return f',\n "{name}": {{\n' + body + "\n }"
+
+    tail = block("ops", cols) + ("" if seconds is None else block("times_s", seconds))
+    sys.stdout.write(head[:-2] + tail + "\n}\n")
 
 
 def _emit_torch_csv(schedule) -> None:

@@ -53,6 +53,12 @@ def blocks(problem: Problem, largest: int) -> list[int]:
         p in problem.microbatch2pipeline[:k] for p in range(problem.num_pipelines))]
 
 
+def template_size(problem: Problem, block: int) -> int:
+    """How many ops ``template_ops`` has (without making them)."""
+    per = [n * len(problem.kinds) for n in problem.num_stages]
+    return sum(per[problem.microbatch2pipeline[j]] for j in range(block))
+
+
 def template_ops(problem: Problem, block: int) -> tuple[Op, ...]:
     """The ops of template microbatches 0..block-1."""
     mb2p = problem.microbatch2pipeline
@@ -69,13 +75,15 @@ def template_pipelines(problem: Problem, block: int) -> dict[int, list[int]]:
 
 
 # ---- the period's lower bound -------------------------------------------------------------
-def period_lower_bound(problem: Problem, placement: Placement, block: int) -> tuple[int, str]:
+def period_lower_bound(problem: Problem, placement: Placement, block: int,
+                       per_microbatch: tuple[dict, dict] | None = None) -> tuple[int, str]:
     """The least period any periodic schedule of ``block`` microbatches can have: each
     device runs its block's ops one at a time (its load), and on a device with a memory
     cap the activations' least lifetimes fill the cyclic window at most to the cap (the
     mean live memory over a period, sum of M x least lifetime / period, is at most the
-    cap: Little's law). Returns (bound, which one)."""
-    load, held = _per_microbatch(problem, placement)
+    cap: Little's law). Returns (bound, which one). ``per_microbatch``: ``per_microbatch_work``'s
+    value when already known."""
+    load, held = per_microbatch or per_microbatch_work(problem, placement)
     count: dict[int, int] = defaultdict(int)
     for j in range(block):
         count[problem.microbatch2pipeline[j]] += 1
@@ -93,7 +101,7 @@ def period_lower_bound(problem: Problem, placement: Placement, block: int) -> tu
     return best, why
 
 
-def _per_microbatch(problem: Problem, placement: Placement) -> tuple[dict, dict]:
+def per_microbatch_work(problem: Problem, placement: Placement) -> tuple[dict, dict]:
     """Per pipeline and device, one microbatch's load and its activations' sum of size x
     least lifetime."""
     head, _ = heads_tails(problem, placement)

@@ -120,7 +120,7 @@ class StartParams:
     ``justify_rounds`` of double justification."""
 
     share: float = 0.3
-    costs: tuple[tuple[str, float], ...] = (("evaluate", 1.0), ("greedy", 3.0), ("justify", 12.0), ("build", 10.0))
+    costs: tuple[tuple[str, float], ...] = (("evaluate", 1.0), ("greedy", 10.0), ("justify", 40.0), ("build", 60.0))
     builds_left: float = 2.5
     time_unfit_ops: int = 20000
     slack_starts: tuple[tuple[float, float | None], ...] = SLACK_STARTS
@@ -202,12 +202,16 @@ class SecondsParams:
     rounded up gets ``search_share`` of the time, the bound on durations rounded down the
     rest; without a tick given, the first tick is 1/``ticks_per_op`` of the shortest op,
     refined (at most ``refinements`` times) until rounding moves a reference schedule's
-    time by at most ``max_rounding`` of it (rounded up against rounded down)."""
+    time by at most ``max_rounding`` of it (rounded up against rounded down); the time of
+    ``answer_simulations`` simulations (and one per known schedule) is kept back for
+    judging the answer, leaving the solves at least ``least_work_share`` of the time."""
 
     search_share: float = 0.75
     ticks_per_op: int = 20
     max_rounding: float = 0.005
     refinements: int = 3
+    answer_simulations: int = 8
+    least_work_share: float = 0.5
 
 
 _PARTS = {"model": ModelParams, "start": StartParams, "strategy": StrategyParams, "decompose": DecomposeParams,

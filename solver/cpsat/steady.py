@@ -17,7 +17,16 @@ from typing import TYPE_CHECKING, Sequence
 
 from pipetab.solver.simulate import simulate
 
-from .cyclic import Kernel, blocks, kernel_of, pattern_period, period_lower_bound, steady_kernel, template_ops
+from .cyclic import (
+    Kernel,
+    blocks,
+    kernel_of,
+    pattern_period,
+    per_microbatch_work,
+    period_lower_bound,
+    steady_kernel,
+    template_size,
+)
 from .cyclic_model import CyclicModel
 from .justify import justify, precedence_graph
 from .modulo import first_modulo_kernel
@@ -134,8 +143,9 @@ def block_order(problem: Problem, placement: Placement, config: CpSatConfig) -> 
     of; at most ``max_blocks_tried``."""
     params = config.decompose
     sizes = [k for k in blocks(problem, params.max_block * pattern_period(problem))
-             if len(template_ops(problem, k)) <= params.max_template_ops]
-    rates = {k: period_lower_bound(problem, placement, k)[0] / k for k in sizes}
+             if template_size(problem, k) <= params.max_template_ops]
+    work = per_microbatch_work(problem, placement)
+    rates = {k: period_lower_bound(problem, placement, k, work)[0] / k for k in sizes}
     out: list[int] = sizes[:1]
     for k in sorted(sizes[1:], key=lambda k: (rates[k], k)):
         if not any(rates[x] <= rates[k] + 1e-12 and k % x == 0 for x in out):
@@ -160,6 +170,7 @@ def cyclic_phase(problem: Problem, placement: Placement, config: CpSatConfig, de
                                largest)
             if kernel is not None and (kernel.block not in seeds or kernel.period < seeds[kernel.block].period):
                 seeds[kernel.block] = kernel
+    work = per_microbatch_work(problem, placement)
     sizes = sorted(seeds, key=lambda k: seeds[k].per_microbatch) + [
         k for k in block_order(problem, placement, config) if k not in seeds]
     if deadline.deterministic:
@@ -172,7 +183,7 @@ def cyclic_phase(problem: Problem, placement: Placement, config: CpSatConfig, de
     for i, k in enumerate(sizes[:params.max_blocks_tried]):
         if not phase.room(0.0):
             break
-        if period_lower_bound(problem, placement, k)[0] / k >= best - 1e-12:
+        if period_lower_bound(problem, placement, k, work)[0] / k >= best - 1e-12:
             continue
         last = i == min(len(sizes), params.max_blocks_tried) - 1
         out = block_period(problem, placement, k, config, phase.slice(1.0 if last else params.cyclic_block_share),
@@ -189,7 +200,8 @@ def cyclic_phase(problem: Problem, placement: Placement, config: CpSatConfig, de
         evals.append(ev)
         if config.uses("justify") and pace.fits("justify", deadline.end, 1.5):
             graph = precedence_graph(problem, placement)
-            better = justify(problem, placement, ev, graph, config.start.justify_rounds) if graph else None
+            better = (justify(problem, placement, ev, graph, config.start.justify_rounds, deadline.end)
+                      if graph else None)
             if better is not None:
                 evals.append(better)
     info = _info(outcomes, time.perf_counter() - t)
