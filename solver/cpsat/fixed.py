@@ -138,7 +138,7 @@ class _Fixed:
         self.problem, self.placement, self.config, self.deadline = problem, placement, config, deadline
         self.mode, self.label, self.start, self.pace = mode, label, start, pace
         self.phases = [PhaseRecord("start", start.wall_s, note=start.note)]
-        self.t_first = time.perf_counter() - deadline.t0 if start.best else None
+        self.t_first = start.first_fit - deadline.t0 if start.first_fit is not None else None
         self.lb, self.lb_why = analytic_lower_bound(problem, placement)
         self.cyclic: CyclicInfo | None = None
 

@@ -252,6 +252,7 @@ class Start:
     best: KnownEval | None
     note: str
     wall_s: float
+    first_fit: float | None = None  # when the first schedule that fits was judged (perf_counter)
 
 
 def start_phase(problem: Problem, placement: Placement, config: CpSatConfig, known: Sequence[Schedule],
@@ -264,6 +265,7 @@ def start_phase(problem: Problem, placement: Placement, config: CpSatConfig, kno
     params = config.start
     until = t + params.share * max(0.0, deadline.wall_left())
     evals, skipped = judge(problem, known, pace)
+    first_fit = time.perf_counter() if best_of(evals) else None
     sources = []
     if config.known_generators:
         sources.append(("evaluate", registry_schedules(problem, placement, params.probe,
@@ -276,6 +278,8 @@ def start_phase(problem: Problem, placement: Placement, config: CpSatConfig, kno
             if s is None:
                 break
             evals += judge(problem, [s], pace)[0]
+            if first_fit is None and best_of(evals):
+                first_fit = time.perf_counter()
     notes = [f"{len(evals)} schedules judged"]
     if skipped:
         notes.append("skipped: " + "; ".join(skipped))
@@ -287,7 +291,8 @@ def start_phase(problem: Problem, placement: Placement, config: CpSatConfig, kno
     best = best_of(evals)
     if best is not None:
         notes.append(f"best start {best.name} {best.makespan}")
-    return Start(evals, best, "; ".join(notes), round(time.perf_counter() - t, 3))
+    return Start(evals, best, "; ".join(notes), round(time.perf_counter() - t, 3),
+                 first_fit if first_fit is not None or best is None else time.perf_counter())
 
 
 def _justified(problem: Problem, placement: Placement, evals: list[KnownEval], pace: Pace, until: float,
