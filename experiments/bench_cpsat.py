@@ -136,6 +136,49 @@ def run_time_limits(out: Path) -> None:
             print(row, flush=True)
 
 
+# issue 28 / 29: whole commands at 5 s, S up to 128, B up to 4,096, with JSON output, split
+# backward, V, hardware costs and a free partition
+WHOLE_COMMANDS = (
+    ["search", "-S", "128", "-B", "1024", "--format", "json"],
+    ["search", "-S", "128", "-B", "4096", "--format", "json"],
+    ["search", "-S", "128", "-B", "4096", "--format", "torch-csv"],
+    ["search", "-S", "128", "-B", "1024", "--split-backward", "--format", "json"],
+    ["bound", "-S", "128", "-B", "4096", "--activation-cap", "128", "--comm-slots", "1"],
+    ["search", "-S", "64", "-B", "2048", "--placement", "v", "--activation-cap", "64", "--comm-slots", "1"],
+    ["search", "-S", "64", "-B", "1024", "--system", "dgx_h100_ib", "--model", "llama3_70b", "--format", "json"],
+    ["bound", "-S", "64", "-B", "1024", "--system", "dgx_h100_ib", "--model", "llama3_70b"],
+    ["search", "-S", "64", "-B", "1024", "--system", "dgx_h100_ib", "--model", "llama3_70b", "--split-backward"],
+    ["search", "-S", "64", "-B", "1024", "--system", "dgx_h100_ib", "--model", "llama3_70b", "--partition", "free"],
+    ["search", "-S", "32", "-B", "1024", "--system", "dgx_h100_ib", "--model", "llama3_70b", "--placement", "v"],
+)
+
+
+def run_whole_commands(out: Path, limit: float = 5.0) -> None:
+    """Wall time of whole ``pipetab`` processes (``WHOLE_COMMANDS``, output to a pipe)
+    against ``limit``, with the load average beside each."""
+    import subprocess
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with out.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=["command", "time_limit_s", "wall_s", "within_10pct", "exit", "status",
+                                           "output_bytes", "load_1min", "cores"])
+        w.writeheader()
+        for argv in WHOLE_COMMANDS:
+            load = os.getloadavg()[0]
+            t0 = time.perf_counter()
+            proc = subprocess.run([sys.executable, "-m", "pipetab.cli", *argv, "--time-limit", str(limit)],
+                                  capture_output=True, text=True)
+            wall = time.perf_counter() - t0
+            m = re.search(r'"status": "(\w+)"|status (\w+),', proc.stdout)
+            row = {"command": " ".join(argv), "time_limit_s": limit, "wall_s": round(wall, 2),
+                   "within_10pct": wall <= 1.1 * limit, "exit": proc.returncode,
+                   "status": (m[1] or m[2]) if m else proc.stderr.strip()[:80], "output_bytes": len(proc.stdout),
+                   "load_1min": round(load, 2), "cores": os.cpu_count()}
+            w.writerow(row)
+            fh.flush()
+            print(row, flush=True)
+
+
 FIELDS = [
     "instance", "placement", "S", "B", "cap", "C", "status", "makespan", "lower_bound", "gap",
     "time_to_first_s", "solver_first_s", "time_to_proof_s", "runtime_s", "best_known",
@@ -257,6 +300,8 @@ def main(argv=None) -> int:
     ap.add_argument("--split-set", action="store_true", help="issue 14's idealized split-backward set (resumable)")
     ap.add_argument("--time-limits", action="store_true",
                     help="wall time of whole search processes on issue 17's sizes against their limit")
+    ap.add_argument("--whole-commands", action="store_true",
+                    help="wall time of issue 28's whole commands (5 s, S up to 128, B up to 4096) against their limit")
     ap.add_argument("--part", default="0/1",
                     help="with --split-set or --real-size: run rows i mod n == I of I/N (default 0/1)")
     ap.add_argument("--real-size", action="store_true", help="issue 28's real-size set (resumable)")
@@ -267,6 +312,9 @@ def main(argv=None) -> int:
     results = Path(__file__).resolve().parent.parent / "results"
     if args.time_limits:
         run_time_limits(Path(args.out or results / "bench_cpsat_time_limits.csv"))
+        return 0
+    if args.whole_commands:
+        run_whole_commands(Path(args.out or results / "bench_cpsat_whole_commands.csv"))
         return 0
     try:
         part = tuple(int(x) for x in args.part.split("/"))

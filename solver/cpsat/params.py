@@ -140,7 +140,9 @@ class StrategyParams:
     solve's share; proof-time growth per step ``growth_clamp``; deterministic seconds a
     model build counts per op; ``safety_share`` of the limit (at most ``safety_max_s``)
     kept back (``Deadline``); the cyclic phase's share of the time after the start when
-    the full model fits (all of it when it does not)."""
+    the full model fits (all of it when it does not); searches with an LP only on models
+    of at most ``lp_max_ops`` ops (CP-SAT's ``default_lp`` worker spent 41 s loading a
+    16,384-op V model with a memory cumulative, past its limit and its stop)."""
 
     bound_share: float = 0.55
     shared_capped_bound_share: float = 0.2
@@ -153,6 +155,7 @@ class StrategyParams:
     safety_share: float = 0.05
     safety_max_s: float = 1.0
     cyclic_share: float = 0.15
+    lp_max_ops: int = 8000
 
 
 @dataclass(frozen=True)
@@ -171,7 +174,9 @@ class DecomposeParams:
     kernels expanded; the steady states of the ``cyclic_seeds`` best starts as seeds; a
     kernel's orders run by the simulator settle on a block up to ``cyclic_steady_factor``
     times its own; the list scheduler of one period tries the ``modulo_tries`` periods
-    from the lower bound up and the bound times each of ``modulo_steps``)."""
+    from the lower bound up and the bound times each of ``modulo_steps``, on templates of
+    at most ``modulo_max_ops`` ops; expansions of at most ``cyclic_justify_max_ops`` ops
+    are justified: building the precedence graph of 524,288 took 16 s)."""
 
     max_placements: int = 20000
     max_candidates: int = 50_000
@@ -193,6 +198,8 @@ class DecomposeParams:
     cyclic_seeds: int = 3
     cyclic_steady_factor: int = 16
     modulo_tries: int = 6
+    modulo_max_ops: int = 2000
+    cyclic_justify_max_ops: int = 100_000
     modulo_steps: tuple[float, ...] = (1.1, 1.25, 1.5, 2.0)
 
 

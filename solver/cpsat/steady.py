@@ -81,11 +81,14 @@ def block_period(problem: Problem, placement: Placement, block: int, config: CpS
                  seed: Kernel | None = None) -> BlockOutcome:
     """The least period of block ``block`` (module docstring), within ``deadline``;
     ``seed``: a kernel of this block already known (its period the first upper bound,
-    its starts the hint at that period; else the list scheduler's, ``modulo``)."""
+    its starts the hint at that period), or the list scheduler's (``modulo``) when it is
+    shorter."""
     params = config.decompose
     lb, why = period_lower_bound(problem, placement, block)
-    if seed is None:
-        seed = first_modulo_kernel(problem, placement, block, lb, params.modulo_steps, params.modulo_tries)
+    if template_size(problem, block) <= params.modulo_max_ops:
+        listed = first_modulo_kernel(problem, placement, block, lb, params.modulo_steps, params.modulo_tries)
+        if listed is not None and (seed is None or listed.period < seed.period):
+            seed = listed
     out = BlockOutcome(block, lb, why, kernel=seed)
     lo, hi, step, proving = lb, None if seed is None else seed.period, 1, True
     build_s = 0.0
@@ -198,7 +201,8 @@ def cyclic_phase(problem: Problem, placement: Placement, config: CpSatConfig, de
         schedule = o.kernel.expand(name=f"cyclic-k{o.block}-P{o.period}")  # type: ignore[union-attr]
         ev = checked(problem, schedule, None)
         evals.append(ev)
-        if config.uses("justify") and pace.fits("justify", deadline.end, 1.5):
+        if config.uses("justify") and problem.num_ops <= params.cyclic_justify_max_ops and \
+                pace.fits("justify", deadline.end, 1.5):
             graph = precedence_graph(problem, placement)
             better = (justify(problem, placement, ev, graph, config.start.justify_rounds, deadline.end)
                       if graph else None)

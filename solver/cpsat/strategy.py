@@ -129,14 +129,17 @@ class SearchState:
 # pipelines and a search hinted with the incumbent does not need it
 PROBING_OFF: tuple[tuple[str, object], ...] = (("cp_model_probing_level", 0),)
 
-def search_configs(config: CpSatConfig) -> tuple[CpSatConfig, ...]:
+def search_configs(config: CpSatConfig, num_ops: int = 0) -> tuple[CpSatConfig, ...]:
     """The search phase's solves, used in turn: on at most 2 workers with the default
     portfolio one full search of ``StrategyParams.searches`` each (CP-SAT fills the other
-    worker with LNS), otherwise ``config``'s portfolio; presolve probing off."""
+    worker with LNS) — those with an LP only up to ``StrategyParams.lp_max_ops`` ops —
+    otherwise ``config``'s portfolio; presolve probing off."""
     extra = PROBING_OFF + config.extra_params
     if config.subsolvers is not None or config.workers > 2:
         return (config.replace(extra_params=extra),)
-    return tuple(config.replace(subsolvers=sub, extra_params=extra) for sub in config.strategy.searches)
+    searches = [sub for sub in config.strategy.searches
+                if num_ops <= config.strategy.lp_max_ops or not any("lp" in s and "no_lp" not in s for s in sub)]
+    return tuple(config.replace(subsolvers=sub, extra_params=extra) for sub in searches or config.strategy.searches[:1])
 
 
 def proof_config(config: CpSatConfig) -> CpSatConfig:
@@ -184,7 +187,7 @@ def search_phase(problem: Problem, placement: Placement, config: CpSatConfig, st
     limit). With ``mirror`` pairs (``mirror.mirror_pairs``) the mirror-restricted model
     gets the first ``mirror_share`` of it: its schedules count, its bound does not."""
     params = config.strategy
-    configs = search_configs(config)
+    configs = search_configs(config, problem.num_ops)
     if mirror and not state.should_stop() and deadline.room(state.build_s):
         _mirror_solve(problem, placement, configs[0], state, deadline, rows, mirror)
     stall_s = max(params.stall_min_s, deadline.left() * params.stall_share)
