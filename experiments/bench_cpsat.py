@@ -307,6 +307,8 @@ def main(argv=None) -> int:
     ap.add_argument("--real-size", action="store_true", help="issue 28's real-size set (resumable)")
     ap.add_argument("--sample", type=int, default=None,
                     help="with --real-size: the first N instances of a stratified order instead of the grid")
+    ap.add_argument("--placement-set", action="store_true",
+                    help="with --real-size: bidirectional and interleaved, S in {16, 32}, B in {8S, 16S} instead")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     results = Path(__file__).resolve().parent.parent / "results"
@@ -325,7 +327,8 @@ def main(argv=None) -> int:
         from .cpsat_real_set import run_real_set
 
         limit = 60.0 if args.time_limit == 20.0 else args.time_limit
-        run_real_set(limit, args.workers, Path(args.out or results / "bench_cpsat_real.csv"), part, args.sample)
+        run_real_set(limit, args.workers, Path(args.out or results / "bench_cpsat_real.csv"), part, args.sample,
+                     args.placement_set)
         return 0
     if args.split_set:
         limit = 5.0 if args.quick and args.time_limit == 20.0 else 30.0 if args.time_limit == 20.0 else args.time_limit

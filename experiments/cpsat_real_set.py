@@ -118,13 +118,29 @@ def run_one(point, limit: float, workers: int) -> dict:
     }
 
 
-def run_real_set(limit: float, workers: int, out: Path, part: tuple[int, int], sample: int | None) -> None:
-    """The set (module docstring), appended row by row to ``out``."""
+# issue 28 item 4: several stages per device at S >= 16 and B >= 8S (whole backward, F:B = 1:2)
+PLACEMENT_DIMENSIONS = ((16, 32), (8, 16), ("bidirectional", "interleaved"), ("whole",), CAPS, ((1, 2, 0),), COMMS)
+
+
+def placement_points(sample: int | None, seed: int = 29) -> list[tuple]:
+    """The placement set in a shuffled order (its first ``sample``)."""
+    points = list(itertools.product(*PLACEMENT_DIMENSIONS))
+    random.Random(seed).shuffle(points)
+    return points[:sample] if sample else points
+
+
+def run_real_set(limit: float, workers: int, out: Path, part: tuple[int, int], sample: int | None,
+                 placements: bool = False) -> None:
+    """The set (module docstring; ``placements``: ``PLACEMENT_DIMENSIONS`` instead),
+    appended row by row to ``out``."""
     done = set()
     if out.exists():
         with out.open() as fh:
             done = {r["instance"] for r in csv.DictReader(fh)}
-    points = stratified()[:sample] if sample else [p for i, p in enumerate(grid()) if i % part[1] == part[0]]
+    if placements:
+        points = [p for i, p in enumerate(placement_points(sample)) if i % part[1] == part[0]]
+    else:
+        points = stratified()[:sample] if sample else [p for i, p in enumerate(grid()) if i % part[1] == part[0]]
     out.parent.mkdir(parents=True, exist_ok=True)
     new = not out.exists()
     with out.open("a", newline="") as fh:

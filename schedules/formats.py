@@ -144,6 +144,7 @@ def _columns(table: Table, part: slice = slice(None)) -> list[list]:
 
 
 MAX_FIELD = 2**40  # larger numbers in a table file are refused (not a table pipetab can hold)
+MAX_OPS_COLUMN = 2**24  # a run-length column expands to at most ten times this many values
 
 
 def _record_to_entry(rec: dict, where: str) -> tuple[Op, int, int, int]:
@@ -234,8 +235,9 @@ def from_json(text: str, name: str = "") -> Table:
     """Parse the JSON form (only ``devices`` and ``ops`` are needed). ``ops`` is a list of
     records, or the compact columns ``pipetab search`` writes: an object of equally long
     lists ``device``, ``start``, ``duration``, ``pipeline``, ``stage``, ``microbatch`` and
-    ``kind`` as a string of letters (or a list of them). A ``tick_slots`` of null (a
-    result in seconds, its ops in ticks) reads as 1."""
+    ``kind`` as a string of letters (or a list of them); a column may also be given as
+    ``{"runs": [[value, count], ...]}``. A ``tick_slots`` of null (a result in seconds,
+    its ops in ticks) reads as 1."""
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -269,6 +271,19 @@ def _tick_slots(doc: dict) -> float:
     return float(tick)
 
 
+def _unrun(col, name: str):
+    """A column given as ``{"runs": [[value, count], ...]}`` as its list of values."""
+    if not isinstance(col, dict):
+        return col
+    runs = col.get("runs")
+    if set(col) != {"runs"} or not isinstance(runs, list) or not all(
+            isinstance(r, list) and len(r) == 2 and all(isinstance(x, int) and not isinstance(x, bool) for x in r)
+            and r[1] >= 1 for r in runs) or sum(r[1] for r in runs) > 10 * MAX_OPS_COLUMN:
+        raise FormatError(f'JSON ops columns: {name} must be a list of integers or {{"runs": [[value, count], ...]}} '
+                          "with counts >= 1")
+    return [v for v, n in runs for _ in range(n)]
+
+
 def _from_columns(doc: dict, name: str) -> Table:
     """The compact form: ``ops`` an object of columns (``from_json``)."""
     cols = doc["ops"]
@@ -282,7 +297,7 @@ def _from_columns(doc: dict, name: str) -> Table:
         raise FormatError("JSON ops columns: kind must be a string of the letters F, B and W (or a list of them)")
     values = {}
     for f in ("device", "start", "duration", "pipeline", "stage", "microbatch"):
-        col = cols[f]
+        col = _unrun(cols[f], f)
         try:
             arr = np.array(col) if isinstance(col, list) else None
         except (OverflowError, ValueError):

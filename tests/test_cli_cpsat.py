@@ -19,7 +19,10 @@ def run(capsys, *argv):
 
 def records(doc) -> list[dict]:
     """The JSON's op columns (integer ticks) as records with times in slots."""
-    cols, tick = doc["ops"], doc.get("tick_slots") or 1.0
+    cols, tick = dict(doc["ops"]), doc.get("tick_slots") or 1.0
+    for k, v in cols.items():  # run-length columns as lists
+        if isinstance(v, dict):
+            cols[k] = [x for x, n in v["runs"] for _ in range(n)]
     kinds = list(cols["kind"])
     out = []
     for i, kind in enumerate(kinds):
@@ -259,3 +262,18 @@ def test_the_status_line_explains_a_gap_beside_optimal_durations(capsys):
         assert "gap 0.00%" in status
     else:
         assert "rounding to ticks" in status or "gap -" in status
+
+
+def test_json_columns_with_runs_read_back_and_bad_runs_are_named():
+    """A column of long runs (device, pipeline) may be written as runs; the reader expands
+    them, and names a malformed one in one line."""
+    from pipetab.schedules import formats
+
+    doc = {"devices": 2, "tick_slots": None, "ops": {
+        "device": {"runs": [[0, 2], [1, 2]]}, "start": [0, 2, 1, 3], "duration": [1, 1, 1, 1], "kind": "FBFB",
+        "pipeline": {"runs": [[0, 4]]}, "stage": [0, 0, 1, 1], "microbatch": [0, 0, 0, 0]}}
+    table = formats.from_json(json.dumps(doc))
+    assert len(table) == 4 and table.tick_slots == 1.0 and list(table.device) == [0, 0, 1, 1]
+    doc["ops"]["device"] = {"runs": [[0, 0], [1, 4]]}
+    with pytest.raises(formats.FormatError, match="device must be a list of integers or"):
+        formats.from_json(json.dumps(doc))

@@ -317,18 +317,21 @@ class OutputBudget:
     """What the command keeps back from ``--time-limit`` for its output: ``fixed_s``
     plus, per op of the schedule, ``json_s_per_op`` (timing the ops and writing them as
     columns) or ``torch_s_per_op`` (laying the schedule out and writing torch's CSV);
-    ``text_s`` for the summary. Measured on S=128, B=1,024 (262,144 ops): docs/cpsat.md."""
+    ``text_s`` for the summary, at most ``most_share`` of the limit. Measured on S=128,
+    B=1,024 (262,144 ops): docs/cpsat.md."""
 
     fixed_s: float = 0.15
-    json_s_per_op: float = 5e-6
+    json_s_per_op: float = 2.5e-6
     torch_s_per_op: float = 6e-6
     text_s: float = 0.05
+    most_share: float = 0.5
 
     def seconds(self, args, num_ops: int) -> float:
+        """At most ``most_share`` of the limit: the solves need time to find something."""
         if args.no_ops or args.format == "text":
             return self.fixed_s + self.text_s
         per_op = self.torch_s_per_op if args.format == "torch-csv" else self.json_s_per_op
-        return self.fixed_s + per_op * num_ops
+        return min(self.most_share * args.time_limit, self.fixed_s + per_op * num_ops)
 
 
 def _started(args) -> float:
@@ -377,7 +380,9 @@ def run(args) -> None:
 
 def ops_columns(schedule, costs, real=None) -> tuple[dict, dict | None]:
     """The schedule's ops as columns (``device``, ``start``, ``duration``, ``kind`` as one
-    string of letters, ``pipeline``, ``stage``, ``microbatch``), by device and start,
+    string of letters, ``pipeline``, ``stage``, ``microbatch``; ``device`` and
+    ``pipeline``, long runs of equal values, as ``{"runs": [[value, count], ...]}`` where
+    that is shorter, ``_runs``), by device and start,
     timed by the simulator on integer ``costs`` (ticks): the compact form of a table that
     ``schedules.formats.from_json`` reads; with ``real`` costs in seconds also the ops'
     ``start`` and ``end`` there, in the same order."""
@@ -390,15 +395,28 @@ def ops_columns(schedule, costs, real=None) -> tuple[dict, dict | None]:
     duration = np.rint(sim.end_times).astype(np.int64) - start
     order = np.lexsort((start, schedule.device))
     ops = schedule.ops
-    cols = {"device": schedule.device[order].tolist(), "start": start[order].tolist(),
+    cols = {"device": _runs(schedule.device[order]), "start": start[order].tolist(),
             "duration": duration[order].tolist(),
             "kind": "".join(np.array(["F", "B", "W"])[ops.kind[order]].tolist()),
-            "pipeline": ops.pipeline[order].tolist(), "stage": ops.stage[order].tolist(),
+            "pipeline": _runs(ops.pipeline[order]), "stage": ops.stage[order].tolist(),
             "microbatch": ops.microbatch[order].tolist()}
     if real is None:
         return cols, None
     timed = simulate(schedule, real)
     return cols, {"start": timed.start_times[order].tolist(), "end": timed.end_times[order].tolist()}
+
+
+def _runs(values) -> list | dict:
+    """A column as a list, or as ``{"runs": [[value, count], ...]}`` when it has fewer
+    than a quarter as many runs of equal values as values (device, pipeline and stage
+    columns sorted by device: a few runs)."""
+    import numpy as np
+
+    change = np.flatnonzero(np.diff(values)) + 1
+    if 4 * (len(change) + 1) >= len(values):
+        return values.tolist()
+    bounds = np.concatenate([[0], change, [len(values)]])
+    return {"runs": np.stack([values[bounds[:-1]], np.diff(bounds)], axis=1).tolist()}
 
 
 def _emit_json(doc: dict, schedule, ops_costs, real=None) -> None:

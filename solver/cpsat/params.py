@@ -117,7 +117,8 @@ class StartParams:
     time; ``costs`` of its steps in evaluations; a model is built only while ``builds_left``
     builds fit; above ``time_unfit_ops`` ops a schedule breaking the cap is not timed;
     ``slack_starts``; ``probe`` (devices, microbatches) tells a generator's shape;
-    ``justify_rounds`` of double justification."""
+    ``justify_rounds`` of double justification; a generator's time at full size is
+    extrapolated from its times at ``time_probe_cells`` devices x microbatches."""
 
     share: float = 0.3
     costs: tuple[tuple[str, float], ...] = (("evaluate", 1.0), ("greedy", 10.0), ("justify", 40.0), ("build", 60.0))
@@ -126,6 +127,7 @@ class StartParams:
     slack_starts: tuple[tuple[float, float | None], ...] = SLACK_STARTS
     probe: tuple[int, int] = (4, 8)
     justify_rounds: int = 8
+    time_probe_cells: tuple[int, int] = (1024, 8192)
 
     def cost(self, step: str) -> float:
         return dict(self.costs)[step]

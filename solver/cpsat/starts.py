@@ -38,14 +38,16 @@ def _registry_options(problem: Problem) -> dict[str, int]:
 
 
 def registry_schedules(problem: Problem, placement: Placement, probe: tuple[int, int] = (4, 8),
-                       until: Callable[[], float | None] = lambda: None) -> Iterator[Schedule]:
+                       until: Callable[[], float | None] = lambda: None,
+                       params: StartParams = StartParams()) -> Iterator[Schedule]:
     """The registry's schedules (default options; Hanayo with the problem's waves,
     interleaved with its chunks) of the problem's shape and placement — under a memory
     cap those of least formula peak memory first, else those of least formula bubble.
     The shape is checked on a small instance (``probe`` devices and microbatches) first,
-    so large problems generate only those that fit it; a generator whose time at full
-    size, extrapolated from the probe and one twice its size, would end past ``until()``
-    is skipped."""
+    so large problems generate only those that fit it; above
+    ``StartParams.time_probe_cells`` devices x microbatches, a generator whose time at
+    full size, extrapolated from its times at those sizes, would end past ``until()`` is
+    skipped."""
     from pipetab.schedules import registry
 
     S, B = problem.num_devices, problem.num_microbatches
@@ -67,7 +69,8 @@ def registry_schedules(problem: Problem, placement: Placement, probe: tuple[int,
         candidates.append((key, name, opts))
     for _, name, opts in sorted(candidates, key=lambda c: (c[0], c[1])):
         end = until()
-        if end is not None and time.perf_counter() + _generation_time(name, opts, probe, S * B) > end:
+        if end is not None and params.time_probe_cells[1] < S * B and \
+                time.perf_counter() + _generation_time(name, opts, params.time_probe_cells, S * B) > end:
             continue
         try:
             s = _generate(name, S, B, tuple(opts.items()))
@@ -77,22 +80,22 @@ def registry_schedules(problem: Problem, placement: Placement, probe: tuple[int,
             yield s
 
 
-def _generation_time(name: str, opts: dict, probe: tuple[int, int], cells: int) -> float:
+def _generation_time(name: str, opts: dict, sizes: tuple[int, int], cells: int) -> float:
     """A generator's predicted seconds for ``cells`` devices x microbatches: the line
-    through its times at the probe's size and at twice its devices and microbatches."""
-    S, B = probe
+    through its times at ``sizes`` cells (8 devices and sizes / 8 microbatches; 0 when
+    it refuses them)."""
+    from pipetab.schedules import registry
+
     times = []
-    for k in (1, 2):
+    for c in sizes:
         t = time.perf_counter()
         try:
-            from pipetab.schedules import registry
-
-            registry.generate(name, k * S, k * B, **opts)
+            registry.generate(name, 8, c // 8, **opts)
         except (ValueError, TypeError):
             return 0.0
         times.append(time.perf_counter() - t)
-    slope = max(0.0, times[1] - times[0]) / (3 * S * B)
-    return times[0] + slope * (cells - S * B)
+    slope = max(0.0, times[1] - times[0]) / (sizes[1] - sizes[0])
+    return times[1] + slope * (cells - sizes[1])
 
 
 @functools.lru_cache(maxsize=16)
@@ -269,7 +272,7 @@ def start_phase(problem: Problem, placement: Placement, config: CpSatConfig, kno
     sources = []
     if config.known_generators:
         sources.append(("evaluate", registry_schedules(problem, placement, params.probe,
-                                                       lambda: until if best_of(evals) else hard)))
+                                                       lambda: until if best_of(evals) else hard, params)))
     hard = deadline.end - pace.reserve()
     sources.append(("greedy", greedy_starts(problem, placement, params, lambda: until if best_of(evals) else hard)))
     for step, schedules in sources:
