@@ -69,9 +69,9 @@ def _first_free(busy: np.ndarray, ready: int, dur: int) -> int | None:
     """The earliest x >= ready (within one period of it) with phases x .. x + dur - 1
     free, or None."""
     P = len(busy)
-    free = ~np.roll(np.concatenate([busy, busy]), -(ready % P))[:P + dur - 1]
-    run = np.convolve(free.astype(np.int64), np.ones(dur, np.int64), "valid")[:P]
-    hits = np.flatnonzero(run == dur)
+    taken = np.roll(np.concatenate([busy, busy]), -(ready % P))[:P + dur - 1]
+    count = np.concatenate([[0], np.cumsum(taken)])  # busy phases before each offset
+    hits = np.flatnonzero(count[dur:dur + P] == count[:P])  # no busy phase in [x, x + dur)
     return None if not hits.size else ready + int(hits[0])
 
 

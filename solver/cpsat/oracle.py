@@ -8,6 +8,7 @@ is checked against.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -100,6 +101,7 @@ class KnownEval:
     timing: Timing | None
     memory: MemoryCheck
     error: str | None = None
+    sim_s: float = 0.0  # what simulating it took (the pace's unit; the objective's judge aside)
 
     @property
     def fits(self) -> bool:
@@ -117,6 +119,7 @@ def evaluate_known(problem: Problem, schedule: Schedule, time_unfit: bool = True
     ``time_unfit=False``: a schedule that breaks a cap is not timed (makespan None)."""
     from .objectives import objective
 
+    t = time.perf_counter()
     mem = memory_check(problem, schedule)
     if not mem.fits and not time_unfit:
         return KnownEval(schedule, None, None, mem, "not timed: it breaks the memory cap")
@@ -124,8 +127,9 @@ def evaluate_known(problem: Problem, schedule: Schedule, time_unfit: bool = True
         sim = simulate(schedule, problem.costs)
     except DeadlockError as exc:
         return KnownEval(schedule, None, None, mem, str(exc))
+    spent = time.perf_counter() - t
     value, timing = objective(problem).judge(problem, schedule, sim)
-    return KnownEval(schedule, value, timing, mem)
+    return KnownEval(schedule, value, timing, mem, sim_s=spent)
 
 
 def relabel_microbatches(schedule: Schedule, timing: Timing) -> tuple[Schedule, Timing]:
