@@ -15,9 +15,17 @@ It appends to its CSV and skips the rows already there, so it can run in parts
 (``--part I/N``: the I-th of N interleaved parts, each instance with both weight
 memories and with and without seeds) and resume.
 
-Writes results/bench_cpsat.csv (results/bench_cpsat_split.csv) and prints a table.
+``--real-size`` runs issue 28's real-size set (``experiments.cpsat_real_set``): S in {8, 16,
+32, 64}, B in {4S, 16S, 64S}, whole and split backward, linear and V placements, caps {S, 2S}
+M_B, F:B:W in {1:2:0, 1:1:1, 3:4:2}, messages of 0 or 1 slot; 60 s per instance, stopping at a
+proven gap of 1 %. ``--sample N``: the first N of a stratified order (every value of every
+dimension about equally often); ``--part I/N``: the I-th of N interleaved parts of the whole
+grid. Both append to their CSV and skip the instances already there (resumable).
+
+Writes results/bench_cpsat.csv (results/bench_cpsat_split.csv, results/bench_cpsat_real.csv)
+and prints a table.
 Run: python -m experiments.bench_cpsat [--time-limit SEC] [--quick] [--workers N]
-     [--only-targets] [--split-set [--part I/N]] [--out PATH]
+     [--only-targets] [--split-set [--part I/N]] [--real-size [--sample N | --part I/N]] [--out PATH]
 """
 
 from __future__ import annotations
@@ -125,6 +133,49 @@ def run_time_limits(out: Path) -> None:
                    "within": wall <= 1.1 * limit + 1.0, "status": m[1] if m else f"exit {proc.returncode}",
                    "makespan": m[2] if m else None, "lower_bound": m[3] if m else None, "cores": os.cpu_count()}
             w.writerow(row)
+            print(row, flush=True)
+
+
+# issue 28 / 29: whole commands at 5 s, S up to 128, B up to 4,096, with JSON output, split
+# backward, V, hardware costs and a free partition
+WHOLE_COMMANDS = (
+    ["search", "-S", "128", "-B", "1024", "--format", "json"],
+    ["search", "-S", "128", "-B", "4096", "--format", "json"],
+    ["search", "-S", "128", "-B", "4096", "--format", "torch-csv"],
+    ["search", "-S", "128", "-B", "1024", "--split-backward", "--format", "json"],
+    ["bound", "-S", "128", "-B", "4096", "--activation-cap", "128", "--comm-slots", "1"],
+    ["search", "-S", "64", "-B", "2048", "--placement", "v", "--activation-cap", "64", "--comm-slots", "1"],
+    ["search", "-S", "64", "-B", "1024", "--system", "dgx_h100_ib", "--model", "llama3_70b", "--format", "json"],
+    ["bound", "-S", "64", "-B", "1024", "--system", "dgx_h100_ib", "--model", "llama3_70b"],
+    ["search", "-S", "64", "-B", "1024", "--system", "dgx_h100_ib", "--model", "llama3_70b", "--split-backward"],
+    ["search", "-S", "64", "-B", "1024", "--system", "dgx_h100_ib", "--model", "llama3_70b", "--partition", "free"],
+    ["search", "-S", "32", "-B", "1024", "--system", "dgx_h100_ib", "--model", "llama3_70b", "--placement", "v"],
+)
+
+
+def run_whole_commands(out: Path, limit: float = 5.0) -> None:
+    """Wall time of whole ``pipetab`` processes (``WHOLE_COMMANDS``, output to a pipe)
+    against ``limit``, with the load average beside each."""
+    import subprocess
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with out.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=["command", "time_limit_s", "wall_s", "within_10pct", "exit", "status",
+                                           "output_bytes", "load_1min", "cores"])
+        w.writeheader()
+        for argv in WHOLE_COMMANDS:
+            load = os.getloadavg()[0]
+            t0 = time.perf_counter()
+            proc = subprocess.run([sys.executable, "-m", "pipetab.cli", *argv, "--time-limit", str(limit)],
+                                  capture_output=True, text=True)
+            wall = time.perf_counter() - t0
+            m = re.search(r'"status": "(\w+)"|status (\w+),', proc.stdout)
+            row = {"command": " ".join(argv), "time_limit_s": limit, "wall_s": round(wall, 2),
+                   "within_10pct": wall <= 1.1 * limit, "exit": proc.returncode,
+                   "status": (m[1] or m[2]) if m else proc.stderr.strip()[:80], "output_bytes": len(proc.stdout),
+                   "load_1min": round(load, 2), "cores": os.cpu_count()}
+            w.writerow(row)
+            fh.flush()
             print(row, flush=True)
 
 
@@ -249,19 +300,37 @@ def main(argv=None) -> int:
     ap.add_argument("--split-set", action="store_true", help="issue 14's idealized split-backward set (resumable)")
     ap.add_argument("--time-limits", action="store_true",
                     help="wall time of whole search processes on issue 17's sizes against their limit")
-    ap.add_argument("--part", default="0/1", help="with --split-set: run rows i mod n == I of I/N (default 0/1)")
+    ap.add_argument("--whole-commands", action="store_true",
+                    help="wall time of issue 28's whole commands (5 s, S up to 128, B up to 4096) against their limit")
+    ap.add_argument("--part", default="0/1",
+                    help="with --split-set or --real-size: run rows i mod n == I of I/N (default 0/1)")
+    ap.add_argument("--real-size", action="store_true", help="issue 28's real-size set (resumable)")
+    ap.add_argument("--sample", type=int, default=None,
+                    help="with --real-size: the first N instances of a stratified order instead of the grid")
+    ap.add_argument("--placement-set", action="store_true",
+                    help="with --real-size: bidirectional and interleaved, S in {16, 32}, B in {8S, 16S} instead")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     results = Path(__file__).resolve().parent.parent / "results"
     if args.time_limits:
         run_time_limits(Path(args.out or results / "bench_cpsat_time_limits.csv"))
         return 0
+    if args.whole_commands:
+        run_whole_commands(Path(args.out or results / "bench_cpsat_whole_commands.csv"))
+        return 0
+    try:
+        part = tuple(int(x) for x in args.part.split("/"))
+        assert len(part) == 2 and 0 <= part[0] < part[1]
+    except (ValueError, AssertionError):
+        ap.error(f"--part must look like I/N with 0 <= I < N, got {args.part!r}")
+    if args.real_size:
+        from .cpsat_real_set import run_real_set
+
+        limit = 60.0 if args.time_limit == 20.0 else args.time_limit
+        run_real_set(limit, args.workers, Path(args.out or results / "bench_cpsat_real.csv"), part, args.sample,
+                     args.placement_set)
+        return 0
     if args.split_set:
-        try:
-            part = tuple(int(x) for x in args.part.split("/"))
-            assert len(part) == 2 and 0 <= part[0] < part[1]
-        except (ValueError, AssertionError):
-            ap.error(f"--part must look like I/N with 0 <= I < N, got {args.part!r}")
         limit = 5.0 if args.quick and args.time_limit == 20.0 else 30.0 if args.time_limit == 20.0 else args.time_limit
         run_split_set(limit, args.workers, Path(args.out or results / "bench_cpsat_split.csv"), part)
         return 0

@@ -164,6 +164,7 @@ def _columns(table: Table, part: slice = slice(None)) -> list[list]:
 
 
 MAX_FIELD = 2**40  # larger numbers in a table file are refused (not a table pipetab can hold)
+MAX_OPS_COLUMN = 2**24  # a run-length column expands to at most ten times this many values
 
 
 def _record_to_entry(rec: dict, where: str) -> tuple[Op, int, int, int]:
@@ -251,7 +252,12 @@ def json_chunks(table: Table, schedule: str = "", stages: int | None = None, bub
 
 
 def from_json(text: str, name: str = "") -> Table:
-    """Parse the JSON form (only ``devices`` and ``ops`` are needed)."""
+    """Parse the JSON form (only ``devices`` and ``ops`` are needed). ``ops`` is a list of
+    records, or the compact columns ``pipetab search`` writes: an object of equally long
+    lists ``device``, ``start``, ``duration``, ``pipeline``, ``stage``, ``microbatch`` and
+    ``kind`` as a string of letters (or a list of them); a column may also be given as
+    ``{"runs": [[value, count], ...]}``. A ``tick_slots`` of null (a result in seconds,
+    its ops in ticks) reads as 1."""
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -259,8 +265,10 @@ def from_json(text: str, name: str = "") -> Table:
     except RecursionError:
         raise FormatError("JSON table is nested too deeply (a table is an object with an 'ops' list of "
                           "flat records)") from None
-    if not isinstance(doc, dict) or not isinstance(doc.get("ops"), list):
-        raise FormatError("JSON table must be an object with an 'ops' list")
+    if not isinstance(doc, dict) or not isinstance(doc.get("ops"), (list, dict)):
+        raise FormatError("JSON table must be an object with an 'ops' list (or an object of columns)")
+    if isinstance(doc["ops"], dict):
+        return _from_columns(doc, name)
     records = [
         _record_to_entry(r if isinstance(r, dict) else {}, f"JSON op {i}") for i, r in enumerate(doc["ops"])
     ]
@@ -269,9 +277,71 @@ def from_json(text: str, name: str = "") -> Table:
     devices = doc.get("devices", max(r[1] for r in records) + 1)
     if not isinstance(devices, int) or devices < 1:
         raise FormatError(f"JSON table: devices must be an integer >= 1, got {devices!r}")
-    tick = doc.get("tick_slots", 1.0)
     try:
-        return _table(devices, records, name or str(doc.get("schedule", "")), tick)
+        return _table(devices, records, name or str(doc.get("schedule", "")), _tick_slots(doc))
+    except ValueError as exc:
+        raise FormatError(f"JSON table: {exc}") from None
+
+
+def _tick_slots(doc: dict) -> float:
+    tick = doc.get("tick_slots", 1.0)
+    tick = 1.0 if tick is None else tick
+    if isinstance(tick, bool) or not isinstance(tick, (int, float)) or not 0 < tick < float("inf"):
+        raise FormatError(f"JSON table: tick_slots must be a number > 0, got {tick!r}")
+    return float(tick)
+
+
+def _unrun(col, name: str):
+    """A column given as ``{"runs": [[value, count], ...]}`` as its list of values."""
+    if not isinstance(col, dict):
+        return col
+    runs = col.get("runs")
+    if set(col) != {"runs"} or not isinstance(runs, list) or not all(
+            isinstance(r, list) and len(r) == 2 and all(isinstance(x, int) and not isinstance(x, bool) for x in r)
+            and r[1] >= 1 for r in runs) or sum(r[1] for r in runs) > 10 * MAX_OPS_COLUMN:
+        raise FormatError(f'JSON ops columns: {name} must be a list of integers or {{"runs": [[value, count], ...]}} '
+                          "with counts >= 1")
+    return [v for v, n in runs for _ in range(n)]
+
+
+def _from_columns(doc: dict, name: str) -> Table:
+    """The compact form: ``ops`` an object of columns (``from_json``)."""
+    cols = doc["ops"]
+    missing = [f for f in FIELDS if f not in cols]
+    if missing:
+        raise FormatError(f"JSON ops columns: missing {missing[0]!r} (columns: {', '.join(FIELDS)})")
+    kinds = cols["kind"]
+    if isinstance(kinds, str):
+        kinds = list(kinds)
+    if not isinstance(kinds, list) or any(k not in ("F", "B", "W") for k in kinds):
+        raise FormatError("JSON ops columns: kind must be a string of the letters F, B and W (or a list of them)")
+    values = {}
+    for f in ("device", "start", "duration", "pipeline", "stage", "microbatch"):
+        col = _unrun(cols[f], f)
+        try:
+            arr = np.array(col) if isinstance(col, list) else None
+        except (OverflowError, ValueError):
+            arr = None
+        if arr is None or (arr.size and arr.dtype.kind not in "iu") or arr.ndim != 1:
+            raise FormatError(f"JSON ops columns: {f} must be a list of integers")
+        if len(arr) != len(kinds):
+            raise FormatError(f"JSON ops columns: {f} has {len(arr)} values, kind has {len(kinds)}")
+        low = 1 if f == "duration" else 0
+        bad = np.flatnonzero((arr < low) | (arr > MAX_FIELD))
+        if bad.size:
+            raise FormatError(f"JSON op {int(bad[0])}: {f} must be {'>= 1' if low else '>= 0'} and at most "
+                              f"{MAX_FIELD}, got {col[int(bad[0])]!r}")
+        values[f] = arr.astype(np.int64)
+    if not kinds:
+        raise FormatError("JSON table has no ops")
+    devices = doc.get("devices", int(values["device"].max()) + 1)
+    if not isinstance(devices, int) or isinstance(devices, bool) or devices < 1:
+        raise FormatError(f"JSON table: devices must be an integer >= 1, got {devices!r}")
+    codes = np.array([KIND_CODES[Kind(k)] for k in kinds], np.int8)
+    ops = OpArrays(codes, values["pipeline"], values["stage"], values["microbatch"])
+    try:
+        return Table.from_arrays(devices, ops, values["device"], values["start"], values["duration"],
+                                 name or str(doc.get("schedule", "")), _tick_slots(doc))
     except ValueError as exc:
         raise FormatError(f"JSON table: {exc}") from None
 

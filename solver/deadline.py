@@ -16,8 +16,11 @@ from typing import Protocol
 
 
 class _Spent(Protocol):
-    det_time: float
-    wall_time: float
+    @property
+    def det_time(self) -> float: ...
+
+    @property
+    def wall_time(self) -> float: ...
 
 
 class Deadline:

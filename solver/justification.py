@@ -108,14 +108,20 @@ def right_pass(graph: PrecedenceGraph, priority: Sequence[float], horizon: int) 
     return starts
 
 
-def double_justify(graph: PrecedenceGraph, starts: Sequence[int], max_rounds: int = 8) -> list[int]:
+def double_justify(graph: PrecedenceGraph, starts: Sequence[int], max_rounds: int = 8,
+                   until: float | None = None) -> list[int]:
     """Rounds of (right pass in order of latest end, left pass in order of the right
     pass's starts) from a feasible ``starts`` until a round no longer shortens the
-    makespan; the best starts seen."""
+    makespan (or ``until``, a ``time.perf_counter`` time, has passed); the best starts
+    seen."""
+    import time
+
     best = list(starts)
     best_makespan = graph.makespan(best)
     current = best
     for _ in range(max_rounds):
+        if until is not None and time.perf_counter() > until:
+            break
         horizon = graph.makespan(current)
         late = right_pass(graph, [-(s + d) for s, d in zip(current, graph.duration)], horizon)
         current = left_pass(graph, late)

@@ -382,3 +382,61 @@ def _periodicity(x: list[tuple[float, ...]]) -> tuple[int | None, int]:
         if k0 + 2 * c <= K - 1:
             return k0, c
     return None, 1
+
+
+# ---- a periodic schedule's blocks through the simulator ----------------------------------
+
+@dataclass(frozen=True)
+class BlockRun:
+    """A schedule of ``blocks`` blocks of ``block`` microbatches simulated as one step (the
+    first microbatches of a periodic schedule, ``cpsat.cyclic.Kernel.expand``).
+    ``period``: how much later every op of microbatch m + block starts than that of m,
+    over the middle blocks (``periodic_from`` to ``periodic_to``, where the starts repeat
+    with that growth; None when they do not); the first and last blocks are the warm-up
+    and cool-down, where ops wait less."""
+
+    blocks: int
+    block: int
+    period: float | None
+    periodic_from: int | None
+    periodic_to: int | None
+    simulation: Simulation = field(compare=False, repr=False)
+
+
+def block_simulation(schedule: Schedule, costs: Costs, block: int) -> BlockRun:
+    """Simulate ``schedule`` (whose microbatches come in blocks of ``block``) with the
+    level-3 simulator and measure the growth per block of every op's start: the longest
+    run of consecutive blocks b with start(op of m + block) - start(op of m) the same for
+    every op of every microbatch m of block b (``BlockRun``)."""
+    if not isinstance(block, int) or isinstance(block, bool) or block < 1:
+        raise ValueError(f"block must be an integer >= 1, got {block!r}")
+    n = schedule.num_microbatches // block
+    if n < 3:
+        raise ValueError(f"block_simulation needs at least 3 blocks of {block}, got {schedule.num_microbatches} "
+                         "microbatches")
+    sim = simulate(schedule, costs)
+    ops = schedule.ops
+    keep = ops.microbatch < n * block
+    key = schedule.codes[keep]
+    b, j = np.divmod(ops.microbatch[keep], block)
+    width = int(key.max()) + 1
+    grid = np.full((n, block * width), np.nan)
+    grid[b, j * width + key] = sim.start_times[keep]
+    steps = np.diff(grid, axis=0)  # steps[i]: block i+1 minus block i
+    growth = np.nanmax(steps, axis=1)
+    same = np.array([np.allclose(row[~np.isnan(row)], g) for row, g in zip(steps, growth)])
+    best: tuple[int, int] | None = None
+    i = 0
+    while i < len(same):
+        if not same[i]:
+            i += 1
+            continue
+        k = i
+        while k + 1 < len(same) and same[k + 1] and np.isclose(growth[k + 1], growth[i]):
+            k += 1
+        if best is None or k - i > best[1] - best[0]:
+            best = (i, k)
+        i = k + 1
+    if best is None:
+        return BlockRun(n, block, None, None, None, sim)
+    return BlockRun(n, block, float(growth[best[0]]), best[0], best[1] + 1, sim)

@@ -183,9 +183,11 @@ def test_a_layer_split_is_costed_in_the_cluster_context(capsys):
     sched = replace(registry.generate("1f1b", 4, 4), stage_work=((10.0, 9.0, 8.0, 5.0),))
     costs = hardware_costs(sched, "dgx_h100_ib", "llama3_8b", Context(tp=2, dp=2, sequence_parallel=True, zero=1,
                                                                       microbatch_size=1))
-    for rec in doc["ops"]:
-        if rec["kind"] == "F":
-            assert rec["duration"] == pytest.approx(costs.op_time[(Kind.F, 0, rec["stage"])], rel=1e-9)
+    cols, times = doc["ops"], doc["times_s"]  # ops as columns; their times in seconds beside them
+    for i, kind in enumerate(cols["kind"]):
+        if kind == "F":
+            assert times["end"][i] - times["start"][i] == pytest.approx(
+                costs.op_time[(Kind.F, 0, cols["stage"][i])], rel=1e-9)
     even = run_json(capsys, "search", "-S", "4", "-B", "4", "--partition", "8,8,8,8", *ctx)
     default = run_json(capsys, "search", "-S", "4", "-B", "4", *ctx)
     assert even["makespan"] == pytest.approx(default["makespan"], rel=1e-9)

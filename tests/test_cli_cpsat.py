@@ -17,6 +17,20 @@ def run(capsys, *argv):
     return code, out, err
 
 
+def records(doc) -> list[dict]:
+    """The JSON's op columns (integer ticks) as records with times in slots."""
+    cols, tick = dict(doc["ops"]), doc.get("tick_slots") or 1.0
+    for k, v in cols.items():  # run-length columns as lists
+        if isinstance(v, dict):
+            cols[k] = [x for x, n in v["runs"] for _ in range(n)]
+    kinds = list(cols["kind"])
+    out = []
+    for i, kind in enumerate(kinds):
+        rec = {k: cols[k][i] for k in ("device", "start", "duration", "pipeline", "stage", "microbatch")}
+        out.append({**rec, "kind": kind, "start": rec["start"] * tick, "duration": rec["duration"] * tick})
+    return out
+
+
 def test_search_beats_1f1b_under_cap(capsys):
     code, out, err = run(capsys, "search", "-S", "4", "-B", "8", "--comm-slots", "1", "--activation-cap", "4",
                          "--time-limit", "20", "--format", "json")
@@ -27,13 +41,14 @@ def test_search_beats_1f1b_under_cap(capsys):
     one_f_one_b = registry.generate("1f1b", 4, 8)
     assert simulate(one_f_one_b, slot_costs(one_f_one_b, SlotDurations(1, 2), comm_slots=1)).makespan == 49
     assert doc["makespan"] < 49 and doc["lower_bound"] == doc["makespan"]
-    assert len(doc["ops"]) == 2 * 4 * 8
-    assert max(o["start"] + o["duration"] for o in doc["ops"]) == doc["makespan"]
+    ops = records(doc)
+    assert len(ops) == 2 * 4 * 8
+    assert max(o["start"] + o["duration"] for o in ops) == doc["makespan"]
     # every device holds at most 4 live activations in the returned schedule
     for d in range(4):
         live = peak = 0
         events = sorted((o["start"] if o["kind"] == "F" else o["start"] + o["duration"], o["kind"] == "F")
-                        for o in doc["ops"] if o["device"] == d)
+                        for o in ops if o["device"] == d)
         for _, is_f in events:
             live += 1 if is_f else -1
             peak = max(peak, live)
@@ -133,7 +148,7 @@ def test_split_backward_with_partial_weight_memory(capsys):
     doc = json.loads(out)
     assert doc["status"] in ("optimal", "feasible") and doc["known"]["zb-h1"]["fits"]
     assert doc["makespan"] <= doc["known"]["zb-h1"]["makespan"]
-    assert {o["kind"] for o in doc["ops"]} == {"F", "B", "W"}
+    assert set(doc["ops"]["kind"]) == {"F", "B", "W"}
     assert any("M_W to its W's end" in a for a in doc["bound_assumptions"])
 
 
@@ -144,7 +159,7 @@ def test_v_placement_reports_slots(capsys):
     assert code == 0, err
     doc = json.loads(out)
     assert doc["tick_slots"] == 0.5 and doc["status"] == "optimal"
-    assert max(o["start"] + o["duration"] for o in doc["ops"]) == doc["makespan"]
+    assert max(o["start"] + o["duration"] for o in records(doc)) == doc["makespan"]
     # a device's work per microbatch is F + B = 3 slots as on a linear pipeline: 4 microbatches
     # on 2 devices take at least 4 * 3 slots
     assert doc["makespan"] >= 12
@@ -181,3 +196,84 @@ def test_period_objective_from_the_command_line(capsys):
     assert docs["period"]["lower_bound"] <= docs["makespan"]["lower_bound"]
     assert any("longest device span" in a for a in docs["period"]["bound_assumptions"])
     assert next(p["name"] for p in docs["period"]["phases"]) == "start"
+
+
+@pytest.mark.parametrize("argv", [
+    ["--placement", "v"],
+    ["--placement", "interleaved", "--chunks", "2"],
+    ["--placement", "wave", "--waves", "1"],
+    ["--placement", "v", "--split-backward"],
+    ["--system", "mid_nw_mid_cp", "--model", "tiny_gpt", "--memory-cap", "100TB"],
+    ["--system", "mid_nw_mid_cp", "--model", "tiny_gpt", "--memory-cap", "100TB", "--placement", "v"],
+])
+def test_search_json_reads_back_with_check(capsys, tmp_path, argv):
+    """Issue 29: the JSON of V, interleaved, wave and hardware-cost searches is a table
+    ``pipetab check`` reads (ops as columns in integer ticks), with the same ops."""
+    code, out, err = run(capsys, "search", "-S", "4", "-B", "8", *argv, "--time-limit", "5", "--format", "json")
+    assert code == 0, err
+    doc = json.loads(out)
+    path = tmp_path / "found.json"
+    path.write_text(out)
+    code, checked, err = run(capsys, "check", str(path), "--format", "json")
+    assert code == 0, err
+    report = json.loads(checked)
+    assert report["valid"] and report["devices"] == 4 and report["microbatches"] == 8
+    stages = 4 * (2 if any(a in argv for a in ("v", "interleaved", "wave")) else 1)
+    kinds = 3 if "--split-backward" in argv else 2
+    assert len(doc["ops"]["kind"]) == len(doc["ops"]["start"]) == 8 * stages * kinds
+
+
+def test_search_torch_csv_reads_back(capsys, tmp_path):
+    """``--format torch-csv``: the found schedule's per-rank actions, which ``check``
+    reads as a torch CSV, in the same per-device order as the JSON's schedule."""
+    base = ["search", "-S", "4", "-B", "8", "--split-backward", "--activation-cap", "4", "--time-limit", "5"]
+    code, out, err = run(capsys, *base, "--format", "torch-csv")
+    assert code == 0, err
+    rows = [r.split(",") for r in out.strip().splitlines()]
+    assert len(rows) == 4 and all(c == "" or c[-1].isdigit() for r in rows for c in r)
+    path = tmp_path / "found.csv"
+    path.write_text(out)
+    code, _, err = run(capsys, "check", str(path))
+    assert code == 0, err
+    from pipetab.schedules import formats
+
+    table = formats.from_torch_csv(out)
+    assert table.microbatches == 8 and len(table) == 4 * 8 * 3
+
+
+def test_torch_csv_refuses_two_pipelines_and_no_ops_drops_the_ops(capsys):
+    code, _, err = run(capsys, "search", "-S", "4", "-B", "8", "--placement", "bidirectional", "--format", "torch-csv")
+    assert code == 2 and "one pipeline" in err and err.count("\n") == 1
+    code, out, err = run(capsys, "search", "-S", "4", "-B", "8", "--time-limit", "5", "--format", "json", "--no-ops")
+    assert code == 0, err
+    assert json.loads(out)["ops"] == []
+    code, out, err = run(capsys, "search", "-S", "4", "-B", "8", "--time-limit", "5", "--no-ops")
+    assert code == 0 and "dev0" not in out
+
+
+def test_the_status_line_explains_a_gap_beside_optimal_durations(capsys):
+    """On hardware costs a schedule optimal for durations rounded up is not called optimal
+    unless the bound meets its real time, and the line says what rounding moves."""
+    code, out, err = run(capsys, "search", "-S", "2", "-B", "4", "--system", "mid_nw_mid_cp", "--model", "tiny_gpt",
+                         "--memory-cap", "100TB", "--time-limit", "5")
+    assert code == 0, err
+    status = next(line for line in out.splitlines() if line.startswith("status"))
+    if "status optimal" in status:
+        assert "gap 0.00%" in status
+    else:
+        assert "rounding to ticks" in status or "gap -" in status
+
+
+def test_json_columns_with_runs_read_back_and_bad_runs_are_named():
+    """A column of long runs (device, pipeline) may be written as runs; the reader expands
+    them, and names a malformed one in one line."""
+    from pipetab.schedules import formats
+
+    doc = {"devices": 2, "tick_slots": None, "ops": {
+        "device": {"runs": [[0, 2], [1, 2]]}, "start": [0, 2, 1, 3], "duration": [1, 1, 1, 1], "kind": "FBFB",
+        "pipeline": {"runs": [[0, 4]]}, "stage": [0, 0, 1, 1], "microbatch": [0, 0, 0, 0]}}
+    table = formats.from_json(json.dumps(doc))
+    assert len(table) == 4 and table.tick_slots == 1.0 and list(table.device) == [0, 0, 1, 1]
+    doc["ops"]["device"] = {"runs": [[0, 0], [1, 4]]}
+    with pytest.raises(formats.FormatError, match="device must be a list of integers or"):
+        formats.from_json(json.dumps(doc))

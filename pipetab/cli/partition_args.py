@@ -102,6 +102,8 @@ def real_lower_bound(problem, real, result) -> float | None:
     from pipetab.solver.costs import Rounding
     from pipetab.solver.cpsat import analytic_lower_bound
 
+    if problem.costs.tick_s is None:  # no split was solved within the time: no bound in seconds
+        return None
     if problem.costs.rounding is Rounding.DOWN:
         return None if result.lower_bound is None else result.lower_bound * problem.costs.tick_s
     down = replace(problem, costs=real.quantized(problem.costs.tick_s, Rounding.DOWN))
@@ -119,17 +121,18 @@ def real_known(name: str, args, real) -> float | None:
         return None
 
 
-def solve_layers(args, shape, config):
+def solve_layers(args, shape, config, deadline=None):
     """Solve with the stage partition as a decision: (the problem of the chosen split,
     result, real costs of its split (of the even split when none was found), real costs
-    of the even split for known schedules — both None on idealized costs — layers)."""
+    of the even split for known schedules — both None on idealized costs — layers),
+    within the command's ``deadline``."""
     from pipetab.solver.cpsat.partition import PARTITION_FORMS, Partition, partition_problem, solve_partition
     from pipetab.solver.pricing import even_layers
 
     lc = _layer_costs(args, shape)
     part = args.partition or Partition("even")
     try:
-        out = solve_partition(shape, lc, part, config, args.mode)
+        out = solve_partition(shape, lc, part, config, args.mode, deadline=deadline)
     except ValueError as exc:
         if str(exc).startswith("partition"):
             raise UsageError(f"--{exc}; allowed: {PARTITION_FORMS}") from None

@@ -1,15 +1,23 @@
-"""``pipetab search`` and ``pipetab bound``: the CP-SAT model from the command line."""
+"""``pipetab search`` and ``pipetab bound``: the CP-SAT model from the command line.
+
+The whole command — reading the options, building and solving the model, writing the
+output — keeps to ``--time-limit``: the solver's ``Deadline`` begins when the process
+began and ends early by the time the output is predicted to take (``OutputBudget``)."""
 
 from __future__ import annotations
 
+import json
 import re
 import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
 
 from pipetab.schedules.placements import PlacementFamily
 from pipetab.solver.cpsat.problem import Objective
 
 from . import common, hardware_args, partition_args
-from .common import UsageError, emit_json
+from .common import UsageError
 
 _UNITS = {"": 1, "b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12,
           "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
@@ -89,7 +97,8 @@ def register(sub) -> None:
         p.add_argument("--recompute", choices=["none", "selective", "full"], default=None,
                        help="activation recomputation (with --system, default none)")
         p.add_argument("--tick", type=_positive_float("tick"), default=None,
-                       help="seconds per integer tick for hardware costs (default: 1/20 of the shortest op)")
+                       help="seconds per integer tick for hardware costs (default: 1/20 of the shortest op, refined "
+                            "until rounding moves a schedule's time by at most 0.5%%)")
         cap = p.add_mutually_exclusive_group()
         cap.add_argument("--activation-cap", type=_positive_float("activation-cap"), default=None,
                          help="at most this many activations of a stage holding 1/S of the model (M_B) live on "
@@ -104,7 +113,11 @@ def register(sub) -> None:
         p.add_argument("--no-fifo", dest="fifo", action="store_false",
                        help="do not fix every stage to one microbatch order (ablation: FIFO loses nothing for "
                             "identical microbatches and makes proofs much faster)")
-        p.add_argument("--format", choices=["text", "json"], default="text")
+        p.add_argument("--format", choices=["text", "json", "torch-csv"], default="text",
+                       help="text (default); json: the result and the schedule's ops as columns in integer ticks "
+                            "(pipetab check reads it); torch-csv: the schedule in PyTorch's pipelining CSV")
+        p.add_argument("--no-ops", action="store_true",
+                       help="leave the schedule out: no ops in JSON, no table in text (the summary only)")
         hardware_args.add_context_args(p)
         partition_args.add_partition_options(p)
         p.set_defaults(func=run, mode=name)
@@ -138,6 +151,11 @@ def _refuse_options(args) -> None:
         (not hw and args.tick is not None, "--tick needs --system (idealized costs are already integers)"),
         (hw and args.placement is PlacementFamily.FREE and args.devices not in (None, args.stages),
          "--devices with --system is not supported (the costs come from an S-device shape)"),
+    ]
+    rules += [
+        (args.format == "torch-csv" and (args.placement is PlacementFamily.BIDIRECTIONAL or args.pipelines == 2),
+         "--format torch-csv holds one pipeline; --placement bidirectional and --pipelines 2 have two"),
+        (args.format == "torch-csv" and args.no_ops, "--no-ops leaves nothing for --format torch-csv to write"),
     ]
     for bad, why in rules + partition_args.partition_rules(args):
         if bad:
@@ -202,16 +220,27 @@ def _doc(args, result, **fields) -> dict:
            "bound_assumptions": list(result.bound_assumptions), "runtime_s": round(result.runtime_s, 3),
            "time_to_first_s": result.time_to_first_s, "min_feasible_cap": result.min_feasible_cap,
            "message": result.message, "known": {k: v.as_dict() for k, v in result.known.items()},
-           "partition": None, "phases": result.log.as_list()}
+           "partition": None, "phases": result.log.as_list(), "devices": args.stages,
+           "cyclic": _cyclic_doc(result.cyclic, result.tick_slots if result.unit == "slots" else result.tick_s)}
     doc.update(fields)
     return doc
 
 
-def _slots_doc(args, shape, config):
+def _cyclic_doc(info, scale: float | None) -> dict | None:
+    """What the cyclic phase proved, in the output's unit (slots or seconds)."""
+    if info is None:
+        return None
+    scale = scale or 1.0
+    return {**info.as_dict(), "period": info.period * scale, "period_bound": info.period_bound * scale,
+            "per_microbatch": info.period * scale / info.block, "unit_ticks": scale,
+            "blocks": [[k, None if p is None else p * scale, b * scale] for k, p, b in info.blocks]}
+
+
+def _slots_doc(args, shape, config, deadline):
     """Idealized costs: the CP-SAT result as it is, in slots."""
     from pipetab.solver.cpsat import bound, search
 
-    return _slots_doc_of(args, (search if args.mode == "search" else bound)(shape, config), shape)
+    return _slots_doc_of(args, (search if args.mode == "search" else bound)(shape, config, deadline=deadline), shape)
 
 
 def _slots_doc_of(args, result, problem):
@@ -222,12 +251,14 @@ def _slots_doc_of(args, result, problem):
     return doc, result.schedule, problem.costs
 
 
-def _seconds_doc(args, shape, real, config):
+def _seconds_doc(args, shape, real, config, deadline):
     """Hardware or profiled costs: ``solver.seconds.solve_seconds`` (the answer sweeps and
-    ``plan`` give the same question), its schedule timed on the real-valued costs."""
+    ``plan`` give the same question), its schedule timed on the real-valued costs; the
+    ops in ticks of durations rounded up."""
+    from pipetab.solver.costs import Rounding
     from pipetab.solver.seconds import solve_seconds
 
-    answer = solve_seconds(shape, real, args.mode, config, tick_s=args.tick)
+    answer = solve_seconds(shape, real, args.mode, config, tick_s=args.tick, deadline=deadline)
     res = answer.result
     assumptions, layers = list(answer.assumptions), None
     if args.system:
@@ -236,21 +267,25 @@ def _seconds_doc(args, shape, real, config):
     phases = [{**ph, "rounding": rounding} for solve, rounding in ((answer.search, "up"), (answer.bound, "down"))
               if solve is not None for ph in solve.log.as_list()]
     doc = _doc(args, res, status=str(answer.status), makespan=answer.seconds, lower_bound=answer.lower_bound_s,
-               gap=answer.gap, unit="s", tick_slots=None, tick_s=answer.tick_s, bound_assumptions=assumptions,
-               runtime_s=round(answer.runtime_s, 3), message=answer.message,
+               gap=answer.gap, unit="s", tick_s=answer.tick_s, bound_assumptions=assumptions,
+               runtime_s=round(answer.runtime_s, 3), message=answer.message, rounding=answer.rounding,
                min_feasible_cap=answer.bound.min_feasible_cap if res.min_feasible_cap is None else res.min_feasible_cap,
                known={k: v.as_dict() for k, v in answer.known.items()},
-               partition=None if layers is None else [list(r) for r in layers], phases=phases)
-    return doc, answer.schedule, real
+               partition=None if layers is None else [list(r) for r in layers], phases=phases,
+               cyclic=_cyclic_doc(res.cyclic, answer.tick_s))
+    doc.pop("tick_slots")
+    doc["_real"] = real
+    return doc, answer.schedule, real.quantized(answer.tick_s, Rounding.UP)
 
 
-def _partition_doc(args, shape, config):
+def _partition_doc(args, shape, config, deadline):
     """The stage partition as a decision (``--partition free|LIST`` on hardware, or
     ``--layers``): its search, the chosen split's schedule timed on its real costs."""
+    from pipetab.solver.costs import Rounding
     from pipetab.solver.cpsat.result import gap_of
     from pipetab.solver.simulate import simulate
 
-    problem, result, real, known_real, layers = partition_args.solve_layers(args, shape, config)
+    problem, result, real, known_real, layers = partition_args.solve_layers(args, shape, config, deadline)
     if real is None:
         doc, _, costs = _slots_doc_of(args, result, problem)
         return {**doc, "partition": [list(r) for r in layers] if layers else None}, result.schedule, costs
@@ -264,34 +299,151 @@ def _partition_doc(args, shape, config):
         t = partition_args.real_known(k, args, known_real)
         known[k] = {"makespan": t, "fits": v.fits, "gap": gap_of(t, lb) if v.fits else None}
     status, message = str(result.status), result.message
-    if status == "optimal" and (lb is None or value is None or lb < value - 1e-12):
-        status, message = "feasible", ("optimal on the quantized durations; the real-valued time lies above the "
-                                       "bound of durations rounded down")
+    if value is not None and (lb is None or lb < value - 1e-12):
+        status = "feasible" if status == "optimal" else status
+        if result.status == "optimal":
+            message = (f"optimal for durations rounded to ticks of {tick:.3g} s; the bound holds for durations "
+                       "rounded down, below the real-valued time")
     doc = _doc(args, result, status=status, makespan=value, lower_bound=lb, gap=gap_of(value, lb), unit="s",
-               tick_slots=None, tick_s=tick, message=message, known=known,
+               tick_s=tick, message=message, known=known,
                partition=None if layers is None else [list(r) for r in layers])
-    return doc, result.schedule, real
+    doc.pop("tick_slots")
+    doc["_real"] = real
+    return doc, result.schedule, real.quantized(tick, Rounding.UP) if tick else problem.costs
+
+
+@dataclass(frozen=True)
+class OutputBudget:
+    """What the command keeps back from ``--time-limit`` for its output: ``fixed_s``
+    plus, per op of the schedule, ``json_s_per_op`` (timing the ops and writing them as
+    columns) or ``torch_s_per_op`` (laying the schedule out and writing torch's CSV);
+    ``text_s`` for the summary, at most ``most_share`` of the limit. Measured on S=128,
+    B=1,024 (262,144 ops): docs/cpsat.md."""
+
+    fixed_s: float = 0.15
+    json_s_per_op: float = 2.5e-6
+    torch_s_per_op: float = 6e-6
+    text_s: float = 0.05
+    most_share: float = 0.5
+
+    def seconds(self, args, num_ops: int) -> float:
+        """At most ``most_share`` of the limit: the solves need time to find something."""
+        if args.no_ops or args.format == "text":
+            return self.fixed_s + self.text_s
+        per_op = self.torch_s_per_op if args.format == "torch-csv" else self.json_s_per_op
+        return min(self.most_share * args.time_limit, self.fixed_s + per_op * num_ops)
+
+
+def _started(args) -> float:
+    """When the command began (``time.perf_counter`` time): the process's start when run
+    as ``pipetab`` (its interpreter's start-up counts against the limit), else now."""
+    now = time.perf_counter()
+    name = Path(sys.argv[0]).name if sys.argv else ""
+    if name not in ("pipetab", "__main__.py") or args.mode not in sys.argv[1:2]:
+        return now
+    try:
+        with open("/proc/self/stat", encoding="ascii") as fh:
+            ticks = int(fh.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/uptime", encoding="ascii") as fh:
+            uptime = float(fh.read().split()[0])
+        import os
+
+        return now - max(0.0, min(uptime - ticks / os.sysconf("SC_CLK_TCK"), 5.0))
+    except (OSError, ValueError, IndexError):
+        return now
 
 
 def run(args) -> None:
     from pipetab.solver.cpsat import CpSatConfig
 
+    started = _started(args)
     shape, real = build_problem(args)
-    # the CP-SAT entry of this command: its one config, from the command line
+    # the CP-SAT entry of this command: its one config and deadline, from the command line
     config = CpSatConfig(time_limit_s=args.time_limit, workers=args.workers, known_generators=args.known_generators,
                          ablate=frozenset() if args.fifo else {"fifo"})
+    limit = max(0.05 * args.time_limit, args.time_limit - OutputBudget().seconds(args, shape.num_ops))
+    deadline = config.replace(time_limit_s=limit).deadline(t0=started)
     if args.layers is not None or (args.system and args.partition and args.partition.mode != "even"):
-        doc, schedule, ops_costs = _partition_doc(args, shape, config)
+        doc, schedule, ops_costs = _partition_doc(args, shape, config, deadline)
     elif real is not None:
-        doc, schedule, ops_costs = _seconds_doc(args, shape, real, config)
+        doc, schedule, ops_costs = _seconds_doc(args, shape, real, config, deadline)
     else:
-        doc, schedule, ops_costs = _slots_doc(args, shape, config)
+        doc, schedule, ops_costs = _slots_doc(args, shape, config, deadline)
+    real_costs = doc.pop("_real", None)  # the schedule's costs in seconds (hardware, a profile)
     if args.format == "json":
-        scale = ops_costs.tick_slots if ops_costs.unit == "slots" else 1.0
-        doc["ops"] = _ops_records(schedule, ops_costs, scale) if schedule is not None else []
-        emit_json(doc)
+        _emit_json(doc, None if args.no_ops else schedule, ops_costs, real_costs)
+    elif args.format == "torch-csv":
+        _emit_torch_csv(schedule)
+    else:
+        _print(args, doc, schedule, ops_costs)
+
+
+def ops_columns(schedule, costs, real=None) -> tuple[dict, dict | None]:
+    """The schedule's ops as columns (``device``, ``start``, ``duration``, ``kind`` as one
+    string of letters, ``pipeline``, ``stage``, ``microbatch``; ``device`` and
+    ``pipeline``, long runs of equal values, as ``{"runs": [[value, count], ...]}`` where
+    that is shorter, ``_runs``), by device and start,
+    timed by the simulator on integer ``costs`` (ticks): the compact form of a table that
+    ``schedules.formats.from_json`` reads; with ``real`` costs in seconds also the ops'
+    ``start`` and ``end`` there, in the same order."""
+    import numpy as np
+
+    from pipetab.solver.simulate import simulate
+
+    sim = simulate(schedule, costs)
+    start = np.rint(sim.start_times).astype(np.int64)
+    duration = np.rint(sim.end_times).astype(np.int64) - start
+    order = np.lexsort((start, schedule.device))
+    ops = schedule.ops
+    cols = {"device": _runs(schedule.device[order]), "start": start[order].tolist(),
+            "duration": duration[order].tolist(),
+            "kind": "".join(np.array(["F", "B", "W"])[ops.kind[order]].tolist()),
+            "pipeline": _runs(ops.pipeline[order]), "stage": ops.stage[order].tolist(),
+            "microbatch": ops.microbatch[order].tolist()}
+    if real is None:
+        return cols, None
+    timed = simulate(schedule, real)
+    return cols, {"start": timed.start_times[order].tolist(), "end": timed.end_times[order].tolist()}
+
+
+def _runs(values) -> list | dict:
+    """A column as a list, or as ``{"runs": [[value, count], ...]}`` when it has fewer
+    than a quarter as many runs of equal values as values (device, pipeline and stage
+    columns sorted by device: a few runs)."""
+    import numpy as np
+
+    change = np.flatnonzero(np.diff(values)) + 1
+    if 4 * (len(change) + 1) >= len(values):
+        return values.tolist()
+    bounds = np.concatenate([[0], change, [len(values)]])
+    return {"runs": np.stack([values[bounds[:-1]], np.diff(bounds)], axis=1).tolist()}
+
+
+def _emit_json(doc: dict, schedule, ops_costs, real=None) -> None:
+    """The document with its ops as compact columns (``ops_columns``; an empty list
+    without a schedule) and, in seconds, ``times_s``; indented except the columns."""
+    head = json.dumps({k: v for k, v in doc.items()}, indent=1)
+    if schedule is None:
+        sys.stdout.write(head[:-2] + ',\n "ops": []\n}\n')
         return
-    _print(args, doc, schedule, ops_costs)
+    cols, seconds = ops_columns(schedule, ops_costs, real)
+
+    def block(name: str, values: dict) -> str:
+        body = ",\n".join(f'  "{k}": {json.dumps(v, separators=(",", ":"))}' for k, v in values.items())
+        return f',\n "{name}": {{\n' + body + "\n }"
+
+    tail = block("ops", cols) + ("" if seconds is None else block("times_s", seconds))
+    sys.stdout.write(head[:-2] + tail + "\n}\n")
+
+
+def _emit_torch_csv(schedule) -> None:
+    """The schedule in PyTorch's compute-only CSV (its per-rank order laid out on slots)."""
+    from pipetab.schedules import formats
+    from pipetab.schedules.table import layout
+
+    if schedule is None:
+        raise UsageError("no schedule was found within the time limit: nothing to write as torch CSV")
+    sys.stdout.write(formats.to_torch_csv(layout(schedule)))
 
 
 def _print(args, doc: dict, schedule, ops_costs) -> None:
@@ -313,6 +465,9 @@ def _print(args, doc: dict, schedule, ops_costs) -> None:
            ", device memory" if args.system or args.profile else ", no memory cap")
     print(f"{args.mode}: {where}; {costs}{cap}; objective {args.objective}")
     gap = "-" if doc["gap"] is None else f"{100 * doc['gap']:.2f}%"
+    if doc.get("rounding") is not None and doc["gap"]:
+        gap += (f" (rounding to ticks of {doc['tick_s']:.3g} s moves the schedule's time by "
+                f"{100 * doc['rounding']:.2f}%)")
     value = "-" if doc["makespan"] is None else f"{f(doc['makespan'])} {unit}"
     print(f"status {doc['status']}, {args.objective} {value}, lower bound "
           f"{f(doc['lower_bound'])}, gap {gap}, {doc['runtime_s']} s")
@@ -323,12 +478,19 @@ def _print(args, doc: dict, schedule, ops_costs) -> None:
         print(f"pipeline_model_parallel_layout: {_layout_text(doc['partition'][0])}")
     if doc.get("message"):
         print(doc["message"])
+    cyc = doc.get("cyclic")
+    if cyc:
+        proven = "proven least" if cyc["proven"] else f"least possible {f(cyc['period_bound'])}"
+        print(f"steady state: a block of {cyc['block']} microbatches every {f(cyc['period'])} {unit} "
+              f"({f(cyc['per_microbatch'])} per microbatch; {proven} among periodic schedules of that block"
+              + (", durations rounded up" if unit == "s" else "") + ")")
     print("bound holds under: " + ("; ".join(doc["bound_assumptions"]) or "no restriction"))
     for name, r in doc["known"].items():
         g = "-" if r["gap"] is None else f"{100 * r['gap']:.2f}%"
         print(f"  {name:<12} {args.objective} {f(r['makespan'])} {unit}, gap to bound {g}"
               f"{'' if r['fits'] else ' (does not fit the cap)'}")
-    if args.mode == "search" and schedule is not None and not (args.system or args.profile) and schedule.num_ops <= 400:
+    if (args.mode == "search" and not args.no_ops and schedule is not None and not (args.system or args.profile)
+            and schedule.num_ops <= 400):
         from pipetab.schedules import formats
         from pipetab.schedules.table import PlacedOp, Table
 

@@ -32,7 +32,7 @@ layouts beyond the few ``refine`` tries, overlap of tensor-parallel communicatio
 """
 
 from .bounds import order_peaks, small_microbatches
-from .cpsat import CPSAT_MAX_OPS, cpsat_search
+from .cpsat import cpsat_search
 from .result import Configuration, Plan
 from .search import plan, plan_profiled
 from .space import (
@@ -48,7 +48,7 @@ from .space import (
 )
 
 __all__ = [
-    "CPSAT_MAX_OPS", "GPUS", "MAX_TOKENS_PER_MICROBATCH", "VARIANTS", "Configuration", "Plan", "PlanSpace",
+    "GPUS", "MAX_TOKENS_PER_MICROBATCH", "VARIANTS", "Configuration", "Plan", "PlanSpace",
     "cluster", "cpsat_search", "order_peaks", "plan", "plan_profiled", "plan_question",
     "schedule_label", "shape", "shapes", "small_microbatches",
 ]

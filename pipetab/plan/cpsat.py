@@ -1,8 +1,10 @@
-"""CP-SAT on the plan's best shapes: a search of the linear placement in worker processes."""
+"""CP-SAT on the plan's best shapes, at every size: each shape's best registry schedule
+fixes the placement and the backward split, and ``solver.seconds.solve_seconds`` searches
+better orders of it (the full model where it is small, the cyclic model's periodic
+schedules where it is not: ``solver.cpsat.steady``), in worker processes."""
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from pipetab.schedules import registry
@@ -13,76 +15,89 @@ from .space import PlanSpace, costs_of
 if TYPE_CHECKING:
     from pipetab.hardware.context import Context
 
-# CP-SAT is skipped on shapes with more ops than this (stages x microbatches x 2): its model
-# alone takes longer to build than a plan's seconds allow (docs/cpsat.md)
-CPSAT_MAX_OPS = 10_000
 
-
-def cpsat_shapes(space: PlanSpace, ranked: list[Configuration]) -> tuple[list[Context], list[str]]:
-    """The best ``space.cpsat_shapes`` distinct shapes that fit, and notes on the shapes
-    skipped for their size (``CPSAT_MAX_OPS``)."""
+def cpsat_shapes(space: PlanSpace,
+                 ranked: list[Configuration]) -> tuple[list[tuple[Context, Configuration]], list[str]]:
+    """The best ``space.cpsat_shapes`` distinct shapes that fit, each with its best
+    registry configuration (the placement and split CP-SAT searches), and notes (none:
+    every size is searched)."""
     seen: list[Context] = []
-    out: list[Context] = []
-    skipped: list[str] = []
+    out: list[tuple[Context, Configuration]] = []
     for conf in ranked:
         if len(seen) >= space.cpsat_shapes or not conf.fits:
             break
-        s = conf.shape
-        if s in seen:
+        if conf.shape in seen or conf.source != "registry":
             continue
-        seen.append(s)
-        ops = 2 * s.pp * s.microbatches  # type: ignore[operator]
-        if ops > CPSAT_MAX_OPS:
-            skipped.append(f"{s.label} recompute {s.recompute}: not searched, "
-                           f"{ops} ops are more than CP-SAT handles in seconds (at most {CPSAT_MAX_OPS})")
-        else:
-            out.append(s)
-    return out, skipped
+        seen.append(conf.shape)
+        out.append((conf.shape, conf))
+    return out, []
 
 
-def cpsat_search(space: PlanSpace, shape: Context):
-    """CP-SAT on the linear placement (full backward, 1F1B and GPipe as hints) of
-    ``shape`` on its hardware costs under the memory cap, in seconds
-    (``solver.seconds.solve_seconds``: what ``pipetab search`` answers); the ``Answer``."""
-    from pipetab.solver.cpsat import CpSatConfig, idealized_problem
+def _schedule_of(conf: Configuration):
+    return registry.generate(conf.schedule, conf.shape.pp, conf.shape.microbatches, **dict(conf.options))  # type: ignore[arg-type]
+
+
+def cpsat_search(space: PlanSpace, shape: Context, best: Configuration | None = None):
+    """CP-SAT on ``shape``'s hardware costs under the memory cap, in seconds
+    (``solver.seconds.solve_seconds``: what ``pipetab search`` answers), with the
+    placement, pipelines and backward split of ``best`` (the shape's best registry
+    configuration; default 1F1B's linear placement with whole backward passes) and that
+    schedule as a start; the ``Answer``."""
+    from dataclasses import replace
+
+    from pipetab.solver.cpsat import CpSatConfig, Problem
     from pipetab.solver.seconds import solve_seconds
 
-    known = []
-    for name in ("1f1b", "gpipe"):
+    sched = _schedule_of(best) if best is not None else registry.generate("1f1b", shape.pp, shape.microbatches)  # type: ignore[arg-type]
+    known = [sched]
+    if best is None or best.schedule != "gpipe":
         try:
-            known.append(registry.generate(name, shape.pp, shape.microbatches))  # type: ignore[arg-type]
+            gpipe = registry.generate("gpipe", shape.pp, shape.microbatches)  # type: ignore[arg-type]
+            if gpipe.split_backward == sched.split_backward and gpipe.placement == sched.placement:
+                known.append(gpipe)
         except ValueError:
-            continue
-    real = costs_of(space, known[0], shape)
-    problem = replace(idealized_problem(shape.pp, shape.microbatches, "linear"), name=f"plan {shape.label}")  # type: ignore[arg-type]
+            pass
+    real = costs_of(space, sched, shape)
+    problem = replace(Problem.from_schedule(sched, real.quantized(real.default_tick(20))), name=f"plan {shape.label}")
     # the CP-SAT entry of plan: one worker per searched shape (they run side by side)
     return solve_seconds(problem, real, "search", CpSatConfig(time_limit_s=space.cpsat_time_s, workers=1), known)
 
 
 def cpsat_outcome(space: PlanSpace, shape: Context, answer, ranked: list[Configuration]) -> tuple:
-    """(configuration when it beats the shape's best registry schedule, else None; note)."""
-    from pipetab.solver.simulate import simulate
+    """(configuration when it beats the shape's best registry schedule, else None; note).
+    The schedule is re-simulated on the shape's costs and its table validated
+    (``evaluate_levels``) before it is ranked."""
+    from pipetab.solver.levels import evaluate_levels
 
     where = f"{shape.label} recompute {shape.recompute}"
     if answer.schedule is None:
         return None, f"{where}: no schedule within {space.cpsat_time_s:g} s ({answer.status})"
     sched = answer.schedule
     costs = costs_of(space, sched, shape)
-    found = configuration(space, "cpsat", {}, shape, sched, costs, simulate(sched, costs).makespan,
-                          activation_peaks(sched, costs), searched=sched)
-    rivals = [c for c in ranked if c.shape == shape and c.fits]
+    sim = evaluate_levels(sched, costs=costs).simulation  # validates the table, simulates
+    assert sim is not None  # costs given: simulated
+    step = sim.makespan
+    found = configuration(space, "cpsat", {}, shape, sched, costs, step, activation_peaks(sched, costs),
+                          searched=sched)
+    rivals = [c for c in ranked if c.shape == shape and c.fits and c.source == "registry"]
     best = min(rivals, key=lambda c: c.step_time_s, default=None)
     better = found.fits and (best is None or found.step_time_s < best.step_time_s * (1 - 1e-9))
     bound = "" if answer.lower_bound_s is None else (
-        f" (bound {answer.lower_bound_s:.6g} s, gap {100 * answer.gap:.2f}%)" if answer.gap is not None else "")
-    head = (f"{where}: {answer.status} in {answer.runtime_s:.1f} s among linear schedules with whole "
-            f"backward passes: {found.step_time_s:.6g} s{bound}")
+        f", bound {answer.lower_bound_s:.6g} s, gap {100 * answer.gap:.2f}%" if answer.gap is not None else "")
+    kind = "whole" if not sched.split_backward else "split"
+    steady = answer.result.cyclic
+    cyc = "" if steady is None else (f"; steady state {steady.block} microbatches every "
+                                     f"{steady.period * answer.tick_s:.4g} s")
+    head = (f"{where}: CP-SAT {answer.status} in {answer.runtime_s:.1f} s on the placement of "
+            f"{best.label if best is not None else '1f1b'} ({kind} backward): {found.step_time_s:.6g} s "
+            f"({sched.name}{bound}{cyc})")
     if best is None:
         return (found if better else None), head
     change = (found.step_time_s - best.step_time_s) / best.step_time_s
-    side = "faster" if change < 0 else "slower"
+    side = "faster" if change < 0 else "slower" if change > 0 else "as fast as"
+    amount = "" if change == 0 else f"{100 * abs(change):.3f}% "
     return (found if better else None,
-            f"{head}, {100 * abs(change):.3f}% {side} than the shape's best registry schedule "
+            f"{head}, {amount}{side} than the shape's best registry schedule "
             f"({best.label}, {best.step_time_s:.6g} s){'' if better else '; not shown'}")
 
 

@@ -186,13 +186,14 @@ def _search_and_validate(space: PlanSpace, bounds: Bounds, ranked: list[Configur
     even = [replace(c, shape=c.shape.replace(layout=None, recompute_layers=None)) for c in ranked if c.shape.pp > 1]
     searched, skipped = cpsat_shapes(space, even)
     jobs = []
-    for shape in searched:
-        say(f"CP-SAT: searching {shape.label} m={shape.microbatches} for {space.cpsat_time_s:g} s")
-        jobs.append((shape, pool.submit(cpsat_search, space, shape) if pool else None))
+    for shape, best in searched:
+        say(f"CP-SAT: searching {shape.label} m={shape.microbatches} on {best.label}'s placement for "
+            f"{space.cpsat_time_s:g} s")
+        jobs.append((shape, best, pool.submit(cpsat_search, space, shape, best) if pool else None))
     say(f"validating the {min(len(ranked), space.top)} best configurations")
     checked = {id(c): _validated(space, c, bounds) for c in ranked[:space.top]}
-    outcomes = [cpsat_outcome(space, shape, job.result() if job else cpsat_search(space, shape), ranked)
-                for shape, job in jobs] + [(None, note) for note in skipped]
+    outcomes = [cpsat_outcome(space, shape, job.result() if job else cpsat_search(space, shape, best), ranked)
+                for shape, best, job in jobs] + [(None, note) for note in skipped]
     if space.cpsat_shapes and not searched and not skipped and ranked:
         outcomes.append((None, "not run: no configuration simulated has a pipeline (CP-SAT orders a pipeline's ops; "
                                "pin --pp to search one)"))

@@ -15,6 +15,8 @@ from ortools.sat.python import cp_model
 from pipetab.schedules.ops import Kind, Op
 from pipetab.schedules.schedule import Placement
 
+from .params import ModelParams
+from .sweep import sweep_lower_bound
 from .variables import heads_tails, lifetime_min, successors
 
 if TYPE_CHECKING:
@@ -24,8 +26,10 @@ if TYPE_CHECKING:
 def makespan_lower_bound(problem: Problem, placement: Placement | None) -> tuple[int, str]:
     """The largest of: the chain of one microbatch with its stage-0 ops serialized; each
     device's load plus least head and tail (fixed placement); total work over devices
-    (free placement); the memory chain on stage 0 (fixed placement, capacity given); and
-    the all-reduce tails. Returns (bound, which one)."""
+    (free placement); the memory chain on stage 0 (fixed placement, capacity given); the
+    sweep over the microbatches (``sweep``: fixed placement, up to
+    ``ModelParams.sweep_max_cells`` microbatch-stages); and the all-reduce tails. Returns
+    (bound, which one)."""
     head, tail = heads_tails(problem, placement)
     opts = [problem.optimizer(d) for d in range(problem.num_devices)]
     min_opt = min(opts) if opts else 0
@@ -44,6 +48,10 @@ def makespan_lower_bound(problem: Problem, placement: Placement | None) -> tuple
                       f"stage-0 backwards of pipeline {p}"))
     if placement is not None:
         found += _device_bounds(problem, placement, head, tail, opts)
+        cells = sum(n * problem.num_stages[p] for p, n in counts.items())
+        if cells <= ModelParams().sweep_max_cells:
+            found.append((sweep_lower_bound(problem, placement), "one sweep over the microbatches (FIFO chains, "
+                                                                 "memory windows, device load)"))
     else:
         total = sum(problem.duration(op) for op in problem.ops) + sum(opts)
         found.append((math.ceil(total / problem.num_devices), "total work over devices"))

@@ -5,6 +5,7 @@ assumptions a bound holds under, the solver's record, an infeasible memory cap."
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING, Iterable, Sequence
 
 from pipetab.schedules.placements import FAMILY_LABELS
@@ -16,8 +17,9 @@ from .mirror import mirror_pairs
 from .model import CpSatModel
 from .objectives import analytic_lower_bound, objective
 from .oracle import KnownEval, checked
-from .result import KnownGap, Mode, PhaseRecord, Result, SolveLog, SolverInfo, Status, gap_of
-from .starts import Pace, Start, start_phase
+from .result import CyclicInfo, KnownGap, Mode, PhaseRecord, Result, SolveLog, SolverInfo, Status, gap_of
+from .starts import Pace, Start, best_of, start_phase
+from .steady import cyclic_applies, cyclic_phase
 from .strategy import SearchState, bound_phase, search_phase, solve_record
 from .variables import BuildTimeout
 
@@ -136,15 +138,29 @@ class _Fixed:
         self.problem, self.placement, self.config, self.deadline = problem, placement, config, deadline
         self.mode, self.label, self.start, self.pace = mode, label, start, pace
         self.phases = [PhaseRecord("start", start.wall_s, note=start.note)]
-        self.t_first = time.perf_counter() - deadline.t0 if start.best else None
+        self.t_first = start.first_fit - deadline.t0 if start.first_fit is not None else None
         self.lb, self.lb_why = analytic_lower_bound(problem, placement)
+        self.cyclic: CyclicInfo | None = None
+
+    def run_cyclic(self, share: float) -> None:
+        """The cyclic phase (``steady``) on ``share`` of the time left: its expanded
+        kernels join the start's schedules, what it proved goes into the result."""
+        evals, record, self.cyclic = cyclic_phase(self.problem, self.placement, self.config, self.deadline, share,
+                                                  self.pace, self.start.evals)
+        self.phases.append(record)
+        if evals:
+            self.start.evals += evals
+            self.start.best = best_of(self.start.evals)
+            self.t_first = self.t_first if self.t_first is not None else time.perf_counter() - self.deadline.t0
 
     def finish(self, status: Status, schedule, value, bound, message: str, families=(), stopped_by=None) -> Result:
-        if schedule is not None and schedule.name != "cpsat" and self.pace.fits("evaluate", self.deadline.end + 1.0, 3):
+        if (schedule is not None and schedule.name != "cpsat" and not schedule.name.startswith("cyclic-")
+                and self.pace.fits("evaluate", self.deadline.end + 1.0, 3)):
             checked(self.problem, schedule, value)  # a start: its table validated too (solver schedules are already)
-        return finish(self.problem, self.mode, status, schedule, value, bound, self.deadline.t0, self.t_first,
-                      search_assumptions(self.problem, self.label, families), message, self.start.evals,
-                      self.config, tuple(self.phases), families, self.lb, stopped_by)
+        result = finish(self.problem, self.mode, status, schedule, value, bound, self.deadline.t0, self.t_first,
+                        search_assumptions(self.problem, self.label, families), message, self.start.evals,
+                        self.config, tuple(self.phases), families, self.lb, stopped_by)
+        return result if self.cyclic is None else replace(result, cyclic=self.cyclic)
 
     def solve_without_start(self) -> Result:
         """No start fits: one solve of the whole model for the time left."""
@@ -212,7 +228,15 @@ def search_fixed(problem: Problem, placement: Placement, config: CpSatConfig, kn
     if best is not None and run.lb >= best.makespan:  # type: ignore[operator]
         return run.finish(Status.OPTIMAL, best.schedule, best.makespan, run.lb,
                           f"a start meets the analytic bound ({run.lb_why})")
-    if not pace.model_fits():
+    fits = pace.model_fits()
+    if config.uses("cyclic") and cyclic_applies(fixed, config, fits) and (mode is not Mode.BOUND or not fits):
+        run.run_cyclic(config.strategy.cyclic_share if fits else 1.0)
+        best = run.start.best
+        if best is not None and run.lb >= best.makespan:  # type: ignore[operator]
+            return run.finish(Status.OPTIMAL, best.schedule, best.makespan, run.lb,
+                              f"a start meets the analytic bound ({run.lb_why})")
+        fits = pace.model_fits()
+    if not fits:
         if best is None:
             return run.finish(Status.UNKNOWN, None, None, run.lb, "no schedule within the time limit")
         return run.finish(Status.FEASIBLE, best.schedule, best.makespan, run.lb,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
+import time
 from collections import defaultdict
 from typing import TYPE_CHECKING, Callable
 
@@ -34,6 +35,7 @@ def greedy_schedule(
     priority: str | None = None,
     inflight: dict[tuple[int, int], int] | None = None,
     slack: dict[int, float] | None = None,
+    until: float | None = None,
 ) -> Schedule | None:
     """Dispatch ops as devices become idle: a ready backward (B, then W) of the smallest
     microbatch first (``backward_first``; else forwards first), else the ready forward of
@@ -52,14 +54,14 @@ def greedy_schedule(
     least start (head) plus ``slack[p]`` per earlier microbatch of its pipeline p, less
     its least time to the end (tail): ops on long remaining paths go first, and a later
     microbatch waits its turn (``slack[p]``: about the spacing of p's microbatches,
-    ``microbatch_spacing``)."""
+    ``microbatch_spacing``). ``until`` (``time.perf_counter`` time): give up (None) past it."""
     if priority is None:
         priority = "BWF" if backward_first else "FBW"
     if sorted(priority) != ["B", "F", "W"]:
         raise ValueError(f"priority must be a permutation of 'FBW', got {priority!r}")
     key = _priority_key(problem, placement, {Kind[c]: i for i, c in enumerate(priority)}, slack)
     run = _ListScheduler(problem, placement, window or problem.num_microbatches, reserve, inflight, key)
-    orders = run.schedule()
+    orders = run.schedule(until)
     return None if orders is None else problem.schedule(name, placement, orders)
 
 
@@ -99,7 +101,7 @@ class _ListScheduler:
         self.finishes: list[int] = []  # end times of finished microbatches
         self.orders: list[list[Op]] = [[] for _ in range(D)]
         self.admitted = self.in_flight = self.seq = 0
-        self.remaining = len(problem.ops)
+        self.remaining = problem.num_ops
         self.need: dict[int, dict[int, float]] = {}
         for p in set(problem.microbatch2pipeline):
             self.need[p] = defaultdict(float)
@@ -118,9 +120,11 @@ class _ListScheduler:
                 freed = -memory_change(k, self.act[(p, s)], problem.weight_part(p, s), problem.split_backward)
                 self.chain[(k, p, s)] = (problem.duration(op), freed, nxt)
 
-    def schedule(self) -> list[list[Op]] | None:
+    def schedule(self, until: float | None = None) -> list[list[Op]] | None:
         t = 0
         while self.remaining:
+            if until is not None and time.perf_counter() > until:
+                return None
             self._advance(t)
             for d in range(len(self.free_at)):
                 if self.free_at[d] <= t and self.ready[d]:

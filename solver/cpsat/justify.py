@@ -76,7 +76,7 @@ def precedence_graph(problem: Problem, placement: Placement) -> PrecedenceGraph 
 
 
 def justify(problem: Problem, placement: Placement, known: KnownEval,
-            graph: PrecedenceGraph | None = None, max_rounds: int = 8) -> KnownEval | None:
+            graph: PrecedenceGraph | None = None, max_rounds: int = 8, until: float | None = None) -> KnownEval | None:
     """``known`` (a fitting, timed schedule of ``problem`` on ``placement``) improved by
     double justification, re-timed and memory-checked by the evaluator; None when that is
     not strictly faster or the problem's memory is not a set of precedences."""
@@ -86,7 +86,7 @@ def justify(problem: Problem, placement: Placement, known: KnownEval,
     if graph is None:
         return None
     _, timing = relabel_microbatches(known.schedule, known.timing)
-    starts = double_justify(graph, [round(timing.start[op]) for op in graph.ops], max_rounds)
+    starts = double_justify(graph, [round(timing.start[op]) for op in graph.ops], max_rounds, until)
     schedule = problem.schedule_by_starts(f"justified-{known.name}", placement, dict(zip(graph.ops, starts)))
     judged = evaluate_known(problem, schedule)
     if judged.fits and judged.makespan < known.makespan:

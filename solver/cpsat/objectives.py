@@ -76,7 +76,9 @@ def _no_hint(model, v, schedule, starts, ends) -> None:
 
 
 def _judge_makespan(problem: Problem, schedule: Schedule, sim) -> tuple[int, Timing]:
-    return round(sim.makespan), Timing(sim.start, sim.end)
+    from .oracle import SimTiming
+
+    return round(sim.makespan), SimTiming(sim)
 
 
 MAKESPAN = ObjectiveSpec(

@@ -8,16 +8,20 @@ is checked against.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import numpy as np
+
+from pipetab.schedules.arrays import F_CODE
 from pipetab.schedules.evaluate import DeadlockError, Timing
-from pipetab.schedules.memory import memory_change
+from pipetab.schedules.memory import memory_deltas
 from pipetab.schedules.ops import Kind, Op
 from pipetab.schedules.schedule import Schedule
 from pipetab.schedules.table import Table, timed_table
 from pipetab.schedules.validate import validate
-from pipetab.solver.simulate import simulate
+from pipetab.solver.simulate import Simulation, simulate
 
 if TYPE_CHECKING:
     from .problem import Problem
@@ -39,27 +43,53 @@ class MemoryCheck:
 def memory_check(problem: Problem, schedule: Schedule) -> MemoryCheck:
     """Activation memory as ``schedules.memory`` defines it (F allocates at its start, B
     and W release at their end); on one device ops run one after another, so the live
-    memory at every F start is a prefix sum over the device's order."""
+    memory at every F start is a prefix sum over the device's order (vectorized: one
+    cumulative sum per device)."""
     costs = problem.costs
-    split = problem.split_backward
-    peaks = []
-    violation = None
-    for d, order in enumerate(schedule.orders):
+    keys = schedule.stage_keys
+    size = np.array([costs.activation[k] for k in keys], float)[schedule.stage_ids]
+    part = np.array([costs.weight_part(*k) for k in keys], float)[schedule.stage_ids]
+    kind = schedule.ops.kind
+    delta = memory_deltas(kind, size, part, problem.split_backward)
+    offsets = schedule.offsets
+    peaks, violation = [], None
+    for d in range(schedule.num_devices):
+        a, b = int(offsets[d]), int(offsets[d + 1])
+        live = np.cumsum(delta[a:b])
+        forwards = kind[a:b] == F_CODE
+        peak = float(live[forwards].max()) if forwards.any() else 0.0
+        peaks.append(max(0.0, peak))
         cap = problem.cap(d)
-        live = peak = 0.0
-        for op in order:
-            live += memory_change(op.kind, costs.activation[(op.pipeline, op.stage)],
-                                  costs.weight_part(op.pipeline, op.stage), split)
-            if op.kind is Kind.F:
-                if live > peak:
-                    peak = live
-                if violation is None and cap is not None and live > cap + 1e-9:
-                    violation = (
-                        f"device {d} exceeds its activation capacity {cap:g} at op {op} "
-                        f"({live:g} live)"
-                    )
-        peaks.append(peak)
+        if violation is None and cap is not None and peak > cap + 1e-9:
+            i = int(np.flatnonzero(forwards & (live > cap + 1e-9))[0])
+            violation = (f"device {d} exceeds its activation capacity {cap:g} at op {schedule.ops.op(a + i)} "
+                         f"({float(live[i]):g} live)")
     return MemoryCheck(tuple(peaks), violation)
+
+
+class SimTiming(Timing):
+    """A ``Timing`` read from a simulation: the op-keyed dictionaries are built only when
+    asked for (``start``, ``end``); ``arrays`` gives the times in the schedule's op order."""
+
+    sim: Simulation
+
+    def __init__(self, sim: Simulation) -> None:
+        object.__setattr__(self, "sim", sim)
+
+    @property  # type: ignore[override]
+    def start(self) -> dict[Op, float]:
+        return self.sim.start
+
+    @property  # type: ignore[override]
+    def end(self) -> dict[Op, float]:
+        return self.sim.end
+
+    @property
+    def makespan(self) -> float:
+        return float(self.sim.end_times.max()) if len(self.sim.end_times) else 0.0
+
+    def arrays(self):
+        return self.sim.start_times, self.sim.end_times
 
 
 @dataclass(frozen=True)
@@ -71,6 +101,7 @@ class KnownEval:
     timing: Timing | None
     memory: MemoryCheck
     error: str | None = None
+    sim_s: float = 0.0  # what simulating it took (the pace's unit; the objective's judge aside)
 
     @property
     def fits(self) -> bool:
@@ -88,6 +119,7 @@ def evaluate_known(problem: Problem, schedule: Schedule, time_unfit: bool = True
     ``time_unfit=False``: a schedule that breaks a cap is not timed (makespan None)."""
     from .objectives import objective
 
+    t = time.perf_counter()
     mem = memory_check(problem, schedule)
     if not mem.fits and not time_unfit:
         return KnownEval(schedule, None, None, mem, "not timed: it breaks the memory cap")
@@ -95,8 +127,9 @@ def evaluate_known(problem: Problem, schedule: Schedule, time_unfit: bool = True
         sim = simulate(schedule, problem.costs)
     except DeadlockError as exc:
         return KnownEval(schedule, None, None, mem, str(exc))
+    spent = time.perf_counter() - t
     value, timing = objective(problem).judge(problem, schedule, sim)
-    return KnownEval(schedule, value, timing, mem)
+    return KnownEval(schedule, value, timing, mem, sim_s=spent)
 
 
 def relabel_microbatches(schedule: Schedule, timing: Timing) -> tuple[Schedule, Timing]:
@@ -170,6 +203,8 @@ def hint_form(problem: Problem, known: KnownEval, glue: bool) -> KnownEval:
 # ---- the incumbent's checks ----------------------------------------------------------------
 def table_of(problem: Problem, schedule: Schedule, timing) -> Table:
     """The table of ``schedule`` under ``timing``."""
+    if isinstance(timing, SimTiming) and timing.sim.schedule is schedule:
+        return timed_table(schedule, *timing.arrays())
     return timed_table(schedule, timing.start, timing.end)
 
 

@@ -1,9 +1,10 @@
 """How to solve: limits, stop rules, seeds, the names an ablation may switch off, and
 the tuned numbers of every phase as defaults of small dataclasses (``ModelParams``,
-``StartParams``, ``StrategyParams``, ``DecomposeParams``; ``docs/cpsat.md`` gives the
-measurement behind each). ``CpSatConfig.from_toml`` reads them from a file (top-level keys
-and ``[model]``, ``[start]``, ``[strategy]``, ``[decompose]`` tables). The time limit becomes
-one ``Deadline`` (``CpSatConfig.deadline``) at the public entry; nothing below makes another.
+``StartParams``, ``StrategyParams``, ``DecomposeParams``, ``SecondsParams``; ``docs/cpsat.md``
+gives the measurement behind each). ``CpSatConfig.from_toml`` reads them from a file
+(top-level keys and ``[model]``, ``[start]``, ``[strategy]``, ``[decompose]``, ``[seconds]``
+tables). The time limit becomes one ``Deadline`` (``CpSatConfig.deadline``) at the public
+entry; nothing below makes another.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ FAMILIES_OFF = (
     "hints",            # complete hints from the incumbent
     "justify",          # double justification of the starting schedules
     "decompose",        # free placement: one fixed-placement search per canonical placement
+    "cyclic",           # the cyclic phase: periodic schedules as starts (steady)
 )
 
 
@@ -93,10 +95,13 @@ StopRule = MaxRuntime | NoImprovement | GapBelow
 class ModelParams:
     """One model: order literals replace a one-stage device's no-overlap up to
     ``order_literal_limit`` literals; presolve probing stops after ``probing_det_limit``
-    deterministic seconds; ``portfolios``: subsolvers per worker count."""
+    deterministic seconds; ``portfolios``: subsolvers per worker count; the analytic
+    bound's sweep over the microbatches (``sweep``) up to ``sweep_max_cells``
+    microbatch-stages (0.7 s at 524,288)."""
 
     order_literal_limit: int = 60000
     probing_det_limit: float = 0.1
+    sweep_max_cells: int = 2_000_000
     portfolios: tuple[tuple[int, tuple[str, ...]], ...] = DEFAULT_PORTFOLIOS
 
 
@@ -112,15 +117,17 @@ class StartParams:
     time; ``costs`` of its steps in evaluations; a model is built only while ``builds_left``
     builds fit; above ``time_unfit_ops`` ops a schedule breaking the cap is not timed;
     ``slack_starts``; ``probe`` (devices, microbatches) tells a generator's shape;
-    ``justify_rounds`` of double justification."""
+    ``justify_rounds`` of double justification; a generator's time at full size is
+    extrapolated from its times at ``time_probe_cells`` devices x microbatches."""
 
     share: float = 0.3
-    costs: tuple[tuple[str, float], ...] = (("evaluate", 1.0), ("greedy", 3.0), ("justify", 12.0), ("build", 10.0))
+    costs: tuple[tuple[str, float], ...] = (("evaluate", 1.0), ("greedy", 10.0), ("justify", 40.0), ("build", 60.0))
     builds_left: float = 2.5
     time_unfit_ops: int = 20000
     slack_starts: tuple[tuple[float, float | None], ...] = SLACK_STARTS
     probe: tuple[int, int] = (4, 8)
     justify_rounds: int = 8
+    time_probe_cells: tuple[int, int] = (1024, 8192)
 
     def cost(self, step: str) -> float:
         return dict(self.costs)[step]
@@ -134,7 +141,10 @@ class StrategyParams:
     ``stall_share`` of the phase (at least ``stall_min_s``) without progress; the mirror
     solve's share; proof-time growth per step ``growth_clamp``; deterministic seconds a
     model build counts per op; ``safety_share`` of the limit (at most ``safety_max_s``)
-    kept back (``Deadline``)."""
+    kept back (``Deadline``); the cyclic phase's share of the time after the start when
+    the full model fits (all of it when it does not); searches with an LP only on models
+    of at most ``lp_max_ops`` ops (CP-SAT's ``default_lp`` worker spent 41 s loading a
+    16,384-op V model with a memory cumulative, past its limit and its stop)."""
 
     bound_share: float = 0.55
     shared_capped_bound_share: float = 0.2
@@ -146,14 +156,29 @@ class StrategyParams:
     build_det_per_op: float = 2e-6
     safety_share: float = 0.05
     safety_max_s: float = 1.0
+    cyclic_share: float = 0.15
+    lp_max_ops: int = 8000
 
 
 @dataclass(frozen=True)
 class DecomposeParams:
-    """Free placement (one model with placement literals above ``max_placements``) and
-    free partition (``partition``: candidates and nodes per candidate enumerated, shares
-    of the time for the even split, the enumeration and the ``least_splits`` search, the
-    least slice of a visited split)."""
+    """Free placement (one model with placement literals above ``max_placements``), free
+    partition (``partition``: candidates and nodes per candidate enumerated, shares of
+    the time for the even split, the enumeration and the ``least_splits`` search, the
+    least slice of a visited split) and the cyclic phase (``steady``: on problems of at
+    least ``cyclic_min_ratio`` microbatches per device and, where the full model fits the
+    time, ``cyclic_min_ops`` ops, the ``max_blocks_tried`` most
+    promising blocks of at most ``max_block`` times the pipelines' pattern and
+    ``max_template_ops`` template ops; a period probe on
+    ``cyclic_probe_share`` of what its block has left, the makespan solve at the least
+    period on ``cyclic_makespan_share``, each block but the last on
+    ``cyclic_block_share`` of what the phase has left; the best ``cyclic_expansions``
+    kernels expanded; the steady states of the ``cyclic_seeds`` best starts as seeds; a
+    kernel's orders run by the simulator settle on a block up to ``cyclic_steady_factor``
+    times its own; the list scheduler of one period tries the ``modulo_tries`` periods
+    from the lower bound up and the bound times each of ``modulo_steps``, on templates of
+    at most ``modulo_max_ops`` ops; expansions of at most ``cyclic_justify_max_ops`` ops
+    are justified: building the precedence graph of 524,288 took 16 s)."""
 
     max_placements: int = 20000
     max_candidates: int = 50_000
@@ -163,9 +188,43 @@ class DecomposeParams:
     least_splits: int = 8
     least_share: float = 0.15
     min_slice_s: float = 0.5
+    cyclic_min_ratio: float = 4.0
+    cyclic_min_ops: int = 4000
+    max_block: int = 32
+    max_blocks_tried: int = 4
+    max_template_ops: int = 20_000
+    cyclic_probe_share: float = 0.5
+    cyclic_makespan_share: float = 0.5
+    cyclic_block_share: float = 0.5
+    cyclic_expansions: int = 2
+    cyclic_seeds: int = 3
+    cyclic_steady_factor: int = 16
+    modulo_tries: int = 6
+    modulo_max_ops: int = 2000
+    cyclic_justify_max_ops: int = 100_000
+    modulo_steps: tuple[float, ...] = (1.1, 1.25, 1.5, 2.0)
 
 
-_PARTS = {"model": ModelParams, "start": StartParams, "strategy": StrategyParams, "decompose": DecomposeParams}
+@dataclass(frozen=True)
+class SecondsParams:
+    """A problem in seconds (``solver.seconds.solve_seconds``): the search on durations
+    rounded up gets ``search_share`` of the time, the bound on durations rounded down the
+    rest; without a tick given, the first tick is 1/``ticks_per_op`` of the shortest op,
+    refined (at most ``refinements`` times) until rounding moves a reference schedule's
+    time by at most ``max_rounding`` of it (rounded up against rounded down); the time of
+    ``answer_simulations`` simulations (and one per known schedule) is kept back for
+    judging the answer, leaving the solves at least ``least_work_share`` of the time."""
+
+    search_share: float = 0.75
+    ticks_per_op: int = 20
+    max_rounding: float = 0.005
+    refinements: int = 3
+    answer_simulations: int = 8
+    least_work_share: float = 0.5
+
+
+_PARTS = {"model": ModelParams, "start": StartParams, "strategy": StrategyParams, "decompose": DecomposeParams,
+          "seconds": SecondsParams}
 
 
 @dataclass(frozen=True)
@@ -184,7 +243,7 @@ class CpSatConfig:
     greedy list schedules are always tried. ``ablate``: names to switch off
     (``FAMILIES_OFF``). ``subsolvers`` / ``extra_params``: CP-SAT's portfolio and raw
     ``SatParameters`` (None: ``ModelParams.portfolios``). ``model``, ``start``,
-    ``strategy``, ``decompose``: the phases' numbers; ``bound_share`` (given here) sets
+    ``strategy``, ``decompose``, ``seconds``: the phases' numbers; ``bound_share`` (given here) sets
     ``strategy.bound_share``."""
 
     time_limit_s: float = 60.0
@@ -202,6 +261,7 @@ class CpSatConfig:
     start: StartParams = StartParams()
     strategy: StrategyParams = StrategyParams()
     decompose: DecomposeParams = DecomposeParams()
+    seconds: SecondsParams = SecondsParams()
 
     def __post_init__(self) -> None:
         if not (isinstance(self.time_limit_s, (int, float)) and math.isfinite(self.time_limit_s)

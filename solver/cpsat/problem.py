@@ -168,6 +168,12 @@ class Problem:
         return tuple((p, s) for p, n in enumerate(self.num_stages) for s in range(n))
 
     @cached_property
+    def num_ops(self) -> int:
+        """How many ops (``len(ops)`` without making them)."""
+        per = [n * len(self.kinds) for n in self.num_stages]
+        return sum(per[p] for p in self.microbatch2pipeline)
+
+    @cached_property
     def ops(self) -> tuple[Op, ...]:
         return tuple(
             Op(k, p, s, m)

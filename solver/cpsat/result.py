@@ -129,6 +129,35 @@ class SolveLog:
 
 
 @dataclass(frozen=True, kw_only=True)
+class CyclicInfo:
+    """What the cyclic phase proved (``steady``): the block of ``block`` microbatches with
+    the least period per microbatch found, its ``period`` and the proven least period
+    ``period_bound`` among periodic schedules of that block (equal: proven optimal among
+    them), in the result's unit; ``blocks``: (block, period or None, bound) of every
+    block tried; ``why`` says what proved the bound."""
+
+    block: int
+    period: int
+    period_bound: int
+    wall_s: float = 0.0
+    why: str = ""
+    blocks: tuple[tuple[int, int | None, int], ...] = ()
+
+    @property
+    def proven(self) -> bool:
+        return self.period_bound >= self.period
+
+    def assumption(self) -> str:
+        return (f"periodic schedules of block {self.block}: microbatch j + {self.block} runs every op one period "
+                f"after microbatch j")
+
+    def as_dict(self) -> dict:
+        return {"block": self.block, "period": self.period, "period_bound": self.period_bound,
+                "proven": self.proven, "wall_s": self.wall_s, "why": self.why,
+                "blocks": [list(b) for b in self.blocks], "bound_holds_for": self.assumption()}
+
+
+@dataclass(frozen=True, kw_only=True)
 class Result:
     """Outcome of ``evaluate``, ``search`` or ``bound``.
 
@@ -143,7 +172,9 @@ class Result:
     ``tick_slots``: slots per unit of idealized costs (1/v when a device holds v stages),
     so ``in_slots`` compares placements. ``log``: the phases and their solves; ``solver``:
     how it was computed; ``analytic_bound``: the solver-free part of the bound;
-    ``peak_activations``: evaluate mode, per device.
+    ``peak_activations``: evaluate mode, per device. ``cyclic``: what the cyclic phase
+    proved of periodic schedules (``CyclicInfo``; its bound is on the period among
+    periodic schedules of its block, not on the whole step).
     """
 
     mode: Mode
@@ -165,6 +196,7 @@ class Result:
     solver: SolverInfo = field(default_factory=SolverInfo)
     analytic_bound: float | None = None
     peak_activations: tuple[float, ...] | None = None
+    cyclic: CyclicInfo | None = None
 
     def __post_init__(self) -> None:
         try:
@@ -195,7 +227,7 @@ class Result:
                    schedule=None if self.schedule is None else self.schedule.name,
                    known={k: v.as_dict() for k, v in self.known.items()}, solver=self.solver.as_dict(),
                    peak_activations=None if self.peak_activations is None else list(self.peak_activations),
-                   phases=self.log.as_list())
+                   phases=self.log.as_list(), cyclic=None if self.cyclic is None else self.cyclic.as_dict())
         return out
 
     def summary(self) -> str:

@@ -10,7 +10,7 @@ import functools
 import math
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Sequence
 
 from pipetab.schedules.placements import family_placement
 
@@ -37,12 +37,17 @@ def _registry_options(problem: Problem) -> dict[str, int]:
     return opts
 
 
-def registry_schedules(problem: Problem, placement: Placement, probe: tuple[int, int] = (4, 8)) -> Iterator[Schedule]:
+def registry_schedules(problem: Problem, placement: Placement, probe: tuple[int, int] = (4, 8),
+                       until: Callable[[], float | None] = lambda: None,
+                       params: StartParams = StartParams()) -> Iterator[Schedule]:
     """The registry's schedules (default options; Hanayo with the problem's waves,
     interleaved with its chunks) of the problem's shape and placement — under a memory
     cap those of least formula peak memory first, else those of least formula bubble.
     The shape is checked on a small instance (``probe`` devices and microbatches) first,
-    so large problems generate only those that fit it."""
+    so large problems generate only those that fit it; above
+    ``StartParams.time_probe_cells`` devices x microbatches, a generator whose time at
+    full size, extrapolated from its times at those sizes, would end past ``until()`` is
+    skipped."""
     from pipetab.schedules import registry
 
     S, B = problem.num_devices, problem.num_microbatches
@@ -63,12 +68,34 @@ def registry_schedules(problem: Problem, placement: Placement, probe: tuple[int,
         key = peak if capped else (f.bubble_ratio if f.bubble_ratio is not None else math.inf)
         candidates.append((key, name, opts))
     for _, name, opts in sorted(candidates, key=lambda c: (c[0], c[1])):
+        end = until()
+        if end is not None and params.time_probe_cells[1] < S * B and \
+                time.perf_counter() + _generation_time(name, opts, params.time_probe_cells, S * B) > end:
+            continue
         try:
             s = _generate(name, S, B, tuple(opts.items()))
         except (ValueError, TypeError):
             continue
         if fixed.matches(s) is None:
             yield s
+
+
+def _generation_time(name: str, opts: dict, sizes: tuple[int, int], cells: int) -> float:
+    """A generator's predicted seconds for ``cells`` devices x microbatches: the line
+    through its times at ``sizes`` cells (8 devices and sizes / 8 microbatches; 0 when
+    it refuses them)."""
+    from pipetab.schedules import registry
+
+    times = []
+    for c in sizes:
+        t = time.perf_counter()
+        try:
+            registry.generate(name, 8, c // 8, **opts)
+        except (ValueError, TypeError):
+            return 0.0
+        times.append(time.perf_counter() - t)
+    slope = max(0.0, times[1] - times[0]) / (sizes[1] - sizes[0])
+    return times[1] + slope * (cells - sizes[1])
 
 
 @functools.lru_cache(maxsize=16)
@@ -100,53 +127,61 @@ def _shape_fits(probe: Schedule, problem: Problem) -> bool:
 
 
 # ---- the model's own list schedules ---------------------------------------------------------
-def greedy_starts(problem: Problem, placement: Placement, params: StartParams = StartParams()) -> Iterator[Schedule]:
+def greedy_starts(problem: Problem, placement: Placement, params: StartParams = StartParams(),
+                  until: Callable[[], float] | None = None) -> Iterator[Schedule]:
     """The model's own starting schedules: greedy memory-aware list schedules, the
     reserving one-microbatch-window kinds first (they never deadlock and fit any feasible
     cap), then, with a split backward on one stage per device, Zero Bubble style ones
     (each device's warm-up depth from ``warmup_depths``, plus 0 or 1; W only when no B or
     fitting F is ready), with several stages per device the least-slack ones
     (``slack_starts``), then wider admission windows and forward-first priorities, and
-    with one stage per device the least-slack ones last."""
+    with one stage per device the least-slack ones last. ``until()``: when each list
+    schedule gives up (``time.perf_counter`` time; default never)."""
     B, D = problem.num_microbatches, problem.num_devices
+    limit = until or (lambda: None)  # type: ignore[assignment,return-value]
     capped = any(problem.cap(d) is not None for d in range(D))
     if capped:
-        yield from filter(None, [greedy_schedule(problem, placement, None, True, "greedy-reserve", reserve=True)])
+        yield from filter(None, [greedy_schedule(problem, placement, None, True, "greedy-reserve", reserve=True,
+                                                 until=limit())])
     depths = warmup_depths(problem) if problem.split_backward else None
     for extra in (0, 1) if depths else ():
         s = greedy_schedule(problem, placement, None, name=f"greedy-zb{extra}", priority="BFW",
-                            inflight={(0, s): n + extra for s, n in enumerate(depths)})  # type: ignore[arg-type]
+                            inflight={(0, s): n + extra for s, n in enumerate(depths)},  # type: ignore[arg-type]
+                            until=limit())
         if s is not None:
             yield s
     several = len(problem.stages) > D
     if several:
-        yield from slack_starts(problem, placement, capped, params)
+        yield from slack_starts(problem, placement, capped, params, limit)
     for w in sorted({D, B, 2 * D, 1}, reverse=not capped):
         if w > B:
             continue
         for bf in (True, False):
             if w == 1 and not bf:
                 continue
-            s = greedy_schedule(problem, placement, w, bf, name=f"greedy-w{w}{'' if bf else '-ff'}")
+            s = greedy_schedule(problem, placement, w, bf, name=f"greedy-w{w}{'' if bf else '-ff'}", until=limit())
             if s is not None:
                 yield s
     if capped:
-        yield from filter(None, [greedy_schedule(problem, placement, None, False, "greedy-reserve-ff", reserve=True)])
+        yield from filter(None, [greedy_schedule(problem, placement, None, False, "greedy-reserve-ff", reserve=True,
+                                                 until=limit())])
     if not several:
-        yield from slack_starts(problem, placement, capped, params)
+        yield from slack_starts(problem, placement, capped, params, limit)
 
 
 def slack_starts(problem: Problem, placement: Placement, capped: bool,
-                 params: StartParams = StartParams()) -> Iterator[Schedule]:
+                 params: StartParams = StartParams(), until: Callable[[], float | None] = lambda: None
+                 ) -> Iterator[Schedule]:
     """Least-slack list schedules (``greedy_schedule``'s ``slack``) of
-    ``StartParams.slack_starts`` (without a cap, those without warm-up depths)."""
+    ``StartParams.slack_starts`` (without a cap, those without warm-up depths), each
+    giving up at ``until()``."""
     spacing = microbatch_spacing(problem, placement)
     for k, depth in params.slack_starts:
         if depth is not None and not capped:
             continue
         inflight = None if depth is None else stage_limits(problem, placement, depth)
         s = greedy_schedule(problem, placement, None, name=f"greedy-slack{k:.2f}" + (f"-d{depth:g}" if depth else ""),
-                            inflight=inflight, slack={p: k * u for p, u in spacing.items()})
+                            inflight=inflight, slack={p: k * u for p, u in spacing.items()}, until=until())
         if s is not None:
             yield s
 
@@ -199,11 +234,10 @@ def judge(
         if why is not None:
             skipped.append(f"{s.name}: {why}")
             continue
-        t = time.perf_counter()
-        timed = pace is None or len(problem.ops) <= pace.params.time_unfit_ops
+        timed = pace is None or problem.num_ops <= pace.params.time_unfit_ops
         evals.append(evaluate_known(problem, s, time_unfit=timed))
         if pace is not None and evals[-1].timing is not None:
-            pace.measured(time.perf_counter() - t)
+            pace.measured(evals[-1].sim_s)  # the simulation: the objective's judge varies by objective
     return evals, skipped
 
 
@@ -220,6 +254,7 @@ class Start:
     best: KnownEval | None
     note: str
     wall_s: float
+    first_fit: float | None = None  # when the first schedule that fits was judged (perf_counter)
 
 
 def start_phase(problem: Problem, placement: Placement, config: CpSatConfig, known: Sequence[Schedule],
@@ -232,17 +267,21 @@ def start_phase(problem: Problem, placement: Placement, config: CpSatConfig, kno
     params = config.start
     until = t + params.share * max(0.0, deadline.wall_left())
     evals, skipped = judge(problem, known, pace)
+    first_fit = time.perf_counter() if best_of(evals) else None
     sources = []
     if config.known_generators:
-        sources.append(("evaluate", registry_schedules(problem, placement, params.probe)))
-    sources.append(("greedy", greedy_starts(problem, placement, params)))
+        sources.append(("evaluate", registry_schedules(problem, placement, params.probe,
+                                                       lambda: until if best_of(evals) else hard, params)))
     hard = deadline.end - pace.reserve()
+    sources.append(("greedy", greedy_starts(problem, placement, params, lambda: until if best_of(evals) else hard)))
     for step, schedules in sources:
         while pace.fits(step, until if best_of(evals) else hard, 1 + params.cost("evaluate") / params.cost(step)):
             s = next(schedules, None)
             if s is None:
                 break
             evals += judge(problem, [s], pace)[0]
+            if first_fit is None and best_of(evals):
+                first_fit = time.perf_counter()
     notes = [f"{len(evals)} schedules judged"]
     if skipped:
         notes.append("skipped: " + "; ".join(skipped))
@@ -254,7 +293,8 @@ def start_phase(problem: Problem, placement: Placement, config: CpSatConfig, kno
     best = best_of(evals)
     if best is not None:
         notes.append(f"best start {best.name} {best.makespan}")
-    return Start(evals, best, "; ".join(notes), round(time.perf_counter() - t, 3))
+    return Start(evals, best, "; ".join(notes), round(time.perf_counter() - t, 3),
+                 first_fit if first_fit is not None or best is None else time.perf_counter())
 
 
 def _justified(problem: Problem, placement: Placement, evals: list[KnownEval], pace: Pace, until: float,
@@ -266,7 +306,7 @@ def _justified(problem: Problem, placement: Placement, evals: list[KnownEval], p
     for e in fitting if graph is not None else ():
         if not pace.fits("justify", until, 0.75):
             break
-        better = justify(problem, placement, e, graph, rounds)
+        better = justify(problem, placement, e, graph, rounds, until)
         if better is not None:
             out.append(better)
     return out

@@ -129,14 +129,17 @@ class SearchState:
 # pipelines and a search hinted with the incumbent does not need it
 PROBING_OFF: tuple[tuple[str, object], ...] = (("cp_model_probing_level", 0),)
 
-def search_configs(config: CpSatConfig) -> tuple[CpSatConfig, ...]:
+def search_configs(config: CpSatConfig, num_ops: int = 0) -> tuple[CpSatConfig, ...]:
     """The search phase's solves, used in turn: on at most 2 workers with the default
     portfolio one full search of ``StrategyParams.searches`` each (CP-SAT fills the other
-    worker with LNS), otherwise ``config``'s portfolio; presolve probing off."""
+    worker with LNS) — those with an LP only up to ``StrategyParams.lp_max_ops`` ops —
+    otherwise ``config``'s portfolio; presolve probing off."""
     extra = PROBING_OFF + config.extra_params
     if config.subsolvers is not None or config.workers > 2:
         return (config.replace(extra_params=extra),)
-    return tuple(config.replace(subsolvers=sub, extra_params=extra) for sub in config.strategy.searches)
+    searches = [sub for sub in config.strategy.searches
+                if num_ops <= config.strategy.lp_max_ops or not any("lp" in s and "no_lp" not in s for s in sub)]
+    return tuple(config.replace(subsolvers=sub, extra_params=extra) for sub in searches or config.strategy.searches[:1])
 
 
 def proof_config(config: CpSatConfig) -> CpSatConfig:
@@ -184,7 +187,7 @@ def search_phase(problem: Problem, placement: Placement, config: CpSatConfig, st
     limit). With ``mirror`` pairs (``mirror.mirror_pairs``) the mirror-restricted model
     gets the first ``mirror_share`` of it: its schedules count, its bound does not."""
     params = config.strategy
-    configs = search_configs(config)
+    configs = search_configs(config, problem.num_ops)
     if mirror and not state.should_stop() and deadline.room(state.build_s):
         _mirror_solve(problem, placement, configs[0], state, deadline, rows, mirror)
     stall_s = max(params.stall_min_s, deadline.left() * params.stall_share)
@@ -201,7 +204,7 @@ def search_phase(problem: Problem, placement: Placement, config: CpSatConfig, st
         wall, det = deadline.limits()
         raw = model.solve(wall, det, stall_s=stall_s, stop=StopSignal(state, deadline=deadline.end),
                           on_solution=state.improved)
-        deadline.charge(raw, len(problem.ops))
+        deadline.charge(raw, problem.num_ops)
         rows.append(solve_record("search", cfg, None, raw))
         state.offer(solution_of(problem, model, raw))
         state.raise_bound(raw.bound)
@@ -223,7 +226,7 @@ def _mirror_solve(problem, placement, config, state, deadline: Deadline, rows, m
     wall, det = deadline.limits()
     wall, det = wall * share, None if det is None else det * share
     raw = model.solve(wall, det, stop=StopSignal(state, deadline=deadline.end), on_solution=state.improved)
-    deadline.charge(raw, len(problem.ops))
+    deadline.charge(raw, problem.num_ops)
     rows.append(solve_record("search (mirror)", config, None, raw))
     state.offer(solution_of(problem, model, raw))
 
@@ -254,10 +257,10 @@ def bound_phase(problem: Problem, placement: Placement, config: CpSatConfig, sta
             model.config = proof_config(config)
         wall, det = deadline.limits()
         raw = model.solve(wall, det, stop=StopSignal(state, stop, deadline.end), on_solution=state.improved)
-        deadline.charge(raw, len(problem.ops))
+        deadline.charge(raw, problem.num_ops)
         rows.append(solve_record("bound", model.config, h, raw))
         if raw.status == "infeasible":
-            proofs.append((h, deadline.cost(raw, len(problem.ops))))
+            proofs.append((h, deadline.cost(raw, problem.num_ops)))
             state.raise_bound(h + 1)
             continue
         state.offer(solution_of(problem, model, raw))

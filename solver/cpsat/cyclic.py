@@ -1,0 +1,404 @@
+"""Periodic schedules, solver-free: a **kernel** is a block of k microbatches (template
+microbatches 0..k-1) whose ops start at given times, repeated every ``period``: microbatch
+j + q*k runs each op q*period later than template microbatch j. Here: which blocks a
+problem allows, the template's ops and their time windows, the lower bound on the period
+of every periodic schedule of block k, the check of a kernel (data dependencies, one op at
+a time per device modulo the period, the memory cap over the cyclic window), the least
+period of a kernel's cyclic orders, and the kernel expanded into a schedule of any number
+of microbatches. ``cyclic_model`` is the CP-SAT model of one period, ``steady`` the search
+(docs/cpsat.md, "The cyclic model").
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Mapping
+
+import numpy as np
+
+from pipetab.schedules.arrays import KIND_CODES, OpArrays
+from pipetab.schedules.ops import Kind, Op
+from pipetab.schedules.schedule import Schedule
+
+from .variables import heads_tails, min_lag, predecessor
+
+if TYPE_CHECKING:
+    from pipetab.schedules.schedule import Placement
+
+    from .problem import Problem
+
+ChainKey = tuple[Kind, int, int]  # (kind, pipeline, stage): one op of every microbatch
+
+
+def pattern_period(problem: Problem) -> int:
+    """The least n with microbatch m on the pipeline of microbatch m mod n for every m
+    (1 for one pipeline; Chimera's split repeats every S microbatches)."""
+    mb2p = problem.microbatch2pipeline
+    B = len(mb2p)
+    for n in range(1, B + 1):
+        if all(mb2p[m] == mb2p[m % n] for m in range(n, B)):
+            return n
+    return B
+
+
+def blocks(problem: Problem, largest: int) -> list[int]:
+    """The block sizes a periodic schedule of ``problem`` may have, at most ``largest``:
+    multiples of ``pattern_period`` (each block has the problem's mix of pipelines) that
+    leave at least two blocks' microbatches."""
+    n = pattern_period(problem)
+    B = problem.num_microbatches
+    return [k for k in range(n, min(largest, B // 2) + 1, n) if all(
+        p in problem.microbatch2pipeline[:k] for p in range(problem.num_pipelines))]
+
+
+def template_size(problem: Problem, block: int) -> int:
+    """How many ops ``template_ops`` has (without making them)."""
+    per = [n * len(problem.kinds) for n in problem.num_stages]
+    return sum(per[problem.microbatch2pipeline[j]] for j in range(block))
+
+
+def template_ops(problem: Problem, block: int) -> tuple[Op, ...]:
+    """The ops of template microbatches 0..block-1."""
+    mb2p = problem.microbatch2pipeline
+    return tuple(Op(k, mb2p[j], s, j) for j in range(block) for s in range(problem.num_stages[mb2p[j]])
+                 for k in problem.kinds)
+
+
+def template_pipelines(problem: Problem, block: int) -> dict[int, list[int]]:
+    """Each pipeline's template microbatches, in order."""
+    out: dict[int, list[int]] = defaultdict(list)
+    for j in range(block):
+        out[problem.microbatch2pipeline[j]].append(j)
+    return dict(out)
+
+
+# ---- the period's lower bound -------------------------------------------------------------
+def period_lower_bound(problem: Problem, placement: Placement, block: int,
+                       per_microbatch: tuple[dict, dict] | None = None) -> tuple[int, str]:
+    """The least period any periodic schedule of ``block`` microbatches can have: each
+    device runs its block's ops one at a time (its load), and on a device with a memory
+    cap the activations' least lifetimes fill the cyclic window at most to the cap (the
+    mean live memory over a period, sum of M x least lifetime / period, is at most the
+    cap: Little's law). Returns (bound, which one). ``per_microbatch``: ``per_microbatch_work``'s
+    value when already known."""
+    load, held = per_microbatch or per_microbatch_work(problem, placement)
+    count: dict[int, int] = defaultdict(int)
+    for j in range(block):
+        count[problem.microbatch2pipeline[j]] += 1
+    best, why = 1, "one op"
+    for d in range(problem.num_devices):
+        ld = sum(count[p] * load[p][d] for p in count)
+        if ld > best:
+            best, why = ld, f"load of device {d}"
+        cap = problem.cap(d)
+        area = sum(count[p] * held[p][d] for p in count)
+        if cap is not None and cap > 0 and area > 0:
+            need = math.ceil(area / cap - 1e-9)
+            if need > best:
+                best, why = need, f"activation lifetimes of device {d} over its memory cap"
+    return best, why
+
+
+def per_microbatch_work(problem: Problem, placement: Placement) -> tuple[dict, dict]:
+    """Per pipeline and device, one microbatch's load and its activations' sum of size x
+    least lifetime."""
+    head, _ = heads_tails(problem, placement)
+    load: dict[int, list[int]] = {}
+    held: dict[int, list[float]] = {}
+    for p, n in enumerate(problem.num_stages):
+        load[p] = [0] * problem.num_devices
+        held[p] = [0.0] * problem.num_devices
+        for s in range(n):
+            d = placement.device(p, s)
+            f = Op(Kind.F, p, s, 0)
+            for k in problem.kinds:
+                load[p][d] += problem.duration(Op(k, p, s, 0))
+            for kind, part in problem.lifetimes(p, s):
+                rel = Op(kind, p, s, 0)
+                held[p][d] += part * (head[rel] + problem.duration(rel) - head[f])
+    return load, held
+
+
+# ---- time windows of the template's ops ---------------------------------------------------
+def _fit(problem: Problem, placement: Placement, p: int, s: int) -> int | None:
+    """How many whole periods' worth of copies of an activation of stage (p, s) its
+    device's cap holds (its largest part alone); None without a cap."""
+    cap = problem.cap(placement.device(p, s))
+    parts = [x for _, x in problem.lifetimes(p, s)]
+    if cap is None or not parts:
+        return None
+    return math.floor(cap / max(parts) + 1e-9)
+
+
+def op_windows(problem: Problem, placement: Placement, period: int) -> dict[ChainKey, tuple[int, int]]:
+    """Per chain key, the least and the largest start of its op after its microbatch's
+    first forward starts, over some periodic schedule of least period (of any block) —
+    the model's horizon. Some such schedule is in this normal form (docs/cpsat.md): a
+    copy of an op moved by a whole period keeps its phase, so one op at a time still
+    holds; B and W moved earlier only shorten lifetimes, so each starts within a period
+    of its input; a forward whose input comes from a device without a cap is moved later
+    with its predecessor until it starts within a period of it; a forward whose input
+    comes from a capped device starts before that input's activation is freed, which is
+    live for less than (copies the cap holds + 1) periods. Relabelling microbatches FIFO
+    keeps these windows (the k-th op of a kind follows the k-th of its input)."""
+    head, _ = heads_tails(problem, placement)
+    out: dict[ChainKey, tuple[int, int]] = {}
+    for p, n in enumerate(problem.num_stages):
+        order = [Op(Kind.F, p, s, 0) for s in range(n)] + [Op(Kind.B, p, s, 0) for s in reversed(range(n))]
+        if problem.split_backward:
+            order += [Op(Kind.W, p, s, 0) for s in range(n)]
+        hi: dict[Op, int] = {}
+        for op in order:
+            pred = predecessor(op, n)
+            if pred is None:
+                hi[op] = 0
+                continue
+            wait = period - 1
+            if op.kind is Kind.F:
+                fit = _fit(problem, placement, p, pred.stage)
+                if fit is not None:
+                    wait = (fit + 1) * period
+            hi[op] = hi[pred] + problem.duration(pred) + min_lag(problem, placement, pred, op) + wait
+            out_lo = head[op] - head[Op(Kind.F, p, 0, 0)]
+            out[(op.kind, p, op.stage)] = (out_lo, max(out_lo, hi[op]))
+        out[(Kind.F, p, 0)] = (0, 0)
+    return out
+
+
+def copies_bound(problem: Problem, placement: Placement, period: int, windows) -> dict[tuple[int, int], int]:
+    """Per stage, the most whole periods an activation of it can be live (its n)."""
+    out = {}
+    for p, s in problem.stages:
+        fit = _fit(problem, placement, p, s)
+        rel = problem.release_kind
+        span = windows[(rel, p, s)][1] + problem.duration(Op(rel, p, s, 0)) - windows[(Kind.F, p, s)][0]
+        n = span // period + 1
+        out[(p, s)] = n if fit is None else min(n, fit)
+    return out
+
+
+# ---- kernels -----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Kernel:
+    """A periodic schedule (module docstring): ``start`` of every template op (see
+    ``template_ops``), repeated every ``period``."""
+
+    problem: Problem
+    placement: Placement
+    block: int
+    period: int
+    start: Mapping[Op, int]
+
+    @property
+    def per_microbatch(self) -> float:
+        return self.period / self.block
+
+    def arrays(self):
+        """(ops, device, start, duration) of the template as arrays, in template order."""
+        ops = template_ops(self.problem, self.block)
+        pl, pr = self.placement, self.problem
+        dev = np.array([pl.device(o.pipeline, o.stage) for o in ops], np.int64)
+        st = np.array([self.start[o] for o in ops], np.int64)
+        du = np.array([pr.duration(o) for o in ops], np.int64)
+        return ops, dev, st, du
+
+    def expand(self, microbatches: int | None = None, name: str = "cyclic") -> Schedule:
+        """The schedule of the first ``microbatches`` (default: the problem's) microbatches
+        of the periodic schedule: each device's ops by start time."""
+        B = self.problem.num_microbatches if microbatches is None else microbatches
+        ops, dev, st, _ = self.arrays()
+        k, P = self.block, self.period
+        q = np.arange(-(-B // k), dtype=np.int64)
+        j = np.array([o.microbatch for o in ops], np.int64)
+        mb = (j[None, :] + k * q[:, None]).ravel()
+        keep = mb < B
+        times = (st[None, :] + P * q[:, None]).ravel()[keep]
+        devs = np.tile(dev, len(q))[keep]
+        kind = np.tile(np.array([KIND_CODES[o.kind] for o in ops], np.int8), len(q))[keep]
+        pipe = np.tile(np.array([o.pipeline for o in ops], np.int64), len(q))[keep]
+        stage = np.tile(np.array([o.stage for o in ops], np.int64), len(q))[keep]
+        mb = mb[keep]
+        order = np.lexsort((times, devs))
+        offsets = np.concatenate([[0], np.cumsum(np.bincount(devs, minlength=self.placement.num_devices))])
+        pattern = self.problem.microbatch2pipeline
+        mb2p = tuple(pattern[m % self.block] for m in range(B))
+        arrays = OpArrays(kind[order], pipe[order], stage[order], mb[order])
+        return Schedule.from_arrays(name, self.placement, mb2p, arrays, offsets, self.problem.stage_work,
+                                    self.problem.split_backward,
+                                    {"source": "cpsat", "block": self.block, "period": self.period})
+
+
+def cyclic_order_edges(kernel: Kernel) -> tuple[list[Op], list[tuple[int, int, int, int]]]:
+    """The kernel's ops and the edges (u, v, w, h) of its repeated constraint graph:
+    start(v) + h * period >= start(u) + w. Data edges (h = 0: same microbatch); on each
+    device, each op to the next by phase (start mod period), h the periods between the
+    two copies that run one after the other."""
+    ops, dev, st, du = kernel.arrays()
+    P, pr, pl = kernel.period, kernel.problem, kernel.placement
+    index = {o: i for i, o in enumerate(ops)}
+    edges = []
+    for i, o in enumerate(ops):
+        pred = predecessor(o, pr.num_stages[o.pipeline])
+        if pred is not None:
+            u = index[pred]
+            edges.append((u, i, int(du[u]) + min_lag(pr, pl, pred, o), 0))
+    phase = st % P
+    for d in np.unique(dev):
+        members = np.flatnonzero(dev == d)
+        members = members[np.argsort(phase[members], kind="stable")]
+        for a, b in zip(members, np.roll(members, -1)):
+            w = int(du[a])
+            h = -((int(st[b]) - int(st[a]) - w) // P)  # least h with st[b] + h P >= st[a] + w
+            edges.append((int(a), int(b), w, h))
+    return list(ops), edges
+
+
+def least_period(kernel: Kernel, lower: int = 1) -> int:
+    """The least integer period at which the kernel's cyclic orders (each device's ops in
+    phase order, the data dependencies) can repeat: the least P with no positive cycle of
+    weight w - h P (Bellman-Ford per probe, binary search between ``lower``, the longest
+    op and the kernel's own period). Raises ``ValueError`` when even the kernel's period fails (an
+    invalid kernel)."""
+    ops, edges = cyclic_order_edges(kernel)
+    u, v, w, h = (np.array(x, np.int64) for x in zip(*edges))
+    n = len(ops)
+
+    def feasible(P: int) -> bool:
+        dist = np.zeros(n, np.int64)
+        weight = w - h * P
+        for _ in range(n + 1):
+            cand = dist[u] + weight
+            new = dist.copy()
+            np.maximum.at(new, v, cand)
+            if np.array_equal(new, dist):
+                return True
+            dist = new
+        return False
+
+    lo = max(1, lower, max((kernel.problem.duration(o) for o in ops), default=1))
+    hi = kernel.period
+    if not feasible(hi):
+        raise ValueError(f"the kernel's orders cannot repeat every {hi}: an invalid kernel")
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if feasible(mid):
+            hi = mid
+        else:
+            lo = mid + 1
+    return hi
+
+
+def check_kernel(kernel: Kernel) -> str | None:
+    """None when the kernel is a valid periodic schedule, else the first violation: a data
+    dependency (with its transfer lag), two ops of a device overlapping modulo the
+    period, or the memory cap broken at some phase (every copy of every activation part
+    live then counted)."""
+    ops, dev, st, du = kernel.arrays()
+    P, pr, pl = kernel.period, kernel.problem, kernel.placement
+    start = dict(zip(ops, st.tolist()))
+    for o in ops:
+        pred = predecessor(o, pr.num_stages[o.pipeline])
+        if pred is not None and start[o] < start[pred] + pr.duration(pred) + min_lag(pr, pl, pred, o):
+            return f"{o} starts at {start[o]} before its input from {pred} arrives"
+    for d in np.unique(dev):
+        members = np.flatnonzero(dev == d)
+        if int(du[members].sum()) > P:
+            return f"device {d} has more work than one period of {P}"
+        busy = np.zeros(P, np.int64)
+        for i in members:
+            busy[(int(st[i]) + np.arange(int(du[i]))) % P] += 1
+        if busy.max() > 1:
+            return f"ops of device {d} overlap at phase {int(np.argmax(busy))} of the period {P}"
+    return _memory_violation(kernel, start)
+
+
+def _memory_violation(kernel: Kernel, start: dict[Op, int]) -> str | None:
+    P, pr, pl = kernel.period, kernel.problem, kernel.placement
+    live: dict[int, list[tuple[int, int, float]]] = defaultdict(list)
+    for j in range(kernel.block):
+        p = pr.microbatch2pipeline[j]
+        for s in range(pr.num_stages[p]):
+            d = pl.device(p, s)
+            if pr.cap(d) is None:
+                continue
+            f = start[Op(Kind.F, p, s, j)]
+            for kind, part in pr.lifetimes(p, s):
+                r = Op(kind, p, s, j)
+                live[d].append((f, start[r] + pr.duration(r), part))
+    for d, parts in live.items():
+        phases = sorted({a % P for a, _, _ in parts} | {b % P for _, b, _ in parts} | {0})
+        cap = pr.cap(d) or 0.0  # only devices with a cap hold parts here
+        for x in phases:
+            # copies q of [a, b) live at phase x: a <= x + q P < b
+            total = sum(part * max(0, math.ceil((b - x) / P) - math.ceil((a - x) / P)) for a, b, part in parts)
+            if total > cap + 1e-9:
+                return f"device {d} holds {total:g} of activations at phase {x} of the period, over its cap {cap:g}"
+    return None
+
+
+# ---- the steady state of a known schedule -------------------------------------------------
+def steady_kernel(kernel: Kernel, factor: int = 16) -> Kernel | None:
+    """The kernel's cyclic orders run as soon as possible (the simulator on an expansion
+    long enough for its warm-up and cool-down to stay out of the middle third): the
+    steady state they settle in, as a kernel of a block up to ``factor`` times the
+    kernel's (``kernel_of``). Its period per microbatch is the least the orders allow
+    (the maximum cycle mean, which may be a fraction of a tick per block: its block is
+    then a multiple), never above the kernel's. None when it is not found."""
+    from pipetab.solver.simulate import simulate
+
+    _, _, st, du = kernel.arrays()
+    reach = int(st.max() + du.max() - st.min()) // kernel.period + 2
+    count = 3 * (reach + 2 * factor) * kernel.block
+    schedule = kernel.expand(count)
+    problem = _with_microbatches(kernel.problem, count, kernel.block)
+    return kernel_of(problem, kernel.placement, schedule, simulate(schedule, problem.costs).start_times,
+                     factor * kernel.block, kernel.problem)
+
+
+def _with_microbatches(problem: Problem, count: int, block: int) -> Problem:
+    """``problem`` with ``count`` microbatches in its pipelines' pattern."""
+    from dataclasses import replace
+
+    pattern = problem.microbatch2pipeline
+    return replace(problem, microbatch2pipeline=tuple(pattern[m % block] for m in range(count)))
+
+def kernel_of(problem: Problem, placement: Placement, schedule: Schedule, start_times: np.ndarray,
+              largest: int, owner: Problem | None = None) -> Kernel | None:
+    """The steady state of a timed schedule of ``problem`` as a kernel: the least block k
+    (a multiple of the pipelines' pattern, at most ``largest``) such that in the middle
+    third of the microbatches every op of microbatch m + k starts the same time P after
+    that of m; its template the ops of k microbatches there, shifted to start at 0. None
+    when no block repeats, or the kernel fails ``check_kernel`` (the middle is too short
+    for its lifetimes). ``start_times``: per op in the schedule's op order; ``owner``: the
+    problem the kernel belongs to (default ``problem``)."""
+    ops = schedule.ops
+    B = schedule.num_microbatches
+    kinds = (Kind.F, Kind.B, Kind.W)
+    chain = {(kinds[c % 3], *schedule.stage_keys[c // 3]): c for c in range(3 * len(schedule.stage_keys))}
+    grid = np.full((len(chain), B), np.nan)
+    grid[schedule.codes, ops.microbatch] = start_times
+    n = pattern_period(problem)
+    lo, hi = B // 3 - B // 3 % n, 2 * B // 3
+    for k in range(n, min(largest, (hi - lo) // 2) + 1, n):
+        diff = grid[:, lo + k:hi] - grid[:, lo:hi - k]
+        present = ~np.isnan(diff)
+        if not present.any():
+            continue
+        P = np.nanmax(diff)
+        if P <= 0 or not np.allclose(diff[present], P) or abs(P - round(P)) > 1e-9:
+            continue
+        template = template_ops(problem, k)
+        base = grid[chain[(Kind.F, problem.microbatch2pipeline[0], 0)], lo]
+        start = {}
+        for op in template:
+            t = grid[chain[(op.kind, op.pipeline, op.stage)], lo + op.microbatch]
+            if np.isnan(t):
+                break
+            start[op] = round(t - base)
+        else:
+            kernel = Kernel(owner or problem, placement, k, round(P), start)
+            if k <= kernel.problem.num_microbatches and check_kernel(kernel) is None:
+                return kernel
+    return None

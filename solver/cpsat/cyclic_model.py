@@ -1,0 +1,252 @@
+"""The CP-SAT model of one period of a periodic schedule (``cyclic``): the template's ops
+of a block of k microbatches at a fixed period P. Each op's start is t = phase + P * q
+(phase in [0, P)); one op at a time per device modulo P (each op and its copy one period
+later in one no-overlap: two copies of every op suffice on a circle, docs/cpsat.md); the
+data dependencies with their transfer lags inside a microbatch; FIFO across the block
+(the k-th op of a kind on a stage is microbatch k's, without loss of generality as in the
+full model) with the wrap to the next block; the memory cap over the cyclic window (each
+activation part's lifetime is n whole periods plus a remainder r: n copies live at every
+phase, one more on an arc of length r — the arc and its copy in a cumulative over two
+periods, the whole copies as a constant demand), or, on a device holding one stage under
+FIFO, exactly as windows (F of microbatch i + c after the release of i). The objective is
+the makespan of the first B microbatches of the periodic schedule (the last template
+op's end plus its whole blocks).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ortools.sat.python import cp_model
+
+from pipetab.schedules.ops import Kind, Op
+
+from .bounds import memory_scale
+from .cyclic import copies_bound, op_windows, template_ops, template_pipelines
+from .variables import min_lag, predecessor
+
+if TYPE_CHECKING:
+    from pipetab.schedules.schedule import Placement
+
+    from .params import CpSatConfig
+    from .problem import Problem
+
+
+@dataclass(frozen=True)
+class CyclicSolve:
+    """One solve at a fixed period: ``status`` (optimal / feasible / infeasible /
+    unknown), the template's starts when a schedule was found, the objective (the
+    makespan of the expansion) and the times."""
+
+    status: str
+    starts: dict[Op, int] | None
+    value: int | None
+    wall_time: float
+    det_time: float
+
+
+class CyclicModel:
+    """The model of the periodic schedules of ``block`` microbatches of ``problem`` on
+    ``placement`` repeating every ``period`` (module docstring). ``fifo``: the FIFO
+    family (an ablation switch, ``CpSatConfig.uses("fifo")``)."""
+
+    def __init__(self, problem: Problem, placement: Placement, block: int, period: int, config: CpSatConfig):
+        t0 = time.perf_counter()
+        self.problem, self.placement, self.block, self.period, self.config = problem, placement, block, period, config
+        self.fifo = config.uses("fifo")
+        self.model = m = cp_model.CpModel()
+        self.ops = template_ops(problem, block)
+        self.index = {op: i for i, op in enumerate(self.ops)}
+        self.windows = op_windows(problem, placement, period)
+        self.pipes = template_pipelines(problem, block)
+        P = period
+        self.start, self.phase = [], []
+        for op in self.ops:
+            lo, hi = self.windows[(op.kind, op.pipeline, op.stage)]
+            t = m.new_int_var(lo, P - 1 + hi, f"t_{op}")
+            ph = m.new_int_var(0, P - 1, f"ph_{op}")
+            q = m.new_int_var(lo // P, (P - 1 + hi) // P, f"q_{op}")
+            m.add(t == ph + P * q)
+            self.start.append(t)
+            self.phase.append(ph)
+        self._anchor()
+        self._dependencies()
+        self._devices()
+        if self.fifo:
+            self._fifo()
+        self._memory()
+        self.makespan = self._objective()
+        self.build_s = time.perf_counter() - t0
+
+    def dur(self, op: Op) -> int:
+        return self.problem.duration(op)
+
+    def t(self, op: Op):
+        return self.start[self.index[op]]
+
+    def _anchor(self) -> None:
+        """Time 0 is when pipeline 0's first template microbatch starts; every other
+        pipeline's first microbatch starts within one period of it (moving a whole
+        microbatch by a period is relabelling it as its copy in the next block)."""
+        for p, mbs in self.pipes.items():
+            if p == min(self.pipes):
+                self.model.add(self.t(Op(Kind.F, p, 0, mbs[0])) == 0)
+
+    def _dependencies(self) -> None:
+        pr, pl = self.problem, self.placement
+        for op in self.ops:
+            pred = predecessor(op, pr.num_stages[op.pipeline])
+            if pred is not None:
+                self.model.add(self.t(op) >= self.t(pred) + self.dur(pred) + min_lag(pr, pl, pred, op))
+
+    def _devices(self) -> None:
+        """One op at a time per device modulo the period: each op's interval at its phase
+        and one period later, all in one no-overlap."""
+        by_device: dict[int, list] = {}
+        P = self.period
+        for op, ph in zip(self.ops, self.phase):
+            d = self.placement.device(op.pipeline, op.stage)
+            dur = self.dur(op)
+            by_device.setdefault(d, []).extend([
+                self.model.new_fixed_size_interval_var(ph, dur, f"i_{op}"),
+                self.model.new_fixed_size_interval_var(ph + P, dur, f"j_{op}")])
+        for ivs in by_device.values():
+            if len(ivs) > 2:
+                self.model.add_no_overlap(ivs)
+
+    def _fifo(self) -> None:
+        """Each stage runs each kind of its pipeline's microbatches in order, the block's
+        last before the next block's first (one period later)."""
+        P = self.period
+        for p, mbs in self.pipes.items():
+            for s in range(self.problem.num_stages[p]):
+                for k in self.problem.kinds:
+                    chain = [Op(k, p, s, j) for j in mbs]
+                    for a, b in itertools.pairwise(chain):
+                        self.model.add(self.t(b) >= self.t(a) + self.dur(a))
+                    self.model.add(self.t(chain[0]) + P >= self.t(chain[-1]) + self.dur(chain[-1]))
+
+    def _memory(self) -> None:
+        """The cap over the cyclic window, per device with a cap (module docstring)."""
+        pr, pl = self.problem, self.placement
+        exact = self._memory_windows() if self.fifo else set()
+        n_max = copies_bound(pr, pl, self.period, self.windows)
+        sizes = [x for k in pr.stages for _, x in pr.lifetimes(*k)]
+        caps = [pr.cap(d) for d in range(pr.num_devices)]
+        scale = memory_scale(sizes + [c for c in caps if c is not None])
+        per_device: dict[int, tuple[list, list, list]] = {}
+        P = self.period
+        for op in self.ops:
+            if op.kind is not Kind.F:
+                continue
+            p, s, j = op.pipeline, op.stage, op.microbatch
+            d = pl.device(p, s)
+            if caps[d] is None or d in exact:
+                continue
+            ivs, dem, base = per_device.setdefault(d, ([], [], []))
+            for kind, part in pr.lifetimes(p, s):
+                r_op = Op(kind, p, s, j)
+                n = self.model.new_int_var(0, n_max[(p, s)], f"n_{r_op}")
+                r = self.model.new_int_var(0, P - 1, f"r_{r_op}")
+                self.model.add(self.t(r_op) + self.dur(r_op) - self.t(op) == P * n + r)
+                ph = self.phase[self.index[op]]
+                end = self.model.new_int_var(0, 2 * P - 2, f"e_{r_op}")
+                self.model.add(end == ph + r)
+                demand = round(part * scale)
+                ivs += [self.model.new_interval_var(ph, r, end, f"a_{r_op}"),
+                        self.model.new_interval_var(ph + P, r, end + P, f"b_{r_op}")]
+                dem += [demand, demand]
+                base.append(demand * n)
+        for d, (ivs, dem, base) in per_device.items():
+            cap = math.floor(caps[d] * scale + 1e-9)  # type: ignore[operator]
+            whole = self.model.new_int_var(0, cap, f"whole_d{d}")
+            self.model.add(whole == sum(base))
+            ivs.append(self.model.new_fixed_size_interval_var(0, 3 * P, f"whole_{d}"))
+            dem.append(whole)
+            self.model.add_cumulative(ivs, dem, cap)
+
+    def _memory_windows(self) -> set[int]:
+        """Under FIFO, ``Problem.window_shifts`` across blocks: the release op of the
+        pipeline's i-th microbatch ends before the F of its (i + c)-th starts (which is
+        template microbatch (i + c) mod k_p, (i + c) div k_p periods later). Returns the
+        devices holding one stage where these windows are the whole memory constraint."""
+        pr, pl, P = self.problem, self.placement, self.period
+        exact = set()
+        for d in range(pr.num_devices):
+            held, cap = pl.stages_on(d), pr.cap(d)
+            if cap is None:
+                continue
+            for p, s in held:
+                mbs = self.pipes.get(p, [])
+                shifts, is_exact = pr.window_shifts(p, s, cap)
+                for kind, c in shifts:
+                    for i, j in enumerate(mbs):
+                        nxt = mbs[(i + c) % len(mbs)]
+                        rel = Op(kind, p, s, j)
+                        self.model.add(self.t(Op(Kind.F, p, s, nxt)) + P * ((i + c) // len(mbs))
+                                       >= self.t(rel) + self.dur(rel))
+                if len(held) == 1 and is_exact:
+                    exact.add(d)
+        return exact
+
+    def _objective(self):
+        """The makespan of the expansion to the problem's microbatches: template
+        microbatch j's last op end (its optimizer step after) plus (B - 1 - j) // k
+        periods."""
+        pr, P, k = self.problem, self.period, self.block
+        B = pr.num_microbatches
+        ends = []
+        for op in self.ops:
+            if op.kind is pr.release_kind:
+                d = self.placement.device(op.pipeline, op.stage)
+                ends.append((op, (B - 1 - op.microbatch) // k * P + self.dur(op) + pr.optimizer(d)))
+        hi = max(self.windows[(o.kind, o.pipeline, o.stage)][1] for o, _ in ends) + P + max(x for _, x in ends)
+        makespan = self.model.new_int_var(0, hi, "makespan")
+        for op, extra in ends:
+            self.model.add(makespan >= self.t(op) + extra)
+        self.model.minimize(makespan)
+        return makespan
+
+    # ---- hints and solves ------------------------------------------------------------------
+    def hint(self, starts: dict[Op, int]) -> None:
+        """Hint the starts (and phases) of a kernel of this block and period."""
+        self.model.clear_hints()
+        for op, t, ph in zip(self.ops, self.start, self.phase):
+            self.model.add_hint(t, starts[op])
+            self.model.add_hint(ph, starts[op] % self.period)
+
+    def solve(self, wall: float, det: float | None = None, first: bool = False) -> CyclicSolve:
+        """Solve within ``wall`` seconds (``det`` deterministic ones); ``first``: stop at
+        the first schedule (a feasibility probe)."""
+        cfg = self.config
+        solver = cp_model.CpSolver()
+        prm = solver.parameters
+        prm.max_time_in_seconds = max(0.01, wall)
+        if det is not None:
+            prm.max_deterministic_time = max(1e-3, det)
+        prm.num_workers = cfg.workers
+        prm.random_seed = cfg.random_seed
+        prm.log_search_progress = cfg.log
+        portfolio = cfg.portfolio()
+        if portfolio:
+            prm.subsolvers.extend(portfolio)
+            if cfg.subsolvers is None and len(portfolio) == cfg.workers:
+                prm.num_full_subsolvers = cfg.workers
+        prm.ignore_subsolvers.append("feasibility_pump")
+        prm.stop_after_first_solution = first
+        for key, value in cfg.extra_params:
+            setattr(prm, key, value)
+        t0 = time.perf_counter()
+        code = solver.solve(self.model)
+        wall_s = time.perf_counter() - t0
+        status = {cp_model.OPTIMAL: "optimal", cp_model.FEASIBLE: "feasible",
+                  cp_model.INFEASIBLE: "infeasible"}.get(code, "unknown")
+        starts = value = None
+        if status in ("optimal", "feasible"):
+            starts = {op: int(solver.value(t)) for op, t in zip(self.ops, self.start)}
+            value = int(solver.value(self.makespan))
+        return CyclicSolve(status, starts, value, wall_s, solver.response_proto.deterministic_time)

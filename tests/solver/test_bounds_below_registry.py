@@ -1,0 +1,73 @@
+"""No reported lower bound exceeds the time of a registry schedule of the same problem:
+random idealized problems of every placement family (split backward, caps, messages,
+both objectives) and small problems in seconds on the paper's systems, each bound as
+``bound`` and ``solve_seconds`` report it against every registry schedule of its shape
+that fits, timed by the simulator (a property test)."""
+
+from dataclasses import replace
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pipetab.schedules import registry
+from pipetab.solver.cpsat import CpSatConfig, analytic_lower_bound, bound, idealized_problem
+from pipetab.solver.cpsat.oracle import evaluate_known
+from pipetab.solver.cpsat.starts import registry_schedules
+from pipetab.solver.pricing import hardware_costs
+from pipetab.solver.seconds import solve_seconds
+
+CFG = CpSatConfig(time_limit_s=20, deterministic_time=0.5)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    S=st.integers(2, 4),
+    per=st.integers(1, 5),
+    placement=st.sampled_from(["linear", "v", "bidirectional", "interleaved", "wave"]),
+    split=st.booleans(),
+    times=st.tuples(st.integers(1, 3), st.integers(1, 3), st.integers(1, 2)),
+    comm=st.integers(0, 2),
+    cap=st.one_of(st.none(), st.sampled_from([1.0, 1.5, 2.0, 3.0])),
+    weight_memory=st.sampled_from([0.5, 1.0]),
+    objective=st.sampled_from(["makespan", "period"]),
+)
+def test_idealized_bounds_below_every_registry_schedule(S, per, placement, split, times, comm, cap, weight_memory,
+                                                      objective):
+    B = max(S * per // 2, S // 2 + 1) if placement == "bidirectional" else S * per // 2 + 1
+    problem = idealized_problem(S, B, placement, forward=times[0], backward=times[1], weight=times[2], comm=comm,
+                                activation_cap=None if cap is None else cap * S, split_backward=split,
+                                weight_memory=weight_memory, objective=objective)
+    res = bound(problem, CFG)
+    pl = problem.fixed_placement
+    lowest = [analytic_lower_bound(problem, pl)[0]] + ([res.lower_bound] if res.lower_bound is not None else [])
+    for sched in registry_schedules(problem, pl):
+        ev = evaluate_known(problem, sched)
+        if ev.fits:
+            assert max(lowest) <= ev.makespan, (sched.name, lowest, ev.makespan)
+    if res.schedule is not None:
+        assert res.lower_bound <= res.makespan
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    S=st.sampled_from([2, 4]),
+    B=st.sampled_from([4, 8]),
+    system=st.sampled_from(["mid_nw_mid_cp", "slow_nw_fast_cp", "fast_nw_slow_cp"]),
+    name=st.sampled_from(["1f1b", "zb-h1", "zbv", "interleaved"]),
+    mode=st.sampled_from(["search", "bound"]),
+)
+def test_bounds_in_seconds_below_every_registry_schedule(S, B, system, name, mode):
+    sched = registry.generate(name, S, B)
+    real = hardware_costs(sched, system, "tiny_gpt")
+    real = replace(real, capacity=(None,) * S)
+    from pipetab.solver.cpsat import Problem
+
+    shape = Problem.from_schedule(sched, real.quantized(real.default_tick(20)))
+    answer = solve_seconds(shape, real, mode, CFG, [sched])
+    assert answer.lower_bound_s is not None
+    from pipetab.solver.simulate import simulate
+
+    for other in registry_schedules(shape, shape.fixed_placement):
+        assert answer.lower_bound_s <= simulate(other, real).makespan * (1 + 1e-12), other.name
+    if answer.seconds is not None:
+        assert answer.lower_bound_s <= answer.seconds * (1 + 1e-12)

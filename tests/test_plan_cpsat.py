@@ -1,0 +1,57 @@
+"""``plan``'s CP-SAT at every size: a shape of more than 10,000 ops is searched (it was
+skipped), on the placement and backward split of the shape's best registry schedule, and
+what it returns goes back through the simulator and the validator before it is ranked."""
+
+from dataclasses import replace
+
+from pipetab.hardware.model import TransformerModel
+from pipetab.plan import PlanSpace, cluster, plan, plan_question, shape
+from pipetab.plan.cpsat import cpsat_outcome, cpsat_search
+from pipetab.plan.space import costs_of
+from pipetab.schedules.table import layout
+from pipetab.schedules.validate import validate
+from pipetab.solver.simulate import simulate
+
+# test_plan.py's small Llama-like model: 8 layers, GQA 8/2, SwiGLU, 1024 tokens
+MODEL = TransformerModel("t", num_layers=8, hidden=512, heads=8, seq_len=1024, vocab=1000, global_batch=32,
+                         kv_heads=2, ffn_hidden=1536, mlp="swiglu", norm="rmsnorm", bias=False)
+
+
+def test_a_large_shape_is_searched_and_its_result_checked(monkeypatch):
+    """tiny_gpt on 4 stages with 4,096 microbatches: 32,768 ops. The answer's schedule is
+    re-simulated on the shape's costs (its step time is the simulator's) and its table
+    validated (``evaluate_levels``), and the note gives its gap and its change against
+    the shape's best registry schedule."""
+    space = plan_question("tiny_gpt", nodes=1, gpus_per_node=4, global_batch=4096, gpu="H100", cpsat_time_s=4.0)
+    big = shape(space, 4, 1, 1, 1, "none")
+    assert 2 * big.pp * big.microbatches > 10_000
+    import pipetab.solver.levels as levels
+
+    validated = []
+    real_levels = levels.evaluate_levels
+
+    def spy(schedule, *a, **kw):
+        validated.append(schedule)
+        return real_levels(schedule, *a, **kw)
+
+    monkeypatch.setattr(levels, "evaluate_levels", spy)
+    answer = cpsat_search(space, big)
+    assert answer.schedule is not None
+    conf, note = cpsat_outcome(space, big, answer, [])
+    assert validated == [answer.schedule]
+    costs = costs_of(space, answer.schedule, big)
+    validate(layout(answer.schedule), answer.schedule)
+    assert answer.seconds == simulate(answer.schedule, costs).makespan
+    assert "gap" in note and "CP-SAT" in note
+    assert conf is not None and conf.step_time_s == answer.seconds
+
+
+def test_the_search_takes_the_best_schedules_placement_and_split():
+    base = cluster("H100", 1, 8)
+    system = replace(base, device=replace(base.device, memory_bytes=3e8, reserved_bytes=0.0))
+    # a pipeline pinned: without one CP-SAT has no ops to order (PP = 1 wins this small model)
+    result = plan(PlanSpace(MODEL, system, 32, cpsat_shapes=1, cpsat_time_s=2.0, top=3, pp=(2, 4)))
+    (note,) = result.cpsat_notes
+    best = min((c for c in result.evaluated if c.fits and c.source == "registry"), key=lambda c: c.step_time_s)
+    assert f"on the placement of {best.label}" in note
+    assert "than the shape's best registry schedule" in note
