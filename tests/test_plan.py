@@ -172,3 +172,20 @@ def test_cpsat_on_the_best_shape():
                                    "ops; pin --pp to search one)",)
     for c in result.configurations:
         assert c.levels is not None
+
+
+def test_each_configuration_is_shown_once_with_its_best_layout():
+    """The layouts and per-stage recomputations tried on the best shapes stay in
+    ``evaluated``, but the ranking shows each (schedule, options, shape) once: the best of
+    its layouts, which is the first of them in ``evaluated``."""
+    result = plan(space(3e8, top=8, pp=(2, 4)))  # pipelines: layouts to refine
+
+    def key(c):
+        return (c.schedule, c.options, c.shape.replace(layout=None, recompute_layers=None))
+
+    tried = [key(c) for c in result.evaluated]
+    assert len(set(tried)) < len(tried)  # some configuration has several layouts
+    shown = [key(c) for c in result.configurations]
+    assert len(set(shown)) == len(shown)
+    for c in result.configurations:
+        assert c.step_time_s == min(e.step_time_s for e in result.evaluated if key(e) == key(c))

@@ -334,8 +334,11 @@ def _best_lines(result) -> list[str]:
     if best.layout:
         from pipetab.plan.result import runs
 
+        uneven = [f"#{i} {runs(c.layers_per_stage)}" for i, c in enumerate(result.configurations[1:], 2)
+                  if c.layout and len(set(c.layers_per_stage)) > 1]
         out.append(f"#1 layers per stage: {runs(best.layers_per_stage)} "
-                   f"(pipeline_model_parallel_layout {best.layout!r})")
+                   f"(pipeline_model_parallel_layout {best.layout!r})"
+                   + (f"; uneven layouts of the others: {', '.join(uneven)}" if uneven else ""))
     if best.sample_microbatches:
         out.append(f"#1 step time and memory extrapolated from runs of {best.sample_microbatches} microbatches "
                    "(periodic schedule, exact)")

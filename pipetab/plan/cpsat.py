@@ -88,7 +88,7 @@ def cpsat_outcome(space: PlanSpace, shape: Context, answer, ranked: list[Configu
     steady = answer.result.cyclic
     cyc = "" if steady is None else (f"; steady state {steady.block} microbatches every "
                                      f"{steady.period * answer.tick_s:.4g} s")
-    head = (f"{where}: CP-SAT {answer.status} in {answer.runtime_s:.1f} s on the placement of "
+    head = (f"{where}: {answer.status} in {answer.runtime_s:.1f} s on the placement of "
             f"{best.label if best is not None else '1f1b'} ({kind} backward): {found.step_time_s:.6g} s "
             f"({sched.name}{bound}{cyc})")
     if best is None:

@@ -191,15 +191,29 @@ def _search_and_validate(space: PlanSpace, bounds: Bounds, ranked: list[Configur
             f"{space.cpsat_time_s:g} s")
         jobs.append((shape, best, pool.submit(cpsat_search, space, shape, best) if pool else None))
     say(f"validating the {min(len(ranked), space.top)} best configurations")
-    checked = {id(c): _validated(space, c, bounds) for c in ranked[:space.top]}
+    checked = {id(c): _validated(space, c, bounds) for c in distinct(ranked)[:space.top]}
     outcomes = [cpsat_outcome(space, shape, job.result() if job else cpsat_search(space, shape, best), ranked)
                 for shape, best, job in jobs] + [(None, note) for note in skipped]
     if space.cpsat_shapes and not searched and not skipped and ranked:
         outcomes.append((None, "not run: no configuration simulated has a pipeline (CP-SAT orders a pipeline's ops; "
                                "pin --pp to search one)"))
     ranked = rank(ranked + [c for c, _ in outcomes if c is not None])
-    shown = [checked.get(id(c)) or _validated(space, c, bounds) for c in ranked[:space.top]]
+    shown = [checked.get(id(c)) or _validated(space, c, bounds) for c in distinct(ranked)[:space.top]]
     return shown, [note for _, note in outcomes], ranked
+
+
+def distinct(ranked: list[Configuration]) -> list[Configuration]:
+    """``ranked`` with each configuration once: of the layouts and per-stage recomputations
+    tried for one (schedule, options, shape), only the best (the first) stays, so the rows
+    shown differ in more than a layer moved between stages."""
+    seen: set = set()
+    out = []
+    for c in ranked:
+        key = (c.schedule, c.options, c.shape.replace(layout=None, recompute_layers=None))
+        if key not in seen:
+            seen.add(key)
+            out.append(c)
+    return out
 
 
 def _question(space: PlanSpace, profile=None) -> dict:

@@ -23,23 +23,23 @@ from . import _asset, page_data
 if TYPE_CHECKING:
     from pipetab.plan import Configuration, Plan
 
-# what the costs assume and what plan leaves out (pipetab.plan's docstring, docs/cluster.md)
+# what the costs assume and what plan never models (pipetab.plan's docstring, docs/cluster.md);
+# what this plan's space left out is the plan's own notes (Plan.notes)
 ASSUMPTIONS = (
-    "Op times come from a roofline of FLOPs and bytes per GPU with the system's efficiencies (or the profile's "
-    "measured times); messages by the Hockney model; links carry transfers side by side (no congestion).",
-    "Tensor-parallel all-reduces run inside each op, not overlapped with compute; the data-parallel gradient "
-    "reduction and the optimizer step end the step.",
+    "Op times are the sum of their kernels (GEMMs in tiles and waves over the SMs, flash attention, "
+    "memory-bound kernels) with the system's fitted efficiencies, or the profile's measured times; messages "
+    "by the Hockney model; links carry transfers side by side (no congestion).",
+    "Tensor-parallel collectives run inside each op; expert-parallel all-to-alls are hidden only inside "
+    "overlapped forward-backward pairs; the data-parallel gradient reduction and the optimizer step end the step.",
     "Memory: weights, gradients and optimizer state (ZeRO as given) plus live activations; no fragmentation; "
     "the GPU's reserved memory is not usable.",
     "MFU counts the model's FLOPs (3 x forward of every layer and the LM head, no recomputation) over the "
     "step time and the GPUs' peak.",
 )
-NOT_CONSIDERED = (
-    "context and expert parallelism",
-    "interleaved or V placements searched by CP-SAT (CP-SAT searches the linear placement of the best shapes)",
-    "uneven layer splits (every stage holds an even share of the layers)",
+NEVER_MODELLED = (
     "overlap of tensor-parallel communication with compute",
-    "pipeline degree 1 (no schedule to choose)",
+    "FP8 activation caching (DeepSeek-V3) and activation offloading",
+    "network congestion beyond per-link contention",
 )
 
 
@@ -84,7 +84,7 @@ def plan_data(result: Plan) -> tuple[dict, list[dict]]:
         "capacity": ranked[0].capacity_bytes / gib if ranked else None,
         "cpsat": list(result.cpsat_notes),
         "assumptions": list(ASSUMPTIONS),
-        "not_considered": list(NOT_CONSIDERED),
+        "not_considered": list(result.notes) + list(NEVER_MODELLED),
         "panels": names,
     }, panels
 

@@ -58,7 +58,9 @@ def test_plan_page_rows_sorting_hover_and_panels(browser, tmp_path, capsys):  # 
         assert panel.locator(".memory-legend span").count() >= 2
         assert "simulation" in panel.locator("table.levels").inner_text()  # the three levels
     text = page.inner_text("body")
-    assert "What plan did not consider" in text and "context and expert parallelism" in text
+    # the plan's own notes of what its space left out, and what no plan models
+    assert "What plan did not consider" in text and "EP not considered: dense model" in text
+    assert "FP8 activation caching" in text
     assert "outside their schedule's regime (the schedule does not exist" in text
     assert page.problems == []
 
