@@ -85,11 +85,15 @@ def cpsat_outcome(space: PlanSpace, shape: Context, answer, ranked: list[Configu
     bound = "" if answer.lower_bound_s is None else (
         f", bound {answer.lower_bound_s:.6g} s, gap {100 * answer.gap:.2f}%" if answer.gap is not None else "")
     kind = "whole" if not sched.split_backward else "split"
+    if best is not None and dict(best.options).get("overlap"):
+        kind += " backward, forward-backward pairs not overlapped: CP-SAT orders ops one at a time"
+    else:
+        kind += " backward"
     steady = answer.result.cyclic
     cyc = "" if steady is None else (f"; steady state {steady.block} microbatches every "
                                      f"{steady.period * answer.tick_s:.4g} s")
     head = (f"{where}: {answer.status} in {answer.runtime_s:.1f} s on the placement of "
-            f"{best.label if best is not None else '1f1b'} ({kind} backward): {found.step_time_s:.6g} s "
+            f"{best.label if best is not None else '1f1b'} ({kind}): {found.step_time_s:.6g} s "
             f"({sched.name}{bound}{cyc})")
     if best is None:
         return (found if better else None), head

@@ -77,7 +77,19 @@ def registry_schedules(problem: Problem, placement: Placement, probe: tuple[int,
         except (ValueError, TypeError):
             continue
         if fixed.matches(s) is None:
-            yield s
+            yield s if problem.blocks else ops_one_at_a_time(s)
+
+
+def ops_one_at_a_time(schedule: Schedule) -> Schedule:
+    """``schedule`` as a search judges it: every op alone (its overlapped pairs and fused
+    backwards run one op after the other, and its name says so), since the search model
+    orders ops one at a time."""
+    if not schedule.blocks:
+        return schedule
+    from pipetab.schedules.schedule import Schedule
+
+    return Schedule(f"{schedule.name} (pairs not overlapped)", schedule.placement, schedule.microbatch2pipeline,
+                    schedule.orders, schedule.stage_work, schedule.split_backward, schedule.params)
 
 
 def _generation_time(name: str, opts: dict, sizes: tuple[int, int], cells: int) -> float:
