@@ -18,8 +18,7 @@ from .cpsat.api import bound, search
 from .cpsat.objectives import objective
 from .cpsat.params import CpSatConfig
 from .cpsat.result import Mode, Result, Status, gap_of
-from .cpsat.starts import ops_one_at_a_time
-from .cpsat.starts import registry_schedules
+from .cpsat.starts import ops_one_at_a_time, registry_schedules
 from .simulate import simulate
 
 if TYPE_CHECKING:
