@@ -237,6 +237,14 @@ def model_flops_per_sequence(model: TransformerModel) -> float:
     return int(total) if float(total).is_integer() else total
 
 
+
+def attention_flops_share(model: TransformerModel) -> float:
+    """Share of ``model_flops_per_sequence`` in the attention core (``QK^T`` and ``PV``),
+    counted unmasked as Megatron counts it: counting causal attention as half would lower
+    an MFU by the factor ``1 - share / 2``."""
+    one = Context(microbatch_size=1)
+    return 3 * model.num_layers * attention_core_flops(model, one) / model_flops_per_sequence(model)
+
 # ---- activation memory and traffic -------------------------------------------------------
 def _replicated(model: TransformerModel, mb: int, seq: int) -> int:
     """Bytes per layer that TP replicates (sequence parallelism splits them)."""

@@ -98,8 +98,9 @@ def cpsat_outcome(space: PlanSpace, shape: Context, answer, ranked: list[Configu
     if best is None:
         return (found if better else None), head
     change = (found.step_time_s - best.step_time_s) / best.step_time_s
-    side = "faster" if change < 0 else "slower" if change > 0 else "as fast as"
-    amount = "" if change == 0 else f"{100 * abs(change):.3f}% "
+    shown = round(100 * abs(change), 3)  # as printed: a change below 0.0005 % reads "as fast as"
+    side = "as fast as" if shown == 0 else "faster" if change < 0 else "slower"
+    amount = "" if shown == 0 else f"{shown:.3f}% "
     return (found if better else None,
             f"{head}, {amount}{side} than the shape's best registry schedule "
             f"({best.label}, {best.step_time_s:.6g} s){'' if better else '; not shown'}")

@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from pipetab.hardware.context import Context, Recompute, cp_comm_of, precision_of, recompute_of
+from pipetab.hardware.layer import attention_flops_share
 from pipetab.hardware.loaders import load_model, load_system
 from pipetab.hardware.system import System
 from pipetab.schedules import registry
@@ -191,6 +192,11 @@ class PlanSpace:
     def notes(self) -> tuple[str, ...]:
         """What the space leaves out and why (``plan`` prints them)."""
         m, out = self.model, []
+        share = attention_flops_share(m)
+        if share >= 0.2:
+            out.append(f"MFU counts attention unmasked (Megatron's convention): at {m.seq_len} tokens attention is "
+                       f"{share:.0%} of the model FLOPs; counting causal attention as half would scale every MFU "
+                       f"by {1 - share / 2:.2f}")
         for what in ("pp", "tp", "cp", "dp"):
             if getattr(self, what):
                 out.append(f"{what.upper()} pinned to {', '.join(map(str, getattr(self, what)))}")

@@ -109,3 +109,14 @@ def test_zero_bubble_models_match_their_names():
 def test_family_validation(field, value, message):
     with pytest.raises(ValueError, match=message):
         TransformerModel("m", 2, 8, 4, 4, 16, 4, **{field: value})
+
+
+def test_attention_share_of_the_model_flops_by_hand():
+    """GPT layers (MHA, 4h GELU MLP) at b = 1: forward 24sh^2 GEMMs + 4s^2h attention core,
+    LM head 2shV; the share of the attention core is 4s^2h / (24sh^2 + 4s^2h + 2shV / L)."""
+    from pipetab.hardware.layer import attention_flops_share
+
+    L, h, s, V = 2, 64, 512, 1000
+    m = TransformerModel("g", num_layers=L, hidden=h, heads=4, seq_len=s, vocab=V, global_batch=1)
+    share = L * 4 * s * s * h / (L * (24 * s * h * h + 4 * s * s * h) + 2 * s * h * V)
+    assert attention_flops_share(m) == pytest.approx(share, rel=1e-12)
