@@ -272,7 +272,8 @@ def compact_labels(configurations) -> list[str]:
         except ValueError:  # CP-SAT's own schedules are not in the registry
             defaults = {}
         shown = {k: v for k, v in c.options if k not in defaults or v != defaults[k] or len(seen[(c.schedule, k)]) > 1}
-        out.append(schedule_label(c.schedule, shown))
+        # one stage: no schedule to choose (its microbatches are gradient accumulation)
+        out.append("no pipeline" if c.shape.pp == 1 else schedule_label(c.schedule, shown))
     return out
 
 
@@ -331,7 +332,7 @@ def _best_lines(result) -> list[str]:
         hidden = f", {max(0.0, 100 * best.a2a_hidden_s / best.a2a_s):.0f} % of it hidden by overlapped pairs" \
             if best.a2a_s else ""
         out.append(f"#1 all-to-all: {best.a2a_s:.3g} s per step on the busiest GPU over {best.ep_links}{hidden}")
-    if best.layout:
+    if best.layout and best.shape.pp > 1:
         from pipetab.plan.result import runs
 
         uneven = [f"#{i} {runs(c.layers_per_stage)}" for i, c in enumerate(result.configurations[1:], 2)
