@@ -84,8 +84,11 @@ def _device_bounds(problem: Problem, placement: Placement, head: dict[Op, int], 
                 load[d] += n * problem.duration(op)
                 heads[d] = min(heads.get(d, head[op]), head[op])
                 tails[d] = min(tails.get(d, tail[op]), tail[op])
+    least_opt = min(opts, default=0)
     for d, ld in load.items():
-        out.append((heads[d] + ld + tails[d] + opts[d], f"load of device {d}"))
+        # after d's last op run both its own optimizer and that op's tail, which ends on
+        # some device whose optimizer follows: side by side, not one after the other
+        out.append((heads[d] + ld + max(tails[d] + least_opt, opts[d]), f"load of device {d}"))
         out.append((_fill_drain_bound(problem, placement, d, ld, head, tail) + min(opts, default=0),
                     f"load of device {d} with its memory-bound fill and drain"))
     for p, n in counts.items():

@@ -71,3 +71,33 @@ def test_bounds_in_seconds_below_every_registry_schedule(S, B, system, name, mod
         assert answer.lower_bound_s <= simulate(other, real).makespan * (1 + 1e-12), other.name
     if answer.seconds is not None:
         assert answer.lower_bound_s <= answer.seconds * (1 + 1e-12)
+
+
+def test_a_devices_optimizer_runs_beside_the_tail_of_its_last_op():
+    """Two stages, one microbatch, F = B = 1, the last device's optimizer 5: F0 [0, 1],
+    F1 [1, 2], B1 [2, 3], then B0 [3, 4] on device 0 while device 1's optimizer runs
+    [3, 8]: 8, which the device-load bound must not exceed (it added the tail B0 and the
+    optimizer one after the other: 9)."""
+    problem = idealized_problem(2, 1, "linear", forward=1, backward=1)
+    problem = problem.with_costs(replace(problem.costs, optimizer_time=(0.0, 5.0)))
+    ev = evaluate_known(problem, registry.generate("1f1b", 2, 1))
+    assert ev.makespan == 8
+    assert analytic_lower_bound(problem, problem.fixed_placement)[0] == 8
+    assert bound(problem, CFG).lower_bound == 8
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(S=st.integers(2, 4), per=st.integers(1, 3), placement=st.sampled_from(["linear", "v", "interleaved"]),
+       split=st.booleans(), comm=st.integers(0, 2), data=st.data())
+def test_bounds_with_optimizer_times_below_every_registry_schedule(S, per, placement, split, comm, data):
+    """Unequal optimizer times per device (a stage holding the LM head, another only the
+    embedding): no bound exceeds a registry schedule's step."""
+    problem = idealized_problem(S, S * per, placement, comm=comm, split_backward=split)
+    opts = tuple(float(x) for x in data.draw(st.lists(st.integers(0, 6), min_size=S, max_size=S)))
+    problem = problem.with_costs(replace(problem.costs, optimizer_time=opts))
+    res = bound(problem, CFG)
+    pl = problem.fixed_placement
+    lowest = [analytic_lower_bound(problem, pl)[0]] + ([res.lower_bound] if res.lower_bound is not None else [])
+    for sched in registry_schedules(problem, pl):
+        ev = evaluate_known(problem, sched)
+        assert max(lowest) <= ev.makespan, (sched.name, lowest, ev.makespan)
