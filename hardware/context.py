@@ -337,11 +337,14 @@ class Context:
 
     @property
     def label(self) -> str:
-        """``PP2 TP8 DP2 b=1``: the shape of the run (what is known of it)."""
+        """``PP2 TP8 DP2 b=1`` (``ZeRO-3`` and the like where ZeRO is not stage 1): the
+        shape of the run (what is known of it)."""
         parts = ([f"PP{self.pp}"] if self.pp else []) + [f"TP{self.tp}", *([f"CP{self.cp}"] if self.cp > 1 else []),
                                                           f"DP{self.dp}"]
         if self.ep > 1 or self.etp > 1:
             parts.append(f"EP{self.ep}" + (f" ETP{self.etp}" if self.etp > 1 else ""))
+        if self.zero != 1:  # ZeRO-1 is the default every shape assumes
+            parts.append(f"ZeRO-{self.zero}")
         if self.microbatch_size is not None:
             parts.append(f"b={self.microbatch_size}")
         return " ".join(parts)

@@ -54,4 +54,4 @@ def test_the_search_takes_the_best_schedules_placement_and_split():
     (note,) = result.cpsat_notes
     best = min((c for c in result.evaluated if c.fits and c.source == "registry"), key=lambda c: c.step_time_s)
     assert f"on the placement of {best.label}" in note
-    assert "than the shape's best registry schedule" in note
+    assert "the shape's best registry schedule" in note

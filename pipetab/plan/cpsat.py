@@ -102,7 +102,7 @@ def cpsat_outcome(space: PlanSpace, shape: Context, answer, ranked: list[Configu
     side = "as fast as" if shown == 0 else "faster" if change < 0 else "slower"
     amount = "" if shown == 0 else f"{shown:.3f}% "
     return (found if better else None,
-            f"{head}, {amount}{side} than the shape's best registry schedule "
+            f"{head}, {amount}{side}{'' if shown == 0 else ' than'} the shape's best registry schedule "
             f"({best.label}, {best.step_time_s:.6g} s){'' if better else '; not shown'}")
 
 
