@@ -24,9 +24,12 @@ def _levels(conf) -> None:
     doc = conf.levels.as_dict()
     f, t, s = doc["formula"], doc["table"], doc["simulation"]
     gib = 2**30
-    print(f"{conf.label} on PP{conf.shape.pp} TP{conf.shape.tp} DP{conf.shape.dp}, "
-          f"{conf.shape.microbatches} microbatches of {conf.shape.microbatch_size}:")
     from pipetab.console import say
+    print(f"{conf.label} on PP{conf.shape.pp} TP{conf.shape.tp} DP{conf.shape.dp}, "
+          f"{conf.shape.microbatches} microbatches of {conf.shape.microbatch_size}, step {conf.step_time_s:.1f} s")
+    if conf.sample_microbatches:
+        say(f"(the levels of its first {conf.sample_microbatches} microbatches: the periodic run the step of all "
+            f"{conf.shape.microbatches} is extrapolated from, exactly)", " ")
     print(f"  formula     bubble {'-' if f is None or f['bubble_ratio'] is None else format(f['bubble_ratio'], '.4f')}")
     print(f"  table       bubble {t['bubble_ratio']:.4f}, makespan {t['makespan_slots']:g} slots")
     say(f"  simulation  idle {s['idle_ratio']:.4f}, step {s['makespan_s']:.1f} s, exposed messages "
@@ -56,7 +59,8 @@ def _pictures(result, out: Path) -> None:
     fig, ax = plt.subplots(figsize=(14, 2.6 + 0.5 * shape.pp))
     plot_timeline(sim, ax=ax, transfers=False,  # a long run: warm-up, steady state and cool-down at real scale
                   title=f"best: {best.label}, PP{shape.pp} TP{shape.tp} DP{shape.dp}, "
-                        f"{shape.microbatches} microbatches of {shape.microbatch_size}")
+                        + (f"the first {best.sample_microbatches} of " if best.sample_microbatches else "")
+                        + f"{shape.microbatches} microbatches of {shape.microbatch_size}")
     fig.tight_layout()
     fig.savefig(out / "best_timeline.png", dpi=110)
     plt.close(fig)

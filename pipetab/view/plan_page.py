@@ -69,7 +69,10 @@ def plan_data(result: Plan) -> tuple[dict, list[dict]]:
     for role, c in zip(("winner", "runner-up"), result.configurations[:2]):
         if c.levels is None:
             continue
-        panels.append(page_data(c.levels, f"{role}: {shape_name(c)}"))  # type: ignore[arg-type]
+        sample = "" if not c.sample_microbatches else (
+            f" (the first {c.sample_microbatches} of {c.shape.microbatches} microbatches: the step of all of them, "
+            f"{c.step_time_s:.4g} s, is extrapolated exactly from this periodic run)")
+        panels.append(page_data(c.levels, f"{role}: {shape_name(c)}{sample}"))  # type: ignore[arg-type]
         names.append(role)
     q = result.question
     return {
