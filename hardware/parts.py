@@ -261,11 +261,14 @@ def stage_segments(model: TransformerModel, device: Device, ctx: Context, layers
         return kernel_seconds(model, device, ctx, what, kind, split_backward)
 
     out: list[float] = []
+    moe = dense = None  # each kind's seconds once: every layer of a kind costs the same
     for i in range(first_layer, first_layer + layers):
         if model.is_moe_layer(i):
-            out += list(sec("moe"))
+            moe = moe or list(sec("moe"))
+            out += moe
         else:
-            out.append(sum(sec("dense")))
+            dense = dense if dense is not None else sum(sec("dense"))
+            out.append(dense)
     if last:
         out.append(sum(sec("head")))
         out += list(sec("mtp")) * model.mtp_layers if model.mtp_layers else []
