@@ -39,7 +39,10 @@ class ScheduleSpec:
     ``ops_per_microbatch(stages, **options)``: how many ops one microbatch has (stages it
     passes x 2, or x 3 with a split backward), so that sizes are checked before anything
     is generated; without it, ``3 * stages`` (one stage per device, split backward).
-    ``min_stages``: 1 for the schedules that run without a pipeline (PP = 1)."""
+    ``min_stages``: 1 for the schedules that run without a pipeline (PP = 1).
+    ``slow_generator``: its generator's time grows with stages^2 x microbatches (a search
+    over building blocks), so ``plan`` and CP-SAT's starts leave it out of large instances
+    unless asked."""
 
     name: str
     summary: str
@@ -49,6 +52,7 @@ class ScheduleSpec:
     options: tuple[Option, ...] = ()
     ops_per_microbatch: Callable[..., int] | None = None
     min_stages: int = 2
+    slow_generator: bool = False
 
 
 def parse_split(text: str) -> tuple[int, int]:
@@ -196,14 +200,14 @@ REGISTRY: dict[str, ScheduleSpec] = {
             "V-Half (Qi et al., controllable memory): V placement, building blocks with half of 1F1B's "
             "activation memory, split backward",
             _controllable.v_half, formulas.v_half, "S >= 2, B >= 1",
-            ops_per_microbatch=lambda stages: 3 * 2 * stages,
+            ops_per_microbatch=lambda stages: 3 * 2 * stages, slow_generator=True,
         ),
         ScheduleSpec(
             "v-min",
             "V-Min (Qi et al., controllable memory): V placement, building blocks with a third of 1F1B's "
             "activation memory, split backward",
             _controllable.v_min, formulas.v_min, "S >= 2, B >= 1",
-            ops_per_microbatch=lambda stages: 3 * 2 * stages,
+            ops_per_microbatch=lambda stages: 3 * 2 * stages, slow_generator=True,
         ),
     )
 }

@@ -39,7 +39,7 @@ MOE_VARIANTS: dict[str, tuple[dict, ...]] = {
 }
 # registry schedules left out of the default search: their generator (the authors' greedy)
 # grows with the square of the microbatches; give them with ``schedules``
-NOT_BY_DEFAULT = ("v-half", "v-min")
+NOT_BY_DEFAULT = tuple(n for n, spec in registry.REGISTRY.items() if spec.slow_generator)
 MAX_TOKENS_PER_MICROBATCH = 32768  # default microbatch sizes: powers of two up to this many tokens
 CP_FROM_TOKENS = 16384  # context parallelism is tried for sequences of at least this many tokens
 CP_MIN_TOKENS = 4096  # ... down to this many tokens per context-parallel rank

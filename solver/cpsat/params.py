@@ -118,7 +118,10 @@ class StartParams:
     builds fit; above ``time_unfit_ops`` ops a schedule breaking the cap is not timed;
     ``slack_starts``; ``probe`` (devices, microbatches) tells a generator's shape;
     ``justify_rounds`` of double justification; a generator's time at full size is
-    extrapolated from its times at ``time_probe_cells`` devices x microbatches."""
+    extrapolated from its times at ``time_probe_cells`` devices x microbatches; a slow
+    generator (``ScheduleSpec.slow_generator``) runs only up to ``slow_generator_cells``
+    devices^2 x microbatches (V-Half: 0.3 s at 8 x 8 x 32 on this machine, 5-10 s at
+    32 x 32 x 32)."""
 
     share: float = 0.3
     costs: tuple[tuple[str, float], ...] = (("evaluate", 1.0), ("greedy", 10.0), ("justify", 40.0), ("build", 60.0))
@@ -128,6 +131,7 @@ class StartParams:
     probe: tuple[int, int] = (4, 8)
     justify_rounds: int = 8
     time_probe_cells: tuple[int, int] = (1024, 8192)
+    slow_generator_cells: int = 2048
 
     def cost(self, step: str) -> float:
         return dict(self.costs)[step]

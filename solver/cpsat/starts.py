@@ -56,6 +56,8 @@ def registry_schedules(problem: Problem, placement: Placement, probe: tuple[int,
     capped = any(problem.cap(d) is not None for d in range(S))
     candidates = []
     for name, spec in registry.REGISTRY.items():
+        if spec.slow_generator and params.slow_generator_cells < S * S * B:
+            continue
         names = {o.name for o in spec.options}
         opts = {k: v for k, v in extra.items() if k in names}
         try:
