@@ -38,7 +38,7 @@ MOE_VARIANTS: dict[str, tuple[dict, ...]] = {
     "dualpipev": ({"overlap": True}, {"overlap": False}),
 }
 # registry schedules left out of the default search: their generator (the authors' greedy)
-# grows with the square of the microbatches; give them with ``schedules``
+# takes time growing with stages^2 x microbatches (``ScheduleSpec.slow_generator``); give them with ``schedules``
 NOT_BY_DEFAULT = tuple(n for n, spec in registry.REGISTRY.items() if spec.slow_generator)
 MAX_TOKENS_PER_MICROBATCH = 32768  # default microbatch sizes: powers of two up to this many tokens
 CP_FROM_TOKENS = 16384  # context parallelism is tried for sequences of at least this many tokens
@@ -213,8 +213,8 @@ class PlanSpace:
         if self.zero is not None:
             out.append(f"ZeRO pinned to {self.zero}")
         if not self.schedules:
-            out.append(f"{' and '.join(NOT_BY_DEFAULT)} not considered: their generator grows with the square of "
-                       "the microbatches (give --schedules to try them)")
+            out.append(f"{' and '.join(NOT_BY_DEFAULT)} not considered: their generator's time grows with "
+                       "stages^2 x microbatches (give --schedules to try them)")
         out.append("layouts: even split; uneven ones (end stages lighter) and per-stage recomputation tried on "
                    "the 3 best" if self.refine else "layouts: even split only")
         return tuple(out)
