@@ -60,7 +60,9 @@ def all_to_all_time(system: System, members: Sequence[int], tokens: float, copie
         nodes.setdefault(_node(system, gpu), []).append(gpu)
     spanned = len(nodes)
     worst = 0.0
-    for group in nodes.values():
+    # without per-pair links a node's time depends on its member count only: one node of each
+    groups = nodes.values() if system.links else {len(g): g for g in nodes.values()}.values()
+    for group in groups:
         g, me = len(group), group[0]
         if node_limit is not None and spanned > 1:
             nic = tokens * width_bytes * min(node_limit, spanned, copies) * (spanned - 1) / spanned
@@ -83,8 +85,36 @@ def all_to_all_time(system: System, members: Sequence[int], tokens: float, copie
 def ep_group(topology: Topology, pp_rank: int, etp_rank: int = 0, edp_rank: int = 0) -> list[int]:
     """GPUs of the EP group of ``(etp_rank, edp_rank)`` in pipeline stage ``pp_rank``."""
     ctx = topology.context
-    base = ctx.tp * ctx.cp * ctx.dp * pp_rank
+    return _ep_members(ctx, ctx.tp * ctx.cp * ctx.dp * pp_rank, etp_rank, edp_rank)
+
+
+def _ep_members(ctx: Context, base: int, etp_rank: int, edp_rank: int) -> list[int]:
     return [base + etp_rank + ctx.etp * (j + ctx.ep * edp_rank) for j in range(ctx.ep)]
+
+
+@lru_cache(maxsize=4096)
+def _all_to_alls(model: TransformerModel, ctx: Context, system: System, base: int,
+                 model_bytes: int) -> tuple[float, float]:
+    """(dispatch, combine) of the slowest EP group of the stage whose first GPU is
+    ``base``; groups alike (without per-pair links: the same offset within a node) are
+    priced once."""
+    tokens = own_tokens(model, ctx)
+    copies = model.experts_per_token * ctx.routing_imbalance
+    per = system.devices_per_node
+    dispatch = combine = 0.0
+    seen: set[int] = set()
+    for e_d in range(ctx.edp):
+        for e_t in range(ctx.etp):
+            members = _ep_members(ctx, base, e_t, e_d)
+            if per and not system.links:  # an arithmetic progression: its offset in a node decides its nodes
+                if members[0] % per in seen:
+                    continue
+                seen.add(members[0] % per)
+            d = all_to_all_time(system, members, tokens, copies,
+                                model.hidden * ctx.dispatch_precision.bytes_per_element, ctx.node_limit)
+            cmb = all_to_all_time(system, members, tokens, copies, model.hidden * model_bytes, ctx.node_limit)
+            dispatch, combine = max(dispatch, d), max(combine, cmb)
+    return dispatch, combine
 
 
 def etp_group(topology: Topology, pp_rank: int, ep_rank: int = 0, edp_rank: int = 0) -> list[int]:
@@ -132,19 +162,16 @@ def moe_layer_comm(model: TransformerModel, ctx: Context, topology: Topology, pp
 @lru_cache(maxsize=4096)
 def _layer_comm(model: TransformerModel, ctx: Context, topology: Topology, pp_rank: int) -> tuple[float, float]:
     system, c = topology.system, model.bytes_per_param_compute
-    tokens = own_tokens(model, ctx)
-    copies = model.experts_per_token * ctx.routing_imbalance
-    dispatch = combine = 0.0
-    for e_d in range(ctx.edp):
-        for e_t in range(ctx.etp):
-            members = ep_group(topology, pp_rank, e_t, e_d)
-            d = all_to_all_time(system, members, tokens, copies,
-                                model.hidden * ctx.dispatch_precision.bytes_per_element, ctx.node_limit)
-            cmb = all_to_all_time(system, members, tokens, copies, model.hidden * c, ctx.node_limit)
-            dispatch, combine = max(dispatch, d), max(combine, cmb)
+    per = system.devices_per_node
+    base = ctx.tp * ctx.cp * ctx.dp * pp_rank
+    # without per-pair links, groups shifted by whole nodes cost the same: stage 0's groups
+    # shifted by the stage's offset within a node stand for every stage
+    shift = base % per if per and not system.links else base
+    dispatch, combine = _all_to_alls(model, ctx, system, shift, c)
     if ctx.etp > 1:
         link = topology.ring_link(etp_group(topology, pp_rank))
-        gathered = tokens * copies * ctx.etp * model.hidden * c
+        copies = model.experts_per_token * ctx.routing_imbalance
+        gathered = own_tokens(model, ctx) * copies * ctx.etp * model.hidden * c
         one = ring_time(gathered, ctx.etp, link, steps=1)
         dispatch, combine = dispatch + one, combine + one
     return dispatch, combine

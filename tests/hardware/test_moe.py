@@ -212,3 +212,33 @@ def test_expert_groups_follow_megatron_order():
     assert ep_group(topo, 0) == [0, 1, 2, 3] and ep_group(topo, 0, edp_rank=1) == [4, 5, 6, 7]
     assert ep_group(topo, 1) == [8, 9, 10, 11]
     assert edp_group(topo, 0, ep_rank=1) == [1, 5]
+
+
+@pytest.mark.parametrize("tp, dp, ep, etp, per", [(2, 4, 4, 1, 8), (1, 12, 4, 1, 8), (4, 6, 8, 1, 8),
+                                                   (2, 6, 4, 3, 4), (1, 48, 16, 1, 8), (3, 4, 6, 2, 4)])
+def test_layer_comm_prices_each_kind_of_group_once(tp, dp, ep, etp, per):
+    """The layer's all-to-alls priced once per kind of EP group (groups shifted by whole
+    nodes cost the same on a system without per-pair links) equal the slowest of every
+    group of every stage priced one by one."""
+    from pipetab.hardware.gemms import own_tokens
+    from pipetab.hardware.moe import moe_layer_comm
+
+    model = TransformerModel("m", num_layers=4, hidden=96, heads=12, seq_len=48, vocab=120, global_batch=48,
+                             ffn_hidden=128, mlp="swiglu", norm="rmsnorm", bias=False, num_experts=48,
+                             experts_per_token=2, expert_ffn_hidden=32)
+    ctx = Context(tp=tp, dp=dp, ep=ep, etp=etp, microbatch_size=1, global_batch=48)
+    pp = 3
+    system = System("c", DEV, NIC, num_devices=tp * dp * pp, devices_per_node=per, intra_node_link=NVL)
+    topo = Topology(system, ctx, pp)
+    tokens, copies = own_tokens(model, ctx), 2.0
+    for rank in range(pp):
+        groups = [ep_group(topo, rank, t, d) for d in range(ctx.edp) for t in range(etp)]
+        by_hand = [max(all_to_all_time(system, g, tokens, copies, 96 * w) for g in groups) for w in (2, 2)]
+        got = moe_layer_comm(model, ctx, topo, rank)
+        extra = 0.0
+        if etp > 1:  # the expert-tensor-parallel gather, one ring step
+            from pipetab.hardware.moe import etp_group
+            from pipetab.hardware.parallel import ring_time
+
+            extra = ring_time(tokens * copies * etp * 96 * 2, etp, topo.ring_link(etp_group(topo, rank)), steps=1)
+        assert got == pytest.approx((by_hand[0] + extra, by_hand[1] + extra), rel=1e-12)
