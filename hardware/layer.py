@@ -111,9 +111,10 @@ def _sp(value: float, ctx: Context) -> float:
         value / ctx.tp if ctx.sequence_parallel else value)
 
 
-def _gemms(model: TransformerModel, ctx: Context, moe: bool) -> list[Gemm]:
+@lru_cache(maxsize=8192)
+def _gemms(model: TransformerModel, ctx: Context, moe: bool) -> tuple[Gemm, ...]:
     _mb(ctx)
-    return layer_gemms(model, ctx, moe)
+    return tuple(layer_gemms(model, ctx, moe))
 
 
 # ---- parameters per GPU ---------------------------------------------------------------------
