@@ -70,7 +70,8 @@ what the output says:
   recompute    activations recomputed in the backward: none, selective (attention scores), full
   step (s)     simulated time of one training step; tokens/s: global batch x sequence / step
   MFU          model FLOPs utilisation: the model's FLOPs of the step (3 x forward, no
-               recomputation) / (step x GPUs x peak FLOP/s); never above 100 %
+               recomputation, attention unmasked as Megatron counts it) / (step x GPUs x
+               peak FLOP/s); never above 100 %
   peak GiB     the most memory a GPU holds during the step (weights, gradients, optimizer
                state, live activations); fits: peak within the GPU's usable memory
   candidates   every (shape, schedule) pair; each ends as one of:
