@@ -29,7 +29,8 @@ from pipetab.solver.simulate import simulate
 
 def _config(det: float = 10.0, **kw) -> CpSatConfig:
     """Deterministic limits; the cyclic phase on problems of any size."""
-    return CpSatConfig(time_limit_s=60, deterministic_time=det, decompose=DecomposeParams(cyclic_min_ops=0), **kw)
+    return CpSatConfig(time_limit_s=300, deterministic_time=det, decompose=DecomposeParams(cyclic_min_ops=0),
+                       **{"workers": 1, **kw})  # one worker: the same run on a loaded machine
 
 
 def _phase(problem, det: float = 10.0):

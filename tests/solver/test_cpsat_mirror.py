@@ -43,8 +43,10 @@ def test_search_proves_the_fill_and_drain_bound_with_a_mirror_schedule():
     """Bidirectional S=8, B=32, cap 8, C=1: every least-slack start takes 137; the mirror
     model reaches 125, the fill-and-drain bound (hand-worked in test_cpsat_fill_drain.py)."""
     # deterministic seconds, not wall-clock ones: the mirror solve gets half of what a 5 %
-    # bound phase leaves (23.75); from the same start it reached 125 in 14.8 (seed 0)
-    cfg = CpSatConfig(time_limit_s=120, deterministic_time=50, bound_share=0.05)
+    # bound phase leaves (23.75); one worker, so the run is the same on a loaded machine
+    # (with two workers and a 120-s wall-clock limit it once ended at 127 under a load of
+    # about 4); the wall-clock limit only guards against a hang (19 s alone)
+    cfg = CpSatConfig(time_limit_s=600, deterministic_time=50, bound_share=0.05, workers=1)
     res = search(idealized_problem(8, 32, "bidirectional", comm=1, activation_cap=8), cfg)
     assert (res.status, res.makespan, res.lower_bound) == ("optimal", 125, 125)
     assert any(r.phase == "search (mirror)" for ph in res.log.phases for r in ph.solves)
