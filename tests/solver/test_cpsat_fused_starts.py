@@ -53,3 +53,25 @@ def test_v_under_a_tight_cap_with_messages():
     ev = evaluate_known(problem, s)
     assert ev.fits and ev.makespan == 702
     assert makespan_lower_bound(problem, problem.fixed_placement)[0] == 688
+
+
+def test_generation_time_grows_with_the_devices(monkeypatch):
+    """A generator whose time grows as devices^2 x microbatches on a fake clock: the
+    prediction for 64 devices scales the 8-device line by the growth from 8 to 16 devices
+    (x 2 per doubling), where the line alone would predict 8 times too little."""
+    from types import SimpleNamespace
+
+    from pipetab.solver.cpsat import starts
+
+    clock = [0.0]
+
+    def generate(name, d, b, **opts):
+        clock[0] += d * d * b * 1e-4
+
+    monkeypatch.setattr(registry, "generate", generate)
+    monkeypatch.setattr(starts, "time", SimpleNamespace(perf_counter=lambda: clock[0]))
+    cells = 64 * 256
+    line = starts._generation_time("fake", {}, (1024, 8192), cells)
+    assert line == pytest.approx(8 * cells * 1e-4)  # 8 devices: d x cells
+    assert starts._generation_time("fake", {}, (1024, 8192), cells, 64) == pytest.approx(line * 8)
+    assert 64 * cells * 1e-4 == pytest.approx(line * 8)  # the true time
