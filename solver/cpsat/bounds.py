@@ -112,11 +112,10 @@ def _fill_drain_bound(problem: Problem, placement: Placement, d: int, load: int,
     device runs only forwards, and no activation is freed yet, so at most k of them start
     (k: the activations its cap holds, none if a stage keeps none): work in [0, e) is at
     most min(e - first head, k * longest F). After T - r no forward may run (it would end
-    too late for its tail), so only backwards, each of an activation live at T - r: work
-    there is at most min(r - least backward tail, k * longest B) (without the memory term
-    for a split backward, whose W runs there too). If the load exceeds both together,
-    the two windows are disjoint and the device works at most T - r - e between them:
-    T >= e + r + load - fill - drain."""
+    too late for its tail), so only backwards, each of an activation part live at T - r:
+    work there is at most min(r - least backward tail, ``_drain_work``). If the load
+    exceeds both together, the two windows are disjoint and the device works at most
+    T - r - e between them: T >= e + r + load - fill - drain."""
     keys = placement.stages_on(d)
     if not keys:
         return 0
@@ -126,16 +125,39 @@ def _fill_drain_bound(problem: Problem, placement: Placement, d: int, load: int,
     r = min(tail[op] for op in fwd)
     first = min(head[op] for op in fwd + back)
     fill = e - first
-    drain = r - min(tail[op] for op in back)
+    drain: float = r - min(tail[op] for op in back)
     cap = problem.cap(d)
     acts = [problem.costs.activation[k] for k in keys]
     if cap is not None and min(acts) > 0:
         k = math.floor(cap / min(acts) + 1e-9)
         fill = min(fill, k * max(problem.duration(op) for op in fwd))
-        if not problem.split_backward:
-            drain = min(drain, k * max(problem.duration(op) for op in back))
-    rest = load - max(0, fill) - max(0, drain)
-    return e + r + rest if rest > 0 else 0
+        drain = min(drain, _drain_work(problem, keys, cap))
+    rest = load - max(0, fill) - max(0.0, drain)
+    return e + r + math.ceil(rest - 1e-9) if rest > 0 else 0  # ticks are whole: T >= the next one
+
+
+def _drain_work(problem: Problem, keys: list[tuple[int, int]], cap: float) -> float:
+    """The most backward work (B and W) a device holding stages ``keys`` can have left at a
+    moment when no forward of it is still to run, under activation capacity ``cap``: every
+    such op belongs to an activation part live at that moment — a microbatch whose B is
+    still to end holds all of its activation M and owes at most B + W, one whose W alone
+    is still to end holds its weight part M_W and owes at most W. With a the least M,
+    a_w the least M_W (no W-only term when a_w = 0: its work is not bounded by memory)
+    and the longest durations: max over n B-owing microbatches (n * a <= cap) of
+    n (B + W) + floor((cap - n a) / a_w) W (above 10,000 activations its linear
+    relaxation, cap x the most work per unit of memory)."""
+    durs = {kind: max(problem.duration(Op(kind, p, s, 0)) for p, s in keys) for kind in problem.kinds}
+    a = min(problem.costs.activation[k] for k in keys)
+    owed = durs[Kind.B] + durs.get(Kind.W, 0)
+    n_max = math.floor(cap / a + 1e-9)
+    if not problem.split_backward:
+        return n_max * owed
+    a_w = min(dict(problem.lifetimes(p, s)).get(Kind.W, 0.0) for p, s in keys)
+    if a_w <= 1e-12:
+        return math.inf
+    if n_max > 10_000:
+        return cap * max(owed / a, durs[Kind.W] / a_w)
+    return max(n * owed + math.floor((cap - n * a) / a_w + 1e-9) * durs[Kind.W] for n in range(n_max + 1))
 
 
 def period_horizon(problem: Problem, placement: Placement, period: int | None = None) -> int:

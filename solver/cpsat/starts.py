@@ -39,10 +39,12 @@ def _registry_options(problem: Problem) -> dict[str, int]:
 
 def registry_schedules(problem: Problem, placement: Placement, probe: tuple[int, int] = (4, 8),
                        until: Callable[[], float | None] = lambda: None,
-                       params: StartParams = StartParams()) -> Iterator[Schedule]:
+                       params: StartParams = StartParams(), fused: bool | None = None) -> Iterator[Schedule]:
     """The registry's schedules (default options; Hanayo with the problem's waves,
     interleaved with its chunks) of the problem's shape and placement — under a memory
-    cap those of least formula peak memory first, else those of least formula bubble.
+    cap those of least formula peak memory first, else those of least formula bubble;
+    on a whole backward, after them the split-backward ones with W fused into B
+    (``fused_backward``; ``fused``: True for those alone, False for none of them).
     The shape is checked on a small instance (``probe`` devices and microbatches) first,
     so large problems generate only those that fit it; above
     ``StartParams.time_probe_cells`` devices x microbatches, a generator whose time at
@@ -61,25 +63,45 @@ def registry_schedules(problem: Problem, placement: Placement, probe: tuple[int,
         names = {o.name for o in spec.options}
         opts = {k: v for k, v in extra.items() if k in names}
         try:
-            if not _shape_fits(_generate(name, *probe, tuple(opts.items())), problem):
+            small = _generate(name, *probe, tuple(opts.items()))
+            fuse = small.split_backward and not problem.split_backward
+            if (fused is not None and fuse != fused) or not _shape_fits(fused_backward(small) if fuse else small,
+                                                                          problem):
                 continue
             f = spec.formula(S, B, **opts)
         except (ValueError, TypeError):
             continue
         peak = max(f.peak_activations) if f.peak_activations else math.inf
         key = peak if capped else (f.bubble_ratio if f.bubble_ratio is not None else math.inf)
-        candidates.append((key, name, opts))
-    for _, name, opts in sorted(candidates, key=lambda c: (c[0], c[1])):
+        candidates.append((key, fuse, name, opts))
+    for _, fuse, name, opts in sorted(candidates, key=lambda c: (c[1], c[0], c[2])):
         end = until()
         if end is not None and params.time_probe_cells[1] < S * B and \
-                time.perf_counter() + _generation_time(name, opts, params.time_probe_cells, S * B) > end:
+                time.perf_counter() + _generation_time(name, opts, params.time_probe_cells, S * B, S) > end:
             continue
         try:
             s = _generate(name, S, B, tuple(opts.items()))
         except (ValueError, TypeError):
             continue
+        if fuse:
+            s = fused_backward(s)
         if fixed.matches(s) is None:
             yield s if problem.blocks else ops_one_at_a_time(s)
+
+
+def fused_backward(schedule: Schedule) -> Schedule:
+    """A split-backward schedule as a whole-backward one: each W dropped, so the whole
+    backward runs where its B ran (the same orders of F and B; an activation is freed at
+    the B, no later than the split schedule's W freed it, so its peak memory is no
+    higher). Named '<name> (W fused into B)'; overlapped pairs are left out."""
+    from pipetab.schedules.ops import Kind
+    from pipetab.schedules.schedule import Schedule
+
+    if not schedule.split_backward:
+        return schedule
+    orders = tuple(tuple(op for op in order if op.kind is not Kind.W) for order in schedule.orders)
+    return Schedule(f"{schedule.name} (W fused into B)", schedule.placement, schedule.microbatch2pipeline, orders,
+                    schedule.stage_work, False, schedule.params)
 
 
 def ops_one_at_a_time(schedule: Schedule) -> Schedule:
@@ -94,22 +116,33 @@ def ops_one_at_a_time(schedule: Schedule) -> Schedule:
                     schedule.orders, schedule.stage_work, schedule.split_backward, schedule.params)
 
 
-def _generation_time(name: str, opts: dict, sizes: tuple[int, int], cells: int) -> float:
-    """A generator's predicted seconds for ``cells`` devices x microbatches: the line
-    through its times at ``sizes`` cells (8 devices and sizes / 8 microbatches; 0 when
-    it refuses them)."""
+def _generation_time(name: str, opts: dict, sizes: tuple[int, int], cells: int, devices: int = 8) -> float:
+    """A generator's predicted seconds for ``cells`` devices x microbatches on ``devices``
+    devices: the line through its times at ``sizes`` cells (8 devices and sizes / 8
+    microbatches; 0 when it refuses them), times its growth from 8 to 16 devices at the
+    first size per doubling of the devices beyond 8 (V-Half's generator takes 1.1, 1.9 and
+    7.0 s for 1,024 cells on 8, 16 and 32 devices; on 64 devices and 256 microbatches
+    107 s where the line alone predicted 14)."""
     from pipetab.schedules import registry
 
-    times = []
-    for c in sizes:
+    def timed(d: int, b: int) -> float | None:
         t = time.perf_counter()
         try:
-            registry.generate(name, 8, c // 8, **opts)
+            registry.generate(name, d, b, **opts)
         except (ValueError, TypeError):
-            return 0.0
-        times.append(time.perf_counter() - t)
-    slope = max(0.0, times[1] - times[0]) / (sizes[1] - sizes[0])
-    return times[1] + slope * (cells - sizes[1])
+            return None
+        return time.perf_counter() - t
+
+    small, large = timed(8, sizes[0] // 8), timed(8, sizes[1] // 8)
+    if small is None or large is None:
+        return 0.0
+    slope = max(0.0, large - small) / (sizes[1] - sizes[0])
+    line = large + slope * (cells - sizes[1])
+    if devices <= 8:
+        return line
+    wider = timed(16, sizes[0] // 16)
+    growth = 1.0 if wider is None or small < 0.01 else max(1.0, wider / small)
+    return line * growth ** math.log2(devices / 8)
 
 
 @functools.lru_cache(maxsize=16)
@@ -273,21 +306,24 @@ class Start:
 
 def start_phase(problem: Problem, placement: Placement, config: CpSatConfig, known: Sequence[Schedule],
                 deadline: Deadline, pace: Pace) -> Start:
-    """Judge the given known schedules, the registry's (``known_generators``) and the
-    greedy starts, then double-justify the fitting ones, best first — each step only
-    while it is predicted to end within ``StartParams.share`` of the time (before one
-    fits, within all of it: without one nothing comes back)."""
+    """Judge the given known schedules, the registry's (``known_generators``), the greedy
+    starts and the registry's split ones fused into a whole backward (last: slow to
+    generate at large sizes), then double-justify the fitting ones, best first — each
+    step only while it is predicted to end within ``StartParams.share`` of the time
+    (before one fits, within all of it: without one nothing comes back)."""
     t = time.perf_counter()
     params = config.start
     until = t + params.share * max(0.0, deadline.wall_left())
     evals, skipped = judge(problem, known, pace)
     first_fit = time.perf_counter() if best_of(evals) else None
-    sources = []
-    if config.known_generators:
-        sources.append(("evaluate", registry_schedules(problem, placement, params.probe,
-                                                       lambda: until if best_of(evals) else hard, params)))
     hard = deadline.end - pace.reserve()
-    sources.append(("greedy", greedy_starts(problem, placement, params, lambda: until if best_of(evals) else hard)))
+
+    def registry(fused: bool):
+        return ("evaluate", registry_schedules(problem, placement, params.probe,
+                                               lambda: until if best_of(evals) else hard, params, fused))
+
+    greedy = ("greedy", greedy_starts(problem, placement, params, lambda: until if best_of(evals) else hard))
+    sources = [registry(False), greedy, registry(True)] if config.known_generators else [greedy]
     for step, schedules in sources:
         while pace.fits(step, until if best_of(evals) else hard, 1 + params.cost("evaluate") / params.cost(step)):
             s = next(schedules, None)

@@ -14,7 +14,9 @@ the microbatch's rank in its pipeline, the starts of F and the ends of B and W o
   F's of a microbatch, B(s0) follows its other B's), so B(s0, i) ends at least
   (i - j + 1) x (F + B work of d per microbatch) after F(s0, j) starts; on a device
   holding one stage, F(s, i) starts at least the F's of j..i-1 and the release ops (B, or
-  B and W) of j..i-c after F(s, j) starts.
+  B and W) of j..i-c after F(s, j) starts, and at least the F's of j+c..i-1 and the
+  release ops of j..i-c after B(s, j) starts (all follow it: F(s, j+c) waits for j's
+  release).
 
 Taking the earliest time each rule allows, microbatch by microbatch, gives a lower bound
 on every time, and the makespan is at least the last release plus what follows it. With
@@ -99,13 +101,17 @@ def _sweep(pl: _Pipeline, count: int) -> float:
     single = np.array([pl.single[s] for s in ws], bool)
     r = pl.b[ws] + np.where(wk, pl.w[ws], 0.0) if len(ws) else np.zeros(0)
     run = np.full((count, len(ws)), -np.inf)
+    runb = np.full((count, len(ws)), -np.inf)  # the same from the start of B(s, j)
     for i in range(count):
         extra = fs[i - 1] + pl.f if i else np.zeros(n)
         on = wc <= i
         if on.any():
             s_on, k = ws[on], i - wc[on]
             rel = np.where(wk[on], we[k, s_on], be[k, s_on])
-            agg = np.where(single[on], run[k, np.flatnonzero(on)] + i * pl.f[s_on] + (k + 1) * r[on], -np.inf)
+            idx = np.flatnonzero(on)
+            agg = np.maximum(run[k, idx] + i * pl.f[s_on] + (k + 1) * r[on],
+                             runb[k, idx] + (k + 1) * (pl.f[s_on] + r[on]) - pl.f[s_on])
+            agg = np.where(single[on], agg, -np.inf)
             np.maximum.at(extra, s_on, np.maximum(rel, agg))
         fs[i] = _chain(extra, pl.step_f)
         if len(ws):
@@ -118,6 +124,8 @@ def _sweep(pl: _Pipeline, count: int) -> float:
         first[pl.first] = np.maximum(first[pl.first], agg_b + (i + 1) * pl.work)
         be[i] = _b_chain(first, pl)
         we[i] = np.maximum(be[i], we[i - 1] if i else 0.0) + pl.w
+        if len(ws):
+            runb[i] = np.maximum(runb[i - 1] if i else -np.inf, be[i, ws] - pl.b[ws] - i * (pl.f[ws] + r))
     return float(max(we.max(), be.max()))
 
 

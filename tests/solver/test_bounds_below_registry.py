@@ -6,6 +6,7 @@ that fits, timed by the simulator (a property test)."""
 
 from dataclasses import replace
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -101,3 +102,18 @@ def test_bounds_with_optimizer_times_below_every_registry_schedule(S, per, place
     for sched in registry_schedules(problem, pl):
         ev = evaluate_known(problem, sched)
         assert max(lowest) <= ev.makespan, (sched.name, lowest, ev.makespan)
+@pytest.mark.parametrize("point", [
+    # issue 28's real-size misses under cap S (the memory-bound fill, drain and sweep decide)
+    (8, 4, "v", "split", 1, (3, 4, 2), 1), (16, 4, "linear", "split", 1, (3, 4, 2), 1),
+    (32, 4, "linear", "split", 1, (1, 1, 1), 1), (64, 4, "linear", "split", 1, (3, 4, 2), 0),
+    (32, 4, "v", "whole", 1, (3, 4, 2), 1), (64, 4, "linear", "whole", 1, (1, 2, 0), 1),
+], ids=str)
+def test_real_size_analytic_bound_below_every_registry_schedule(point):
+    S, ratio, placement, backward, cap, (f, b, w), comm = point
+    split = backward == "split"
+    problem = idealized_problem(S, ratio * S, placement, forward=f, backward=b if split else b + w, weight=max(w, 1),
+                                comm=comm, activation_cap=cap * S, split_backward=split)
+    pl = problem.fixed_placement
+    lb = analytic_lower_bound(problem, pl)[0]
+    times = [ev.makespan for ev in (evaluate_known(problem, s) for s in registry_schedules(problem, pl)) if ev.fits]
+    assert times and lb <= min(times)
