@@ -26,7 +26,7 @@ Gradient all-reduces of replicated stages, optimizer steps and the data-parallel
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import TYPE_CHECKING, Sequence
 
@@ -214,11 +214,24 @@ def _weighted(parts: list[tuple[float, float]], seconds: list[float] | None) -> 
     return [(sec, comm) for sec, (_, comm) in zip(seconds, parts)]
 
 
-@lru_cache(maxsize=65536)
 def stage_cost(model: TransformerModel, device: Device, ctx: Context, layers: int, *,
                first: bool, last: bool, first_layer: int = 0, split_backward: bool = False,
                tp_link: Link | None = None, moe_comm: tuple[float, float] = (0.0, 0.0),
                cp_link: Link | None = None, shard_links: tuple[Link | None, Link | None] = (None, None)) -> StageCost:
+    """``_stage_cost`` (below); where every layer is of one kind the first layer's index
+    changes nothing, so stages of equal size share one computation."""
+    uniform = not model.moe or (model.dense_layers == 0 and model.moe_layer_freq == 1)
+    cost = _stage_cost(model, device, ctx, layers, first=first, last=last, first_layer=0 if uniform else first_layer,
+                       split_backward=split_backward, tp_link=tp_link, moe_comm=moe_comm, cp_link=cp_link,
+                       shard_links=shard_links)
+    return cost if cost.first_layer == first_layer else replace(cost, first_layer=first_layer)
+
+
+@lru_cache(maxsize=65536)
+def _stage_cost(model: TransformerModel, device: Device, ctx: Context, layers: int, *,
+                first: bool, last: bool, first_layer: int = 0, split_backward: bool = False,
+                tp_link: Link | None = None, moe_comm: tuple[float, float] = (0.0, 0.0),
+                cp_link: Link | None = None, shard_links: tuple[Link | None, Link | None] = (None, None)) -> StageCost:
     """Costs of a stage of ``layers`` layers for one microbatch on one GPU of the run
     ``ctx`` (resolved: its microbatch size known) whose tensor-parallel collectives run
     over ``tp_link``, context-parallel exchange over ``cp_link`` and ZeRO-3 collectives
