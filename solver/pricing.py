@@ -397,7 +397,7 @@ class HardwareLayers:
         last = s == self.schedule.num_stages(p) - 1
         device = self.schedule.placement.device(p, s)
         topology = Topology(self.system, self.context, self.schedule.num_devices)  # type: ignore[arg-type]
-        return stage_cost(self.model, self.system.device, self.context, n, first=s == 0,  # type: ignore[attr-defined]
+        return stage_cost(self.model, self.system.device, self.context, n, first=s == 0,  # type: ignore[attr-defined,arg-type]
                           last=last, split_backward=self.schedule.split_backward, tp_link=topology.tp_link(device))
 
     def op_ticks(self, kind: Kind, p: int, s: int, n: int) -> int:
