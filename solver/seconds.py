@@ -18,7 +18,7 @@ from .cpsat.api import bound, search
 from .cpsat.objectives import objective
 from .cpsat.params import CpSatConfig
 from .cpsat.result import Mode, Result, Status, gap_of
-from .cpsat.starts import ops_one_at_a_time, registry_schedules
+from .cpsat.starts import as_searched, registry_schedules
 from .simulate import simulate
 
 if TYPE_CHECKING:
@@ -134,8 +134,7 @@ def solve_seconds(shape: Problem, real: Costs, mode: Mode | str = Mode.SEARCH, c
     mode, config = Mode(mode), config or CpSatConfig()
     deadline = deadline or config.deadline()
     params = config.seconds
-    if not shape.blocks:  # the search orders ops one at a time: known overlapped pairs run as two ops
-        known = [ops_one_at_a_time(k) for k in known]
+    known = as_searched(shape, known)  # what the search, the bound and the report judge
     timed: list[float] = []
     tick = choose_tick(shape, real, params if tick_s is None else replace(params, refinements=0), known, tick_s, timed)
     down = shape.with_costs(real.quantized(tick, Rounding.DOWN))

@@ -25,7 +25,7 @@ from .params import CpSatConfig
 from .placement import search_free
 from .problem import Problem
 from .result import KnownGap, Mode, Result, Status, gap_of
-from .starts import Pace, judge, registry_schedules
+from .starts import Pace, as_searched, judge, registry_schedules
 
 if TYPE_CHECKING:
     from pipetab.solver.costs import Costs
@@ -85,6 +85,7 @@ def search(problem: Problem, config: CpSatConfig | None = None, known: Sequence[
     ``infeasible`` with ``min_feasible_cap``."""
     config = config or CpSatConfig()
     deadline = deadline or config.deadline()
+    known = as_searched(problem, known)
     if problem.is_free:
         return search_free(problem, config, known, deadline, Mode.SEARCH)
     return search_fixed(problem, problem.fixed_placement, config, known, deadline, Mode.SEARCH)  # type: ignore[arg-type]
@@ -97,6 +98,7 @@ def bound(problem: Problem, config: CpSatConfig | None = None, known: Sequence[S
     on the way. The bound phase gets all of the time after the start."""
     config = config or CpSatConfig()
     deadline = deadline or config.deadline()
+    known = as_searched(problem, known)
     if not problem.is_free:
         return search_fixed(problem, problem.fixed_placement, config, known, deadline, Mode.BOUND)  # type: ignore[arg-type]
     res = search_free(problem, config, known, deadline, Mode.BOUND)

@@ -104,6 +104,13 @@ def fused_backward(schedule: Schedule) -> Schedule:
                     schedule.stage_work, False, schedule.params)
 
 
+def as_searched(problem: Problem, known: Sequence[Schedule]) -> list[Schedule]:
+    """``known`` as a search of ``problem`` judges them: on a problem without blocks (a
+    search orders ops one at a time) their overlapped pairs run as two ops
+    (``ops_one_at_a_time``); a problem with blocks (fixed orders) keeps them."""
+    return list(known) if problem.blocks else [ops_one_at_a_time(k) for k in known]
+
+
 def ops_one_at_a_time(schedule: Schedule) -> Schedule:
     """``schedule`` as a search judges it: every op alone (its overlapped pairs and fused
     backwards run one op after the other, and its name says so), since the search model

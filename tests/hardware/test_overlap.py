@@ -143,3 +143,10 @@ def test_cpsat_search_seeded_with_pairs_searches_them_unpaired():
     assert answer.seconds <= unpaired_time * (1 + 1e-9)
     assert answer.lower_bound_s is not None and answer.lower_bound_s <= answer.seconds
     assert simulate(paired, real).makespan < answer.lower_bound_s  # the pairs beat every unpaired order
+    # the search and bound entry points take a paired seed the same way
+    from pipetab.solver.cpsat import bound, search
+
+    for solve in (search, bound):
+        res = solve(problem, CpSatConfig(deterministic_time=1.0, workers=1), [paired])
+        assert res.schedule is not None and res.schedule.blocks == ()
+        assert res.lower_bound <= res.makespan
