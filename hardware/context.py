@@ -42,7 +42,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 from enum import StrEnum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from pipetab.schedules.checks import check_count
 
@@ -73,14 +73,23 @@ class CpComm(StrEnum):
     ALLGATHER = "allgather"
 
 
-def cp_comm_of(value: object) -> CpComm:
-    """``value`` as a ``CpComm``; ``ValueError`` naming the choices otherwise."""
-    if isinstance(value, str):
+E = TypeVar("E", bound=StrEnum)
+
+
+def _choice(kind: type[E], value: object, what: str) -> E:
+    """``value`` as a member of the string enum ``kind``; ``ValueError`` naming ``what``
+    and the choices otherwise."""
+    if isinstance(value, str):  # a member is a str too
         try:
-            return CpComm(value)
+            return kind(value)
         except ValueError:
             pass
-    raise ValueError(f"cp comm must be one of {', '.join(CpComm)}, got {value!r}")
+    raise ValueError(f"{what} must be one of {', '.join(kind)}, got {value!r}")
+
+
+def cp_comm_of(value: object) -> CpComm:
+    """``value`` as a ``CpComm``; ``ValueError`` naming the choices otherwise."""
+    return _choice(CpComm, value, "cp comm")
 
 
 class Precision(StrEnum):
@@ -97,22 +106,12 @@ class Precision(StrEnum):
 
 def precision_of(value: object, what: str = "dispatch precision") -> Precision:
     """``value`` as a ``Precision``; ``ValueError`` naming ``what`` and the choices otherwise."""
-    if isinstance(value, str):
-        try:
-            return Precision(value)
-        except ValueError:
-            pass
-    raise ValueError(f"{what} must be one of {', '.join(Precision)}, got {value!r}")
+    return _choice(Precision, value, what)
 
 
 def recompute_of(value: object) -> Recompute:
     """``value`` as a ``Recompute``; ``ValueError`` naming the choices otherwise."""
-    if isinstance(value, str):  # a Recompute is a str too
-        try:
-            return Recompute(value)
-        except ValueError:
-            pass
-    raise ValueError(f"recompute must be one of {', '.join(Recompute)}, got {value!r}")
+    return _choice(Recompute, value, "recompute")
 
 
 @dataclass(frozen=True)

@@ -220,8 +220,8 @@ def stage_cost(model: TransformerModel, device: Device, ctx: Context, layers: in
                cp_link: Link | None = None, shard_links: tuple[Link | None, Link | None] = (None, None)) -> StageCost:
     """``_stage_cost`` (below); where every layer is of one kind the first layer's index
     changes nothing, so stages of equal size share one computation."""
-    uniform = not model.moe or (model.dense_layers == 0 and model.moe_layer_freq == 1)
-    cost = _stage_cost(model, device, ctx, layers, first=first, last=last, first_layer=0 if uniform else first_layer,
+    cost = _stage_cost(model, device, ctx, layers, first=first, last=last,
+                       first_layer=0 if model.one_layer_kind else first_layer,
                        split_backward=split_backward, tp_link=tp_link, moe_comm=moe_comm, cp_link=cp_link,
                        shard_links=shard_links)
     return cost if cost.first_layer == first_layer else replace(cost, first_layer=first_layer)

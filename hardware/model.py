@@ -231,6 +231,12 @@ class TransformerModel:
         """Whether layer ``layer`` (0-based) has experts (module docstring)."""
         return self.moe and layer >= self.dense_layers and layer % self.moe_layer_freq == 0
 
+    @property
+    def one_layer_kind(self) -> bool:
+        """Whether every layer is of one kind (dense, or MoE from the first on): then a
+        stage's costs do not depend on which layers it holds, only on how many."""
+        return not self.moe or (self.dense_layers == 0 and self.moe_layer_freq == 1)
+
     def moe_layers_in(self, start: int, stop: int) -> int:
         """MoE layers among layers ``start .. stop - 1`` (counted: the multiples of
         ``moe_layer_freq`` from ``dense_layers`` on)."""

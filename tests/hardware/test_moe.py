@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pipetab.hardware import Context, load_model
+from pipetab.hardware import Context, load_model, load_system
 from pipetab.hardware.hf import model_from_hf_config
 from pipetab.hardware.layer import (
     activation_bytes_per_layer,
@@ -242,3 +242,24 @@ def test_layer_comm_prices_each_kind_of_group_once(tp, dp, ep, etp, per):
 
             extra = ring_time(tokens * copies * etp * 96 * 2, etp, topo.ring_link(etp_group(topo, rank)), steps=1)
         assert got == pytest.approx((by_hand[0] + extra, by_hand[1] + extra), rel=1e-12)
+
+
+def test_stage_costs_of_one_layer_kind_do_not_depend_on_the_first_layer():
+    """Mixtral's layers are all MoE, DeepSeek-V3's first three dense: a 4-layer stage
+    starting at layer 8 costs what one starting at layer 0 does on Mixtral (and keeps its
+    own first layer), while DeepSeek's stage from layer 0 holds three dense layers and
+    costs less than its stage from layer 8."""
+    from pipetab.hardware.costs import stage_cost
+
+    device = load_system("dgx_h100_ib").device
+    ctx = Context(ep=8, dp=8, microbatch_size=1, global_batch=64)
+    mixtral, deepseek = load_model("mixtral_8x7b"), load_model("deepseek_v3")
+    assert mixtral.one_layer_kind and not deepseek.one_layer_kind
+    assert TransformerModel("d", 4, 64, 4, 32, 100, 8).one_layer_kind
+
+    def cost(model, first_layer):
+        return stage_cost(model, device, ctx, 4, first=False, last=False, first_layer=first_layer)
+
+    a, b = cost(mixtral, 0), cost(mixtral, 8)
+    assert (a.first_layer, b.first_layer) == (0, 8) and a.forward_s == b.forward_s and a.backward_s == b.backward_s
+    assert cost(deepseek, 0).forward_s < cost(deepseek, 8).forward_s
