@@ -192,6 +192,12 @@ class Context:
         """A copy with ``changes``; derived defaults (``None``) are derived again."""
         return replace(self, **changes)
 
+    @property
+    def even(self) -> "Context":
+        """This run on the even split: no layout, no per-stage recomputation (what the
+        refinements of one shape share)."""
+        return self.replace(layout=None, recompute_layers=None)
+
     # ---- batch ------------------------------------------------------------------------
     @property
     def edp(self) -> int:

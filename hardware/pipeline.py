@@ -277,7 +277,7 @@ class _Links:
 def _stage_costs(schedule: Schedule, system: System, model: TransformerModel, ctx: Context,
                  parts: list[list[Part]], links: _Links) -> list[tuple[StageCost, ...]]:
     """Every stage's ``StageCost`` (per-stage recomputation blended in: ``blend``)."""
-    plain = ctx.replace(layout=None, recompute_layers=None)  # the same stage costs whatever the layout
+    plain = ctx.even  # the same stage costs whatever the layout
     full = plain.replace(recompute=Recompute.FULL)
     recomputed = ctx.recompute_layers
     stages = []

@@ -181,7 +181,7 @@ def test_each_configuration_is_shown_once_with_its_best_layout():
     result = plan(space(3e8, top=8, pp=(2, 4)))  # pipelines: layouts to refine
 
     def key(c):
-        return (c.schedule, c.options, c.shape.replace(layout=None, recompute_layers=None))
+        return (c.schedule, c.options, c.shape.even)
 
     tried = [key(c) for c in result.evaluated]
     assert len(set(tried)) < len(tried)  # some configuration has several layouts

@@ -176,7 +176,7 @@ class Bounds:
         system, model = self.space.system, self.space.model
         links = [system.default_link, *([system.intra_node_link] if system.intra_node_link else [])]
         fast = Link(max(k.bandwidth for k in links), min(k.latency_s for k in links))
-        ctx = shape.replace(layout=None, recompute_layers=None)
+        ctx = shape.even
         moe_comm = (0.0, 0.0)
         if model.moe and (shape.ep > 1 or shape.etp > 1):  # the fastest EP group's all-to-all
             from pipetab.hardware.moe import moe_layer_comm

@@ -183,7 +183,7 @@ def _search_and_validate(space: PlanSpace, bounds: Bounds, ranked: list[Configur
     best configurations): (the ``top`` shown, validated; CP-SAT's notes; everything
     ranked, with what CP-SAT found)."""
     # CP-SAT needs a pipeline; it searches a shape's even layout (a refined layout is the registry schedule's)
-    even = [replace(c, shape=c.shape.replace(layout=None, recompute_layers=None)) for c in ranked if c.shape.pp > 1]
+    even = [replace(c, shape=c.shape.even) for c in ranked if c.shape.pp > 1]
     searched, skipped = cpsat_shapes(space, even)
     jobs = []
     for shape, best in searched:
@@ -209,7 +209,7 @@ def distinct(ranked: list[Configuration]) -> list[Configuration]:
     seen: set = set()
     out = []
     for c in ranked:
-        key = (c.schedule, c.options, c.shape.replace(layout=None, recompute_layers=None))
+        key = (c.schedule, c.options, c.shape.even)
         if key not in seen:
             seen.add(key)
             out.append(c)
