@@ -6,9 +6,16 @@ marks every action of its schedule runtime with a ``record_function`` annotation
 ``PP:<stage><action><microbatch>`` (``PP:0F3``: stage 0's forward of microbatch 3; ``I`` the
 input gradient and ``W`` the weight gradient of a split backward, ``B`` a full backward,
 ``SEND_F`` / ``SEND_B`` a message); its single-stage schedules mark ``Forward <mb>`` and
-``Backward <mb>``. Where the trace holds the GPU's copy of an annotation
-(``gpu_user_annotation``, the kernels' span on the device) that one is used, else the CPU's
-(``user_annotation``).
+``Backward <mb>``. An action's time is, where the trace holds the GPU's kernels (the
+profiler's ``kernel``, ``gpu_memcpy`` and ``gpu_memset`` events, each tied by its
+``correlation`` to the runtime call that launched it): the span from the first to the last
+kernel launched, on any CPU thread, while the action's CPU annotation was open (0 where it
+launched none). That counts the backward's kernels, which autograd launches from its own
+thread: the GPU's copy of an annotation (``gpu_user_annotation``) spans only the kernels of
+the annotating thread, and read alone it gives an input gradient of 1 us on an H100 where
+the kernels ran 9 ms (``tests/data/traces_h100``). A trace without kernels is read from
+the GPU's copies of the annotations where it has them, else from the CPU's
+(``user_annotation``), which time the launches, not the GPU.
 
 Per rank (a pipeline device of the profile): ``T_F`` is the sum over the stages it runs of
 the mean duration of their forwards (a V or interleaved rank runs two or more stages, each
@@ -16,7 +23,8 @@ the mean duration of their forwards (a V or interleaved rank runs two or more st
 backwards), ``T_W`` of their weight gradients (none without a split backward), the
 message time the mean of its sends, and, where the trace recorded memory
 (``profile_memory=True``: ``[memory]`` events), the activation bytes of one microbatch: the
-mean growth of ``Total Allocated`` over each stage's forwards, summed over its stages.
+mean growth of ``Total Allocated`` over each stage's forwards (their CPU annotations, when
+the allocations are made), summed over its stages.
 
 A trace that is not a profiler trace, holds no pipeline ops, or whose ranks disagree with
 the stages asked for is refused with one ``ValueError`` sentence naming the file.
@@ -66,13 +74,49 @@ def _load(path: Path) -> dict:
     return doc
 
 
-def _events(doc: dict) -> list[dict]:
-    """The annotations of the pipeline's actions, the GPU's when the trace has them."""
-    marks = [e for e in doc["traceEvents"] if isinstance(e, dict) and e.get("ph") == "X"
-             and e.get("cat") in ("user_annotation", "gpu_user_annotation") and isinstance(e.get("name"), str)
-             and (ACTION.fullmatch(e["name"]) or LEGACY.fullmatch(e["name"]))]
-    gpu = [e for e in marks if e["cat"] == "gpu_user_annotation"]
-    return gpu or marks
+def _marks(doc: dict, cat: str) -> list[dict]:
+    """The annotations of the pipeline's actions of one category (CPU or GPU)."""
+    return [e for e in doc["traceEvents"] if isinstance(e, dict) and e.get("ph") == "X" and e.get("cat") == cat
+            and isinstance(e.get("name"), str) and (ACTION.fullmatch(e["name"]) or LEGACY.fullmatch(e["name"]))]
+
+
+def _launched(doc: dict) -> tuple[list[float], list[tuple[float, float]]] | None:
+    """The trace's GPU kernels sorted by when they were launched: (launch times, (start, end)
+    of each), or None when the trace holds no kernel tied to a launch."""
+    launch = {}
+    for e in doc["traceEvents"]:
+        if isinstance(e, dict) and e.get("cat") in ("cuda_runtime", "cuda_driver") and isinstance(e.get("args"), dict):
+            corr = e["args"].get("correlation")
+            if corr is not None and isinstance(e.get("ts"), (int, float)):
+                launch[corr] = float(e["ts"])
+    kernels = sorted((launch[e["args"]["correlation"]], float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0.0)))
+                     for e in doc["traceEvents"]
+                     if isinstance(e, dict) and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")
+                     and isinstance(e.get("args"), dict) and e["args"].get("correlation") in launch
+                     and isinstance(e.get("ts"), (int, float)))
+    return ([k[0] for k in kernels], [(k[1], k[2]) for k in kernels]) if kernels else None
+
+
+def _timed(doc: dict, path: Path) -> list[tuple[str, float]]:
+    """Each pipeline action's (name, seconds), read as the module docstring says."""
+    cpu = _marks(doc, "user_annotation")
+    kernels = _launched(doc)
+    out = []
+    if kernels and cpu:
+        for e in cpu:
+            ts, dur = _span(e, path)
+            lo, hi = bisect.bisect_left(kernels[0], ts), bisect.bisect_right(kernels[0], ts + dur)
+            ran = kernels[1][lo:hi]
+            out.append((e["name"], (max(k[1] for k in ran) - min(k[0] for k in ran)) * 1e-6 if ran else 0.0))
+        return out
+    return [(e["name"], _span(e, path)[1] * 1e-6) for e in _marks(doc, "gpu_user_annotation") or cpu]
+
+
+def _span(e: dict, path: Path) -> tuple[float, float]:
+    try:
+        return float(e["ts"]), float(e["dur"])
+    except (KeyError, TypeError, ValueError):
+        raise ValueError(f"trace {str(path)!r}: event {e['name']!r} has no numeric 'ts' and 'dur'") from None
 
 
 def _memory(doc: dict) -> tuple[list[float], list[float]] | None:
@@ -88,6 +132,11 @@ def _allocated(mem: tuple[list[float], list[float]], ts: float) -> float:
     return mem[1][i - 1] if i else 0.0
 
 
+def _action(name: str) -> tuple[int, str]:
+    m = ACTION.fullmatch(name)
+    return (int(m.group(1)), m.group(2)) if m else (0, LEGACY.fullmatch(name).group(1))  # type: ignore[union-attr]
+
+
 def read_trace(path: str | Path) -> RankTrace:
     """One trace's pipeline ops (module docstring)."""
     path = Path(path)
@@ -97,20 +146,18 @@ def read_trace(path: str | Path) -> RankTrace:
     out = RankTrace(str(path), rank)
     mem = _memory(doc)
     out.activation = {} if mem else None
-    for e in _events(doc):
-        try:
-            ts, dur = float(e["ts"]), float(e["dur"]) * 1e-6
-        except (KeyError, TypeError, ValueError):
-            raise ValueError(f"trace {str(path)!r}: event {e['name']!r} has no numeric 'ts' and 'dur'") from None
-        m = ACTION.fullmatch(e["name"])
-        stage, action = (int(m.group(1)), m.group(2)) if m else (0, LEGACY.fullmatch(e["name"]).group(1))  # type: ignore[union-attr]
+    for name, seconds in _timed(doc, path):
+        stage, action = _action(name)
         if action.startswith("SEND"):
-            out.sends.append(dur)
+            out.sends.append(seconds)
             continue
         out.split |= action in ("I", "W")
-        out.ops.setdefault((stage, KIND_OF[action]), []).append(dur)
-        if mem and KIND_OF[action] == "F":
-            grown = _allocated(mem, ts + dur * 1e6) - _allocated(mem, ts)
+        out.ops.setdefault((stage, KIND_OF[action]), []).append(seconds)
+    for e in _marks(doc, "user_annotation") if mem else ():
+        stage, action = _action(e["name"])
+        if KIND_OF.get(action) == "F":
+            ts, dur = _span(e, path)
+            grown = _allocated(mem, ts + dur) - _allocated(mem, ts)  # type: ignore[arg-type]
             out.activation.setdefault(stage, []).append(max(grown, 0.0))  # type: ignore[union-attr]
     if not out.ops:
         raise ValueError(f"trace {str(path)!r} holds no pipeline ops (annotations PP:<stage>F<microbatch> "
@@ -154,5 +201,6 @@ def profile_from_traces(paths: list[str | Path], stages: int | None = None, *, m
     by_rank = dict(zip(ranks, traces))
     entries = tuple(_stage_profile(by_rank[r], split, layers[r] if layers else None) for r in range(want))
     source = "PyTorch profiler traces: " + ", ".join(Path(p).name for p in paths)
-    return Profile(name="trace", stages=entries, summary=summary or f"profile of {want} ranks from their traces",
+    ranks_said = f"{want} rank{'s' if want != 1 else ''}"
+    return Profile(name="trace", stages=entries, summary=summary or f"profile of {ranks_said} from their traces",
                    source=source, microbatch_size=microbatch_size, tp=tp, dp=dp)
