@@ -323,6 +323,9 @@ def main(argv=None) -> int:
         assert len(part) == 2 and 0 <= part[0] < part[1]
     except (ValueError, AssertionError):
         ap.error(f"--part must look like I/N with 0 <= I < N, got {args.part!r}")
+    for flag, given in (("--sample", args.sample is not None), ("--placement-set", args.placement_set)):
+        if given and not args.real_size:
+            ap.error(f"{flag} applies with --real-size only")
     if args.real_size:
         from .cpsat_real_set import run_real_set
 

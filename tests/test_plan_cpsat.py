@@ -55,3 +55,40 @@ def test_the_search_takes_the_best_schedules_placement_and_split():
     best = min((c for c in result.evaluated if c.fits and c.source == "registry"), key=lambda c: c.step_time_s)
     assert f"on the placement of {best.label}" in note
     assert "the shape's best registry schedule" in note
+
+
+def test_pairs_of_cpsats_order_are_overlapped_when_the_all_to_all_crosses_nodes():
+    """A mixture-of-experts shape whose all-to-all crosses nodes (EP 8 over nodes of 4 GPUs),
+    and DualPipeV's order run one op at a time (a search's start, which a search may return
+    as it is): its adjacent forward-backward pairs are overlapped and the ranked row is the
+    paired schedule, validated and simulated, faster than the order one op at a time (and
+    here than DualPipeV's own pairs); the note says its bound is of orders without pairs.
+    1F1B's order is the counter-example: pairing F(i+1) with B(i) on the first device makes
+    the forward wait for the backward's round trip, so the unpaired order stays."""
+    from types import SimpleNamespace
+
+    from pipetab.hardware.loaders import load_model
+    from pipetab.schedules import registry
+
+    moe = replace(load_model("mixtral_8x7b"), num_layers=8, seq_len=1024)
+    space = plan_question(moe, nodes=4, gpus_per_node=4, global_batch=64, gpu="H100")
+    big = shape(space, 2, 1, 8, 1, "none", ep=8)
+
+    def outcome(order):
+        answer = SimpleNamespace(schedule=order, status="feasible", runtime_s=1.0, lower_bound_s=0.1, gap=0.5,
+                                 result=SimpleNamespace(cyclic=None), tick_s=1e-3)
+        return cpsat_outcome(space, big, answer, [])
+
+    own = registry.generate("dualpipev", 2, big.microbatches, overlap=True)
+    order = own.with_blocks(())
+    conf, note = outcome(order)
+    costs = costs_of(space, order, big)
+    paired = conf.searched
+    assert paired.blocks and all(a.kind.name == "F" and b.kind.name == "B" for a, b in paired.blocks)
+    validate(layout(paired), paired)
+    assert conf.step_time_s == simulate(paired, costs).makespan < simulate(own, costs).makespan
+    assert simulate(own, costs).makespan < simulate(order, costs).makespan
+    assert "pairs overlapped after the search" in note and "of orders without overlapped pairs" in note
+    one_f_one_b = registry.generate("1f1b", 2, big.microbatches)
+    conf, note = outcome(one_f_one_b)
+    assert conf.searched is one_f_one_b and "no pairing of adjacent ops of its order was faster" in note

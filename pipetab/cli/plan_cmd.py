@@ -367,11 +367,12 @@ def print_plan(result) -> None:
             say("none of these fits the GPU memory: the closest are shown")
         for line in _best_lines(result):
             say(line)
-    unbuilt = result.candidates - result.pruned_memory - result.pruned_time - result.simulated
+    unbuilt = result.candidates - result.pruned_memory - result.pruned_time - (result.simulated - result.refined)
     outside = f", {unbuilt} not built (outside their schedule's regime)" if unbuilt else ""
+    refined = f" (and {result.refined} refinements of the best)" if result.refined else ""
     say(f"searched {result.candidates} candidates: {result.pruned_memory} cannot fit the memory, "
-        f"{result.pruned_time} cannot beat those shown, {result.simulated} simulated{outside}; "
-        f"{result.runtime_s:.1f} s")
+        f"{result.pruned_time} cannot beat those shown, {result.simulated - result.refined} simulated{refined}"
+        f"{outside}; {result.runtime_s:.1f} s")
     for note in result.notes:
         say(f"note: {note}", "  ")
     for note in result.cpsat_notes:

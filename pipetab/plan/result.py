@@ -88,8 +88,9 @@ class Configuration:
 @dataclass(frozen=True)
 class Plan:
     """The ranked configurations (fitting ones first, each group by step time) and what
-    the search did: candidates enumerated, pruned by the memory and time bounds, simulated,
-    and CP-SAT's notes."""
+    the search did: candidates enumerated, pruned by the memory and time bounds, simulated
+    (``refined`` of them refinements of the best, beyond the candidates), and CP-SAT's
+    notes."""
 
     configurations: tuple[Configuration, ...]
     candidates: int
@@ -101,12 +102,13 @@ class Plan:
     question: dict
     evaluated: tuple[Configuration, ...] = ()  # every simulated candidate, ranked (for plots)
     notes: tuple[str, ...] = ()  # what the space left out and why, what plan added
+    refined: int = 0  # of ``simulated``: uneven layouts and per-stage recomputation of the best, not candidates
 
     def as_dict(self) -> dict:
         return {
             **self.question,
             "candidates": self.candidates, "pruned_by_memory_bound": self.pruned_memory,
-            "pruned_by_time_bound": self.pruned_time, "simulated": self.simulated,
+            "pruned_by_time_bound": self.pruned_time, "simulated": self.simulated, "refinements": self.refined,
             "cpsat": list(self.cpsat_notes), "notes": list(self.notes), "runtime_s": round(self.runtime_s, 3),
             "configurations": [c.as_dict() for c in self.configurations],
         }

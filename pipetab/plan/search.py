@@ -55,7 +55,7 @@ def plan(space: PlanSpace, progress: Callable[[str], None] | None = None, profil
         if pool:  # interrupted or failed: ends the searches still running
             pool.close()
     return Plan(tuple(shown), search.total, pruned_memory - len(closest), search.pruned_time, simulated,
-                tuple(notes), time.perf_counter() - t0, _question(space), tuple(ranked), space.notes())
+                tuple(notes), time.perf_counter() - t0, _question(space), tuple(ranked), space.notes(), len(refined))
 
 
 class _BestFirst:
