@@ -51,6 +51,9 @@ def base_assumptions(problem: Problem, placement_label: str) -> list[str]:
             out.append("activation live from its F's start: M - M_W to its B's end, M_W to its W's end")
         else:
             out.append("activation live from its F's start to its B's end")
+    if c.chains and not problem.blocks:
+        out.append("ops run one at a time: no overlapped forward-backward pairs (a schedule with pairs can be "
+                   "faster than this bound)")
     extra = objective(problem).assumption
     return out + ([extra] if extra else [])
 

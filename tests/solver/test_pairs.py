@@ -78,3 +78,16 @@ def test_every_candidate_is_valid_and_simulates_as_cpsat_evaluates_it(name, S, m
         assert all(start[a] == start[b] for a, b in paired.blocks)
         fixed = evaluate(paired, costs)
         assert fixed.makespan == pytest.approx(sim.makespan)
+
+
+def test_a_search_on_costs_with_an_all_to_all_says_its_bound_excludes_pairs():
+    """The search orders ops one at a time; where the costs hold communication a pair could
+    hide, its bound says it is a bound of schedules without pairs (and a problem without
+    such costs does not)."""
+    from pipetab.solver.cpsat import CpSatConfig, Problem, search
+
+    sched = registry.generate("1f1b", 2, 4)
+    config = CpSatConfig(time_limit_s=30, deterministic_time=2.0, workers=1)
+    for costs, said in ((_costs(2), True), (idealized_costs(2, (2,)), False)):
+        result = search(Problem.from_schedule(sched, costs), config)
+        assert any("no overlapped forward-backward pairs" in a for a in result.bound_assumptions) is said
