@@ -53,6 +53,11 @@ Read with care:
 * Activation bytes: pipetab's count (Korthikanti et al. 2022, generalized) against what
   eager PyTorch keeps; at TP 1 eager PyTorch keeps 18 % more (the norms' outputs and the
   rotary embedding's inputs besides what the formula counts).
+* The input gradient weighs more against the forward than pipetab prices it (1.3 to 1.5
+  times the forward measured, 1.1 to 1.2 priced): flash attention's backward and the
+  unfused elementwise backward run slower than the model's kernels. The weight gradient's
+  share is about right. Schedules that balance F, B and W (zero bubble) are built on these
+  ratios; a profile (`--profile`) gives them as measured.
 * DeepSeek-V3's expert GEMMs with 128 rows are where the tile model is least right (up to
   +315 %): a 128-row GEMM fills a fraction of the tiles the model charges a whole wave of.
 """
@@ -92,6 +97,19 @@ def rows() -> list[dict]:
     return out
 
 
+def ratios(table: list[dict]) -> dict[str, tuple[str, str]]:
+    """Per layer shape, F:B:W as measured and as pipetab prices it (``1:b:w``)."""
+    passes: dict[str, dict[str, tuple[float, float]]] = {}
+    for r in table:
+        if r["what"] in ("layer forward", "layer input gradient", "layer weight gradient"):
+            passes.setdefault(r["shape"], {})[r["what"]] = (r["measured"], r["predicted"])
+    out = {}
+    for shape, p in passes.items():
+        f, b, w = p["layer forward"], p["layer input gradient"], p["layer weight gradient"]
+        out[shape] = tuple(f"1:{b[i] / f[i]:.2f}:{w[i] / f[i]:.2f}" for i in (0, 1))
+    return out  # type: ignore[return-value]
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--csv", default=str(OUT))
@@ -111,6 +129,10 @@ def main(argv: list[str] | None = None) -> None:
     for what in sorted({r["what"] for r in table}):
         errs = [r["error"] for r in table if r["what"] == what]
         lines.append(f"| {what} | {len(errs)} | {median(errs):+.1%} | {min(errs):+.1%} .. {max(errs):+.1%} |")
+    lines += ["", "Per layer, forward : input gradient : weight gradient (the ratios a zero-bubble schedule "
+              "is built on):", "", "| shape | measured | pipetab |", "|---|---|---|"]
+    for shape, ratio in ratios(table).items():
+        lines.append(f"| {shape} | {ratio[0]} | {ratio[1]} |")
     Path(args.md).write_text("\n".join(lines) + "\n\n" + NOTES)
     print("\n".join(lines))
 
