@@ -22,6 +22,8 @@ What it measures, each in bf16 on the GPU it runs on, with CUDA events (the mean
 * ``meta.json`` — the GPU, its clocks, torch and CUDA versions, the attention backend.
 
 Run: python experiments/device_ops.py OUT_DIR   (about a minute on an H100)
+     python experiments/device_ops.py OUT_DIR --attention-backends   (``layers_flash.csv`` and
+     ``layers_cudnn.csv``: the layers with attention pinned to FlashAttention-2 or cuDNN)
 """
 
 from __future__ import annotations
@@ -189,9 +191,34 @@ def trace_pipeline(out: Path) -> str:
     return f"ZBV, 2 stages x 2 Llama 3 8B layers (TP 1), 8 microbatches, {len(keep)} events kept"
 
 
-def main(out: Path) -> None:
+def measure_backends(out: Path) -> None:
+    """``layers_<backend>.csv``: the layer shapes with attention pinned to one
+    ``scaled_dot_product_attention`` backend (flash: FlashAttention-2; cudnn: cuDNN's fused
+    attention, which Transformer Engine uses on Hopper), where the backend runs."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    for name, backend in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
+        rows = []
+        for model, tp, seq in SHAPES:
+            try:
+                with sdpa_kernel([backend]):
+                    rows.append(measure_layer(model, tp, seq))
+            except RuntimeError as exc:
+                print(f"{name} {model} tp{tp} s{seq}: {exc}"[:200], flush=True)
+        if rows:
+            with open(out / f"layers_{name}.csv", "w", newline="") as fh:
+                w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+                w.writeheader()
+                w.writerows(rows)
+            print(name, len(rows), "shapes", flush=True)
+
+
+def main(out: Path, backends_only: bool = False) -> None:
     out.mkdir(parents=True, exist_ok=True)
     torch.backends.cuda.matmul.allow_tf32 = False
+    if backends_only:
+        measure_backends(out)
+        return
     t0 = time.time()
     layers, gemms = [], []
     for model, tp, seq in SHAPES:
@@ -230,4 +257,4 @@ def main(out: Path) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1] if len(sys.argv) > 1 else "device_ops_out"))
+    main(Path(sys.argv[1] if len(sys.argv) > 1 else "device_ops_out"), "--attention-backends" in sys.argv[2:])

@@ -56,8 +56,11 @@ Read with care:
 * The input gradient weighs more against the forward than pipetab prices it (1.3 to 1.5
   times the forward measured, 1.1 to 1.2 priced): flash attention's backward and the
   unfused elementwise backward run slower than the model's kernels. The weight gradient's
-  share is about right. Schedules that balance F, B and W (zero bubble) are built on these
-  ratios; a profile (`--profile`) gives them as measured.
+  share is about right. It is not the attention kernel: with attention pinned to cuDNN's
+  fused kernel (`layers_cudnn.csv`, what PyTorch chose by default here, within 5 %) or to
+  FlashAttention-2 (`layers_flash.csv`, about 10 % slower) the ratio stays 1.3 to 1.6.
+  Schedules that balance F, B and W (zero bubble) are built on these ratios; a profile
+  (`--profile`) gives them as measured.
 * DeepSeek-V3's expert GEMMs with 128 rows are where the tile model is least right (up to
   +315 %): a 128-row GEMM fills a fraction of the tiles the model charges a whole wave of.
 """
