@@ -19,7 +19,8 @@ What it measures, each in bf16 on the GPU it runs on, with CUDA events (the mean
   8B layers (TP 1 widths) on this one GPU, eight microbatches of one 4,096-token
   sequence, trimmed to what ``pipetab profile`` reads: the pipeline annotations, the
   kernels and the runtime calls that launched them, and the memory events.
-* ``meta.json`` — the GPU, its clocks, torch and CUDA versions, the attention backend.
+* ``meta.json`` — the GPU, its clocks, torch and CUDA versions, whether grouped-query
+  attention ran natively (``enable_gqa``), repetitions and what the trace holds.
 
 Run: python experiments/device_ops.py OUT_DIR   (about a minute on an H100)
      python experiments/device_ops.py OUT_DIR --attention-backends   (``layers_flash.csv`` and
