@@ -187,5 +187,11 @@ def test_each_configuration_is_shown_once_with_its_best_layout():
     assert len(set(tried)) < len(tried)  # some configuration has several layouts
     shown = [key(c) for c in result.configurations]
     assert len(set(shown)) == len(shown)
+    # the refinements are counted apart from the candidates (the count of candidates never
+    # built went negative when they were not)
+    assert result.refined == sum(c.shape != c.shape.even for c in result.evaluated) > 0
+    assert result.unbuilt >= 0
+    assert result.pruned_memory + result.pruned_time + result.simulated - result.refined + result.unbuilt == \
+        result.candidates
     for c in result.configurations:
         assert c.step_time_s == min(e.step_time_s for e in result.evaluated if key(e) == key(c))

@@ -367,7 +367,7 @@ def print_plan(result) -> None:
             say("none of these fits the GPU memory: the closest are shown")
         for line in _best_lines(result):
             say(line)
-    unbuilt = result.candidates - result.pruned_memory - result.pruned_time - (result.simulated - result.refined)
+    unbuilt = result.unbuilt
     outside = f", {unbuilt} not built (outside their schedule's regime)" if unbuilt else ""
     refined = f" (and {result.refined} refinements of the best)" if result.refined else ""
     say(f"searched {result.candidates} candidates: {result.pruned_memory} cannot fit the memory, "

@@ -104,6 +104,12 @@ class Plan:
     notes: tuple[str, ...] = ()  # what the space left out and why, what plan added
     refined: int = 0  # of ``simulated``: uneven layouts and per-stage recomputation of the best, not candidates
 
+    @property
+    def unbuilt(self) -> int:
+        """Candidates never built: their schedule does not exist for that number of stages
+        and microbatches (the others were pruned or simulated)."""
+        return self.candidates - self.pruned_memory - self.pruned_time - (self.simulated - self.refined)
+
     def as_dict(self) -> dict:
         return {
             **self.question,

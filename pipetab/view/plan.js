@@ -31,6 +31,7 @@
   document.getElementById("counts").textContent =
     `${c.candidates} candidates: ${c.pruned_memory} cannot fit the memory (bound), ${c.pruned_time} cannot beat ` +
     `the configurations shown (bound), ${c.simulated} simulated` +
+    (c.refined ? ` (and ${c.refined} refinements of the best: uneven layouts, per-stage recomputation)` : "") +
     (c.outside ? `, ${c.outside} outside their schedule's regime (the schedule does not exist for that ` +
       `number of stages and microbatches)` : "") + `; ${c.runtime_s} s.`;
 

@@ -78,8 +78,8 @@ def plan_data(result: Plan) -> tuple[dict, list[dict]]:
     return {
         "question": q,
         "counts": {"candidates": result.candidates, "pruned_memory": result.pruned_memory,
-                   "pruned_time": result.pruned_time, "simulated": result.simulated,
-                   "outside": result.candidates - result.pruned_memory - result.pruned_time - result.simulated,
+                   "pruned_time": result.pruned_time, "simulated": result.simulated - result.refined,
+                   "refined": result.refined, "outside": result.unbuilt,
                    "runtime_s": round(result.runtime_s, 3)},
         "rows": [_row(i, c) for i, c in enumerate(ranked, 1)],
         "shown": len(result.configurations),
