@@ -3,7 +3,8 @@
 Grid: S in {8, 16, 32, 64}, B in {4S, 16S, 64S}, linear and V placements, whole and split
 backward, caps {S, 2S} M_B, F:B:W in {1:2:0, 1:1:1, 3:4:2} (whole backward: B + W in one op),
 messages C in {0, 1} slot. Split backward with W = 0 (1:2:0) is the whole backward again, so
-the 576 grid points are 480 distinct instances. Each is searched for ``--time-limit``
+the 576 grid points are 480 named instances; a whole backward of 1:1:1 is also the same
+problem as of 1:2:0 (B + W = 2 either way), so they are 384 distinct problems. Each is searched for ``--time-limit``
 seconds (60 by default) with a stop once the proven gap is at most 1 %; a row records the
 result, the best registry schedule beside it, the time to the first schedule, what the
 cyclic phase proved and the load average. The CSV is appended to row by row and instances
