@@ -81,7 +81,8 @@ def _lifetimes(model: cp_model.CpModel, v: Variables, skip: set[int], scale: flo
             for kind, part in problem.lifetimes(p, s):
                 r = v.index[Op(kind, p, s, m)]
                 name = f"life_{kind.value}p{p}s{s}m{m}"
-                size = model.new_int_var(lmin[(p, s, kind)], v.horizon, name)
+                lo = lmin[(p, s, kind)]  # above the horizon: the other constraints make it infeasible
+                size = model.new_int_var(lo, max(lo, v.horizon), name)
                 v.lifetime_size[(p, s, m, kind)] = size
                 demand = round(part * scale)
                 if d is not None:

@@ -7,7 +7,7 @@ that fits, timed by the simulator (a property test)."""
 from dataclasses import replace
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from pipetab.schedules import registry
@@ -32,6 +32,11 @@ CFG = CpSatConfig(time_limit_s=20, deterministic_time=0.5)
     weight_memory=st.sampled_from([0.5, 1.0]),
     objective=st.sampled_from(["makespan", "period"]),
 )
+# a probe of the period below an activation's least lifetime: its model's horizon (D periods
+# and D - 1 transfers) was shorter than the lifetime, whose variable then had no domain and
+# CP-SAT rejected the model (found by this test on a fresh clone); now the probe is infeasible
+@example(S=2, per=1, placement="interleaved", split=False, times=(1, 1, 1), comm=2, cap=1.0, weight_memory=0.5,
+         objective="period")
 def test_idealized_bounds_below_every_registry_schedule(S, per, placement, split, times, comm, cap, weight_memory,
                                                       objective):
     B = max(S * per // 2, S // 2 + 1) if placement == "bidirectional" else S * per // 2 + 1
