@@ -41,7 +41,7 @@ Read with care:
 
 * The H100 preset's GEMM efficiency (0.575 of a tile's peak) is fitted to Llama 3 405B's
   whole 8,192-GPU run, so it absorbs what that run lost beyond its kernels; GEMMs timed
-  alone reach about 70 % of the peak, and pipetab prices them 20 to 56 % slower. The rest
+  alone reach about 70 % of the peak, and pipetab prices the dense ones 20 to 57 % slower. The rest
   of the forward (flash attention, norms, rotary embedding, activation, residuals; unfused
   in eager PyTorch) it prices up to 35 % faster than measured, so whole layers land closer
   than their GEMMs: the full backward within 10 % on every shape, the forward 16 to 32 %
@@ -53,14 +53,16 @@ Read with care:
 * Activation bytes: pipetab's count (Korthikanti et al. 2022, generalized) against what
   eager PyTorch keeps; at TP 1 eager PyTorch keeps 18 % more (the norms' outputs and the
   rotary embedding's inputs besides what the formula counts).
-* The input gradient weighs more against the forward than pipetab prices it (1.3 to 1.5
-  times the forward measured, 1.1 to 1.2 priced): flash attention's backward and the
-  unfused elementwise backward run slower than the model's kernels. The weight gradient's
-  share is about right. It is not the attention kernel: with attention pinned to cuDNN's
-  fused kernel (`layers_cudnn.csv`, what PyTorch chose by default here, within 5 %) or to
-  FlashAttention-2 (`layers_flash.csv`, about 10 % slower) the ratio stays 1.3 to 1.6.
-  Schedules that balance F, B and W (zero bubble) are built on these ratios; a profile
-  (`--profile`) gives them as measured.
+* The input gradient weighs more against the forward than pipetab prices it: 1.30 to 1.53
+  times the forward measured (all shapes but the launch-bound one), 1.06 to 1.21 priced.
+  Taking the forward GEMMs' times as a stand-in for the backward's, the difference lies
+  outside the GEMMs (attention's and the elementwise ops' backward); the weight gradient's
+  share (0.62 to 1.05 measured, 0.71 to 0.84 priced) is closer. It is not the attention
+  kernel: pinned to cuDNN's fused attention (`layers_cudnn.csv`; its forward and input
+  gradient within 6 % of PyTorch's default here) the ratio is 1.30 to 1.60, pinned to
+  FlashAttention-2 (`layers_flash.csv`, 3 to 21 % slower than cuDNN) 1.36 to 1.61. Schedules
+  that balance F, B and W (zero bubble) are built on these ratios; a profile (`--profile`)
+  gives them as measured.
 * DeepSeek-V3's expert GEMMs with 128 rows are where the tile model is least right (up to
   +315 %): a 128-row GEMM fills a fraction of the tiles the model charges a whole wave of.
 """
