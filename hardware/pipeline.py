@@ -257,8 +257,9 @@ def _blend_chains(base: StageCost, full: StageCost, x: float):
     return {k: tuple((c, t + x * (u - t)) for (c, t), (_, u) in zip(v, theirs[k])) for k, v in ours.items()}
 
 
-class _Links:
-    """The links of each pipeline device, computed once per device."""
+class DeviceLinks:
+    """The links (and the expert all-to-all) each pipeline device's stage costs take, as
+    ``stage_cost`` keywords, computed once per device."""
 
     def __init__(self, topology: Topology, model: TransformerModel) -> None:
         self.topology, self.model, self.memo = topology, model, {}  # type: ignore[var-annotated]
@@ -275,7 +276,7 @@ class _Links:
 
 
 def _stage_costs(schedule: Schedule, system: System, model: TransformerModel, ctx: Context,
-                 parts: list[list[Part]], links: _Links) -> list[tuple[StageCost, ...]]:
+                 parts: list[list[Part]], links: DeviceLinks) -> list[tuple[StageCost, ...]]:
     """Every stage's ``StageCost`` (per-stage recomputation blended in: ``blend``)."""
     plain = ctx.even  # the same stage costs whatever the layout
     full = plain.replace(recompute=Recompute.FULL)
@@ -317,7 +318,7 @@ def schedule_costs(schedule: Schedule, system: System, model: TransformerModel,
     topology = Topology(system, ctx, schedule.num_devices)
     stage2device = schedule.placement.stage2device
     parts = stage_parts(schedule, model, ctx)
-    stages = _stage_costs(schedule, system, model, ctx, parts, _Links(topology, model))
+    stages = _stage_costs(schedule, system, model, ctx, parts, DeviceLinks(topology, model))
     n = schedule.num_devices
     params, experts, held = [0] * n, [0] * n, [[] for _ in range(n)]  # type: ignore[var-annotated]
     on_device: list[list[Part]] = [[] for _ in range(n)]

@@ -377,6 +377,15 @@ class HardwareLayers:
         object.__setattr__(self, "context", ctx)
         object.__setattr__(self, "rounding", Rounding(self.rounding))
         object.__setattr__(self, "num_layers", model.num_layers)
+        if not model.one_layer_kind:  # type: ignore[attr-defined]
+            # op_ticks prices a stage by its layer count alone: where dense and MoE layers
+            # mix, what a stage holds depends on where the split puts it
+            raise ValueError(f"a free layer partition needs a model whose layers are all of one kind; "
+                             f"{model.name!r} mixes dense and mixture-of-experts layers")  # type: ignore[attr-defined]
+        from pipetab.hardware.parallel import Topology
+        from pipetab.hardware.pipeline import DeviceLinks
+
+        object.__setattr__(self, "_links", DeviceLinks(Topology(system, ctx, s.num_devices), model))  # type: ignore[arg-type]
         if self.tick_s is None:
             object.__setattr__(self, "tick_s", self.default_tick())
 
@@ -391,14 +400,14 @@ class HardwareLayers:
         return self.real_costs(layers).quantized(self.tick_s, self.rounding)  # type: ignore[arg-type]
 
     def _stage_seconds(self, p: int, s: int, n: int):
+        """Stage (p, s) holding ``n`` layers, priced as ``hardware_costs`` prices it (the
+        same links, all-to-all and ZeRO-3 gathers of its device)."""
         from pipetab.hardware.costs import stage_cost
-        from pipetab.hardware.parallel import Topology
 
         last = s == self.schedule.num_stages(p) - 1
-        device = self.schedule.placement.device(p, s)
-        topology = Topology(self.system, self.context, self.schedule.num_devices)  # type: ignore[arg-type]
+        links = self._links.of(self.schedule.placement.device(p, s))  # type: ignore[attr-defined]
         return stage_cost(self.model, self.system.device, self.context, n, first=s == 0,  # type: ignore[attr-defined,arg-type]
-                          last=last, split_backward=self.schedule.split_backward, tp_link=topology.tp_link(device))
+                          last=last, split_backward=self.schedule.split_backward, **links)
 
     def op_ticks(self, kind: Kind, p: int, s: int, n: int) -> int:
         memo = self.__dict__.setdefault("_memo", {})

@@ -8,6 +8,7 @@ from dataclasses import replace
 
 import pytest
 
+from pipetab.hardware.context import Context
 from pipetab.schedules.ops import Kind
 from pipetab.solver.cpsat import CpSatConfig, idealized_problem, search
 from pipetab.solver.cpsat.partition import Partition, check_layers, partition_problem, shape_schedule, solve_partition
@@ -179,3 +180,27 @@ def test_cli_hardware_even_names_its_split(capsys):
                     "--time-limit", "5", "--format", "json")
     assert doc["partition"] == [[32, 32, 32, 32]]
     assert "partition fixed: 32,32,32,32" in doc["bound_assumptions"]
+
+
+@pytest.mark.parametrize("model, ctx", [
+    ("llama3_8b", Context(cp=2, microbatch_size=1)),  # context parallelism: it needed the CP link (it raised)
+    ("mixtral_8x7b", Context(dp=8, ep=8, microbatch_size=1)),  # the all-to-all (B was a tick short)
+    ("llama3_8b", Context(dp=2, zero=3, microbatch_size=1)),  # ZeRO-3's gathers
+], ids=["cp", "ep", "zero3"])
+def test_op_ticks_price_a_stage_as_hardware_costs_do(model, ctx):
+    """The enumeration's per-stage table (op_ticks) and the problem's costs (hardware_costs
+    of the split) agree op for op, on every parallel dimension a stage's cost depends on."""
+    lc = HardwareLayers(shape_schedule(idealized_problem(4, 8, "linear")), "dgx_h100_ib", model, ctx,
+                        memory_cap=1e15, rounding="up")
+    n = lc.num_layers
+    layers = ((n // 4 - 1, n // 4 + 1, n // 4 + 1, n // 4 - 1),)
+    q = lc.costs(layers)
+    assert {key: lc.op_ticks(*key, layers[key[1]][key[2]]) for key in q.op_time} == q.op_time
+
+
+def test_a_free_partition_of_mixed_layers_is_refused():
+    """DeepSeek-V3's first three layers are dense: a stage's cost depends on where the split
+    puts it, not only on how many layers it holds."""
+    with pytest.raises(ValueError, match="layers are all of one kind"):
+        HardwareLayers(shape_schedule(idealized_problem(4, 8, "linear")), "h800_ib", "deepseek_v3",
+                       Context(dp=8, ep=8, microbatch_size=1))
