@@ -118,3 +118,21 @@ def test_models_lists_parameter_counts(capsys):
     assert "GQA 64/8" in rows["llama3_70b"]["family"]
     code, out, _ = run(capsys, "models")
     assert "70.55 B" in out
+
+
+def test_torch_csv_writes_the_whole_step_not_the_run_it_was_extrapolated_from(capsys):
+    """A step of 256 microbatches is ranked from a periodic run of a few; the CSV holds
+    every microbatch of the step (it held the short run's 16)."""
+    from pipetab.schedules.formats import from_torch_csv
+
+    argv = ["plan", "--model", "gpt3_2p7b", "--nodes", "1", "--gpus-per-node", "8", "--global-batch", "256",
+            "--pp", "4", "--tp", "2", "--schedules", "1f1b", "--cpsat-shapes", "0"]
+    code, out, _ = run(capsys, *argv, "--format", "json")
+    assert code == 0
+    best = json.loads(out)["configurations"][0]
+    code, out, err = run(capsys, *argv, "--format", "torch-csv")
+    assert code == 0
+    table = from_torch_csv(out)
+    microbatches = set(table.ops.microbatch.tolist())
+    assert len(microbatches) == best["microbatches"] == 256 // (best["dp"] * best["microbatch_size"]) == 64
+    assert "64 microbatches" in err

@@ -94,7 +94,10 @@ def test_torchtitan_toml_reads_back(result):
         assert {f"{section}.{key}" for section, table in doc.items() for key in table} <= TORCHTITAN
         back = read_torchtitan(text, sp.num_gpus)
         want = describe(conf, sp.num_gpus, "torchtitan")
-        assert {k: back[k] for k in want if k in back} == {k: want[k] for k in want if k in back}
+        # what the reader does not take back is named: it compared only the keys both held,
+        # which passed however little was read
+        assert set(want) - set(back) == {"etp", "recompute"}
+        assert {k: back[k] for k in want if k in back} == {k: want[k] for k in want if k not in ("etp", "recompute")}
         assert back["microbatches"] == conf.shape.microbatches and back["csv"] == "schedule.csv"
 
 

@@ -4,7 +4,7 @@ for a model on a cluster by simulated step time (``pipetab.plan``)."""
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from . import common
 from .common import UsageError, emit_json
@@ -241,10 +241,12 @@ def run(args) -> None:
         if not result.configurations or not result.configurations[0].fits:
             raise UsageError("--format torch-csv: no configuration fits the GPU memory, so there is no winner to "
                              "write")
+        from pipetab.schedules.table import layout
+
         best = result.configurations[0]
-        levels: Any = best.levels
-        sys.stdout.write(common.torch_csv_of(levels.table, levels.schedule))
-        common.torch_notes(levels.schedule)
+        sched = best.full_schedule()  # the whole step, not the short run it may be extrapolated from
+        sys.stdout.write(common.torch_csv_of(layout(sched), sched))
+        common.torch_notes(sched)
         print(f"winner: {best.label} on {best.shape.label}, {best.step_time_s:.4g} s per step", file=sys.stderr)
         return
     print_plan(result)
@@ -282,7 +284,6 @@ def emitted(result, space, framework: str, csv_path: Path | None) -> str:
     """The best configuration (for Megatron, the best it runs) in ``framework``'s form;
     the schedule written to ``csv_path`` for torchtitan."""
     from pipetab.plan import emit
-    from pipetab.schedules import registry
 
     fits = [c for c in result.evaluated if c.fits] or list(result.configurations)
     if framework == "megatron":
@@ -295,7 +296,7 @@ def emitted(result, space, framework: str, csv_path: Path | None) -> str:
         return note + emit.megatron_text(conf, space.model, space.num_gpus)
     conf = fits[0]
     if csv_path:
-        sched = registry.generate(conf.schedule, conf.shape.pp, conf.shape.microbatches, **dict(conf.options))
+        sched = conf.full_schedule()
         common.write_output(csv_path, "--emit-csv", lambda p: p.write_text(emit.torch_csv(conf, sched)))
     return emit.torchtitan_toml(conf, space.num_gpus, str(csv_path) if csv_path else "")
 

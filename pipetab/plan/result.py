@@ -46,6 +46,16 @@ class Configuration:
     levels: object = field(default=None, compare=False, repr=False)
     searched: Schedule | None = field(default=None, compare=False, repr=False)
 
+    def full_schedule(self) -> Schedule:
+        """The schedule of the whole step: CP-SAT's, or the registry's at the shape's
+        microbatches (``levels`` may hold a shorter run the step was extrapolated from)."""
+        if self.searched is not None:
+            return self.searched
+        from pipetab.schedules import registry
+
+        return registry.generate(self.schedule, self.shape.pp, self.shape.microbatches,  # type: ignore[arg-type]
+                                 **dict(self.options))
+
     @property
     def headroom_bytes(self) -> int:
         return self.capacity_bytes - self.peak_memory_bytes
