@@ -211,11 +211,6 @@ class Context:
         return self.dp * self.cp
 
     @property
-    def gpus_per_device(self) -> int:
-        """GPUs of one pipeline device: ``tp x cp``."""
-        return self.tp * self.cp
-
-    @property
     def expert_parallel(self) -> bool:
         """Whether any expert option departs from its default."""
         return (self.ep, self.etp, self.dispatch_precision, self.routing_imbalance,

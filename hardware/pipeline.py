@@ -25,7 +25,7 @@ from .layout import Layout
 from .moe import edp_group, moe_layer_comm
 from .overheads import end_of_step_s
 from .parallel import Topology, ring_time
-from .zero3 import buffer_bytes
+from .zero3 import buffer_bytes, exposed
 
 if TYPE_CHECKING:
     from pipetab.schedules.ops import Op
@@ -171,14 +171,6 @@ def _allreduces(model: TransformerModel, stage2device, ranges, ctx: Context,
     return tuple(out)
 
 
-def _exposed(total: float, window: float, layers: int, overlap: bool) -> float:
-    """What stays of a collective of ``total`` seconds overlapped with ``window`` seconds
-    of compute: ``max(total - window, total / layers)``; all of it without overlap."""
-    if not overlap or total == 0:
-        return total
-    return max(total - window, total / max(layers, 1))
-
-
 def _sync(model: TransformerModel, par: Context, params: int, replicas: int, link: Link | None) -> tuple[float, float]:
     """(gradient reduction, weight gather) seconds of ``params`` parameters among
     ``replicas`` GPUs: a ring all-reduce, or with ZeRO a reduce-scatter and, after the
@@ -211,7 +203,7 @@ def _device_tail(layout: Topology, model: TransformerModel, device: int, params:
     layers = sum(c.layers for c in stage_costs)
     last_bwd = min(c.weight_s if split else c.backward_s for c in stage_costs)
     first_fwd = min(c.forward_s for c in stage_costs)
-    sync = _exposed(reduce, last_bwd, layers, par.overlap) + _exposed(gather, first_fwd, layers, par.overlap)
+    sync = exposed(reduce, last_bwd, layers, par.overlap) + exposed(gather, first_fwd, layers, par.overlap)
     return sync, sync + opt
 
 

@@ -144,13 +144,6 @@ class Device:
             raise ValueError("gemm precision fp8 needs a device with fp8_peak_flops")
         return self.fp8_peak_flops
 
-    def max_flop_rate(self, tokens: float | None = None, fp8: bool = False) -> float:
-        """The fastest FLOP/s any op reaches (a bound's rate): the peak at the efficiency
-        curve, or under the kernel model the largest of the GEMM and attention efficiencies."""
-        if not self.kernels:
-            return self.peak_flops * self.efficiency(tokens)
-        return self.peak(fp8) * max(self.compute_efficiency, self.attention_efficiency)
-
     @property
     def effective_mem_bandwidth(self) -> float:
         """``mem_bandwidth * mem_efficiency`` (bytes/s)."""

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Sequence
 
-from .layer import layer_expert_params_per_gpu, layer_params_per_gpu, mtp_params_per_gpu
+from .layer import layer_params_per_gpu, mtp_params_per_gpu
 from .parallel import ring_time
 
 if TYPE_CHECKING:
@@ -36,10 +36,13 @@ if TYPE_CHECKING:
     from .system import Link
 
 
-def _exposed(comm: float, window: float, units: int, overlap: bool) -> float:
-    if not overlap or comm == 0:
-        return comm
-    return max(comm - window, comm / max(units, 1))
+def exposed(total: float, window: float, units: int, overlap: bool) -> float:
+    """What stays of a collective of ``total`` seconds overlapped with ``window`` seconds
+    of compute, in ``units`` pieces: ``max(total - window, total / units)``; all of it
+    without overlap."""
+    if not overlap or total == 0:
+        return total
+    return max(total - window, total / max(units, 1))
 
 
 def gather_bytes(model: TransformerModel, params: int) -> int:
@@ -69,10 +72,10 @@ def zero3_op_comm(model: TransformerModel, ctx: Context, params: int, expert_par
         return 0.0, 0.0, 0.0
     gather, reduce = op_collectives(model, ctx, params, expert_params, links)
     again = gather if ctx.reshard_after_forward else 0.0
-    fwd = _exposed(gather, windows[0], units, ctx.overlap)
+    fwd = exposed(gather, windows[0], units, ctx.overlap)
     if split_backward:
-        return fwd, _exposed(again, windows[1], units, ctx.overlap), _exposed(reduce, windows[2], units, ctx.overlap)
-    return fwd, _exposed(again + reduce, windows[1], units, ctx.overlap), 0.0
+        return fwd, exposed(again, windows[1], units, ctx.overlap), exposed(reduce, windows[2], units, ctx.overlap)
+    return fwd, exposed(again + reduce, windows[1], units, ctx.overlap), 0.0
 
 
 def step_volumes(model: TransformerModel, ctx: Context, params: int, microbatches: int) -> tuple[float, float]:
@@ -109,8 +112,3 @@ def buffer_bytes(model: TransformerModel, ctx: Context, stages: Sequence[tuple[i
     largest = max(units)
     gathered = 2 * largest if ctx.reshard_after_forward else sum(units)
     return gathered * model.bytes_per_param_compute + largest * model.bytes_per_grad
-
-
-def expert_units(model: TransformerModel, ctx: Context, first: int, layers: int) -> int:
-    """Routed-expert parameters per GPU of layers ``first .. first + layers - 1``."""
-    return sum(layer_expert_params_per_gpu(model, ctx, model.is_moe_layer(i)) for i in range(first, first + layers))

@@ -30,7 +30,6 @@ if TYPE_CHECKING:
 COLOURS = {Kind.F: ("#4e79a7", "#a0cbe8"), Kind.B: ("#e15759", "#ff9d9a"), Kind.W: ("#59a14f", "#8cd17d")}
 KIND_NAMES = {Kind.F: "forward", Kind.B: "backward", Kind.W: "weight gradient"}
 PANEL_OPS = 150  # more ops than this on a device: three windows (warm-up, steady state, cool-down)
-AGGREGATE_OPS = PANEL_OPS  # kept for callers of the per-bin shares
 BINS = 300
 LABEL_OPS = 320  # ops labelled with kind and microbatch when a window holds at most this many
 

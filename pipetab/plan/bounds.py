@@ -44,6 +44,11 @@ def order_peaks(schedule: Schedule, size: Mapping, part: Mapping) -> list[float]
     return peaks
 
 
+def activation_peaks(sched: Schedule, costs) -> list[float]:
+    """``order_peaks`` with the sizes and weight parts of ``costs``."""
+    return order_peaks(sched, costs.activation, {k: costs.weight_part(*k) for k in costs.activation})
+
+
 def small_microbatches(pp: int, m: int) -> int:
     """At most ``4 pp`` microbatches with the same divisibility by ``pp`` and ``2 pp``."""
     return 4 * pp if m > 4 * pp and m % (2 * pp) == 0 else m

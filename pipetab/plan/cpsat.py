@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING
 from pipetab.schedules import registry
 from pipetab.solver.pairs import paired_on_order
 
-from .result import Configuration, activation_peaks, configuration
+from .bounds import activation_peaks
+from .result import Configuration, configuration
 from .space import PlanSpace, costs_of
 
 if TYPE_CHECKING:
@@ -118,16 +119,3 @@ def cpsat_outcome(space: PlanSpace, shape: Context, answer, ranked: list[Configu
     return (found if better else None,
             f"{head}, {amount}{side}{'' if shown == 0 else ' than'} the shape's best registry schedule "
             f"({best.label}, {best.step_time_s:.6g} s){'' if better else '; not shown'}")
-
-
-def worker_pool(workers: int):
-    """Forked workers for CP-SAT (one solver thread each), so the searches overlap the
-    validation on the other core (None where processes cannot be forked: CP-SAT then runs
-    inline)."""
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-
-    try:
-        return ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"))
-    except ValueError:
-        return None

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
-from .bounds import order_peaks
+from .bounds import activation_peaks
 
 if TYPE_CHECKING:
     from pipetab.schedules.schedule import Schedule
@@ -65,10 +65,6 @@ class PeriodicRun:
     def scale(self) -> float:
         """Microbatches of the run per microbatch of ``schedule``."""
         return self.microbatches / self.schedule.num_microbatches
-
-
-def activation_peaks(sched: Schedule, costs: Costs) -> list[float]:
-    return order_peaks(sched, costs.activation, {k: costs.weight_part(*k) for k in costs.activation})
 
 
 def sample_sizes(m: int, stages: int) -> list[list[int]]:

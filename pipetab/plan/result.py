@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING
 from pipetab.hardware.layer import model_flops_per_sequence
 from pipetab.hardware.moe import ep_span
 
-from .bounds import order_peaks
 from .space import PlanSpace, schedule_label
 
 if TYPE_CHECKING:
@@ -201,10 +200,6 @@ def all_to_all_summary(sched: Schedule, costs) -> tuple[float, float]:
         hidden[d] += sum(costs.duration(op) for op in block) - costs.block_time(block)
     d = max(range(sched.num_devices), key=lambda i: total[i])
     return total[d], min(hidden[d], total[d])
-
-
-def activation_peaks(sched: Schedule, costs) -> list[float]:
-    return order_peaks(sched, costs.activation, {k: costs.weight_part(*k) for k in costs.activation})
 
 
 def rank(configs) -> list[Configuration]:

@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING, Callable
 from pipetab.hardware.context import Context
 from pipetab.schedules import registry
 
-from .bounds import Bounds
+from .bounds import Bounds, activation_peaks
 from .cpsat import cpsat_outcome, cpsat_search, cpsat_shapes
 from .refine import refine
-from .result import Configuration, Plan, activation_peaks, configuration, rank
+from .result import Configuration, Plan, configuration, rank
 from .space import PlanSpace, costs_of, schedule_label, shapes
 from .workers import Workers
 

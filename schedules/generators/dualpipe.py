@@ -187,11 +187,6 @@ def _blocks(devs: list[_Device], overlap: bool) -> list[tuple[Op, ...]]:
     return blocks
 
 
-def dualpipev_orders(devices: int, microbatches: int) -> tuple[tuple[Op, ...], ...]:
-    """Per-device orders of the DualPipeV step loop (see module doc); needs B >= 2S."""
-    return tuple(tuple(dev.order) for dev in _v_devices(devices, microbatches))
-
-
 def full_backwards(devices: int, microbatches: int) -> frozenset[Op]:
     """The B ops DualPipeV runs as a full backward (not B*), overlapped pairs included: in
     the orders each is immediately followed by its own W."""

@@ -89,7 +89,7 @@ def _device_bounds(problem: Problem, placement: Placement, head: dict[Op, int], 
         # after d's last op run both its own optimizer and that op's tail, which ends on
         # some device whose optimizer follows: side by side, not one after the other
         out.append((heads[d] + ld + max(tails[d] + least_opt, opts[d]), f"load of device {d}"))
-        out.append((_fill_drain_bound(problem, placement, d, ld, head, tail) + min(opts, default=0),
+        out.append((_fill_drain_bound(problem, placement, d, ld, head, tail) + least_opt,
                     f"load of device {d} with its memory-bound fill and drain"))
     for p, n in counts.items():
         fit = problem.activations_fit(problem.cap(placement.device(p, 0)), p, 0)

@@ -152,7 +152,7 @@ def _generation_time(name: str, opts: dict, sizes: tuple[int, int], cells: int, 
     return line * growth ** math.log2(devices / 8)
 
 
-@functools.lru_cache(maxsize=16)
+@functools.lru_cache(maxsize=128)  # a search asks for about 40 (16 generators, probes and full sizes)
 def _generate(name: str, stages: int, microbatches: int, opts: tuple) -> Schedule:
     """A registry schedule (schedules are immutable: a free-placement search asks for the
     same ones once per placement)."""
