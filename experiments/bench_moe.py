@@ -73,9 +73,11 @@ PUBLISHED_COLUMNS = ["run", "schedule", "gemm_precision", "predicted_step_s", "m
 
 
 def _step(name: str, opts: dict, ctx: Context, system, model) -> tuple[float, object, object]:
+    """(step seconds, the simulation, its costs) of a registry schedule on ``ctx``."""
     sched = registry.generate(name, ctx.pp, ctx.microbatches, **opts)
     costs = hardware_costs(sched, system, model, ctx)
-    return simulate(sched, costs).makespan, sched, costs
+    sim = simulate(sched, costs)
+    return sim.makespan, sim, costs
 
 
 def overlap_gains(q: tuple, shape: Context) -> str:
@@ -125,9 +127,8 @@ def run_published(p: tuple) -> dict:
     pp = ctx_args["pp"]
     ctx = Context(global_batch=batch, seq_len=m.seq_len, gemm_precision=precision, **ctx_args)
     ctx = ctx.resolved(m, batch // (ctx.dp * ctx.microbatch_size))  # type: ignore[operator]
-    on, sched, costs = _step(name, {**opts, "overlap": True}, ctx, sys_, m)
+    on, sim, costs = _step(name, {**opts, "overlap": True}, ctx, sys_, m)
     off = _step(name, {**opts, "overlap": False}, ctx, sys_, m)[0]
-    sim = simulate(sched, costs)
     predicted_tokens = batch * m.seq_len / on / (nodes * gpn)
     predicted_tflops = model_flops_per_sequence(m) * batch / on / (nodes * gpn) / 1e12
     peak = max(a + b for a, b in zip(sim.peak_activation, costs.persistent))

@@ -30,7 +30,6 @@ Run: python experiments/device_ops.py OUT_DIR   (about a minute on an H100)
 from __future__ import annotations
 
 import csv
-import gzip
 import json
 import os
 import sys
@@ -144,14 +143,16 @@ def measure_gemms(model: str, tp: int, seq: int) -> list[dict]:
     a, k = heads // tp, max(kv // tp, 1)
     shapes = {"qkv": (seq, hidden, (a + 2 * k) * d), "out": (seq, a * d, hidden),
               "up": (seq, hidden, 2 * (ffn // tp)), "down": (seq, ffn // tp, hidden)}
-    rows = []
-    for name, (m, kk, n) in shapes.items():
-        A = torch.randn(m, kk, device="cuda", dtype=DT)
-        B = torch.randn(kk, n, device="cuda", dtype=DT)
-        t = _time(lambda: A @ B)
-        rows.append({"model": model, "tp": tp, "seq": seq, "gemm": name, "m": m, "k": kk, "n": n,
-                     "time_s": t, "tflops": 2 * m * kk * n / t / 1e12})
-    return rows
+    return [gemm_row(model, tp, seq, name, *shape) for name, shape in shapes.items()]
+
+
+def gemm_row(model: str, tp: int, seq: int, name: str, m: int, k: int, n: int) -> dict:
+    """One ``M x K @ K x N`` GEMM timed on random bf16 data."""
+    A = torch.randn(m, k, device="cuda", dtype=DT)
+    B = torch.randn(k, n, device="cuda", dtype=DT)
+    t = _time(lambda: A @ B)
+    return {"model": model, "tp": tp, "seq": seq, "gemm": name, "m": m, "k": k, "n": n,
+            "time_s": t, "tflops": 2 * m * k * n / t / 1e12}
 
 
 def trace_pipeline(out: Path) -> str:
@@ -181,12 +182,12 @@ def trace_pipeline(out: Path) -> str:
     prof.export_chrome_trace(str(raw))
     doc = json.loads(raw.read_text())
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from trim_trace import trim  # what pipetab profile reads
+    from trim_trace import compressed, trim  # what pipetab profile reads
 
     small = trim(doc)
     keep = small["traceEvents"]
     (out / "trace").mkdir(exist_ok=True)
-    (out / "trace" / "rank0.json.gz").write_bytes(gzip.compress(json.dumps(small, separators=(",", ":")).encode()))
+    (out / "trace" / "rank0.json.gz").write_bytes(compressed(small))
     raw.unlink()
     dist.destroy_process_group()
     return f"ZBV, 2 stages x 2 Llama 3 8B layers (TP 1), 8 microbatches, {len(keep)} events kept"
@@ -226,12 +227,7 @@ def main(out: Path, backends_only: bool = False) -> None:
         layers.append(measure_layer(model, tp, seq))
         gemms.extend(measure_gemms(model, tp, seq))
         print(layers[-1], flush=True)
-    for name, (m, k, n) in EXPERT_GEMMS.items():
-        A = torch.randn(m, k, device="cuda", dtype=DT)
-        B = torch.randn(k, n, device="cuda", dtype=DT)
-        t = _time(lambda: A @ B)
-        gemms.append({"model": name, "tp": 1, "seq": 4096, "gemm": "expert", "m": m, "k": k, "n": n,
-                      "time_s": t, "tflops": 2 * m * k * n / t / 1e12})
+    gemms += [gemm_row(name, 1, 4096, "expert", *shape) for name, shape in EXPERT_GEMMS.items()]
     for name, rows in (("layers.csv", layers), ("gemms.csv", gemms)):
         with open(out / name, "w", newline="") as fh:
             w = csv.DictWriter(fh, fieldnames=list(rows[0]))

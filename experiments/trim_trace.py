@@ -46,10 +46,15 @@ def trim(doc: dict) -> dict:
     return out
 
 
+def compressed(doc: dict) -> bytes:
+    """``doc`` as compact, reproducible gzipped JSON (no timestamp in the gzip header)."""
+    return gzip.compress(json.dumps(doc, separators=(",", ":")).encode(), mtime=0)
+
+
 def main(src: str, dst: str) -> None:
     raw = Path(src).read_bytes()
     doc = json.loads(gzip.decompress(raw) if src.endswith(".gz") else raw)
-    Path(dst).write_bytes(gzip.compress(json.dumps(trim(doc), separators=(",", ":")).encode(), mtime=0))
+    Path(dst).write_bytes(compressed(trim(doc)))
 
 
 if __name__ == "__main__":

@@ -52,7 +52,8 @@ REL_TOL = 1e-9  # differences agree to this share of the makespan (float sums in
 class PeriodicRun:
     """A run of ``microbatches`` microbatches: its simulated ``makespan`` and per-device
     activation ``peaks`` (``bounds.order_peaks``), found on ``schedule`` (the run itself,
-    or the largest instance simulated when ``extrapolated``) with ``costs``."""
+    or the largest instance simulated when ``extrapolated``) with ``costs``;
+    ``schedule_makespan``: the simulated step of ``schedule`` itself."""
 
     microbatches: int
     makespan: float
@@ -60,6 +61,7 @@ class PeriodicRun:
     schedule: Schedule
     costs: Costs
     extrapolated: bool
+    schedule_makespan: float
 
     @property
     def scale(self) -> float:
@@ -140,9 +142,10 @@ def periodic_run(generate: Callable[[int], Schedule | None], costs_of: Callable[
             steps = (m - sizes[-1]) / (sizes[1] - sizes[0])
             return PeriodicRun(m, _extend([s.makespan for s in sims], steps),
                                tuple(_extend(list(v), steps) for v in zip(*peaks)), scheds[-1],  # type: ignore[arg-type]
-                               costs, True)
+                               costs, True, sims[-1].makespan)
     full = generate(m)
     if full is None:
         return None
     costs = costs or costs_of(full)
-    return PeriodicRun(m, simulate(full, costs).makespan, tuple(activation_peaks(full, costs)), full, costs, False)
+    step = simulate(full, costs).makespan
+    return PeriodicRun(m, step, tuple(activation_peaks(full, costs)), full, costs, False, step)

@@ -285,9 +285,12 @@ def _validated(space: PlanSpace, conf: Configuration, bounds: Bounds | None, cos
         sched, costs = run.schedule, run.costs
     sched = sched or conf.searched
     levels = evaluate_levels(sched, costs=costs or costs_of(space, sched, conf.shape))  # type: ignore[arg-type]
-    step = run.makespan if run is not None and run.extrapolated else levels.simulation.makespan
-    if abs(step - conf.step_time_s) > 1e-9 * conf.step_time_s:
-        raise AssertionError(f"{conf.label}: evaluate_levels gives {step} s, the plan ranked {conf.step_time_s} s")
+    # the simulation of what was ranked: the run itself, or the instance it was extrapolated from
+    step, ranked = levels.simulation.makespan, conf.step_time_s
+    if run is not None and run.extrapolated:
+        ranked = run.schedule_makespan
+    if abs(step - ranked) > 1e-9 * ranked:
+        raise AssertionError(f"{conf.label}: evaluate_levels gives {step} s, the plan ranked {ranked} s")
     if run is not None and run.extrapolated:
         return replace(conf, levels=levels, sample_microbatches=sched.num_microbatches)  # type: ignore[union-attr]
     return replace(conf, levels=levels)
