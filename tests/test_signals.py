@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.sweep.test_sweep_orphans import alive, children
+from tests.procs import gone, wait_for_children
 
 pytestmark = pytest.mark.skipif(not Path("/proc").is_dir(), reason="needs /proc to find child processes")
 
@@ -23,27 +23,6 @@ PIPETAB = [sys.executable, "-c", "import sys; from pipetab.cli import main; sys.
 # tiny_gpt plans in about a second; CP-SAT then searches its two best shapes for 60 s in two workers
 PLAN = [*PIPETAB, "plan", "--model", "tiny_gpt", "--nodes", "1", "--gpus-per-node", "8", "--global-batch", "64",
         "--cpsat-time", "60", "--quiet"]
-
-
-def wait_for_children(parent: subprocess.Popen, count: int) -> list[int]:
-    deadline = time.monotonic() + 120
-    kids: list[int] = []
-    while len(kids) < count and time.monotonic() < deadline and parent.poll() is None:
-        time.sleep(0.05)
-        kids = children(parent.pid)
-    assert len(kids) >= count, f"the command never started {count} worker processes"
-    return kids
-
-
-def gone(pids: list[int]) -> list[int]:
-    """Wait (up to 20 s) for ``pids`` to end; the ones still alive, killed."""
-    deadline = time.monotonic() + 20
-    while any(alive(p) for p in pids) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    left = [p for p in pids if alive(p)]
-    for p in left:  # do not leave them running when the test fails
-        os.kill(p, signal.SIGKILL)
-    return left
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])

@@ -7,17 +7,12 @@ import pytest
 from pipetab.hardware.context import Context
 from pipetab.hardware.costs import activation_bytes_per_layer, attention_core_flops, layer_gemm_flops, stage_cost
 from pipetab.hardware.cp import kv_bytes, layer_cp_comm, ring_step
-from pipetab.hardware.model import TransformerModel
 from pipetab.hardware.moe import edp_group, ep_group
 from pipetab.hardware.parallel import Topology
-from pipetab.hardware.system import Device, Link, System
+from pipetab.hardware.system import Link, System
+from tests.hardware.units import LINK, MINI, UNIT
 
 # h=8, a=2 (d=4, MHA), s=4, f=32, V=16: classic attention, no loss activation
-MINI = TransformerModel("mini", num_layers=4, hidden=8, heads=2, seq_len=4, vocab=16, global_batch=4,
-                        attention="classic", logit_bytes=0)
-UNIT = Device(peak_flops=1e6, compute_efficiency=1.0, compute_latency_s=0.0,
-              mem_bandwidth=1e6, mem_efficiency=1.0, mem_latency_s=0.0, memory_bytes=1e9)
-LINK = Link(bandwidth=1e3, latency_s=1e-3)
 
 
 def cp2(**kw) -> Context:

@@ -17,20 +17,15 @@ from pipetab.hardware.costs import (
     stage_cost,
 )
 from pipetab.hardware.loaders import load_model
-from pipetab.hardware.model import TransformerModel
-from pipetab.hardware.system import Device, Link, System
+from pipetab.hardware.system import Link, System
 from pipetab.schedules.generators.linear import gpipe, one_f_one_b
 from pipetab.schedules.ops import B, F, W
 from pipetab.schedules.schedule import Placement, Schedule
+from tests.hardware.units import LINK, MINI, UNIT
 
 # h=8, a=2, s=4, V=16, f=32: small enough to work every number by hand; the GPT family
 # with classic (score-storing) attention and no loss activation, as before model families
-MINI = TransformerModel("mini", num_layers=4, hidden=8, heads=2, seq_len=4, vocab=16, global_batch=4,
-                        attention="classic", logit_bytes=0)
 # 1 MFLOP/s, 1 MB/s, no latencies, efficiency 1: a time is FLOPs/1e6 or bytes/1e6 seconds
-UNIT = Device(peak_flops=1e6, compute_efficiency=1.0, compute_latency_s=0.0,
-              mem_bandwidth=1e6, mem_efficiency=1.0, mem_latency_s=0.0, memory_bytes=1e9)
-LINK = Link(bandwidth=1e3, latency_s=1e-3)
 UNIFORM = System.uniform("unit", UNIT, LINK)
 
 

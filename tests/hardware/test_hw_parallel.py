@@ -1,6 +1,8 @@
 """Tensor and data parallelism: hand-worked collectives, per-GPU memory, the GPU layout,
 and the pure pipeline (t = d = 1) unchanged."""
 
+from dataclasses import replace
+
 import pytest
 
 from pipetab.hardware.context import Context
@@ -8,17 +10,15 @@ from pipetab.hardware.costs import schedule_costs, stage_cost
 from pipetab.hardware.layer import activation_bytes_per_layer, layer_params_per_gpu
 from pipetab.hardware.model import TransformerModel
 from pipetab.hardware.parallel import Topology, ring_time
-from pipetab.hardware.system import Device, Link, System
+from pipetab.hardware.system import Link, System
 from pipetab.schedules import registry
 from pipetab.schedules.generators.linear import one_f_one_b
 from pipetab.solver.pricing import hardware_costs
 from pipetab.solver.simulate import simulate
+from tests.hardware.units import MINI, UNIT
 
 # h=8, a=2, s=4, f=32, c=2: sbh = 32 bytes-units, small enough to work by hand
-MINI = TransformerModel("mini", num_layers=4, hidden=8, heads=2, seq_len=4, vocab=16, global_batch=8,
-                        attention="classic", logit_bytes=0)
-UNIT = Device(peak_flops=1e6, compute_efficiency=1.0, compute_latency_s=0.0,
-              mem_bandwidth=1e6, mem_efficiency=1.0, mem_latency_s=0.0, memory_bytes=1e9)
+MINI = replace(MINI, global_batch=8)
 FAST, SLOW = Link(bandwidth=1e3, latency_s=1e-3), Link(bandwidth=1e2, latency_s=1e-2)
 # nodes of 2 GPUs: FAST inside a node, SLOW between nodes
 PAIRS = System.nodes("pairs", UNIT, 2, FAST, SLOW)

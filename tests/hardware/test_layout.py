@@ -7,14 +7,10 @@ from pipetab.hardware.context import Context
 from pipetab.hardware.costs import schedule_costs
 from pipetab.hardware.layout import Layout, StagePart
 from pipetab.hardware.loaders import load_model
-from pipetab.hardware.model import TransformerModel
-from pipetab.hardware.system import Device, Link, System
+from pipetab.hardware.system import Link, System
 from pipetab.schedules.generators.linear import one_f_one_b
+from tests.hardware.units import MINI, UNIT
 
-MINI = TransformerModel("mini", num_layers=4, hidden=8, heads=2, seq_len=4, vocab=16, global_batch=4,
-                        attention="classic", logit_bytes=0)
-UNIT = Device(peak_flops=1e6, compute_efficiency=1.0, compute_latency_s=0.0,
-              mem_bandwidth=1e6, mem_efficiency=1.0, mem_latency_s=0.0, memory_bytes=1e9)
 UNIFORM = System.uniform("unit", UNIT, Link(bandwidth=1e3, latency_s=1e-3))
 
 

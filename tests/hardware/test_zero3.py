@@ -1,22 +1,20 @@
 """ZeRO-3 / FSDP: memory per GPU and all-gather volumes per step worked by hand, the
 collectives' exposed time in each op, and the tail that is left."""
 
+from dataclasses import replace
+
 import pytest
 
 from pipetab.hardware.context import Context
 from pipetab.hardware.costs import schedule_costs, stage_cost
-from pipetab.hardware.model import TransformerModel
-from pipetab.hardware.system import Device, Link, System
+from pipetab.hardware.system import Link, System
 from pipetab.hardware.zero3 import buffer_bytes, op_collectives, step_volumes
 from pipetab.schedules.generators.linear import one_f_one_b
+from tests.hardware.units import LINK, MINI, UNIT
 
 # h=8, a=2, s=4, f=32, V=16: a layer has 4h^2 + 2hf + 9h + f = 872 parameters, the
 # embedding and the head V*h = 128 each
-MINI = TransformerModel("mini", num_layers=4, hidden=8, heads=2, seq_len=4, vocab=16, global_batch=8,
-                        attention="classic", logit_bytes=0)
-UNIT = Device(peak_flops=1e6, compute_efficiency=1.0, compute_latency_s=0.0,
-              mem_bandwidth=1e6, mem_efficiency=1.0, mem_latency_s=0.0, memory_bytes=1e9)
-LINK = Link(bandwidth=1e3, latency_s=1e-3)
+MINI = replace(MINI, global_batch=8)
 
 
 def z3(**kw) -> Context:

@@ -7,10 +7,11 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
+
+from tests.procs import gone, wait_for_children
 
 pytestmark = pytest.mark.skipif(not Path("/proc").is_dir(), reason="needs /proc to find child processes")
 
@@ -24,44 +25,13 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
-def children(pid: int) -> list[int]:
-    out = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-                out.append(int(entry.name))
-    return out
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
-
-
 def test_pool_workers_exit_when_the_sweep_is_killed(tmp_path):
     parent = subprocess.Popen([sys.executable, "-c", SCRIPT, str(tmp_path / "k.sqlite")])
     try:
-        deadline = time.monotonic() + 60
-        workers: list[int] = []
-        while len(workers) < 2 and time.monotonic() < deadline and parent.poll() is None:
-            time.sleep(0.05)
-            workers = children(parent.pid)
-        assert len(workers) >= 2, "the sweep never started its two pool workers"
+        workers = wait_for_children(parent, 2, within=60)
         os.kill(parent.pid, signal.SIGKILL)
         parent.wait()
-        deadline = time.monotonic() + 10
-        while any(alive(w) for w in workers) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        left = [w for w in workers if alive(w)]
-        for w in left:  # do not leave them running if the test fails
-            os.kill(w, signal.SIGKILL)
+        left = gone(workers, within=10)
         assert not left, f"pool workers {left} outlived their killed parent"
     finally:
         if parent.poll() is None:
