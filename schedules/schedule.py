@@ -312,6 +312,17 @@ def _locate(schedule: Schedule, ops: list[Op]) -> np.ndarray:
     return np.where(ok & (keys[found] == want), found, -1)
 
 
+def legal_block(block: Sequence[Op]) -> bool:
+    """Whether ``block``'s ops may run as one block: two or three ops, exactly one backward
+    (B), at most one forward of another microbatch or stage, at most one W and that of
+    the block's B (a forward-backward pair, with or without the W, or a full backward)."""
+    bs = [op for op in block if op.kind is Kind.B]
+    ws = [op for op in block if op.kind is Kind.W]
+    fs = [op for op in block if op.kind is Kind.F]
+    return (2 <= len(block) <= 3 and len(fs) <= 1 and len(bs) == 1 and len(ws) <= 1
+            and all(w[1:] == bs[0][1:] for w in ws) and not any(f[1:] == bs[0][1:] for f in fs))
+
+
 def _check_blocks(schedule: Schedule) -> None:
     """``ValueError`` unless every block is two or more ops, consecutive in one device's
     order, in no other block, whose ops wait on at most two inputs from outside it, only
@@ -344,6 +355,10 @@ def _check_blocks(schedule: Schedule) -> None:
         if bad.any():
             b = blocks[int(np.argmax(bad))]
             raise ValueError(f"block {'&'.join(map(str, b))} of schedule {schedule.name!r}: {why}")
+    for b in blocks:
+        if not legal_block(b):
+            raise ValueError(f"block {'&'.join(map(str, b))} of schedule {schedule.name!r}: a block is a forward "
+                             "with another microbatch's backward (and that backward's W), or a backward with its W")
 
 
 def _check_ops(schedule: Schedule) -> None:

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Iterable
 import numpy as np
 
 from .arrays import KINDS, W_CODE, data_predecessors_of
-from .ops import Kind, Op
-from .schedule import Placement, Schedule
+from .ops import Op
+from .schedule import Placement, Schedule, legal_block
 
 if TYPE_CHECKING:
     from .table import Table
@@ -234,13 +234,7 @@ def _legal_blocks(table: Table) -> np.ndarray:
     for block in table.blocks():
         while not legal[i]:  # the block's second entry
             i += 1
-        kinds = [op.kind for op in block]
-        bs = [op for op in block if op.kind is Kind.B]
-        ws = [op for op in block if op.kind is Kind.W]
-        fs = [op for op in block if op.kind is Kind.F]
-        ok = (2 <= len(block) <= 3 and kinds.count(Kind.F) <= 1 and len(bs) == 1 and len(ws) <= 1
-              and all(w[1:] == bs[0][1:] for w in ws) and not any(f[1:] == bs[0][1:] for f in fs))
-        legal[i:i + len(block) - 1] = ok
+        legal[i:i + len(block) - 1] = legal_block(block)
         i += len(block) - 1
     return legal
 

@@ -121,6 +121,11 @@ def test_blocks_need_adjacent_independent_ops():
     k = next(i for i in range(len(o) - 1) if o[i].kind is F(0, 0).kind and o[i + 1][1:] == o[i][1:])
     with pytest.raises(ValueError, match="only a W may follow its own B inside a block"):
         last.with_blocks([(o[k], o[k + 1])])
+    # two backwards are no block: the schedule refuses them as the table validator does
+    # (the schedule had taken them and the validator then refused their shared slots)
+    two = registry.generate("gpipe", 1, 2)
+    with pytest.raises(ValueError, match="a block is a forward with another microbatch's backward"):
+        two.with_blocks([tuple(op for op in two.orders[0] if op.kind is B(0, 0).kind)])
 
 
 def test_cpsat_search_seeded_with_pairs_searches_them_unpaired():
