@@ -116,7 +116,7 @@ def _draw(ax, ops: _Ops, num_devices: int, window, aggregate, labels: bool, tota
         _shares(ax, ops, num_devices, t0, t1, present)
         note = f"share of each 1/{BINS} of the window per kind"
     else:
-        _rectangles(ax, ops, inside, present, False)
+        _rectangles(ax, ops, inside, present)
         note = ""
     ax.set_xlim(t0, t1)
     if labels and not aggregate and inside.sum() <= 4 * LABEL_OPS:
@@ -136,7 +136,7 @@ def _patch(face: str, label: str):
     return Patch(facecolor=face, edgecolor="0.4", linewidth=0.5, label=label)
 
 
-def _rectangles(ax, ops: _Ops, inside, present, labels: bool) -> None:
+def _rectangles(ax, ops: _Ops, inside, present) -> None:
     from matplotlib.collections import PolyCollection
 
     for kind, c in present:
@@ -146,8 +146,6 @@ def _rectangles(ax, ops: _Ops, inside, present, labels: bool) -> None:
                           np.stack([e, d + 0.4], 1), np.stack([s, d + 0.4], 1)], 1)
         ax.add_collection(PolyCollection(verts, facecolors=shade(kind, c, ops.chunks),  # type: ignore[arg-type]
                                          edgecolors="white", linewidths=0.6))
-    if labels:
-        _label(ax, ops, inside)
 
 
 def _shares(ax, ops: _Ops, num_devices: int, t0: float, t1: float, present) -> None:
@@ -202,7 +200,7 @@ def _panels(ax, ops: _Ops, num_devices: int, total: float, windows, xlabel: str,
     for i, (t0, t1, name) in enumerate(windows):
         sub = ax.inset_axes((i * (width + gap), 0.0, width, 1.0))
         inside = (ops.end > t0) & (ops.start < t1)
-        _rectangles(sub, ops, inside, _present(ops), False)
+        _rectangles(sub, ops, inside, _present(ops))
         if extra:
             extra(sub)
         sub.set_xlim(t0, t1)

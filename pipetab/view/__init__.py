@@ -106,14 +106,21 @@ def _asset(name: str) -> str:
     return resources.files(__package__).joinpath(name).read_text(encoding="utf-8")
 
 
-def render_page(schedules: list[dict], title: str = "pipetab view") -> str:
-    """The HTML page of ``page_data`` values (one self-contained document)."""
-    data = json.dumps({"title": title, "schedules": schedules}, allow_nan=False, separators=(",", ":"))
+def render(template: str, title: str, payload: dict, styles: tuple[str, ...], scripts: tuple[str, ...]) -> str:
+    """The asset ``template`` with ``title``, ``payload`` as JSON data and the assets
+    ``styles`` and ``scripts`` filled in: one self-contained document."""
+    data = json.dumps(payload, allow_nan=False, separators=(",", ":"))
     # nothing in the data can end the script element or open an HTML comment or tag in it
     # ("</script>", "<!--", "<script" from a name in a user's file): <, > and & as JSON escapes
     data = data.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
-    parts = {"title": html.escape(title), "style": _asset("view.css"), "data": data, "script": _asset("view.js")}
-    return re.sub(r"\{\{(\w+)\}\}", lambda m: parts[m.group(1)], _asset("page.html"))
+    parts = {"title": html.escape(title), "style": "".join(map(_asset, styles)), "data": data,
+             "script": "\n".join(map(_asset, scripts))}
+    return re.sub(r"\{\{(\w+)\}\}", lambda m: parts[m.group(1)], _asset(template))
+
+
+def render_page(schedules: list[dict], title: str = "pipetab view") -> str:
+    """The HTML page of ``page_data`` values (one self-contained document)."""
+    return render("page.html", title, {"title": title, "schedules": schedules}, ("view.css",), ("view.js",))
 
 
 def write_page(path: str | Path, levels: list[Levels], titles: list[str] | None = None,

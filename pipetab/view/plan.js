@@ -7,13 +7,6 @@
   const tipBox = document.getElementById("tip");
   const SVG = "http://www.w3.org/2000/svg";
 
-  function make(tag, attrs, ...children) {
-    const e = document.createElement(tag);
-    for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, v);
-    for (const c of children) e.append(c);
-    return e;
-  }
-
   function svg(tag, attrs) {
     const e = document.createElementNS(SVG, tag);
     for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, v);
@@ -51,9 +44,9 @@
 
   function fill() {
     table.replaceChildren();
-    const head = make("tr");
+    const head = el("tr");
     for (const [key, label] of COLUMNS) {
-      const th = make("th", { "data-key": key }, label);
+      const th = el("th", { "data-key": key }, label);
       if (key === sort.key) th.dataset.sorted = sort.dir > 0 ? "asc" : "desc";
       th.addEventListener("click", () => {
         sort.dir = sort.key === key ? -sort.dir : 1;
@@ -63,13 +56,13 @@
       });
       head.append(th);
     }
-    table.append(make("thead", {}, head));
-    const body = make("tbody");
+    table.append(el("thead", {}, head));
+    const body = el("tbody");
     for (const r of rows) {
-      const tr = make("tr", { "data-rank": r.rank });
+      const tr = el("tr", { "data-rank": r.rank });
       if (r.rank <= PLAN.shown) tr.classList.add("shown");
       if (!r.fits) tr.classList.add("misfit");
-      for (const [, , show] of COLUMNS) tr.append(make("td", {}, String(show(r))));
+      for (const [, , show] of COLUMNS) tr.append(el("td", {}, String(show(r))));
       body.append(tr);
     }
     table.append(body);
@@ -131,7 +124,7 @@
     dot.append(title);
     dot.addEventListener("pointermove", (e) => {
       tipBox.innerHTML = "";
-      tipBox.append(make("b", {}, `#${r.rank} ${r.shape}`), make("br"),
+      tipBox.append(el("b", {}, `#${r.rank} ${r.shape}`), el("br"),
         `step ${num(r.step, 4)} s, MFU ${(100 * r.mfu).toFixed(1)}%, peak ${r.peak.toFixed(1)} GiB` +
         (r.fits ? "" : " (does not fit)"));
       tipBox.hidden = false;
@@ -141,16 +134,16 @@
     dot.addEventListener("pointerleave", () => { tipBox.hidden = true; });
     plot.append(dot);
   }
-  const key = make("div", { class: "legend" });
-  for (const n of names) key.append(make("span", {}, make("i", { style: `background:${hueOf(n)}` }), n));
+  const key = el("div", { class: "legend" });
+  for (const n of names) key.append(el("span", {}, el("i", { style: `background:${hueOf(n)}` }), n));
   if (PLAN.capacity !== null) {
-    key.append(make("span", {}, `${capShown ? "dashed red line: " : ""}usable GPU memory ${num(PLAN.capacity, 3)} GiB`
+    key.append(el("span", {}, `${capShown ? "dashed red line: " : ""}usable GPU memory ${num(PLAN.capacity, 3)} GiB`
       + (capShown ? "" : " (far right of every point)")));
   }
   box.append(plot, key);
 
   // ---- the notes -------------------------------------------------------------------------
-  const list = (id, items) => document.getElementById(id).append(...items.map((t) => make("li", {}, t)));
+  const list = (id, items) => document.getElementById(id).append(...items.map((t) => el("li", {}, t)));
   list("cpsat", PLAN.cpsat.length ? PLAN.cpsat : ["not run"]);
   list("assumptions", PLAN.assumptions);
   list("not-considered", PLAN.not_considered);

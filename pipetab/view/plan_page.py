@@ -12,13 +12,10 @@ winner's three levels, and the assumptions of the costs and what plan did not co
 
 from __future__ import annotations
 
-import html
-import json
-import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import _asset, page_data
+from . import page_data, render
 
 if TYPE_CHECKING:
     from pipetab.plan import Configuration, Plan
@@ -98,13 +95,8 @@ def render_plan_page(result: Plan) -> str:
     title = (f"pipetab plan: {q['model']} on {q['gpus']} GPUs ({q['system']}), global batch "
              f"{q['global_batch']} x {q['seq_len']} tokens")
     plan, schedules = plan_data(result)
-    data = json.dumps({"title": title, "plan": plan, "schedules": schedules}, allow_nan=False,
-                      separators=(",", ":"))
-    # nothing from a user's file can end the script element or open a comment or tag in it
-    data = data.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
-    parts = {"title": html.escape(title), "style": _asset("view.css") + _asset("plan.css"), "data": data,
-             "script": _asset("plan.js") + "\n" + _asset("view.js")}
-    return re.sub(r"\{\{(\w+)\}\}", lambda m: parts[m.group(1)], _asset("plan.html"))
+    return render("plan.html", title, {"title": title, "plan": plan, "schedules": schedules},
+                  ("view.css", "plan.css"), ("plan.js", "view.js"))
 
 
 def write_plan_page(path: str | Path, result: Plan) -> Path:
