@@ -120,3 +120,23 @@ def test_attention_share_of_the_model_flops_by_hand():
     m = TransformerModel("g", num_layers=L, hidden=h, heads=4, seq_len=s, vocab=V, global_batch=1)
     share = L * 4 * s * s * h / (L * (24 * s * h * h + 4 * s * s * h) + 2 * s * h * V)
     assert attention_flops_share(m) == pytest.approx(share, rel=1e-12)
+
+
+@pytest.mark.parametrize("name", ["gpt3_2p7b", "llama3_8b", "llama3_405b", "mixtral_8x7b", "qwen3_235b_a22b",
+                                  "deepseek_v3", "zb_6p2b", "tiny_gpt"])
+def test_closed_form_params_equal_the_gemm_lists(name):
+    """Two implementations: the model's closed-form counts (``layer_params_of``,
+    ``stage_params``) and the per-GPU counts summed from ``hardware.gemms`` at one GPU."""
+    from pipetab.hardware.context import Context
+    from pipetab.hardware.layer import layer_params_per_gpu, stage_params_per_gpu
+    from pipetab.hardware.loaders import load_model
+
+    m = load_model(name)
+    one = Context()
+    for moe in (False, True) if m.moe else (False,):
+        assert m.layer_params_of(moe) == layer_params_per_gpu(m, one, moe)
+    n = m.num_layers
+    halves = ((n, True, True, 0), (n // 2, True, False, 0), (n - n // 2, False, True, n // 2))
+    for layers, first, last, first_layer in halves:
+        assert m.stage_params(layers, first, last, first_layer) == \
+            stage_params_per_gpu(m, layers, first, last, one, first_layer)
