@@ -112,10 +112,11 @@ def _fill_drain_bound(problem: Problem, placement: Placement, d: int, load: int,
     device runs only forwards, and no activation is freed yet, so at most k of them start
     (k: the activations its cap holds, none if a stage keeps none): work in [0, e) is at
     most min(e - first head, k * longest F). After T - r no forward may run (it would end
-    too late for its tail), so only backwards, each of an activation part live at T - r:
-    work there is at most min(r - least backward tail, ``_drain_work``). If the load
-    exceeds both together, the two windows are disjoint and the device works at most
-    T - r - e between them: T >= e + r + load - fill - drain."""
+    too late for its tail), so only backwards, each of an activation part live at T - r
+    and each ending by T less its own tail: work there is at most min(r - least backward
+    tail, ``_drain_work`` with each backward kind's work within r - its least tail). If
+    the load exceeds both together, the two windows are disjoint and the device works at
+    most T - r - e between them: T >= e + r + load - fill - drain."""
     keys = placement.stages_on(d)
     if not keys:
         return 0
@@ -131,12 +132,15 @@ def _fill_drain_bound(problem: Problem, placement: Placement, d: int, load: int,
     if cap is not None and min(acts) > 0:
         k = math.floor(cap / min(acts) + 1e-9)
         fill = min(fill, k * max(problem.duration(op) for op in fwd))
-        drain = min(drain, _drain_work(problem, keys, cap))
+        windows: dict[Kind, float] = {kind: r - min(tail[op] for op in back if op.kind is kind)
+                                      for kind in problem.kinds if kind is not Kind.F}
+        drain = min(drain, _drain_work(problem, keys, cap, windows))
     rest = load - max(0, fill) - max(0.0, drain)
     return e + r + math.ceil(rest - 1e-9) if rest > 0 else 0  # ticks are whole: T >= the next one
 
 
-def _drain_work(problem: Problem, keys: list[tuple[int, int]], cap: float) -> float:
+def _drain_work(problem: Problem, keys: list[tuple[int, int]], cap: float,
+                windows: dict[Kind, float] | None = None) -> float:
     """The most backward work (B and W) a device holding stages ``keys`` can have left at a
     moment when no forward of it is still to run, under activation capacity ``cap``: every
     such op belongs to an activation part live at that moment — a microbatch whose B is
@@ -144,20 +148,24 @@ def _drain_work(problem: Problem, keys: list[tuple[int, int]], cap: float) -> fl
     is still to end holds its weight part M_W and owes at most W. With a the least M,
     a_w the least M_W (no W-only term when a_w = 0: its work is not bounded by memory)
     and the longest durations: max over n B-owing microbatches (n * a <= cap) of
-    n (B + W) + floor((cap - n a) / a_w) W (above 10,000 activations its linear
-    relaxation, cap x the most work per unit of memory)."""
+    n B + (n + floor((cap - n a) / a_w)) W (above 10,000 activations its linear
+    relaxation, cap x the most work per unit of memory). ``windows[kind]``: at most that
+    much work of the kind fits (the ops of a kind run one at a time on the device within
+    a window of that length: ``_fill_drain_bound``)."""
     durs = {kind: max(problem.duration(Op(kind, p, s, 0)) for p, s in keys) for kind in problem.kinds}
+    room = {kind: max(0.0, (windows or {}).get(kind, math.inf)) for kind in (Kind.B, Kind.W)}
     a = min(problem.costs.activation[k] for k in keys)
-    owed = durs[Kind.B] + durs.get(Kind.W, 0)
     n_max = math.floor(cap / a + 1e-9)
     if not problem.split_backward:
-        return n_max * owed
+        return min(n_max * durs[Kind.B], room[Kind.B])
     a_w = min(dict(problem.lifetimes(p, s)).get(Kind.W, 0.0) for p, s in keys)
     if a_w <= 1e-12:
-        return math.inf
+        return min(math.inf, room[Kind.B] + room[Kind.W])
     if n_max > 10_000:
-        return cap * max(owed / a, durs[Kind.W] / a_w)
-    return max(n * owed + math.floor((cap - n * a) / a_w + 1e-9) * durs[Kind.W] for n in range(n_max + 1))
+        return min(cap * max((durs[Kind.B] + durs[Kind.W]) / a, durs[Kind.W] / a_w), room[Kind.B] + room[Kind.W])
+    return max(min(n * durs[Kind.B], room[Kind.B])
+               + min((n + math.floor((cap - n * a) / a_w + 1e-9)) * durs[Kind.W], room[Kind.W])
+               for n in range(n_max + 1))
 
 
 def period_horizon(problem: Problem, placement: Placement, period: int | None = None) -> int:

@@ -233,7 +233,8 @@ def search_fixed(problem: Problem, placement: Placement, config: CpSatConfig, kn
                           f"a start meets the analytic bound ({run.lb_why})")
     fits = pace.model_fits()
     if config.uses("cyclic") and cyclic_applies(fixed, config, fits) and (mode is not Mode.BOUND or not fits):
-        run.run_cyclic(config.strategy.cyclic_share if fits else 1.0)
+        whole = not fits or fixed.num_ops >= config.strategy.cyclic_all_ops
+        run.run_cyclic(1.0 if whole else config.strategy.cyclic_share)
         best = run.start.best
         if best is not None and run.lb >= best.makespan:  # type: ignore[operator]
             return run.finish(Status.OPTIMAL, best.schedule, best.makespan, run.lb,

@@ -146,7 +146,10 @@ class StrategyParams:
     solve's share; proof-time growth per step ``growth_clamp``; deterministic seconds a
     model build counts per op; ``safety_share`` of the limit (at most ``safety_max_s``)
     kept back (``Deadline``); the cyclic phase's share of the time after the start when
-    the full model fits (all of it when it does not); searches with an LP only on models
+    the full model fits and has fewer than ``cyclic_all_ops`` ops (all of it otherwise:
+    on issue 28's real-size set the full model's phases improved no schedule of that size
+    and no V bound, a linear one by a tick; the cyclic phase leaves what it does not
+    use); searches with an LP only on models
     of at most ``lp_max_ops`` ops (CP-SAT's ``default_lp`` worker spent 41 s loading a
     16,384-op V model with a memory cumulative, past its limit and its stop)."""
 
@@ -161,6 +164,7 @@ class StrategyParams:
     safety_share: float = 0.05
     safety_max_s: float = 1.0
     cyclic_share: float = 0.15
+    cyclic_all_ops: int = 16_384
     lp_max_ops: int = 8000
 
 

@@ -6,7 +6,8 @@ import random
 
 import pytest
 
-from pipetab.solver.cpsat import CpSatConfig, idealized_problem
+from pipetab.schedules.ops import Kind
+from pipetab.solver.cpsat import CpSatConfig, bounds, idealized_problem
 from pipetab.solver.cpsat.bounds import _drain_work, min_feasible_cap, safe_horizon
 from pipetab.solver.cpsat.model import CpSatModel
 from pipetab.solver.cpsat.objectives import analytic_lower_bound
@@ -149,3 +150,46 @@ def test_split_cases_exercise_the_drain():
     """The fill-and-drain bound decides many of the split cases above."""
     whys = [analytic_lower_bound(p, p.fixed_placement)[1] for p in map(_split_problem, _split_cases(32))]
     assert sum("fill and drain" in why for why in whys) >= 8
+
+
+def test_drain_windows_by_hand():
+    """Linear S=4, B=16, F:B:W = 3:4:2, a message of 1, cap 8, W freeing the whole
+    activation. Device 3: first backward at 4 x 3 + 3 x 1 = 15, forward tail
+    r = 4 + 3 x (1 + 4) + 2 = 21, its B's tail 3 x (1 + 4) + 2 = 17, its W's 0, load
+    16 x 9 = 144, fill min(15 - 12, 8 x 3) = 3. In the last 21 slots only backwards run, a
+    B only in the first 21 - 17 = 4 of them: drain min(21, max over n of min(4n, 4) +
+    min(8 x 2, 21)) = 20, and 15 + 21 + 144 - 3 - 20 = 157 (156 without the B's window).
+    The search finds a schedule of 157, so it is the optimum."""
+    problem = idealized_problem(4, 16, forward=3, backward=4, weight=2, comm=1, activation_cap=8,
+                                split_backward=True)
+    lb, why = analytic_lower_bound(problem, problem.fixed_placement)
+    assert (lb, why) == (157, "load of device 3 with its memory-bound fill and drain")
+    assert _drain_work(problem, [(0, 3)], 8, {Kind.B: 4, Kind.W: 21}) == 20
+    assert _drain_work(problem, [(0, 3)], 8) == 8 * 6
+
+
+# Small split-backward cases where a backward kind's own window raises the bound (without
+# it the bound is one to three slots lower); the bound equals CP-SAT's proven optimum.
+WINDOW_CASES = [
+    # placement, S, B, F, B, W, C, cap (x S), M_W / M
+    ("linear", 2, 4, 3, 4, 2, 1, 1.5, 1.0),
+    ("linear", 2, 4, 3, 4, 2, 2, 1.5, 1.0),
+    ("linear", 2, 4, 2, 3, 1, 0, 1.5, 1.0),
+    ("linear", 2, 6, 2, 3, 1, 2, 2, 1.0),
+    ("linear", 2, 8, 3, 4, 2, 2, 1.5, 1.0),
+    ("linear", 2, 8, 2, 3, 1, 1, 2, 1.0),
+    ("linear", 3, 6, 3, 4, 2, 1, 1.5, 1.0),
+    ("linear", 3, 6, 2, 3, 1, 0, 1.5, 1.0),
+    ("v", 3, 3, 2, 3, 1, 0, 1, 0.5),
+    ("v", 3, 6, 2, 3, 1, 2, 1.5, 1.0),
+]
+
+
+@pytest.mark.parametrize("case", WINDOW_CASES, ids=str)
+def test_drain_windows_reach_the_optimum(case, monkeypatch):
+    problem = _split_problem(case)
+    lb, _ = analytic_lower_bound(problem, problem.fixed_placement)
+    assert lb == _proven_optimum(problem)
+    plain = bounds._drain_work
+    monkeypatch.setattr(bounds, "_drain_work", lambda pr, keys, cap, windows=None: plain(pr, keys, cap))
+    assert analytic_lower_bound(problem, problem.fixed_placement)[0] < lb
