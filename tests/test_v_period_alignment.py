@@ -1,0 +1,37 @@
+"""The V alignment argument (``experiments.v_period_alignment``): tilings counted by hand,
+a zero-delay step worked by hand, lifetimes summed by hand, and Karp's minimum mean cycle
+equal to a brute force over all cycles of two steps."""
+
+import itertools
+
+from experiments.v_period_alignment import least_mean_delay, lifetime_sum, slack, step_cost, tilings
+
+
+def test_tilings_counted_by_hand():
+    # P = 6: B_u at any of 6 phases, B_d two, three or four later (3), the two F's in the
+    # two slots left, either way round (2): 36
+    assert len(tilings(1, 2)) == 36
+
+
+def test_a_step_without_delay():
+    # F_d 0, F_u 1, B_u 2-3, B_d 4-5 on device d; without messages the next device's ops
+    # move by +1, -1, +2, -2: F_d 1, F_u 0, B_u 4-5, B_d 2-3, again a tiling, for free
+    assert (1, 0, 4, 2) in tilings(1, 2)
+    assert step_cost((0, 1, 2, 4), (1, 0, 4, 2), 1, 2, 0) == 0
+    # with a message of 1 the same target needs a delay on each of the four hops
+    assert step_cost((0, 1, 2, 4), (1, 0, 4, 2), 1, 2, 1) == 5 + 5 + 5 + 5
+
+
+def test_lifetimes_by_hand():
+    # S = 2, F = 1, B = 2, c = 1: stage 0 lives through F of 4 stages (4), 2 messages,
+    # B of 4 stages (8), 2 messages: 16; stage 3 its own F and B: 3
+    assert lifetime_sum(2, 1, 2, 1) == 19
+    # a cap of 2 activations holds 4 half-size ones: 4 x 6 = 24 ticks, 5 left, one step
+    assert slack(2, 1, 2, 1) == 5
+
+
+def test_karp_equals_brute_force_over_two_step_cycles():
+    nodes = tilings(1, 2)
+    brute = min((step_cost(u, v, 1, 2, 1) + step_cost(v, u, 1, 2, 1)) / 2
+                for u, v in itertools.product(nodes, repeat=2))
+    assert brute == least_mean_delay(1, 2, 1) == 2.0
