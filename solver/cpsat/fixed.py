@@ -233,12 +233,16 @@ def search_fixed(problem: Problem, placement: Placement, config: CpSatConfig, kn
                           f"a start meets the analytic bound ({run.lb_why})")
     fits = pace.model_fits()
     if config.uses("cyclic") and cyclic_applies(fixed, config, fits) and (mode is not Mode.BOUND or not fits):
-        whole = not fits or fixed.num_ops >= config.strategy.cyclic_all_ops
-        run.run_cyclic(1.0 if whole else config.strategy.cyclic_share)
+        strategy = config.strategy
+        run.run_cyclic(1.0 if not fits or fixed.num_ops >= strategy.cyclic_all_ops else strategy.cyclic_share)
         best = run.start.best
         if best is not None and run.lb >= best.makespan:  # type: ignore[operator]
             return run.finish(Status.OPTIMAL, best.schedule, best.makespan, run.lb,
                               f"a start meets the analytic bound ({run.lb_why})")
+        if fixed.num_ops >= strategy.cyclic_only_ops and best is not None:
+            return run.finish(Status.FEASIBLE, best.schedule, best.makespan, run.lb,
+                              f"best start or periodic schedule and analytic bound: the full model is not built at "
+                              f"{strategy.cyclic_only_ops:,} ops or more after the cyclic phase")
         fits = pace.model_fits()
     if not fits:
         if best is None:
