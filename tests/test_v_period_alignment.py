@@ -35,3 +35,16 @@ def test_karp_equals_brute_force_over_two_step_cycles():
     brute = min((step_cost(u, v, 1, 2, 1) + step_cost(v, u, 1, 2, 1)) / 2
                 for u, v in itertools.product(nodes, repeat=2))
     assert brute == least_mean_delay(1, 2, 1) == 2.0
+
+
+def test_lifetimes_equal_the_models_own_per_device_sum():
+    """The closed form against ``cyclic.per_microbatch_work`` (each device's size x least
+    lifetime, from the problem's heads), on idealized V problems: every device holds the
+    same sum, the closed form's (half-size activations: size 1/2)."""
+    from pipetab.solver.cpsat import idealized_problem
+    from pipetab.solver.cpsat.cyclic import per_microbatch_work
+
+    for S, (f, b), c in itertools.product((2, 4, 8), ((1, 2), (3, 6)), (0, 1)):
+        problem = idealized_problem(S, 4 * S, "v", forward=f, backward=b, comm=c)
+        _, held = per_microbatch_work(problem, problem.fixed_placement)
+        assert [2 * x for x in held[0]] == [lifetime_sum(S, f, b, c)] * S, (S, f, b, c)

@@ -160,7 +160,7 @@ def _drain_work(problem: Problem, keys: list[tuple[int, int]], cap: float,
         return min(n_max * durs[Kind.B], room[Kind.B])
     a_w = min(dict(problem.lifetimes(p, s)).get(Kind.W, 0.0) for p, s in keys)
     if a_w <= 1e-12:
-        return min(math.inf, room[Kind.B] + room[Kind.W])
+        return room[Kind.B] + room[Kind.W]  # W's owed unbounded by memory: the windows alone
     if n_max > 10_000:
         return min(cap * max((durs[Kind.B] + durs[Kind.W]) / a, durs[Kind.W] / a_w), room[Kind.B] + room[Kind.W])
     return max(min(n * durs[Kind.B], room[Kind.B])

@@ -148,12 +148,11 @@ class StrategyParams:
     kept back (``Deadline``); the cyclic phase's share of the time after the start when
     the full model fits and has fewer than ``cyclic_all_ops`` ops (all of it otherwise:
     on issue 28's real-size set the full model's phases improved no schedule of that size
-    and no V bound, a linear one by a tick), and from ``cyclic_only_ops`` ops no full
-    model after it (nothing from it at that size on the set, and building one of 393,216
-    ops ran a search 9 s past its limit); searches
-    with an LP only on models of at most ``lp_max_ops`` ops (CP-SAT's ``default_lp``
-    worker spent 41 s loading a 16,384-op V model with a memory cumulative, past its limit
-    and its stop)."""
+    and no V bound, a linear one by one or two ticks), and from ``cyclic_only_ops`` ops no
+    full model after it (nothing from it at that size on the set, and building one of
+    393,216 ops ran a search 9 s past its limit); searches with an LP only on models of at
+    most ``lp_max_ops`` ops (CP-SAT's ``default_lp`` worker spent 41 s loading a
+    16,384-op V model with a memory cumulative, past its limit and its stop)."""
 
     bound_share: float = 0.55
     shared_capped_bound_share: float = 0.2

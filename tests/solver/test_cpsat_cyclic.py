@@ -201,3 +201,20 @@ def test_search_reports_what_the_cyclic_phase_proved():
     assert res.cyclic.period / res.cyclic.block == 4.5
     assert "periodic schedules of block" in res.cyclic.assumption()
     assert evaluate_known(problem, res.schedule).makespan == res.makespan
+
+
+def test_no_full_model_after_the_cyclic_phase_from_cyclic_only_ops():
+    """From ``StrategyParams.cyclic_only_ops`` ops the search ends after the cyclic phase
+    (no bound or search phase), with the best schedule so far and the analytic bound;
+    below it the full model's phases run."""
+    from pipetab.solver.cpsat.bounds import makespan_lower_bound
+    from pipetab.solver.cpsat.params import StrategyParams
+
+    problem = idealized_problem(4, 32, comm=1, activation_cap=4)
+    full = search(problem, _config(10))
+    assert {"bound", "search"} & {ph.name for ph in full.log.phases}
+    short = search(problem, _config(10, strategy=StrategyParams(cyclic_only_ops=problem.num_ops)))
+    assert [ph.name for ph in short.log.phases] == ["start", "cyclic"]
+    assert "the full model is not built" in short.message and short.status == "feasible"
+    assert short.lower_bound == makespan_lower_bound(problem, problem.fixed_placement)[0]
+    assert evaluate_known(problem, short.schedule).makespan == short.makespan > short.lower_bound
