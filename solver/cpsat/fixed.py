@@ -18,7 +18,7 @@ from .model import CpSatModel
 from .objectives import analytic_lower_bound, objective
 from .oracle import KnownEval, checked
 from .result import CyclicInfo, KnownGap, Mode, PhaseRecord, Result, SolveLog, SolverInfo, Status, gap_of
-from .starts import Pace, Start, best_of, start_phase
+from .starts import Pace, Start, best_of, more_starts, start_phase
 from .steady import cyclic_applies, cyclic_phase
 from .strategy import SearchState, bound_phase, search_phase, solve_record
 from .variables import BuildTimeout
@@ -156,6 +156,22 @@ class _Fixed:
             self.start.best = best_of(self.start.evals)
             self.t_first = self.t_first if self.t_first is not None else time.perf_counter() - self.deadline.t0
 
+    def without_model(self, message: str) -> Result:
+        """No model follows: the start's pending sources get the time left, then the best
+        schedule found comes back with the analytic bound."""
+        t = time.perf_counter()
+        judged = more_starts(self.start, self.deadline, self.pace)
+        best = self.start.best
+        if judged:
+            self.phases.append(PhaseRecord("more starts", round(time.perf_counter() - t, 3),
+                                           note=f"{judged} more schedules judged; best {best.name if best else '-'}"))
+        if best is None:
+            return self.finish(Status.UNKNOWN, None, None, self.lb, "no schedule within the time limit")
+        if self.lb >= best.makespan:  # type: ignore[operator]
+            return self.finish(Status.OPTIMAL, best.schedule, best.makespan, self.lb,
+                               f"a start meets the analytic bound ({self.lb_why})")
+        return self.finish(Status.FEASIBLE, best.schedule, best.makespan, self.lb, message)
+
     def finish(self, status: Status, schedule, value, bound, message: str, families=(), stopped_by=None) -> Result:
         if (schedule is not None and schedule.name != "cpsat" and not schedule.name.startswith("cyclic-")
                 and self.pace.fits("evaluate", self.deadline.end + 1.0, 3)):
@@ -240,15 +256,12 @@ def search_fixed(problem: Problem, placement: Placement, config: CpSatConfig, kn
             return run.finish(Status.OPTIMAL, best.schedule, best.makespan, run.lb,
                               f"a start meets the analytic bound ({run.lb_why})")
         if fixed.num_ops >= strategy.cyclic_only_ops and best is not None:
-            return run.finish(Status.FEASIBLE, best.schedule, best.makespan, run.lb,
-                              f"best start or periodic schedule and analytic bound: the full model is not built at "
-                              f"{strategy.cyclic_only_ops:,} ops or more after the cyclic phase")
+            return run.without_model(f"best start or periodic schedule and analytic bound: the full model is not "
+                                     f"built at {strategy.cyclic_only_ops:,} ops or more after the cyclic phase")
         fits = pace.model_fits()
     if not fits:
-        if best is None:
-            return run.finish(Status.UNKNOWN, None, None, run.lb, "no schedule within the time limit")
-        return run.finish(Status.FEASIBLE, best.schedule, best.makespan, run.lb,
-                          "the time limit leaves no time to build the CP-SAT model; best start and analytic bound")
+        return run.without_model("the time limit leaves no time to build the CP-SAT model; best start and "
+                                 "analytic bound")
     if best is None:
         return run.solve_without_start()
     return run.run_phases()

@@ -302,13 +302,53 @@ def best_of(evals: Iterable[KnownEval]) -> KnownEval | None:
 
 @dataclass
 class Start:
-    """What the start phase judged, its best that fits, a note and its wall time."""
+    """What the start phase judged, its best that fits, a note and its wall time;
+    ``pending``: the sources it had no time for (``more_starts`` resumes them)."""
 
     evals: list[KnownEval]
     best: KnownEval | None
     note: str
     wall_s: float
     first_fit: float | None = None  # when the first schedule that fits was judged (perf_counter)
+    pending: _Sources | None = None
+
+
+class _Sources:
+    """The start's schedule sources in order — (step, iterator) pairs, each generator
+    giving up at ``limit`` (or at ``hard`` while nothing fits) — judged one schedule at a
+    time while the next is predicted to end in time; what is left stays for a later call."""
+
+    def __init__(self, problem: Problem, placement: Placement, config: CpSatConfig, evals: list[KnownEval],
+                 limit: float, hard: float):
+        params = config.start
+        self.problem, self.evals, self.limit, self.hard = problem, evals, limit, hard
+        self.first_fit: float | None = None  # when the first judged here that fits was judged
+        until = lambda: self.limit if best_of(self.evals) else self.hard  # noqa: E731
+
+        def registry(fused: bool):
+            return ("evaluate", registry_schedules(problem, placement, params.probe, until, params, fused))
+
+        greedy = ("greedy", greedy_starts(problem, placement, params, until))
+        self.sources = [registry(False), greedy, registry(True)] if config.known_generators else [greedy]
+        self.params = params
+
+    def judge(self, pace: Pace, limit: float) -> list[KnownEval]:
+        """Judge the sources' schedules while each is predicted to end by ``limit`` (by
+        ``hard`` while none fits); the new judged ones."""
+        self.limit = limit
+        new: list[KnownEval] = []
+        for step, schedules in self.sources:
+            while pace.fits(step, self.limit if best_of(self.evals) else self.hard,
+                            1 + self.params.cost("evaluate") / self.params.cost(step)):
+                s = next(schedules, None)
+                if s is None:
+                    break
+                judged = judge(self.problem, [s], pace)[0]
+                self.evals += judged
+                new += judged
+                if self.first_fit is None and best_of(judged):
+                    self.first_fit = time.perf_counter()
+        return new
 
 
 def start_phase(problem: Problem, placement: Placement, config: CpSatConfig, known: Sequence[Schedule],
@@ -323,22 +363,9 @@ def start_phase(problem: Problem, placement: Placement, config: CpSatConfig, kno
     until = t + params.share * max(0.0, deadline.wall_left())
     evals, skipped = judge(problem, known, pace)
     first_fit = time.perf_counter() if best_of(evals) else None
-    hard = deadline.end - pace.reserve()
-
-    def registry(fused: bool):
-        return ("evaluate", registry_schedules(problem, placement, params.probe,
-                                               lambda: until if best_of(evals) else hard, params, fused))
-
-    greedy = ("greedy", greedy_starts(problem, placement, params, lambda: until if best_of(evals) else hard))
-    sources = [registry(False), greedy, registry(True)] if config.known_generators else [greedy]
-    for step, schedules in sources:
-        while pace.fits(step, until if best_of(evals) else hard, 1 + params.cost("evaluate") / params.cost(step)):
-            s = next(schedules, None)
-            if s is None:
-                break
-            evals += judge(problem, [s], pace)[0]
-            if first_fit is None and best_of(evals):
-                first_fit = time.perf_counter()
+    sources = _Sources(problem, placement, config, evals, until, deadline.end - pace.reserve())
+    sources.judge(pace, until)
+    first_fit = first_fit or sources.first_fit
     notes = [f"{len(evals)} schedules judged"]
     if skipped:
         notes.append("skipped: " + "; ".join(skipped))
@@ -351,7 +378,20 @@ def start_phase(problem: Problem, placement: Placement, config: CpSatConfig, kno
     if best is not None:
         notes.append(f"best start {best.name} {best.makespan}")
     return Start(evals, best, "; ".join(notes), round(time.perf_counter() - t, 3),
-                 first_fit if first_fit is not None or best is None else time.perf_counter())
+                 first_fit if first_fit is not None or best is None else time.perf_counter(), sources)
+
+
+def more_starts(start: Start, deadline: Deadline, pace: Pace) -> int:
+    """The start's pending sources judged while they fit in the time ``deadline`` has
+    left (less what re-checking the best keeps back), for a search that builds no
+    model: ``start`` updated; how many were judged."""
+    if start.pending is None:
+        return 0
+    new = start.pending.judge(pace, deadline.end - pace.reserve())
+    if start.pending.evals is not start.evals:
+        start.evals += new
+    start.best = best_of(start.evals)
+    return len(new)
 
 
 def _justified(problem: Problem, placement: Placement, evals: list[KnownEval], pace: Pace, until: float,

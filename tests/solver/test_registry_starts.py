@@ -27,3 +27,32 @@ def test_overlapped_pairs_start_unpaired():
     assert dualpipev == "dualpipev (pairs not overlapped)"
     problem = idealized_problem(4, 8, "v", split_backward=True)
     assert all(not s.blocks for s in registry_schedules(problem, problem.fixed_placement))
+
+
+def test_a_search_without_a_model_resumes_the_starts_it_had_no_time_for():
+    """With no share of the time for starts, the start phase stops at the first schedule
+    that fits; ``more_starts`` (the search's path when it builds no model) judges the
+    rest: together exactly the schedules a start phase with all the time judges, and the
+    best of them. (The 60-s deadline only has to outlast judging a few tiny schedules.)"""
+    from pipetab.solver.cpsat import CpSatConfig
+    from pipetab.solver.cpsat.starts import Pace, more_starts, start_phase
+    from pipetab.solver.deadline import Deadline
+
+    problem = idealized_problem(4, 8, "v", split_backward=True, comm=1, activation_cap=4)
+    placement = problem.fixed_placement
+
+    def phase(share: float):
+        config = CpSatConfig(time_limit_s=60, start=StartParams(share=share), ablate=("justify",))
+        deadline = Deadline.start(60)
+        pace = Pace(deadline, config.start)
+        return start_phase(problem, placement, config, (), deadline, pace), deadline, pace
+
+    everything, _, _ = phase(1.0)
+    short, deadline, pace = phase(0.0)
+    assert 1 <= len(short.evals) < len(everything.evals)
+    first = {e.name for e in short.evals}
+    judged = more_starts(short, deadline, pace)
+    assert judged == len(everything.evals) - len(first)
+    assert sorted(e.name for e in short.evals) == sorted(e.name for e in everything.evals)
+    assert short.best.makespan == everything.best.makespan == min(e.makespan for e in everything.evals if e.fits)
+    assert more_starts(short, deadline, pace) == 0  # nothing is judged twice
