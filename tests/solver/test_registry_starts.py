@@ -56,3 +56,26 @@ def test_a_search_without_a_model_resumes_the_starts_it_had_no_time_for():
     assert sorted(e.name for e in short.evals) == sorted(e.name for e in everything.evals)
     assert short.best.makespan == everything.best.makespan == min(e.makespan for e in everything.evals if e.fits)
     assert more_starts(short, deadline, pace) == 0  # nothing is judged twice
+
+
+def test_wide_forward_first_windows_beat_zbv_on_v_under_a_roomy_cap():
+    """V, split 3:4:2 (chunk ops F 1.5, B 2, W 1 slots), no messages, a cap of 2S, B = 4S:
+    every device carries 4S x 2 x 4.5 = 36S slots, and the middle device S - 1 cannot
+    start before the forward has crossed S - 1 chunks (1.5 each), so no schedule is
+    shorter than 36S + 1.5(S - 1). ZB-V (built for F = B = W) idles 2(S - 1) per
+    device; the greedy start admitting 5S/2 microbatches forward-first comes within 1 %
+    of the bound."""
+    from experiments.cpsat_real_set import problem_of
+    from pipetab.solver.cpsat.oracle import evaluate_known
+    from pipetab.solver.cpsat.starts import wide_starts
+
+    for S in (8, 16):
+        problem = problem_of((S, 4, "v", "split", 2, (3, 4, 2), 0))
+        placement = problem.fixed_placement
+        slots = problem.costs.tick_slots
+        bound = 36 * S + 1.5 * (S - 1)
+        (zbv,) = [s for s in registry_schedules(problem, placement) if s.name == "zbv"]
+        assert evaluate_known(problem, zbv).makespan * slots == 36 * S + 2 * (S - 1)
+        (wide,) = [s for s in wide_starts(problem, placement) if s.name == f"greedy-w{5 * S // 2}-ff"]
+        got = evaluate_known(problem, wide)
+        assert got.fits and bound <= got.makespan * slots <= bound / 0.99
