@@ -65,9 +65,9 @@ def _share(n: int, total: int) -> str:
 
 
 def rerun_lines(rows: pd.DataFrame, superseded: pd.DataFrame) -> list[str]:
-    """What the rows rerun with later code changed: their earlier results (``superseded``)
-    against the current ones."""
-    before = superseded.set_index("instance")
+    """What the rows rerun with later code changed: their earlier results (``superseded``;
+    of a row rerun more than once, the last before the current) against the current ones."""
+    before = superseded.drop_duplicates("instance", keep="last").set_index("instance")
     now = rows.set_index("instance")
     both = before.index.intersection(now.index)
     if not len(both):

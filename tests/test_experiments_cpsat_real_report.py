@@ -71,3 +71,11 @@ def test_rerun_rows_compared(tmp_path):
     lines = report.summary(report.load_rows(ROWS), earlier)
     assert ("- Rerun with later code: 2 rows (their earlier results in `cpsat_real_superseded.csv`); within 1 % "
             "before 1, now 1; better schedule in 1, worse in 1; higher bound in 1, lower in 0.") in lines
+
+
+def test_a_row_rerun_twice_is_compared_with_its_last_earlier_result(tmp_path):
+    earlier = report.load_rows([dict(ROWS[1], gap=0.03, gap_le_1pct=False, makespan=105, lower_bound=99),
+                                dict(ROWS[1], gap=0.02, gap_le_1pct=False, makespan=101, lower_bound=100)])
+    lines = report.summary(report.load_rows(ROWS), earlier)
+    assert ("- Rerun with later code: 1 rows (their earlier results in `cpsat_real_superseded.csv`); within 1 % "
+            "before 0, now 0; better schedule in 0, worse in 1; higher bound in 0, lower in 0.") in lines

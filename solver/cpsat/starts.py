@@ -39,12 +39,14 @@ def _registry_options(problem: Problem) -> dict[str, int]:
 
 def registry_schedules(problem: Problem, placement: Placement, probe: tuple[int, int] = (4, 8),
                        until: Callable[[], float | None] = lambda: None,
-                       params: StartParams = StartParams(), fused: bool | None = None) -> Iterator[Schedule]:
+                       params: StartParams = StartParams(), fused: bool | None = None,
+                       done: set[str] | None = None) -> Iterator[Schedule]:
     """The registry's schedules (default options; Hanayo with the problem's waves,
     interleaved with its chunks) of the problem's shape and placement — under a memory
     cap those of least formula peak memory first, else those of least formula bubble;
     on a whole backward, after them the split-backward ones with W fused into B
     (``fused_backward``; ``fused``: True for those alone, False for none of them).
+    ``done``: registry names not to generate, to which each one generated is added.
     The shape is checked on a small instance (``probe`` devices and microbatches) first,
     so large problems generate only those that fit it; above
     ``StartParams.time_probe_cells`` devices x microbatches, a generator whose time at
@@ -58,7 +60,7 @@ def registry_schedules(problem: Problem, placement: Placement, probe: tuple[int,
     capped = any(problem.cap(d) is not None for d in range(S))
     candidates = []
     for name, spec in registry.REGISTRY.items():
-        if spec.slow_generator and params.slow_generator_cells < S * S * B:
+        if (spec.slow_generator and params.slow_generator_cells < S * S * B) or (done is not None and name in done):
             continue
         names = {o.name for o in spec.options}
         opts = {k: v for k, v in extra.items() if k in names}
@@ -79,6 +81,8 @@ def registry_schedules(problem: Problem, placement: Placement, probe: tuple[int,
         if end is not None and params.time_probe_cells[1] < S * B and \
                 time.perf_counter() + _generation_time(name, opts, params.time_probe_cells, S * B, S) > end:
             continue
+        if done is not None:
+            done.add(name)
         try:
             s = _generate(name, S, B, tuple(opts.items()))
         except (ValueError, TypeError):
@@ -340,14 +344,23 @@ class _Sources:
         self.problem, self.evals, self.limit, self.hard = problem, evals, limit, hard
         self.first_fit: float | None = None  # when the first judged here that fits was judged
         until = lambda: self.limit if best_of(self.evals) else self.hard  # noqa: E731
+        done: set[str] = set()
 
         def registry(fused: bool):
-            return ("evaluate", registry_schedules(problem, placement, params.probe, until, params, fused))
+            return ("evaluate", registry_schedules(problem, placement, params.probe, until, params, fused, done))
 
-        greedy = ("greedy", greedy_starts(problem, placement, params, until))
-        wide = ("greedy", wide_starts(problem, placement, until))
-        self.sources = [registry(False), greedy, registry(True), wide] if config.known_generators else [greedy, wide]
+        self._registry = registry if config.known_generators else None
+        self.greedy = [("greedy", greedy_starts(problem, placement, params, until)),
+                       ("greedy", wide_starts(problem, placement, until))]
+        self.sources = [registry(False), self.greedy[0], registry(True), self.greedy[1]] if self._registry \
+            else self.greedy
         self.params = params
+
+    def resume(self) -> None:
+        """The registry's schedules not yet judged first (a generator predicted to end too
+        late was skipped, not dropped: it is tried again), then the greedy ones left."""
+        registry = self._registry
+        self.sources = [registry(False), registry(True), *self.greedy] if registry else self.greedy
 
     def judge(self, pace: Pace, limit: float) -> list[KnownEval]:
         """Judge the sources' schedules while each is predicted to end by ``limit`` (by
@@ -399,11 +412,13 @@ def start_phase(problem: Problem, placement: Placement, config: CpSatConfig, kno
 
 
 def more_starts(start: Start, deadline: Deadline, pace: Pace) -> int:
-    """The start's pending sources judged while they fit in the time ``deadline`` has
-    left (less what re-checking the best keeps back), for a search that builds no
-    model: ``start`` updated; how many were judged."""
+    """The start's pending sources (``_Sources.resume``: the registry's first) judged
+    while they fit in the time ``deadline`` has left (less what re-checking the best
+    keeps back), for a search that builds no model: ``start`` updated; how many were
+    judged."""
     if start.pending is None:
         return 0
+    start.pending.resume()
     new = start.pending.judge(pace, deadline.end - pace.reserve())
     if start.pending.evals is not start.evals:
         start.evals += new

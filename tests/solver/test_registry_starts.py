@@ -2,6 +2,8 @@
 with stages^2 x microbatches) join small instances only, and overlapped pairs enter a
 search unpaired."""
 
+import time
+
 from pipetab.schedules import registry
 from pipetab.solver.cpsat import idealized_problem
 from pipetab.solver.cpsat.params import StartParams
@@ -79,3 +81,19 @@ def test_wide_forward_first_windows_beat_zbv_on_v_under_a_roomy_cap():
         (wide,) = [s for s in wide_starts(problem, placement) if s.name == f"greedy-w{5 * S // 2}-ff"]
         got = evaluate_known(problem, wide)
         assert got.fits and bound <= got.makespan * slots <= bound / 0.99
+
+
+def test_a_registry_generator_skipped_for_time_is_tried_again():
+    """A generator predicted to end past ``until`` is skipped, not recorded as done (time
+    probes below the problem's cells make the prediction apply; the end is already
+    past), so a later pass with time generates it; one generated is not generated again."""
+    problem = idealized_problem(4, 8, "v", split_backward=True)
+    placement = problem.fixed_placement
+    params = StartParams(time_probe_cells=(4, 8))
+    done: set[str] = set()
+    past = time.perf_counter() - 1.0
+    assert list(registry_schedules(problem, placement, until=lambda: past, params=params, done=done)) == []
+    assert done == set()
+    later = [s.name for s in registry_schedules(problem, placement, params=params, done=done)]
+    assert later == names(4, 8) and {"zbv", "dualpipev"} <= done
+    assert list(registry_schedules(problem, placement, params=params, done=done)) == []
