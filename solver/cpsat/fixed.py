@@ -157,10 +157,10 @@ class _Fixed:
             self.t_first = self.t_first if self.t_first is not None else time.perf_counter() - self.deadline.t0
 
     def without_model(self, message: str) -> Result:
-        """No model follows: the start's pending sources get the time left, then the best
-        schedule found comes back with the analytic bound."""
+        """No model follows: in search mode the start's pending sources get the time left;
+        then the best schedule found comes back with the analytic bound."""
         t = time.perf_counter()
-        judged = more_starts(self.start, self.deadline, self.pace)
+        judged = more_starts(self.start, self.deadline, self.pace) if self.mode is Mode.SEARCH else 0
         best = self.start.best
         if judged:
             self.phases.append(PhaseRecord("more starts", round(time.perf_counter() - t, 3),
