@@ -191,10 +191,14 @@ def _status(found: Result, proof: Result, seconds: float | None, lb: float | Non
 def _known_seconds(shape: Problem, res: Result, known: Sequence[Schedule], costs: Costs,
                    lb: float | None) -> dict[str, KnownSeconds]:
     """The known schedules ``res`` judged, in seconds on ``costs`` (the given ones and the
-    registry's of the shape)."""
+    registry's of the shape; only those ``res`` names are generated again)."""
+    from pipetab.schedules.registry import REGISTRY
+
     spec, out = objective(shape), {}
     placement = shape.fixed_placement
-    pool = {s.name: s for s in (registry_schedules(shape, placement) if placement is not None else ())}
+    # a registry schedule is named after its generator, or that and a note in parentheses
+    unjudged = {n for n in REGISTRY if not any(k == n or k.startswith(f"{n} (") for k in res.known)}
+    pool = {s.name: s for s in (registry_schedules(shape, placement, done=unjudged) if placement is not None else ())}
     pool.update({s.name: s for s in known})
     for name, k in res.known.items():
         s = pool.get(name)

@@ -130,3 +130,29 @@ def test_measured_times_round_up_for_schedules_and_down_for_bounds():
     assert found.seconds <= found.search.makespan * 1e-3 + 1e-12 and found.known["zb-h1"].seconds == real_time
     with pytest.raises(ValueError, match="forward_s"):
         StageProfile(-1.0, 0.01)
+
+
+def test_the_known_schedules_in_seconds_are_those_the_search_judged():
+    """``solve_seconds`` times in seconds exactly the known schedules the search judged —
+    registry names, and names with a note (W fused into B, pairs not overlapped) — each
+    the registry schedule simulated on the real costs (only the judged ones are generated
+    again, found by their names)."""
+    from pipetab.hardware.profile import Profile, StageProfile
+    from pipetab.schedules import registry
+    from pipetab.solver.cpsat.starts import fused_backward, registry_schedules
+    from pipetab.solver.pricing import profile_costs
+    from pipetab.solver.seconds import solve_seconds
+
+    profile = Profile("measured", (StageProfile(0.0185, 0.0376, None, 0.0006, activation_bytes=1.0),),
+                      memory_bytes=8.0, uniform=True)
+    real = profile_costs(fused_backward(registry.generate("zbv", 4, 8)), profile)
+    shape = idealized_problem(4, 8, "v")
+    found = solve_seconds(shape, real, "search", CpSatConfig(time_limit_s=30, deterministic_time=5, workers=1),
+                          tick_s=1e-3)
+    pool = {s.name: s for s in registry_schedules(shape, shape.fixed_placement)}
+    named = [k for k in found.search.known if k in pool]
+    assert any(" (W fused into B)" in k for k in named)
+    assert set(found.known) == set(found.search.known)
+    for k in named:
+        expected = simulate(pool[k], real).makespan if found.search.known[k].makespan is not None else None
+        assert found.known[k].seconds == expected
