@@ -261,7 +261,7 @@ def slack_starts(problem: Problem, placement: Placement, capped: bool,
 
 def auto_known(problem: Problem, placement: Placement) -> list[Schedule]:
     """Known schedules of this problem: the registry's of its shape and placement, and the
-    greedy list schedules (``greedy_starts``)."""
+    greedy list schedules (``greedy_starts``, ``wide_starts``)."""
     return [*registry_schedules(problem, placement), *greedy_starts(problem, placement),
             *wide_starts(problem, placement)]
 
