@@ -54,3 +54,31 @@ def test_a_slack_start_meets_the_fill_and_drain_bound(S, B, cap, optimum):
     if S == 8:
         res = search(pr, CpSatConfig(time_limit_s=20))
         assert (res.status, res.makespan, res.lower_bound) == ("optimal", optimum, optimum)
+
+
+def test_slack_starts_compute_each_depth_once_and_begin_none_past_their_end(monkeypatch):
+    """The per-stage warm-up depths of a scale are computed once however many slack
+    multiples use them, and past ``until`` no least-slack start is begun (their depths
+    take seconds at the largest sizes, before a list schedule can give up)."""
+    import time
+
+    from pipetab.solver.cpsat import greedy as greedy_module
+    from pipetab.solver.cpsat import starts
+    from pipetab.solver.cpsat.params import StartParams
+
+    problem = idealized_problem(4, 16, "v", comm=1, activation_cap=4)
+    calls: list[float] = []
+    real = greedy_module.stage_limits
+
+    def counted(problem, placement, scale):
+        calls.append(scale)
+        return real(problem, placement, scale)
+
+    monkeypatch.setattr(starts, "stage_limits", counted)
+    placement = problem.fixed_placement
+    made = list(starts.slack_starts(problem, placement, True))
+    depths = [d for _, d in StartParams().slack_starts if d is not None]
+    assert len(made) >= 1 and sorted(calls) == sorted(set(depths)) and len(set(depths)) < len(depths)
+    calls.clear()
+    past = time.perf_counter() - 1.0
+    assert list(starts.slack_starts(problem, placement, True, until=lambda: past)) == [] and calls == []
