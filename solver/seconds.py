@@ -18,7 +18,7 @@ from .cpsat.api import bound, search
 from .cpsat.objectives import objective
 from .cpsat.params import CpSatConfig
 from .cpsat.result import Mode, Result, Status, gap_of
-from .cpsat.starts import as_searched, registry_schedules
+from .cpsat.starts import as_searched, generator_of, registry_schedules
 from .simulate import simulate
 
 if TYPE_CHECKING:
@@ -196,8 +196,7 @@ def _known_seconds(shape: Problem, res: Result, known: Sequence[Schedule], costs
 
     spec, out = objective(shape), {}
     placement = shape.fixed_placement
-    # a registry schedule is named after its generator, or that and a note in parentheses
-    unjudged = {n for n in REGISTRY if not any(k == n or k.startswith(f"{n} (") for k in res.known)}
+    unjudged = set(REGISTRY) - {generator_of(k) for k in res.known}
     pool = {s.name: s for s in (registry_schedules(shape, placement, done=unjudged) if placement is not None else ())}
     pool.update({s.name: s for s in known})
     for name, k in res.known.items():

@@ -127,6 +127,13 @@ def ops_one_at_a_time(schedule: Schedule) -> Schedule:
                     schedule.orders, schedule.stage_work, schedule.split_backward, schedule.params)
 
 
+def generator_of(name: str) -> str:
+    """The registry generator a start's schedule came from: its name, less the note in
+    parentheses that ``fused_backward`` or ``ops_one_at_a_time`` adds (no registry name
+    holds " (")."""
+    return name.split(" (", 1)[0]
+
+
 def _generation_time(name: str, opts: dict, sizes: tuple[int, int], cells: int, devices: int = 8) -> float:
     """A generator's predicted seconds for ``cells`` devices x microbatches on ``devices``
     devices: the line through its times at ``sizes`` cells (8 devices and sizes / 8
@@ -343,7 +350,8 @@ class Start:
 class _Sources:
     """The start's schedule sources in order — (step, iterator) pairs, each generator
     giving up at ``limit`` (or at ``hard`` while nothing fits) — judged one schedule at a
-    time while the next is predicted to end in time; what is left stays for a later call."""
+    time while the next is predicted to end in time, each appended to ``evals`` (the
+    start's own list); what is left stays for a later call."""
 
     def __init__(self, problem: Problem, placement: Placement, config: CpSatConfig, evals: list[KnownEval],
                  limit: float, hard: float):
@@ -392,9 +400,9 @@ def start_phase(problem: Problem, placement: Placement, config: CpSatConfig, kno
                 deadline: Deadline, pace: Pace) -> Start:
     """Judge the given known schedules, the registry's (``known_generators``), the greedy
     starts, the registry's split ones fused into a whole backward (slow to generate at
-    large sizes) and the wide-window greedy ones, then double-justify the fitting ones, best first — each
-    step only while it is predicted to end within ``StartParams.share`` of the time
-    (before one fits, within all of it: without one nothing comes back)."""
+    large sizes) and the wide-window greedy ones, then double-justify the fitting ones,
+    best first — each step only while it is predicted to end within ``StartParams.share``
+    of the time (before one fits, within all of it: without one nothing comes back)."""
     t = time.perf_counter()
     params = config.start
     until = t + params.share * max(0.0, deadline.wall_left())
@@ -402,7 +410,8 @@ def start_phase(problem: Problem, placement: Placement, config: CpSatConfig, kno
     first_fit = time.perf_counter() if best_of(evals) else None
     sources = _Sources(problem, placement, config, evals, until, deadline.end - pace.reserve())
     sources.judge(pace, until)
-    first_fit = first_fit or sources.first_fit
+    if first_fit is None:
+        first_fit = sources.first_fit
     notes = [f"{len(evals)} schedules judged"]
     if skipped:
         notes.append("skipped: " + "; ".join(skipped))
@@ -426,9 +435,7 @@ def more_starts(start: Start, deadline: Deadline, pace: Pace) -> int:
     if start.pending is None:
         return 0
     start.pending.resume()
-    new = start.pending.judge(pace, deadline.end - pace.reserve())
-    if start.pending.evals is not start.evals:
-        start.evals += new
+    new = start.pending.judge(pace, deadline.end - pace.reserve())  # appended to start.evals
     start.best = best_of(start.evals)
     return len(new)
 

@@ -97,3 +97,20 @@ def test_a_registry_generator_skipped_for_time_is_tried_again():
     later = [s.name for s in registry_schedules(problem, placement, params=params, done=done)]
     assert later == names(4, 8) and {"zbv", "dualpipev"} <= done
     assert list(registry_schedules(problem, placement, params=params, done=done)) == []
+
+
+def test_every_registry_start_names_its_generator():
+    """``generator_of`` takes a start's name back to the registry generator that made it —
+    plain, fused into a whole backward, or with its pairs run one at a time — on linear,
+    V and bidirectional shapes, split and whole (``seconds`` finds the judged ones by it)."""
+    from pipetab.solver.cpsat.starts import generator_of
+
+    seen = set()
+    for placement in ("linear", "v", "bidirectional"):
+        for split in (True, False):
+            problem = idealized_problem(4, 8, placement, split_backward=split)
+            for s in registry_schedules(problem, problem.fixed_placement):
+                assert generator_of(s.name) in registry.REGISTRY, s.name
+                seen.add(s.name)
+    assert {"zbv (W fused into B)", "dualpipev (pairs not overlapped)", "1f1b"} <= seen
+    assert not any(" (" in n for n in registry.REGISTRY)
