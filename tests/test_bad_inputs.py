@@ -255,6 +255,7 @@ TRACES = [str(Path(__file__).resolve().parent / "data" / "traces" / f"rank{r}.js
 PLAN = ["plan", "--model", "tiny_gpt", "--nodes", "1", "--gpus-per-node", "4", "--global-batch", "8", "--quiet"]
 CAL = ["--model", "tiny_gpt", "--system", "mid_nw_mid_cp"]
 SYS = ["--system", "mid_nw_mid_cp"]
+MOE = ["--model", "mixtral_8x7b", "--ep", "8", "--dp", "8"]
 CP = ["--solver", "cpsat"]
 
 # (id, argv with {d} for the files' folder, what the one line must contain)
@@ -670,6 +671,14 @@ MAIN_CASES = [
      ["search", *S4, "--split-backward", "--profile", "{d}/sp_prof_no_weight.toml"], "weight"),
     ("search-profile-comm-slots", ["search", *S4, *PROF, "--comm-slots", "1"], "--comm-slots"),
     ("search-profile-activation-cap", ["search", *S4, *PROF, "--activation-cap", "2"], "--activation-cap"),
+    ("search-overlap-pairs-idealized", ["search", *S4, "--overlap-pairs", "on"], "--overlap-pairs"),
+    ("search-overlap-pairs-dense", ["search", *S4, *SYS, "--model", "tiny_gpt", "--overlap-pairs", "on"],
+     "--overlap-pairs"),
+    ("search-overlap-pairs-bad", ["search", *S4, *SYS, *MOE, "--overlap-pairs", "maybe"], "overlap-pairs"),
+    ("search-overlap-pairs-free", ["search", *S4, *SYS, *MOE, "--placement", "free", "--overlap-pairs", "on"],
+     "--overlap-pairs"),
+    ("bound-overlap-pairs-period", ["bound", *S4, *SYS, *MOE, "--objective", "period", "--overlap-pairs", "on"],
+     "--overlap-pairs"),
     # plan
     ("plan-no-model", ["plan", "--nodes", "1", "--gpus-per-node", "8", "--global-batch", "8"], "--model"),
     ("plan-unknown-model", [*PLAN8[:2], "nope", *PLAN8[3:], "--global-batch", "8"], "nope"),

@@ -116,6 +116,10 @@ def register(sub) -> None:
         p.add_argument("--format", choices=["text", "json", "torch-csv"], default="text",
                        help="text (default); json: the result and the schedule's ops as columns in integer ticks "
                             "(pipetab check reads it); torch-csv: the schedule in PyTorch's pipelining CSV")
+        p.add_argument("--overlap-pairs", default=None, metavar="on|off",
+                       help="with a MoE model's expert parallelism on --system: let CP-SAT run a forward and a "
+                            "backward of different microbatches as one overlapped block, their all-to-alls "
+                            "hidden under each other's compute (default on; off: every op alone)")
         p.add_argument("--no-ops", action="store_true",
                        help="leave the schedule out: no ops in JSON, no table in text (the summary only)")
         hardware_args.add_context_args(p)
@@ -189,6 +193,9 @@ def build_problem(args):
     hardware_args.check_context(args, args.stages, args.microbatches)
     shape = _shape(args)
     if not (args.system or args.profile):
+        if args.overlap_pairs is not None:
+            raise UsageError("--overlap-pairs needs --system with a MoE model and --ep (idealized ops hold no "
+                             "communication to hide)")
         return shape, None
     try:
         costs = hardware_args.costs_of(args, shape_schedule(shape))
@@ -196,7 +203,33 @@ def build_problem(args):
         raise UsageError(f"{exc}") from None
     if args.memory_cap is not None:
         costs = replace(costs, capacity=(args.memory_cap,) * len(costs.capacity))
-    return replace(shape, name=f"{args.placement} on {hardware_args.costs_label(args)}"), costs
+    shape = replace(shape, name=f"{args.placement} on {hardware_args.costs_label(args)}")
+    return replace(shape, overlap_pairs=_overlap_pairs(args, bool(costs.chains))), costs
+
+
+def _overlap_pairs(args, chains: bool) -> bool:
+    """Whether the search may overlap forward-backward pairs: ``--overlap-pairs`` (default
+    on where an op's costs hold communication to hide), refused where it cannot apply."""
+    from pipetab.schedules import registry
+
+    partitioned = args.partition is not None and args.partition.mode != "even"
+    if args.overlap_pairs is None:
+        return (chains and args.placement is not PlacementFamily.FREE and args.objective is Objective.MAKESPAN
+                and not partitioned)
+    try:
+        on = registry.parse_flag(args.overlap_pairs)
+    except ValueError as exc:
+        raise UsageError(f"--{exc.args[0]}") from None
+    if on and not chains:
+        raise UsageError("--overlap-pairs on needs an op that communicates inside it (a MoE model with expert "
+                         "parallelism, --ep): there is nothing for a pair to hide")
+    if on and args.placement is PlacementFamily.FREE:
+        raise UsageError("--overlap-pairs on needs a fixed placement, not --placement free")
+    if on and args.objective is not Objective.MAKESPAN:
+        raise UsageError("--overlap-pairs on needs --objective makespan")
+    if on and partitioned:
+        raise UsageError("--overlap-pairs on goes with an even or given partition, not --partition free or a list")
+    return on
 
 
 def _ops_records(schedule, costs, scale: float = 1.0) -> list[dict]:

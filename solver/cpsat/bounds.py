@@ -29,7 +29,9 @@ def makespan_lower_bound(problem: Problem, placement: Placement | None) -> tuple
     (free placement); the memory chain on stage 0 (fixed placement, capacity given); the
     sweep over the microbatches (``sweep``: fixed placement, up to
     ``ModelParams.sweep_max_cells`` microbatch-stages); and the all-reduce tails. Returns
-    (bound, which one)."""
+    (bound, which one). Where the search may overlap pairs (``Problem.overlap_pairs``) a
+    device's load is less the most its pairs can save (``pairing.device_savings``), and the
+    fill-and-drain and sweep bounds, which count ops one at a time, are left out."""
     head, tail = heads_tails(problem, placement)
     opts = [problem.optimizer(d) for d in range(problem.num_devices)]
     min_opt = min(opts) if opts else 0
@@ -47,9 +49,14 @@ def makespan_lower_bound(problem: Problem, placement: Placement | None) -> tuple
         found.append((head[b0] + n * problem.duration(b0) + tail[b0] + dev_opt(p, 0),
                       f"stage-0 backwards of pipeline {p}"))
     if placement is not None:
-        found += _device_bounds(problem, placement, head, tail, opts)
+        savings = None
+        if problem.overlap_pairs:
+            from .pairing import device_savings
+
+            savings = device_savings(problem, placement)
+        found += _device_bounds(problem, placement, head, tail, opts, savings)
         cells = sum(n * problem.num_stages[p] for p, n in counts.items())
-        if cells <= ModelParams().sweep_max_cells:
+        if savings is None and cells <= ModelParams().sweep_max_cells:
             found.append((sweep_lower_bound(problem, placement), "one sweep over the microbatches (FIFO chains, "
                                                                  "memory windows, device load)"))
     else:
@@ -69,9 +76,11 @@ def makespan_lower_bound(problem: Problem, placement: Placement | None) -> tuple
 
 
 def _device_bounds(problem: Problem, placement: Placement, head: dict[Op, int], tail: dict[Op, int],
-                   opts: list[int]) -> list[tuple[int, str]]:
+                   opts: list[int], savings: dict[int, int] | None = None) -> list[tuple[int, str]]:
     """Fixed placement: each device's load with its least head and tail, with its
-    memory-bound fill and drain, and the memory chain on each pipeline's stage 0."""
+    memory-bound fill and drain, and the memory chain on each pipeline's stage 0. With
+    ``savings`` (overlapped pairs allowed): each load less its device's saving, no fill and
+    drain."""
     counts, out = problem.pipeline_counts, []
     load: dict[int, int] = defaultdict(int)
     heads: dict[int, int] = {}
@@ -86,11 +95,15 @@ def _device_bounds(problem: Problem, placement: Placement, head: dict[Op, int], 
                 tails[d] = min(tails.get(d, tail[op]), tail[op])
     least_opt = min(opts, default=0)
     for d, ld in load.items():
+        if savings is not None:
+            ld -= savings.get(d, 0)
         # after d's last op run both its own optimizer and that op's tail, which ends on
         # some device whose optimizer follows: side by side, not one after the other
-        out.append((heads[d] + ld + max(tails[d] + least_opt, opts[d]), f"load of device {d}"))
-        out.append((_fill_drain_bound(problem, placement, d, ld, head, tail) + least_opt,
-                    f"load of device {d} with its memory-bound fill and drain"))
+        out.append((heads[d] + ld + max(tails[d] + least_opt, opts[d]),
+                    f"load of device {d}" + (" less what overlapped pairs can save" if savings else "")))
+        if savings is None:
+            out.append((_fill_drain_bound(problem, placement, d, ld, head, tail) + least_opt,
+                        f"load of device {d} with its memory-bound fill and drain"))
     for p, n in counts.items():
         fit = problem.activations_fit(problem.cap(placement.device(p, 0)), p, 0)
         if fit is None or not 2 <= fit + 1 <= n:

@@ -126,7 +126,7 @@ def add_symmetry_break(model: cp_model.CpModel, v: Variables) -> None:
         for a, b in itertools.pairwise(mbs):
             ia = v.index[Op(Kind.F, p, 0, a)]
             ib = v.index[Op(Kind.F, p, 0, b)]
-            model.add(v.start[ib] >= v.start[ia] + v.dur[ia])
+            model.add(v.start[ib] >= v.end(ia))
 
 
 def add_fifo(model: cp_model.CpModel, v: Variables) -> None:
@@ -154,7 +154,7 @@ def add_fifo(model: cp_model.CpModel, v: Variables) -> None:
                     v.check()
                     ia = v.index[Op(k, p, s, a)]
                     ib = v.index[Op(k, p, s, b)]
-                    model.add(v.start[ib] >= v.start[ia] + v.dur[ia])
+                    model.add(v.start[ib] >= v.end(ia))
 
 
 def add_device_symmetry(model: cp_model.CpModel, v: Variables) -> bool:
@@ -199,8 +199,8 @@ def add_last_stage_glue(model: cp_model.CpModel, v: Variables) -> bool:
     forwards later (less memory). Repeating this glues every pair. Returns whether it
     applied."""
     problem = v.problem
-    if problem.split_backward or v.placement is None:
-        return False
+    if problem.split_backward or v.placement is None or v.pair_lits:
+        return False  # with overlapped pairs the exchange argument does not hold
     applied = False
     for p, mbs in problem.pipeline_microbatches.items():
         last = problem.num_stages[p] - 1
@@ -336,7 +336,9 @@ FAMILIES: tuple[Family, ...] = (
     Family("symmetry break", "symmetry_break", lambda b: b.free_order and not b.fifo,
            lambda b: add_symmetry_break(b.model, b.v) or ["symmetry break"],
            "stage-0 forwards start in microbatch order (relabelling symmetry, without loss of generality)"),
-    Family("order literals", "order_literals", lambda b: b.fifo and b.v.placement is not None, _order_literals),
+    # order literals say "one ends before the other starts", which a pair's two ops break
+    Family("order literals", "order_literals", lambda b: b.fifo and b.v.placement is not None and not b.v.pair_lits,
+           _order_literals),
     Family("no-overlap", None, lambda b: b.free_order, _no_overlap),
     Family("memory chain", "redundant",
            lambda b: b.free_order and (b.fifo or b.config.uses("symmetry_break")),

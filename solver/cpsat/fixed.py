@@ -51,7 +51,11 @@ def base_assumptions(problem: Problem, placement_label: str) -> list[str]:
             out.append("activation live from its F's start: M - M_W to its B's end, M_W to its W's end")
         else:
             out.append("activation live from its F's start to its B's end")
-    if c.chains and not problem.blocks:
+    if c.chains and problem.overlap_pairs:
+        out.append("a forward and a backward of different microbatches on one device may run as one overlapped "
+                   "block" + ("; blocks holding a W are not considered (one can be faster than this bound)"
+                              if problem.split_backward else ""))
+    elif c.chains and not problem.blocks:
         out.append("ops run one at a time: no overlapped forward-backward pairs (a schedule with pairs can be "
                    "faster than this bound)")
     extra = objective(problem).assumption
@@ -156,6 +160,21 @@ class _Fixed:
             self.start.best = best_of(self.start.evals)
             self.t_first = self.t_first if self.t_first is not None else time.perf_counter() - self.deadline.t0
 
+    def pair_best_start(self) -> None:
+        """Where pairs may overlap: the best start that runs every op alone, with the
+        adjacent forward-backward pairs of its order overlapped (``solver.pairs``), joins
+        the starts."""
+        from pipetab.solver.pairs import paired_on_order
+
+        from .starts import judge
+
+        alone = best_of(e for e in self.start.evals if not e.schedule.blocks)
+        if alone is None or not self.pace.fits("evaluate", self.deadline.end, 3):
+            return
+        evals, _ = judge(self.problem, paired_on_order(alone.schedule, self.problem.costs), self.pace)
+        self.start.evals += evals
+        self.start.best = best_of(self.start.evals)
+
     def without_model(self, message: str) -> Result:
         """No model follows: in search mode the start's pending sources get the time left;
         then the best schedule found comes back with the analytic bound."""
@@ -243,12 +262,16 @@ def search_fixed(problem: Problem, placement: Placement, config: CpSatConfig, kn
     pace = Pace(deadline, config.start)
     run = _Fixed(fixed, placement, config, deadline, mode, label, start_phase(fixed, placement, config, known,
                                                                              deadline, pace), pace)
+    if fixed.overlap_pairs:
+        run.pair_best_start()
     best = run.start.best
     if best is not None and run.lb >= best.makespan:  # type: ignore[operator]
         return run.finish(Status.OPTIMAL, best.schedule, best.makespan, run.lb,
                           f"a start meets the analytic bound ({run.lb_why})")
     fits = pace.model_fits()
-    if config.uses("cyclic") and cyclic_applies(fixed, config, fits) and (mode is not Mode.BOUND or not fits):
+    # the cyclic model runs ops one at a time: where pairs may overlap its proofs would not hold
+    if (config.uses("cyclic") and not fixed.overlap_pairs and cyclic_applies(fixed, config, fits)
+            and (mode is not Mode.BOUND or not fits)):
         strategy = config.strategy
         run.run_cyclic(1.0 if not fits or fixed.num_ops >= strategy.cyclic_all_ops else strategy.cyclic_share)
         best = run.start.best

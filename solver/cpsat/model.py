@@ -47,6 +47,7 @@ class RawSolve:
     first_solution_time: float | None
     num_solutions: int
     stalled: bool = False  # stopped early: no better solution for ``stall_s`` seconds
+    pairs: tuple[tuple[Op, Op], ...] = ()  # overlapped pairs the solution chose
 
 
 class _Progress(cp_model.CpSolverSolutionCallback):
@@ -121,6 +122,7 @@ class CpSatModel:
         objective_cap: int | None = None,
         deadline: float | None = None,
         mirror=None,
+        around: Schedule | None = None,
     ):
         self.problem = problem
         self.config = config
@@ -132,15 +134,22 @@ class CpSatModel:
             raise ValueError("fixed orders need a fixed placement")
         t0 = time.perf_counter()
         spec = objective(problem)
+        self.pairs = None
+        if problem.overlap_pairs and placement is not None and orders is None:
+            from .pairing import pair_candidates
+
+            self.pairs = pair_candidates(problem, placement, config.model.pair_limit, around)
         v = self.vars = Variables.build(self.model, problem, placement, self.horizon, makespan_lb,
                                         intervals=not self.fixed_order, deadline=deadline,
-                                        objective_variables=spec.variables)
+                                        objective_variables=spec.variables, pairs=self.pairs)
         build = Build(self.model, v, config, orders, orders is None and config.uses("fifo"), mirror)
         self.fifo = build.fifo
         self.applied: list[str] = []
         for family in FAMILIES:
             if (family.switch is None or config.uses(family.switch)) and family.applies(build):
                 self.applied += family.add(build)
+        if self.pairs is not None:
+            self.applied.append(self.pairs.label())
         target = spec.target(v)
         if objective_cap is not None:
             self.model.add(target <= objective_cap)
@@ -175,10 +184,17 @@ class CpSatModel:
         rel = problem.release_kind
         for lit, a, c in v.order_lits:
             m.add_hint(lit, int(starts[v.ops[a]] < starts[v.ops[c]]))
+        if schedule.blocks:  # a block's ops end together
+            ends = {op: round(t) for op, t in timing.end.items()}
+        else:
+            ends = {op: starts[op] + problem.duration(op) for op in v.ops}
+        if v.pair_lits:
+            from .pairing import hint_pairs
+
+            hint_pairs(m, v, schedule, ends)
         for (p, s, mb, kind), size in v.lifetime_size.items():
             r = Op(kind, p, s, mb)
-            m.add_hint(size, starts[r] + problem.duration(r) - starts[Op(Kind.F, p, s, mb)])
-        ends = {op: starts[op] + problem.duration(op) for op in v.ops}
+            m.add_hint(size, ends[r] - starts[Op(Kind.F, p, s, mb)])
         pl_of = schedule.placement
         step = max((ends[op] + problem.optimizer(pl_of.device(op.pipeline, op.stage)) for op in v.ops), default=0)
         for g_i, g in enumerate(problem.costs.replica_groups):
@@ -269,16 +285,25 @@ class CpSatModel:
                 )
             else:
                 placement = v.placement
-        if status == "optimal":
+        if self.pairs is not None and self.pairs.restricted:
+            # a restriction of the problem: its schedules count, its proofs and bounds do not
+            status = {"optimal": "feasible", "infeasible": "unknown"}.get(status, status)
+        elif status == "optimal":
             bound = value
         elif status != "infeasible":
             b = solver.best_objective_bound
             if math.isfinite(b):
                 bound = math.ceil(b - 1e-9)
         first = cb.trace[0][0] if cb.trace else None
+        pairs: tuple = ()
+        if starts is not None and v.pair_lits:
+            from .pairing import chosen_pairs
+
+            pairs = chosen_pairs(solver, v)
         return RawSolve(status, value, bound, starts, placement, wall, solver.response_proto.deterministic_time,
-                        first, len(cb.trace), stalled=watch is not None and watch.stalled)
+                        first, len(cb.trace), stalled=watch is not None and watch.stalled, pairs=pairs)
 
     def schedule_from(self, raw: RawSolve, name: str = "cpsat") -> Schedule:
-        """The schedule of a solution: its placement and, per device, its ops by start."""
-        return self.problem.schedule_by_starts(name, raw.placement, raw.starts)
+        """The schedule of a solution: its placement, per device its ops by start, and the
+        overlapped pairs it chose as blocks."""
+        return self.problem.schedule_by_starts(name, raw.placement, raw.starts, raw.pairs)

@@ -153,9 +153,10 @@ def relabel_microbatches(schedule: Schedule, timing: Timing) -> tuple[Schedule, 
     if all(a == b for a, b in mapping.items()):
         return schedule, timing
     orders = tuple(tuple(mapping[op] for op in order) for order in schedule.orders)
+    blocks = tuple(tuple(mapping[op] for op in b) for b in schedule.blocks)  # a block's cost is its stages'
     new = Schedule(
         schedule.name, schedule.placement, schedule.microbatch2pipeline, orders,
-        schedule.stage_work, schedule.split_backward, schedule.params,
+        schedule.stage_work, schedule.split_backward, schedule.params, blocks,
     )
     return new, Timing(
         {mapping[o]: t for o, t in timing.start.items()}, {mapping[o]: t for o, t in timing.end.items()}

@@ -97,9 +97,11 @@ class ModelParams:
     ``order_literal_limit`` literals; presolve probing stops after ``probing_det_limit``
     deterministic seconds; ``portfolios``: subsolvers per worker count; the analytic
     bound's sweep over the microbatches (``sweep``) up to ``sweep_max_cells``
-    microbatch-stages (0.7 s at 524,288)."""
+    microbatch-stages (0.7 s at 524,288); at most ``pair_limit`` overlapped-pair
+    candidates (``pairing``; more are cut to near microbatches, a stated restriction)."""
 
     order_literal_limit: int = 60000
+    pair_limit: int = 3000
     probing_det_limit: float = 0.1
     sweep_max_cells: int = 2_000_000
     portfolios: tuple[tuple[int, tuple[str, ...]], ...] = DEFAULT_PORTFOLIOS

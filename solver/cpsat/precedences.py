@@ -80,11 +80,11 @@ def add_precedences(model: cp_model.CpModel, v: Variables) -> None:
         j = v.index[pred]
         if v.placement is not None or pred.stage == op.stage:
             lag = min_lag(problem, v.placement, pred, op) if v.placement is not None else 0
-            model.add(v.start[i] >= v.start[j] + v.dur[j] + lag)
+            model.add(v.start[i] >= v.end(j) + lag)
             v.lag[(pred, op)] = lag
         else:
             lag = _free_lag(model, v, pred, op)
-            model.add(v.start[i] >= v.start[j] + v.dur[j] + lag)
+            model.add(v.start[i] >= v.end(j) + lag)
             v.lag[(pred, op)] = lag
     for block in problem.blocks:  # fixed orders: a block starts once every input of its ops is there
         first = v.index[block[0]]
@@ -110,6 +110,7 @@ def add_no_overlap(model: cp_model.CpModel, v: Variables, makespan_intervals: bo
         if d in skip:
             continue
         ivs = [v.interval[i] for i in v.device_ops(d)] if v.placement is not None else [alts[d] for alts in v.alt]
+        ivs += v.block_intervals.get(d, [])
         if makespan_intervals:
             opt = problem.optimizer(d)
             ivs.append(model.new_interval_var(

@@ -65,6 +65,9 @@ class Problem:
     name: str = "problem"
     objective: Objective = Objective.MAKESPAN
     blocks: tuple[tuple[Op, ...], ...] = ()
+    # the search may run a forward and a backward of different microbatches on one device as
+    # one overlapped block (``pairing``; fixed placement, makespan objective, free orders)
+    overlap_pairs: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "objective", objective_of(self.objective))
@@ -78,6 +81,7 @@ class Problem:
         self._check_shape()
         self._check_placement()
         self._check_costs()
+        self._check_pairs()
         if self.stage_work is not None:
             object.__setattr__(self, "stage_work", tuple(tuple(w) for w in self.stage_work))
             if tuple(len(w) for w in self.stage_work) != self.num_stages:
@@ -111,6 +115,16 @@ class Problem:
         object.__setattr__(self, "placement", family)
         if family is not PlacementFamily.FREE:
             family_placement(family, D, self.num_stages)  # validates shapes
+
+    def _check_pairs(self) -> None:
+        if not self.overlap_pairs:
+            return
+        if self.blocks:
+            raise ValueError("overlap_pairs is for a search; a problem with fixed blocks has fixed orders")
+        if self.objective is not Objective.MAKESPAN:
+            raise ValueError("overlap_pairs needs the makespan objective")
+        if self.placement is PlacementFamily.FREE:
+            raise ValueError("overlap_pairs needs a fixed placement")
 
     def _check_costs(self) -> None:
         c, D = self.costs, self.num_devices
@@ -308,21 +322,24 @@ class Problem:
             return "different placement"
         return None
 
-    def schedule(self, name: str, placement: Placement, orders) -> Schedule:
-        """A ``Schedule`` of this problem with the given placement and per-device orders."""
+    def schedule(self, name: str, placement: Placement, orders, blocks: tuple[tuple[Op, ...], ...] = ()) -> Schedule:
+        """A ``Schedule`` of this problem with the given placement, per-device orders and
+        blocks."""
         return Schedule(
             name, placement, self.microbatch2pipeline, tuple(tuple(o) for o in orders),
             stage_work=self.stage_work, split_backward=self.split_backward,
-            params={"source": "cpsat"},
+            params={"source": "cpsat"}, blocks=blocks,
         )
 
-    def schedule_by_starts(self, name: str, placement: Placement, starts: dict[Op, int]) -> Schedule:
-        """The ``Schedule`` whose per-device orders are the ops by start time (ties by
-        name)."""
+    def schedule_by_starts(self, name: str, placement: Placement, starts: dict[Op, int],
+                           blocks: tuple[tuple[Op, ...], ...] = ()) -> Schedule:
+        """The ``Schedule`` whose per-device orders are the ops by start time (ties: a
+        block's forward first, then by name), with ``blocks`` (overlapped pairs, which
+        share their start)."""
         orders: list[list[Op]] = [[] for _ in range(self.num_devices)]
-        for op in sorted(starts, key=lambda o: (starts[o], str(o))):
+        for op in sorted(starts, key=lambda o: (starts[o], o.kind is not Kind.F, str(o))):
             orders[placement.device(op.pipeline, op.stage)].append(op)
-        return self.schedule(name, placement, orders)
+        return self.schedule(name, placement, orders, blocks)
 
     @classmethod
     def from_schedule(cls, schedule: Schedule, costs: Costs,

@@ -88,31 +88,49 @@ def registry_schedules(problem: Problem, placement: Placement, probe: tuple[int,
         except (ValueError, TypeError):
             continue
         if fuse:
-            s = fused_backward(s)
+            s = fused_backward(s, keep_pairs=problem.overlap_pairs)
         if fixed.matches(s) is None:
-            yield s if problem.blocks else ops_one_at_a_time(s)
+            yield from as_searched(problem, [s])
 
 
-def fused_backward(schedule: Schedule) -> Schedule:
+def fused_backward(schedule: Schedule, keep_pairs: bool = False) -> Schedule:
     """A split-backward schedule as a whole-backward one: each W dropped, so the whole
     backward runs where its B ran (the same orders of F and B; an activation is freed at
     the B, no later than the split schedule's W freed it, so its peak memory is no
-    higher). Named '<name> (W fused into B)'; overlapped pairs are left out."""
-    from pipetab.schedules.ops import Kind
+    higher). Named '<name> (W fused into B)'; overlapped pairs are left out unless
+    ``keep_pairs`` (then each block less its W is kept where a forward and a backward remain)."""
+    from pipetab.schedules.ops import Kind, Op
     from pipetab.schedules.schedule import Schedule
 
     if not schedule.split_backward:
         return schedule
     orders = tuple(tuple(op for op in order if op.kind is not Kind.W) for order in schedule.orders)
+    blocks: tuple[tuple[Op, ...], ...] = ()
+    if keep_pairs:
+        kept = (tuple(op for op in b if op.kind is not Kind.W) for b in schedule.blocks)
+        blocks = tuple(b for b in kept if len(b) == 2 and b[0].kind is Kind.F)
     return Schedule(f"{schedule.name} (W fused into B)", schedule.placement, schedule.microbatch2pipeline, orders,
-                    schedule.stage_work, False, schedule.params)
+                    schedule.stage_work, False, schedule.params, blocks)
 
 
 def as_searched(problem: Problem, known: Sequence[Schedule]) -> list[Schedule]:
     """``known`` as a search of ``problem`` judges them: on a problem without blocks (a
     search orders ops one at a time) their overlapped pairs run as two ops
-    (``ops_one_at_a_time``); a problem with blocks (fixed orders) keeps them."""
-    return list(known) if problem.blocks else [ops_one_at_a_time(k) for k in known]
+    (``ops_one_at_a_time``); a problem with blocks (fixed orders) keeps them; where the
+    search may overlap pairs (``Problem.overlap_pairs``) each keeps its forward-backward
+    pairs (``pairing.pairs_only``) and, if it has blocks, comes also with every op alone."""
+    if problem.blocks:
+        return list(known)
+    if not problem.overlap_pairs:
+        return [ops_one_at_a_time(k) for k in known]
+    from .pairing import pairs_only
+
+    out = []
+    for k in known:
+        out.append(pairs_only(k))
+        if k.blocks:
+            out.append(ops_one_at_a_time(k))
+    return out
 
 
 def ops_one_at_a_time(schedule: Schedule) -> Schedule:
@@ -128,9 +146,9 @@ def ops_one_at_a_time(schedule: Schedule) -> Schedule:
 
 
 def generator_of(name: str) -> str:
-    """The registry generator a start's schedule came from: its name, less the note in
-    parentheses that ``fused_backward`` or ``ops_one_at_a_time`` adds (no registry name
-    holds " (")."""
+    """The registry generator a start's schedule came from: its name, less the notes in
+    parentheses that ``fused_backward``, ``ops_one_at_a_time`` or ``pairing.pairs_only``
+    add (no registry name holds " (")."""
     return name.split(" (", 1)[0]
 
 
@@ -443,7 +461,9 @@ def more_starts(start: Start, deadline: Deadline, pace: Pace) -> int:
 def _justified(problem: Problem, placement: Placement, evals: list[KnownEval], pace: Pace, until: float,
                rounds: int) -> list[KnownEval]:
     """The fitting schedules improved by double justification, best first, while time allows."""
-    fitting = sorted((e for e in evals if e.fits), key=lambda e: e.makespan)  # type: ignore[arg-type,return-value]
+    # the precedence graph runs ops one at a time: schedules with overlapped pairs are not justified
+    fitting = sorted((e for e in evals if e.fits and not e.schedule.blocks),
+                     key=lambda e: e.makespan)  # type: ignore[arg-type,return-value]
     graph = precedence_graph(problem, placement) if fitting and pace.fits("justify", until) else None
     out = []
     for e in fitting if graph is not None else ():

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Sequence
 
 from .model import CpSatModel, RawSolve
 from .objectives import objective
-from .oracle import KnownEval, checked, hint_form
+from .oracle import KnownEval, checked, hint_form, relabel_microbatches
 from .result import SolveRecord, gap_of
 from .variables import BuildTimeout
 
@@ -155,13 +155,17 @@ def proof_config(config: CpSatConfig) -> CpSatConfig:
 
 
 def build_model(problem: Problem, placement: Placement, config: CpSatConfig, cap: int, bound: int,
-                deadline: float | None = None, mirror=None) -> CpSatModel:
+                deadline: float | None = None, mirror=None, around: KnownEval | None = None) -> CpSatModel:
     """The model of the schedules whose objective is at most ``cap`` (the objective's
     ``model_horizon`` bounds every time), the objective at least ``bound``. Building past
-    ``deadline`` raises ``BuildTimeout``."""
+    ``deadline`` raises ``BuildTimeout``. ``around``: the incumbent, whose overlapped pairs
+    the pair candidates keep when there are too many (``pairing.pair_candidates``)."""
     horizon, objective_cap = objective(problem).model_horizon(problem, placement, cap)
+    near = None
+    if around is not None and around.schedule.blocks and around.timing is not None:
+        near = relabel_microbatches(around.schedule, around.timing)[0]  # as the hint will be
     return CpSatModel(problem, config, placement, horizon, makespan_lb=bound, objective_cap=objective_cap,
-                      deadline=deadline, mirror=mirror)
+                      deadline=deadline, mirror=mirror, around=near)
 
 
 def hint_incumbent(model: CpSatModel, problem: Problem, known: KnownEval) -> None:
@@ -197,7 +201,7 @@ def search_phase(problem: Problem, placement: Placement, config: CpSatConfig, st
         base = configs[attempt % len(configs)]
         cfg = base.replace(random_seed=base.random_seed + attempt)
         model = _built(state, lambda: build_model(problem, placement, cfg, incumbent.makespan, bound,  # type: ignore[arg-type]
-                                                  deadline=deadline.end))
+                                                  deadline=deadline.end, around=incumbent))
         if model is None:
             break
         hint_incumbent(model, problem, incumbent)
@@ -219,7 +223,7 @@ def _mirror_solve(problem, placement, config, state, deadline: Deadline, rows, m
     share = config.strategy.mirror_share
     incumbent, bound = state.snapshot()
     model = _built(state, lambda: build_model(problem, placement, config, incumbent.makespan, bound,
-                                              deadline=deadline.end, mirror=mirror))
+                                              deadline=deadline.end, mirror=mirror, around=incumbent))
     if model is None:
         return
     hint_incumbent(model, problem, incumbent)
@@ -250,7 +254,8 @@ def bound_phase(problem: Problem, placement: Placement, config: CpSatConfig, sta
             break
         h = bound + tighten_step(proofs, remaining, value - bound, clamp) - 1
         stop = state.probe(h)
-        model = _built(state, lambda: build_model(problem, placement, config, h, bound, deadline=deadline.end))
+        model = _built(state, lambda: build_model(problem, placement, config, h, bound, deadline=deadline.end,
+                                                  around=state.snapshot()[0]))
         if model is None:
             break
         if "cumulative" not in model.applied:

@@ -115,6 +115,12 @@ class Variables:
     # op (a, j) ends before op (c, j + k) starts (memory windows, last-stage glue)
     chain_shift: dict[tuple[tuple, tuple], int] = field(default_factory=dict)
     order_lits: list[tuple[cp_model.IntVar, int, int]] = field(default_factory=list)  # (lit, a, c): a before c
+    # overlapped pairs chosen by the model (``pairing``): (forward, backward) index ->
+    # (literal, block ticks); a paired op's alone literal and end variable; blocks per device
+    pair_lits: dict[tuple[int, int], tuple[cp_model.IntVar, int]] = field(default_factory=dict)
+    alone: dict[int, cp_model.IntVar] = field(default_factory=dict)
+    ends: list = field(default_factory=list)  # end variable per op (None: start + duration)
+    block_intervals: dict[int, list[cp_model.IntervalVar]] = field(default_factory=dict)
     deadline: float | None = None  # building past it raises BuildTimeout
     _steps: int = 0
 
@@ -129,11 +135,12 @@ class Variables:
     def build(
         cls, model: cp_model.CpModel, problem: Problem, placement: Placement | None,
         horizon: int, makespan_lb: int = 0, intervals: bool = True, deadline: float | None = None,
-        objective_variables=None,
+        objective_variables=None, pairs=None,
     ) -> "Variables":
         """Every op's start (and interval), placement literals under free placement, the
-        objective's own (``objective_variables(model, v, makespan_lb)``, ``objectives``)
-        and the all-reduce starts."""
+        objective's own (``objective_variables(model, v, makespan_lb)``, ``objectives``),
+        the all-reduce starts and, with ``pairs`` (``pairing.PairCandidates``; fixed
+        placement), the overlapped pairs the model may choose."""
         v = cls(problem, placement, horizon, makespan_lb, deadline=deadline)
         v.ops = problem.ops
         v.index = {op: i for i, op in enumerate(v.ops)}
@@ -166,6 +173,10 @@ class Variables:
                     model.new_optional_fixed_size_interval_var(v.start[i], v.dur[i], lits[d], f"i_{op}_d{d}")
                     for d in range(D)
                 ])
+        if pairs is not None:
+            from .pairing import add_pair_variables
+
+            add_pair_variables(model, v, pairs)
         if objective_variables is not None:
             objective_variables(model, v, makespan_lb)
         for g_i, _ in enumerate(problem.costs.replica_groups):
@@ -173,7 +184,9 @@ class Variables:
         return v
 
     def end(self, i: int):
-        return self.start[i] + self.dur[i]
+        """Op i's end: its start plus its duration, or its end variable when it may pair."""
+        e = self.ends[i] if self.ends else None
+        return self.start[i] + self.dur[i] if e is None else e
 
     def op_start(self, op: Op):
         return self.start[self.index[op]]

@@ -1,0 +1,227 @@
+"""Overlapped forward-backward pairs chosen by the CP-SAT model (``Problem.overlap_pairs``).
+
+Where the costs hold an op's communication (``Costs.chains``: expert parallelism's
+all-to-all), a forward and a backward of different microbatches on one device may run as one
+block (``Schedule.blocks``): the block takes ``Costs.block_time`` of the two, starts when
+the device is free and every input of both has arrived, and both ops end with it (the
+simulator's semantics). Here the model chooses which forward pairs with which backward: one
+literal per candidate pair, the two ops then share their start, both end at the block's end,
+and the device's no-overlap holds the block's interval instead of the two ops' own.
+
+Which pairs can occur at all, under FIFO (every stage runs each kind in microbatch order,
+without loss of generality: ``families.add_fifo``, whose relabelling keeps blocks, since a
+block's cost depends only on its ops' stages): a forward F(x, a) and a backward B(y, c) of one
+pipeline pair only when c comes before a (B(y, c) needs F(x, c) or the forward chain through
+it done, so F(x, a) cannot start with it if a <= c), and on the earlier stage u = min(x, y)
+the activations of c..a are all live when the block starts. So a - c + 1 is at most what the
+device's cap holds of stage u (``Problem.activations_fit``): the candidates up to that offset
+are every pair an optimal schedule can use. Forwards and backwards of two pipelines (both
+directions of a bidirectional placement) may pair at any distance. When the candidates
+exceed the limit, only those near the incumbent's pairs are kept: such a model searches a
+restriction, so its schedules count and its bounds and proofs are dropped. Blocks with a W
+(a forward, a backward and its W) are not candidates: a bound of this model is a bound over
+schedules whose blocks are forward-backward pairs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Iterable
+
+from pipetab.schedules.ops import Kind, Op
+
+if TYPE_CHECKING:
+    from ortools.sat.python import cp_model
+
+    from pipetab.schedules.schedule import Placement, Schedule
+
+    from .problem import Problem
+    from .variables import Variables
+
+StageKey = tuple[int, int]
+
+
+@dataclass(frozen=True)
+class PairCandidates:
+    """The pairs the model may choose: (forward, backward, block ticks) per candidate.
+    ``restricted``: they are not every pair that can occur (too many: only those near the
+    incumbent's), so the model's schedules count and its bounds and proofs do not."""
+
+    pairs: tuple[tuple[Op, Op, int], ...]
+    restricted: bool = False
+
+    def label(self) -> str:
+        if self.restricted:
+            return (f"overlapped pairs: {len(self.pairs)} candidates near the incumbent's pairs "
+                    "(a restriction of the search; its bounds are not used)")
+        return f"overlapped pairs: {len(self.pairs)} candidates, every pair that can occur"
+
+
+def block_ticks(problem: Problem, placement: Placement) -> dict[tuple[StageKey, StageKey], int]:
+    """Per (forward stage, backward stage) on one device whose block is shorter than the two
+    ops alone: the block's integer time."""
+    from .problem import _int
+
+    out = {}
+    for d in range(problem.num_devices):
+        held = placement.stages_on(d)
+        for pf, sf in held:
+            for pb, sb in held:
+                f, b = Op(Kind.F, pf, sf, 0), Op(Kind.B, pb, sb, 1)
+                t = _int(problem.costs.block_time((f, b)), f"block {f}&{b}")
+                if t < problem.duration(f) + problem.duration(b):
+                    out[((pf, sf), (pb, sb))] = t
+    return out
+
+
+def _widest(problem: Problem, placement: Placement, f: StageKey, b: StageKey) -> int:
+    """The largest microbatch distance a pair of these stages can have (module docstring)."""
+    n = problem.pipeline_counts[f[0]]
+    if f[0] != b[0]:
+        return max(n, problem.pipeline_counts[b[0]]) - 1
+    u = min(f[1], b[1])
+    fit = problem.activations_fit(problem.cap(placement.device(f[0], u)), f[0], u)
+    return n - 1 if fit is None else max(0, min(n - 1, fit - 1))
+
+
+def _rank_pairs(f: StageKey, b: StageKey, nf: int, nb: int, window: int) -> Iterable[tuple[int, int]]:
+    """(forward rank, backward rank) of the candidates within ``window``."""
+    if f[0] == b[0]:
+        return ((a, a - o) for o in range(1, window + 1) for a in range(o, nf))
+    return ((a, c) for a in range(nf) for c in range(max(0, a - window), min(nb, a + window + 1)))
+
+
+def _count(f: StageKey, b: StageKey, nf: int, nb: int, window: int) -> int:
+    if f[0] == b[0]:
+        return sum(nf - o for o in range(1, window + 1))
+    return sum(min(nb, a + window + 1) - max(0, a - window) for a in range(nf))
+
+
+def _offset(f: Op, b: Op, rank: dict[int, int]) -> int:
+    return rank[f.microbatch] - rank[b.microbatch]
+
+
+def pair_candidates(problem: Problem, placement: Placement, limit: int,
+                    around: Schedule | None = None) -> PairCandidates | None:
+    """The candidate pairs (module docstring); None when no pair gains. Above ``limit``
+    candidates, only those whose microbatch distance is within one of a distance
+    ``around``'s pairs use on the same two stages, or at most 2 (``restricted``)."""
+    ticks = block_ticks(problem, placement)
+    if not ticks:
+        return None
+    mbs = problem.pipeline_microbatches
+    rank = {m: i for ms in mbs.values() for i, m in enumerate(ms)}
+    widest = {k: _widest(problem, placement, *k) for k in ticks}
+    full = sum(_count(f, b, len(mbs[f[0]]), len(mbs[b[0]]), widest[(f, b)]) for f, b in ticks)
+    near: dict[tuple[StageKey, StageKey], set[int]] | None = None
+    if full > limit:
+        near = {k: {1, 2} if k[0][0] == k[1][0] else {-1, 0, 1} for k in ticks}
+        for block in (around.blocks if around is not None else ()):
+            if len(block) == 2 and block[0].kind is Kind.F:
+                fo, bo = block
+                key = ((fo.pipeline, fo.stage), (bo.pipeline, bo.stage))
+                if key in near:
+                    o = _offset(fo, bo, rank)
+                    near[key] |= {o - 1, o, o + 1}
+    pairs = []
+    for (f, b), t in ticks.items():
+        nf, nb = len(mbs[f[0]]), len(mbs[b[0]])
+        if near is None:
+            ranks = _rank_pairs(f, b, nf, nb, widest[(f, b)])
+        else:
+            lo = 1 if f[0] == b[0] else -widest[(f, b)]
+            offsets = sorted(o for o in near[(f, b)] if lo <= o <= widest[(f, b)])
+            ranks = ((a, a - o) for o in offsets for a in range(max(0, o), min(nf, nb + o)))
+        for a, c in ranks:
+            pairs.append((Op(Kind.F, *f, mbs[f[0]][a]), Op(Kind.B, *b, mbs[b[0]][c]), t))
+    return PairCandidates(tuple(pairs), near is not None)
+
+
+def device_savings(problem: Problem, placement: Placement) -> dict[int, int]:
+    """Per device, an upper bound on the time overlapped pairs can save: each forward pairs
+    with at most one backward and each backward with one forward, so the saving is at most
+    the smaller of (every forward at its best saving) and (every backward at its best)."""
+    ticks = block_ticks(problem, placement)
+    counts = problem.pipeline_counts
+    out: dict[int, int] = {}
+    for d in range(problem.num_devices):
+        by_f: dict[StageKey, int] = {}
+        by_b: dict[StageKey, int] = {}
+        for (f, b), t in ticks.items():
+            if placement.device(*f) != d:
+                continue
+            gain = problem.duration(Op(Kind.F, *f, 0)) + problem.duration(Op(Kind.B, *b, 0)) - t
+            by_f[f] = max(by_f.get(f, 0), gain)
+            by_b[b] = max(by_b.get(b, 0), gain)
+        if by_f:
+            out[d] = min(sum(g * counts[f[0]] for f, g in by_f.items()),
+                         sum(g * counts[b[0]] for b, g in by_b.items()))
+    return out
+
+
+def add_pair_variables(model: cp_model.CpModel, v: Variables, candidates: PairCandidates) -> None:
+    """The pair literals, each paired op's end variable and alone literal, the ops' own
+    intervals made optional (present when alone) and each pair's block interval (present
+    when chosen): ``v.pair_lits``, ``v.ends``, ``v.block_intervals``."""
+    by_op: dict[int, list] = {}
+    for f, b, t in candidates.pairs:
+        v.check()
+        i, j = v.index[f], v.index[b]
+        y = model.new_bool_var(f"pair_{f}_{b}")
+        v.pair_lits[(i, j)] = (y, t)
+        by_op.setdefault(i, []).append(y)
+        by_op.setdefault(j, []).append(y)
+        model.add(v.start[j] == v.start[i]).only_enforce_if(y)
+        d = v.device[i]
+        v.block_intervals.setdefault(d, []).append(  # type: ignore[arg-type]
+            model.new_optional_fixed_size_interval_var(v.start[i], t, y, f"blk_{f}_{b}"))
+    least: dict[int, int] = {}
+    for (i, j), (_, t) in v.pair_lits.items():
+        least[i] = min(least.get(i, t), t)
+        least[j] = min(least.get(j, t), t)
+    v.ends = [None] * len(v.ops)
+    for i, ys in by_op.items():
+        v.check()
+        alone = model.new_bool_var(f"alone_{v.ops[i]}")
+        model.add(sum(ys) + alone == 1)
+        v.alone[i] = alone
+        v.interval[i] = model.new_optional_fixed_size_interval_var(v.start[i], v.dur[i], alone, f"i_{v.ops[i]}")
+        e = model.new_int_var(0, v.horizon, f"e_{v.ops[i]}")
+        model.add(e >= v.start[i] + min(v.dur[i], least[i]))
+        model.add(e == v.start[i] + v.dur[i]).only_enforce_if(alone)
+        v.ends[i] = e
+    for (i, j), (y, t) in v.pair_lits.items():
+        model.add(v.ends[i] == v.start[i] + t).only_enforce_if(y)  # type: ignore[operator]
+        model.add(v.ends[j] == v.start[i] + t).only_enforce_if(y)  # type: ignore[operator]
+
+
+def hint_pairs(model: cp_model.CpModel, v: Variables, schedule: Schedule, ends: dict[Op, int]) -> None:
+    """Hint the pair literals, alone literals and end variables from ``schedule``'s blocks
+    (its forward-backward pairs) and its ops' ``ends``."""
+    chosen = {(v.index[b[0]], v.index[b[1]]) for b in schedule.blocks if len(b) == 2}
+    for key, (y, _) in v.pair_lits.items():
+        model.add_hint(y, int(key in chosen))
+    paired = {i for key in chosen for i in key}
+    for i, alone in v.alone.items():
+        model.add_hint(alone, int(i not in paired))
+        model.add_hint(v.ends[i], ends[v.ops[i]])  # type: ignore[arg-type]
+
+
+def chosen_pairs(solver: cp_model.CpSolver, v: Variables) -> tuple[tuple[Op, Op], ...]:
+    """The pairs a solution chose."""
+    return tuple((v.ops[i], v.ops[j]) for (i, j), (y, _) in v.pair_lits.items() if solver.boolean_value(y))
+
+
+def pairs_only(schedule: Schedule) -> Schedule:
+    """``schedule`` with only its forward-backward pair blocks kept (a block holding a W, or
+    a backward with its W, runs as its ops one after the other): a schedule of the class the
+    model searches. Named as such when something changed."""
+    keep = tuple(b for b in schedule.blocks
+                 if len(b) == 2 and b[0].kind is Kind.F and b[1].kind is Kind.B)
+    if keep == schedule.blocks:
+        return schedule
+    from pipetab.schedules.schedule import Schedule
+
+    return Schedule(f"{schedule.name} (forward-backward pairs only)", schedule.placement,
+                    schedule.microbatch2pipeline, schedule.orders, schedule.stage_work, schedule.split_backward,
+                    schedule.params, keep)
