@@ -679,6 +679,8 @@ MAIN_CASES = [
      "--overlap-pairs"),
     ("bound-overlap-pairs-period", ["bound", *S4, *SYS, *MOE, "--objective", "period", "--overlap-pairs", "on"],
      "--overlap-pairs"),
+    ("search-overlap-pairs-partition-free", ["search", *S4, *SYS, *MOE, "--partition", "free", "--overlap-pairs",
+                                             "on"], "--overlap-pairs"),
     # plan
     ("plan-no-model", ["plan", "--nodes", "1", "--gpus-per-node", "8", "--global-batch", "8"], "--model"),
     ("plan-unknown-model", [*PLAN8[:2], "nope", *PLAN8[3:], "--global-batch", "8"], "nope"),

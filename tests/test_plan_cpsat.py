@@ -76,6 +76,7 @@ def test_pairs_of_cpsats_order_are_overlapped_when_the_all_to_all_crosses_nodes(
 
     def outcome(order):
         answer = SimpleNamespace(schedule=order, status="feasible", runtime_s=1.0, lower_bound_s=0.1, gap=0.5,
+                                 assumptions=("ops run one at a time: no overlapped forward-backward pairs",),
                                  result=SimpleNamespace(cyclic=None), tick_s=1e-3)
         return cpsat_outcome(space, big, answer, [])
 
@@ -92,3 +93,31 @@ def test_pairs_of_cpsats_order_are_overlapped_when_the_all_to_all_crosses_nodes(
     one_f_one_b = registry.generate("1f1b", 2, big.microbatches)
     conf, note = outcome(one_f_one_b)
     assert conf.searched is one_f_one_b and "no pairing of adjacent ops of its order was faster" in note
+
+
+def test_plans_search_chooses_pairs_on_a_moe_shape():
+    """On a MoE shape whose all-to-all crosses nodes plan's CP-SAT search may overlap pairs
+    (``Problem.overlap_pairs``): its bound is of schedules with pairs (never above the
+    DualPipeV with pairs it starts from), its schedule runs pairs, is re-simulated on the
+    shape's costs and validated before it is ranked, and the note counts them."""
+    from pipetab.hardware.loaders import load_model
+    from pipetab.plan.cpsat import _schedule_of
+    from pipetab.schedules import registry
+
+    moe = replace(load_model("mixtral_8x7b"), num_layers=8, seq_len=1024)
+    space = plan_question(moe, nodes=4, gpus_per_node=4, global_batch=64, gpu="H100", cpsat_time_s=4.0)
+    big = shape(space, 2, 1, 8, 1, "none", ep=8)
+    own = registry.generate("dualpipev", 2, big.microbatches, overlap=True)
+    costs = costs_of(space, own, big)
+    ranked = [c for c in plan(replace(space, pp=(2,), cpsat_shapes=0, top=50)).evaluated if c.shape == big]
+    best = min((c for c in ranked if c.fits and c.source == "registry"), key=lambda c: c.step_time_s)
+    answer = cpsat_search(space, big, best)
+    assert any("overlapped block" in a for a in answer.assumptions)
+    assert answer.lower_bound_s <= simulate(_schedule_of(best), costs_of(space, _schedule_of(best), big)).makespan
+    assert answer.lower_bound_s <= simulate(own, costs).makespan
+    _, note = cpsat_outcome(space, big, answer, ranked)
+    found = answer.schedule
+    validate(layout(found), found)
+    assert answer.seconds == simulate(found, costs_of(space, found, big)).makespan
+    assert found.blocks and f"{len(found.blocks)} overlapped forward-backward pairs" in note
+    assert "of orders without" not in note

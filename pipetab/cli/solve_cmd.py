@@ -212,7 +212,7 @@ def _overlap_pairs(args, chains: bool) -> bool:
     on where an op's costs hold communication to hide), refused where it cannot apply."""
     from pipetab.schedules import registry
 
-    partitioned = args.partition is not None and args.partition.mode != "even"
+    partitioned = args.partition is not None and args.partition.mode == "free"
     if args.overlap_pairs is None:
         return (chains and args.placement is not PlacementFamily.FREE and args.objective is Objective.MAKESPAN
                 and not partitioned)
@@ -228,7 +228,8 @@ def _overlap_pairs(args, chains: bool) -> bool:
     if on and args.objective is not Objective.MAKESPAN:
         raise UsageError("--overlap-pairs on needs --objective makespan")
     if on and partitioned:
-        raise UsageError("--overlap-pairs on goes with an even or given partition, not --partition free or a list")
+        raise UsageError("--overlap-pairs on goes with an even or given partition, not --partition free (its "
+                         "bounds count ops one at a time)")
     return on
 
 

@@ -60,7 +60,9 @@ def cpsat_search(space: PlanSpace, shape: Context, best: Configuration | None = 
         except ValueError:
             pass
     real = costs_of(space, sched, shape)
-    problem = replace(Problem.from_schedule(sched, real.quantized(real.default_tick(20))), name=f"plan {shape.label}")
+    # where an op's costs hold communication (expert parallelism) the search chooses pairs
+    problem = replace(Problem.from_schedule(sched, real.quantized(real.default_tick(20))), name=f"plan {shape.label}",
+                      overlap_pairs=bool(real.chains))
     # the CP-SAT entry of plan: one worker per searched shape (they run side by side)
     return solve_seconds(problem, real, "search", CpSatConfig(time_limit_s=space.cpsat_time_s, workers=1), known)
 
@@ -91,14 +93,24 @@ def cpsat_outcome(space: PlanSpace, shape: Context, answer, ranked: list[Configu
     rivals = [c for c in ranked if c.shape == shape and c.fits and c.source == "registry"]
     best = min(rivals, key=lambda c: c.step_time_s, default=None)
     better = found.fits and (best is None or found.step_time_s < best.step_time_s * (1 - 1e-9))
-    of = "" if found is unpaired else " of orders without overlapped pairs"
-    bound = "" if answer.lower_bound_s is None else (
-        f", bound {answer.lower_bound_s:.6g} s{of}, gap {100 * answer.gap:.2f}%{' before pairing' if of else ''}"
-        if answer.gap is not None else "")
+    pairs_bound = any("overlapped block" in a for a in answer.assumptions)  # a bound of schedules with pairs
+    lb = answer.lower_bound_s
+    if lb is None or answer.gap is None:
+        bound = ""
+    elif found is unpaired or pairs_bound:
+        bound = f", bound {lb:.6g} s, gap {100 * (found.step_time_s - lb) / found.step_time_s:.2f}%"
+    else:
+        bound = f", bound {lb:.6g} s of orders without overlapped pairs, gap {100 * answer.gap:.2f}% before pairing"
     kind = "whole" if not sched.split_backward else "split"
-    if found is not unpaired:
+    if sched.blocks and found is unpaired:
+        whose = "chosen by the search" if sched.name == "cpsat" else \
+            f"of the start {sched.name!r}, which the search kept"
+        kind += f" backward, {len(sched.blocks)} overlapped forward-backward pairs {whose}"
+    elif found is not unpaired:
         kind += (f" backward; its order's adjacent forward-backward pairs overlapped after the search, "
                  f"{unpaired.step_time_s:.6g} s without")
+    elif costs.chains and pairs_bound:
+        kind += " backward, no overlapped forward-backward pair was faster"
     elif costs.chains:
         kind += " backward, forward-backward pairs not overlapped: CP-SAT orders ops one at a time and no pairing " \
                 "of adjacent ops of its order was faster"

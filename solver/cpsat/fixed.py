@@ -160,20 +160,39 @@ class _Fixed:
             self.start.best = best_of(self.start.evals)
             self.t_first = self.t_first if self.t_first is not None else time.perf_counter() - self.deadline.t0
 
-    def pair_best_start(self) -> None:
-        """Where pairs may overlap: the best start that runs every op alone, with the
-        adjacent forward-backward pairs of its order overlapped (``solver.pairs``), joins
+    def search_alone_and_pair(self, share: float) -> None:
+        """Where pairs may overlap: CP-SAT's search of the same problem with every op alone
+        (its full and cyclic models are strongest there) on ``share`` of the time left,
+        from the best starts without pairs; its schedule, and its order and the best
+        start's with adjacent forward-backward pairs overlapped (``solver.pairs``), join
         the starts."""
         from pipetab.solver.pairs import paired_on_order
 
         from .starts import judge
 
-        alone = best_of(e for e in self.start.evals if not e.schedule.blocks)
-        if alone is None or not self.pace.fits("evaluate", self.deadline.end, 3):
+        t = time.perf_counter()
+        plain = sorted((e for e in self.start.evals if e.fits and not e.schedule.blocks),
+                       key=lambda e: e.makespan)  # type: ignore[arg-type,return-value]
+        alone = search_fixed(replace(self.problem, overlap_pairs=False), self.placement,
+                             self.config.replace(known_generators=False), [e.schedule for e in plain[:3]],
+                             self.deadline.slice(share), Mode.SEARCH, self.label)
+        if alone.schedule is None:
             return
-        evals, _ = judge(self.problem, paired_on_order(alone.schedule, self.problem.costs), self.pace)
+        # which pairs an order admits depends on the order: the best start without pairs is paired too
+        paired = [alone.schedule]
+        for sched in (alone.schedule, *(e.schedule for e in plain[:1])):
+            if self.pace.fits("evaluate", self.deadline.end, 8):
+                paired += paired_on_order(sched, self.problem.costs)
+        evals, _ = judge(self.problem, paired, self.pace)
         self.start.evals += evals
         self.start.best = best_of(self.start.evals)
+        best = best_of(evals)
+        self.phases.append(PhaseRecord(
+            "search alone", round(time.perf_counter() - t, 3),
+            note=f"ops one at a time: {alone.makespan} ({alone.status}); with its order's pairs: "
+                 f"{best.makespan if best is not None else '-'}"))
+        if self.t_first is None and best is not None:
+            self.t_first = time.perf_counter() - self.deadline.t0
 
     def without_model(self, message: str) -> Result:
         """No model follows: in search mode the start's pending sources get the time left;
@@ -262,8 +281,9 @@ def search_fixed(problem: Problem, placement: Placement, config: CpSatConfig, kn
     pace = Pace(deadline, config.start)
     run = _Fixed(fixed, placement, config, deadline, mode, label, start_phase(fixed, placement, config, known,
                                                                              deadline, pace), pace)
-    if fixed.overlap_pairs:
-        run.pair_best_start()
+    if fixed.overlap_pairs and mode is Mode.SEARCH:
+        share = config.strategy.alone_share if pace.model_fits() else 1.0
+        run.search_alone_and_pair(share)
     best = run.start.best
     if best is not None and run.lb >= best.makespan:  # type: ignore[operator]
         return run.finish(Status.OPTIMAL, best.schedule, best.makespan, run.lb,

@@ -154,7 +154,10 @@ class StrategyParams:
     full model after it (nothing from it at that size on the set, and building one of
     393,216 ops ran a search 9 s past its limit); searches with an LP only on models of at
     most ``lp_max_ops`` ops (CP-SAT's ``default_lp`` worker spent 41 s loading a
-    16,384-op V model with a memory cumulative, past its limit and its stop)."""
+    16,384-op V model with a memory cumulative, past its limit and its stop). Where pairs
+    may overlap (``Problem.overlap_pairs``) the search with every op alone gets
+    ``alone_share`` of the time after the start (all of it when no model fits), its order
+    paired afterwards, before the model that chooses pairs (``docs/bench/cpsat_pairs.csv``)."""
 
     bound_share: float = 0.55
     shared_capped_bound_share: float = 0.2
@@ -170,6 +173,7 @@ class StrategyParams:
     cyclic_all_ops: int = 16_384
     cyclic_only_ops: int = 65_536
     lp_max_ops: int = 8000
+    alone_share: float = 0.3
 
 
 @dataclass(frozen=True)

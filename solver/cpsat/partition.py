@@ -165,6 +165,9 @@ def solve_partition(shape: Problem, layer_costs: LayerCosts, partition: Partitio
     deadline = deadline or config.deadline()
     if shape.fixed_placement is None:
         raise ValueError("a partition search needs a fixed placement (linear, bidirectional, ...)")
+    if shape.overlap_pairs and partition.mode is PartitionMode.FREE:
+        raise ValueError("a free partition search bounds its splits with ops one at a time: overlap_pairs "
+                         "needs an even or fixed partition")
     run = search if Mode(mode) is Mode.SEARCH else bound
     L = layer_costs.num_layers
     if partition.mode is not PartitionMode.FREE:

@@ -64,6 +64,8 @@ def registry_schedules(problem: Problem, placement: Placement, probe: tuple[int,
             continue
         names = {o.name for o in spec.options}
         opts = {k: v for k, v in extra.items() if k in names}
+        if problem.overlap_pairs and "overlap" in names:
+            opts["overlap"] = True  # where the search may overlap pairs, so may the registry's
         try:
             small = _generate(name, *probe, tuple(opts.items()))
             fuse = small.split_backward and not problem.split_backward
@@ -76,7 +78,9 @@ def registry_schedules(problem: Problem, placement: Placement, probe: tuple[int,
         peak = max(f.peak_activations) if f.peak_activations else math.inf
         key = peak if capped else (f.bubble_ratio if f.bubble_ratio is not None else math.inf)
         candidates.append((key, fuse, name, opts))
-    for _, fuse, name, opts in sorted(candidates, key=lambda c: (c[1], c[0], c[2])):
+    # where pairs may overlap, generators with overlapped pairs first
+    paired_first = (lambda opts: not opts.get("overlap")) if problem.overlap_pairs else (lambda opts: False)
+    for _, fuse, name, opts in sorted(candidates, key=lambda c: (c[1], paired_first(c[3]), c[0], c[2])):
         end = until()
         if end is not None and params.time_probe_cells[1] < S * B and \
                 time.perf_counter() + _generation_time(name, opts, params.time_probe_cells, S * B, S) > end:
@@ -385,8 +389,10 @@ class _Sources:
         self._registry = registry if config.known_generators else None
         self.greedy = [("greedy", greedy_starts(problem, placement, params, until)),
                        ("greedy", wide_starts(problem, placement, until))]
-        self.sources = [registry(False), self.greedy[0], registry(True), self.greedy[1]] if self._registry \
-            else self.greedy
+        # where pairs may overlap the registry's (DualPipe, DualPipeV: with pairs) come first
+        order = [registry(False), registry(True), *self.greedy] if problem.overlap_pairs else \
+            [registry(False), self.greedy[0], registry(True), self.greedy[1]]
+        self.sources = order if self._registry else self.greedy
         self.params = params
 
     def resume(self) -> None:
