@@ -76,11 +76,11 @@ def makespan_lower_bound(problem: Problem, placement: Placement | None) -> tuple
 
 
 def _device_bounds(problem: Problem, placement: Placement, head: dict[Op, int], tail: dict[Op, int],
-                   opts: list[int], savings: dict[int, int] | None = None) -> list[tuple[int, str]]:
+                   opts: list[int], savings: dict | None = None) -> list[tuple[int, str]]:
     """Fixed placement: each device's load with its least head and tail, with its
     memory-bound fill and drain, and the memory chain on each pipeline's stage 0. With
-    ``savings`` (overlapped pairs allowed): each load less its device's saving, no fill and
-    drain."""
+    ``savings`` (``pairing.device_savings``: overlapped pairs allowed) each load less what
+    its pairs can save (``_paired_load_bound``), no fill and drain."""
     counts, out = problem.pipeline_counts, []
     load: dict[int, int] = defaultdict(int)
     heads: dict[int, int] = {}
@@ -95,15 +95,16 @@ def _device_bounds(problem: Problem, placement: Placement, head: dict[Op, int], 
                 tails[d] = min(tails.get(d, tail[op]), tail[op])
     least_opt = min(opts, default=0)
     for d, ld in load.items():
-        if savings is not None:
-            ld -= savings.get(d, 0)
         # after d's last op run both its own optimizer and that op's tail, which ends on
         # some device whose optimizer follows: side by side, not one after the other
-        out.append((heads[d] + ld + max(tails[d] + least_opt, opts[d]),
-                    f"load of device {d}" + (" less what overlapped pairs can save" if savings else "")))
-        if savings is None:
-            out.append((_fill_drain_bound(problem, placement, d, ld, head, tail) + least_opt,
-                        f"load of device {d} with its memory-bound fill and drain"))
+        end = max(tails[d] + least_opt, opts[d])
+        if savings is not None:
+            out.append((_paired_load_bound(problem, placement, d, heads[d] + ld + end, savings.get(d), head, tail,
+                                           end - least_opt), f"load of device {d} less what overlapped pairs can save"))
+            continue
+        out.append((heads[d] + ld + end, f"load of device {d}"))
+        out.append((_fill_drain_bound(problem, placement, d, ld, head, tail) + least_opt,
+                    f"load of device {d} with its memory-bound fill and drain"))
     for p, n in counts.items():
         fit = problem.activations_fit(problem.cap(placement.device(p, 0)), p, 0)
         if fit is None or not 2 <= fit + 1 <= n:
@@ -115,6 +116,28 @@ def _device_bounds(problem: Problem, placement: Placement, head: dict[Op, int], 
         out.append((q * max(L, (k - 1) * f0) + r * f0 + L + opts[placement.device(p, 0)],
                     f"memory chain on stage 0 of pipeline {p}"))
     return out
+
+
+def _paired_load_bound(problem: Problem, placement: Placement, d: int, alone: int, saving,
+                       head: dict[Op, int], tail: dict[Op, int], end: int) -> int:
+    """Device ``d``'s load bound ``alone`` (head + load + end, ops alone) less what its
+    pairs can save (``saving``: ``pairing.DeviceSavings``, None: nothing). A pair holds a
+    backward, so none starts before e, the earliest head of a backward on d: whatever d runs
+    before e is forwards alone, each tick forgoing at least ``forward_share`` of a tick of
+    saving, so against every forward at its best the bound gains forward_share x (e - h).
+    Likewise a pair holds a forward, so none ends after T - (least forward tail) - (least
+    optimizer): with whole backward passes the last ticks before d's end leave that many
+    ticks to backwards alone (``end``: the time d's last op leaves before T, less the least
+    optimizer)."""
+    if saving is None:
+        return alone
+    ops = [(k, p, s) for p, s in placement.stages_on(d) for k in problem.kinds]
+    h = min(head[Op(k, p, s, 0)] for k, p, s in ops)
+    e = min(head[Op(k, p, s, 0)] for k, p, s in ops if k is Kind.B)
+    tau = min(tail[Op(k, p, s, 0)] for k, p, s in ops if k is Kind.F)
+    by_forwards = alone - saving.forwards + saving.forward_share * max(0, e - h)
+    by_backwards = alone - saving.backwards + saving.backward_share * max(0, tau - end)
+    return max(alone - saving.most, math.ceil(max(by_forwards, by_backwards) - 1e-9))
 
 
 def _fill_drain_bound(problem: Problem, placement: Placement, d: int, load: int,

@@ -137,13 +137,29 @@ def pair_candidates(problem: Problem, placement: Placement, limit: int,
     return PairCandidates(tuple(pairs), near is not None)
 
 
-def device_savings(problem: Problem, placement: Placement) -> dict[int, int]:
-    """Per device, an upper bound on the time overlapped pairs can save: each forward pairs
-    with at most one backward and each backward with one forward, so the saving is at most
-    the smaller of (every forward at its best saving) and (every backward at its best)."""
+@dataclass(frozen=True)
+class DeviceSavings:
+    """What overlapped pairs can save on one device: ``forwards`` (every forward at its
+    best pair) and ``backwards`` (every backward at its best), each an upper bound, since a
+    forward pairs with one backward and a backward with one forward; ``forward_share`` and
+    ``backward_share``: the least saving per tick of a forward (of a backward; 0 where the
+    device also runs W's, which never pair) — what a tick run by an op alone forgoes."""
+
+    forwards: int
+    backwards: int
+    forward_share: float
+    backward_share: float
+
+    @property
+    def most(self) -> int:
+        return min(self.forwards, self.backwards)
+
+
+def device_savings(problem: Problem, placement: Placement) -> dict[int, DeviceSavings]:
+    """Per device with pairs that gain, what they can save (``DeviceSavings``)."""
     ticks = block_ticks(problem, placement)
     counts = problem.pipeline_counts
-    out: dict[int, int] = {}
+    out: dict[int, DeviceSavings] = {}
     for d in range(problem.num_devices):
         by_f: dict[StageKey, int] = {}
         by_b: dict[StageKey, int] = {}
@@ -153,9 +169,14 @@ def device_savings(problem: Problem, placement: Placement) -> dict[int, int]:
             gain = problem.duration(Op(Kind.F, *f, 0)) + problem.duration(Op(Kind.B, *b, 0)) - t
             by_f[f] = max(by_f.get(f, 0), gain)
             by_b[b] = max(by_b.get(b, 0), gain)
-        if by_f:
-            out[d] = min(sum(g * counts[f[0]] for f, g in by_f.items()),
-                         sum(g * counts[b[0]] for b, g in by_b.items()))
+        if not by_f:
+            continue
+        held = placement.stages_on(d)
+        f_share = min(by_f.get(k, 0) / problem.duration(Op(Kind.F, *k, 0)) for k in held)
+        b_share = 0.0 if problem.split_backward else \
+            min(by_b.get(k, 0) / problem.duration(Op(Kind.B, *k, 0)) for k in held)
+        out[d] = DeviceSavings(sum(g * counts[f[0]] for f, g in by_f.items()),
+                               sum(g * counts[b[0]] for b, g in by_b.items()), f_share, b_share)
     return out
 
 
