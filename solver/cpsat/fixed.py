@@ -100,10 +100,11 @@ def finish(problem: Problem, mode: Mode, status: Status, schedule: Schedule | No
            t_first, assumptions, message: str, evals: Sequence[KnownEval], config: CpSatConfig, phases=(),
            families=(), analytic=None, stopped_by=None) -> Result:
     """The ``Result`` of a search: the known schedules (not the greedy or justified
-    starts) judged against its bound."""
+    starts, nor the schedules of a search with ops alone and their paired orders) judged
+    against its bound."""
     known = {}
     for e in evals:
-        if e.name.startswith(("greedy", "justified-")):
+        if e.name.startswith(("greedy", "justified-", "cpsat", "cyclic-")) or e.name.endswith("on its order)"):
             continue
         known[e.name] = KnownGap(e.makespan, e.fits, gap_of(e.makespan, bound) if e.fits else None,
                                  "" if e.fits else (e.memory.violation or e.error or ""))

@@ -122,3 +122,35 @@ def test_real_size_analytic_bound_below_every_registry_schedule(point):
     lb = analytic_lower_bound(problem, pl)[0]
     times = [ev.makespan for ev in (evaluate_known(problem, s) for s in registry_schedules(problem, pl)) if ev.fits]
     assert times and lb <= min(times)
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    S=st.sampled_from([2, 4]),
+    B=st.sampled_from([4, 8]),
+    name=st.sampled_from(["dualpipev", "interleaved", "1f1b", "zbv"]),
+    mode=st.sampled_from(["search", "bound"]),
+)
+def test_bounds_with_overlapped_pairs_below_every_registry_schedule(S, B, name, mode):
+    """Mixtral 8x7B (8 layers) with EP 8, whose ops hold their all-to-all, where the search
+    may overlap pairs: the bound in seconds is at most every registry schedule with and
+    without its pairs (DualPipeV's, interleaved 1F1B's with overlap), timed by the
+    simulator on the real costs."""
+    from pipetab.hardware import Context, load_model
+    from pipetab.solver.cpsat import Problem
+    from pipetab.solver.simulate import simulate
+
+    moe = replace(load_model("mixtral_8x7b"), num_layers=8, seq_len=1024, global_batch=64)
+    opts = {"overlap": True} if name == "interleaved" else {}
+    sched = registry.generate(name, S, B, **opts)
+    ctx = Context(tp=1, dp=8, ep=8, sequence_parallel=False, microbatch_size=1)
+    real = replace(hardware_costs(sched, "a100_cluster", moe, ctx), capacity=(None,) * S)
+    assert real.chains
+    shape = replace(Problem.from_schedule(sched, real.quantized(real.default_tick(20))), overlap_pairs=True)
+    answer = solve_seconds(shape, real, mode, CFG, [sched])
+    assert answer.lower_bound_s is not None
+    assert any("overlapped block" in a for a in answer.assumptions)
+    for other in [sched, *registry_schedules(shape, shape.fixed_placement)]:
+        assert answer.lower_bound_s <= simulate(other, real).makespan * (1 + 1e-12), other.name
+    if answer.seconds is not None:
+        assert answer.lower_bound_s <= answer.seconds * (1 + 1e-12)
