@@ -59,7 +59,9 @@ class PairCandidates:
 
 def block_ticks(problem: Problem, placement: Placement) -> dict[tuple[StageKey, StageKey], int]:
     """Per (forward stage, backward stage) on one device whose block is shorter than the two
-    ops alone: the block's integer time."""
+    ops alone: the block's integer time. ``ValueError`` where a block would end before one
+    of its ops alone (an op time longer than its own chain): the model's heads, tails and
+    lifetimes take each op's time as the least it lasts."""
     from .problem import _int
 
     out = {}
@@ -69,7 +71,11 @@ def block_ticks(problem: Problem, placement: Placement) -> dict[tuple[StageKey, 
             for pb, sb in held:
                 f, b = Op(Kind.F, pf, sf, 0), Op(Kind.B, pb, sb, 1)
                 t = _int(problem.costs.block_time((f, b)), f"block {f}&{b}")
-                if t < problem.duration(f) + problem.duration(b):
+                df, db = problem.duration(f), problem.duration(b)
+                if t < max(df, db):
+                    raise ValueError(f"the costs give block {f}&{b} {t} ticks, less than one of its ops alone "
+                                     f"({df}, {db}): overlapped pairs need each op's chain to take its op time")
+                if t < df + db:
                     out[((pf, sf), (pb, sb))] = t
     return out
 

@@ -181,3 +181,13 @@ def test_paired_schedule_reads_back_from_search_json():
     table = from_json(json.dumps({"devices": 3, "tick_slots": 1.0, "ops": cols}))
     assert {frozenset(b) for b in table.blocks()} == {frozenset(b) for b in res.schedule.blocks}
     assert table.makespan == res.makespan
+
+
+def test_a_block_shorter_than_its_op_is_refused():
+    """An op time longer than its own chain (4 slots against a chain of 2) would let a
+    block end before the op alone; the model's heads and tails assume it cannot."""
+    costs = _costs(2)
+    costs = replace(costs, op_time={**costs.op_time, (Kind.B, 0, 1): 4})
+    problem = Problem(2, (0,) * 4, (2,), costs, "linear", overlap_pairs=True)
+    with pytest.raises(ValueError, match="less than one of its ops alone"):
+        search(problem, DET)
