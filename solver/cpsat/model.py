@@ -109,7 +109,10 @@ class CpSatModel:
     objective is at most this (a tightening probe of the period; for the makespan the
     horizon says it). ``deadline`` (``perf_counter`` time): building past it raises
     ``BuildTimeout``. ``mirror``: op pairs that start together (``mirror.mirror_pairs``)
-    — a restriction, so such a model's bound is not a bound of the problem."""
+    — a restriction, so such a model's bound is not a bound of the problem. Where the
+    problem may overlap pairs (``Problem.overlap_pairs``, fixed placement, free orders) the
+    model chooses them (``pairing``); ``around``: the schedule whose pairs the candidates
+    keep when there are too many (then a restriction too: its bound and proofs are dropped)."""
 
     def __init__(
         self,
