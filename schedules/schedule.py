@@ -136,10 +136,11 @@ class Schedule:
         if self.blocks:
             _check_blocks(self)
 
-    def with_blocks(self, blocks: Sequence[Sequence[Op]]) -> "Schedule":
-        """This schedule with ``blocks`` instead of its own (``()``: every op alone)."""
-        return Schedule(self.name, self.placement, self.microbatch2pipeline, self.orders, self.stage_work,
-                        self.split_backward, self.params, blocks)
+    def with_blocks(self, blocks: Sequence[Sequence[Op]], name: str | None = None) -> "Schedule":
+        """This schedule with ``blocks`` instead of its own (``()``: every op alone), named
+        ``name`` when given."""
+        return Schedule(self.name if name is None else name, self.placement, self.microbatch2pipeline, self.orders,
+                        self.stage_work, self.split_backward, self.params, blocks)
 
     @cached_property
     def block_members(self) -> tuple[np.ndarray, np.ndarray]:

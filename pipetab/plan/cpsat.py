@@ -71,6 +71,8 @@ def cpsat_outcome(space: PlanSpace, shape: Context, answer, ranked: list[Configu
     """(configuration when it beats the shape's best registry schedule, else None; note).
     The schedule is re-simulated on the shape's costs and its table validated
     (``evaluate_levels``) before it is ranked."""
+    from pipetab.solver.cpsat.fixed import PAIRS_ASSUMPTION
+    from pipetab.solver.cpsat.result import gap_of
     from pipetab.solver.levels import evaluate_levels
 
     where = f"{shape.label} recompute {shape.recompute}"
@@ -93,12 +95,12 @@ def cpsat_outcome(space: PlanSpace, shape: Context, answer, ranked: list[Configu
     rivals = [c for c in ranked if c.shape == shape and c.fits and c.source == "registry"]
     best = min(rivals, key=lambda c: c.step_time_s, default=None)
     better = found.fits and (best is None or found.step_time_s < best.step_time_s * (1 - 1e-9))
-    pairs_bound = any("overlapped block" in a for a in answer.assumptions)  # a bound of schedules with pairs
-    lb = answer.lower_bound_s
-    if lb is None or answer.gap is None:
+    pairs_bound = any(a.startswith(PAIRS_ASSUMPTION) for a in answer.assumptions)  # of schedules with pairs
+    lb, gap = answer.lower_bound_s, gap_of(found.step_time_s, answer.lower_bound_s)
+    if lb is None or answer.gap is None or gap is None:
         bound = ""
     elif found is unpaired or pairs_bound:
-        bound = f", bound {lb:.6g} s, gap {100 * (found.step_time_s - lb) / found.step_time_s:.2f}%"
+        bound = f", bound {lb:.6g} s, gap {100 * gap:.2f}%"
     else:
         bound = f", bound {lb:.6g} s of orders without overlapped pairs, gap {100 * answer.gap:.2f}% before pairing"
     kind = "whole" if not sched.split_backward else "split"

@@ -85,6 +85,8 @@ def _device_bounds(problem: Problem, placement: Placement, head: dict[Op, int], 
     load: dict[int, int] = defaultdict(int)
     heads: dict[int, int] = {}
     tails: dict[int, int] = {}
+    b_heads: dict[int, int] = {}  # the earliest a backward can start on d
+    f_tails: dict[int, int] = {}  # the least time after a forward of d ends
     for p, n in counts.items():
         for s in range(problem.num_stages[p]):
             d = placement.device(p, s)
@@ -93,14 +95,18 @@ def _device_bounds(problem: Problem, placement: Placement, head: dict[Op, int], 
                 load[d] += n * problem.duration(op)
                 heads[d] = min(heads.get(d, head[op]), head[op])
                 tails[d] = min(tails.get(d, tail[op]), tail[op])
+            b, f = Op(Kind.B, p, s, 0), Op(Kind.F, p, s, 0)
+            b_heads[d] = min(b_heads.get(d, head[b]), head[b])
+            f_tails[d] = min(f_tails.get(d, tail[f]), tail[f])
     least_opt = min(opts, default=0)
     for d, ld in load.items():
         # after d's last op run both its own optimizer and that op's tail, which ends on
         # some device whose optimizer follows: side by side, not one after the other
         end = max(tails[d] + least_opt, opts[d])
         if savings is not None:
-            out.append((_paired_load_bound(problem, placement, d, heads[d] + ld + end, savings.get(d), head, tail,
-                                           end - least_opt), f"load of device {d} less what overlapped pairs can save"))
+            out.append((_paired_load_bound(heads[d] + ld + end, savings.get(d), b_heads[d] - heads[d],
+                                           f_tails[d] - (end - least_opt)),
+                        f"load of device {d} less what overlapped pairs can save"))
             continue
         out.append((heads[d] + ld + end, f"load of device {d}"))
         out.append((_fill_drain_bound(problem, placement, d, ld, head, tail) + least_opt,
@@ -118,25 +124,20 @@ def _device_bounds(problem: Problem, placement: Placement, head: dict[Op, int], 
     return out
 
 
-def _paired_load_bound(problem: Problem, placement: Placement, d: int, alone: int, saving,
-                       head: dict[Op, int], tail: dict[Op, int], end: int) -> int:
-    """Device ``d``'s load bound ``alone`` (head + load + end, ops alone) less what its
-    pairs can save (``saving``: ``pairing.DeviceSavings``, None: nothing). A pair holds a
-    backward, so none starts before e, the earliest head of a backward on d: whatever d runs
-    before e is forwards alone, each tick forgoing at least ``forward_share`` of a tick of
-    saving, so against every forward at its best the bound gains forward_share x (e - h).
-    Likewise a pair holds a forward, so none ends after T - (least forward tail) - (least
-    optimizer): with whole backward passes the last ticks before d's end leave that many
-    ticks to backwards alone (``end``: the time d's last op leaves before T, less the least
-    optimizer)."""
+def _paired_load_bound(alone: int, saving, first: int, last: int) -> int:
+    """A device's load bound ``alone`` (least head + load + what follows its last op, ops
+    alone) less what its pairs can save (``saving``: ``pairing.DeviceSavings``, None:
+    nothing). A pair holds a backward, so none starts in the ``first`` ticks after the
+    device's least head (until the earliest head of a backward on it): what the device runs
+    there is forwards alone, each tick forgoing at least ``forward_share`` of a tick of
+    saving, so against every forward at its best the bound gains forward_share x first.
+    Likewise a pair holds a forward, so none ends in the ``last`` ticks before the device's
+    last op must end (the least forward tail beyond its least tail): with whole backward
+    passes backwards run there alone."""
     if saving is None:
         return alone
-    ops = [(k, p, s) for p, s in placement.stages_on(d) for k in problem.kinds]
-    h = min(head[Op(k, p, s, 0)] for k, p, s in ops)
-    e = min(head[Op(k, p, s, 0)] for k, p, s in ops if k is Kind.B)
-    tau = min(tail[Op(k, p, s, 0)] for k, p, s in ops if k is Kind.F)
-    by_forwards = alone - saving.forwards + saving.forward_share * max(0, e - h)
-    by_backwards = alone - saving.backwards + saving.backward_share * max(0, tau - end)
+    by_forwards = alone - saving.forwards + saving.forward_share * max(0, first)
+    by_backwards = alone - saving.backwards + saving.backward_share * max(0, last)
     return max(alone - saving.most, math.ceil(max(by_forwards, by_backwards) - 1e-9))
 
 

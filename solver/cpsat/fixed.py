@@ -32,6 +32,10 @@ if TYPE_CHECKING:
 
 
 # ---- what a result says -------------------------------------------------------------------
+# what a bound holds under where the search may overlap pairs (``Problem.overlap_pairs``)
+PAIRS_ASSUMPTION = "a forward and a backward of different microbatches on one device may run as one overlapped block"
+
+
 def base_assumptions(problem: Problem, placement_label: str) -> list[str]:
     """The conventions every bound of ``problem`` holds under."""
     out = [placement_label]
@@ -52,9 +56,8 @@ def base_assumptions(problem: Problem, placement_label: str) -> list[str]:
         else:
             out.append("activation live from its F's start to its B's end")
     if c.chains and problem.overlap_pairs:
-        out.append("a forward and a backward of different microbatches on one device may run as one overlapped "
-                   "block" + ("; blocks holding a W are not considered (one can be faster than this bound)"
-                              if problem.split_backward else ""))
+        out.append(PAIRS_ASSUMPTION + ("; blocks holding a W are not considered (one can be faster than this bound)"
+                                       if problem.split_backward else ""))
     elif c.chains and not problem.blocks:
         out.append("ops run one at a time: no overlapped forward-backward pairs (a schedule with pairs can be "
                    "faster than this bound)")
@@ -99,12 +102,11 @@ def infeasible_cap(problem: Problem, mode: Mode, deadline: Deadline, placement: 
 def finish(problem: Problem, mode: Mode, status: Status, schedule: Schedule | None, value, bound, t0: float,
            t_first, assumptions, message: str, evals: Sequence[KnownEval], config: CpSatConfig, phases=(),
            families=(), analytic=None, stopped_by=None) -> Result:
-    """The ``Result`` of a search: the known schedules (not the greedy or justified
-    starts, nor the schedules of a search with ops alone and their paired orders) judged
-    against its bound."""
+    """The ``Result`` of a search: the known schedules among the start's (not the greedy or
+    justified ones) judged against its bound."""
     known = {}
     for e in evals:
-        if e.name.startswith(("greedy", "justified-", "cpsat", "cyclic-")) or e.name.endswith("on its order)"):
+        if e.name.startswith(("greedy", "justified-")):
             continue
         known[e.name] = KnownGap(e.makespan, e.fits, gap_of(e.makespan, bound) if e.fits else None,
                                  "" if e.fits else (e.memory.violation or e.error or ""))
@@ -151,14 +153,13 @@ class _Fixed:
         self.cyclic: CyclicInfo | None = None
 
     def run_cyclic(self, share: float) -> None:
-        """The cyclic phase (``steady``) on ``share`` of the time left: its expanded
-        kernels join the start's schedules, what it proved goes into the result."""
+        """The cyclic phase (``steady``) on ``share`` of the time left: the best of its
+        expanded kernels may become the start's best; what it proved goes into the result."""
         evals, record, self.cyclic = cyclic_phase(self.problem, self.placement, self.config, self.deadline, share,
                                                   self.pace, self.start.evals)
         self.phases.append(record)
         if evals:
-            self.start.evals += evals
-            self.start.best = best_of(self.start.evals)
+            self.start.adopt(evals)
             self.t_first = self.t_first if self.t_first is not None else time.perf_counter() - self.deadline.t0
 
     def search_alone_and_pair(self, share: float) -> None:
@@ -180,13 +181,14 @@ class _Fixed:
         if alone.schedule is None:
             return
         # which pairs an order admits depends on the order: the best start without pairs is paired too
-        paired = [alone.schedule]
-        for sched in (alone.schedule, *(e.schedule for e in plain[:1])):
+        orders = {s.name: s for s in (alone.schedule, *(e.schedule for e in plain[:1]))}
+        judged = {e.name for e in self.start.evals}
+        found = [] if alone.schedule.name in judged else [alone.schedule]  # a start kept is judged already
+        for sched in orders.values():
             if self.pace.fits("evaluate", self.deadline.end, 8):
-                paired += paired_on_order(sched, self.problem.costs)
-        evals, _ = judge(self.problem, paired, self.pace)
-        self.start.evals += evals
-        self.start.best = best_of(self.start.evals)
+                found += paired_on_order(sched, self.problem.costs)
+        evals, _ = judge(self.problem, found, self.pace)
+        self.start.adopt(evals)
         best = best_of(evals)
         self.phases.append(PhaseRecord(
             "search alone", round(time.perf_counter() - t, 3),

@@ -187,10 +187,7 @@ class CpSatModel:
         rel = problem.release_kind
         for lit, a, c in v.order_lits:
             m.add_hint(lit, int(starts[v.ops[a]] < starts[v.ops[c]]))
-        if schedule.blocks:  # a block's ops end together
-            ends = {op: round(t) for op, t in timing.end.items()}
-        else:
-            ends = {op: starts[op] + problem.duration(op) for op in v.ops}
+        ends = {op: round(t) for op, t in timing.end.items()}  # a block's ops end together
         if v.pair_lits:
             from .pairing import hint_pairs
 

@@ -202,10 +202,6 @@ def add_pair_variables(model: cp_model.CpModel, v: Variables, candidates: PairCa
         d = v.device[i]
         v.block_intervals.setdefault(d, []).append(  # type: ignore[arg-type]
             model.new_optional_fixed_size_interval_var(v.start[i], t, y, f"blk_{f}_{b}"))
-    least: dict[int, int] = {}
-    for (i, j), (_, t) in v.pair_lits.items():
-        least[i] = min(least.get(i, t), t)
-        least[j] = min(least.get(j, t), t)
     v.ends = [None] * len(v.ops)
     for i, ys in by_op.items():
         v.check()
@@ -214,7 +210,7 @@ def add_pair_variables(model: cp_model.CpModel, v: Variables, candidates: PairCa
         v.alone[i] = alone
         v.interval[i] = model.new_optional_fixed_size_interval_var(v.start[i], v.dur[i], alone, f"i_{v.ops[i]}")
         e = model.new_int_var(0, v.horizon, f"e_{v.ops[i]}")
-        model.add(e >= v.start[i] + min(v.dur[i], least[i]))
+        model.add(e >= v.start[i] + v.dur[i])  # a block lasts at least each of its ops (``block_ticks``)
         model.add(e == v.start[i] + v.dur[i]).only_enforce_if(alone)
         v.ends[i] = e
     for (i, j), (y, t) in v.pair_lits.items():
@@ -247,8 +243,4 @@ def pairs_only(schedule: Schedule) -> Schedule:
                  if len(b) == 2 and b[0].kind is Kind.F and b[1].kind is Kind.B)
     if keep == schedule.blocks:
         return schedule
-    from pipetab.schedules.schedule import Schedule
-
-    return Schedule(f"{schedule.name} (forward-backward pairs only)", schedule.placement,
-                    schedule.microbatch2pipeline, schedule.orders, schedule.stage_work, schedule.split_backward,
-                    schedule.params, keep)
+    return schedule.with_blocks(keep, f"{schedule.name} (forward-backward pairs only)")

@@ -79,8 +79,8 @@ def registry_schedules(problem: Problem, placement: Placement, probe: tuple[int,
         key = peak if capped else (f.bubble_ratio if f.bubble_ratio is not None else math.inf)
         candidates.append((key, fuse, name, opts))
     # where pairs may overlap, generators with overlapped pairs first
-    paired_first = (lambda opts: not opts.get("overlap")) if problem.overlap_pairs else (lambda opts: False)
-    for _, fuse, name, opts in sorted(candidates, key=lambda c: (c[1], paired_first(c[3]), c[0], c[2])):
+    order = sorted(candidates, key=lambda c: (c[1], problem.overlap_pairs and not c[3].get("overlap"), c[0], c[2]))
+    for _, fuse, name, opts in order:
         end = until()
         if end is not None and params.time_probe_cells[1] < S * B and \
                 time.perf_counter() + _generation_time(name, opts, params.time_probe_cells, S * B, S) > end:
@@ -110,9 +110,9 @@ def fused_backward(schedule: Schedule, keep_pairs: bool = False) -> Schedule:
         return schedule
     orders = tuple(tuple(op for op in order if op.kind is not Kind.W) for order in schedule.orders)
     blocks: tuple[tuple[Op, ...], ...] = ()
-    if keep_pairs:
+    if keep_pairs:  # a forward opens its block: what is left of two ops is a forward-backward pair
         kept = (tuple(op for op in b if op.kind is not Kind.W) for b in schedule.blocks)
-        blocks = tuple(b for b in kept if len(b) == 2 and b[0].kind is Kind.F)
+        blocks = tuple(b for b in kept if len(b) == 2)
     return Schedule(f"{schedule.name} (W fused into B)", schedule.placement, schedule.microbatch2pipeline, orders,
                     schedule.stage_work, False, schedule.params, blocks)
 
@@ -143,10 +143,7 @@ def ops_one_at_a_time(schedule: Schedule) -> Schedule:
     orders ops one at a time."""
     if not schedule.blocks:
         return schedule
-    from pipetab.schedules.schedule import Schedule
-
-    return Schedule(f"{schedule.name} (pairs not overlapped)", schedule.placement, schedule.microbatch2pipeline,
-                    schedule.orders, schedule.stage_work, schedule.split_backward, schedule.params)
+    return schedule.with_blocks((), f"{schedule.name} (pairs not overlapped)")
 
 
 def generator_of(name: str) -> str:
@@ -368,6 +365,11 @@ class Start:
     first_fit: float | None = None  # when the first schedule that fits was judged (perf_counter)
     pending: _Sources | None = None
 
+    def adopt(self, evals: Iterable[KnownEval]) -> None:
+        """``best``: the best of it and ``evals`` that fits (schedules a later phase found,
+        which are not known schedules, are not added to ``evals``)."""
+        self.best = best_of([*evals, *([self.best] if self.best is not None else [])])
+
 
 class _Sources:
     """The start's schedule sources in order — (step, iterator) pairs, each generator
@@ -460,7 +462,7 @@ def more_starts(start: Start, deadline: Deadline, pace: Pace) -> int:
         return 0
     start.pending.resume()
     new = start.pending.judge(pace, deadline.end - pace.reserve())  # appended to start.evals
-    start.best = best_of(start.evals)
+    start.adopt(new)
     return len(new)
 
 

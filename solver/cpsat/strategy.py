@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Sequence
 
 from .model import CpSatModel, RawSolve
 from .objectives import objective
-from .oracle import KnownEval, checked, hint_form, relabel_microbatches
+from .oracle import KnownEval, checked, hint_form
 from .result import SolveRecord, gap_of
 from .variables import BuildTimeout
 
@@ -161,11 +161,8 @@ def build_model(problem: Problem, placement: Placement, config: CpSatConfig, cap
     ``deadline`` raises ``BuildTimeout``. ``around``: the incumbent, whose overlapped pairs
     the pair candidates keep when there are too many (``pairing.pair_candidates``)."""
     horizon, objective_cap = objective(problem).model_horizon(problem, placement, cap)
-    near = None
-    if around is not None and around.schedule.blocks and around.timing is not None:
-        near = relabel_microbatches(around.schedule, around.timing)[0]  # as the hint will be
     return CpSatModel(problem, config, placement, horizon, makespan_lb=bound, objective_cap=objective_cap,
-                      deadline=deadline, mirror=mirror, around=near)
+                      deadline=deadline, mirror=mirror, around=None if around is None else around.schedule)
 
 
 def hint_incumbent(model: CpSatModel, problem: Problem, known: KnownEval) -> None:
