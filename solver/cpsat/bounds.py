@@ -10,6 +10,7 @@ import math
 from collections import defaultdict
 from typing import TYPE_CHECKING
 
+import numpy as np
 from ortools.sat.python import cp_model
 
 from pipetab.schedules.ops import Kind, Op
@@ -25,13 +26,15 @@ if TYPE_CHECKING:
 
 def makespan_lower_bound(problem: Problem, placement: Placement | None) -> tuple[int, str]:
     """The largest of: the chain of one microbatch with its stage-0 ops serialized; each
-    device's load plus least head and tail (fixed placement); total work over devices
-    (free placement); the memory chain on stage 0 (fixed placement, capacity given); the
+    device's load plus least head and tail, with its memory-bound fill and drain, and its
+    activation lifetimes over its cap (fixed placement); total work over devices (free
+    placement); the memory chain on stage 0 (fixed placement, capacity given); the
     sweep over the microbatches (``sweep``: fixed placement, up to
     ``ModelParams.sweep_max_cells`` microbatch-stages); and the all-reduce tails. Returns
     (bound, which one). Where the search may overlap pairs (``Problem.overlap_pairs``) a
     device's load is less the most its pairs can save (``pairing.device_savings``), and the
-    fill-and-drain and sweep bounds, which count ops one at a time, are left out."""
+    fill-and-drain, activation-area and sweep bounds, which count ops one at a time, are
+    left out."""
     head, tail = heads_tails(problem, placement)
     opts = [problem.optimizer(d) for d in range(problem.num_devices)]
     min_opt = min(opts) if opts else 0
@@ -78,7 +81,8 @@ def makespan_lower_bound(problem: Problem, placement: Placement | None) -> tuple
 def _device_bounds(problem: Problem, placement: Placement, head: dict[Op, int], tail: dict[Op, int],
                    opts: list[int], savings: dict | None = None) -> list[tuple[int, str]]:
     """Fixed placement: each device's load with its least head and tail, with its
-    memory-bound fill and drain, and the memory chain on each pipeline's stage 0. With
+    memory-bound fill and drain, its activation area over its cap (``_memory_area_bound``),
+    and the memory chain on each pipeline's stage 0. With
     ``savings`` (``pairing.device_savings``: overlapped pairs allowed) each load less what
     its pairs can save (``_paired_load_bound``), no fill and drain."""
     counts, out = problem.pipeline_counts, []
@@ -111,6 +115,10 @@ def _device_bounds(problem: Problem, placement: Placement, head: dict[Op, int], 
         out.append((heads[d] + ld + end, f"load of device {d}"))
         out.append((_fill_drain_bound(problem, placement, d, ld, head, tail) + least_opt,
                     f"load of device {d} with its memory-bound fill and drain"))
+        area = _memory_area_bound(problem, placement, d, head, tail)
+        if area:
+            out.append((area + least_opt, f"activation lifetimes of device {d} over its memory cap, "
+                                          "memory ramping up and down"))
     for p, n in counts.items():
         fit = problem.activations_fit(problem.cap(placement.device(p, 0)), p, 0)
         if fit is None or not 2 <= fit + 1 <= n:
@@ -174,6 +182,75 @@ def _fill_drain_bound(problem: Problem, placement: Placement, d: int, load: int,
         drain = min(drain, _drain_work(problem, keys, cap, windows))
     rest = load - max(0, fill) - max(0.0, drain)
     return e + r + math.ceil(rest - 1e-9) if rest > 0 else 0  # ticks are whole: T >= the next one
+
+
+def _memory_area_bound(problem: Problem, placement: Placement, d: int, head: dict[Op, int],
+                       tail: dict[Op, int]) -> int:
+    """The least time by which device ``d``'s ops can all end under its activation cap
+    (Little's law over the whole step; 0 without a cap). Every part of an activation
+    lives from its forward's start to its release op's end, at least its least lifetime
+    (``lifetime_min``), so the memory-time area of all of them is at least A = the sum of
+    count x size x least lifetime. The memory in tick [t, t + 1) is at most the cap, at most
+    the largest activation a times the forwards begun by t (they run one at a time, the
+    first at the least forward head h, each at least the shortest forward f long), and at
+    most a times the activations whose last release op (W where it frees a part, else B)
+    ends after t: those ops run one at a time, each at least the shortest one r long, and
+    end by T - the least of their tails. The least T whose ticks hold an area of A bounds
+    when the device's last op ends."""
+    cap = problem.cap(d)
+    counts = problem.pipeline_counts
+    keys = [(p, s) for p, s in placement.stages_on(d) if counts.get(p) and problem.costs.activation[(p, s)] > 0]
+    if cap is None or cap <= 0 or not keys:
+        return 0
+    area = 0.0
+    releases = []
+    for p, s in keys:
+        fwd = Op(Kind.F, p, s, 0)
+        parts = problem.lifetimes(p, s)
+        for kind, amount in parts:
+            rel = Op(kind, p, s, 0)
+            area += counts[p] * amount * (head[rel] + problem.duration(rel) - head[fwd])
+        releases.append(Op(parts[-1][0], p, s, 0))
+    biggest = max(problem.costs.activation[k] for k in keys)
+    forwards = [Op(Kind.F, p, s, 0) for p, s in keys]
+    return _least_time_holding(area, cap, biggest, min(head[op] for op in forwards),
+                               min(problem.duration(op) for op in forwards),
+                               min(problem.duration(op) for op in releases), min(tail[op] for op in releases))
+
+
+def _least_time_holding(area: float, cap: float, act: float, h: int, f: int, r: int, last: int) -> int:
+    """The least T whose ticks [0, T) hold ``area`` (``_memory_area_bound``): in tick t
+    at most min(cap, act x forwards begun by t, act x releases ending after t), forwards
+    one at a time from ``h`` at least ``f`` apart, releases at least ``r`` long, ending by
+    T - ``last`` (an ``f`` or ``r`` of 0 leaves that count unbounded); 0 where the fill
+    and drain windows span more than ``ModelParams.area_max_ticks``."""
+    k = math.ceil(cap / act - 1e-9)  # past k forwards begun (k releases owed) the cap binds
+    fill, drain = h + k * f, last + k * r
+    if fill + drain > ModelParams().area_max_ticks:
+        return 0
+
+    def held(T: int) -> float:
+        """The most area ticks [0, T) hold; past both windows, the cap times T less the
+        windows' shortfalls (which no longer depend on T)."""
+        window = fill + drain
+        n = min(T, window)
+        t = np.arange(n)
+        begun = np.where(t >= h, (t - h) // f + 1 if f else k, 0)
+        t_end = T - n + t  # the last n ticks (all of them when T <= fill + drain)
+        owing = np.where(t_end < T - last, (T - last - t_end - 1) // r + 1 if r else k, 0)
+        if n == T:
+            return float(np.minimum(cap, act * np.minimum(begun, owing)).sum())
+        short = np.maximum(0.0, cap - act * begun[:fill]).sum() + np.maximum(0.0, cap - act * owing[-drain:]).sum()
+        return cap * T - float(short)
+
+    need = area - 1e-9 * max(1.0, area)
+    lo = hi = max(1, math.ceil(area / cap - 1e-9))
+    while held(hi) < need:
+        lo, hi = hi + 1, 2 * hi
+    while lo < hi:  # held grows with T
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if held(mid) >= need else (mid + 1, hi)
+    return lo
 
 
 def _drain_work(problem: Problem, keys: list[tuple[int, int]], cap: float,

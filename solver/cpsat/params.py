@@ -98,12 +98,15 @@ class ModelParams:
     deterministic seconds; ``portfolios``: subsolvers per worker count; the analytic
     bound's sweep over the microbatches (``sweep``) up to ``sweep_max_cells``
     microbatch-stages (0.7 s at 524,288); at most ``pair_limit`` overlapped-pair
-    candidates (``pairing``; more are cut to near microbatches, a stated restriction)."""
+    candidates (``pairing``; more are cut to near microbatches, a stated restriction); a
+    device's activation-area bound (``bounds``) only where its fill and drain windows
+    span at most ``area_max_ticks`` ticks."""
 
     order_literal_limit: int = 60000
     pair_limit: int = 3000
     probing_det_limit: float = 0.1
     sweep_max_cells: int = 2_000_000
+    area_max_ticks: int = 1_000_000
     portfolios: tuple[tuple[int, tuple[str, ...]], ...] = DEFAULT_PORTFOLIOS
 
 
