@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Mapping
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 import numpy as np
 
@@ -41,6 +41,54 @@ def pattern_period(problem: Problem) -> int:
         if all(mb2p[m] == mb2p[m % n] for m in range(n, B)):
             return n
     return B
+
+
+def pipeline_mix(problem: Problem) -> tuple[int, ...] | None:
+    """The shortest sequence of pipelines that, repeated, gives each pipeline as many
+    microbatches as the problem does, each pipeline's spread evenly through it
+    (bidirectional with equal halves: 0, 1), where it is shorter than the problem's own
+    pattern (``pattern_period``; Chimera's split repeats every S); else None. Microbatches
+    of a pipeline are identical, so the problem with its microbatches in this mix
+    (``mixed_twin``) is the same problem relabelled — with smaller blocks."""
+    if problem.blocks:  # fixed blocks name microbatches
+        return None
+    counts = problem.pipeline_counts
+    g = math.gcd(*counts.values())
+    unit = {p: n // g for p, n in counts.items()}
+    if sum(unit.values()) >= pattern_period(problem):
+        return None
+    spread = sorted(((i + 0.5) / u, p) for p, u in unit.items() for i in range(u))
+    return tuple(p for _, p in spread)
+
+
+def mixed_twin(problem: Problem) -> Problem | None:
+    """The problem with its microbatches' pipelines in ``pipeline_mix`` (None where there
+    is none): its schedules are the problem's, relabelled (``relabelled``)."""
+    mix = pipeline_mix(problem)
+    if mix is None:
+        return None
+    return replace(problem, microbatch2pipeline=mix * (problem.num_microbatches // len(mix)))
+
+
+def relabelled(schedule: Schedule, labels: Sequence[int]) -> Schedule:
+    """``schedule`` with its microbatches renamed so that microbatch m takes pipeline
+    ``labels[m]``: the r-th microbatch of each pipeline stays the r-th (each pipeline
+    needs as many microbatches in ``labels`` as in the schedule)."""
+    src, dst = np.asarray(schedule.microbatch2pipeline), np.asarray(labels)
+    mapping = np.empty(len(src), np.int64)
+    for p in np.unique(src):
+        here, there = np.flatnonzero(src == p), np.flatnonzero(dst == p)
+        if len(here) != len(there):
+            raise ValueError(f"pipeline {p} has {len(here)} microbatches in the schedule and {len(there)} in labels")
+        mapping[here] = there
+    if len(dst) != len(src):
+        raise ValueError(f"labels name {len(dst)} microbatches, the schedule has {len(src)}")
+    ops = schedule.ops
+    renamed = OpArrays(ops.kind, ops.pipeline, ops.stage, mapping[ops.microbatch])
+    blocks = tuple(tuple(op._replace(microbatch=int(mapping[op.microbatch])) for op in b) for b in schedule.blocks)
+    return Schedule.from_arrays(schedule.name, schedule.placement, tuple(int(p) for p in dst), renamed,
+                                schedule.offsets, schedule.stage_work, schedule.split_backward, schedule.params,
+                                blocks)
 
 
 def blocks(problem: Problem, largest: int) -> list[int]:
@@ -204,9 +252,12 @@ class Kernel:
         du = np.array([pr.duration(o) for o in ops], np.int64)
         return ops, dev, st, du
 
-    def expand(self, microbatches: int | None = None, name: str = "cyclic") -> Schedule:
+    def expand(self, microbatches: int | None = None, name: str = "cyclic",
+               labels: Sequence[int] | None = None) -> Schedule:
         """The schedule of the first ``microbatches`` (default: the problem's) microbatches
-        of the periodic schedule: each device's ops by start time."""
+        of the periodic schedule: each device's ops by start time; with ``labels``, its
+        microbatches renamed to take those pipelines (``relabelled``: the kernel of a
+        ``mixed_twin`` expanded for the problem itself)."""
         B = self.problem.num_microbatches if microbatches is None else microbatches
         ops, dev, st, _ = self.arrays()
         k, P = self.block, self.period
@@ -225,9 +276,10 @@ class Kernel:
         pattern = self.problem.microbatch2pipeline
         mb2p = tuple(pattern[m % self.block] for m in range(B))
         arrays = OpArrays(kind[order], pipe[order], stage[order], mb[order])
-        return Schedule.from_arrays(name, self.placement, mb2p, arrays, offsets, self.problem.stage_work,
-                                    self.problem.split_backward,
-                                    {"source": "cpsat", "block": self.block, "period": self.period})
+        out = Schedule.from_arrays(name, self.placement, mb2p, arrays, offsets, self.problem.stage_work,
+                                   self.problem.split_backward,
+                                   {"source": "cpsat", "block": self.block, "period": self.period})
+        return out if labels is None or tuple(labels) == mb2p else relabelled(out, labels)
 
 
 def cyclic_order_edges(kernel: Kernel) -> tuple[list[Op], list[tuple[int, int, int, int]]]:

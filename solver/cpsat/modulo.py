@@ -1,12 +1,23 @@
-"""A list scheduler of one period (modulo scheduling, as compilers pipeline loops): the
-template's ops in chain order, each at the earliest time after its input (and, FIFO,
-after the same op of the pipeline's previous template microbatch) whose phases modulo the
-period are free on its device. Solver-free and quick: the cyclic phase's first kernel of a
-block where no known schedule gives one (``steady.block_period``); memory is only checked
-afterwards (``cyclic.check_kernel``)."""
+"""Solver-free first kernels of a block, the cyclic phase's upper bounds and hints
+(``steady.block_period``), memory checked afterwards (``cyclic.check_kernel``):
+
+* a list scheduler of one period (modulo scheduling, as compilers pipeline loops): the
+  template's ops in chain order, each at the earliest time after its input (and, FIFO,
+  after the same op of the pipeline's previous template microbatch) whose phases modulo
+  the period are free on its device;
+* regular kernels: every template microbatch's chain at fixed waits (after each forward's
+  input, at the turn from the last forward to the backwards, after each backward's input),
+  the template microbatches at offsets within the period. On bidirectional placements
+  with messages the list scheduler's forwards, each as early as it can, collide with the
+  other direction's; one slot of wait per forward hop interleaves the two directions
+  exactly (S=32, F:B = 1:2, a message of 1: period 6, the devices' load, where CP-SAT's
+  model of one period found none in 60 s).
+"""
 
 from __future__ import annotations
 
+import itertools
+import time
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -63,6 +74,48 @@ def modulo_kernel(problem: Problem, placement: Placement, block: int, period: in
         previous[p] = j
     kernel = Kernel(problem, placement, block, period, start)
     return kernel if check_kernel(kernel) is None else None
+
+
+def regular_kernel(problem: Problem, placement: Placement, block: int, lower: int, tries: int = 4,
+                   waits: tuple[int, ...] = (0, 1, 2), until: float | None = None) -> Kernel | None:
+    """The regular kernel (module docstring) of the least period among ``lower`` ..
+    ``lower + tries - 1``: forward waits from ``waits``, turn and backward waits from its
+    first two, offsets of the template microbatches after the first from 0 to the period;
+    None when none passes ``check_kernel``, when two template microbatches share a
+    pipeline (FIFO would order them: not regular) or past ``until``
+    (``time.perf_counter``)."""
+    pipes = problem.microbatch2pipeline[:block]
+    if len(set(pipes)) != block:
+        return None
+    for period in range(lower, lower + tries):
+        for wf, wt, wb in itertools.product(waits, waits[:2], waits[:2]):
+            chains = [_regular_chain(problem, placement, p, j, (wf, wt, wb)) for j, p in enumerate(pipes)]
+            for offsets in itertools.product(range(period), repeat=block - 1):
+                if until is not None and time.perf_counter() > until:
+                    return None
+                start = dict(chains[0])
+                for chain, at in zip(chains[1:], offsets):
+                    start.update((op, t + at) for op, t in chain.items())
+                kernel = Kernel(problem, placement, block, period, start)
+                if check_kernel(kernel) is None:
+                    return kernel
+    return None
+
+
+def _regular_chain(problem: Problem, placement: Placement, p: int, j: int, waits: tuple[int, int, int]
+                   ) -> dict[Op, int]:
+    """Microbatch j's op starts from 0: each op ``waits`` (forward, turn, backward; a W
+    none) after its input arrives."""
+    wf, wt, wb = waits
+    start: dict[Op, int] = {}
+    for op in _chain(problem, p, j):
+        pred = predecessor(op, problem.num_stages[p])
+        if pred is None:
+            start[op] = 0
+            continue
+        wait = wf if op.kind is Kind.F else 0 if op.kind is Kind.W else wt if pred.kind is Kind.F else wb
+        start[op] = start[pred] + problem.duration(pred) + min_lag(problem, placement, pred, op) + wait
+    return start
 
 
 def _first_free(busy: np.ndarray, ready: int, dur: int) -> int | None:

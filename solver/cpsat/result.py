@@ -142,19 +142,22 @@ class CyclicInfo:
     wall_s: float = 0.0
     why: str = ""
     blocks: tuple[tuple[int, int | None, int], ...] = ()
+    mix: tuple[int, ...] = ()  # the block's pipelines, where not the problem's first microbatches'
 
     @property
     def proven(self) -> bool:
         return self.period_bound >= self.period
 
     def assumption(self) -> str:
-        return (f"periodic schedules of block {self.block}: microbatch j + {self.block} runs every op one period "
-                f"after microbatch j")
+        mixed = (f" taking pipelines {', '.join(map(str, self.mix))} in turn (each pipeline's microbatches in "
+                 "their order)" if self.mix else "")
+        return (f"periodic schedules of block {self.block}{mixed}: microbatch j + {self.block} runs every op one "
+                f"period after microbatch j")
 
     def as_dict(self) -> dict:
         return {"block": self.block, "period": self.period, "period_bound": self.period_bound,
                 "proven": self.proven, "wall_s": self.wall_s, "why": self.why,
-                "blocks": [list(b) for b in self.blocks], "bound_holds_for": self.assumption()}
+                "blocks": [list(b) for b in self.blocks], "mix": list(self.mix), "bound_holds_for": self.assumption()}
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -21,15 +21,17 @@ from .cyclic import (
     Kernel,
     blocks,
     kernel_of,
+    mixed_twin,
     pattern_period,
     per_microbatch_work,
     period_lower_bound,
+    relabelled,
     steady_kernel,
     template_size,
 )
 from .cyclic_model import CyclicModel
 from .justify import justify, precedence_graph
-from .modulo import first_modulo_kernel
+from .modulo import first_modulo_kernel, regular_kernel
 from .oracle import KnownEval, checked
 from .result import CyclicInfo, PhaseRecord, SolveRecord
 
@@ -90,8 +92,11 @@ def block_period(problem: Problem, placement: Placement, block: int, config: CpS
     lb, why = period_lower_bound(problem, placement, block)
     if template_size(problem, block) <= params.modulo_max_ops:
         listed = first_modulo_kernel(problem, placement, block, lb, params.modulo_steps, params.modulo_tries)
-        if listed is not None and (seed is None or listed.period < seed.period):
-            seed = listed
+        regular = regular_kernel(problem, placement, block, lb, params.modulo_tries,
+                                 until=None if deadline.deterministic else deadline.end)
+        for kernel in (listed, regular):
+            if kernel is not None and (seed is None or kernel.period < seed.period):
+                seed = kernel
     out = BlockOutcome(block, lb, why, kernel=seed)
     lo, hi, step, proving = lb, None if seed is None else seed.period, 1, True
     at_bound = hi is not None  # a kernel known: the bound itself first (tight, it propagates best)
@@ -140,9 +145,10 @@ def cyclic_applies(problem: Problem, config: CpSatConfig, model_fits: bool = Fal
     problem too large for the full model in the time (``model_fits`` false) or of at
     least ``cyclic_min_ops`` ops (smaller ones the full model settles better)."""
     params = config.decompose
+    shape = mixed_twin(problem) or problem
     return (not problem.is_free and problem.num_microbatches >= params.cyclic_min_ratio * problem.num_devices
             and (not model_fits or problem.num_ops >= params.cyclic_min_ops)
-            and bool(blocks(problem, params.max_block * pattern_period(problem))))
+            and bool(blocks(shape, params.max_block * pattern_period(shape))))
 
 
 def block_order(problem: Problem, placement: Placement, config: CpSatConfig) -> list[int]:
@@ -172,12 +178,15 @@ def cyclic_phase(problem: Problem, placement: Placement, config: CpSatConfig, de
     expansions, the phase's record, what was proven of the best block)."""
     t = time.perf_counter()
     params = config.decompose
+    original, labels = problem, problem.microbatch2pipeline
+    twin = mixed_twin(problem)
+    problem = twin or problem  # the kernels' problem; expansions are relabelled to ``labels``
     largest = params.max_block * pattern_period(problem)
     seeds: dict[int, Kernel] = {}
     for ev in sorted((e for e in known if e.fits), key=lambda e: e.makespan)[:params.cyclic_seeds]:  # type: ignore[arg-type,return-value]
         if pace.fits("evaluate", deadline.end):
-            kernel = kernel_of(problem, placement, ev.schedule, simulate(ev.schedule, problem.costs).start_times,
-                               largest)
+            seen = ev.schedule if twin is None else relabelled(ev.schedule, problem.microbatch2pipeline)
+            kernel = kernel_of(problem, placement, seen, simulate(seen, problem.costs).start_times, largest)
             if kernel is not None and (kernel.block not in seeds or kernel.period < seeds[kernel.block].period):
                 seeds[kernel.block] = kernel
     work = per_microbatch_work(problem, placement)
@@ -205,30 +214,32 @@ def cyclic_phase(problem: Problem, placement: Placement, config: CpSatConfig, de
     for o in found[:params.cyclic_expansions]:
         if not pace.fits("evaluate", deadline.end, 3):
             break
-        schedule = o.kernel.expand(name=f"cyclic-k{o.block}-P{o.period}")  # type: ignore[union-attr]
-        ev = checked(problem, schedule, None)
+        schedule = o.kernel.expand(name=f"cyclic-k{o.block}-P{o.period}", labels=labels)  # type: ignore[union-attr]
+        ev = checked(original, schedule, None)
         evals.append(ev)
         if config.uses("justify") and problem.num_ops <= params.cyclic_justify_max_ops and \
                 pace.fits("justify", deadline.end, 1.5):
-            graph = precedence_graph(problem, placement)
-            better = (justify(problem, placement, ev, graph, config.start.justify_rounds, deadline.end)
+            graph = precedence_graph(original, placement)
+            better = (justify(original, placement, ev, graph, config.start.justify_rounds, deadline.end)
                       if graph else None)
             if better is not None:
                 evals.append(better)
-    info = _info(outcomes, time.perf_counter() - t)
+    info = _info(outcomes, time.perf_counter() - t, None if twin is None else twin.microbatch2pipeline)
     solves = tuple(r for o in outcomes for r in o.solves)
     note = "; ".join(f"block {o.block}: period {o.period if o.period is not None else '-'} "
                      f"(bound {o.bound}, {o.why})" for o in outcomes)
     return evals, PhaseRecord("cyclic", round(time.perf_counter() - t, 3), solves, note), info
 
 
-def _info(outcomes: list[BlockOutcome], wall_s: float) -> CyclicInfo | None:
+def _info(outcomes: list[BlockOutcome], wall_s: float, mix: tuple[int, ...] | None = None) -> CyclicInfo | None:
     """What is proven of the block with the best period per microbatch (ties: the
-    smallest block)."""
+    smallest block); ``mix``: the template's pipelines where the kernels are of the
+    problem's ``mixed_twin``."""
     found = [o for o in outcomes if o.period is not None]
     if not found:
         return None
     o = min(found, key=lambda o: (o.rate, o.block))
     return CyclicInfo(block=o.block, period=o.period, period_bound=min(o.bound, o.period),  # type: ignore[arg-type,type-var]
                       wall_s=round(wall_s, 3), why=o.why,
-                      blocks=tuple((x.block, x.period, x.bound) for x in outcomes))
+                      blocks=tuple((x.block, x.period, x.bound) for x in outcomes),
+                      mix=() if mix is None else tuple(mix[:o.block]))
