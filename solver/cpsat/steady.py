@@ -175,23 +175,24 @@ def cyclic_phase(problem: Problem, placement: Placement, config: CpSatConfig, de
     their period the first upper bound) and of ``block_order``, each on a share of what
     ``share`` of the deadline leaves, a block skipped once one it could not beat was
     found; the best kernels expanded and judged within the whole deadline: (the judged
-    expansions, the phase's record, what was proven of the best block)."""
+    expansions, the phase's record, what was proven of the best block). Where the
+    problem has a ``mixed_twin`` the kernels are the twin's (smaller blocks) and their
+    expansions are renamed back to the problem's microbatches."""
     t = time.perf_counter()
     params = config.decompose
-    original, labels = problem, problem.microbatch2pipeline
     twin = mixed_twin(problem)
-    problem = twin or problem  # the kernels' problem; expansions are relabelled to ``labels``
-    largest = params.max_block * pattern_period(problem)
+    shape = twin or problem  # the kernels' problem
+    largest = params.max_block * pattern_period(shape)
     seeds: dict[int, Kernel] = {}
     for ev in sorted((e for e in known if e.fits), key=lambda e: e.makespan)[:params.cyclic_seeds]:  # type: ignore[arg-type,return-value]
         if pace.fits("evaluate", deadline.end):
-            seen = ev.schedule if twin is None else relabelled(ev.schedule, problem.microbatch2pipeline)
-            kernel = kernel_of(problem, placement, seen, simulate(seen, problem.costs).start_times, largest)
+            seen = relabelled(ev.schedule, shape.microbatch2pipeline) if twin else ev.schedule
+            kernel = kernel_of(shape, placement, seen, simulate(seen, shape.costs).start_times, largest)
             if kernel is not None and (kernel.block not in seeds or kernel.period < seeds[kernel.block].period):
                 seeds[kernel.block] = kernel
-    work = per_microbatch_work(problem, placement)
+    work = per_microbatch_work(shape, placement)
     sizes = sorted(seeds, key=lambda k: seeds[k].per_microbatch) + [
-        k for k in block_order(problem, placement, config) if k not in seeds]
+        k for k in block_order(shape, placement, config) if k not in seeds]
     if deadline.deterministic:
         phase = deadline.slice(share)
     else:  # leave the time to expand and check the kernels found
@@ -202,10 +203,10 @@ def cyclic_phase(problem: Problem, placement: Placement, config: CpSatConfig, de
     for i, k in enumerate(sizes[:params.max_blocks_tried]):
         if not phase.room(0.0):
             break
-        if period_lower_bound(problem, placement, k, work)[0] / k >= best - 1e-12:
+        if period_lower_bound(shape, placement, k, work)[0] / k >= best - 1e-12:
             continue
         last = i == min(len(sizes), params.max_blocks_tried) - 1
-        out = block_period(problem, placement, k, config, phase.slice(1.0 if last else params.cyclic_block_share),
+        out = block_period(shape, placement, k, config, phase.slice(1.0 if last else params.cyclic_block_share),
                            seeds.get(k))
         outcomes.append(out)
         best = min(best, out.rate)
@@ -214,17 +215,18 @@ def cyclic_phase(problem: Problem, placement: Placement, config: CpSatConfig, de
     for o in found[:params.cyclic_expansions]:
         if not pace.fits("evaluate", deadline.end, 3):
             break
-        schedule = o.kernel.expand(name=f"cyclic-k{o.block}-P{o.period}", labels=labels)  # type: ignore[union-attr]
-        ev = checked(original, schedule, None)
+        schedule = o.kernel.expand(name=f"cyclic-k{o.block}-P{o.period}",  # type: ignore[union-attr]
+                                   labels=problem.microbatch2pipeline)
+        ev = checked(problem, schedule, None)
         evals.append(ev)
         if config.uses("justify") and problem.num_ops <= params.cyclic_justify_max_ops and \
                 pace.fits("justify", deadline.end, 1.5):
-            graph = precedence_graph(original, placement)
-            better = (justify(original, placement, ev, graph, config.start.justify_rounds, deadline.end)
+            graph = precedence_graph(problem, placement)
+            better = (justify(problem, placement, ev, graph, config.start.justify_rounds, deadline.end)
                       if graph else None)
             if better is not None:
                 evals.append(better)
-    info = _info(outcomes, time.perf_counter() - t, None if twin is None else twin.microbatch2pipeline)
+    info = _info(outcomes, time.perf_counter() - t, twin.microbatch2pipeline if twin else None)
     solves = tuple(r for o in outcomes for r in o.solves)
     note = "; ".join(f"block {o.block}: period {o.period if o.period is not None else '-'} "
                      f"(bound {o.bound}, {o.why})" for o in outcomes)
