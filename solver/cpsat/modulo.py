@@ -77,24 +77,26 @@ def modulo_kernel(problem: Problem, placement: Placement, block: int, period: in
 
 
 def regular_kernel(problem: Problem, placement: Placement, block: int, lower: int, tries: int = 4,
-                   waits: tuple[int, ...] = (0, 1, 2), until: float | None = None) -> Kernel | None:
+                   waits: tuple[int, ...] = (0, 1, 2), until: float | None = None, offsets: int = 16
+                   ) -> Kernel | None:
     """The regular kernel (module docstring) of the least period among ``lower`` ..
     ``lower + tries - 1``: forward waits from ``waits``, turn and backward waits from its
-    first two, offsets of the template microbatches after the first from 0 to the period;
-    None when none passes ``check_kernel``, when two template microbatches share a
-    pipeline (FIFO would order them: not regular) or past ``until``
-    (``time.perf_counter``)."""
+    first two, offsets of the template microbatches after the first at most ``offsets``
+    points evenly apart in the period (every point of a period up to that long); None
+    when none passes ``check_kernel``, when two template microbatches share a pipeline
+    (FIFO would order them: not regular) or past ``until`` (``time.perf_counter``)."""
     pipes = problem.microbatch2pipeline[:block]
     if len(set(pipes)) != block:
         return None
     for period in range(lower, lower + tries):
+        points = range(0, period, -(-period // offsets))
         for wf, wt, wb in itertools.product(waits, waits[:2], waits[:2]):
             chains = [_regular_chain(problem, placement, p, j, (wf, wt, wb)) for j, p in enumerate(pipes)]
-            for offsets in itertools.product(range(period), repeat=block - 1):
+            for shift in itertools.product(points, repeat=block - 1):
                 if until is not None and time.perf_counter() > until:
                     return None
                 start = dict(chains[0])
-                for chain, at in zip(chains[1:], offsets):
+                for chain, at in zip(chains[1:], shift):
                     start.update((op, t + at) for op, t in chain.items())
                 kernel = Kernel(problem, placement, block, period, start)
                 if check_kernel(kernel) is None:
