@@ -16,6 +16,7 @@ from ortools.sat.python import cp_model
 from pipetab.schedules.ops import Kind, Op
 from pipetab.schedules.schedule import Placement
 
+from .cyclic import per_microbatch_work
 from .params import ModelParams
 from .sweep import sweep_lower_bound
 from .variables import heads_tails, lifetime_min, successors
@@ -103,6 +104,8 @@ def _device_bounds(problem: Problem, placement: Placement, head: dict[Op, int], 
             b_heads[d] = min(b_heads.get(d, head[b]), head[b])
             f_tails[d] = min(f_tails.get(d, tail[f]), tail[f])
     least_opt = min(opts, default=0)
+    capped = savings is None and any(problem.cap(d) is not None for d in load)
+    held = per_microbatch_work(problem, placement)[1] if capped else {}  # size x least lifetime
     for d, ld in load.items():
         # after d's last op run both its own optimizer and that op's tail, which ends on
         # some device whose optimizer follows: side by side, not one after the other
@@ -115,7 +118,7 @@ def _device_bounds(problem: Problem, placement: Placement, head: dict[Op, int], 
         out.append((heads[d] + ld + end, f"load of device {d}"))
         out.append((_fill_drain_bound(problem, placement, d, ld, head, tail) + least_opt,
                     f"load of device {d} with its memory-bound fill and drain"))
-        area = _memory_area_bound(problem, placement, d, head, tail)
+        area = _memory_area_bound(problem, placement, d, head, tail, held) if capped else 0
         if area:
             out.append((area + least_opt, f"activation lifetimes of device {d} over its memory cap, "
                                           "memory ramping up and down"))
@@ -185,36 +188,29 @@ def _fill_drain_bound(problem: Problem, placement: Placement, d: int, load: int,
 
 
 def _memory_area_bound(problem: Problem, placement: Placement, d: int, head: dict[Op, int],
-                       tail: dict[Op, int]) -> int:
+                       tail: dict[Op, int], held: dict[int, list[float]]) -> int:
     """The least time by which device ``d``'s ops can all end under its activation cap
     (Little's law over the whole step; 0 without a cap). Every part of an activation
-    lives from its forward's start to its release op's end, at least its least lifetime
-    (``lifetime_min``), so the memory-time area of all of them is at least A = the sum of
-    count x size x least lifetime. The memory in tick [t, t + 1) is at most the cap, at most
-    the largest activation a times the forwards begun by t (they run one at a time, the
-    first at the least forward head h, each at least the shortest forward f long), and at
-    most a times the activations whose last release op (W where it frees a part, else B)
-    ends after t: those ops run one at a time, each at least the shortest one r long, and
-    end by T - the least of their tails. The least T whose ticks hold an area of A bounds
-    when the device's last op ends."""
+    lives from its forward's start to its release op's end, at least its least lifetime,
+    so the memory-time area of all of them is at least A = the sum over pipelines of the
+    microbatches times ``held`` (``cyclic.per_microbatch_work``: one microbatch's size x
+    least lifetime on d). The memory in tick [t, t + 1) is at most the cap, at most the
+    largest activation a times the forwards begun by t (they run one at a time, the first
+    at the least forward head h, each at least the shortest forward f long), and at most a
+    times the activations whose last release op (W where it frees a part, else B) ends
+    after t: those ops run one at a time, each at least the shortest one r long, and end
+    by T - the least of their tails. The least T whose ticks hold an area of A bounds when
+    the device's last op ends."""
     cap = problem.cap(d)
     counts = problem.pipeline_counts
     keys = [(p, s) for p, s in placement.stages_on(d) if counts.get(p) and problem.costs.activation[(p, s)] > 0]
     if cap is None or cap <= 0 or not keys:
         return 0
-    area = 0.0
-    releases = []
-    for p, s in keys:
-        fwd = Op(Kind.F, p, s, 0)
-        parts = problem.lifetimes(p, s)
-        for kind, amount in parts:
-            rel = Op(kind, p, s, 0)
-            area += counts[p] * amount * (head[rel] + problem.duration(rel) - head[fwd])
-        releases.append(Op(parts[-1][0], p, s, 0))
-    biggest = max(problem.costs.activation[k] for k in keys)
+    area = sum(n * held[p][d] for p, n in counts.items())
+    releases = [Op(problem.lifetimes(p, s)[-1][0], p, s, 0) for p, s in keys]
     forwards = [Op(Kind.F, p, s, 0) for p, s in keys]
-    return _least_time_holding(area, cap, biggest, min(head[op] for op in forwards),
-                               min(problem.duration(op) for op in forwards),
+    return _least_time_holding(area, cap, max(problem.costs.activation[k] for k in keys),
+                               min(head[op] for op in forwards), min(problem.duration(op) for op in forwards),
                                min(problem.duration(op) for op in releases), min(tail[op] for op in releases))
 
 
@@ -226,13 +222,13 @@ def _least_time_holding(area: float, cap: float, act: float, h: int, f: int, r: 
     and drain windows span more than ``ModelParams.area_max_ticks``."""
     k = math.ceil(cap / act - 1e-9)  # past k forwards begun (k releases owed) the cap binds
     fill, drain = h + k * f, last + k * r
-    if fill + drain > ModelParams().area_max_ticks:
+    window = fill + drain
+    if window > ModelParams().area_max_ticks:
         return 0
 
     def held(T: int) -> float:
         """The most area ticks [0, T) hold; past both windows, the cap times T less the
         windows' shortfalls (which no longer depend on T)."""
-        window = fill + drain
         n = min(T, window)
         t = np.arange(n)
         begun = np.where(t >= h, (t - h) // f + 1 if f else k, 0)

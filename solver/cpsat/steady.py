@@ -91,10 +91,13 @@ def block_period(problem: Problem, placement: Placement, block: int, config: CpS
     params = config.decompose
     lb, why = period_lower_bound(problem, placement, block)
     if template_size(problem, block) <= params.modulo_max_ops:
-        listed = first_modulo_kernel(problem, placement, block, lb, params.modulo_steps, params.modulo_tries)
-        regular = regular_kernel(problem, placement, block, lb, params.modulo_tries,
-                                 until=None if deadline.deterministic else deadline.end)
-        for kernel in (listed, regular):
+        firsts = (lambda: first_modulo_kernel(problem, placement, block, lb, params.modulo_steps, params.modulo_tries),
+                  lambda: regular_kernel(problem, placement, block, lb, params.modulo_tries,
+                                         until=None if deadline.deterministic else deadline.end))
+        for first in firsts:
+            if seed is not None and seed.period <= lb:
+                break  # at the bound already: neither can do better
+            kernel = first()
             if kernel is not None and (seed is None or kernel.period < seed.period):
                 seed = kernel
     out = BlockOutcome(block, lb, why, kernel=seed)

@@ -6,14 +6,15 @@ import numpy as np
 import pytest
 
 from pipetab.solver.cpsat import CpSatConfig, idealized_problem, search
-from pipetab.solver.cpsat.bounds import _memory_area_bound, makespan_lower_bound
+from pipetab.solver.cpsat.bounds import _least_time_holding, _memory_area_bound, makespan_lower_bound
+from pipetab.solver.cpsat.cyclic import per_microbatch_work
 from pipetab.solver.cpsat.variables import heads_tails
 
 
 def _area(problem, device: int) -> int:
     placement = problem.fixed_placement
     head, tail = heads_tails(problem, placement)
-    return _memory_area_bound(problem, placement, device, head, tail)
+    return _memory_area_bound(problem, placement, device, head, tail, per_microbatch_work(problem, placement)[1])
 
 
 def _held_by_enumeration(cap, act, h, f, r, last, T) -> float:
@@ -73,14 +74,8 @@ def test_held_area_matches_tick_enumeration(cap, act, h, f, r, last):
     for area in np.linspace(1, 6 * span * cap, 25):
         want = next(T for T in range(1, 100 * span) if _held_by_enumeration(cap, act, h, f, r, last, T)
                     >= area - 1e-9 * area)
-        got = _least_T(cap, act, h, f, r, last, area)
+        got = _least_time_holding(area, cap, act, h, f, r, last)
         assert got == want, (area, got, want)
-
-
-def _least_T(cap, act, h, f, r, last, area) -> int:
-    from pipetab.solver.cpsat.bounds import _least_time_holding
-
-    return _least_time_holding(area, cap, act, h, f, r, last)
 
 
 def test_no_cap_no_bound():
