@@ -308,12 +308,18 @@ def safe_horizon(problem: Problem, placement: Placement | None) -> int:
     every op, transfer, all-reduce and optimizer step one after another."""
     total = 0
     D = problem.num_devices
+    widest: dict[float, int] = {}  # free placement: the largest transfer of a message size over device pairs
+
+    def largest_lag(op: Op) -> int:
+        key = problem.costs.message_bytes.get((op.kind, op.pipeline, op.stage), 0.0)
+        if key not in widest:
+            widest[key] = max((problem.lag(op, a, b) for a in range(D) for b in range(D) if a != b), default=0)
+        return widest[key]
+
     for op in problem.ops:
         total += problem.duration(op)
         for nx in successors(op, problem.num_stages[op.pipeline], problem.split_backward):
-            total += max(
-                (problem.lag(op, a, b) for a in range(D) for b in range(D) if a != b), default=0
-            ) if placement is None else (
+            total += largest_lag(op) if placement is None else (
                 problem.lag(op, placement.device(op.pipeline, op.stage), placement.device(nx.pipeline, nx.stage))
                 if placement.device(op.pipeline, op.stage) != placement.device(nx.pipeline, nx.stage) else 0
             )

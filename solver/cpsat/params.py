@@ -181,7 +181,8 @@ class StrategyParams:
 
 @dataclass(frozen=True)
 class DecomposeParams:
-    """Free placement (one model with placement literals above ``max_placements``), free
+    """Free placement (one model with placement literals above ``max_placements``, of at
+    most ``free_model_max_intervals`` op-device intervals: 524,288 took 0.8 GB), free
     partition (``partition``: candidates and nodes per candidate enumerated, shares of
     the time for the even split, the enumeration and the ``least_splits`` search, the
     least slice of a visited split) and the cyclic phase (``steady``: on problems of at
@@ -200,6 +201,7 @@ class DecomposeParams:
     are justified: building the precedence graph of 524,288 took 16 s)."""
 
     max_placements: int = 20000
+    free_model_max_intervals: int = 1_000_000
     max_candidates: int = 50_000
     nodes_per_candidate: int = 20
     first_share: float = 0.25

@@ -22,8 +22,9 @@ from .model import CpSatModel
 from .objectives import analytic_lower_bound, objective
 from .oracle import KnownEval, checked, evaluate_known, relabel_microbatches
 from .result import Mode, PhaseRecord, Result, Status
-from .starts import best_of, greedy_starts, judge
+from .starts import Pace, best_of, judge, start_phase
 from .strategy import solve_record
+from .variables import BuildTimeout
 
 if TYPE_CHECKING:
     from pipetab.solver.deadline import Deadline
@@ -85,12 +86,14 @@ def canonical_devices(schedule: Schedule) -> Schedule:
 
 @dataclass
 class _Free:
-    """The incumbent and what every placement proved, over the decomposition."""
+    """The incumbent and what every placement proved (``bounds``, by placement), over the
+    decomposition; ``searched``: the placements searched, with their known schedules."""
 
     schedule: Schedule | None = None
     value: float | None = None
     t_first: float | None = None
-    bounds: list = field(default_factory=list)
+    bounds: dict = field(default_factory=dict)
+    searched: list = field(default_factory=list)
     phases: list = field(default_factory=list)
     families: set = field(default_factory=set)
     unsolved: int = 0
@@ -114,27 +117,61 @@ def search_free(problem: Problem, config: CpSatConfig, known: Sequence[Schedule]
     label = (f"placement free: all {len(placements)} placements"
              + (" up to relabelling of identical devices" if identical else "")
              + " enumerated, each solved with its placement fixed, pruned by bound")
-    feasible = [(pl, analytic_lower_bound(problem.with_placement(pl), pl)[0]) for pl in placements
-                if not cap_violations(problem.with_placement(pl), pl)]
-    if not feasible:
-        return infeasible_cap(problem, mode, deadline, None, ["no placement fits the memory capacity"], config)
-    known_pl: dict = {}  # known schedules first (their placements give the first incumbent), then by bound
+    known_pl: dict = {}  # known schedules first (their placements give the first incumbent), then by device load
     for e in evals:
         if e.fits:
             key = (canonical_devices(e.schedule) if identical else e.schedule).placement.stage2device
             known_pl.setdefault(key, []).append(e)
-    feasible.sort(key=lambda x: (x[0].stage2device not in known_pl, x[1]))
+    # each placement's cap check and analytic bound are computed when it is visited (7.5 ms apiece at S=8 with
+    # a cap: 4,140 placements took 31 s); the order and the bound of placements left unvisited are their loads
+    work = {key: 0 for key in problem.stages}
+    for op in problem.ops:
+        work[(op.pipeline, op.stage)] += problem.duration(op)
+    order = sorted(((pl, _most_loaded(problem, pl, work)) for pl in placements),
+                   key=lambda x: (x[0].stage2device not in known_pl, x[1]))
     run = _Free()
     best = best_of(evals)
     if best is not None:
         run.offer(best.schedule, best.makespan, deadline.t0)
-    det = None if config.deterministic_time is None else config.deterministic_time / len(feasible)
-    for idx, (pl, lb) in enumerate(feasible):
-        _visit(problem, config, deadline, mode, label, run, feasible[idx:], pl, lb, det,
-               [canonical_devices(e.schedule) if identical else e.schedule for e in known_pl.get(pl.stage2device, [])])
+    det = None if config.deterministic_time is None else config.deterministic_time / len(order)
+    fits = 0
+    for idx, (pl, load) in enumerate(order):
+        pruned = run.value is not None and load >= run.value  # so are all after it (by load)
+        if pruned or deadline.wall_left() <= 0.05:
+            run.bounds.update((p.stage2device, x) for p, x in order[idx:])
+            run.unsolved += 0 if pruned else len(order) - idx
+            if pruned:
+                run.phases.append(PhaseRecord(f"{len(order) - idx} placements", 0.0,
+                                              note=f"pruned: a device's load at least {load} >= {run.value}"))
+            break
+        fixed = problem.with_placement(pl)
+        if cap_violations(fixed, pl):
+            continue
+        fits += 1
+        _visit(problem, config, deadline, mode, label, run, order[idx:], pl, analytic_lower_bound(fixed, pl)[0],
+               det, [canonical_devices(e.schedule) if identical else e.schedule
+                     for e in known_pl.get(pl.stage2device, [])])
+    if not fits and not run.unsolved:
+        return infeasible_cap(problem, mode, deadline, None, ["no placement fits the memory capacity"], config)
+    # the time the placements' slices left (most are pruned by bound): the open ones again, least bound first
+    for pl, given in sorted(run.searched, key=lambda x: run.bounds[x[0].stage2device]):
+        if deadline.left() < 0.5:
+            break
+        if run.value is not None and run.bounds[pl.stage2device] < run.value:
+            _visit(problem, config, deadline, mode, label, run, [], pl, run.bounds[pl.stage2device],
+                   deadline.det_left() if deadline.deterministic else None, given)
     if identical:
         run.families.add("device symmetry")
     return _free_result(problem, config, deadline, mode, label, run, evals, skipped)
+
+
+def _most_loaded(problem: Problem, placement: Placement, work: dict) -> int:
+    """The largest load of a device under ``placement`` (``work``: each stage's ops'
+    durations summed): a lower bound of every schedule on it."""
+    load = [0] * problem.num_devices
+    for (p, st), w in work.items():
+        load[placement.device(p, st)] += w
+    return max(load)
 
 
 def _visit(problem: Problem, config: CpSatConfig, deadline: Deadline, mode: Mode, label: str, run: _Free,
@@ -142,13 +179,13 @@ def _visit(problem: Problem, config: CpSatConfig, deadline: Deadline, mode: Mode
     """Prune placement ``pl`` by its bound or search it on its share of the time left
     (``det`` deterministic seconds)."""
     if run.value is not None and lb >= run.value:
-        run.bounds.append(lb)
+        run.bounds[pl.stage2device] = lb
         run.phases.append(PhaseRecord(f"placement {[list(x) for x in pl.stage2device]}", 0.0,
                                       note=f"pruned: analytic bound {lb} >= {run.value}"))
         return
     remaining = deadline.wall_left()
     if remaining <= 0.05:
-        run.bounds.append(lb)
+        run.bounds[pl.stage2device] = lb
         run.unsolved += 1
         return
     left = sum(1 for _, lb2 in rest if run.value is None or lb2 < run.value)
@@ -157,8 +194,10 @@ def _visit(problem: Problem, config: CpSatConfig, deadline: Deadline, mode: Mode
         known = [*known, run.schedule]
     res = search_fixed(problem, pl, config, known, deadline.within(max(0.05, slice_s), det), mode, label=label)
     run.families.update(res.solver.families)
-    run.bounds.append(math.inf if res.status is Status.INFEASIBLE else
-                      (res.lower_bound if res.lower_bound is not None else lb))
+    run.bounds[pl.stage2device] = (math.inf if res.status is Status.INFEASIBLE else
+                                   max(lb, res.lower_bound if res.lower_bound is not None else lb))
+    if res.status is not Status.INFEASIBLE:
+        run.searched.append((pl, known))
     run.phases.append(PhaseRecord(f"placement {[list(x) for x in pl.stage2device]}", round(res.runtime_s, 3),
                                   tuple(res.log.solves()),
                                   f"{res.status}, {problem.objective} {res.makespan}, bound {res.lower_bound}"))
@@ -166,8 +205,8 @@ def _visit(problem: Problem, config: CpSatConfig, deadline: Deadline, mode: Mode
 
 
 def _free_result(problem: Problem, config: CpSatConfig, deadline: Deadline, mode: Mode, label: str, run: _Free,
-                 evals: list[KnownEval], skipped: list[str]) -> Result:
-    lb_all = min(run.bounds) if run.bounds else None
+                 evals: list[KnownEval], skipped: list[str], message: str = "") -> Result:
+    lb_all = min(run.bounds.values()) if run.bounds else None
     if run.value is not None and lb_all is not None:
         lb_all = min(lb_all, run.value)
     if lb_all is not None and not math.isfinite(lb_all):
@@ -178,25 +217,55 @@ def _free_result(problem: Problem, config: CpSatConfig, deadline: Deadline, mode
     if run.schedule is None:
         status = Status.UNKNOWN if run.unsolved else Status.INFEASIBLE
         return finish(problem, mode, status, None, None, lb_all, deadline.t0, None, assumptions,
-                      "no schedule found" if run.unsolved else "no schedule exists", evals, config, phases, families)
+                      ("no schedule found" if run.unsolved else "no schedule exists")
+                      + (f": {message}" if message else ""),
+                      evals, config, phases, families)
     ev = checked(problem.with_placement(run.schedule.placement), run.schedule, run.value)  # type: ignore[arg-type]
     status = Status.OPTIMAL if lb_all is not None and lb_all >= ev.makespan else Status.FEASIBLE
     return finish(problem, mode, status, run.schedule, ev.makespan, lb_all, deadline.t0, run.t_first, assumptions,
-                  "", evals, config, phases, families)
+                  message, evals, config, phases, families)
 
 
 def _monolithic(problem: Problem, config: CpSatConfig, evals: list[KnownEval], deadline: Deadline,
                 mode: Mode) -> Result:
-    """One model with placement literals (above ``max_placements`` canonical placements)."""
+    """One model with placement literals (above ``max_placements`` canonical placements),
+    built only where it has at most ``DecomposeParams.free_model_max_intervals`` op-device
+    intervals and its build is predicted to fit the time; else ``_dealt_search``."""
     if not objective(problem).free_placement:
         raise ValueError(f"the {problem.objective} objective with free placement needs the decomposition "
                          f"(at most {config.decompose.max_placements} canonical placements)")
+    intervals = problem.num_ops * problem.num_devices
+    limit = config.decompose.free_model_max_intervals
+    if intervals > limit:
+        return _dealt_search(problem, config, evals, deadline, mode,
+                             f"{intervals:,} op-device intervals are more than one model takes ({limit:,})")
     t0 = deadline.t0
-    best = best_of(evals) or _dealt_start(problem)
+    pace = Pace(deadline, config.start)
+    for e in evals:
+        if e.timing is not None:
+            pace.measured(e.sim_s)
+    dealt = _dealt(problem)
+    fp = problem.with_placement(dealt)
+    start = None if cap_violations(fp, dealt) else start_phase(fp, dealt, config, (), deadline, pace)
+    if start is not None:
+        named = {e.name for e in evals}
+        evals = [*evals, *(e for e in start.evals if e.name not in named)]
+    best = best_of([*evals, *([start.best] if start is not None and start.best is not None else [])])
     lb, _ = analytic_lower_bound(problem, None)
-    horizon = best.makespan if best else safe_horizon(problem, None)
     t_first = time.perf_counter() - t0 if best else None
-    model = CpSatModel(problem, config, None, horizon, makespan_lb=lb)  # type: ignore[arg-type]
+    label = "placement free (one model with placement literals)"
+    # the build grows with ops x devices: a fixed placement's build (StartParams.costs) times D / 5, measured
+    # at 8 to 32 devices (12 to 13 evaluations of a schedule per device: 4.8 s for 16,384 ops on 32 devices)
+    if not pace.fits("build", deadline.end - pace.reserve(),
+                     config.start.builds_left * max(1.0, problem.num_devices / 5)):
+        return _dealt_search(problem, config, evals, deadline, mode,
+                             "the time limit leaves no time to build it")
+    horizon = best.makespan if best else safe_horizon(problem, None)
+    try:
+        model = CpSatModel(problem, config, None, horizon, makespan_lb=lb,  # type: ignore[arg-type]
+                           deadline=deadline.end - pace.reserve())
+    except BuildTimeout:
+        return _dealt_search(problem, config, evals, deadline, mode, "the time limit ran out while building it")
     if config.uses("hints") and best is not None:
         sched = canonical_devices(best.schedule) if "device symmetry" in model.applied else best.schedule
         ev = evaluate_known(problem.with_placement(sched.placement), sched)
@@ -204,7 +273,7 @@ def _monolithic(problem: Problem, config: CpSatConfig, evals: list[KnownEval], d
     t = time.perf_counter()
     raw = model.solve(*deadline.slice(1.0).limits())
     phases = (PhaseRecord("solve", round(time.perf_counter() - t, 3), (solve_record("solve", config, None, raw),)),)
-    assumptions = search_assumptions(problem, "placement free (one model with placement literals)", model.applied)
+    assumptions = search_assumptions(problem, label, model.applied)
     chosen, value = (best.schedule, best.makespan) if best else (None, None)
     if raw.starts is not None:
         cand = model.schedule_from(raw)
@@ -225,11 +294,33 @@ def _monolithic(problem: Problem, config: CpSatConfig, evals: list[KnownEval], d
                   evals, config, phases, fam, lb)
 
 
-def _dealt_start(problem: Problem) -> KnownEval | None:
-    """A first incumbent: a greedy schedule on the stages dealt round-robin over the devices."""
+def _dealt(problem: Problem) -> Placement:
+    """The stages dealt round-robin over the devices (each pipeline's stage s on device s mod D)."""
     D = problem.num_devices
-    pl = Placement(tuple(tuple(s % D for s in range(n)) for n in problem.num_stages), D)
-    fp = problem.with_placement(pl)
-    if cap_violations(fp, pl):
-        return None
-    return best_of(evaluate_known(fp, s) for s in greedy_starts(fp, pl))
+    return Placement(tuple(tuple(s % D for s in range(n)) for n in problem.num_stages), D)
+
+
+def _dealt_search(problem: Problem, config: CpSatConfig, evals: list[KnownEval], deadline: Deadline, mode: Mode,
+                  why: str) -> Result:
+    """Where one model is not built (``why``): the stages dealt round-robin searched with
+    their placement fixed (``fixed.search_fixed``) for the time left; every other placement
+    counts with the free analytic bound."""
+    pl = _dealt(problem)
+    lb, lb_why = analytic_lower_bound(problem, None)
+    label = ("placement free: the stages dealt round-robin searched, every other placement bounded "
+             f"analytically ({lb_why}); no model with placement literals ({why})")
+    run = _Free()
+    best = best_of(evals)
+    if best is not None:
+        run.offer(best.schedule, best.makespan, deadline.t0)
+    run.bounds["every other placement"] = lb
+    fixed = problem.with_placement(pl)
+    if cap_violations(fixed, pl):
+        run.phases.append(PhaseRecord(f"placement {[list(x) for x in pl.stage2device]}", 0.0,
+                                      note="breaks the memory cap"))
+    else:
+        _visit(problem, config, deadline, mode, label, run, [], pl, analytic_lower_bound(fixed, pl)[0],
+               config.deterministic_time,
+               [e.schedule for e in evals if e.fits and e.schedule.placement.stage2device == pl.stage2device])
+    return _free_result(problem, config, deadline, mode, label, run, evals, [],
+                        f"the stages dealt round-robin searched; no model with placement literals: {why}")
