@@ -310,6 +310,9 @@ def schedule_costs(schedule: Schedule, system: System, model: TransformerModel,
     topology = Topology(system, ctx, schedule.num_devices)
     stage2device = schedule.placement.stage2device
     parts = stage_parts(schedule, model, ctx)
+    for s, (r, (_, n, _, _)) in enumerate(zip(ctx.recompute_layers or (), parts[0])):
+        if r > n:
+            raise ValueError(f"recompute layers: stage {s} holds {n} layers, so at most {n} can recompute, got {r}")
     stages = _stage_costs(schedule, system, model, ctx, parts, DeviceLinks(topology, model))
     n = schedule.num_devices
     params, experts, held = [0] * n, [0] * n, [[] for _ in range(n)]  # type: ignore[var-annotated]

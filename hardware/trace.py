@@ -35,6 +35,7 @@ from __future__ import annotations
 import bisect
 import gzip
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -114,9 +115,13 @@ def _timed(doc: dict, path: Path) -> list[tuple[str, float]]:
 
 def _span(e: dict, path: Path) -> tuple[float, float]:
     try:
-        return float(e["ts"]), float(e["dur"])
+        ts, dur = float(e["ts"]), float(e["dur"])
     except (KeyError, TypeError, ValueError):
         raise ValueError(f"trace {str(path)!r}: event {e['name']!r} has no numeric 'ts' and 'dur'") from None
+    if not (math.isfinite(ts) and math.isfinite(dur) and dur >= 0):
+        raise ValueError(f"trace {str(path)!r}: event {e['name']!r} has 'dur' {e['dur']!r}; a duration is a finite "
+                         "number >= 0")
+    return ts, dur
 
 
 def _memory(doc: dict) -> tuple[list[float], list[float]] | None:
@@ -187,6 +192,12 @@ def profile_from_traces(paths: list[str | Path], stages: int | None = None, *, m
     """The ``Profile`` of one trace per pipeline rank (module docstring): ranks from the
     traces' ``distributedInfo`` (else the order of ``paths``), ``stages`` pipeline devices
     (None: as many as traces), ``layers`` per device (for ``calibrate``)."""
+    seen: dict[Path, str] = {}
+    for p in paths:
+        key = Path(p).resolve()
+        if key in seen:
+            raise ValueError(f"trace {str(p)!r} is given twice (as {seen[key]!r}): give one trace per rank")
+        seen[key] = str(p)
     traces = [read_trace(p) for p in paths]
     ranks = [t.rank if t.rank is not None else i for i, t in enumerate(traces)]
     if len(set(ranks)) != len(ranks):

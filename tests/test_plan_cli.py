@@ -47,12 +47,16 @@ def test_plan_text_and_progress(capsys):
     (["--microbatch-sizes", "1,x"], "microbatch sizes must be integers separated by commas"),
     (["--recompute", "some"], "recompute must be a comma-separated list of none, selective, full"),
     (["--schedules", "1f1b,nope"], "unknown schedule 'nope'"),
-    (["--cpsat-time", "nan"], "cpsat time must be between 0 and 1e6 seconds"),
+    (["--cpsat-time", "nan"], "cpsat time must be more than 0 and less than 1e6 seconds"),
+    (["--cpsat-time", "0"], "cpsat time must be more than 0 and less than 1e6 seconds"),
     (["--plot", "/no/such/dir/p.png"], "--plot '/no/such/dir/p.png': folder '/no/such/dir' does not exist"),
     (["--model", "nope"], "unknown model 'nope'"),
     (["--gpu", "H100", "--system", "dgx_h100_ib"], "not allowed with argument"),
     (["--profile", "experiments/profiles/zb_1p5b_p8_m24.toml"], "--cpsat-shapes does not apply with --profile"),
     (["--cpsat-time", "2"], "--cpsat-time does not apply with --cpsat-shapes 0"),
+    (["--zero", "3", "--dp", "1"], "--zero applies with --dp > 1 or --cp > 1 only: --dp 1 leaves no replicas, "
+                                   "and CP is not tried on sequences of 8192 tokens (from 16384)"),
+    (["--pp", "4", "--tp", "4"], "--pp 4 x --tp 4 = 16 GPUs must divide the cluster's 8"),
 ])
 def test_plan_bad_input_is_one_line(capsys, args, message):
     argv = list(QUICK)

@@ -59,7 +59,7 @@ def _seconds(text: str) -> float:
     except ValueError:
         raise argparse.ArgumentTypeError(f"cpsat time must be a number of seconds, got {text!r}") from None
     if not (value > 0 and value < 1e6):
-        raise argparse.ArgumentTypeError(f"cpsat time must be between 0 and 1e6 seconds, got {text!r}")
+        raise argparse.ArgumentTypeError(f"cpsat time must be more than 0 and less than 1e6 seconds, got {text!r}")
     return value
 
 

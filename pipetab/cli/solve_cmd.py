@@ -7,6 +7,7 @@ began and ends early by the time the output is predicted to take (``OutputBudget
 from __future__ import annotations
 
 import json
+import math
 import re
 import sys
 import time
@@ -40,8 +41,8 @@ def _positive_float(name: str, upper: float | None = None):
             value = float(text)
         except ValueError:
             value = float("nan")
-        if not value > 0 or (upper is not None and value > upper):
-            allowed = f"between 0 (exclusive) and {upper:g}" if upper is not None else "> 0"
+        if not (value > 0 and math.isfinite(value)) or (upper is not None and value > upper):
+            allowed = f"between 0 (exclusive) and {upper:g}" if upper is not None else "> 0 (finite)"
             raise UsageError(f"--{name} must be a number {allowed}, got {text!r}")
         return value
     return parse
@@ -72,7 +73,7 @@ def register(sub) -> None:
         p.add_argument("--chunks", type=common.positive_int("chunks", minimum=2), default=None,
                        help="stages per device for --placement interleaved (default 2)")
         p.add_argument("--devices", type=common.positive_int("devices"), default=None,
-                       help="devices for --placement free (default: S)")
+                       help="devices for --placement free (default: S; at most S x --pipelines)")
         p.add_argument("--pipelines", type=int, choices=[1, 2], default=None,
                        help="pipelines for --placement free (default 1)")
         p.add_argument("--split-backward", action="store_true",
@@ -137,17 +138,20 @@ def _refuse_options(args) -> None:
          "--chunks applies to --placement interleaved only"),
         ((args.devices or args.pipelines) and args.placement is not PlacementFamily.FREE,
          "--devices and --pipelines apply to --placement free only"),
+        (args.devices is not None and args.devices > args.stages * (args.pipelines or 1),
+         f"--devices must be at most the stages of the pipelines, {args.stages * (args.pipelines or 1)}: each "
+         f"stage runs on one device, so more devices would stay idle"),
         (args.weight_slots is not None and not args.split_backward, "--weight-slots needs --split-backward"),
         (args.weight_memory is not None and not args.split_backward, "--weight-memory needs --split-backward"),
-        (hw and args.comm_slots is not None, "--comm-slots goes with idealized costs; with --system messages "
-                                             "cost what the system's links say"),
+        (hw and args.comm_slots is not None, "--comm-slots goes with idealized costs; with --system or --profile "
+                                             "messages cost what the system's links say"),
         (hw and any(x is not None for x in (args.forward_slots, args.backward_slots, args.weight_slots)),
          "--forward-slots, --backward-slots and --weight-slots go with idealized costs; with --system op times "
-         "come from the model's FLOPs"),
-        (hw and args.weight_memory is not None, "--weight-memory goes with idealized costs; with --system M_W is "
-                                                "derived per layer"),
-        (hw and args.activation_cap is not None, "--activation-cap goes with idealized costs; with --system use "
-                                                 "--memory-cap"),
+         "come from the model's FLOPs, with --profile from the profile"),
+        (hw and args.weight_memory is not None, "--weight-memory goes with idealized costs; with --system or "
+                                                "--profile M_W is derived per layer"),
+        (hw and args.activation_cap is not None, "--activation-cap goes with idealized costs; with --system or "
+                                                 "--profile use --memory-cap"),
         (not hw and args.memory_cap is not None, "--memory-cap needs --system (bytes need a model); use "
                                                  "--activation-cap"),
         (not hw and args.model is not None, "--model needs --system"),
@@ -254,7 +258,7 @@ def _doc(args, result, **fields) -> dict:
            "bound_assumptions": list(result.bound_assumptions), "runtime_s": round(result.runtime_s, 3),
            "time_to_first_s": result.time_to_first_s, "min_feasible_cap": result.min_feasible_cap,
            "message": result.message, "known": {k: v.as_dict() for k, v in result.known.items()},
-           "partition": None, "phases": result.log.as_list(), "devices": args.stages,
+           "partition": None, "phases": result.log.as_list(), "devices": args.devices or args.stages,
            "cyclic": _cyclic_doc(result.cyclic, result.tick_slots if result.unit == "slots" else result.tick_s)}
     doc.update(fields)
     return doc

@@ -135,6 +135,11 @@ class PlanSpace:
             raise ValueError(f"zero must be 0, 1, 2 or 3, got {self.zero!r}")
         Context(cp_comm=cp_comm_of(self.cp_comm), reshard_after_forward=self.reshard_after_forward)  # checks them
         self._check_pins()
+        no_cp = self.cp == (1,) or (not self.cp and self.model.seq_len < CP_FROM_TOKENS)
+        if self.zero is not None and self.dp == (1,) and no_cp:
+            raise ValueError("--zero applies with --dp > 1 or --cp > 1 only: --dp 1 leaves no replicas, and CP "
+                             + ("is pinned to 1" if self.cp else f"is not tried on sequences of {self.model.seq_len} "
+                                f"tokens (from {CP_FROM_TOKENS})"))
         if not (isinstance(self.cpsat_shapes, int) and self.cpsat_shapes >= 0):
             raise ValueError(f"cpsat shapes must be an integer >= 0, got {self.cpsat_shapes!r}")
         if not (math.isfinite(self.cpsat_time_s) and self.cpsat_time_s > 0):
@@ -151,6 +156,11 @@ class PlanSpace:
         for v in self.tp:
             if per_node % v:  # type: ignore[operator]
                 raise ValueError(f"--tp {v} must divide the {per_node} GPUs of a node (TP stays inside a node)")
+        pinned = [(w, getattr(self, w)[0]) for w in ("pp", "tp", "cp", "dp") if len(getattr(self, w)) == 1]
+        product = math.prod(v for _, v in pinned)
+        if 1 < len(pinned) < 4 and n % product:  # all four: they must make the cluster (below)
+            raise ValueError(f"{' x '.join(f'--{w} {v}' for w, v in pinned)} = {product} GPUs must divide the "
+                             f"cluster's {n}")
         if all(len(getattr(self, w)) == 1 for w in ("pp", "tp", "cp", "dp")):
             total = self.pp[0] * self.tp[0] * self.cp[0] * self.dp[0]
             if total != n:
