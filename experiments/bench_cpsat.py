@@ -150,6 +150,11 @@ WHOLE_COMMANDS = (
     ["search", "-S", "64", "-B", "1024", "--system", "dgx_h100_ib", "--model", "llama3_70b", "--split-backward"],
     ["search", "-S", "64", "-B", "1024", "--system", "dgx_h100_ib", "--model", "llama3_70b", "--partition", "free"],
     ["search", "-S", "32", "-B", "1024", "--system", "dgx_h100_ib", "--model", "llama3_70b", "--placement", "v"],
+    # free placement: the canonical placements visited (S=8), one model (S=16), the dealt placement (S=32, 128)
+    ["search", "-S", "8", "-B", "32", "--placement", "free", "--activation-cap", "8", "--comm-slots", "1"],
+    ["search", "-S", "16", "-B", "128", "--placement", "free", "--activation-cap", "16", "--comm-slots", "1"],
+    ["bound", "-S", "32", "-B", "256", "--placement", "free", "--activation-cap", "32", "--comm-slots", "1"],
+    ["search", "-S", "128", "-B", "1024", "--placement", "free", "--format", "json"],
 )
 
 
