@@ -118,7 +118,9 @@ def _span(e: dict, path: Path) -> tuple[float, float]:
         ts, dur = float(e["ts"]), float(e["dur"])
     except (KeyError, TypeError, ValueError):
         raise ValueError(f"trace {str(path)!r}: event {e['name']!r} has no numeric 'ts' and 'dur'") from None
-    if not (math.isfinite(ts) and math.isfinite(dur) and dur >= 0):
+    if not math.isfinite(ts):
+        raise ValueError(f"trace {str(path)!r}: event {e['name']!r} has 'ts' {e['ts']!r}; a time is a finite number")
+    if not (math.isfinite(dur) and dur >= 0):
         raise ValueError(f"trace {str(path)!r}: event {e['name']!r} has 'dur' {e['dur']!r}; a duration is a finite "
                          "number >= 0")
     return ts, dur

@@ -129,6 +129,7 @@ def search_free(problem: Problem, config: CpSatConfig, known: Sequence[Schedule]
         work[(op.pipeline, op.stage)] += problem.duration(op)
     order = sorted(((pl, _most_loaded(problem, pl, work)) for pl in placements),
                    key=lambda x: (x[0].stage2device not in known_pl, x[1]))
+    first_unknown = sum(1 for pl, _ in order if pl.stage2device in known_pl)
     run = _Free()
     best = best_of(evals)
     if best is not None:
@@ -136,8 +137,11 @@ def search_free(problem: Problem, config: CpSatConfig, known: Sequence[Schedule]
     det = None if config.deterministic_time is None else config.deterministic_time / len(order)
     fits = 0
     for idx, (pl, load) in enumerate(order):
-        pruned = run.value is not None and load >= run.value  # so are all after it (by load)
-        if pruned or deadline.wall_left() <= 0.05:
+        pruned = run.value is not None and load >= run.value
+        if pruned and idx < first_unknown:  # a known schedule's placement: pruned alone
+            run.bounds[pl.stage2device] = load
+            continue
+        if pruned or deadline.wall_left() <= 0.05:  # pruned: so are all after it (by load)
             run.bounds.update((p.stage2device, x) for p, x in order[idx:])
             run.unsolved += 0 if pruned else len(order) - idx
             if pruned:
@@ -151,7 +155,7 @@ def search_free(problem: Problem, config: CpSatConfig, known: Sequence[Schedule]
         _visit(problem, config, deadline, mode, label, run, order[idx:], pl, analytic_lower_bound(fixed, pl)[0],
                det, [canonical_devices(e.schedule) if identical else e.schedule
                      for e in known_pl.get(pl.stage2device, [])])
-    if not fits and not run.unsolved:
+    if not fits and not run.unsolved and run.value is None:
         return infeasible_cap(problem, mode, deadline, None, ["no placement fits the memory capacity"], config)
     # the time the placements' slices left (most are pruned by bound): the open ones again, least bound first
     for pl, given in sorted(run.searched, key=lambda x: run.bounds[x[0].stage2device]):
@@ -314,6 +318,7 @@ def _dealt_search(problem: Problem, config: CpSatConfig, evals: list[KnownEval],
     if best is not None:
         run.offer(best.schedule, best.makespan, deadline.t0)
     run.bounds["every other placement"] = lb
+    run.unsolved += 1  # the other placements are bounded, not searched: no proof that none has a schedule
     fixed = problem.with_placement(pl)
     if cap_violations(fixed, pl):
         run.phases.append(PhaseRecord(f"placement {[list(x) for x in pl.stage2device]}", 0.0,

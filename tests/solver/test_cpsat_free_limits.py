@@ -5,14 +5,20 @@ loads and gives the time left to the open ones; the free horizon's transfers are
 once per message size."""
 
 import time
+from dataclasses import replace
 
 from pipetab.schedules import registry
-from pipetab.solver.cpsat import CpSatConfig, idealized_problem, search
+from pipetab.schedules.ops import Kind
+from pipetab.schedules.schedule import Placement
+from pipetab.solver.costs import Links
+from pipetab.solver.cpsat import CpSatConfig, bound, idealized_problem, search
 from pipetab.solver.cpsat.bounds import safe_horizon
 from pipetab.solver.cpsat.objectives import analytic_lower_bound
+from pipetab.solver.cpsat.oracle import evaluate_known
 from pipetab.solver.cpsat.params import DecomposeParams
 from pipetab.solver.cpsat.placement import search_free
 from pipetab.solver.cpsat.result import Mode
+from pipetab.solver.cpsat.starts import best_of, greedy_starts
 from pipetab.solver.cpsat.variables import successors
 from pipetab.solver.deadline import Deadline
 from pipetab.solver.simulate import simulate
@@ -21,17 +27,40 @@ CFG = CpSatConfig(time_limit_s=300, deterministic_time=5.0, workers=1)
 
 
 def test_free_horizon_equals_every_device_pair():
-    # uneven messages (a message per stage) so that the largest transfer differs by op
-    problem = idealized_problem(3, 4, "free", comm=2, activation_cap=None)
+    # messages of 1 to 3 bytes by stage, the pair (0, 1) at half the bandwidth of the others
+    base = idealized_problem(3, 4, "free")
+    sizes = {(k, 0, s): float(s + 1) for k in (Kind.F, Kind.B) for s in range(3)}
+    links = Links(latency=1.0, bandwidth=1.0, pairs={(0, 1): (1.0, 0.5)})
+    problem = replace(base, costs=replace(base.costs, links=links, message_bytes=sizes))
     D = problem.num_devices
-    total = 0
+    total, largest = 0, set()
     for op in problem.ops:
         total += problem.duration(op)
         for _ in successors(op, problem.num_stages[op.pipeline], problem.split_backward):
-            total += max(problem.lag(op, a, b) for a in range(D) for b in range(D) if a != b)
+            lag = max(problem.lag(op, a, b) for a in range(D) for b in range(D) if a != b)
+            largest.add(lag)
+            total += lag
+    assert largest == {3, 5, 7}  # 1 + 2 x bytes over the slow pair: the cache must tell the sizes apart
     assert safe_horizon(problem, None) == total
-    # 24 ops of F = 1 and B = 2 (36) and 20 chain edges of a message of 2 (40)
-    assert total == 36 + 40
+    # 24 ops of F = 1 and B = 2 (36); per microbatch the edges F0-F1, F1-F2, B2-B1, B1-B0
+    # carry 1, 2, 3, 2 bytes (the turn F2-B2 sends the stage-2 forward's 3 bytes): 3+5+7+7+5
+    assert total == 36 + 4 * (3 + 5 + 7 + 7 + 5)
+
+
+def test_fixed_horizon_counts_each_transfer_between_devices():
+    # interleaved S=2: stages 0..3 on devices 0, 1, 0, 1 — every chain edge crosses devices
+    problem = idealized_problem(2, 4, "interleaved", comm=2)
+    pl = problem.fixed_placement
+    total = 0
+    for op in problem.ops:
+        total += problem.duration(op)
+        for nx in successors(op, problem.num_stages[op.pipeline], problem.split_backward):
+            src, dst = pl.device(op.pipeline, op.stage), pl.device(nx.pipeline, nx.stage)
+            total += problem.lag(op, src, dst) if src != dst else 0
+    assert safe_horizon(problem, pl) == total
+    # 4 microbatches x (4 forwards of 1 + 4 backwards of 2), and per microbatch 6 edges that
+    # cross devices (3 up, 3 down; the turn stays on device 1) of a message of 2
+    assert total == 4 * (4 * 1 + 4 * 2) + 4 * 6 * 2
 
 
 def test_one_model_over_its_interval_limit_searches_the_dealt_placement():
@@ -74,3 +103,40 @@ def test_placements_pruned_by_load_and_the_time_left_to_the_open_ones():
     assert pruned.note.startswith(f"pruned: a device's load at least 144 >= {linear.makespan}")
     assert res.status == "optimal" and res.makespan == linear.makespan
     assert res.makespan == simulate(res.schedule, problem.costs).makespan
+
+
+def test_a_known_schedule_at_its_placements_load_is_not_called_infeasible():
+    # ZB-H2 reaches the period of its placement's load (8 x 3 = 24): the only placement with
+    # that load is the known one, so every placement is pruned before any is visited
+    problem = idealized_problem(4, 8, "free", split_backward=True, objective="period", forward=1, backward=1,
+                                weight=1)
+    res = search(problem, CFG, [registry.generate("zb-h2", 4, 8)])
+    assert res.status == "optimal" and res.makespan == res.lower_bound == 8 * 3
+
+
+def test_a_heavier_known_placement_prunes_no_lighter_one():
+    # two devices, 4 stages: known schedules on (0, 0, 1, 1) and the heavier (0, 0, 0, 1); the
+    # alternating placements have the lighter load of the first and must still be searched
+    problem = idealized_problem(4, 8, "free", devices=2)
+    known = []
+    for stages in ((0, 0, 1, 1), (0, 0, 0, 1)):
+        pl = Placement((stages,), 2)
+        fixed = problem.with_placement(pl)
+        known.append(best_of(evaluate_known(fixed, s) for s in greedy_starts(fixed, pl)).schedule)
+    alone = search(problem, CFG, known[:1])
+    both = search(problem, CFG, known)
+    assert both.status == alone.status == "optimal" and both.makespan == alone.makespan
+    assert any(p.name == "placement [[0, 1, 0, 1]]" for p in both.log.phases)
+
+
+def test_the_dealt_placement_alone_proves_no_infeasibility():
+    # device 1 holds less than an activation, so the dealt placement (0, 1) breaks the cap
+    # while (0, 0) fits: the one-model path, not built, must not answer "no schedule exists"
+    base = idealized_problem(2, 4, "free", activation_cap=2)
+    c = base.costs
+    problem = base.with_costs(replace(c, capacity=(c.capacity[0], c.persistent[1] + 0.5)))
+    assert search(problem.with_placement(Placement(((0, 0),), 2)), CFG).status == "optimal"
+    cfg = CFG.replace(decompose=DecomposeParams(max_placements=0, free_model_max_intervals=10))
+    for run in (search, bound):
+        res = run(problem, cfg)
+        assert res.status == "unknown" and res.makespan is None and res.lower_bound is not None
