@@ -6,13 +6,15 @@ way that is obviously right, and share no code with the library beyond ``Op`` an
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import itertools
 from collections import defaultdict
+from unittest.mock import patch
 
 from hypothesis import strategies as st
 
-from pipetab.schedules import registry
+from pipetab.schedules import evaluate, registry
 from pipetab.schedules.ops import Kind, Op, data_predecessors
 
 
@@ -355,3 +357,19 @@ def ref_schedule_message(schedule_name, placement, microbatch2pipeline, orders, 
         first = min(missing, key=lambda o: (o.microbatch, o.pipeline, o.stage, o.kind.value))
         return f"op {first} is missing from schedule {schedule_name!r} ({len(missing)} missing)"
     return None
+
+
+KERNELS = ("rounds", "loop", "handoff")
+
+
+def kernel(mode: str, stretch: int = 1):
+    """The simulator's kernel, whatever the size: the numpy rounds, the plain loop, or the
+    rounds handing over to the loop after ``stretch`` rounds."""
+    stack = contextlib.ExitStack()
+    stack.enter_context(patch.object(evaluate, "ROUNDS_MIN_DEVICES", 10**9 if mode == "loop" else 1))
+    if mode == "handoff":
+        stack.enter_context(patch.object(evaluate, "ROUNDS_MIN_OPS", 10**9))
+        stack.enter_context(patch.object(evaluate, "ROUNDS_STRETCH", stretch))
+    elif mode == "rounds":
+        stack.enter_context(patch.object(evaluate, "ROUNDS_MIN_OPS", 0))
+    return stack

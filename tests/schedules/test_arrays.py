@@ -3,14 +3,15 @@ layout (both kernels), table metrics, the validator's messages; and the object f
 (orders, entries, replace, equality) of the array-backed values."""
 
 from dataclasses import replace
-from unittest.mock import patch
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from reference_core import (
+    KERNELS,
     cases,
+    kernel,
     ref_interleaved_orders,
     ref_one_f_one_b_orders,
     ref_run,
@@ -28,11 +29,6 @@ from pipetab.schedules.ops import B, F, Kind, Op
 from pipetab.schedules.schedule import Placement, Schedule
 from pipetab.schedules.table import PlacedOp, SlotDurations, Table, layout, whole
 from pipetab.schedules.validate import TableError, validate
-
-
-def kernel(rounds: bool):
-    """The numpy rounds (``rounds``) or the plain loop, whatever the size."""
-    return patch.object(evaluate, "ROUNDS_MIN_DEVICES", 1 if rounds else 10**9)
 
 
 def test_linear_family_and_interleaved_match_object_generators():
@@ -57,10 +53,10 @@ def test_chimera_tiling_matches_its_step_rule(per):
 
 @settings(max_examples=60, deadline=None)
 @given(schedule=cases(), F_=st.integers(1, 3), K=st.integers(1, 4), W_=st.integers(1, 2),
-       fraction=st.sampled_from([1.0, 0.5, 0.0, 0.3]), rounds=st.booleans())
-def test_layout_and_metrics_equal_the_reference(schedule, F_, K, W_, fraction, rounds):
+       fraction=st.sampled_from([1.0, 0.5, 0.0, 0.3]), mode=st.sampled_from(KERNELS), stretch=st.integers(1, 4))
+def test_layout_and_metrics_equal_the_reference(schedule, F_, K, W_, fraction, mode, stretch):
     slots = SlotDurations(F_, K, W_)
-    with kernel(rounds):
+    with kernel(mode, stretch):
         table = layout(schedule, slots)
     start, end, _ = ref_run(schedule, lambda op: slots.of(schedule, op), lambda q, o, x: 0)
     assert {e.op: (e.start, e.end) for e in table.entries} == {op: (start[op], end[op]) for op in start}
@@ -109,14 +105,14 @@ def test_validator_names_the_same_first_problem_as_the_reference(schedule, data)
         assert str(info.value) == want
 
 
-@pytest.mark.parametrize("rounds", [True, False])
-def test_deadlock_is_named_by_both_kernels(rounds):
+@pytest.mark.parametrize("mode", KERNELS)
+def test_deadlock_is_named_by_both_kernels(mode):
     devices = 12
     placement = Placement((tuple(range(devices)),), devices)
     orders = [(F(0, d), B(0, d)) for d in range(devices)]
     orders[0] = (B(0, 0), F(0, 0))
     bad = Schedule("bad", placement, (0,), orders)
-    with kernel(rounds), pytest.raises(evaluate.DeadlockError, match="device 0 waits at B0s0 for B0s1"):
+    with kernel(mode), pytest.raises(evaluate.DeadlockError, match="device 0 waits at B0s0 for B0s1"):
         layout(bad)
 
 

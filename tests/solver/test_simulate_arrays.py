@@ -1,16 +1,14 @@
 """The array simulator against the plain per-op reference (tests/reference_core.py) on every
 generator: slot costs with messages, link contention, weight memory, and hardware costs in
-seconds (replica all-reduces, optimizer steps) -- with both kernels. Equality is exact: the
-two do the same additions and maxima."""
+seconds (replica all-reduces, optimizer steps) -- with both kernels and the rounds handing
+over to the loop part way. Equality is exact: the two do the same additions and maxima."""
 
 from dataclasses import replace
-from unittest.mock import patch
 
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
-from reference_core import cases, ref_simulation
+from reference_core import KERNELS, cases, kernel, ref_simulation
 
-from pipetab.schedules import evaluate
 from pipetab.schedules.table import SlotDurations
 from pipetab.solver.pricing import hardware_costs, slot_costs
 from pipetab.solver.simulate import simulate
@@ -30,11 +28,11 @@ def _assert_same(sim, ref):
 
 @settings(max_examples=60, deadline=None)
 @given(schedule=cases(), comm=st.integers(0, 3), contention=st.booleans(),
-       fraction=st.sampled_from([1.0, 0.5, 0.0]), rounds=st.booleans())
-def test_slot_cost_simulation_equals_the_reference(schedule, comm, contention, fraction, rounds):
+       fraction=st.sampled_from([1.0, 0.5, 0.0]), mode=st.sampled_from(KERNELS), stretch=st.integers(1, 4))
+def test_slot_cost_simulation_equals_the_reference(schedule, comm, contention, fraction, mode, stretch):
     costs = replace(slot_costs(schedule, SlotDurations(1, 2), comm_slots=comm, weight_memory=fraction),
                     contention=contention)
-    with patch.object(evaluate, "ROUNDS_MIN_DEVICES", 1 if rounds else 10**9):
+    with kernel(mode, stretch):
         sim = simulate(schedule, costs)
     _assert_same(sim, ref_simulation(schedule, costs))
     if not comm:  # no messages: the simulation is the table
@@ -44,12 +42,12 @@ def test_slot_cost_simulation_equals_the_reference(schedule, comm, contention, f
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.filter_too_much])  # 14 schedules
-@given(schedule=cases(max_stages=8, max_microbatches=32), contention=st.booleans(), rounds=st.booleans(),
-       system=st.sampled_from(["mid_nw_mid_cp", "slow_nw_fast_cp", "a100_cluster"]))
-def test_hardware_simulation_equals_the_reference(schedule, contention, rounds, system):
+@given(schedule=cases(max_stages=8, max_microbatches=32), contention=st.booleans(), mode=st.sampled_from(KERNELS),
+       stretch=st.integers(1, 4), system=st.sampled_from(["mid_nw_mid_cp", "slow_nw_fast_cp", "a100_cluster"]))
+def test_hardware_simulation_equals_the_reference(schedule, contention, mode, stretch, system):
     assume(512 % schedule.num_microbatches == 0)  # paper_gpt's global batch splits evenly
     costs = hardware_costs(schedule, system, "paper_gpt", contention=contention)
-    with patch.object(evaluate, "ROUNDS_MIN_DEVICES", 1 if rounds else 10**9):
+    with kernel(mode, stretch):
         sim = simulate(schedule, costs)
     _assert_same(sim, ref_simulation(schedule, costs))
     trace = chrome_trace(sim)["traceEvents"]
