@@ -305,24 +305,35 @@ def period_horizon(problem: Problem, placement: Placement, period: int | None = 
 
 def safe_horizon(problem: Problem, placement: Placement | None) -> int:
     """An upper bound on the makespan of any schedule that never idles without reason:
-    every op, transfer, all-reduce and optimizer step one after another."""
+    every op, transfer, all-reduce and optimizer step one after another. An op's transfers
+    are the same for every microbatch, so they are computed once per stage and kind (with
+    the placement free: the largest over device pairs, once per message size)."""
     total = 0
     D = problem.num_devices
-    widest: dict[float, int] = {}  # free placement: the largest transfer of a message size over device pairs
+    widest: dict[float, int] = {}
+    sent: dict[tuple, int] = {}
 
     def largest_lag(op: Op) -> int:
-        key = problem.costs.message_bytes.get((op.kind, op.pipeline, op.stage), 0.0)
-        if key not in widest:
-            widest[key] = max((problem.lag(op, a, b) for a in range(D) for b in range(D) if a != b), default=0)
-        return widest[key]
+        size = problem.costs.message_bytes.get((op.kind, op.pipeline, op.stage), 0.0)
+        if size not in widest:
+            widest[size] = max((problem.lag(op, a, b) for a in range(D) for b in range(D) if a != b), default=0)
+        return widest[size]
+
+    def lags(op: Op) -> int:
+        key = (op.kind, op.pipeline, op.stage)
+        if key not in sent:
+            total_lag = 0
+            for nx in successors(op, problem.num_stages[op.pipeline], problem.split_backward):
+                if placement is None:
+                    total_lag += largest_lag(op)
+                else:
+                    src, dst = placement.device(op.pipeline, op.stage), placement.device(nx.pipeline, nx.stage)
+                    total_lag += problem.lag(op, src, dst) if src != dst else 0
+            sent[key] = total_lag
+        return sent[key]
 
     for op in problem.ops:
-        total += problem.duration(op)
-        for nx in successors(op, problem.num_stages[op.pipeline], problem.split_backward):
-            total += largest_lag(op) if placement is None else (
-                problem.lag(op, placement.device(op.pipeline, op.stage), placement.device(nx.pipeline, nx.stage))
-                if placement.device(op.pipeline, op.stage) != placement.device(nx.pipeline, nx.stage) else 0
-            )
+        total += problem.duration(op) + lags(op)
     total += sum(round(g.allreduce_time) for g in problem.costs.replica_groups)
     total += max((problem.optimizer(d) for d in range(D)), default=0)
     return max(1, total)

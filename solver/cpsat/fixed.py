@@ -282,8 +282,12 @@ def search_fixed(problem: Problem, placement: Placement, config: CpSatConfig, kn
     if violations:
         return infeasible_cap(fixed, mode, deadline, placement, violations, config, label)
     pace = Pace(deadline, config.start)
-    run = _Fixed(fixed, placement, config, deadline, mode, label, start_phase(fixed, placement, config, known,
-                                                                             deadline, pace), pace)
+    strategy = config.strategy
+    cyclic_takes_all = (mode is Mode.SEARCH and config.uses("cyclic") and not fixed.overlap_pairs
+                        and fixed.num_ops >= strategy.cyclic_all_ops and cyclic_applies(fixed, config, True))
+    start = start_phase(fixed, placement, config, known, deadline, pace,
+                        strategy.cyclic_start_share if cyclic_takes_all else 1.0)
+    run = _Fixed(fixed, placement, config, deadline, mode, label, start, pace)
     if fixed.overlap_pairs and mode is Mode.SEARCH:
         share = config.strategy.alone_share if pace.model_fits() else 1.0
         run.search_alone_and_pair(share)
@@ -295,7 +299,6 @@ def search_fixed(problem: Problem, placement: Placement, config: CpSatConfig, kn
     # the cyclic model runs ops one at a time: where pairs may overlap its proofs would not hold
     if (config.uses("cyclic") and not fixed.overlap_pairs and cyclic_applies(fixed, config, fits)
             and (mode is not Mode.BOUND or not fits)):
-        strategy = config.strategy
         run.run_cyclic(1.0 if not fits or fixed.num_ops >= strategy.cyclic_all_ops else strategy.cyclic_share)
         best = run.start.best
         if best is not None and run.lb >= best.makespan:  # type: ignore[operator]

@@ -45,16 +45,19 @@ def _chain(problem: Problem, p: int, j: int) -> list[Op]:
     return out
 
 
-def modulo_kernel(problem: Problem, placement: Placement, block: int, period: int) -> Kernel | None:
+def modulo_kernel(problem: Problem, placement: Placement, block: int, period: int,
+                  until: float | None = None) -> Kernel | None:
     """The list-scheduled kernel of ``block`` microbatches at ``period`` (module
-    docstring), or None when an op finds no free phases or the kernel breaks the memory
-    cap."""
+    docstring), or None when an op finds no free phases, the kernel breaks the memory
+    cap or a microbatch is begun past ``until`` (``time.perf_counter``)."""
     busy = np.zeros((problem.num_devices, period), bool)
     start: dict[Op, int] = {}
     pipes = template_pipelines(problem, block)
     order = sorted((j for mbs in pipes.values() for j in mbs))
     previous: dict[int, int] = {}
     for j in order:
+        if until is not None and time.perf_counter() > until:
+            return None
         p = problem.microbatch2pipeline[j]
         before = previous.get(p)
         for op in _chain(problem, p, j):
@@ -131,12 +134,14 @@ def _first_free(busy: np.ndarray, ready: int, dur: int) -> int | None:
 
 
 def first_modulo_kernel(problem: Problem, placement: Placement, block: int, lower: int,
-                        steps: tuple[float, ...] = (1.1, 1.25, 1.5, 2.0), tries: int = 6) -> Kernel | None:
+                        steps: tuple[float, ...] = (1.1, 1.25, 1.5, 2.0), tries: int = 6,
+                        until: float | None = None) -> Kernel | None:
     """The kernel of the least period the list scheduler reaches among ``lower`` ..
-    ``lower + tries - 1`` and ``lower`` times each of ``steps`` (None if none)."""
+    ``lower + tries - 1`` and ``lower`` times each of ``steps`` (None if none, or none
+    before ``until``)."""
     periods = sorted({lower + i for i in range(tries)} | {-(-int(lower * 1000 * f) // 1000) for f in steps})
     for period in periods:
-        kernel = modulo_kernel(problem, placement, block, period)
+        kernel = modulo_kernel(problem, placement, block, period, until)
         if kernel is not None:
             return kernel
     return None

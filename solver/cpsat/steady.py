@@ -91,9 +91,10 @@ def block_period(problem: Problem, placement: Placement, block: int, config: CpS
     params = config.decompose
     lb, why = period_lower_bound(problem, placement, block)
     if template_size(problem, block) <= params.modulo_max_ops:
-        firsts = (lambda: first_modulo_kernel(problem, placement, block, lb, params.modulo_steps, params.modulo_tries),
-                  lambda: regular_kernel(problem, placement, block, lb, params.modulo_tries,
-                                         until=None if deadline.deterministic else deadline.end))
+        until = None if deadline.deterministic else deadline.end
+        firsts = (lambda: first_modulo_kernel(problem, placement, block, lb, params.modulo_steps, params.modulo_tries,
+                                              until),
+                  lambda: regular_kernel(problem, placement, block, lb, params.modulo_tries, until=until))
         for first in firsts:
             if seed is not None and seed.period <= lb:
                 break  # at the bound already: neither can do better

@@ -4,6 +4,7 @@ split repeats every S microbatches, so its blocks had S microbatches; relabelled
 and one up microbatch make a block, and a regular kernel interleaves the two directions at
 the devices' load (issue 28's bidirectional misses)."""
 
+import time
 from dataclasses import replace
 
 import pytest
@@ -89,6 +90,8 @@ def test_regular_kernel_by_hand():
         assert kernel.start[Op(Kind.B, 0, s, 0)] == kernel.start[Op(Kind.B, 1, s, 1)] == 187 - 3 * s
     listed = first_modulo_kernel(problem, pl, 2, 6, (1.1, 1.25, 1.5), 6)
     assert listed is not None and listed.period == 8
+    # past its time the list scheduler begins no microbatch
+    assert first_modulo_kernel(problem, pl, 2, 6, (1.1, 1.25, 1.5), 6, until=time.perf_counter() - 1) is None
     tight = mixed_twin(_bidirectional(32, 64, cap=31))
     assert regular_kernel(tight, tight.fixed_placement, 2, 6, tries=1) is None  # period 6 used the cap whole
 
