@@ -66,6 +66,7 @@ def makespan_lower_bound(problem: Problem, placement: Placement | None) -> tuple
     else:
         total = sum(problem.duration(op) for op in problem.ops) + sum(opts)
         found.append((math.ceil(total / problem.num_devices), "total work over devices"))
+        found += _stage_device_bounds(problem, head, tail, min_opt)
     for g in problem.costs.replica_groups:
         t = round(g.allreduce_time)
         for p, s in g.stages:
@@ -77,6 +78,32 @@ def makespan_lower_bound(problem: Problem, placement: Placement | None) -> tuple
         if value > best[0]:
             best = (value, label)
     return best
+
+
+def _stage_device_bounds(problem: Problem, head: dict[Op, int], tail: dict[Op, int],
+                         least_opt: int) -> list[tuple[int, str]]:
+    """Free placement: the device holding a stage holds it alone — from the least head to
+    the least tail of the stage's ops, its load between — or with another stage — both
+    loads, between the least head and tail of any op (S=64, B=512: 1F1B's 1725 where total
+    work over devices gives 1536)."""
+    counts = problem.pipeline_counts
+    stages = {}
+    for p, s in problem.stages:
+        if counts.get(p):
+            ops = [Op(k, p, s, 0) for k in problem.kinds]
+            stages[(p, s)] = (counts[p] * sum(problem.duration(o) for o in ops), min(head[o] for o in ops),
+                              min(tail[o] for o in ops))
+    if not stages:
+        return []
+    loads = sorted(load for load, _, _ in stages.values())
+    least_head = min(h for _, h, _ in stages.values())
+    least_tail = min(t for _, _, t in stages.values())
+    best = 0
+    for load, h, t in stages.values():
+        other = loads[1] if load == loads[0] else loads[0]  # the least load of another stage
+        alone = load + h + t
+        best = max(best, min(alone, load + other + least_head + least_tail) if len(loads) > 1 else alone)
+    return [(best + least_opt, "the device of each stage, alone or shared")]
 
 
 def _device_bounds(problem: Problem, placement: Placement, head: dict[Op, int], tail: dict[Op, int],

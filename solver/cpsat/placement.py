@@ -124,10 +124,12 @@ def search_free(problem: Problem, config: CpSatConfig, known: Sequence[Schedule]
             known_pl.setdefault(key, []).append(e)
     # each placement's cap check and analytic bound are computed when it is visited (7.5 ms apiece at S=8 with
     # a cap: 4,140 placements took 31 s); the order and the bound of placements left unvisited are their loads
+    # (at least the free placement's analytic bound)
     work = {key: 0 for key in problem.stages}
     for op in problem.ops:
         work[(op.pipeline, op.stage)] += problem.duration(op)
-    order = sorted(((pl, _most_loaded(problem, pl, work)) for pl in placements),
+    free_lb = analytic_lower_bound(problem, None)[0]  # every placement's, with its load: what an unvisited one counts
+    order = sorted(((pl, max(free_lb, _most_loaded(problem, pl, work))) for pl in placements),
                    key=lambda x: (x[0].stage2device not in known_pl, x[1]))
     first_unknown = sum(1 for pl, _ in order if pl.stage2device in known_pl)
     run = _Free()
@@ -145,8 +147,9 @@ def search_free(problem: Problem, config: CpSatConfig, known: Sequence[Schedule]
             run.bounds.update((p.stage2device, x) for p, x in order[idx:])
             run.unsolved += 0 if pruned else len(order) - idx
             if pruned:
-                run.phases.append(PhaseRecord(f"{len(order) - idx} placements", 0.0,
-                                              note=f"pruned: a device's load at least {load} >= {run.value}"))
+                run.phases.append(PhaseRecord(
+                    f"{len(order) - idx} placements", 0.0,
+                    note=f"pruned: a device's load, or the free bound, at least {load} >= {run.value}"))
             break
         fixed = problem.with_placement(pl)
         if cap_violations(fixed, pl):

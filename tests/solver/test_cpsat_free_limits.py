@@ -64,29 +64,42 @@ def test_fixed_horizon_counts_each_transfer_between_devices():
 
 
 def test_one_model_over_its_interval_limit_searches_the_dealt_placement():
-    problem = idealized_problem(4, 8, "free")
+    problem = idealized_problem(4, 8, "free", comm=1, activation_cap=4)
     cfg = CFG.replace(decompose=DecomposeParams(max_placements=0, free_model_max_intervals=10))
     res = search(problem, cfg)
     assert res.message == ("the stages dealt round-robin searched; no model with placement literals: "
                            "256 op-device intervals are more than one model takes (10)")
     assert [p.name for p in res.log.phases] == ["placement [[0, 1, 2, 3]]"]
     assert res.schedule is not None and res.makespan == simulate(res.schedule, problem.costs).makespan
-    assert res.makespan == (8 + 4 - 1) * 3  # 1F1B's, optimal on the linear placement (its device load + fill)
-    # every other placement counts with the free analytic bound, stage 0's backwards: the
-    # first after four forwards and three backwards (10), then 8 of 2
-    assert res.lower_bound == analytic_lower_bound(problem, None)[0] == 10 + 8 * 2
+    linear = search(problem.with_placement(res.schedule.placement), CFG)
+    assert linear.status == "optimal" and res.makespan == linear.makespan
+    # every other placement counts with the free analytic bound: stage 3's device, alone,
+    # after three forwards (messages cost nothing where stages may share a device), its 8 x 3
+    # and three backwards of 2
+    assert res.lower_bound == analytic_lower_bound(problem, None)[0] == 3 + 8 * 3 + 6 < res.makespan
     assert res.status == "feasible"
     assert any("every other placement bounded analytically" in a for a in res.bound_assumptions)
 
 
+def test_the_free_bound_sees_each_stages_device():
+    # S=64 stages, B=512: stage 63's device alone runs 512 x 3 after 63 forwards and before 63
+    # backwards of 2 (1725, 1F1B's makespan); sharing it would take 2 x 1536. Total work over
+    # devices gives 1536 only.
+    problem = idealized_problem(64, 512, "free")
+    assert analytic_lower_bound(problem, None) == (512 * 3 + 63 + 126, "the device of each stage, alone or shared")
+    assert simulate(registry.generate("1f1b", 64, 512), problem.costs).makespan == (512 + 63) * 3 == 1725
+
+
 def test_decomposition_out_of_time_bounds_unvisited_placements_by_their_loads():
-    problem = idealized_problem(4, 8, "free")
+    problem = idealized_problem(4, 8, "free", devices=3)
     now = time.perf_counter()
-    res = search_free(problem, CFG, [registry.generate("1f1b", 4, 8)], Deadline(now, now - 1.0), Mode.SEARCH)
-    assert res.makespan == 33  # the known 1F1B
-    # no placement visited: the least load, one stage per device, 8 x (F + B)
-    assert res.lower_bound == 8 * 3
-    assert res.status == "feasible"
+    res = search_free(problem, CFG, [], Deadline(now, now - 1.0), Mode.SEARCH)
+    assert res.status == "unknown" and res.makespan is None  # none visited, none known
+    # each placement counts with the larger of its busiest device's load and the free bound:
+    # on 3 devices two stages share one (2 x 8 x 3 = 48, above the free bound: 96 / 3 = 32
+    # over the devices, and stage 3's device, 33 alone or 48 shared)
+    assert analytic_lower_bound(problem, None)[0] == 33
+    assert res.lower_bound == 2 * 8 * 3
 
 
 def test_placements_pruned_by_load_and_the_time_left_to_the_open_ones():
@@ -100,7 +113,7 @@ def test_placements_pruned_by_load_and_the_time_left_to_the_open_ones():
     first, pruned, again = res.log.phases
     assert first.name == again.name == "placement [[0, 1, 2, 3, 4, 5]]"
     assert first.note.startswith("feasible")  # its slice did not prove it; the time left did
-    assert pruned.note.startswith(f"pruned: a device's load at least 144 >= {linear.makespan}")
+    assert pruned.note.startswith(f"pruned: a device's load, or the free bound, at least 144 >= {linear.makespan}")
     assert res.status == "optimal" and res.makespan == linear.makespan
     assert res.makespan == simulate(res.schedule, problem.costs).makespan
 
