@@ -64,9 +64,9 @@ def makespan_lower_bound(problem: Problem, placement: Placement | None) -> tuple
             found.append((sweep_lower_bound(problem, placement), "one sweep over the microbatches (FIFO chains, "
                                                                  "memory windows, device load)"))
     else:
-        total = sum(problem.duration(op) for op in problem.ops) + sum(opts)
-        found.append((math.ceil(total / problem.num_devices), "total work over devices"))
-        found += _stage_device_bounds(problem, head, tail, min_opt)
+        loads = stage_loads(problem)
+        found.append((math.ceil((sum(loads.values()) + sum(opts)) / problem.num_devices), "total work over devices"))
+        found += _stage_device_bounds(problem, loads, head, tail, min_opt)
     for g in problem.costs.replica_groups:
         t = round(g.allreduce_time)
         for p, s in g.stages:
@@ -80,29 +80,28 @@ def makespan_lower_bound(problem: Problem, placement: Placement | None) -> tuple
     return best
 
 
-def _stage_device_bounds(problem: Problem, head: dict[Op, int], tail: dict[Op, int],
-                         least_opt: int) -> list[tuple[int, str]]:
+def _stage_device_bounds(problem: Problem, loads: dict[tuple[int, int], int], head: dict[Op, int],
+                         tail: dict[Op, int], least_opt: int) -> list[tuple[int, str]]:
     """Free placement: the device holding a stage holds it alone — from the least head to
-    the least tail of the stage's ops, its load between — or with another stage — both
-    loads, between the least head and tail of any op (S=64, B=512: 1F1B's 1725 where total
-    work over devices gives 1536)."""
+    the least tail of the stage's ops, its load (``stage_loads``) between — or with another
+    stage — both loads, between the least head and tail of any op (S=64, B=512: 1F1B's
+    1725 where total work over devices gives 1536)."""
     counts = problem.pipeline_counts
     stages = {}
     for p, s in problem.stages:
         if counts.get(p):
             ops = [Op(k, p, s, 0) for k in problem.kinds]
-            stages[(p, s)] = (counts[p] * sum(problem.duration(o) for o in ops), min(head[o] for o in ops),
-                              min(tail[o] for o in ops))
+            stages[(p, s)] = (loads[(p, s)], min(head[o] for o in ops), min(tail[o] for o in ops))
     if not stages:
         return []
-    loads = sorted(load for load, _, _ in stages.values())
+    ordered = sorted(load for load, _, _ in stages.values())
     least_head = min(h for _, h, _ in stages.values())
     least_tail = min(t for _, _, t in stages.values())
     best = 0
     for load, h, t in stages.values():
-        other = loads[1] if load == loads[0] else loads[0]  # the least load of another stage
+        other = ordered[1] if load == ordered[0] else ordered[0]  # the least load of another stage
         alone = load + h + t
-        best = max(best, min(alone, load + other + least_head + least_tail) if len(loads) > 1 else alone)
+        best = max(best, min(alone, load + other + least_head + least_tail) if len(ordered) > 1 else alone)
     return [(best + least_opt, "the device of each stage, alone or shared")]
 
 
@@ -333,37 +332,37 @@ def period_horizon(problem: Problem, placement: Placement, period: int | None = 
 def safe_horizon(problem: Problem, placement: Placement | None) -> int:
     """An upper bound on the makespan of any schedule that never idles without reason:
     every op, transfer, all-reduce and optimizer step one after another. An op's transfers
-    are the same for every microbatch, so they are computed once per stage and kind (with
-    the placement free: the largest over device pairs, once per message size)."""
-    total = 0
+    are the same for every microbatch of its pipeline, so they are counted per stage and
+    kind (with the placement free: the largest over device pairs, once per message size)."""
     D = problem.num_devices
+    counts = problem.pipeline_counts
     widest: dict[float, int] = {}
-    sent: dict[tuple, int] = {}
-
-    def largest_lag(op: Op) -> int:
-        size = problem.costs.message_bytes.get((op.kind, op.pipeline, op.stage), 0.0)
-        if size not in widest:
-            widest[size] = max((problem.lag(op, a, b) for a in range(D) for b in range(D) if a != b), default=0)
-        return widest[size]
-
-    def lags(op: Op) -> int:
-        key = (op.kind, op.pipeline, op.stage)
-        if key not in sent:
-            total_lag = 0
-            for nx in successors(op, problem.num_stages[op.pipeline], problem.split_backward):
-                if placement is None:
-                    total_lag += largest_lag(op)
-                else:
-                    src, dst = placement.device(op.pipeline, op.stage), placement.device(nx.pipeline, nx.stage)
-                    total_lag += problem.lag(op, src, dst) if src != dst else 0
-            sent[key] = total_lag
-        return sent[key]
-
-    for op in problem.ops:
-        total += problem.duration(op) + lags(op)
+    total = sum(stage_loads(problem).values())
+    for p, n in counts.items():
+        for s in range(problem.num_stages[p]):
+            for k in problem.kinds:
+                op = Op(k, p, s, 0)
+                for nx in successors(op, problem.num_stages[p], problem.split_backward):
+                    if placement is None:
+                        size = problem.costs.message_bytes.get((k, p, s), 0.0)
+                        if size not in widest:
+                            widest[size] = max((problem.lag(op, a, b) for a in range(D) for b in range(D) if a != b),
+                                               default=0)
+                        total += n * widest[size]
+                    else:
+                        src, dst = placement.device(p, s), placement.device(nx.pipeline, nx.stage)
+                        total += n * problem.lag(op, src, dst) if src != dst else 0
     total += sum(round(g.allreduce_time) for g in problem.costs.replica_groups)
     total += max((problem.optimizer(d) for d in range(D)), default=0)
     return max(1, total)
+
+
+def stage_loads(problem: Problem) -> dict[tuple[int, int], int]:
+    """Each stage's (pipeline, stage) work: its ops' durations over every microbatch."""
+    out = {key: 0 for key in problem.stages}
+    for op in problem.ops:
+        out[(op.pipeline, op.stage)] += problem.duration(op)
+    return out
 
 
 def memory_need(problem: Problem, placement: Placement) -> list[float]:

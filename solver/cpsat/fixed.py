@@ -274,8 +274,9 @@ class _Fixed:
 
 
 def search_fixed(problem: Problem, placement: Placement, config: CpSatConfig, known: Sequence[Schedule],
-                 deadline: Deadline, mode: Mode, label: str | None = None) -> Result:
-    """``search`` or ``bound`` on ``placement`` (module docstring)."""
+                 deadline: Deadline, mode: Mode, label: str | None = None, start: Start | None = None) -> Result:
+    """``search`` or ``bound`` on ``placement`` (module docstring); ``start``: the start
+    phase already run on this placement (then ``known`` is not judged again)."""
     fixed = problem.with_placement(placement)
     label = label or placement_label(problem, placement)
     violations = cap_violations(fixed, placement)
@@ -285,8 +286,11 @@ def search_fixed(problem: Problem, placement: Placement, config: CpSatConfig, kn
     strategy = config.strategy
     cyclic_takes_all = (mode is Mode.SEARCH and config.uses("cyclic") and not fixed.overlap_pairs
                         and fixed.num_ops >= strategy.cyclic_all_ops and cyclic_applies(fixed, config, True))
-    start = start_phase(fixed, placement, config, known, deadline, pace,
-                        strategy.cyclic_start_share if cyclic_takes_all else 1.0)
+    if start is None:
+        start = start_phase(fixed, placement, config, known, deadline, pace,
+                            strategy.cyclic_start_share if cyclic_takes_all else 1.0)
+    else:
+        pace.measured_from(start.evals)
     run = _Fixed(fixed, placement, config, deadline, mode, label, start, pace)
     if fixed.overlap_pairs and mode is Mode.SEARCH:
         share = config.strategy.alone_share if pace.model_fits() else 1.0

@@ -15,14 +15,14 @@ from typing import TYPE_CHECKING, Sequence
 
 from pipetab.schedules.schedule import Placement, Schedule
 
-from .bounds import cap_violations, safe_horizon
+from .bounds import cap_violations, safe_horizon, stage_loads
 from .families import devices_identical
 from .fixed import finish, infeasible_cap, search_assumptions, search_fixed
 from .model import CpSatModel
 from .objectives import analytic_lower_bound, objective
 from .oracle import KnownEval, checked, evaluate_known, relabel_microbatches
 from .result import Mode, PhaseRecord, Result, Status
-from .starts import Pace, best_of, judge, start_phase
+from .starts import Pace, Start, best_of, judge, start_phase
 from .strategy import solve_record
 from .variables import BuildTimeout
 
@@ -122,12 +122,10 @@ def search_free(problem: Problem, config: CpSatConfig, known: Sequence[Schedule]
         if e.fits:
             key = (canonical_devices(e.schedule) if identical else e.schedule).placement.stage2device
             known_pl.setdefault(key, []).append(e)
-    # each placement's cap check and analytic bound are computed when it is visited (7.5 ms apiece at S=8 with
-    # a cap: 4,140 placements took 31 s); the order and the bound of placements left unvisited are their loads
+    # each placement's cap check and analytic bound are computed when it is visited (5.3 ms apiece at S=8 with
+    # a cap: all 4,140 placements first took 22 s); the order and the bound of placements left unvisited are their loads
     # (at least the free placement's analytic bound)
-    work = {key: 0 for key in problem.stages}
-    for op in problem.ops:
-        work[(op.pipeline, op.stage)] += problem.duration(op)
+    work = stage_loads(problem)
     free_lb = analytic_lower_bound(problem, None)[0]  # every placement's, with its load: what an unvisited one counts
     order = sorted(((pl, max(free_lb, _most_loaded(problem, pl, work))) for pl in placements),
                    key=lambda x: (x[0].stage2device not in known_pl, x[1]))
@@ -182,9 +180,10 @@ def _most_loaded(problem: Problem, placement: Placement, work: dict) -> int:
 
 
 def _visit(problem: Problem, config: CpSatConfig, deadline: Deadline, mode: Mode, label: str, run: _Free,
-           rest: list, pl: Placement, lb: int, det: float | None, known: list[Schedule]) -> None:
+           rest: list, pl: Placement, lb: int, det: float | None, known: list[Schedule],
+           start: Start | None = None) -> None:
     """Prune placement ``pl`` by its bound or search it on its share of the time left
-    (``det`` deterministic seconds)."""
+    (``det`` deterministic seconds; ``start``: its start phase, already run)."""
     if run.value is not None and lb >= run.value:
         run.bounds[pl.stage2device] = lb
         run.phases.append(PhaseRecord(f"placement {[list(x) for x in pl.stage2device]}", 0.0,
@@ -199,7 +198,8 @@ def _visit(problem: Problem, config: CpSatConfig, deadline: Deadline, mode: Mode
     slice_s = max(remaining / max(1, left), min(remaining, 0.5))
     if run.schedule is not None and run.schedule.placement.stage2device == pl.stage2device:
         known = [*known, run.schedule]
-    res = search_fixed(problem, pl, config, known, deadline.within(max(0.05, slice_s), det), mode, label=label)
+    res = search_fixed(problem, pl, config, known, deadline.within(max(0.05, slice_s), det), mode, label=label,
+                       start=start)
     run.families.update(res.solver.families)
     run.bounds[pl.stage2device] = (math.inf if res.status is Status.INFEASIBLE else
                                    max(lb, res.lower_bound if res.lower_bound is not None else lb))
@@ -248,9 +248,7 @@ def _monolithic(problem: Problem, config: CpSatConfig, evals: list[KnownEval], d
                              f"{intervals:,} op-device intervals are more than one model takes ({limit:,})")
     t0 = deadline.t0
     pace = Pace(deadline, config.start)
-    for e in evals:
-        if e.timing is not None:
-            pace.measured(e.sim_s)
+    pace.measured_from(evals)
     dealt = _dealt(problem)
     fp = problem.with_placement(dealt)
     start = None if cap_violations(fp, dealt) else start_phase(fp, dealt, config, (), deadline, pace)
@@ -265,14 +263,15 @@ def _monolithic(problem: Problem, config: CpSatConfig, evals: list[KnownEval], d
     # at 8 to 32 devices (12 to 13 evaluations of a schedule per device: 4.8 s for 16,384 ops on 32 devices)
     if not pace.fits("build", deadline.end - pace.reserve(),
                      config.start.builds_left * max(1.0, problem.num_devices / 5)):
-        return _dealt_search(problem, config, evals, deadline, mode,
-                             "the time limit leaves no time to build it")
+        return _dealt_search(problem, config, evals, deadline, mode, "the time limit leaves no time to build it",
+                             start)
     horizon = best.makespan if best else safe_horizon(problem, None)
     try:
         model = CpSatModel(problem, config, None, horizon, makespan_lb=lb,  # type: ignore[arg-type]
                            deadline=deadline.end - pace.reserve())
     except BuildTimeout:
-        return _dealt_search(problem, config, evals, deadline, mode, "the time limit ran out while building it")
+        return _dealt_search(problem, config, evals, deadline, mode, "the time limit ran out while building it",
+                             start)
     if config.uses("hints") and best is not None:
         sched = canonical_devices(best.schedule) if "device symmetry" in model.applied else best.schedule
         ev = evaluate_known(problem.with_placement(sched.placement), sched)
@@ -308,10 +307,10 @@ def _dealt(problem: Problem) -> Placement:
 
 
 def _dealt_search(problem: Problem, config: CpSatConfig, evals: list[KnownEval], deadline: Deadline, mode: Mode,
-                  why: str) -> Result:
+                  why: str, start: Start | None = None) -> Result:
     """Where one model is not built (``why``): the stages dealt round-robin searched with
-    their placement fixed (``fixed.search_fixed``) for the time left; every other placement
-    counts with the free analytic bound."""
+    their placement fixed (``fixed.search_fixed``, from ``start`` where its start phase ran
+    already) for the time left; every other placement counts with the free analytic bound."""
     pl = _dealt(problem)
     lb, lb_why = analytic_lower_bound(problem, None)
     label = ("placement free: the stages dealt round-robin searched, every other placement bounded "
@@ -329,6 +328,6 @@ def _dealt_search(problem: Problem, config: CpSatConfig, evals: list[KnownEval],
     else:
         _visit(problem, config, deadline, mode, label, run, [], pl, analytic_lower_bound(fixed, pl)[0],
                config.deterministic_time,
-               [e.schedule for e in evals if e.fits and e.schedule.placement.stage2device == pl.stage2device])
+               [e.schedule for e in evals if e.fits and e.schedule.placement.stage2device == pl.stage2device], start)
     return _free_result(problem, config, deadline, mode, label, run, evals, [],
                         f"the stages dealt round-robin searched; no model with placement literals: {why}")

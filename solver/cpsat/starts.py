@@ -320,6 +320,13 @@ class Pace:
         if self.unit is None:
             self.unit = max(seconds, 1e-4)
 
+    def measured_from(self, evals: Iterable[KnownEval]) -> None:
+        """The unit from schedules judged already (the first that was timed)."""
+        for e in evals:
+            if e.timing is not None:
+                self.measured(e.sim_s)
+                return
+
     def fits(self, step: str, until: float, times: float = 1.0) -> bool:
         """Whether ``step`` is predicted to end (``times`` over) before ``until``."""
         if self.deadline.deterministic:

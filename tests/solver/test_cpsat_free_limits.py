@@ -6,6 +6,7 @@ once per message size."""
 
 import time
 from dataclasses import replace
+from unittest.mock import patch
 
 from pipetab.schedules import registry
 from pipetab.schedules.ops import Kind
@@ -16,9 +17,9 @@ from pipetab.solver.cpsat.bounds import safe_horizon
 from pipetab.solver.cpsat.objectives import analytic_lower_bound
 from pipetab.solver.cpsat.oracle import evaluate_known
 from pipetab.solver.cpsat.params import DecomposeParams
-from pipetab.solver.cpsat.placement import search_free
+from pipetab.solver.cpsat.placement import _dealt_search, search_free
 from pipetab.solver.cpsat.result import Mode
-from pipetab.solver.cpsat.starts import best_of, greedy_starts
+from pipetab.solver.cpsat.starts import Pace, best_of, greedy_starts, start_phase
 from pipetab.solver.cpsat.variables import successors
 from pipetab.solver.deadline import Deadline
 from pipetab.solver.simulate import simulate
@@ -153,3 +154,19 @@ def test_the_dealt_placement_alone_proves_no_infeasibility():
     for run in (search, bound):
         res = run(problem, cfg)
         assert res.status == "unknown" and res.makespan is None and res.lower_bound is not None
+
+
+def test_the_dealt_search_goes_on_from_the_start_already_run():
+    # the one-model path judged the dealt placement's starts before finding no time to build:
+    # the fixed search of that placement takes them instead of running its start phase again
+    problem = idealized_problem(4, 8, "free", comm=1, activation_cap=4)
+    dealt = Placement(((0, 1, 2, 3),), 4)
+    fixed = problem.with_placement(dealt)
+    deadline = CFG.deadline()
+    start = start_phase(fixed, dealt, CFG, (), deadline, Pace(deadline, CFG.start))
+    assert start.best is not None
+    with patch("pipetab.solver.cpsat.fixed.start_phase", side_effect=AssertionError("a second start phase")):
+        res = _dealt_search(problem, CFG, list(start.evals), deadline, Mode.SEARCH, "no time", start)
+    again = search(fixed, CFG)  # the same placement searched from scratch
+    assert res.makespan == simulate(res.schedule, problem.costs).makespan <= start.best.makespan
+    assert res.makespan == again.makespan
