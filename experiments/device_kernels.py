@@ -33,6 +33,7 @@ Run: python3 experiments/device_kernels.py OUT_DIR [--dry]
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import sys
@@ -125,7 +126,6 @@ def attention_rows() -> list[dict]:
                 flops = 2 * b * heads * seq * seq * (dqk + dv) * (0.5 if causal else 1.0)
                 row |= {"forward_s": t_f, "backward_s": t_fb - t_f, "forward_tflops": flops / t_f / 1e12,
                         "backward_tflops": 2.5 * flops / (t_fb - t_f) / 1e12, "error": ""}
-                del q, k, v, do
             except (RuntimeError, TypeError, ValueError) as exc:
                 row["error"] = f"{type(exc).__name__}: {exc}"[:160].replace("\n", " ")
             rows.append(row)
@@ -154,7 +154,7 @@ def _fp8_gemm(m: int, k: int, n: int):
     a = torch.randn(m, k, device=DEV).to(torch.float8_e4m3fn)
     b = torch.randn(n, k, device=DEV).to(torch.float8_e4m3fn).t()
     one = torch.ones((), device=DEV)
-    return lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=DT)
+    return lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=DT)  # noqa: SLF001 (fp8 GEMM)
 
 
 def gemm_row(what: str, direction: str, m: int, k: int, n: int) -> list[dict]:
@@ -240,7 +240,6 @@ def host_link_rows() -> list[dict]:
         if mib == 2048:
             for name in ("h2d", "d2h", "d2d"):
                 rows.append(_beside_gemm(name, mib, n, compute, gemm_a, gemm_b, gemm_flops, copy1, ops[name]))
-        del host_src, host_dst, dev_src, dev_dst, dev_big
     return rows
 
 
@@ -295,7 +294,8 @@ def _beside_gemm(name: str, mib: int, n: int, compute, a, b, flops: int, copy, o
     torch.cuda.synchronize()
     gemm_beside = e[0].elapsed_time(e[1]) / reps_gemm * 1e-3
     copy_beside = e[2].elapsed_time(e[3]) / 5 * 1e-3
-    row.update({"gemm_alone_s": gemm_alone, "gemm_beside_s": gemm_beside, "gemm_tflops_alone": flops / gemm_alone / 1e12,
+    row.update({"gemm_alone_s": gemm_alone, "gemm_beside_s": gemm_beside,
+                "gemm_tflops_alone": flops / gemm_alone / 1e12,
                 "gemm_tflops_beside": flops / gemm_beside / 1e12, "copy_alone_s": copy_alone,
                 "copy_beside_s": copy_beside, "copy_gb_per_s_beside": n / copy_beside / 1e9})
     return row
@@ -478,12 +478,10 @@ def main(out: Path) -> None:
     if not DRY:
         import subprocess
 
-        try:
+        with contextlib.suppress(Exception):
             meta["nvidia_smi"] = subprocess.run(
                 ["nvidia-smi", "--query-gpu=name,driver_version,clocks.max.sm,clocks.sm,power.limit",
                  "--format=csv,noheader"], capture_output=True, text=True, timeout=20).stdout.strip()
-        except Exception:
-            pass
     (out / "meta.json").write_text(json.dumps(meta, indent=1))
     print(json.dumps(meta), flush=True)
 
