@@ -1,5 +1,10 @@
 """Pricing: every producer of ``Costs`` (``solver.costs``) in one place.
 
+What ops cost on hardware is priced once, in ``hardware`` (``parallel.Topology`` ->
+``links.StageLinks`` -> ``costs.stage_cost`` -> ``pipeline.schedule_costs``); this module
+only turns that stack's ``ScheduleCosts`` (or a profile, or table slots) into the one
+``Costs`` value the simulator and CP-SAT read: the solver sees only ``Costs``.
+
 * idealized: ``slot_costs`` (a schedule's table slots), ``shape_slot_costs`` (the same for
   a shape), ``idealized_costs`` (a shape's stages sized by their share of the model, units
   of M_B: what the CP-SAT model's idealized problems use);
