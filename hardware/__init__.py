@@ -8,11 +8,13 @@
   EP, sequence parallelism, ZeRO 0-3, overlap, microbatch size, global batch, sequence
   length, recomputation, per-stage recomputation, layout) and ``Recompute``.
 - ``layout``: ``Layout`` (layers per stage, Megatron's ``pipeline_model_parallel_layout``).
-- ``parallel``: ``Topology`` (which GPUs and links a stage's collectives and messages use).
+- ``parallel``: ``Topology`` (which GPUs and links a stage's collectives and messages use);
+  ``links``: ``StageLinks`` (the links of one stage's collectives, per pipeline device).
 - ``cp``, ``zero3``, ``moe``: context parallelism's K/V exchange, ZeRO-3's gathers and
   reductions, expert parallelism's all-to-alls.
 - ``costs``: ``stage_cost``, collectives, optimizer; ``pipeline``: ``schedule_costs(schedule,
-  system, model, context)`` costs every stage of a schedule.
+  system, model, context)`` costs every stage of a schedule. One pricing stack: ``parallel``
+  -> ``links`` -> ``costs`` -> ``pipeline`` (-> ``solver.pricing``'s ``Costs``).
 - ``profile``: measured op times (``Profile``, ``load_profile``); ``calibrate``: a system's
   efficiencies fitted to a profile.
 - ``loaders``: presets as TOML files (``load_system``, ``load_model``, ``list_*``).
@@ -23,8 +25,6 @@
 from .calibrate import Calibration, calibrate, system_to_toml
 from .context import Context, Recompute
 from .costs import (
-    AllReduce,
-    ScheduleCosts,
     StageCost,
     activation_bytes_per_layer,
     allreduce_time,
@@ -36,12 +36,12 @@ from .costs import (
     optimizer_time,
     persistent_bytes,
     ring_allreduce_time,
-    schedule_costs,
     stage_cost,
     weight_memory_bytes_per_layer,
 )
 from .layer import model_flops_per_sequence
 from .layout import Layout
+from .links import StageLinks
 from .loaders import (
     PresetInfo,
     list_models,
@@ -53,6 +53,7 @@ from .loaders import (
 )
 from .model import TransformerModel, partition
 from .parallel import Topology
+from .pipeline import AllReduce, ScheduleCosts, schedule_costs
 from .profile import Profile, StageProfile, load_profile, profile_to_toml
 from .system import Device, Link, System
 
@@ -68,6 +69,7 @@ __all__ = [
     "Recompute",
     "ScheduleCosts",
     "StageCost",
+    "StageLinks",
     "StageProfile",
     "System",
     "Topology",

@@ -25,13 +25,13 @@ errors ``(T_i - model_i) / T_i`` over all ops, alternating with the classificati
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterator
 
 from .context import Context, recompute_of
-from .costs import stage_cost
+from .costs import StageCost, StageSpec, stage_cost
 from .model import TransformerModel, partition
 from .parallel import Topology
-from .profile import Profile, toml_value
+from .profile import Profile, StageProfile, toml_value
 
 if TYPE_CHECKING:
     from .system import Device, System
@@ -112,18 +112,63 @@ def calibrate(profile: Profile, model: TransformerModel, system: System, recompu
     split = profile.split_backward
     if system.device.kernels:
         return _calibrate_kernels(profile, model, system, ctx, layout)
-    ops = []  # (kind, measured, flops, traffic, collective)
+    ops = _roofline_ops(profile, model, system, ctx, layout)
+    dev = system.device
+    shape = replace(dev, compute_efficiency=1.0).efficiency(tokens)
+    e_c, e_m, bound = _fit_roofline(ops, dev, tokens, shape)
+    _check_efficiency(profile, system, "compute", e_c)
+    _check_efficiency(profile, system, "memory", e_m)
+    e_c, e_m = min(e_c, 1.0), min(e_m, 1.0)
+    fitted_dev = replace(dev, compute_efficiency=e_c, mem_efficiency=e_m)
+    kinds = []
+    for kind in ("F", "B", "W") if split else ("F", "B"):
+        mine = [o for o in ops if o[0] == kind]
+        measured_s = sum(o[1] for o in mine)
+        fitted_s = sum(fitted_dev.compute_time(f, v, tokens) + c for _, _, f, v, c in mine)
+        alone = (sum(f for _, _, f, _, _ in mine) / (dev.peak_flops * shape)
+                 / max(sum(t - dev.compute_latency_s - c for _, t, _, _, c in mine), 1e-300))
+        _check_efficiency(profile, system, f"{kind} ops' compute", alone)
+        kinds.append(OpFit(kind, measured_s, fitted_s, alone))
+    fitted_system = replace(system, device=fitted_dev, name=f"{system.name}_calibrated",
+                            summary=f"{system.summary} (efficiencies fitted to profile {profile.name})")
+    return Calibration(fitted_system, e_c, e_m, any(bound), tuple(kinds), sum(bound), len(ops))
+
+
+def _profiled_stages(profile: Profile, model: TransformerModel, system: System, ctx: Context,
+                     layout: Topology) -> Iterator[tuple[StageSpec, StageCost, StageProfile]]:
+    """Each profiled stage: what it holds, its modelled costs on device ``d`` of ``layout``
+    and its measured times."""
+    stages = profile.num_stages or 1
     for d, layers in enumerate(_layers(profile, model, stages)):
         ends = not profile.uniform
-        cost = stage_cost(model, system.device, ctx, layers, first=ends and d == 0,
-                          last=ends and d == stages - 1, split_backward=split, tp_link=layout.tp_link(d))
-        measured = profile.stage(d)
+        spec = StageSpec(layers, ends and d == 0, ends and d == stages - 1, 0, profile.split_backward)
+        cost = stage_cost(model, system.device, ctx, layers, first=spec.first, last=spec.last,
+                          split_backward=spec.split_backward, tp_link=layout.tp_link(d))
+        yield spec, cost, profile.stage(d)
+
+
+RooflineOp = tuple[str, float, float, float, float]
+"""A profiled op for the roofline fit: (kind, measured seconds, FLOPs, traffic, collective seconds)."""
+
+
+def _roofline_ops(profile: Profile, model: TransformerModel, system: System, ctx: Context,
+                  layout: Topology) -> list[RooflineOp]:
+    """The profile's ops with the FLOPs, traffic and tensor-parallel seconds of the stages
+    it measured (``stage_cost``)."""
+    ops = []
+    for _, cost, measured in _profiled_stages(profile, model, system, ctx, layout):
         ops.append(("F", measured.forward_s, cost.flops_forward, cost.traffic_forward, cost.tp_comm_forward_s))
         ops.append(("B", measured.backward_s, cost.flops_backward, cost.traffic_backward, cost.tp_comm_backward_s))
         if measured.weight_s is not None:  # split backward (the same on every stage)
             ops.append(("W", measured.weight_s, cost.flops_weight, cost.traffic_weight, 0.0))
-    dev = system.device
-    shape = replace(dev, compute_efficiency=1.0).efficiency(tokens)
+    return ops
+
+
+def _fit_roofline(ops: list[RooflineOp], dev: Device, tokens: int, shape: float) -> tuple[float, float, list[bool]]:
+    """(compute efficiency, memory efficiency, which ops are memory-bound): each op on the
+    side of the roofline the fitted device puts it, each side's efficiency from its ops'
+    summed work over their summed seconds, until the sides stop changing (``shape``: the
+    device's efficiency curve at ``tokens``, at compute efficiency 1)."""
     e_c, e_m = dev.compute_efficiency, dev.mem_efficiency
     bound: list[bool] = []
     for _ in range(20):
@@ -142,22 +187,7 @@ def calibrate(profile: Profile, model: TransformerModel, system: System, recompu
         if memory:
             e_m = (sum(v for _, v, _ in memory) / dev.mem_bandwidth
                    / max(sum(t - dev.mem_latency_s - c for t, _, c in memory), 1e-300))
-    _check_efficiency(profile, system, "compute", e_c)
-    _check_efficiency(profile, system, "memory", e_m)
-    e_c, e_m = min(e_c, 1.0), min(e_m, 1.0)
-    fitted_dev = replace(dev, compute_efficiency=e_c, mem_efficiency=e_m)
-    kinds = []
-    for kind in ("F", "B", "W") if split else ("F", "B"):
-        mine = [o for o in ops if o[0] == kind]
-        measured_s = sum(o[1] for o in mine)
-        fitted_s = sum(fitted_dev.compute_time(f, v, tokens) + c for _, _, f, v, c in mine)
-        alone = (sum(f for _, _, f, _, _ in mine) / (dev.peak_flops * shape)
-                 / max(sum(t - dev.compute_latency_s - c for _, t, _, _, c in mine), 1e-300))
-        _check_efficiency(profile, system, f"{kind} ops' compute", alone)
-        kinds.append(OpFit(kind, measured_s, fitted_s, alone))
-    fitted_system = replace(system, device=fitted_dev, name=f"{system.name}_calibrated",
-                            summary=f"{system.summary} (efficiencies fitted to profile {profile.name})")
-    return Calibration(fitted_system, e_c, e_m, any(bound), tuple(kinds), sum(bound), len(ops))
+    return e_c, e_m, bound
 
 
 def _check_efficiency(profile: Profile, system: System, what: str, value: float) -> None:
@@ -221,20 +251,15 @@ def _calibrate_kernels(profile: Profile, model: TransformerModel, system: System
 
     from .parts import stage_parts
 
-    stages, split = profile.num_stages or 1, profile.split_backward
+    split = profile.split_backward
     ops = []  # (kind, measured, parts, collective)
-    for d, layers in enumerate(_layers(profile, model, stages)):
-        ends = not profile.uniform
-        first, last = ends and d == 0, ends and d == stages - 1
-        cost = stage_cost(model, system.device, ctx, layers, first=first, last=last, split_backward=split,
-                          tp_link=layout.tp_link(d))
-        measured = profile.stage(d)
+    for spec, cost, measured in _profiled_stages(profile, model, system, ctx, layout):
         times = [(Kind.F, measured.forward_s, cost.tp_comm_forward_s),
                  (Kind.B, measured.backward_s, cost.tp_comm_backward_s)]
         if measured.weight_s is not None:
             times.append((Kind.W, measured.weight_s, 0.0))
         for kind, t, comm in times:
-            parts = stage_parts(model, ctx, layers, first=first, last=last, first_layer=0, kind=kind,
+            parts = stage_parts(model, ctx, spec.layers, first=spec.first, last=spec.last, first_layer=0, kind=kind,
                                 split_backward=split)
             ops.append((kind.name, t, parts, comm))
     dev = system.device

@@ -1,9 +1,12 @@
-"""What a schedule's ops and messages cost on a system (the paper's level-3 cost model).
+"""What a stage's ops and messages cost on a system (the paper's level-3 cost model).
 
-Per-layer formulas (FLOPs, activation memory, M_W, traffic, message size) are in
-``hardware.layer``; the parallel context of a stage (tensor and data parallelism, the
-cluster's links for each message) in ``hardware.parallel``. This module puts them
-together per stage; ``hardware.pipeline`` per schedule.
+One pricing stack, one floor per module: the GPUs and links of a run
+(``hardware.parallel.Topology``) -> the links each stage's collectives use
+(``hardware.links.StageLinks``) -> a stage's costs (this module: ``stage_cost``, in typed
+steps: ``StageSpec`` -> ``StageWork``, ``StageComm`` -> op seconds -> ``StageCost``) -> a
+schedule's costs (``hardware.pipeline.schedule_costs``) -> the solver's ``Costs``
+(``solver.pricing.hardware_costs``). Per-layer formulas (FLOPs, activation memory, M_W,
+traffic, message size) are in ``hardware.layer``.
 
 Op time: roofline, ``max(F/(P*e_c(n)) + L_c, V_m/(BW_m*e_m) + L_m)`` (``Device.compute_time``,
 ``n`` the microbatch's tokens), plus the op's tensor-parallel collectives (not overlapped):
@@ -35,7 +38,7 @@ from pipetab.schedules.ops import Kind
 
 from .context import Context, Recompute
 from .cp import layer_cp_comm
-from .gemms import local_seq
+from .gemms import tokens
 from .layer import (
     activation_bytes_per_layer,
     attention_core_flops,
@@ -55,7 +58,7 @@ from .layer import (
     stage_weight_memory_bytes,
     weight_memory_bytes_per_layer,
 )
-from .model import TransformerModel
+from .links import NO_LINKS, StageLinks
 from .parallel import ring_time
 from .parts import stage_segments
 from .system import Device, Link, System
@@ -65,10 +68,9 @@ if TYPE_CHECKING:
     from .model import TransformerModel
 
 __all__ = [
-    "AllReduce", "ScheduleCosts", "StageCost", "activation_bytes_per_layer",
-    "allreduce_time", "attention_core_flops", "head_forward_flops", "layer_forward_flops",
-    "layer_forward_traffic", "message_bytes", "optimizer_time", "persistent_bytes",
-    "ring_allreduce_time", "schedule_costs", "stage_cost", "weight_memory_bytes_per_layer",
+    "StageCost", "StageSpec", "activation_bytes_per_layer", "allreduce_time", "attention_core_flops",
+    "head_forward_flops", "layer_forward_flops", "layer_forward_traffic", "message_bytes", "optimizer_time",
+    "persistent_bytes", "ring_allreduce_time", "stage_cost", "weight_memory_bytes_per_layer",
 ]
 
 
@@ -214,134 +216,195 @@ def _weighted(parts: list[tuple[float, float]], seconds: list[float] | None) -> 
     return [(sec, comm) for sec, (_, comm) in zip(seconds, parts)]
 
 
+@dataclass(frozen=True)
+class StageSpec:
+    """Which part of the model a stage holds: ``layers`` layers from ``first_layer`` on,
+    the embedding when ``first``, the LM head (and the MTP modules) when ``last``; whether
+    the schedule splits its backward."""
+
+    layers: int
+    first: bool
+    last: bool
+    first_layer: int = 0
+    split_backward: bool = False
+
+
+@dataclass(frozen=True)
+class StageWork:
+    """FLOPs and memory traffic per GPU of a stage's F, B and W (0 for W unless split)."""
+
+    flops_f: float
+    flops_b: float
+    flops_w: float
+    traffic_f: float
+    traffic_b: float
+    traffic_w: float
+
+
+@dataclass(frozen=True)
+class StageComm:
+    """Seconds of a stage's collectives per op: tensor-parallel (``tp_*``), expert-parallel
+    all-to-alls (``ep_*``), the exposed context-parallel exchange (``cp_*``)."""
+
+    tp_f: float
+    tp_b: float
+    ep_f: float
+    ep_b: float
+    cp_f: float
+    cp_b: float
+
+
 def stage_cost(model: TransformerModel, device: Device, ctx: Context, layers: int, *,
                first: bool, last: bool, first_layer: int = 0, split_backward: bool = False,
-               tp_link: Link | None = None, moe_comm: tuple[float, float] = (0.0, 0.0),
-               cp_link: Link | None = None, shard_links: tuple[Link | None, Link | None] = (None, None)) -> StageCost:
-    """``_stage_cost`` (below); where every layer is of one kind the first layer's index
-    changes nothing, so stages of equal size share one computation."""
-    cost = _stage_cost(model, device, ctx, layers, first=first, last=last,
-                       first_layer=0 if model.one_layer_kind else first_layer,
-                       split_backward=split_backward, tp_link=tp_link, moe_comm=moe_comm, cp_link=cp_link,
-                       shard_links=shard_links)
+               links: StageLinks | None = None, tp_link: Link | None = None,
+               moe_comm: tuple[float, float] = (0.0, 0.0), cp_link: Link | None = None,
+               shard_links: tuple[Link | None, Link | None] = (None, None)) -> StageCost:
+    """Costs of a stage of ``layers`` layers for one microbatch on one GPU of the run
+    ``ctx`` (resolved: its microbatch size known) whose collectives use ``links``
+    (``hardware.links``; or, given one by one, tensor-parallel collectives over
+    ``tp_link``, the context-parallel exchange over ``cp_link``, ZeRO-3 collectives over
+    ``shard_links`` (dense, expert) and ``moe_comm``, one MoE layer's (dispatch, combine)
+    seconds, ``hardware.moe.moe_layer_comm``); ``first`` / ``last`` add the embedding / LM
+    head (and the MTP modules). Formulas: ``hardware.layer`` and the module docstring.
+    Where every layer is of one kind the first layer's index changes nothing, so stages of
+    equal size share one computation."""
+    given = StageLinks(tp_link, cp_link, shard_links, moe_comm)
+    if links is None:
+        links = given
+    elif given != NO_LINKS:
+        raise ValueError("give a stage's links either as links or one by one, not both")
+    spec = StageSpec(layers, first, last, 0 if model.one_layer_kind else first_layer, split_backward)
+    cost = _stage_cost(model, device, ctx, spec, links)
     return cost if cost.first_layer == first_layer else replace(cost, first_layer=first_layer)
 
 
-@lru_cache(maxsize=65536)
-def _stage_cost(model: TransformerModel, device: Device, ctx: Context, layers: int, *,
-                first: bool, last: bool, first_layer: int = 0, split_backward: bool = False,
-                tp_link: Link | None = None, moe_comm: tuple[float, float] = (0.0, 0.0),
-                cp_link: Link | None = None, shard_links: tuple[Link | None, Link | None] = (None, None)) -> StageCost:
-    """Costs of a stage of ``layers`` layers for one microbatch on one GPU of the run
-    ``ctx`` (resolved: its microbatch size known) whose tensor-parallel collectives run
-    over ``tp_link``, context-parallel exchange over ``cp_link`` and ZeRO-3 collectives
-    over ``shard_links`` (dense, expert); ``first`` / ``last`` add the embedding / LM head
-    (and the MTP modules); ``moe_comm`` is one MoE layer's (dispatch, combine) seconds
-    (``hardware.moe.moe_layer_comm``). Formulas: ``hardware.layer`` and the module
-    docstring."""
+def _check_stage(model: TransformerModel, ctx: Context, layers: int, links: StageLinks) -> None:
     check_count("layers", layers, 0)
-    t, recompute = ctx.tp, ctx.recompute
     ctx.check_experts(model)
-    if t > 1 or ctx.cp > 1:
+    if ctx.tp > 1 or ctx.cp > 1:
         ctx.check(model)
-    for size, link, what in ((t, tp_link, "tensor-parallel group"), (ctx.cp, cp_link, "context-parallel group")):
+    for size, link, what in ((ctx.tp, links.tp, "tensor-parallel group"), (ctx.cp, links.cp, "context-parallel group")):
         if size > 1 and link is None:
             raise ValueError(f"a {what} of {size} GPUs needs the link its collectives use")
-    flash = model.attention == "flash"
-    moe_layers = model.moe_layers_in(first_layer, first_layer + layers)
-    dense_layers = layers - moe_layers
+
+
+def _gemm_and_core(model: TransformerModel, ctx: Context, spec: StageSpec) -> tuple[float, float]:
+    """Forward FLOPs of the stage's layers' GEMMs and of their attention cores."""
+    moe_layers = model.moe_layers_in(spec.first_layer, spec.first_layer + spec.layers)
+    dense_layers = spec.layers - moe_layers
     gemm = dense_layers * layer_gemm_flops(model, ctx) + (moe_layers * layer_gemm_flops(model, ctx, True)
                                                          if moe_layers else 0)
-    core = layers * attention_core_flops(model, ctx)
+    return gemm, spec.layers * attention_core_flops(model, ctx)
+
+
+def _stage_work(model: TransformerModel, ctx: Context, spec: StageSpec) -> StageWork:
+    """FLOPs and traffic of the stage's ops: the backward twice the forward (plus the
+    recomputed part; flash attention recomputes QK^T), split into B and W when asked."""
+    layers, first, last, recompute = spec.layers, spec.first, spec.last, ctx.recompute
+    flash = model.attention == "flash"
+    moe_layers = model.moe_layers_in(spec.first_layer, spec.first_layer + layers)
+    gemm, core = _gemm_and_core(model, ctx, spec)
     head = (head_forward_flops(model, ctx) + mtp_forward_flops(model, ctx)) if last else 0
     flops_f = gemm + core + head
     flash_extra = core // 2 if flash else 0  # the recomputed QK^T
     extra_f = {Recompute.NONE: 0, Recompute.SELECTIVE: 0 if flash else core, Recompute.FULL: gemm + core}[recompute]
-    layer_v = dense_layers * layer_forward_traffic(model, ctx) + (
+    layer_v = (layers - moe_layers) * layer_forward_traffic(model, ctx) + (
         moe_layers * layer_forward_traffic(model, ctx, True) if moe_layers else 0)
     traffic_f = (layer_v + (head_forward_traffic(model, ctx) if last else 0)
                  + (embedding_forward_traffic(model, ctx) if first else 0))
-    full = recompute is Recompute.FULL
-    extra_v = layer_v if full else 0
-    one = ring_time(message_bytes(model, ctx) // ctx.cp, t, tp_link)  # one all-reduce of a CP rank's activation
-    comm_f = one * (2 * layers + (1 if first else 0))
-    comm_b = one * ((4 if full else 2) * layers + (1 if last else 0))
-    a2a_layers = moe_layers + (model.mtp_layers if last else 0)
-    ep_f = a2a_layers * (moe_comm[0] + moe_comm[1])
-    ep_b = a2a_layers * 2 * moe_comm[1] + (ep_f if full else 0)
-    tokens = ctx.microbatch_size * local_seq(model, ctx)  # type: ignore[operator]
-    cp_f, cp_b = layer_cp_comm(model, device, ctx, cp_link, attention_core_flops(model, ctx), tokens, flash)
+    extra_v = layer_v if recompute is Recompute.FULL else 0
+    if spec.split_backward:
+        return StageWork(flops_f, gemm + 2 * core + flash_extra + head + extra_f, gemm + head,
+                         traffic_f, traffic_f + extra_v, traffic_f)
+    return StageWork(flops_f, 2 * flops_f + flash_extra + extra_f, 0, traffic_f, 2 * traffic_f + extra_v, 0)
+
+
+def _stage_comm(model: TransformerModel, device: Device, ctx: Context, spec: StageSpec,
+                links: StageLinks) -> StageComm:
+    """The collectives inside the stage's ops (module docstring); full recomputation runs
+    the forward's again in the backward."""
+    layers, first, last = spec.layers, spec.first, spec.last
+    full = ctx.recompute is Recompute.FULL
+    one = ring_time(message_bytes(model, ctx) // ctx.cp, ctx.tp, links.tp)  # one all-reduce of a CP rank's activation
+    tp_f = one * (2 * layers + (1 if first else 0))
+    tp_b = one * ((4 if full else 2) * layers + (1 if last else 0))
+    a2a_layers = model.moe_layers_in(spec.first_layer, spec.first_layer + layers) + (model.mtp_layers if last else 0)
+    ep_f = a2a_layers * (links.moe_comm[0] + links.moe_comm[1])
+    ep_b = a2a_layers * 2 * links.moe_comm[1] + (ep_f if full else 0)
+    cp_f, cp_b = layer_cp_comm(model, device, ctx, links.cp, attention_core_flops(model, ctx), tokens(model, ctx),
+                               model.attention == "flash")
     attention_layers = layers + (model.mtp_layers if last else 0)
-    cp_f, cp_b = attention_layers * cp_f, attention_layers * (cp_b + (cp_f if full else 0))
-    if split_backward:
-        flops_b = gemm + 2 * core + flash_extra + head + extra_f
-        flops_w = gemm + head
-        traffic_b, traffic_w = traffic_f + extra_v, traffic_f
-        weight_s = device.compute_time(flops_w, traffic_w, tokens)
+    return StageComm(tp_f, tp_b, ep_f, ep_b, attention_layers * cp_f, attention_layers * (cp_b + (cp_f if full else 0)))
+
+
+def _kernel_segments(model: TransformerModel, device: Device, ctx: Context, spec: StageSpec) -> list[list[float]]:
+    """The stage's F, B and W as kernel seconds (``hardware.parts``)."""
+    return [stage_segments(model, device, ctx, spec.layers, first=spec.first, last=spec.last,
+                           first_layer=spec.first_layer, kind=kind, split_backward=spec.split_backward)
+            for kind in (Kind.F, Kind.B, Kind.W)]
+
+
+def _op_seconds(model: TransformerModel, device: Device, ctx: Context, spec: StageSpec, work: StageWork,
+                comm: StageComm, segments: list[list[float]] | None) -> tuple[float, float, float]:
+    """Seconds of the stage's (F, B, W) without the all-to-alls and ZeRO-3 collectives:
+    roofline of the work (or the kernels' seconds, ``segments``) plus the tensor-parallel
+    collectives and the exposed context-parallel exchange."""
+    n = tokens(model, ctx)
+    if segments is not None:  # ops as their kernels; the FLOPs and traffic stay the model's
+        compute_f, compute_b = sum(segments[0]) + comm.tp_f, sum(segments[1]) + comm.tp_b
+        weight_s = sum(segments[2]) if spec.split_backward else 0.0
     else:
-        flops_b, flops_w = 2 * flops_f + flash_extra + extra_f, 0
-        traffic_b, traffic_w = 2 * traffic_f + extra_v, 0
-        weight_s = 0.0
-    compute_f = device.compute_time(flops_f, traffic_f, tokens) + comm_f
-    compute_b = device.compute_time(flops_b, traffic_b, tokens) + comm_b
-    segments = None
-    if device.kernels:  # ops as their kernels (hardware.parts); the FLOPs and traffic above stay the model's
-        segments = [stage_segments(model, device, ctx, layers, first=first, last=last, first_layer=first_layer,
-                                   kind=kind, split_backward=split_backward) for kind in (Kind.F, Kind.B, Kind.W)]
-        compute_f, compute_b = sum(segments[0]) + comm_f, sum(segments[1]) + comm_b
-        weight_s = sum(segments[2]) if split_backward else 0.0
-    compute_f, compute_b = compute_f + cp_f, compute_b + cp_b
+        compute_f = device.compute_time(work.flops_f, work.traffic_f, n) + comm.tp_f
+        compute_b = device.compute_time(work.flops_b, work.traffic_b, n) + comm.tp_b
+        weight_s = device.compute_time(work.flops_w, work.traffic_w, n) if spec.split_backward else 0.0
+    return compute_f + comm.cp_f, compute_b + comm.cp_b, weight_s
+
+
+def _stage_chains(model: TransformerModel, ctx: Context, spec: StageSpec, links: StageLinks,
+                  segments: list[list[float]] | None,
+                  seconds: tuple[float, float, float]) -> dict[Kind, tuple[Segment, ...]]:
+    """Each op's parts on the compute and communication streams (``StageCost.chains``)."""
+    moe_comm = links.moe_comm
+    again = moe_comm if ctx.recompute is Recompute.FULL else (0.0, 0.0)  # full recomputation: the all-to-alls again
+    comm_bwd = (moe_comm[1] + again[0], moe_comm[1] + again[1])
+    kernel: list[list[float] | None] = list(segments) if segments else [None, None]
+    parts_f = _weighted(_moe_parts(model, ctx, spec.first_layer, spec.layers, spec.last, moe_comm), kernel[0])
+    parts_b = _weighted(_moe_parts(model, ctx, spec.first_layer, spec.layers, spec.last, comm_bwd), kernel[1])
+    chains = {Kind.F: _chain(parts_f, seconds[0], reverse=False), Kind.B: _chain(parts_b, seconds[1], reverse=True)}
+    if spec.split_backward:
+        chains[Kind.W] = ((False, seconds[2]),)
+    return chains
+
+
+@lru_cache(maxsize=65536)
+def _stage_cost(model: TransformerModel, device: Device, ctx: Context, spec: StageSpec,
+                links: StageLinks) -> StageCost:
+    """``stage_cost`` of ``spec``: its work, collectives, op seconds (ZeRO-3's exposed
+    gathers and reductions added), chains and memory."""
+    _check_stage(model, ctx, spec.layers, links)
+    layers, first, last, first_layer = spec.layers, spec.first, spec.last, spec.first_layer
+    work, comm = _stage_work(model, ctx, spec), _stage_comm(model, device, ctx, spec, links)
+    segments = _kernel_segments(model, device, ctx, spec) if device.kernels else None
+    compute_f, compute_b, weight_s = _op_seconds(model, device, ctx, spec, work, comm, segments)
     params = stage_params_per_gpu(model, layers, first, last, ctx, first_layer)
     expert_params = stage_expert_params_per_gpu(model, layers, last, ctx, first_layer)
-    zero3 = zero3_op_comm(model, ctx, params, expert_params, shard_links, layers + first + last,
-                          (compute_f, compute_b, weight_s), split_backward)
-    compute_f, compute_b, weight_s = compute_f + zero3[0], compute_b + zero3[1], weight_s + zero3[2]
-    chains = None
-    if ep_f > 0:
-        again = moe_comm if full else (0.0, 0.0)  # full recomputation runs the forward's all-to-alls again
-        comm_bwd = (moe_comm[1] + again[0], moe_comm[1] + again[1])
-        seconds: list[list[float] | None] = list(segments) if segments else [None, None]
-        parts_f = _weighted(_moe_parts(model, ctx, first_layer, layers, last, moe_comm), seconds[0])
-        parts_b = _weighted(_moe_parts(model, ctx, first_layer, layers, last, comm_bwd), seconds[1])
-        chains = {Kind.F: _chain(parts_f, compute_f, reverse=False),
-                  Kind.B: _chain(parts_b, compute_b, reverse=True)}
-        if split_backward:
-            chains[Kind.W] = ((False, weight_s),)
+    zero3 = zero3_op_comm(model, ctx, params, expert_params, links.shard, layers + first + last,
+                          (compute_f, compute_b, weight_s), spec.split_backward)
+    seconds = (compute_f + zero3[0], compute_b + zero3[1], weight_s + zero3[2])
+    chains = _stage_chains(model, ctx, spec, links, segments, seconds) if comm.ep_f > 0 else None
     msg = message_bytes(model, ctx)
     activation = stage_activation_bytes(model, ctx, layers, first_layer)
     if last:
         activation += head_activation_bytes(model, ctx)
     return StageCost(
-        layers=layers,
-        forward_s=compute_f + ep_f,
-        backward_s=compute_b + ep_b,
-        weight_s=weight_s,
-        fwd_message_bytes=0 if last else msg,
-        bwd_message_bytes=0 if first else msg,
-        activation_bytes=activation,
+        layers=layers, forward_s=seconds[0] + comm.ep_f, backward_s=seconds[1] + comm.ep_b, weight_s=seconds[2],
+        fwd_message_bytes=0 if last else msg, bwd_message_bytes=0 if first else msg, activation_bytes=activation,
         persistent_bytes=ctx.persistent_bytes(model, params, expert_params),
-        flops_forward=flops_f,
-        flops_backward=flops_b,
-        flops_weight=flops_w,
-        traffic_forward=traffic_f,
-        traffic_backward=traffic_b,
-        traffic_weight=traffic_w,
-        params=params,
-        first_layer=first_layer,
-        has_embedding=first,
-        has_head=last,
+        flops_forward=work.flops_f, flops_backward=work.flops_b, flops_weight=work.flops_w,
+        traffic_forward=work.traffic_f, traffic_backward=work.traffic_b, traffic_weight=work.traffic_w,
+        params=params, first_layer=first_layer, has_embedding=first, has_head=last,
         weight_memory_bytes=stage_weight_memory_bytes(model, ctx, layers, first_layer),
-        tp_comm_forward_s=comm_f,
-        tp_comm_backward_s=comm_b,
-        ep_comm_forward_s=ep_f,
-        ep_comm_backward_s=ep_b,
-        expert_params=expert_params,
-        chains=chains,
-        cp_comm_forward_s=cp_f,
-        cp_comm_backward_s=cp_b,
-        zero3_comm_s=zero3,
+        tp_comm_forward_s=comm.tp_f, tp_comm_backward_s=comm.tp_b, ep_comm_forward_s=comm.ep_f,
+        ep_comm_backward_s=comm.ep_b, expert_params=expert_params, chains=chains,
+        cp_comm_forward_s=comm.cp_f, cp_comm_backward_s=comm.cp_b, zero3_comm_s=zero3,
     )
-
-
-# the costs of a whole schedule (hardware.pipeline) import this module's stage_cost
-from .pipeline import AllReduce, ScheduleCosts, schedule_costs  # noqa: E402

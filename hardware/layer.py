@@ -92,10 +92,19 @@ def check_mb(mb: object) -> int:
     return mb
 
 
+def filled(value: int | None) -> int:
+    """A size ``TransformerModel`` derives on construction where not given (``head_dim``,
+    ``v_head_dim``, ``ffn_hidden``; ``expert_ffn_hidden`` of a mixture-of-experts model):
+    an integer on every model built."""
+    if value is None:
+        raise ValueError("a model size that TransformerModel derives on construction is missing")
+    return value
+
+
 def kv_width_per_gpu(model: TransformerModel, tp: int = 1) -> int:
     """K (or V) width one GPU holds: ``kv / t``, at least one head (replicated when
     ``t > kv_heads``)."""
-    return kv_heads_per_gpu(model, tp) * model.head_dim  # type: ignore[operator]
+    return kv_heads_per_gpu(model, tp) * filled(model.head_dim)
 
 
 def _split(value: int, tp: int) -> int:
@@ -120,7 +129,7 @@ def _gemms(model: TransformerModel, ctx: Context, moe: bool) -> tuple[Gemm, ...]
 # ---- parameters per GPU ---------------------------------------------------------------------
 def _norm_params(model: TransformerModel) -> int:
     """Norms of a layer (replicated): two over ``h``, Q/K norms, MLA's latent norms."""
-    extra = 2 * model.head_dim if model.qk_norm else 0  # type: ignore[operator]
+    extra = 2 * filled(model.head_dim) if model.qk_norm else 0
     return 2 * model.norm_params + extra + model.q_lora_rank + model.kv_lora_rank
 
 
@@ -202,7 +211,7 @@ def expert_gemm_flops(model: TransformerModel, ctx: Context) -> float:
 def attention_core_flops(model: TransformerModel, ctx: Context) -> int:
     """``2bs^2 (a/t)(d_qk + d_v)``, ``4bs^2h/t`` for standard attention: the ``QK^T`` and
     ``softmax*V`` products of one layer on one GPU."""
-    width = model.qk_head_dim + model.v_head_dim  # type: ignore[operator]
+    width = model.qk_head_dim + filled(model.v_head_dim)
     return 2 * _mb(ctx) * local_seq(model, ctx) * model.seq_len * heads_per_gpu(model, ctx.tp) * width
 
 
@@ -257,8 +266,8 @@ def _attention_split(model: TransformerModel, tp: int) -> int:
     """Per token, elements of Q, K, V and the attention output one GPU keeps (TP split)."""
     a = heads_per_gpu(model, tp)
     if model.mla:
-        return a * (2 * model.qk_head_dim + 2 * model.v_head_dim)  # type: ignore[operator]
-    return 2 * a * model.head_dim + 2 * kv_width_per_gpu(model, tp)  # type: ignore[operator]
+        return a * (2 * model.qk_head_dim + 2 * filled(model.v_head_dim))
+    return 2 * a * filled(model.head_dim) + 2 * kv_width_per_gpu(model, tp)
 
 
 def _latents(model: TransformerModel) -> int:
@@ -268,9 +277,9 @@ def _latents(model: TransformerModel) -> int:
 
 def _tp_split(model: TransformerModel, mb: int, tp: int, moe: bool, s: int) -> int:
     """Bytes per layer that TP splits (Q, K, V, attention output, MLP intermediates)."""
-    c, f = model.bytes_per_param_compute, model.ffn_hidden
-    ffn = model.shared_experts * model.expert_ffn_hidden if moe else f  # type: ignore[operator]
-    return c * s * mb * (_split(model.mlp_matrices * ffn, tp) + _attention_split(model, tp))  # type: ignore[operator]
+    c, f = model.bytes_per_param_compute, filled(model.ffn_hidden)
+    ffn = model.shared_experts * filled(model.expert_ffn_hidden) if moe else f
+    return c * s * mb * (_split(model.mlp_matrices * ffn, tp) + _attention_split(model, tp))
 
 
 def _experts(model: TransformerModel, ctx: Context) -> float:
@@ -278,7 +287,7 @@ def _experts(model: TransformerModel, ctx: Context) -> float:
     dispatched copies are kept in the dispatch precision (DeepSeek-V3 caches them in FP8)."""
     c = model.bytes_per_param_compute
     kept = ctx.dispatch_precision.bytes_per_element * model.hidden
-    per_copy = kept + c * (model.hidden + model.mlp_matrices * _split(model.expert_ffn_hidden, ctx.etp))  # type: ignore[arg-type]
+    per_copy = kept + c * (model.hidden + model.mlp_matrices * _split(filled(model.expert_ffn_hidden), ctx.etp))
     router = 4 * _mb(ctx) * local_seq(model, ctx) / ctx.tp * model.num_experts
     return routed_rows(model, ctx) * per_copy + router
 

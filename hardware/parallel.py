@@ -41,7 +41,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Sequence
 
 from pipetab.schedules.checks import check_count
 
@@ -102,7 +102,7 @@ class Topology:
         """The slowest of the intra-node link (``same``) and the inter-node one (``other``)."""
         kinds = ([self.system.intra_node_link or self.system.default_link] if same else []) + (
             [self.system.default_link] if other else [])
-        return _slowest(kinds)  # type: ignore[arg-type]
+        return _slowest(kinds)
 
     def ring_link(self, gpus: list[int]) -> Link | None:
         """The slowest hop of a ring over ``gpus`` (None for a single GPU)."""
@@ -192,8 +192,9 @@ class Topology:
         inverse_bw, latency = 1 / (t * c * slow.bandwidth), slow.latency_s
         if t > 1 and not self.context.sequence_parallel:
             gather = _slowest([self.tp_link(a), self.tp_link(b)])
-            inverse_bw += (t - 1) / (t * c * gather.bandwidth)  # type: ignore[union-attr]
-            latency += (t - 1) * gather.latency_s  # type: ignore[union-attr]
+            if gather is not None:  # always: a tensor group of t > 1 GPUs has a link
+                inverse_bw += (t - 1) / (t * c * gather.bandwidth)
+                latency += (t - 1) * gather.latency_s
         return Link(1 / inverse_bw, latency)
 
     @cached_property
@@ -224,7 +225,7 @@ def _pipeline_system(system: System, tp: int, dp: int, sequence_parallel: bool, 
 _CLUSTER_LINKS: dict[tuple, Link | None] = {}  # (system, tp, cp, dp, kind, residue) -> link
 
 
-def _slowest(links: list[Link | None]) -> Link | None:
+def _slowest(links: Sequence[Link | None]) -> Link | None:
     real = [link for link in links if link is not None]
     if not real:
         return None

@@ -46,7 +46,7 @@ from pipetab.schedules.ops import Kind
 from .context import Precision, Recompute
 from .gemms import Gemm, heads_per_gpu, kv_heads_per_gpu, layer_gemms, local_seq, own_tokens, routed_rows, tokens
 from .kernels import attention_time, gemm_terms, gemm_time, memory_time
-from .layer import attention_core_flops
+from .layer import attention_core_flops, check_mb, filled
 
 if TYPE_CHECKING:
     from .context import Context
@@ -122,8 +122,8 @@ def _gemm_parts(g: Gemm, kind: Kind, ctx: Context, local: int, c: int) -> list[P
 def _scores(model: TransformerModel, ctx: Context) -> tuple[int, int, int, int, int]:
     """(heads of ``b`` sequences, the GPU's queries ``s/cp``, keys ``s``, d_qk, d_v) of the
     attention core on one GPU (context parallelism splits the queries)."""
-    return (ctx.microbatch_size * heads_per_gpu(model, ctx.tp), local_seq(model, ctx),  # type: ignore[operator]
-            model.seq_len, model.qk_head_dim, model.v_head_dim)  # type: ignore[return-value]
+    return (check_mb(ctx.microbatch_size) * heads_per_gpu(model, ctx.tp), local_seq(model, ctx),
+            model.seq_len, model.qk_head_dim, filled(model.v_head_dim))
 
 
 def core_parts(model: TransformerModel, ctx: Context, kind: Kind) -> list[Part]:
@@ -132,7 +132,7 @@ def core_parts(model: TransformerModel, ctx: Context, kind: Kind) -> list[Part]:
         return []
     c, (heads, s, sk, dqk, dv) = model.bytes_per_param_compute, _scores(model, ctx)
     if model.attention == "flash":
-        kv = heads if model.mla else ctx.microbatch_size * kv_heads_per_gpu(model, ctx.tp)  # type: ignore[operator]
+        kv = heads if model.mla else check_mb(ctx.microbatch_size) * kv_heads_per_gpu(model, ctx.tp)
         qkvo = c * (s * heads * (dqk + dv) + sk * kv * (dqk + dv)) + 4 * s * heads
         flops = attention_core_flops(model, ctx) / 2  # causal: half the blocks
         if kind is Kind.F:
@@ -161,16 +161,16 @@ def _elementwise(model: TransformerModel, ctx: Context, moe: bool, kind: Kind) -
     out = [_mem("norms", 2 * (3 if bwd else 2) * c * rep * h), _mem("residuals", 2 * residual)]
     if model.norm == "rmsnorm":
         heads = heads_per_gpu(model, t) + (heads_per_gpu(model, t) if model.mla else kv_heads_per_gpu(model, t))
-        out.append(_mem("rotary", 2 * c * n_tok * heads * model.qk_head_dim))  # type: ignore[operator]
+        out.append(_mem("rotary", 2 * c * n_tok * heads * model.qk_head_dim))
     act = (5 if bwd else 3) if model.mlp_matrices == 3 else (3 if bwd else 2)
     if not moe:
-        return [*out, _mem("activation", act * c * n_tok * -(-model.ffn_hidden // t))]  # type: ignore[operator]
-    f_e, rows = model.expert_ffn_hidden, routed_rows(model, ctx)
+        return [*out, _mem("activation", act * c * n_tok * -(-filled(model.ffn_hidden) // t))]
+    f_e, rows = filled(model.expert_ffn_hidden), routed_rows(model, ctx)
     if model.shared_experts:
-        out.append(_mem("shared_activation", act * c * n_tok * -(-(model.shared_experts * f_e) // t)))  # type: ignore[operator]
+        out.append(_mem("shared_activation", act * c * n_tok * -(-(model.shared_experts * f_e) // t)))
     out += [_mem("router_topk", 8 * own_tokens(model, ctx) * model.num_experts),
             _mem("permute", 4 * c * rows * h, True),
-            _mem("expert_activation", act * c * rows * -(-f_e // ctx.etp), True)]  # type: ignore[operator]
+            _mem("expert_activation", act * c * rows * -(-f_e // ctx.etp), True)]
     return out
 
 

@@ -20,9 +20,10 @@ from pipetab.schedules.ops import Kind
 
 from .context import Context, Recompute
 from .costs import StageCost, allreduce_time, optimizer_time, stage_cost
-from .layer import stage_params_per_gpu
+from .layer import check_mb, stage_params_per_gpu
 from .layout import Layout
-from .moe import edp_group, moe_layer_comm
+from .links import DeviceLinks
+from .moe import edp_group
 from .overheads import end_of_step_s
 from .parallel import Topology, ring_time
 from .zero3 import buffer_bytes, exposed
@@ -83,7 +84,7 @@ class ScheduleCosts:
 
     @property
     def microbatch_size(self) -> int:
-        return self.context.microbatch_size  # type: ignore[return-value]
+        return check_mb(self.context.microbatch_size)
 
     @property
     def recompute(self) -> Recompute:
@@ -249,24 +250,6 @@ def _blend_chains(base: StageCost, full: StageCost, x: float):
     return {k: tuple((c, t + x * (u - t)) for (c, t), (_, u) in zip(v, theirs[k])) for k, v in ours.items()}
 
 
-class DeviceLinks:
-    """The links (and the expert all-to-all) each pipeline device's stage costs take, as
-    ``stage_cost`` keywords, computed once per device."""
-
-    def __init__(self, topology: Topology, model: TransformerModel) -> None:
-        self.topology, self.model, self.memo = topology, model, {}  # type: ignore[var-annotated]
-
-    def of(self, device: int) -> dict:
-        if device not in self.memo:
-            t, ctx = self.topology, self.topology.context
-            shard = ((t.dp_link(device), t.ring_link(edp_group(t, device)) if self.model.moe else None)
-                     if ctx.zero == 3 else (None, None))
-            self.memo[device] = {"tp_link": t.tp_link(device), "cp_link": t.cp_link(device), "shard_links": shard,
-                                 "moe_comm": moe_layer_comm(self.model, ctx, t, device) if self.model.moe
-                                 else (0.0, 0.0)}
-        return self.memo[device]
-
-
 def _stage_costs(schedule: Schedule, system: System, model: TransformerModel, ctx: Context,
                  parts: list[list[Part]], links: DeviceLinks) -> list[tuple[StageCost, ...]]:
     """Every stage's ``StageCost`` (per-stage recomputation blended in: ``blend``)."""
@@ -277,11 +260,12 @@ def _stage_costs(schedule: Schedule, system: System, model: TransformerModel, ct
     for p, row in enumerate(parts):
         out = []
         for s, (first_layer, n, emb, head) in enumerate(row):
-            kw = dict(first=emb, last=head, first_layer=first_layer, split_backward=schedule.split_backward,
-                      **links.of(schedule.placement.device(p, s)))
-            cost = stage_cost(model, system.device, plain, n, **kw)
+            link = links.of(schedule.placement.device(p, s))
+            priced = (stage_cost(model, system.device, c, n, first=emb, last=head, first_layer=first_layer,
+                                 split_backward=schedule.split_backward, links=link) for c in (plain, full))
+            cost = next(priced)
             if recomputed is not None and recomputed[s] and ctx.recompute is not Recompute.FULL:
-                cost = blend(cost, stage_cost(model, system.device, full, n, **kw), recomputed[s])
+                cost = blend(cost, next(priced), recomputed[s])
             out.append(cost)
         stages.append(tuple(out))
     return stages
@@ -315,7 +299,8 @@ def schedule_costs(schedule: Schedule, system: System, model: TransformerModel,
             raise ValueError(f"recompute layers: stage {s} holds {n} layers, so at most {n} can recompute, got {r}")
     stages = _stage_costs(schedule, system, model, ctx, parts, DeviceLinks(topology, model))
     n = schedule.num_devices
-    params, experts, held = [0] * n, [0] * n, [[] for _ in range(n)]  # type: ignore[var-annotated]
+    params, experts = [0] * n, [0] * n
+    held: list[list[StageCost]] = [[] for _ in range(n)]
     on_device: list[list[Part]] = [[] for _ in range(n)]
     for p, row in enumerate(stages):
         for s, cost in enumerate(row):

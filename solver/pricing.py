@@ -1,5 +1,10 @@
 """Pricing: every producer of ``Costs`` (``solver.costs``) in one place.
 
+What ops cost on hardware is priced once, in ``hardware`` (``parallel.Topology`` ->
+``links.StageLinks`` -> ``costs.stage_cost`` -> ``pipeline.schedule_costs``); this module
+only turns that stack's ``ScheduleCosts`` (or a profile, or table slots) into the one
+``Costs`` value the simulator and CP-SAT read: the solver sees only ``Costs``.
+
 * idealized: ``slot_costs`` (a schedule's table slots), ``shape_slot_costs`` (the same for
   a shape), ``idealized_costs`` (a shape's stages sized by their share of the model, units
   of M_B: what the CP-SAT model's idealized problems use);
@@ -17,7 +22,10 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Protocol, Sequence
 
 from pipetab.hardware.context import Context
+from pipetab.hardware.costs import stage_cost
+from pipetab.hardware.links import DeviceLinks
 from pipetab.hardware.model import TransformerModel, partition
+from pipetab.hardware.parallel import Topology
 from pipetab.schedules.checks import check_count
 from pipetab.schedules.memory import check_weight_fraction
 from pipetab.schedules.ops import Kind
@@ -382,10 +390,7 @@ class HardwareLayers:
             # mix, what a stage holds depends on where the split puts it
             raise ValueError(f"a free layer partition needs a model whose layers are all of one kind; "
                              f"{model.name!r} mixes dense and mixture-of-experts layers")  # type: ignore[attr-defined]
-        from pipetab.hardware.parallel import Topology
-        from pipetab.hardware.pipeline import DeviceLinks
-
-        object.__setattr__(self, "_links", DeviceLinks(Topology(system, ctx, s.num_devices), model))  # type: ignore[arg-type]
+        object.__setattr__(self, "_links", DeviceLinks(Topology(system, ctx, s.num_devices), model))
         if self.tick_s is None:
             object.__setattr__(self, "tick_s", self.default_tick())
 
@@ -402,12 +407,10 @@ class HardwareLayers:
     def _stage_seconds(self, p: int, s: int, n: int):
         """Stage (p, s) holding ``n`` layers, priced as ``hardware_costs`` prices it (the
         same links, all-to-all and ZeRO-3 gathers of its device)."""
-        from pipetab.hardware.costs import stage_cost
-
         last = s == self.schedule.num_stages(p) - 1
         links = self._links.of(self.schedule.placement.device(p, s))  # type: ignore[attr-defined]
         return stage_cost(self.model, self.system.device, self.context, n, first=s == 0,  # type: ignore[attr-defined,arg-type]
-                          last=last, split_backward=self.schedule.split_backward, **links)
+                          last=last, split_backward=self.schedule.split_backward, links=links)
 
     def op_ticks(self, kind: Kind, p: int, s: int, n: int) -> int:
         memo = self.__dict__.setdefault("_memo", {})

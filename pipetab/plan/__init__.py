@@ -31,8 +31,9 @@ What it leaves out (``docs/cluster.md``): interleaved or V placements searched b
 layouts beyond the few ``refine`` tries, overlap of tensor-parallel communication.
 """
 
-from .bounds import order_peaks, small_microbatches
+from .bounds import small_microbatches
 from .cpsat import cpsat_search
+from .periodic import order_peaks
 from .result import Configuration, Plan
 from .search import plan, plan_profiled
 from .space import (

@@ -3,50 +3,26 @@
 from __future__ import annotations
 
 import itertools
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING
 
-import numpy as np
-
+from pipetab.hardware.costs import stage_cost
 from pipetab.hardware.layer import (
     activation_bytes_per_layer,
     stage_expert_params_per_gpu,
     stage_params_per_gpu,
     weight_memory_bytes_per_layer,
 )
+from pipetab.hardware.links import fastest_links
 from pipetab.hardware.model import partition
 from pipetab.schedules import registry
-from pipetab.schedules.memory import memory_deltas
+
+from .periodic import order_peaks, periodic_run, sample_sizes
 
 if TYPE_CHECKING:
     from pipetab.hardware.context import Context
     from pipetab.schedules.schedule import Schedule
 
     from .space import PlanSpace
-
-
-def order_peaks(schedule: Schedule, size: Mapping, part: Mapping) -> list[float]:
-    """Peak live activation per device from the per-device orders alone (a device runs its
-    ops one after another, so the peak does not depend on timing); ``size`` / ``part``: M
-    and M_W per (pipeline, stage), changes as ``schedules.memory.memory_change`` defines
-    (vectorized over the schedule's op arrays: ``memory_deltas``)."""
-    ops, offsets = schedule.orders.ops, schedule.orders.offsets
-    pipes = max(size)[0] + 1
-    stages = max(s for _, s in size) + 1
-    grid_m, grid_w = np.zeros((pipes, stages)), np.zeros((pipes, stages))
-    for (p, s), v in size.items():
-        grid_m[p, s], grid_w[p, s] = v, part[(p, s)]
-    deltas = memory_deltas(ops.kind, grid_m[ops.pipeline, ops.stage], grid_w[ops.pipeline, ops.stage],
-                           schedule.split_backward)
-    peaks = []
-    for a, b in itertools.pairwise(offsets.tolist()):
-        run = np.cumsum(deltas[a:b])
-        peaks.append(max(0.0, float(run.max())) if b > a else 0.0)
-    return peaks
-
-
-def activation_peaks(sched: Schedule, costs) -> list[float]:
-    """``order_peaks`` with the sizes and weight parts of ``costs``."""
-    return order_peaks(sched, costs.activation, {k: costs.weight_part(*k) for k in costs.activation})
 
 
 def small_microbatches(pp: int, m: int) -> int:
@@ -89,8 +65,6 @@ class Bounds:
         """A short instance of the run (its peaks are at most the run's): the largest of
         the first periodic samples (``periodic.sample_sizes``: the run simulates them too)
         the generator accepts, else of ``small_microbatches``, else the run itself."""
-        from .periodic import sample_sizes
-
         try:
             if registry.num_ops(name, pp, m, **opts) is None:
                 return None
@@ -175,24 +149,11 @@ class Bounds:
         communication stream: every device runs its share of them one after the other, so
         a third bound is their sum spread over the devices (and a pair takes at least its
         longer stream)."""
-        from pipetab.hardware.costs import stage_cost
-        from pipetab.hardware.system import Link
-
         system, model = self.space.system, self.space.model
-        links = [system.default_link, *([system.intra_node_link] if system.intra_node_link else [])]
-        fast = Link(max(k.bandwidth for k in links), min(k.latency_s for k in links))
         ctx = shape.even
-        moe_comm = (0.0, 0.0)
-        if model.moe and (shape.ep > 1 or shape.etp > 1):  # the fastest EP group's all-to-all
-            from pipetab.hardware.moe import moe_layer_comm
-            from pipetab.hardware.parallel import Topology
-
-            topo = Topology(system, ctx, shape.pp)  # type: ignore[arg-type]
-            moe_comm = min(moe_layer_comm(model, ctx, topo, r) for r in range(shape.pp))  # type: ignore[arg-type]
+        links = fastest_links(system, model, ctx, shape.pp)  # type: ignore[arg-type]
         whole, chain = (stage_cost(model, system.device, ctx, model.num_layers, first=True, last=True,
-                                   split_backward=split, tp_link=fast if shape.tp > 1 else None,
-                                   cp_link=fast if shape.cp > 1 else None, moe_comm=moe_comm)
-                        for split in (False, True))
+                                   split_backward=split, links=links) for split in (False, True))
         comm = whole.ep_comm_forward_s + whole.ep_comm_backward_s
         work = (whole.forward_s + whole.backward_s - comm) * shape.microbatches / shape.pp  # type: ignore[operator]
         all_to_all = comm * shape.microbatches / shape.pp  # type: ignore[operator]
@@ -215,8 +176,6 @@ class Bounds:
         """The candidate's run (``periodic.periodic_run``: its step time and peaks, from a
         few periods when it is long), or None when the generator refuses it; cached."""
         from pipetab.solver.simulate import simulate
-
-        from .periodic import periodic_run
 
         key = (name, tuple(sorted(opts.items())), shape)
         if key not in self.runs:

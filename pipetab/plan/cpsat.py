@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from pipetab.schedules import registry
 from pipetab.solver.pairs import paired_on_order
 
-from .bounds import activation_peaks
+from .periodic import activation_peaks
 from .result import Configuration, configuration
 from .space import PlanSpace, costs_of
 

@@ -33,11 +33,11 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Mapping
 
 import numpy as np
 
-from .bounds import activation_peaks
+from pipetab.schedules.memory import memory_deltas
 
 if TYPE_CHECKING:
     from pipetab.schedules.schedule import Schedule
@@ -51,7 +51,7 @@ REL_TOL = 1e-9  # differences agree to this share of the makespan (float sums in
 @dataclass(frozen=True)
 class PeriodicRun:
     """A run of ``microbatches`` microbatches: its simulated ``makespan`` and per-device
-    activation ``peaks`` (``bounds.order_peaks``), found on ``schedule`` (the run itself,
+    activation ``peaks`` (``order_peaks``), found on ``schedule`` (the run itself,
     or the largest instance simulated when ``extrapolated``) with ``costs``;
     ``schedule_makespan``: the simulated step of ``schedule`` itself."""
 
@@ -67,6 +67,31 @@ class PeriodicRun:
     def scale(self) -> float:
         """Microbatches of the run per microbatch of ``schedule``."""
         return self.microbatches / self.schedule.num_microbatches
+
+
+def order_peaks(schedule: Schedule, size: Mapping, part: Mapping) -> list[float]:
+    """Peak live activation per device from the per-device orders alone (a device runs its
+    ops one after another, so the peak does not depend on timing); ``size`` / ``part``: M
+    and M_W per (pipeline, stage), changes as ``schedules.memory.memory_change`` defines
+    (vectorized over the schedule's op arrays: ``memory_deltas``)."""
+    ops, offsets = schedule.orders.ops, schedule.orders.offsets
+    pipes = max(size)[0] + 1
+    stages = max(s for _, s in size) + 1
+    grid_m, grid_w = np.zeros((pipes, stages)), np.zeros((pipes, stages))
+    for (p, s), v in size.items():
+        grid_m[p, s], grid_w[p, s] = v, part[(p, s)]
+    deltas = memory_deltas(ops.kind, grid_m[ops.pipeline, ops.stage], grid_w[ops.pipeline, ops.stage],
+                           schedule.split_backward)
+    peaks = []
+    for a, b in itertools.pairwise(offsets.tolist()):
+        run = np.cumsum(deltas[a:b])
+        peaks.append(max(0.0, float(run.max())) if b > a else 0.0)
+    return peaks
+
+
+def activation_peaks(sched: Schedule, costs) -> list[float]:
+    """``order_peaks`` with the sizes and weight parts of ``costs``."""
+    return order_peaks(sched, costs.activation, {k: costs.weight_part(*k) for k in costs.activation})
 
 
 def sample_sizes(m: int, stages: int) -> list[list[int]]:

@@ -10,8 +10,9 @@ from typing import TYPE_CHECKING, Callable
 from pipetab.hardware.context import Context
 from pipetab.schedules import registry
 
-from .bounds import Bounds, activation_peaks
+from .bounds import Bounds
 from .cpsat import cpsat_outcome, cpsat_search, cpsat_shapes
+from .periodic import activation_peaks
 from .refine import refine
 from .result import Configuration, Plan, configuration, rank
 from .space import PlanSpace, costs_of, schedule_label, shapes

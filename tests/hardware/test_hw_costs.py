@@ -13,10 +13,10 @@ from pipetab.hardware.costs import (
     message_bytes,
     optimizer_time,
     ring_allreduce_time,
-    schedule_costs,
     stage_cost,
 )
 from pipetab.hardware.loaders import load_model
+from pipetab.hardware.pipeline import schedule_costs
 from pipetab.hardware.system import Link, System
 from pipetab.schedules.generators.linear import gpipe, one_f_one_b
 from pipetab.schedules.ops import B, F, W

@@ -6,10 +6,11 @@ from dataclasses import replace
 import pytest
 
 from pipetab.hardware.context import Context
-from pipetab.hardware.costs import schedule_costs, stage_cost
+from pipetab.hardware.costs import stage_cost
 from pipetab.hardware.layer import activation_bytes_per_layer, layer_params_per_gpu
 from pipetab.hardware.model import TransformerModel
 from pipetab.hardware.parallel import Topology, ring_time
+from pipetab.hardware.pipeline import schedule_costs
 from pipetab.hardware.system import Link, System
 from pipetab.schedules import registry
 from pipetab.schedules.generators.linear import one_f_one_b

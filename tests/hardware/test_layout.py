@@ -4,9 +4,9 @@ against the model, and the costs of stages holding any number of layers, zero in
 import pytest
 
 from pipetab.hardware.context import Context
-from pipetab.hardware.costs import schedule_costs
 from pipetab.hardware.layout import Layout, StagePart
 from pipetab.hardware.loaders import load_model
+from pipetab.hardware.pipeline import schedule_costs
 from pipetab.hardware.system import Link, System
 from pipetab.schedules.generators.linear import one_f_one_b
 from tests.hardware.units import MINI, UNIT

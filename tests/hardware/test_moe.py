@@ -260,11 +260,12 @@ def test_stage_costs_of_one_layer_kind_do_not_depend_on_the_first_layer():
     def cost(model, first_layer):
         return stage_cost(model, device, ctx, 4, first=False, last=False, first_layer=first_layer)
 
-    from pipetab.hardware.costs import _stage_cost
+    from pipetab.hardware.costs import StageSpec, _stage_cost
+    from pipetab.hardware.links import NO_LINKS
 
     a, b = cost(mixtral, 0), cost(mixtral, 8)
     assert (a.first_layer, b.first_layer) == (0, 8) and a.forward_s == b.forward_s and a.backward_s == b.backward_s
     # priced from layer 8 itself (not through the shared entry, which prices one-kind models from layer 0)
-    own = _stage_cost(mixtral, device, ctx, 4, first=False, last=False, first_layer=8)
+    own = _stage_cost(mixtral, device, ctx, StageSpec(4, first=False, last=False, first_layer=8), NO_LINKS)
     assert (own.forward_s, own.backward_s) == (b.forward_s, b.backward_s)
     assert cost(deepseek, 0).forward_s < cost(deepseek, 8).forward_s

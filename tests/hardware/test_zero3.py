@@ -6,7 +6,8 @@ from dataclasses import replace
 import pytest
 
 from pipetab.hardware.context import Context
-from pipetab.hardware.costs import schedule_costs, stage_cost
+from pipetab.hardware.costs import stage_cost
+from pipetab.hardware.pipeline import schedule_costs
 from pipetab.hardware.system import Link, System
 from pipetab.hardware.zero3 import buffer_bytes, op_collectives, step_volumes
 from pipetab.schedules.generators.linear import one_f_one_b
