@@ -44,7 +44,9 @@ class ScheduleSpec:
     ``slow_generator``: its generator's time grows with stages^2 x microbatches (a search
     over building blocks), so ``plan`` and CP-SAT's starts leave it out of large instances
     unless asked. ``family``: its placement family, whose ``traits`` (pipelines, microbatch
-    split, torch CSV, partition) the front ends ask instead of its name."""
+    split, torch CSV, partition) the front ends ask instead of its name. ``torchtitan``: its
+    name in torchtitan's ``pipeline_parallel_schedule`` (None: none there); ``megatron``:
+    Megatron-LM runs it (the emitters ask these two)."""
 
     name: str
     summary: str
@@ -56,6 +58,8 @@ class ScheduleSpec:
     min_stages: int = 2
     slow_generator: bool = False
     family: PlacementFamily = field(kw_only=True)
+    torchtitan: str | None = field(default=None, kw_only=True)
+    megatron: bool = field(default=False, kw_only=True)
 
 
 def parse_split(text: str) -> tuple[int, int]:
@@ -117,13 +121,13 @@ REGISTRY: dict[str, ScheduleSpec] = {
         ScheduleSpec(
             "gpipe", "fill-drain: all forwards, then all backwards",
             _linear.gpipe, formulas.gpipe, "S >= 1, B >= 1", ops_per_microbatch=_two_per_stage, min_stages=1,
-            family=PlacementFamily.LINEAR,
+            family=PlacementFamily.LINEAR, torchtitan="GPipe",
         ),
         ScheduleSpec(
             "1f1b", "one-forward-one-backward after a warm-up (PipeDream-Flush, Megatron)",
             _linear.one_f_one_b, formulas.one_f_one_b, "S >= 1, B >= 1", ops_per_microbatch=_two_per_stage,
             min_stages=1,
-            family=PlacementFamily.LINEAR,
+            family=PlacementFamily.LINEAR, torchtitan="1F1B", megatron=True,
         ),
         ScheduleSpec(
             "chimera", "two opposite pipelines over the same devices, basic units concatenated",
@@ -157,7 +161,7 @@ REGISTRY: dict[str, ScheduleSpec] = {
             "Megatron interleaved 1F1B: v chunks per device, one pipeline of v*S stages (loop)",
             _interleaved.interleaved, formulas.interleaved, _interleaved.INTERLEAVED_REGIME,
             (CHUNKS, OVERLAP_OFF), lambda stages, chunks, overlap: 2 * chunks * stages,
-            family=PlacementFamily.INTERLEAVED,
+            family=PlacementFamily.INTERLEAVED, torchtitan="Interleaved1F1B", megatron=True,
         ),
         ScheduleSpec(
             "zb-h1",
@@ -178,7 +182,7 @@ REGISTRY: dict[str, ScheduleSpec] = {
             "zero bubble V: 2 chunks per device in a V (2S stages), split backward, handcrafted order",
             _zero_bubble.zbv, formulas.zbv, _zero_bubble.ZBV_REGIME,
             ops_per_microbatch=lambda stages: 3 * 2 * stages,
-            family=PlacementFamily.V,
+            family=PlacementFamily.V, torchtitan="ZBVZeroBubble",
         ),
         ScheduleSpec(
             "dualpipe",
@@ -194,7 +198,7 @@ REGISTRY: dict[str, ScheduleSpec] = {
             "pairs, split backward, W queue",
             _dualpipe.dualpipev, formulas.dualpipev, _dualpipe.DUALPIPEV_REGIME, (OVERLAP,),
             lambda stages, overlap: 3 * 2 * stages,
-            family=PlacementFamily.V,
+            family=PlacementFamily.V, torchtitan="DualPipeV",
         ),
         ScheduleSpec(
             "looped-bfs",

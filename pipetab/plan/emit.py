@@ -28,16 +28,15 @@ from typing import TYPE_CHECKING
 
 from pipetab.hardware.context import Recompute
 from pipetab.hardware.layout import Layout
-from pipetab.schedules.registry import schedule_traits
+from pipetab.schedules.registry import REGISTRY, schedule_traits
 
 if TYPE_CHECKING:
     from pipetab.hardware.model import TransformerModel
 
     from .result import Configuration
 
-MEGATRON_SCHEDULES = ("1f1b", "interleaved")
-TORCH_NAMES = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved": "Interleaved1F1B", "zbv": "ZBVZeroBubble",
-               "dualpipev": "DualPipeV"}
+MEGATRON_SCHEDULES = tuple(name for name, spec in REGISTRY.items() if spec.megatron)
+TORCH_NAMES = {name: spec.torchtitan for name, spec in REGISTRY.items() if spec.torchtitan}
 
 
 def describe(conf: Configuration, gpus: int, framework: str = "megatron") -> dict:

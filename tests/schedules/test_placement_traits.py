@@ -128,3 +128,13 @@ def test_registry_families(name, family):
 def test_registry_lists_every_schedule_above():
     """The parametrization above covers the registry (a new schedule must name its family)."""
     assert len(registry.REGISTRY) == 16
+
+
+
+def test_framework_names():
+    """torchtitan's ``pipeline_parallel_schedule`` names and the schedules Megatron-LM runs
+    (what the emitters take from the registry)."""
+    torch = {name: spec.torchtitan for name, spec in registry.REGISTRY.items() if spec.torchtitan}
+    assert torch == {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved": "Interleaved1F1B",
+                     "zbv": "ZBVZeroBubble", "dualpipev": "DualPipeV"}
+    assert [name for name, spec in registry.REGISTRY.items() if spec.megatron] == ["1f1b", "interleaved"]
