@@ -70,29 +70,40 @@ def family_stages(family: PlacementFamily | str, num_devices: int, *, waves: int
 def family_placement(family: PlacementFamily | str, num_devices: int, num_stages: tuple[int, ...]) -> Placement:
     """The placement of ``family`` for ``num_devices`` devices and the given stage counts
     per pipeline (module docstring); ``ValueError`` when the shapes do not fit the family."""
-    f, D = family_of(family), num_devices
-    n = tuple(num_stages)
-    if f is PlacementFamily.LINEAR:
-        if n != (D,):
-            raise ValueError(f"linear placement needs one pipeline of {D} stages (one per device), got {list(n)}")
-        return Placement((tuple(range(D)),), D)
-    if f is PlacementFamily.BIDIRECTIONAL:
-        if n != (D, D):
-            raise ValueError(f"bidirectional placement needs two pipelines of {D} stages each, got {list(n)}")
-        return Placement((tuple(range(D)), tuple(D - 1 - s for s in range(D))), D)
-    if f is PlacementFamily.WAVE:
-        if len(n) != 1 or n[0] % (2 * D):
-            raise ValueError(f"wave placement needs one pipeline of 2*W*{D} stages (W waves), got {list(n)}")
-        return Placement((tuple(wave_device(s, D) for s in range(n[0])),), D)
-    if f is PlacementFamily.V:
-        if n != (2 * D,):
-            raise ValueError(f"v placement needs one pipeline of {2 * D} stages (two per device), got {list(n)}")
-        return Placement((tuple(s if s < D else 2 * D - 1 - s for s in range(2 * D)),), D)
-    if f is PlacementFamily.INTERLEAVED:
-        if len(n) != 1 or n[0] % D or n[0] < 2 * D:
-            raise ValueError(
-                f"interleaved placement needs one pipeline of v*{D} stages (v >= 2 chunks), got {list(n)}")
-        return Placement((tuple(s % D for s in range(n[0])),), D)
+    return traits(family).place(num_devices, tuple(num_stages))
+
+
+def _linear(D: int, n: tuple[int, ...]) -> Placement:
+    if n != (D,):
+        raise ValueError(f"linear placement needs one pipeline of {D} stages (one per device), got {list(n)}")
+    return Placement((tuple(range(D)),), D)
+
+
+def _bidirectional(D: int, n: tuple[int, ...]) -> Placement:
+    if n != (D, D):
+        raise ValueError(f"bidirectional placement needs two pipelines of {D} stages each, got {list(n)}")
+    return Placement((tuple(range(D)), tuple(D - 1 - s for s in range(D))), D)
+
+
+def _wave(D: int, n: tuple[int, ...]) -> Placement:
+    if len(n) != 1 or n[0] % (2 * D):
+        raise ValueError(f"wave placement needs one pipeline of 2*W*{D} stages (W waves), got {list(n)}")
+    return Placement((tuple(wave_device(s, D) for s in range(n[0])),), D)
+
+
+def _v(D: int, n: tuple[int, ...]) -> Placement:
+    if n != (2 * D,):
+        raise ValueError(f"v placement needs one pipeline of {2 * D} stages (two per device), got {list(n)}")
+    return Placement((tuple(s if s < D else 2 * D - 1 - s for s in range(2 * D)),), D)
+
+
+def _interleaved(D: int, n: tuple[int, ...]) -> Placement:
+    if len(n) != 1 or n[0] % D or n[0] < 2 * D:
+        raise ValueError(f"interleaved placement needs one pipeline of v*{D} stages (v >= 2 chunks), got {list(n)}")
+    return Placement((tuple(s % D for s in range(n[0])),), D)
+
+
+def _free(D: int, n: tuple[int, ...]) -> Placement:
     raise ValueError("free placement has no fixed stage -> device map (the CP-SAT search chooses one)")
 
 
@@ -117,7 +128,8 @@ class FamilyTraits:
     ``size_option``: the option that sizes it (``waves``, ``chunks``; None: the devices
     alone); ``per_device``: stages of one pipeline per device, as a function of
     (waves, chunks); ``partitionable``: CP-SAT may choose or be given its layer split
-    (``--partition``, ``--layers``)."""
+    (``--partition``, ``--layers``); ``place``: its stage -> device map for D devices and
+    the stages per pipeline (``ValueError`` when they do not fit; free has none)."""
 
     family: PlacementFamily
     label: str
@@ -125,6 +137,7 @@ class FamilyTraits:
     size_option: str | None
     per_device: Callable[[int, int], int]
     partitionable: bool
+    place: Callable[[int, tuple[int, ...]], Placement]
 
     @property
     def fixed(self) -> bool:
@@ -154,10 +167,6 @@ class FamilyTraits:
         x ``stages`` microbatches half down, half up (``split_microbatches``)."""
         return split_microbatches(self.num_pipelines(pipelines), per * stages, microbatches)
 
-    def placement(self, num_devices: int, num_stages: tuple[int, ...]) -> Placement:
-        """Its stage -> device map (``family_placement``)."""
-        return family_placement(self.family, num_devices, num_stages)
-
 
 def _one(waves: int, chunks: int) -> int:
     return 1
@@ -165,19 +174,19 @@ def _one(waves: int, chunks: int) -> int:
 
 TRAITS: dict[PlacementFamily, FamilyTraits] = {t.family: t for t in (
     # family, label, pipelines (None: the pipelines option), size option,
-    # stages of one pipeline per device (waves, chunks), partitionable
+    # stages of one pipeline per device (waves, chunks), partitionable, stage -> device map
     FamilyTraits(PlacementFamily.LINEAR, "linear (stage d on device d)", 1, None,
-                 _one, True),
+                 _one, True, _linear),
     FamilyTraits(PlacementFamily.BIDIRECTIONAL, "bidirectional (down s->s, up s->S-1-s)", 2, None,
-                 _one, True),
+                 _one, True, _bidirectional),
     FamilyTraits(PlacementFamily.WAVE, "wave (stages zig-zag over devices)", 1, "waves",
-                 lambda waves, chunks: 2 * waves, False),
+                 lambda waves, chunks: 2 * waves, False, _wave),
     FamilyTraits(PlacementFamily.V, "v (device d holds stages d and 2S-1-d)", 1, None,
-                 lambda waves, chunks: 2, False),
+                 lambda waves, chunks: 2, False, _v),
     FamilyTraits(PlacementFamily.INTERLEAVED, "interleaved (stage s on device s mod S)", 1, "chunks",
-                 lambda waves, chunks: chunks, False),
+                 lambda waves, chunks: chunks, False, _interleaved),
     FamilyTraits(PlacementFamily.FREE, "free (the solver chooses)", None, None,
-                 _one, False),
+                 _one, False, _free),
 )}
 
 # one line per family, for results and titles

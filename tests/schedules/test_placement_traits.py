@@ -75,12 +75,12 @@ def test_size_options_and_stages_per_device():
 def test_stage_to_device_maps(family, kw, stage2device):
     """The stage -> device map of each family on 4 devices, written out."""
     t = traits(family)
-    assert t.placement(4, family_stages(family, 4, **kw)).stage2device == stage2device
+    assert t.place(4, family_stages(family, 4, **kw)).stage2device == stage2device
 
 
 def test_free_has_no_map():
     with pytest.raises(ValueError, match="free placement has no fixed stage -> device map"):
-        traits(FREE).placement(4, (4,))
+        traits(FREE).place(4, (4,))
 
 
 def test_labels_come_from_the_table():
@@ -122,7 +122,7 @@ def test_registry_families(name, family):
     assert registry.schedule_traits(name) is TRAITS[family]
     s = registry.generate(name, 4, 16)
     n = tuple(s.num_stages(p) for p in range(s.num_pipelines))
-    assert traits(family).placement(4, n).stage2device == s.placement.stage2device
+    assert traits(family).place(4, n).stage2device == s.placement.stage2device
 
 
 def test_registry_lists_every_schedule_above():
