@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from pipetab.schedules import registry
+
 CONFIGS = Path(__file__).resolve().parent / "configs"
 
 # the paper's grid: which system plays which role in Fig. 4
@@ -102,8 +104,9 @@ def faster(speedup: float) -> str:
     return f"{abs(speedup):.1%} {'faster' if speedup >= 0 else 'slower'}"
 
 
-PLACEMENT_OF = {"gpipe": "linear", "1f1b": "linear", "chimera": "bidirectional", "hanayo": "wave",
-                "chimera-asym": "bidirectional", "chimera-fd": "bidirectional"}
+def placement_of(schedule: str) -> str:
+    """The placement family of a registry schedule (its own name for any other)."""
+    return str(registry.spec(schedule).family) if schedule in registry.REGISTRY else schedule
 
 
 def _opt(row, col):
@@ -129,7 +132,7 @@ def cpsat_cases(cp: pd.DataFrame) -> pd.DataFrame:
         cs = r.cpsat_makespan_s if pd.notna(r.cpsat_makespan_s) else None
         rows.append({
             "system": r.system, "microbatches": int(r.microbatches), "cap": r.cap, "schedule": r.schedule,
-            "placement": PLACEMENT_OF.get(r.schedule, r.schedule), "known": known, "best_known_s": best,
+            "placement": placement_of(r.schedule), "known": known, "best_known_s": best,
             "cpsat_s": cs, "bound_s": r.bound_s if pd.notna(r.bound_s) else None, "status": r.status,
             "gap": r.gap if pd.notna(r.gap) else None, "tick_s": r.tick_s,
             "simulation_makespan_s": r.simulation_makespan_s,

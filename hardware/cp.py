@@ -54,9 +54,9 @@ def kv_bytes(model: TransformerModel, ctx: Context) -> float:
     """K and V of one rank's ``s/cp`` tokens on one GPU (module docstring)."""
     t = ctx.tp
     if model.mla:
-        width = heads_per_gpu(model, t) * (model.qk_head_dim + model.v_head_dim)  # type: ignore[operator]
+        width = heads_per_gpu(model, t) * (model.qk_head_dim + model.v_head_dim)
     else:
-        width = 2 * kv_heads_per_gpu(model, t) * model.head_dim  # type: ignore[operator]
+        width = 2 * kv_heads_per_gpu(model, t) * model.head_dim
     return model.bytes_per_param_compute * ctx.microbatch_size * local_seq(model, ctx) * width  # type: ignore[operator]
 
 

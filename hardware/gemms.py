@@ -64,7 +64,7 @@ def heads_per_gpu(model: TransformerModel, tp: int) -> int:
 def kv_heads_per_gpu(model: TransformerModel, tp: int) -> int:
     """K/V heads one GPU holds: ``kv_heads / t``, at least one (replicated when ``t >
     kv_heads``)."""
-    return max(model.kv_heads // tp, 1)  # type: ignore[operator]
+    return max(model.kv_heads // tp, 1)
 
 
 def local_seq(model: TransformerModel, ctx: Context) -> int:
@@ -101,17 +101,17 @@ def attention_gemms(model: TransformerModel, ctx: Context) -> list[Gemm]:
     h, t, m, bias = model.hidden, ctx.tp, tokens(model, ctx), model.bias
     a = heads_per_gpu(model, t)
     if not model.mla:
-        kv = kv_heads_per_gpu(model, t) * model.head_dim  # type: ignore[operator]
-        return [_column("qkv", m, h, a * model.head_dim + 2 * kv, bias),  # type: ignore[operator]
-                _row("out", m, a * model.head_dim, h, bias)]  # type: ignore[operator]
+        kv = kv_heads_per_gpu(model, t) * model.head_dim
+        return [_column("qkv", m, h, a * model.head_dim + 2 * kv, bias),
+                _row("out", m, a * model.head_dim, h, bias)]
     r, qr, kvr = model.qk_rope_head_dim, model.q_lora_rank, model.kv_lora_rank
     out = []
     if qr:
         out.append(Gemm("q_down", m, h, qr, h * qr, 0, True, True))
     out += [_column("q_up", m, qr or h, a * model.qk_head_dim, False),
             Gemm("kv_down", m, h, kvr + r, h * (kvr + r), 0, True, True),
-            _column("kv_up", m, kvr, a * (model.head_dim + model.v_head_dim), False),  # type: ignore[operator]
-            _row("out", m, a * model.v_head_dim, h, False)]  # type: ignore[operator]
+            _column("kv_up", m, kvr, a * (model.head_dim + model.v_head_dim), False),
+            _row("out", m, a * model.v_head_dim, h, False)]
     return out
 
 
@@ -126,12 +126,13 @@ def expert_gemms(model: TransformerModel, ctx: Context) -> list[Gemm]:
     """The router, the shared experts and the GPU's routed experts (module docstring)."""
     h, n = model.hidden, model.mlp_matrices
     local = model.num_experts // ctx.ep
-    f = _split(model.expert_ffn_hidden, ctx.etp)  # type: ignore[arg-type]
+    ffn = model.expert_ffn_hidden or 0  # set on every mixture-of-experts model
+    f = _split(ffn, ctx.etp)
     rows = routed_rows(model, ctx)
     bias = model.bias
     out = [Gemm("router", own_tokens(model, ctx), h, model.num_experts, h * model.num_experts, 0, False, False)]
     if model.shared_experts:
-        out += mlp_gemms(model, ctx, model.shared_experts * model.expert_ffn_hidden, "shared_")  # type: ignore[operator]
+        out += mlp_gemms(model, ctx, model.shared_experts * ffn, "shared_")
     out += [Gemm("experts_up", rows, h, (n - 1) * f, local * h * (n - 1) * f,
                  local * (n - 1) * f if bias else 0, False, False, True),
             Gemm("experts_down", rows, f, h, local * f * h, local * h if bias else 0, False, False, True)]
@@ -140,5 +141,5 @@ def expert_gemms(model: TransformerModel, ctx: Context) -> list[Gemm]:
 
 def layer_gemms(model: TransformerModel, ctx: Context, moe: bool = False) -> list[Gemm]:
     """Every weight GEMM of one dense (``moe`` False) or MoE layer on one GPU."""
-    ffn = expert_gemms(model, ctx) if moe else mlp_gemms(model, ctx, model.ffn_hidden)  # type: ignore[arg-type]
+    ffn = expert_gemms(model, ctx) if moe else mlp_gemms(model, ctx, model.ffn_hidden)
     return attention_gemms(model, ctx) + ffn

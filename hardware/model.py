@@ -59,7 +59,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Sequence, overload
 
 from pipetab.schedules.checks import check_count
 
@@ -76,6 +76,30 @@ def _choice(what: str, value: object, allowed: tuple[str, ...]) -> None:
 def _flag(what: str, value: object) -> None:
     if not isinstance(value, bool):
         raise ValueError(f"{what} must be true or false, got {value!r}")
+
+
+class _Derived:
+    """A field the constructor takes as ``int | None`` (None, the default: derive it) and
+    that reads as ``int``: ``__post_init__`` derives it before anything else reads it
+    (``_given`` reads what the constructor was given)."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.key = f"_{name}"
+
+    @overload
+    def __get__(self, obj: None, owner: type) -> None: ...
+    @overload
+    def __get__(self, obj: TransformerModel, owner: type) -> int: ...
+    def __get__(self, obj: TransformerModel | None, owner: type) -> int | None:
+        return None if obj is None else obj.__dict__[self.key]
+
+    def __set__(self, obj: TransformerModel, value: int | None) -> None:
+        obj.__dict__[self.key] = value
+
+
+def _given(model: TransformerModel, name: str) -> int | None:
+    """What the constructor was given for the ``_Derived`` field ``name`` (None: derive it)."""
+    return model.__dict__[f"_{name}"]
 
 
 @dataclass(frozen=True)
@@ -102,12 +126,12 @@ class TransformerModel:
     seq_len: int
     vocab: int
     global_batch: int
-    ffn_hidden: int | None = None
+    ffn_hidden: _Derived = _Derived()
     bytes_per_param_compute: int = 2
     bytes_per_grad: int = 2
     bytes_per_param_state: int = 16
     summary: str = ""
-    kv_heads: int | None = None
+    kv_heads: _Derived = _Derived()
     mlp: str = "gelu"
     norm: str = "layernorm"
     bias: bool = True
@@ -115,12 +139,12 @@ class TransformerModel:
     attention: str = "flash"
     dropout: bool = True
     logit_bytes: int = 4
-    head_dim: int | None = None
+    head_dim: _Derived = _Derived()
     qk_norm: bool = False
     q_lora_rank: int = 0
     kv_lora_rank: int = 0
     qk_rope_head_dim: int = 0
-    v_head_dim: int | None = None
+    v_head_dim: _Derived = _Derived()
     num_experts: int = 0
     experts_per_token: int = 0
     expert_ffn_hidden: int | None = None
@@ -133,9 +157,10 @@ class TransformerModel:
         if not isinstance(self.name, str) or not self.name:
             raise ValueError(f"model name must be a non-empty string, got {self.name!r}")
         put = object.__setattr__  # frozen: derived defaults are set once, here
-        if self.ffn_hidden is None:
+        if _given(self, "ffn_hidden") is None:
             put(self, "ffn_hidden", 4 * self.hidden if isinstance(self.hidden, int) else None)
-        put(self, "kv_heads", self.heads if self.kv_heads is None else self.kv_heads)
+        if _given(self, "kv_heads") is None:
+            put(self, "kv_heads", self.heads)
         for what in ("num_layers", "hidden", "heads", "seq_len", "vocab", "global_batch",
                      "ffn_hidden", "bytes_per_param_compute", "bytes_per_grad",
                      "bytes_per_param_state", "kv_heads"):
@@ -144,15 +169,16 @@ class TransformerModel:
                      "experts_per_token", "shared_experts", "dense_layers", "mtp_layers"):
             check_count(what, getattr(self, what), 0)
         check_count("moe_layer_freq", self.moe_layer_freq)
-        if self.head_dim is None:
+        if _given(self, "head_dim") is None:
             if self.hidden % self.heads:
                 raise ValueError(f"heads must divide hidden ({self.hidden}) unless head_dim is given, "
                                  f"got {self.heads}")
             put(self, "head_dim", self.hidden // self.heads)
         check_count("head_dim", self.head_dim)
-        put(self, "v_head_dim", self.head_dim if self.v_head_dim is None else self.v_head_dim)
+        if _given(self, "v_head_dim") is None:
+            put(self, "v_head_dim", self.head_dim)
         check_count("v_head_dim", self.v_head_dim)
-        if self.heads % self.kv_heads:  # type: ignore[operator]
+        if self.heads % self.kv_heads:
             raise ValueError(f"kv_heads must divide heads ({self.heads}), got {self.kv_heads}")
         _choice("mlp", self.mlp, MLPS)
         _choice("norm", self.norm, NORMS)
@@ -200,7 +226,7 @@ class TransformerModel:
     @property
     def kv_hidden(self) -> int:
         """Width of the K (and of the V) projection: ``kv_heads * head_dim``."""
-        return self.kv_heads * self.head_dim  # type: ignore[operator]
+        return self.kv_heads * self.head_dim
 
     @property
     def mla(self) -> bool:
@@ -215,7 +241,7 @@ class TransformerModel:
     @property
     def qk_head_dim(self) -> int:
         """Query/key width per head: ``head_dim`` (+ the RoPE part under MLA)."""
-        return self.head_dim + self.qk_rope_head_dim  # type: ignore[operator]
+        return self.head_dim + self.qk_rope_head_dim
 
     @property
     def mlp_matrices(self) -> int:
@@ -262,12 +288,12 @@ class TransformerModel:
         if self.mla:
             r, qr, kvr = self.qk_rope_head_dim, self.q_lora_rank, self.kv_lora_rank
             q = (h * qr + qr + qr * a * self.qk_head_dim) if qr else h * a * self.qk_head_dim
-            kv = h * (kvr + r) + kvr + kvr * a * (self.head_dim + self.v_head_dim)  # type: ignore[operator]
-            return q + kv + a * self.v_head_dim * h  # type: ignore[operator]
-        q, kv = a * self.head_dim, self.kv_hidden  # type: ignore[operator]
+            kv = h * (kvr + r) + kvr + kvr * a * (self.head_dim + self.v_head_dim)
+            return q + kv + a * self.v_head_dim * h
+        q, kv = a * self.head_dim, self.kv_hidden
         weights = 2 * h * q + 2 * h * kv
         biases = (q + 2 * kv + h) if self.bias else 0
-        return weights + biases + (2 * self.head_dim if self.qk_norm else 0)  # type: ignore[operator]
+        return weights + biases + (2 * self.head_dim if self.qk_norm else 0)
 
     def mlp_params(self, ffn: int) -> int:
         """One MLP of hidden size ``ffn`` (an expert is one too)."""
@@ -288,7 +314,7 @@ class TransformerModel:
         ``k`` routed experts a token uses."""
         base = self.attention_params + 2 * self.norm_params
         if not moe:
-            return base + self.mlp_params(self.ffn_hidden)  # type: ignore[arg-type]
+            return base + self.mlp_params(self.ffn_hidden)
         routed = self.experts_per_token if active else self.num_experts
         return base + self.router_params + (routed + self.shared_experts) * self.expert_params
 

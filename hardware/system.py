@@ -298,8 +298,9 @@ class System:
         override = self._pair2link.get((min(src, dst), max(src, dst)))
         if override is not None:
             return override
-        if self.devices_per_node is not None and src // self.devices_per_node == dst // self.devices_per_node:
-            return self.intra_node_link  # type: ignore[return-value]
+        node, intra = self.devices_per_node, self.intra_node_link  # given together
+        if node is not None and intra is not None and src // node == dst // node:
+            return intra
         return self.default_link
 
     def message_time(self, src: int, dst: int, nbytes: float) -> float:
@@ -318,9 +319,9 @@ class System:
     def description(self) -> str:
         size = "any number of" if self.num_devices is None else str(self.num_devices)
         parts = [f"{self.name}: {size} devices of {self.device.description}"]
-        if self.devices_per_node is not None:
+        if self.devices_per_node is not None and self.intra_node_link is not None:  # given together
             parts.append(
-                f"{self.devices_per_node} per node, intra-node {self.intra_node_link.description}, "  # type: ignore[union-attr]
+                f"{self.devices_per_node} per node, intra-node {self.intra_node_link.description}, "
                 f"inter-node {self.default_link.description}"
             )
         else:

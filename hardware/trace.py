@@ -141,7 +141,12 @@ def _allocated(mem: tuple[list[float], list[float]], ts: float) -> float:
 
 def _action(name: str) -> tuple[int, str]:
     m = ACTION.fullmatch(name)
-    return (int(m.group(1)), m.group(2)) if m else (0, LEGACY.fullmatch(name).group(1))  # type: ignore[union-attr]
+    if m:
+        return int(m.group(1)), m.group(2)
+    legacy = LEGACY.fullmatch(name)
+    if legacy is None:  # _marks keeps the names of either form only
+        raise ValueError(f"{name!r} is not a pipeline action (PP:<stage>F<microbatch> or 'Forward <microbatch>')")
+    return 0, legacy.group(1)
 
 
 def read_trace(path: str | Path) -> RankTrace:
@@ -152,7 +157,8 @@ def read_trace(path: str | Path) -> RankTrace:
     rank = info.get("rank") if isinstance(info, dict) and isinstance(info.get("rank"), int) else None
     out = RankTrace(str(path), rank)
     mem = _memory(doc)
-    out.activation = {} if mem else None
+    activation: dict[int, list[float]] = {}
+    out.activation = activation if mem else None
     for name, seconds in _timed(doc, path):
         stage, action = _action(name)
         if action.startswith("SEND"):
@@ -162,10 +168,10 @@ def read_trace(path: str | Path) -> RankTrace:
         out.ops.setdefault((stage, KIND_OF[action]), []).append(seconds)
     for e in _marks(doc, "user_annotation") if mem else ():
         stage, action = _action(e["name"])
-        if KIND_OF.get(action) == "F":
+        if mem and KIND_OF.get(action) == "F":
             ts, dur = _span(e, path)
-            grown = _allocated(mem, ts + dur) - _allocated(mem, ts)  # type: ignore[arg-type]
-            out.activation.setdefault(stage, []).append(max(grown, 0.0))  # type: ignore[union-attr]
+            grown = _allocated(mem, ts + dur) - _allocated(mem, ts)
+            activation.setdefault(stage, []).append(max(grown, 0.0))
     if not out.ops:
         raise ValueError(f"trace {str(path)!r} holds no pipeline ops (annotations PP:<stage>F<microbatch> "
                          "or 'Forward <microbatch>' of torch.distributed.pipelining)")

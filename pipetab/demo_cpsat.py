@@ -7,6 +7,7 @@ from pipetab.console import grid_blocks, say
 from pipetab.schedules import formats, registry
 from pipetab.schedules.table import SlotDurations
 from pipetab.solver.levels import evaluate_levels
+from pipetab.view import timeline
 
 
 def run(stages: int = 4, microbatches: int = 8, comm: int = 1, cap: int = 4, time_limit: float = 20.0) -> None:
@@ -25,7 +26,7 @@ def run(stages: int = 4, microbatches: int = 8, comm: int = 1, cap: int = 4, tim
         print(f"  {name:<6} makespan {k.makespan:g} slots, {gap}{fits}")
     if found.schedule is not None:
         levels = evaluate_levels(found.schedule, slots=SlotDurations(forward=1, backward=2), costs=problem.costs)
-        sim = levels.simulation
+        sim = timeline(levels)  # the levels' own simulation, on the problem's costs
         say(f"\nthe schedule found as a table without message time ({levels.metrics.makespan_slots:g} slots); "
               f"with {comm}-slot messages it takes {sim.makespan:g} slots, "
               f"at most {max(sim.peak_activation):g} live activations per device:")

@@ -27,6 +27,10 @@ def fmt(v) -> str:
     return str(v)
 
 
+def _text(v: object) -> str:
+    return v if isinstance(v, str) else fmt(v)
+
+
 def memory_unit(sim: dict | None) -> tuple[str, float]:
     """GiB, or TiB when the largest peak exceeds 1 TiB."""
     if not sim:
@@ -62,7 +66,7 @@ def level_rows(doc: dict) -> list[tuple[str, str, str, str]]:
             f"{c['makespan']} slots" if c["unit"] == "slots" else f"{c['makespan']:.4g} s")
         rows.append(("CP-SAT makespan", None, shown if c["unit"] == "slots" else None,
                      shown if c["unit"] != "slots" else None))
-    return [tuple(x if isinstance(x, str) else fmt(x) for x in r) for r in rows]
+    return [(_text(a), _text(b), _text(c), _text(d)) for a, b, c, d in rows]
 
 
 def formula_source(doc: dict) -> str:

@@ -2,7 +2,10 @@
 
 One function, ``family_placement(family, num_devices, num_stages)``, gives the stage ->
 device map of every family; the generators, the CP-SAT model and the command line all call
-it (``family_stages`` gives the stages per pipeline a family needs).
+it (``family_stages`` gives the stages per pipeline a family needs). What else a family
+decides — how many pipelines, which pipeline each microbatch takes, whether PyTorch's CSV
+holds it, whether CP-SAT may choose its layer split, which option sizes it — is one row of
+``TRAITS`` (``traits(family)``), asked instead of comparing family or schedule names.
 
 * ``linear``: one pipeline, stage d on device d (GPipe, 1F1B, ZB-H1/H2);
 * ``bidirectional``: two pipelines over the same devices, the down one stage s on device
@@ -16,7 +19,9 @@ it (``family_stages`` gives the stages per pipeline a family needs).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import StrEnum
+from typing import Callable
 
 from .schedule import Placement
 
@@ -30,17 +35,6 @@ class PlacementFamily(StrEnum):
     V = "v"
     INTERLEAVED = "interleaved"
     FREE = "free"
-
-
-# one line per family, for results and titles
-FAMILY_LABELS = {
-    PlacementFamily.LINEAR: "linear (stage d on device d)",
-    PlacementFamily.BIDIRECTIONAL: "bidirectional (down s->s, up s->S-1-s)",
-    PlacementFamily.WAVE: "wave (stages zig-zag over devices)",
-    PlacementFamily.V: "v (device d holds stages d and 2S-1-d)",
-    PlacementFamily.INTERLEAVED: "interleaved (stage s on device s mod S)",
-    PlacementFamily.FREE: "free (the solver chooses)",
-}
 
 
 def family_of(value: object) -> PlacementFamily:
@@ -63,46 +57,142 @@ def family_stages(family: PlacementFamily | str, num_devices: int, *, waves: int
                   pipelines: int = 1) -> tuple[int, ...]:
     """Stages per pipeline of ``family`` on ``num_devices`` devices (``waves`` for wave,
     ``chunks`` for interleaved, ``pipelines`` 1 or 2 for free)."""
-    f, D = family_of(family), num_devices
-    if f is PlacementFamily.WAVE:
-        if not isinstance(waves, int) or isinstance(waves, bool) or waves < 1:
-            raise ValueError(f"waves must be an integer >= 1, got {waves!r}")
-        return (2 * waves * D,)
-    if f is PlacementFamily.INTERLEAVED:
-        if not isinstance(chunks, int) or isinstance(chunks, bool) or chunks < 2:
-            raise ValueError(f"chunks must be an integer >= 2, got {chunks!r}")
-        return (chunks * D,)
-    if f is PlacementFamily.FREE and pipelines not in (1, 2):
+    t = traits(family)
+    if t.size_option == "waves" and (not isinstance(waves, int) or isinstance(waves, bool) or waves < 1):
+        raise ValueError(f"waves must be an integer >= 1, got {waves!r}")
+    if t.size_option == "chunks" and (not isinstance(chunks, int) or isinstance(chunks, bool) or chunks < 2):
+        raise ValueError(f"chunks must be an integer >= 2, got {chunks!r}")
+    if t.pipelines is None and pipelines not in (1, 2):
         raise ValueError(f"pipelines must be 1 or 2, got {pipelines!r}")
-    per = {PlacementFamily.LINEAR: 1, PlacementFamily.BIDIRECTIONAL: 2, PlacementFamily.V: 1,
-           PlacementFamily.FREE: pipelines}[f]
-    return ((2 * D,) if f is PlacementFamily.V else (D,)) * per
+    return (t.stages_per_device(waves=waves, chunks=chunks) * num_devices,) * t.num_pipelines(pipelines)
 
 
 def family_placement(family: PlacementFamily | str, num_devices: int, num_stages: tuple[int, ...]) -> Placement:
     """The placement of ``family`` for ``num_devices`` devices and the given stage counts
     per pipeline (module docstring); ``ValueError`` when the shapes do not fit the family."""
-    f, D = family_of(family), num_devices
-    n = tuple(num_stages)
-    if f is PlacementFamily.LINEAR:
-        if n != (D,):
-            raise ValueError(f"linear placement needs one pipeline of {D} stages (one per device), got {list(n)}")
-        return Placement((tuple(range(D)),), D)
-    if f is PlacementFamily.BIDIRECTIONAL:
-        if n != (D, D):
-            raise ValueError(f"bidirectional placement needs two pipelines of {D} stages each, got {list(n)}")
-        return Placement((tuple(range(D)), tuple(D - 1 - s for s in range(D))), D)
-    if f is PlacementFamily.WAVE:
-        if len(n) != 1 or n[0] % (2 * D):
-            raise ValueError(f"wave placement needs one pipeline of 2*W*{D} stages (W waves), got {list(n)}")
-        return Placement((tuple(wave_device(s, D) for s in range(n[0])),), D)
-    if f is PlacementFamily.V:
-        if n != (2 * D,):
-            raise ValueError(f"v placement needs one pipeline of {2 * D} stages (two per device), got {list(n)}")
-        return Placement((tuple(s if s < D else 2 * D - 1 - s for s in range(2 * D)),), D)
-    if f is PlacementFamily.INTERLEAVED:
-        if len(n) != 1 or n[0] % D or n[0] < 2 * D:
-            raise ValueError(
-                f"interleaved placement needs one pipeline of v*{D} stages (v >= 2 chunks), got {list(n)}")
-        return Placement((tuple(s % D for s in range(n[0])),), D)
+    return traits(family).place(num_devices, tuple(num_stages))
+
+
+def _linear(D: int, n: tuple[int, ...]) -> Placement:
+    if n != (D,):
+        raise ValueError(f"linear placement needs one pipeline of {D} stages (one per device), got {list(n)}")
+    return Placement((tuple(range(D)),), D)
+
+
+def _bidirectional(D: int, n: tuple[int, ...]) -> Placement:
+    if n != (D, D):
+        raise ValueError(f"bidirectional placement needs two pipelines of {D} stages each, got {list(n)}")
+    return Placement((tuple(range(D)), tuple(D - 1 - s for s in range(D))), D)
+
+
+def _wave(D: int, n: tuple[int, ...]) -> Placement:
+    if len(n) != 1 or n[0] % (2 * D):
+        raise ValueError(f"wave placement needs one pipeline of 2*W*{D} stages (W waves), got {list(n)}")
+    return Placement((tuple(wave_device(s, D) for s in range(n[0])),), D)
+
+
+def _v(D: int, n: tuple[int, ...]) -> Placement:
+    if n != (2 * D,):
+        raise ValueError(f"v placement needs one pipeline of {2 * D} stages (two per device), got {list(n)}")
+    return Placement((tuple(s if s < D else 2 * D - 1 - s for s in range(2 * D)),), D)
+
+
+def _interleaved(D: int, n: tuple[int, ...]) -> Placement:
+    if len(n) != 1 or n[0] % D or n[0] < 2 * D:
+        raise ValueError(f"interleaved placement needs one pipeline of v*{D} stages (v >= 2 chunks), got {list(n)}")
+    return Placement((tuple(s % D for s in range(n[0])),), D)
+
+
+def _free(D: int, n: tuple[int, ...]) -> Placement:
     raise ValueError("free placement has no fixed stage -> device map (the CP-SAT search chooses one)")
+
+
+def split_microbatches(num_pipelines: int, unit: int, microbatches: int) -> tuple[int, ...]:
+    """Which pipeline each microbatch takes: all pipeline 0 with one pipeline; with two, in
+    every ``unit`` of microbatches the first half go down (pipeline 0), the rest up
+    (pipeline 1) — Chimera's split with units of S (2S with forward doubling), DualPipe's
+    with one unit of all microbatches."""
+    if num_pipelines == 1:
+        return (0,) * microbatches
+    if num_pipelines != 2:
+        raise ValueError(f"pipelines must be 1 or 2, got {num_pipelines!r}")
+    half = max(1, unit // 2)
+    return tuple(0 if m % unit < half else 1 for m in range(microbatches))
+
+
+@dataclass(frozen=True)
+class FamilyTraits:
+    """What a placement family decides, one row of ``TRAITS``.
+
+    ``pipelines``: how many (None: free, where the ``pipelines`` option says, 1 or 2);
+    ``size_option``: the option that sizes it (``waves``, ``chunks``; None: the devices
+    alone); ``per_device``: stages of one pipeline per device, as a function of
+    (waves, chunks); ``partitionable``: CP-SAT may choose or be given its layer split
+    (``--partition``, ``--layers``); ``place``: its stage -> device map for D devices and
+    the stages per pipeline (``ValueError`` when they do not fit; free has none)."""
+
+    family: PlacementFamily
+    label: str
+    pipelines: int | None
+    size_option: str | None
+    per_device: Callable[[int, int], int]
+    partitionable: bool
+    place: Callable[[int, tuple[int, ...]], Placement]
+
+    @property
+    def fixed(self) -> bool:
+        """Whether the family has a stage -> device map (``family_placement``); free has none."""
+        return self.family is not PlacementFamily.FREE
+
+    @property
+    def several_per_device(self) -> bool:
+        """Whether a device holds several stages of one pipeline (virtual stages)."""
+        return self.per_device(1, 2) > 1
+
+    def num_pipelines(self, pipelines: int = 1) -> int:
+        """Its pipelines (``pipelines`` where the family leaves it open: free)."""
+        return pipelines if self.pipelines is None else self.pipelines
+
+    def torch_csv(self, pipelines: int = 1) -> bool:
+        """Whether PyTorch's pipelining CSV can hold its schedules: it holds one pipeline."""
+        return self.num_pipelines(pipelines) == 1
+
+    def stages_per_device(self, *, waves: int = 1, chunks: int = 2) -> int:
+        """Stages of one pipeline on each device (``waves`` for wave, ``chunks`` for interleaved)."""
+        return self.per_device(waves, chunks)
+
+    def microbatch2pipeline(self, stages: int, microbatches: int, *, pipelines: int = 1,
+                            per: int = 1) -> tuple[int, ...]:
+        """Which pipeline each microbatch takes: two pipelines split every unit of ``per``
+        x ``stages`` microbatches half down, half up (``split_microbatches``)."""
+        return split_microbatches(self.num_pipelines(pipelines), per * stages, microbatches)
+
+
+def _one(waves: int, chunks: int) -> int:
+    return 1
+
+
+TRAITS: dict[PlacementFamily, FamilyTraits] = {t.family: t for t in (
+    # family, label, pipelines (None: the pipelines option), size option,
+    # stages of one pipeline per device (waves, chunks), partitionable, stage -> device map
+    FamilyTraits(PlacementFamily.LINEAR, "linear (stage d on device d)", 1, None,
+                 _one, True, _linear),
+    FamilyTraits(PlacementFamily.BIDIRECTIONAL, "bidirectional (down s->s, up s->S-1-s)", 2, None,
+                 _one, True, _bidirectional),
+    FamilyTraits(PlacementFamily.WAVE, "wave (stages zig-zag over devices)", 1, "waves",
+                 lambda waves, chunks: 2 * waves, False, _wave),
+    FamilyTraits(PlacementFamily.V, "v (device d holds stages d and 2S-1-d)", 1, None,
+                 lambda waves, chunks: 2, False, _v),
+    FamilyTraits(PlacementFamily.INTERLEAVED, "interleaved (stage s on device s mod S)", 1, "chunks",
+                 lambda waves, chunks: chunks, False, _interleaved),
+    FamilyTraits(PlacementFamily.FREE, "free (the solver chooses)", None, None,
+                 _one, False, _free),
+)}
+
+# one line per family, for results and titles
+FAMILY_LABELS = {f: t.label for f, t in TRAITS.items()}
+
+
+def traits(family: PlacementFamily | str) -> FamilyTraits:
+    """The traits of ``family``; ``ValueError`` naming the families otherwise."""
+    return TRAITS[family_of(family)]

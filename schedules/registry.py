@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
 from . import formulas
@@ -16,6 +16,7 @@ from .generators import linear as _linear
 from .generators import looped as _looped
 from .generators import zero_bubble as _zero_bubble
 from .limits import check_size
+from .placements import FamilyTraits, PlacementFamily, traits
 
 if TYPE_CHECKING:
     from .schedule import Schedule
@@ -42,7 +43,10 @@ class ScheduleSpec:
     ``min_stages``: 1 for the schedules that run without a pipeline (PP = 1).
     ``slow_generator``: its generator's time grows with stages^2 x microbatches (a search
     over building blocks), so ``plan`` and CP-SAT's starts leave it out of large instances
-    unless asked."""
+    unless asked. ``family``: its placement family, whose ``traits`` (pipelines, microbatch
+    split, torch CSV, partition) the front ends ask instead of its name. ``torchtitan``: its
+    name in torchtitan's ``pipeline_parallel_schedule`` (None: none there); ``megatron``:
+    Megatron-LM runs it (the emitters ask these two)."""
 
     name: str
     summary: str
@@ -53,6 +57,9 @@ class ScheduleSpec:
     ops_per_microbatch: Callable[..., int] | None = None
     min_stages: int = 2
     slow_generator: bool = False
+    family: PlacementFamily = field(kw_only=True)
+    torchtitan: str | None = field(default=None, kw_only=True)
+    megatron: bool = field(default=False, kw_only=True)
 
 
 def parse_split(text: str) -> tuple[int, int]:
@@ -114,15 +121,18 @@ REGISTRY: dict[str, ScheduleSpec] = {
         ScheduleSpec(
             "gpipe", "fill-drain: all forwards, then all backwards",
             _linear.gpipe, formulas.gpipe, "S >= 1, B >= 1", ops_per_microbatch=_two_per_stage, min_stages=1,
+            family=PlacementFamily.LINEAR, torchtitan="GPipe",
         ),
         ScheduleSpec(
             "1f1b", "one-forward-one-backward after a warm-up (PipeDream-Flush, Megatron)",
             _linear.one_f_one_b, formulas.one_f_one_b, "S >= 1, B >= 1", ops_per_microbatch=_two_per_stage,
             min_stages=1,
+            family=PlacementFamily.LINEAR, torchtitan="1F1B", megatron=True,
         ),
         ScheduleSpec(
             "chimera", "two opposite pipelines over the same devices, basic units concatenated",
             _chimera.chimera, formulas.chimera, _chimera.CHIMERA_REGIME, ops_per_microbatch=_two_per_stage,
+            family=PlacementFamily.BIDIRECTIONAL,
         ),
         ScheduleSpec(
             "chimera-fd",
@@ -130,11 +140,13 @@ REGISTRY: dict[str, ScheduleSpec] = {
             "(no intermediate bubbles at backward = 2 x forward, ~2x activation memory)",
             _chimera.chimera_forward_doubling, formulas.chimera_fd, _chimera.CHIMERA_FD_REGIME,
             ops_per_microbatch=_two_per_stage,
+            family=PlacementFamily.BIDIRECTIONAL,
         ),
         ScheduleSpec(
             "hanayo", "one pipeline of 2*W*S stages laid out as waves over the devices",
             _hanayo.hanayo, formulas.hanayo, _hanayo.HANAYO_REGIME, (WAVES,),
             lambda stages, waves: 2 * 2 * waves * stages,
+            family=PlacementFamily.WAVE,
         ),
         ScheduleSpec(
             "chimera-asym",
@@ -142,30 +154,35 @@ REGISTRY: dict[str, ScheduleSpec] = {
             "two stages each device holds",
             _chimera.chimera_asym, formulas.chimera_asym, _chimera.CHIMERA_REGIME, (SPLIT,),
             lambda stages, split: 2 * stages,
+            family=PlacementFamily.BIDIRECTIONAL,
         ),
         ScheduleSpec(
             "interleaved",
             "Megatron interleaved 1F1B: v chunks per device, one pipeline of v*S stages (loop)",
             _interleaved.interleaved, formulas.interleaved, _interleaved.INTERLEAVED_REGIME,
             (CHUNKS, OVERLAP_OFF), lambda stages, chunks, overlap: 2 * chunks * stages,
+            family=PlacementFamily.INTERLEAVED, torchtitan="Interleaved1F1B", megatron=True,
         ),
         ScheduleSpec(
             "zb-h1",
             "zero bubble H1: 1F1B with split backward, weight gradients delayed to fill bubbles",
             _zero_bubble.zb_h1, formulas.zb_h1, _zero_bubble.ZB_H1_REGIME,
             ops_per_microbatch=lambda stages: 3 * stages,
+            family=PlacementFamily.LINEAR,
         ),
         ScheduleSpec(
             "zb-h2",
             "zero bubble H2: 2(S-1-d)+1 warm-up forwards on device d, weight gradients delayed "
             "by 2d microbatches to fill the drain (zero bubble per device span at F=B=W; ~2x memory)",
             _zero_bubble.zb_h2, formulas.zb_h2, _zero_bubble.ZB_H2_REGIME,
+            family=PlacementFamily.LINEAR,
         ),
         ScheduleSpec(
             "zbv",
             "zero bubble V: 2 chunks per device in a V (2S stages), split backward, handcrafted order",
             _zero_bubble.zbv, formulas.zbv, _zero_bubble.ZBV_REGIME,
             ops_per_microbatch=lambda stages: 3 * 2 * stages,
+            family=PlacementFamily.V, torchtitan="ZBVZeroBubble",
         ),
         ScheduleSpec(
             "dualpipe",
@@ -173,6 +190,7 @@ REGISTRY: dict[str, ScheduleSpec] = {
             "overlapped forward-backward pairs, split backward, W queue",
             _dualpipe.dualpipe, formulas.dualpipe, _dualpipe.DUALPIPE_REGIME, (OVERLAP,),
             lambda stages, overlap: 3 * stages,
+            family=PlacementFamily.BIDIRECTIONAL,
         ),
         ScheduleSpec(
             "dualpipev",
@@ -180,6 +198,7 @@ REGISTRY: dict[str, ScheduleSpec] = {
             "pairs, split backward, W queue",
             _dualpipe.dualpipev, formulas.dualpipev, _dualpipe.DUALPIPEV_REGIME, (OVERLAP,),
             lambda stages, overlap: 3 * 2 * stages,
+            family=PlacementFamily.V, torchtitan="DualPipeV",
         ),
         ScheduleSpec(
             "looped-bfs",
@@ -187,6 +206,7 @@ REGISTRY: dict[str, ScheduleSpec] = {
             "a device's first chunk, then its next; backwards in reverse",
             _looped.looped_bfs, formulas.looped_bfs, "S >= 2, B >= 1, 2 <= v <= 16", (CHUNKS,),
             lambda stages, chunks: 2 * chunks * stages,
+            family=PlacementFamily.INTERLEAVED,
         ),
         ScheduleSpec(
             "interleaved-zb",
@@ -194,6 +214,7 @@ REGISTRY: dict[str, ScheduleSpec] = {
             "split backward, W delayed by d on device d",
             _looped.interleaved_zb, formulas.interleaved_zb, "S >= 2, B a multiple of max(1, B // S), v >= 2",
             (CHUNKS,), lambda stages, chunks: 3 * chunks * stages,
+            family=PlacementFamily.INTERLEAVED,
         ),
         ScheduleSpec(
             "v-half",
@@ -201,6 +222,7 @@ REGISTRY: dict[str, ScheduleSpec] = {
             "activation memory, split backward",
             _controllable.v_half, formulas.v_half, "S >= 2, B >= 1",
             ops_per_microbatch=lambda stages: 3 * 2 * stages, slow_generator=True,
+            family=PlacementFamily.V,
         ),
         ScheduleSpec(
             "v-min",
@@ -208,6 +230,7 @@ REGISTRY: dict[str, ScheduleSpec] = {
             "activation memory, split backward",
             _controllable.v_min, formulas.v_min, "S >= 2, B >= 1",
             ops_per_microbatch=lambda stages: 3 * 2 * stages, slow_generator=True,
+            family=PlacementFamily.V,
         ),
     )
 }
@@ -219,6 +242,11 @@ def spec(name: str) -> ScheduleSpec:
         return REGISTRY[name]
     except KeyError:
         raise ValueError(f"unknown schedule {name!r}; known: {', '.join(REGISTRY)}") from None
+
+
+def schedule_traits(name: str) -> FamilyTraits:
+    """The traits of the named schedule's placement family (``placements.traits``)."""
+    return traits(spec(name).family)
 
 
 def _options(entry: ScheduleSpec, options: dict) -> dict:

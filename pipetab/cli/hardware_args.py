@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from pipetab.hardware.context import Context
 from pipetab.schedules.limits import MAX_DEVICES, check_size
+from pipetab.schedules.placements import traits
 
 from . import common
 from .common import UsageError
@@ -292,13 +293,13 @@ def check_sizes(args, stages: int, microbatches: int) -> None:
     ``--memory-cap`` and ``--tick``."""
     chunks = getattr(args, "chunks", None) or 2
     waves = getattr(args, "waves", None) or 1
-    placement = str(getattr(args, "placement", "") or "")
-    per_microbatch = stages * {"interleaved": chunks, "wave": 2 * waves, "v": 2}.get(placement, 1)
+    placement = getattr(args, "placement", None)
+    family = traits(placement) if placement else None
+    per_microbatch = stages * (family.stages_per_device(waves=waves, chunks=chunks) if family else 1)
     devices = getattr(args, "devices", None) or stages
-    if placement == "interleaved" and chunks > MAX_DEVICES:
-        raise UsageError(f"--chunks must be at most {MAX_DEVICES}, got {chunks}")
-    if placement == "wave" and waves > MAX_DEVICES:
-        raise UsageError(f"--waves must be at most {MAX_DEVICES}, got {waves}")
+    option, sizes = family.size_option if family else None, {"chunks": chunks, "waves": waves}
+    if option is not None and sizes[option] > MAX_DEVICES:
+        raise UsageError(f"--{option} must be at most {MAX_DEVICES}, got {sizes[option]}")
     kinds = 3 if getattr(args, "split_backward", False) else 2
     try:
         check_size(max(stages, devices), microbatches * per_microbatch * kinds,

@@ -18,7 +18,7 @@ from .common import Parser, UsageError, emit_json
 
 
 def cmd_schedules(args) -> None:
-    rows = []
+    rows: list[dict] = []
     for spec in registry.REGISTRY.values():
         rows.append({
             "name": spec.name,

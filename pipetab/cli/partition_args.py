@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from pipetab.schedules.placements import PlacementFamily
+from pipetab.schedules.placements import traits
 
 from . import common, hardware_args
 from .common import UsageError
@@ -46,8 +46,7 @@ def partition_rules(args) -> list:
          "--layers goes with idealized costs; a --profile times its stages as measured"),
         (layered and args.system is None and args.layers is None and args.profile is None,
          "--partition free or a list needs --layers L (idealized) or --system (the model's layers)"),
-        ((layered or args.partition is not None)
-         and args.placement not in (PlacementFamily.LINEAR, PlacementFamily.BIDIRECTIONAL),
+        ((layered or args.partition is not None) and not traits(args.placement).partitionable,
          "--partition and --layers apply to --placement linear or bidirectional"),
         (getattr(args, "layout", None) is not None and (layered or args.partition is not None),
          "--layout fixes the layers per stage: it does not combine with --partition or --layers"),

@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipetab.schedules.placements import PlacementFamily
+from pipetab.schedules.placements import PlacementFamily, traits
 from pipetab.solver.cpsat.problem import Objective
 
 from . import common, hardware_args, partition_args
@@ -131,12 +131,13 @@ def register(sub) -> None:
 def _refuse_options(args) -> None:
     """One line for every option that does not apply to the others given."""
     hw = args.system is not None or args.profile is not None
+    family = traits(args.placement)
     rules = [
-        (args.waves is not None and args.placement is not PlacementFamily.WAVE,
+        (args.waves is not None and family.size_option != "waves",
          "--waves applies to --placement wave only"),
-        (args.chunks is not None and args.placement is not PlacementFamily.INTERLEAVED,
+        (args.chunks is not None and family.size_option != "chunks",
          "--chunks applies to --placement interleaved only"),
-        ((args.devices or args.pipelines) and args.placement is not PlacementFamily.FREE,
+        ((args.devices or args.pipelines) and family.pipelines is not None,
          "--devices and --pipelines apply to --placement free only"),
         (args.devices is not None and args.devices > args.stages * (args.pipelines or 1),
          f"--devices must be at most the stages of the pipelines, {args.stages * (args.pipelines or 1)}: each "
@@ -161,7 +162,7 @@ def _refuse_options(args) -> None:
          "--devices with --system is not supported (the costs come from an S-device shape)"),
     ]
     rules += [
-        (args.format == "torch-csv" and (args.placement is PlacementFamily.BIDIRECTIONAL or args.pipelines == 2),
+        (args.format == "torch-csv" and not family.torch_csv(args.pipelines or 1),
          "--format torch-csv holds one pipeline; --placement bidirectional and --pipelines 2 have two"),
         (args.format == "torch-csv" and args.no_ops, "--no-ops leaves nothing for --format torch-csv to write"),
     ]

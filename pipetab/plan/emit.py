@@ -28,15 +28,15 @@ from typing import TYPE_CHECKING
 
 from pipetab.hardware.context import Recompute
 from pipetab.hardware.layout import Layout
+from pipetab.schedules.registry import REGISTRY, schedule_traits
 
 if TYPE_CHECKING:
     from pipetab.hardware.model import TransformerModel
 
     from .result import Configuration
 
-MEGATRON_SCHEDULES = ("1f1b", "interleaved")
-TORCH_NAMES = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved": "Interleaved1F1B", "zbv": "ZBVZeroBubble",
-               "dualpipev": "DualPipeV"}
+MEGATRON_SCHEDULES = tuple(name for name, spec in REGISTRY.items() if spec.megatron)
+TORCH_NAMES = {name: spec.torchtitan for name, spec in REGISTRY.items() if spec.torchtitan}
 
 
 def describe(conf: Configuration, gpus: int, framework: str = "megatron") -> dict:
@@ -84,7 +84,7 @@ def megatron_args(conf: Configuration, model: TransformerModel) -> list[str]:
     if model.moe:
         out += ["--expert-model-parallel-size", str(s.ep), "--expert-tensor-parallel-size", str(s.etp)]
         out += ["--overlap-moe-expert-parallel-comm"] if dict(conf.options).get("overlap") else []
-    if s.pp > 1 and (s.layout is not None or conf.schedule == "interleaved"):  # type: ignore[operator]
+    if s.pp > 1 and (s.layout is not None or schedule_traits(conf.schedule).several_per_device):  # type: ignore[operator]
         out += ["--pipeline-model-parallel-layout", conf.layout]
     out += _megatron_recompute(conf)
     if s.zero == 3:

@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from pipetab.hardware.context import Context
     from pipetab.hardware.model import TransformerModel
     from pipetab.schedules.schedule import Schedule
+    from pipetab.solver.levels import Levels
 
 
 @dataclass(frozen=True)
@@ -42,7 +43,7 @@ class Configuration:
     ep_links: str = ""
     sample_microbatches: int | None = None
     layout: str = ""
-    levels: object = field(default=None, compare=False, repr=False)
+    levels: Levels | None = field(default=None, compare=False, repr=False)
     searched: Schedule | None = field(default=None, compare=False, repr=False)
 
     def full_schedule(self) -> Schedule:

@@ -17,26 +17,39 @@ from __future__ import annotations
 import html
 import json
 import re
+from dataclasses import replace
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pipetab.formatting import HEADER, formula_source, level_rows
+from pipetab.solver.levels import check_finite
 from pipetab.solver.pricing import slot_costs
+from pipetab.solver.simulate import simulate
 
 if TYPE_CHECKING:
-    from pipetab.solver.levels import Levels
+    from collections.abc import Sequence
 
-__all__ = ["page_data", "render_page", "with_timeline", "write_page"]
+    from pipetab.solver.levels import Levels
+    from pipetab.solver.simulate import Simulation
+
+__all__ = ["page_data", "render_page", "timeline", "with_timeline", "write_page"]
+
+
+def timeline(levels: Levels) -> Simulation:
+    """The simulation to draw: the levels' own, else the table's slot costs simulated
+    (no message time: the timeline is the table, memory counts activations)."""
+    if levels.simulation is not None:
+        return levels.simulation
+    return check_finite(simulate(levels.schedule, slot_costs(levels.schedule, levels.slots)))
 
 
 def with_timeline(levels: Levels) -> Levels:
-    """``levels`` with a simulation to draw: its own, else the table's slot costs simulated
-    (no message time: the timeline is the table, memory counts activations)."""
+    """``levels`` with a simulation to draw (``timeline``; a new one drops the CP-SAT level,
+    as ``Levels.simulated`` does)."""
     if levels.simulation is not None:
         return levels
-    costs = slot_costs(levels.schedule, levels.slots)
-    return levels.simulated(costs)
+    return replace(levels, simulation=timeline(levels), cpsat=None)
 
 
 def _times(values, integral: bool) -> list:
@@ -61,8 +74,7 @@ def page_data(levels: Levels, title: str | None = None) -> dict:
     ``memory`` as per-device steps (time, amount held), the levels' numbers and units."""
     doc = levels.as_dict()
     rows = level_rows(doc)
-    timed = with_timeline(levels)
-    sim, sched, table = timed.simulation, timed.schedule, timed.table
+    sim, sched, table = timeline(levels), levels.schedule, levels.table
     hardware = levels.simulation is not None and sim.costs.unit == "s"
     cell = table.by_op
     ops = [op for order in sched.orders for op in order]
@@ -123,7 +135,7 @@ def render_page(schedules: list[dict], title: str = "pipetab view") -> str:
     return render("page.html", title, {"title": title, "schedules": schedules}, ("view.css",), ("view.js",))
 
 
-def write_page(path: str | Path, levels: list[Levels], titles: list[str] | None = None,
+def write_page(path: str | Path, levels: list[Levels], titles: Sequence[str | None] | None = None,
                title: str = "pipetab view") -> Path:
     """Write the page comparing ``levels`` to ``path``; returns the path."""
     titles = titles or [None] * len(levels)

@@ -69,7 +69,7 @@ def plan_data(result: Plan) -> tuple[dict, list[dict]]:
         sample = "" if not c.sample_microbatches else (
             f" (the first {c.sample_microbatches} of {c.shape.microbatches} microbatches: the step of all of them, "
             f"{c.step_time_s:.4g} s, is extrapolated exactly from this periodic run)")
-        panels.append(page_data(c.levels, f"{role}: {shape_name(c)}{sample}"))  # type: ignore[arg-type]
+        panels.append(page_data(c.levels, f"{role}: {shape_name(c)}{sample}"))
         names.append(role)
     q = result.question
     return {

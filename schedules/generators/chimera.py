@@ -49,7 +49,7 @@ import numpy as np
 
 from ..arrays import OpArrays, Orders
 from ..ops import B, F, Op
-from ..placements import PlacementFamily, family_placement
+from ..placements import PlacementFamily, family_placement, traits
 from ..schedule import Schedule
 from . import check_shape
 
@@ -57,6 +57,8 @@ CHIMERA_REGIME = "S even, B a multiple of S"
 CHIMERA_FD_REGIME = "S even, B a multiple of 2S"
 
 DOWN, UP = 0, 1
+# the first half of every unit of stages (2 x stages with forward doubling) goes down, the rest up
+SPLIT = traits(PlacementFamily.BIDIRECTIONAL).microbatch2pipeline
 
 
 def _check(stages: object, microbatches: object, name: str, per: int = 1) -> None:
@@ -72,12 +74,6 @@ def _check(stages: object, microbatches: object, name: str, per: int = 1) -> Non
             f"microbatches must be a multiple of {per}*stages ({per * stages}) for {name}, "
             f"got {microbatches}"
         )
-
-
-def _microbatch2pipeline(stages: int, microbatches: int, per: int = 1) -> tuple[int, ...]:
-    """The first half of every unit of ``per * stages`` microbatches goes down, the rest up."""
-    unit = per * stages
-    return tuple(DOWN if m % unit < unit // 2 else UP for m in range(microbatches))
 
 
 def _orders(stages: int, microbatches: int, per: int = 1) -> tuple[tuple[Op, ...], ...]:
@@ -151,7 +147,7 @@ def chimera(stages: int, microbatches: int) -> Schedule:
     return Schedule(
         "chimera",
         family_placement(PlacementFamily.BIDIRECTIONAL, stages, (stages, stages)),
-        _microbatch2pipeline(stages, microbatches),
+        SPLIT(stages, microbatches),
         _orders_arrays(stages, microbatches),
         params={"stages": stages, "microbatches": microbatches},
     )
@@ -166,7 +162,7 @@ def chimera_forward_doubling(stages: int, microbatches: int) -> Schedule:
     return Schedule(
         "chimera-fd",
         family_placement(PlacementFamily.BIDIRECTIONAL, stages, (stages, stages)),
-        _microbatch2pipeline(stages, microbatches, per=2),
+        SPLIT(stages, microbatches, per=2),
         _orders_arrays(stages, microbatches, per=2),
         params={"stages": stages, "microbatches": microbatches},
     )
@@ -189,7 +185,7 @@ def chimera_asym(stages: int, microbatches: int, split: tuple[int, int] = (1, 2)
     return Schedule(
         "chimera-asym",
         family_placement(PlacementFamily.BIDIRECTIONAL, stages, (stages, stages)),
-        _microbatch2pipeline(stages, microbatches),
+        SPLIT(stages, microbatches),
         _orders_arrays(stages, microbatches),
         stage_work=(work, work),
         params={"stages": stages, "microbatches": microbatches, "split": (a, b)},

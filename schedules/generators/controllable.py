@@ -119,8 +119,9 @@ def _eager(result: list[list[list[int]]]) -> list[list[list[int]]]:
             ready = max(ready, end[(d, k - 1, m)])
         if m > 0:
             ready = max(ready, end[(d, k, m - 1)])
-        if last[d] is not None:
-            ready = max(ready, end[(d, *last[d])])  # type: ignore[misc]
+        prev = last[d]
+        if prev is not None:
+            ready = max(ready, end[(d, prev[0], prev[1])])
         end[(d, k, m)] = ready + 1
         last[d] = (k, m)
     return [[[end[(d, k, m)] - 1 for m in range(len(times))] for k, times in enumerate(device)]

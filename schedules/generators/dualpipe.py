@@ -50,7 +50,7 @@ from __future__ import annotations
 from collections import deque
 
 from ..ops import B, F, Op, W
-from ..placements import PlacementFamily, family_placement
+from ..placements import PlacementFamily, family_placement, split_microbatches
 from ..schedule import Schedule
 from . import check_shape
 
@@ -224,11 +224,10 @@ def dualpipe(stages: int, microbatches: int, overlap: bool = True) -> Schedule:
     DeepSeek step loop (see module doc). Requires an even ``microbatches >= 2 * stages``."""
     _check_bidirectional(stages, microbatches)
     devs = _bidirectional_devices(stages, microbatches)
-    half = microbatches // 2
     return Schedule(
         "dualpipe",
         family_placement(PlacementFamily.BIDIRECTIONAL, stages, (stages, stages)),
-        (0,) * half + (1,) * half,
+        split_microbatches(2, microbatches, microbatches),
         tuple(tuple(dev.order) for dev in devs),
         split_backward=True,
         params={"stages": stages, "microbatches": microbatches, **({} if overlap else {"overlap": False})},

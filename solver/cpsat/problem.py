@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from pipetab.schedules.checks import check_count
 from pipetab.schedules.ops import Kind, Op
-from pipetab.schedules.placements import PlacementFamily, family_of, family_placement, family_stages
+from pipetab.schedules.placements import PlacementFamily, family_of, family_placement, family_stages, split_microbatches
 from pipetab.schedules.schedule import Placement, Schedule
 from pipetab.solver.pricing import idealized_costs
 
@@ -360,13 +360,6 @@ class Problem:
         )
 
 
-def bidirectional_microbatches(stages: int, microbatches: int) -> tuple[int, ...]:
-    """Chimera's split: in every unit of ``stages`` microbatches the first half go down
-    (pipeline 0), the second half up (pipeline 1)."""
-    half = max(1, stages // 2)
-    return tuple(0 if m % stages < half else 1 for m in range(microbatches))
-
-
 def idealized_problem(
     stages: int,
     microbatches: int,
@@ -390,7 +383,7 @@ def idealized_problem(
     stages per pipeline those of the family (``schedules.placements.family_stages``: wave
     with ``waves``, interleaved with ``chunks``, free with ``pipelines`` pipelines of
     ``stages`` stages) or of a given ``Placement``; two pipelines split their microbatches
-    half/half per unit (``bidirectional_microbatches``). Costs: ``idealized_costs``."""
+    half/half per unit (``schedules.placements.split_microbatches``). Costs: ``idealized_costs``."""
     check_count("stages", stages)
     check_count("microbatches", microbatches)
     if isinstance(placement, Placement):
@@ -402,13 +395,12 @@ def idealized_problem(
         family = family_of(placement)
         D, label = devices or stages, str(family)
         num_stages = family_stages(family, stages, waves=waves, chunks=chunks, pipelines=pipelines)
-    mb2p = (0,) * microbatches
-    if len(num_stages) == 2 or pipelines == 2:
-        mb2p = bidirectional_microbatches(stages, microbatches)
-        if 1 not in mb2p:
-            half = max(1, stages // 2)
-            raise ValueError(f"microbatches must be at least {half + 1} for two pipelines on {stages} stages "
-                             f"(each unit of {stages} sends its first {half} down, the rest up), got {microbatches}")
+    two = len(num_stages) == 2 or pipelines == 2
+    mb2p = split_microbatches(2 if two else 1, stages, microbatches)
+    if two and 1 not in mb2p:
+        half = max(1, stages // 2)
+        raise ValueError(f"microbatches must be at least {half + 1} for two pipelines on {stages} stages "
+                         f"(each unit of {stages} sends its first {half} down, the rest up), got {microbatches}")
     costs = idealized_costs(D, num_stages, forward, backward, weight, comm, activation_cap, stage_work,
                             split_backward, weight_memory)
     return Problem(D, mb2p, num_stages, costs, placement, split_backward, stage_work,  # type: ignore[arg-type]
