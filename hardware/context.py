@@ -42,7 +42,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 from enum import StrEnum
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from pipetab.schedules.checks import check_count
 
@@ -114,6 +114,21 @@ def recompute_of(value: object) -> Recompute:
     return _choice(Recompute, value, "recompute")
 
 
+# the default of a field ``Context`` derives (``sequence_parallel``, ``zero``): after
+# construction the field holds the derived value, so it is typed as that value's type
+DERIVED: Any = None
+
+
+class Sizes(NamedTuple):
+    """The sizes of a resolved ``Context`` (``Context.sizes``), each known."""
+
+    pp: int
+    microbatch_size: int
+    global_batch: int
+    seq_len: int
+    microbatches: int
+
+
 @dataclass(frozen=True)
 class Context:
     """The parallel and batching context of a run (module docstring): ``pp`` pipeline
@@ -128,8 +143,8 @@ class Context:
     tp: int = 1
     dp: int = 1
     pp: int | None = None
-    sequence_parallel: bool | None = None
-    zero: int | None = None
+    sequence_parallel: bool = DERIVED
+    zero: int = DERIVED
     overlap: bool = True
     microbatch_size: int | None = None
     global_batch: int | None = None
@@ -217,6 +232,18 @@ class Context:
                 self.node_limit) != (1, 1, Precision.BF16, 1.0, None)
 
     @property
+    def sizes(self) -> Sizes:
+        """``pp``, ``microbatch_size``, ``global_batch``, ``seq_len`` and the microbatches of a
+        context resolved for a step (``resolved`` with ``pp`` set, as ``plan``'s shapes);
+        ``ValueError`` naming what is not known otherwise."""
+        pp, b, gb, seq = self.pp, self.microbatch_size, self.global_batch, self.seq_len
+        if pp is None or b is None or gb is None or seq is None:
+            unknown = [k for k, v in (("pp", pp), ("microbatch_size", b), ("global_batch", gb), ("seq_len", seq))
+                       if v is None]
+            raise ValueError(f"context {self.label} is not resolved: {', '.join(unknown)} not known")
+        return Sizes(pp, b, gb, seq, gb // (self.dp * b))
+
+    @property
     def microbatches(self) -> int | None:
         """Microbatches per replica, ``global_batch / (dp x microbatch_size)`` (None until
         both are known)."""
@@ -260,12 +287,13 @@ class Context:
         self.check_experts(model)
         self.check_sequence(model)
         t = self.tp
-        if model.heads % t or model.ffn_hidden % t:  # type: ignore[operator]
+        ffn, kv_heads = model.ffn_hidden or 0, model.kv_heads or model.heads  # derived by the model: never None
+        if model.heads % t or ffn % t:
             raise ValueError(
                 f"tp {t} must divide the heads ({model.heads}) and the MLP size "
                 f"({model.ffn_hidden}) of model {model.name!r}"
             )
-        if model.kv_heads % t and t % model.kv_heads:  # type: ignore[operator]
+        if kv_heads % t and t % kv_heads:
             raise ValueError(
                 f"tp {t} and the kv_heads ({model.kv_heads}) of model {model.name!r} must "
                 "divide one another"
@@ -290,7 +318,7 @@ class Context:
             return
         if model.num_experts % self.ep:
             raise ValueError(f"ep {self.ep} must divide the {model.num_experts} experts of model {model.name!r}")
-        if model.expert_ffn_hidden % self.etp:  # type: ignore[operator]
+        if (model.expert_ffn_hidden or 0) % self.etp:  # a mixture-of-experts model has it
             raise ValueError(f"etp {self.etp} must divide the expert MLP size ({model.expert_ffn_hidden}) "
                              f"of model {model.name!r}")
         if self.tp > 1 and not self.sequence_parallel:
@@ -307,7 +335,7 @@ class Context:
         return self._persistent(model, dense, self.replicas) + self._persistent(model, expert_params, self.edp)
 
     def _persistent(self, model: TransformerModel, params: int, replicas: int) -> int:
-        zero = self.zero or 0
+        zero = self.zero
         grad_shards = replicas if zero >= 2 else 1
         state_shards = replicas if zero >= 1 else 1
         weights = params * model.bytes_per_param_compute

@@ -42,15 +42,16 @@ TORCH_NAMES = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved": "Interleaved1F1B
 def describe(conf: Configuration, gpus: int, framework: str = "megatron") -> dict:
     """What a framework's configuration of ``conf`` says (the round trip's target)."""
     s = conf.shape
+    pp = s.sizes.pp
     layers = conf.layers_per_stage
-    chunks = len(layers) // s.pp if layers else 1  # type: ignore[operator]
+    chunks = len(layers) // pp if layers else 1
     recompute: object = str(s.recompute)
     if s.recompute_layers is not None:
         recompute = ("block", max(s.recompute_layers)) if framework == "megatron" else "per-stage"
     zero = s.zero if framework == "megatron" else (3 if s.zero == 3 else 0)
     if framework == "megatron" and zero == 2:
         zero = 1  # the distributed optimizer
-    return {"pp": s.pp, "tp": s.tp, "cp": s.cp, "dp": gpus // (s.pp * s.tp * s.cp), "ep": s.ep, "etp": s.etp,  # type: ignore[operator]
+    return {"pp": pp, "tp": s.tp, "cp": s.cp, "dp": gpus // (pp * s.tp * s.cp), "ep": s.ep, "etp": s.etp,
             "microbatch_size": s.microbatch_size, "global_batch": s.global_batch, "seq_len": s.seq_len,
             "layout": conf.layout, "chunks": chunks, "recompute": recompute, "zero": zero,
             "sequence_parallel": bool(s.sequence_parallel)}
@@ -84,7 +85,7 @@ def megatron_args(conf: Configuration, model: TransformerModel) -> list[str]:
     if model.moe:
         out += ["--expert-model-parallel-size", str(s.ep), "--expert-tensor-parallel-size", str(s.etp)]
         out += ["--overlap-moe-expert-parallel-comm"] if dict(conf.options).get("overlap") else []
-    if s.pp > 1 and (s.layout is not None or conf.schedule == "interleaved"):  # type: ignore[operator]
+    if s.sizes.pp > 1 and (s.layout is not None or conf.schedule == "interleaved"):
         out += ["--pipeline-model-parallel-layout", conf.layout]
     out += _megatron_recompute(conf)
     if s.zero == 3:
@@ -106,7 +107,7 @@ def megatron_text(conf: Configuration, model: TransformerModel, gpus: int) -> st
             j += 1
         lines.append(shlex.join(args[i:j]))
         i = j
-    dp = gpus // (conf.shape.pp * conf.shape.tp * conf.shape.cp)  # type: ignore[operator]
+    dp = gpus // (conf.shape.sizes.pp * conf.shape.tp * conf.shape.cp)
     head = (f"# pipetab plan: {conf.label} {conf.shape.label}, {conf.step_time_s:.4g} s per step (simulated); "
             f"run on {gpus} GPUs (data parallelism: the GPUs left, {dp})")
     return head + "\n" + " \\\n".join(lines) + "\n"
@@ -166,7 +167,8 @@ def _toml_value(v: object) -> str:
 def torchtitan_toml(conf: Configuration, gpus: int, csv_path: str = "") -> str:
     """The ``[parallelism]`` and ``[training]`` sections of ``conf`` (module docstring)."""
     s = conf.shape
-    dp = gpus // (s.pp * s.tp * s.cp)  # type: ignore[operator]
+    sizes = s.sizes
+    dp = gpus // (sizes.pp * s.tp * s.cp)
     par = {"data_parallel_replicate_degree": 1 if s.zero == 3 else dp,
            "data_parallel_shard_degree": dp if s.zero == 3 else 1,
            "fsdp_reshard_after_forward": "always" if s.reshard_after_forward else "never",
@@ -175,9 +177,9 @@ def torchtitan_toml(conf: Configuration, gpus: int, csv_path: str = "") -> str:
            "pipeline_parallel_schedule_csv": csv_path, "num_pp_microbatches": s.microbatches,
            "module_fqns_per_model_part": module_fqns(Layout.parse(conf.layout)),
            "context_parallel_degree": s.cp, "expert_parallel_degree": s.ep}
-    seq = s.seq_len
-    train = {"num_tokens_per_microbatch_per_dp_rank": s.microbatch_size * seq,  # type: ignore[operator]
-             "num_tokens_per_train_step": s.global_batch * seq, "max_context_length": seq}  # type: ignore[operator]
+    seq = sizes.seq_len
+    train = {"num_tokens_per_microbatch_per_dp_rank": sizes.microbatch_size * seq,
+             "num_tokens_per_train_step": sizes.global_batch * seq, "max_context_length": seq}
     lines = [f"# pipetab plan: {conf.label} {s.label}, {conf.step_time_s:.4g} s per step (simulated), {gpus} GPUs",
              f"# recompute: {conf.recompute_label} (torchtitan's activation checkpointing)"]
     if s.zero in (1, 2):
