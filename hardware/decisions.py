@@ -55,7 +55,10 @@ class Decision:
     switch on by default: its flag turns it off), ``str`` (one of ``choices``), ``"layout"``
     or ``"counts"`` (per-stage integers). ``label``: how messages name it; ``dest``: its
     attribute on the parsed command line; ``plan_flag``/``space``: ``plan``'s flag and
-    ``ContextSpace`` field ("": not ``plan``'s); ``sweep``: its key in a sweep file."""
+    ``ContextSpace`` field ("": not ``plan``'s); ``sweep``: its key in a sweep file;
+    ``megatron``: the argument of Megatron-LM's training script, ``torchtitan``: the
+    ``section.field`` of torchtitan's TOML that ``pipetab.plan.emit`` writes (the batch and
+    sequence in tokens there), None where the framework has none."""
 
     name: str
     kind: Any
@@ -133,18 +136,18 @@ DECISIONS: tuple[Decision, ...] = (
              "--microbatch-size", maximum=MAX_MICROBATCH_SIZE, plan=Enumerate.CANDIDATES,
              plan_flag="--microbatch-sizes", space="microbatch_sizes",
              plan_help="sequences per microbatch to try, e.g. 1,2,4 (default: powers of two up to 32768 tokens)",
-             megatron="--micro-batch-size", torchtitan="training.local_batch_size"),
+             megatron="--micro-batch-size", torchtitan="training.num_tokens_per_microbatch_per_dp_rank"),
     Decision("global_batch", int, "sequences per training step", "--global-batch", maximum=MAX_GLOBAL_BATCH,
-             commands=ALL_COMMANDS, megatron="--global-batch-size", torchtitan="training.global_batch_size"),
+             commands=ALL_COMMANDS, megatron="--global-batch-size", torchtitan="training.num_tokens_per_train_step"),
     Decision("seq_len", int, "tokens per sequence (default: the model's)", "--seq", label="sequence length",
              dest="seq", maximum=MAX_SEQ, commands=ALL_COMMANDS, sweep="grid.cluster.seq",
-             megatron="--seq-length", torchtitan="training.seq_len"),
+             megatron="--seq-length", torchtitan="training.max_context_length"),
     _degree("ep", "expert parallelism (MoE models): GPUs of a stage sharing the experts (default 1)",
             "--expert-model-parallel-size", "parallelism.expert_parallel_degree",
             "expert-parallel sizes to try for a MoE model, e.g. 8,16 (default: every divisor of the expert count "
             "that divides a stage's GPUs)"),
     _degree("etp", "expert tensor parallelism (MoE models): GPUs splitting each expert (default 1)",
-            "--expert-tensor-parallel-size", "parallelism.expert_tensor_parallel_degree",
+            "--expert-tensor-parallel-size", None,
             "expert tensor-parallel sizes to try for a MoE model (default 1)"),
     Decision("dispatch_precision", str, "element format of the expert-parallel dispatch (MoE models; default bf16)",
              "--dispatch", label="dispatch precision", choices=tuple(Precision), default=Precision.BF16,
@@ -164,7 +167,7 @@ DECISIONS: tuple[Decision, ...] = (
             "tokens or more)"),
     Decision("cp_comm", str, "context-parallel K/V exchange: p2p ring overlapped with attention (default) or "
              "allgather (Llama 3)", "--cp-comm", label="cp comm", choices=tuple(CpComm), default=CpComm.P2P,
-             plan=Enumerate.PINNED, megatron="--cp-comm-type", torchtitan="parallelism.context_parallel_rotate_method"),
+             plan=Enumerate.PINNED, megatron="--cp-comm-type"),
     Decision("reshard_after_forward", bool, "with --zero 3: keep the gathered weights from F to B (FSDP's "
              "reshard_after_forward=False)", "--no-reshard-after-forward", default=True, plan=Enumerate.PINNED,
              torchtitan="parallelism.fsdp_reshard_after_forward"),

@@ -27,6 +27,7 @@ import tomllib
 from typing import TYPE_CHECKING
 
 from pipetab.hardware.context import Recompute
+from pipetab.hardware.decisions import DECISION
 from pipetab.hardware.layout import Layout
 
 if TYPE_CHECKING:
@@ -35,6 +36,13 @@ if TYPE_CHECKING:
     from .result import Configuration
 
 MEGATRON_SCHEDULES = ("1f1b", "interleaved")
+# the frameworks' names of the context decisions (hardware.decisions)
+MEGATRON = {name: str(DECISION[name].megatron) for name in ("seq_len", "microbatch_size", "global_batch", "tp", "pp",
+                                                             "cp", "cp_comm", "sequence_parallel", "ep", "etp",
+                                                             "layout", "recompute", "recompute_layers")}
+TORCHTITAN = {name: str(DECISION[name].torchtitan).split(".")[1]
+              for name in ("dp", "zero", "reshard_after_forward", "tp", "sequence_parallel", "pp", "layout", "cp", "ep",
+                           "microbatch_size", "global_batch", "seq_len")}
 TORCH_NAMES = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved": "Interleaved1F1B", "zbv": "ZBVZeroBubble",
                "dualpipev": "DualPipeV"}
 
@@ -61,12 +69,12 @@ def describe(conf: Configuration, gpus: int, framework: str = "megatron") -> dic
 def _megatron_recompute(conf: Configuration) -> list[str]:
     s = conf.shape
     if s.recompute_layers is not None:
-        return ["--recompute-granularity", "full", "--recompute-method", "block",
-                "--recompute-num-layers", str(max(s.recompute_layers))]
+        return [MEGATRON["recompute"], "full", "--recompute-method", "block",
+                MEGATRON["recompute_layers"], str(max(s.recompute_layers))]
     if s.recompute is Recompute.FULL:
-        return ["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"]
+        return [MEGATRON["recompute"], "full", "--recompute-method", "uniform", MEGATRON["recompute_layers"], "1"]
     if s.recompute is Recompute.SELECTIVE:
-        return ["--recompute-granularity", "selective"]
+        return [MEGATRON["recompute"], "selective"]
     return []
 
 
@@ -76,17 +84,17 @@ def megatron_args(conf: Configuration, model: TransformerModel) -> list[str]:
     if conf.schedule not in MEGATRON_SCHEDULES:
         raise ValueError(f"Megatron-LM runs {' and '.join(MEGATRON_SCHEDULES)}, not {conf.label}")
     s = conf.shape
-    out = ["--num-layers", str(model.num_layers), "--seq-length", str(s.seq_len),
-           "--micro-batch-size", str(s.microbatch_size), "--global-batch-size", str(s.global_batch),
-           "--tensor-model-parallel-size", str(s.tp), "--pipeline-model-parallel-size", str(s.pp),
-           "--context-parallel-size", str(s.cp)]
-    out += ["--cp-comm-type", str(s.cp_comm)] if s.cp > 1 else []
-    out += ["--sequence-parallel"] if s.sequence_parallel else []
+    m, sizes = MEGATRON, s.sizes
+    out = ["--num-layers", str(model.num_layers), m["seq_len"], str(sizes.seq_len),
+           m["microbatch_size"], str(sizes.microbatch_size), m["global_batch"], str(sizes.global_batch),
+           m["tp"], str(s.tp), m["pp"], str(sizes.pp), m["cp"], str(s.cp)]
+    out += [m["cp_comm"], str(s.cp_comm)] if s.cp > 1 else []
+    out += [m["sequence_parallel"]] if s.sequence_parallel else []
     if model.moe:
-        out += ["--expert-model-parallel-size", str(s.ep), "--expert-tensor-parallel-size", str(s.etp)]
+        out += [m["ep"], str(s.ep), m["etp"], str(s.etp)]
         out += ["--overlap-moe-expert-parallel-comm"] if dict(conf.options).get("overlap") else []
-    if s.sizes.pp > 1 and (s.layout is not None or conf.schedule == "interleaved"):
-        out += ["--pipeline-model-parallel-layout", conf.layout]
+    if sizes.pp > 1 and (s.layout is not None or conf.schedule == "interleaved"):
+        out += [m["layout"], conf.layout]
     out += _megatron_recompute(conf)
     if s.zero == 3:
         out += ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", "optim_grads_params"]
@@ -169,17 +177,16 @@ def torchtitan_toml(conf: Configuration, gpus: int, csv_path: str = "") -> str:
     s = conf.shape
     sizes = s.sizes
     dp = gpus // (sizes.pp * s.tp * s.cp)
-    par = {"data_parallel_replicate_degree": 1 if s.zero == 3 else dp,
-           "data_parallel_shard_degree": dp if s.zero == 3 else 1,
-           "fsdp_reshard_after_forward": "always" if s.reshard_after_forward else "never",
-           "tensor_parallel_degree": s.tp, "enable_sequence_parallel": bool(s.sequence_parallel),
-           "pipeline_parallel_degree": s.pp, "pipeline_parallel_schedule": TORCH_NAMES.get(conf.schedule, "1F1B"),
-           "pipeline_parallel_schedule_csv": csv_path, "num_pp_microbatches": s.microbatches,
-           "module_fqns_per_model_part": module_fqns(Layout.parse(conf.layout)),
-           "context_parallel_degree": s.cp, "expert_parallel_degree": s.ep}
+    t = TORCHTITAN
+    par = {t["dp"]: 1 if s.zero == 3 else dp, t["zero"]: dp if s.zero == 3 else 1,
+           t["reshard_after_forward"]: "always" if s.reshard_after_forward else "never",
+           t["tp"]: s.tp, t["sequence_parallel"]: bool(s.sequence_parallel),
+           t["pp"]: sizes.pp, "pipeline_parallel_schedule": TORCH_NAMES.get(conf.schedule, "1F1B"),
+           "pipeline_parallel_schedule_csv": csv_path, "num_pp_microbatches": sizes.microbatches,
+           t["layout"]: module_fqns(Layout.parse(conf.layout)), t["cp"]: s.cp, t["ep"]: s.ep}
     seq = sizes.seq_len
-    train = {"num_tokens_per_microbatch_per_dp_rank": sizes.microbatch_size * seq,
-             "num_tokens_per_train_step": sizes.global_batch * seq, "max_context_length": seq}
+    train = {t["microbatch_size"]: sizes.microbatch_size * seq, t["global_batch"]: sizes.global_batch * seq,
+             t["seq_len"]: seq}
     lines = [f"# pipetab plan: {conf.label} {s.label}, {conf.step_time_s:.4g} s per step (simulated), {gpus} GPUs",
              f"# recompute: {conf.recompute_label} (torchtitan's activation checkpointing)"]
     if s.zero in (1, 2):

@@ -64,3 +64,13 @@ def test_the_context_space_checks_its_candidates():
         ContextSpace(cp_comm="ring")
     assert ContextSpace().zeros(1) == (0,) and ContextSpace().zeros(4) == (1, 3)
     assert ContextSpace(zero=2).zeros(4) == (2,)
+
+
+def test_the_declared_megatron_names_are_megatron_arguments():
+    """Each declared Megatron-LM name is an argument of its training script (the list made
+    from Megatron's source, ``tests/data/megatron_arguments.txt``)."""
+    from pathlib import Path
+
+    arguments = set((Path(__file__).parents[1] / "data" / "megatron_arguments.txt").read_text().split())
+    declared = [d.megatron for d in DECISIONS if d.megatron]
+    assert len(declared) >= 14 and set(declared) <= arguments
