@@ -19,11 +19,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pipetab.schedules.checks import check_count
 
 from .context import Context, CpComm, Precision, Recompute, cp_comm_of, precision_of
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
 
 # sizes of the real-cluster options (docs/limits.md): beyond them no cluster exists, and the
 # arithmetic of a step would only hang or overflow
@@ -50,6 +53,17 @@ class Enumerate(StrEnum):
 
 
 @dataclass(frozen=True)
+class Needs:
+    """When a decision applies (given otherwise, it is refused): ``holds`` of the values of
+    ``tp``, ``dp``, ``cp`` and ``zero`` (the last None when derived), ``text`` as an option
+    says it (``--tp > 1``) and the parallelism it ``shapes``."""
+
+    holds: Callable[[Mapping[str, Any]], bool]
+    text: str
+    shapes: str
+
+
+@dataclass(frozen=True)
 class Decision:
     """One context decision (module docstring). ``kind``: ``int``, ``float``, ``bool`` (a
     switch on by default: its flag turns it off), ``str`` (one of ``choices``), ``"layout"``
@@ -58,7 +72,8 @@ class Decision:
     ``ContextSpace`` field ("": not ``plan``'s); ``sweep``: its key in a sweep file;
     ``megatron``: the argument of Megatron-LM's training script, ``torchtitan``: the
     ``section.field`` of torchtitan's TOML that ``pipetab.plan.emit`` writes (the batch and
-    sequence in tokens there), None where the framework has none."""
+    sequence in tokens there), None where the framework has none; ``needs``: when it
+    applies."""
 
     name: str
     kind: Any
@@ -79,6 +94,7 @@ class Decision:
     sweep_list: bool = False
     megatron: str | None = None
     torchtitan: str | None = None
+    needs: Needs | None = None
 
     def __post_init__(self) -> None:
         defaults = {"label": self.name.replace("_", " "), "dest": self.name, "sweep": f"grid.cluster.{self.name}"}
@@ -126,12 +142,15 @@ DECISIONS: tuple[Decision, ...] = (
             f"data-parallel replicas to consider, e.g. 8 or 4,8 {_SPLITS}", maximum=MAX_GPUS),
     Decision("sequence_parallel", bool, "tensor parallelism without sequence parallelism (default: with, when "
              "TP > 1)", "--no-sequence-parallel", plan=Enumerate.PINNED, default=True,
+             needs=Needs(lambda v: v["tp"] > 1, "--tp > 1", "tensor"),
              megatron="--sequence-parallel", torchtitan="parallelism.enable_sequence_parallel"),
     Decision("zero", int, "ZeRO stage with data parallelism: 0 none, 1 optimizer state (default), 2 and gradients, "
              "3 and weights (FSDP)", "--zero", choices=(0, 1, 2, 3), plan=Enumerate.CHOICE,
+             needs=Needs(lambda v: v["dp"] * v["cp"] > 1, "--dp > 1 or --cp > 1", "data"),
              megatron="--use-distributed-optimizer", torchtitan="parallelism.data_parallel_shard_degree"),
     Decision("overlap", bool, "do not overlap the data-parallel gradient reduction with the last backward",
-             "--no-overlap", plan=Enumerate.PINNED, default=True, megatron="--overlap-grad-reduce"),
+             "--no-overlap", plan=Enumerate.PINNED, default=True, megatron="--overlap-grad-reduce",
+             needs=Needs(lambda v: v["dp"] > 1, "--dp > 1", "data")),
     Decision("microbatch_size", int, "sequences per microbatch (default: global batch / (dp x microbatches))",
              "--microbatch-size", maximum=MAX_MICROBATCH_SIZE, plan=Enumerate.CANDIDATES,
              plan_flag="--microbatch-sizes", space="microbatch_sizes",
@@ -167,10 +186,12 @@ DECISIONS: tuple[Decision, ...] = (
             "tokens or more)"),
     Decision("cp_comm", str, "context-parallel K/V exchange: p2p ring overlapped with attention (default) or "
              "allgather (Llama 3)", "--cp-comm", label="cp comm", choices=tuple(CpComm), default=CpComm.P2P,
-             plan=Enumerate.PINNED, megatron="--cp-comm-type"),
+             plan=Enumerate.PINNED, megatron="--cp-comm-type",
+             needs=Needs(lambda v: v["cp"] > 1, "--cp > 1", "context")),
     Decision("reshard_after_forward", bool, "with --zero 3: keep the gathered weights from F to B (FSDP's "
              "reshard_after_forward=False)", "--no-reshard-after-forward", default=True, plan=Enumerate.PINNED,
-             torchtitan="parallelism.fsdp_reshard_after_forward"),
+             torchtitan="parallelism.fsdp_reshard_after_forward",
+             needs=Needs(lambda v: v["zero"] == 3, "--zero 3", "sharded data")),
     Decision("layout", "layout", "layers per stage as Megatron's pipeline_model_parallel_layout, e.g. "
              "'E|(t*8|)*4L' (E embedding, t layer, m MTP, L head and loss; default: even)", "--layout",
              megatron="--pipeline-model-parallel-layout", torchtitan="parallelism.module_fqns_per_model_part"),

@@ -323,17 +323,13 @@ def check_profile_possible(profile, stages: int, model=None, peak_flops: float |
 
 def context_of(args, recompute: str = "none") -> Context:
     """The run's ``Context`` from the real-cluster options (not yet resolved for a schedule)."""
-    tp, dp, cp = args.tp or 1, args.dp or 1, getattr(args, "cp", None) or 1
-    for flag, given, needs in (("--no-sequence-parallel", not args.sequence_parallel and tp == 1, "--tp > 1"),
-                               ("--zero", args.zero is not None and dp * cp == 1, "--dp > 1 or --cp > 1"),
-                               ("--no-overlap", not args.overlap and dp == 1, "--dp > 1"),
-                               ("--cp-comm", getattr(args, "cp_comm", None) is not None and cp == 1, "--cp > 1"),
-                               ("--no-reshard-after-forward", not getattr(args, "reshard_after_forward", True)
-                                and args.zero != 3, "--zero 3")):
-        if given:
-            what = {"--tp > 1": "tensor", "--cp > 1": "context", "--zero 3": "sharded data"}.get(needs, "data")
-            raise UsageError(f"{flag} applies with {needs} only (it shapes {what} parallelism)")
     given = {d.name: getattr(args, d.dest, None) for d in CLUSTER_DECISIONS}
+    degrees = {"tp": given["tp"] or 1, "dp": given["dp"] or 1, "cp": given["cp"] or 1, "zero": given["zero"]}
+    for d in CLUSTER_DECISIONS:
+        value = given[d.name]
+        given_here = value is False if d.kind is bool else value is not None  # a switch: turned off
+        if d.needs is not None and given_here and not d.needs.holds(degrees):
+            raise UsageError(f"{d.flag} applies with {d.needs.text} only (it shapes {d.needs.shapes} parallelism)")
     if given["sequence_parallel"] is not False:
         del given["sequence_parallel"]  # derived: on with tp > 1
     try:

@@ -96,6 +96,8 @@ _GRID = {"schedules", "stages", "microbatches", "systems", "models", "profiles",
 _CLUSTER_DECISIONS = {d.sweep_key: d for d in DECISIONS if d.sweep.startswith("grid.cluster.")}
 _CLUSTER = {"gpus", *_CLUSTER_DECISIONS}
 _CROSSED = tuple(k for k, d in _CLUSTER_DECISIONS.items() if d.sweep_list)  # tp, dp, ep, etp, cp
+_COUNTS = ("gpus", *(k for k, d in _CLUSTER_DECISIONS.items() if d.kind is int and not (d.sweep_list or d.choices)))
+_CHOICES = tuple(k for k, d in _CLUSTER_DECISIONS.items() if (d.choices and k != "zero") or d.kind is float)
 _SEARCH = ("time_limit", "workers", "tick_s", "ticks_per_op")
 _RUN = {
     "mode", "recompute", "contention", "exposed_comm", "forward_slots", "backward_slots",
@@ -469,7 +471,7 @@ def _parse_cluster(doc: object, run: RunSettings) -> dict:
         out[key] = _list(doc.get(key, [1]), f"grid.cluster.{key}", int)
         if any(v < 1 for v in out[key]) or len(set(out[key])) != len(out[key]):
             raise ConfigError(f"grid.cluster.{key} must list different integers >= 1, got {out[key]!r}")
-    for key in ("gpus", "global_batch", "microbatch_size", "seq", "node_limit"):
+    for key in _COUNTS:  # gpus, global_batch, microbatch_size, seq, node_limit
         if key in doc:
             v = doc[key]
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
@@ -497,7 +499,7 @@ def _parse_cluster_extras(doc: dict) -> dict:
     from pipetab.hardware.layout import Layout
 
     out: dict = {}
-    for key in ("cp_comm", "dispatch_precision", "gemm_precision", "routing_imbalance"):
+    for key in _CHOICES:  # dispatch_precision, routing_imbalance, gemm_precision, cp_comm
         if key in doc:
             try:
                 _CLUSTER_DECISIONS[key].check(doc[key])
