@@ -120,9 +120,8 @@ DERIVED: Any = None
 
 
 class Sizes(NamedTuple):
-    """The sizes of a resolved ``Context`` (``Context.sizes``), each known."""
+    """The batch sizes of a ``Context`` resolved for a step (``Context.sizes``), each known."""
 
-    pp: int
     microbatch_size: int
     global_batch: int
     seq_len: int
@@ -233,15 +232,20 @@ class Context:
 
     @property
     def sizes(self) -> Sizes:
-        """``pp``, ``microbatch_size``, ``global_batch``, ``seq_len`` and the microbatches of a
-        context resolved for a step (``resolved`` with ``pp`` set, as ``plan``'s shapes);
-        ``ValueError`` naming what is not known otherwise."""
-        pp, b, gb, seq = self.pp, self.microbatch_size, self.global_batch, self.seq_len
-        if pp is None or b is None or gb is None or seq is None:
-            unknown = [k for k, v in (("pp", pp), ("microbatch_size", b), ("global_batch", gb), ("seq_len", seq))
-                       if v is None]
-            raise ValueError(f"context {self.label} is not resolved: {', '.join(unknown)} not known")
-        return Sizes(pp, b, gb, seq, gb // (self.dp * b))
+        """``microbatch_size``, ``global_batch``, ``seq_len`` and the microbatches of a context
+        resolved for a step (``resolved``); ``ValueError`` naming what is not known otherwise."""
+        b, gb, seq = self.microbatch_size, self.global_batch, self.seq_len
+        if b is None or gb is None or seq is None:
+            unknown = [k for k, v in (("microbatch_size", b), ("global_batch", gb), ("seq_len", seq)) if v is None]
+            raise ValueError(f"context {self.label} is not resolved for a step: {', '.join(unknown)} not known")
+        return Sizes(b, gb, seq, gb // (self.dp * b))
+
+    @property
+    def stages(self) -> int:
+        """``pp`` where it is known (a shape of ``plan``); ``ValueError`` otherwise."""
+        if self.pp is None:
+            raise ValueError(f"context {self.label} has no pipeline depth (pp) yet")
+        return self.pp
 
     @property
     def microbatches(self) -> int | None:

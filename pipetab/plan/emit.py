@@ -50,7 +50,7 @@ TORCH_NAMES = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved": "Interleaved1F1B
 def describe(conf: Configuration, gpus: int, framework: str = "megatron") -> dict:
     """What a framework's configuration of ``conf`` says (the round trip's target)."""
     s = conf.shape
-    pp = s.sizes.pp
+    pp = s.stages
     layers = conf.layers_per_stage
     chunks = len(layers) // pp if layers else 1
     recompute: object = str(s.recompute)
@@ -87,13 +87,13 @@ def megatron_args(conf: Configuration, model: TransformerModel) -> list[str]:
     m, sizes = MEGATRON, s.sizes
     out = ["--num-layers", str(model.num_layers), m["seq_len"], str(sizes.seq_len),
            m["microbatch_size"], str(sizes.microbatch_size), m["global_batch"], str(sizes.global_batch),
-           m["tp"], str(s.tp), m["pp"], str(sizes.pp), m["cp"], str(s.cp)]
+           m["tp"], str(s.tp), m["pp"], str(s.stages), m["cp"], str(s.cp)]
     out += [m["cp_comm"], str(s.cp_comm)] if s.cp > 1 else []
     out += [m["sequence_parallel"]] if s.sequence_parallel else []
     if model.moe:
         out += [m["ep"], str(s.ep), m["etp"], str(s.etp)]
         out += ["--overlap-moe-expert-parallel-comm"] if dict(conf.options).get("overlap") else []
-    if sizes.pp > 1 and (s.layout is not None or conf.schedule == "interleaved"):
+    if s.stages > 1 and (s.layout is not None or conf.schedule == "interleaved"):
         out += [m["layout"], conf.layout]
     out += _megatron_recompute(conf)
     if s.zero == 3:
@@ -115,7 +115,7 @@ def megatron_text(conf: Configuration, model: TransformerModel, gpus: int) -> st
             j += 1
         lines.append(shlex.join(args[i:j]))
         i = j
-    dp = gpus // (conf.shape.sizes.pp * conf.shape.tp * conf.shape.cp)
+    dp = gpus // (conf.shape.stages * conf.shape.tp * conf.shape.cp)
     head = (f"# pipetab plan: {conf.label} {conf.shape.label}, {conf.step_time_s:.4g} s per step (simulated); "
             f"run on {gpus} GPUs (data parallelism: the GPUs left, {dp})")
     return head + "\n" + " \\\n".join(lines) + "\n"
@@ -176,12 +176,12 @@ def torchtitan_toml(conf: Configuration, gpus: int, csv_path: str = "") -> str:
     """The ``[parallelism]`` and ``[training]`` sections of ``conf`` (module docstring)."""
     s = conf.shape
     sizes = s.sizes
-    dp = gpus // (sizes.pp * s.tp * s.cp)
+    dp = gpus // (s.stages * s.tp * s.cp)
     t = TORCHTITAN
     par = {t["dp"]: 1 if s.zero == 3 else dp, t["zero"]: dp if s.zero == 3 else 1,
            t["reshard_after_forward"]: "always" if s.reshard_after_forward else "never",
            t["tp"]: s.tp, t["sequence_parallel"]: bool(s.sequence_parallel),
-           t["pp"]: sizes.pp, "pipeline_parallel_schedule": TORCH_NAMES.get(conf.schedule, "1F1B"),
+           t["pp"]: s.stages, "pipeline_parallel_schedule": TORCH_NAMES.get(conf.schedule, "1F1B"),
            "pipeline_parallel_schedule_csv": csv_path, "num_pp_microbatches": sizes.microbatches,
            t["layout"]: module_fqns(Layout.parse(conf.layout)), t["cp"]: s.cp, t["ep"]: s.ep}
     seq = sizes.seq_len

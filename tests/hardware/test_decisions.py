@@ -47,11 +47,14 @@ def test_the_resolved_context_derives_concrete_switches():
 
 
 def test_sizes_of_a_context_resolved_for_a_step():
-    """``sizes``: pp, microbatch size, global batch, sequence and microbatches, all known."""
+    """``sizes``: microbatch size, global batch, sequence and microbatches, all known;
+    ``stages``: the pipeline depth."""
     ctx = Context(pp=4, dp=2, microbatch_size=2, global_batch=64, seq_len=1024)
-    assert tuple(ctx.sizes) == (4, 2, 64, 1024, 16)
-    with pytest.raises(ValueError, match="not resolved: pp, microbatch_size"):
+    assert tuple(ctx.sizes) == (2, 64, 1024, 16) and ctx.stages == 4
+    with pytest.raises(ValueError, match="not resolved for a step: microbatch_size not known"):
         _ = Context(global_batch=8, seq_len=16).sizes
+    with pytest.raises(ValueError, match="no pipeline depth"):
+        _ = Context().stages
 
 
 def test_the_context_space_checks_its_candidates():
