@@ -1,7 +1,7 @@
 """Each decision of a run's ``Context`` declared once, with what every front end needs of it.
 
 A ``Decision`` names one field of ``hardware.Context`` and says: its kind and range (or
-choices), its default (``DERIVED``: ``Context`` derives it), its help text, which commands
+choices), its default (``Context``'s: ``DERIVED`` where ``Context`` derives it), its help text, which commands
 take it and under which flag, how ``pipetab plan`` enumerates it (``Enumerate``), its key
 in a sweep file and its names in Megatron-LM and torchtitan. ``DECISIONS`` lists them all,
 in the order the command line reports them; from it are generated the real-cluster options
@@ -17,7 +17,7 @@ pinned; a ``Context`` is one resolved answer.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +36,7 @@ MAX_MICROBATCH_SIZE = 2**20  # sequences
 MAX_GLOBAL_BATCH = 2**24  # sequences
 MAX_SEQ = 2**24  # tokens per sequence
 
+_CONTEXT_DEFAULTS = {f.name: f.default for f in fields(Context)}
 RUN_COMMANDS = frozenset({"evaluate", "view", "search", "bound"})  # one schedule, one context
 ALL_COMMANDS = RUN_COMMANDS | {"plan"}
 
@@ -81,7 +82,6 @@ class Decision:
     flag: str = ""
     label: str = ""
     dest: str = ""
-    default: object = None
     minimum: float | None = None
     maximum: int | None = None
     choices: tuple = ()
@@ -105,6 +105,11 @@ class Decision:
             object.__setattr__(self, "commands", self.commands | {"plan"})
             object.__setattr__(self, "plan_flag", self.plan_flag or self.flag)
             object.__setattr__(self, "space", self.space or self.name)
+
+    @property
+    def default(self) -> object:
+        """``Context``'s default (``DERIVED``, None: ``Context`` derives it)."""
+        return _CONTEXT_DEFAULTS[self.name]
 
     @property
     def sweep_key(self) -> str:
@@ -141,7 +146,7 @@ DECISIONS: tuple[Decision, ...] = (
             "parallelism.data_parallel_replicate_degree",
             f"data-parallel replicas to consider, e.g. 8 or 4,8 {_SPLITS}", maximum=MAX_GPUS),
     Decision("sequence_parallel", bool, "tensor parallelism without sequence parallelism (default: with, when "
-             "TP > 1)", "--no-sequence-parallel", plan=Enumerate.PINNED, default=True,
+             "TP > 1)", "--no-sequence-parallel", plan=Enumerate.PINNED,
              needs=Needs(lambda v: v["tp"] > 1, "--tp > 1", "tensor"),
              megatron="--sequence-parallel", torchtitan="parallelism.enable_sequence_parallel"),
     Decision("zero", int, "ZeRO stage with data parallelism: 0 none, 1 optimizer state (default), 2 and gradients, "
@@ -149,7 +154,7 @@ DECISIONS: tuple[Decision, ...] = (
              needs=Needs(lambda v: v["dp"] * v["cp"] > 1, "--dp > 1 or --cp > 1", "data"),
              megatron="--use-distributed-optimizer", torchtitan="parallelism.data_parallel_shard_degree"),
     Decision("overlap", bool, "do not overlap the data-parallel gradient reduction with the last backward",
-             "--no-overlap", plan=Enumerate.PINNED, default=True, megatron="--overlap-grad-reduce",
+             "--no-overlap", plan=Enumerate.PINNED, megatron="--overlap-grad-reduce",
              needs=Needs(lambda v: v["dp"] > 1, "--dp > 1", "data")),
     Decision("microbatch_size", int, "sequences per microbatch (default: global batch / (dp x microbatches))",
              "--microbatch-size", maximum=MAX_MICROBATCH_SIZE, plan=Enumerate.CANDIDATES,
@@ -169,15 +174,15 @@ DECISIONS: tuple[Decision, ...] = (
             "--expert-tensor-parallel-size", None,
             "expert tensor-parallel sizes to try for a MoE model (default 1)"),
     Decision("dispatch_precision", str, "element format of the expert-parallel dispatch (MoE models; default bf16)",
-             "--dispatch", label="dispatch precision", choices=tuple(Precision), default=Precision.BF16,
+             "--dispatch", label="dispatch precision", choices=tuple(Precision),
              plan=Enumerate.PINNED),
     Decision("routing_imbalance", float, "busiest EP rank's tokens / the mean, scaling expert compute and "
-             "all-to-all (default 1.0)", "--routing-imbalance", minimum=1.0, default=1.0, plan=Enumerate.PINNED),
+             "all-to-all (default 1.0)", "--routing-imbalance", minimum=1.0, plan=Enumerate.PINNED),
     Decision("node_limit", int, "route each token to experts on at most this many nodes (DeepSeek-V3: 4; default "
              "none)", "--node-limit", plan=Enumerate.PINNED),
     Decision("gemm_precision", str, "GEMM precision: fp8 runs the GEMMs at the GPU's fp8 peak with their input "
              "casts (a system with sm_count and fp8_peak_flops; default bf16)", "--gemm-precision",
-             choices=tuple(Precision), default=Precision.BF16, plan=Enumerate.PINNED,
+             choices=tuple(Precision), plan=Enumerate.PINNED,
              plan_help="GEMMs in bf16 (default) or fp8 at the GPU's fp8 peak (systems priced by their kernels)",
              megatron="--fp8-format"),
     _degree("cp", "context-parallel GPUs per tensor rank, splitting each sequence (default 1)",
@@ -185,11 +190,11 @@ DECISIONS: tuple[Decision, ...] = (
             f"context-parallel GPUs to consider, e.g. 8 or 4,8 {_SPLITS[:-1]}; CP only for sequences of 16384 "
             "tokens or more)"),
     Decision("cp_comm", str, "context-parallel K/V exchange: p2p ring overlapped with attention (default) or "
-             "allgather (Llama 3)", "--cp-comm", label="cp comm", choices=tuple(CpComm), default=CpComm.P2P,
+             "allgather (Llama 3)", "--cp-comm", label="cp comm", choices=tuple(CpComm),
              plan=Enumerate.PINNED, megatron="--cp-comm-type",
              needs=Needs(lambda v: v["cp"] > 1, "--cp > 1", "context")),
     Decision("reshard_after_forward", bool, "with --zero 3: keep the gathered weights from F to B (FSDP's "
-             "reshard_after_forward=False)", "--no-reshard-after-forward", default=True, plan=Enumerate.PINNED,
+             "reshard_after_forward=False)", "--no-reshard-after-forward", plan=Enumerate.PINNED,
              torchtitan="parallelism.fsdp_reshard_after_forward",
              needs=Needs(lambda v: v["zero"] == 3, "--zero 3", "sharded data")),
     Decision("layout", "layout", "layers per stage as Megatron's pipeline_model_parallel_layout, e.g. "
@@ -203,7 +208,7 @@ DECISIONS: tuple[Decision, ...] = (
     _degree("pp", "pipeline stages", "--pipeline-model-parallel-size", "parallelism.pipeline_parallel_degree",
             f"pipeline stages to consider, e.g. 8 or 4,8 {_SPLITS}", commands=frozenset(), sweep="grid.stages"),
     Decision("recompute", str, "activation recomputation assumed for activation memory (default none)",
-             "--recompute", choices=tuple(Recompute), default=Recompute.NONE, commands=frozenset(),
+             "--recompute", choices=tuple(Recompute), commands=frozenset(),
              plan=Enumerate.CANDIDATES, plan_help="recomputation options to try, e.g. none,full (default: all "
              "that apply)", sweep="run.recompute", megatron="--recompute-granularity",
              torchtitan="activation_checkpoint.mode"),

@@ -77,3 +77,10 @@ def test_the_declared_megatron_names_are_megatron_arguments():
     arguments = set((Path(__file__).parents[1] / "data" / "megatron_arguments.txt").read_text().split())
     declared = [d.megatron for d in DECISIONS if d.megatron]
     assert len(declared) >= 14 and set(declared) <= arguments
+
+
+def test_a_decision_s_default_is_the_context_s():
+    """Defaults are declared on ``Context`` only: a decision reads its field's."""
+    assert (DECISION["tp"].default, DECISION["routing_imbalance"].default, DECISION["recompute"].default) == (
+        1, 1.0, "none")
+    assert DECISION["zero"].default is None and DECISION["sequence_parallel"].default is None  # derived
