@@ -1,9 +1,10 @@
 """Each decision of a run's ``Context`` declared once, with what every front end needs of it.
 
 A ``Decision`` names one field of ``hardware.Context`` and says: its kind and range (or
-choices), its default (``Context``'s: ``DERIVED`` where ``Context`` derives it), its help text, which commands
-take it and under which flag, how ``pipetab plan`` enumerates it (``Enumerate``), its key
-in a sweep file and its names in Megatron-LM and torchtitan. ``DECISIONS`` lists them all,
+choices), its help text, which commands take it and under which flag, when it applies,
+how ``pipetab plan`` enumerates it (``Enumerate``), its key in a sweep file and its names
+in Megatron-LM and torchtitan; its default is ``Context``'s (``DERIVED`` where ``Context``
+derives it). ``DECISIONS`` lists them all,
 in the order the command line reports them; from it are generated the real-cluster options
 of ``evaluate``, ``view``, ``search`` and ``bound`` (``pipetab.cli.hardware_args``), those
 of ``plan`` and the fields its ``ContextSpace`` enumerates, and the ``[grid.cluster]`` keys of
@@ -77,7 +78,7 @@ class Decision:
     applies."""
 
     name: str
-    kind: Any
+    kind: type | str
     help: str
     flag: str = ""
     label: str = ""

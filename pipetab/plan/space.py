@@ -121,9 +121,8 @@ class PlanSpace(ContextSpace):
     def _check_pins(self) -> None:
         """``ValueError`` naming the pin when a pinned degree cannot split the cluster."""
         n, per_node = self.num_gpus, self.gpus_per_node
-        for what in ("pp", "tp", "cp", "dp"):
+        for what in ("pp", "tp", "cp", "dp"):  # each an integer >= 1 (ContextSpace)
             for v in getattr(self, what):
-                check_count(what, v)
                 if n % v:
                     raise ValueError(f"--{what} {v} must divide the cluster's {n} GPUs")
         for v in self.tp:
