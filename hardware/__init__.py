@@ -7,6 +7,9 @@
 - ``context``: ``Context`` (every parallel and batching decision of a run: PP, TP, CP, DP,
   EP, sequence parallelism, ZeRO 0-3, overlap, microbatch size, global batch, sequence
   length, recomputation, per-stage recomputation, layout) and ``Recompute``.
+- ``decisions``: each of those decisions declared once (``DECISIONS``: range, help, flag,
+  how ``plan`` enumerates it, sweep key, Megatron-LM and torchtitan names) and
+  ``ContextSpace`` (the question: candidates per decision).
 - ``layout``: ``Layout`` (layers per stage, Megatron's ``pipeline_model_parallel_layout``).
 - ``parallel``: ``Topology`` (which GPUs and links a stage's collectives and messages use);
   ``links``: ``StageLinks`` (the links of one stage's collectives, per pipeline device).
@@ -39,6 +42,7 @@ from .costs import (
     stage_cost,
     weight_memory_bytes_per_layer,
 )
+from .decisions import DECISIONS, ContextSpace, Decision
 from .layer import model_flops_per_sequence
 from .layout import Layout
 from .links import StageLinks
@@ -58,9 +62,12 @@ from .profile import Profile, StageProfile, load_profile, profile_to_toml
 from .system import Device, Link, System
 
 __all__ = [
+    "DECISIONS",
     "AllReduce",
     "Calibration",
     "Context",
+    "ContextSpace",
+    "Decision",
     "Device",
     "Layout",
     "Link",

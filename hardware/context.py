@@ -42,7 +42,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 from enum import StrEnum
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from pipetab.schedules.checks import check_count
 
@@ -114,6 +114,20 @@ def recompute_of(value: object) -> Recompute:
     return _choice(Recompute, value, "recompute")
 
 
+# the default of a field ``Context`` derives (``sequence_parallel``, ``zero``): after
+# construction the field holds the derived value, so it is typed as that value's type
+DERIVED: Any = None
+
+
+class Sizes(NamedTuple):
+    """The batch sizes of a ``Context`` resolved for a step (``Context.sizes``), each known."""
+
+    microbatch_size: int
+    global_batch: int
+    seq_len: int
+    microbatches: int
+
+
 @dataclass(frozen=True)
 class Context:
     """The parallel and batching context of a run (module docstring): ``pp`` pipeline
@@ -128,8 +142,8 @@ class Context:
     tp: int = 1
     dp: int = 1
     pp: int | None = None
-    sequence_parallel: bool | None = None
-    zero: int | None = None
+    sequence_parallel: bool = DERIVED
+    zero: int = DERIVED
     overlap: bool = True
     microbatch_size: int | None = None
     global_batch: int | None = None
@@ -217,6 +231,23 @@ class Context:
                 self.node_limit) != (1, 1, Precision.BF16, 1.0, None)
 
     @property
+    def sizes(self) -> Sizes:
+        """``microbatch_size``, ``global_batch``, ``seq_len`` and the microbatches of a context
+        resolved for a step (``resolved``); ``ValueError`` naming what is not known otherwise."""
+        b, gb, seq = self.microbatch_size, self.global_batch, self.seq_len
+        if b is None or gb is None or seq is None:
+            unknown = [k for k, v in (("microbatch_size", b), ("global_batch", gb), ("seq_len", seq)) if v is None]
+            raise ValueError(f"context {self.label} is not resolved for a step: {', '.join(unknown)} not known")
+        return Sizes(b, gb, seq, gb // (self.dp * b))
+
+    @property
+    def stages(self) -> int:
+        """``pp`` where it is known (a shape of ``plan``); ``ValueError`` otherwise."""
+        if self.pp is None:
+            raise ValueError(f"context {self.label} has no pipeline depth (pp) yet")
+        return self.pp
+
+    @property
     def microbatches(self) -> int | None:
         """Microbatches per replica, ``global_batch / (dp x microbatch_size)`` (None until
         both are known)."""
@@ -260,12 +291,13 @@ class Context:
         self.check_experts(model)
         self.check_sequence(model)
         t = self.tp
-        if model.heads % t or model.ffn_hidden % t:  # type: ignore[operator]
+        ffn, kv_heads = model.ffn_hidden or 0, model.kv_heads or model.heads  # derived by the model: never None
+        if model.heads % t or ffn % t:
             raise ValueError(
                 f"tp {t} must divide the heads ({model.heads}) and the MLP size "
                 f"({model.ffn_hidden}) of model {model.name!r}"
             )
-        if model.kv_heads % t and t % model.kv_heads:  # type: ignore[operator]
+        if kv_heads % t and t % kv_heads:
             raise ValueError(
                 f"tp {t} and the kv_heads ({model.kv_heads}) of model {model.name!r} must "
                 "divide one another"
@@ -290,7 +322,7 @@ class Context:
             return
         if model.num_experts % self.ep:
             raise ValueError(f"ep {self.ep} must divide the {model.num_experts} experts of model {model.name!r}")
-        if model.expert_ffn_hidden % self.etp:  # type: ignore[operator]
+        if (model.expert_ffn_hidden or 0) % self.etp:  # a mixture-of-experts model has it
             raise ValueError(f"etp {self.etp} must divide the expert MLP size ({model.expert_ffn_hidden}) "
                              f"of model {model.name!r}")
         if self.tp > 1 and not self.sequence_parallel:
@@ -307,7 +339,7 @@ class Context:
         return self._persistent(model, dense, self.replicas) + self._persistent(model, expert_params, self.edp)
 
     def _persistent(self, model: TransformerModel, params: int, replicas: int) -> int:
-        zero = self.zero or 0
+        zero = self.zero
         grad_shards = replicas if zero >= 2 else 1
         state_shards = replicas if zero >= 1 else 1
         weights = params * model.bytes_per_param_compute

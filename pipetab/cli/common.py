@@ -7,6 +7,7 @@ import json
 import math
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 from pipetab.schedules import registry
 from pipetab.schedules.limits import MAX_DEVICES
@@ -38,7 +39,7 @@ def error_line(command: str | None, message: str) -> str:
 class Parser(argparse.ArgumentParser):
     """argparse, but errors are one line on stderr with exit code 2."""
 
-    def error(self, message: str):  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         words = self.prog.split()
         raise UsageError(message, words[1] if len(words) > 1 else None)
 

@@ -22,13 +22,20 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from pipetab.hardware.context import Context
+from pipetab.hardware.context import Context, recompute_of
+from pipetab.hardware.decisions import CLUSTER_DECISIONS, DECISION, MAX_GPUS, Decision
 from pipetab.schedules.limits import MAX_DEVICES, check_size
 from pipetab.schedules.placements import traits
 
 from . import common
 from .common import UsageError
+
+if TYPE_CHECKING:
+    from pipetab.hardware.model import TransformerModel
+    from pipetab.hardware.profile import Profile
+    from pipetab.hardware.system import System
 
 # the model of a hardware run without --model: GPT-3 2.7B (Brown et al. 2020) with one
 # sequence per microbatch, which fits an 80 GB GPU on every preset system from two stages
@@ -37,27 +44,11 @@ from .common import UsageError
 DEFAULT_MODEL = "gpt3_2p7b"
 DEFAULT_MICROBATCH_SIZE = 1  # with DEFAULT_MODEL only, when neither --microbatch-size nor --global-batch is given
 
-# sizes of the real-cluster options (docs/limits.md): beyond them no cluster exists, and the
-# arithmetic of a step would only hang or overflow
-MAX_TP = 1024
-MAX_GPUS = 2**20  # GPUs of one run (stages x tp x dp)
-MAX_MICROBATCH_SIZE = 2**20  # sequences
-MAX_GLOBAL_BATCH = 2**24  # sequences
-MAX_SEQ = 2**24  # tokens per sequence
 MAX_MEMORY_BYTES = 2.0**60  # --memory-cap: 1 EiB
 MAX_TICKS = 2**36  # a CP-SAT step in integer ticks: CP-SAT's domains stay within int64 over 10^6 ops
 
-# (attribute, flag, value when not given): the real-cluster options
-CLUSTER_OPTIONS = (
-    ("tp", "--tp", None), ("dp", "--dp", None), ("sequence_parallel", "--no-sequence-parallel", True),
-    ("zero", "--zero", None), ("overlap", "--no-overlap", True), ("microbatch_size", "--microbatch-size", None),
-    ("global_batch", "--global-batch", None), ("seq", "--seq", None),
-    ("ep", "--ep", None), ("etp", "--etp", None), ("dispatch_precision", "--dispatch", None),
-    ("routing_imbalance", "--routing-imbalance", None), ("node_limit", "--node-limit", None),
-    ("gemm_precision", "--gemm-precision", None),
-    ("cp", "--cp", None), ("cp_comm", "--cp-comm", None), ("reshard_after_forward", "--no-reshard-after-forward", True),
-    ("layout", "--layout", None), ("recompute_layers", "--recompute-layers", None),
-)
+# (attribute, flag, value when not given): the real-cluster options, in the order a refusal names them
+CLUSTER_OPTIONS = tuple((d.dest, d.flag, True if d.kind is bool else None) for d in CLUSTER_DECISIONS)
 
 
 def add_hardware_args(p) -> None:
@@ -65,8 +56,7 @@ def add_hardware_args(p) -> None:
     p.add_argument("--system", help="system preset or TOML file; adds the simulation level")
     p.add_argument("--model", default=None,
                    help=f"model preset or TOML file (default: {DEFAULT_MODEL} with one sequence per microbatch)")
-    p.add_argument("--recompute", choices=["none", "selective", "full"], default=None,
-                   help="activation recomputation assumed for activation memory (default none)")
+    add_decision(p, DECISION["recompute"])
     p.add_argument("--contention", action="store_true",
                    help="links carry one transfer at a time (off by default, as in the paper)")
     add_context_args(p)
@@ -80,59 +70,49 @@ def add_profile_arg(p) -> None:
 
 
 def add_context_args(p) -> None:
-    """--profile and the real-cluster options (module docstring)."""
+    """--profile and the real-cluster options (module docstring), one per ``CLUSTER_DECISIONS``."""
     add_profile_arg(p)
     g = p.add_argument_group("real cluster (with --system; names and defaults as in 'pipetab plan')")
-    g.add_argument("--tp", type=common.positive_int("tp", maximum=MAX_TP), default=None,
-                   help="tensor-parallel GPUs per schedule device (default 1)")
-    g.add_argument("--dp", type=common.positive_int("dp", maximum=MAX_GPUS), default=None,
-                   help="data-parallel replicas of the pipeline (default 1)")
-    g.add_argument("--cp", type=common.positive_int("cp"), default=None,
-                   help="context-parallel GPUs per tensor rank, splitting each sequence (default 1)")
-    add_cp_switches(g)
-    add_parallel_switches(g)
-    add_layout_args(g)
-    g.add_argument("--microbatch-size", type=common.positive_int("microbatch size", maximum=MAX_MICROBATCH_SIZE),
-                   default=None,
-                   help="sequences per microbatch (default: global batch / (dp x microbatches))")
-    add_batch_args(g, required=False)
-    g.add_argument("--ep", type=common.positive_int("ep"), default=None,
-                   help="expert parallelism (MoE models): GPUs of a stage sharing the experts (default 1)")
-    g.add_argument("--etp", type=common.positive_int("etp"), default=None,
-                   help="expert tensor parallelism (MoE models): GPUs splitting each expert (default 1)")
-    add_expert_switches(g)
-    g.add_argument("--gemm-precision", choices=["bf16", "fp8"], default=None,
-                   help="GEMM precision: fp8 runs the GEMMs at the GPU's fp8 peak with their input casts "
-                        "(a system with sm_count and fp8_peak_flops; default bf16)")
+    for d in CLUSTER_DECISIONS:
+        add_decision(g, d)
 
 
-def _imbalance(text: str) -> float:
-    import argparse
+def add_decision(p, d: Decision, plan: bool = False, required: bool = False) -> None:
+    """The option of decision ``d`` for a command that takes one value of it: a switch
+    (``--no-...``) for a boolean, a choice, an integer in its range, a number, a layout or
+    per-stage counts; ``plan``: with ``plan``'s help where it has its own, ``required``
+    (``plan``'s global batch) without the default's words."""
+    flag = d.flag
+    if d.kind is bool:
+        p.add_argument(flag, dest=d.dest, action="store_false", help=d.help)
+        return
+    kw: dict = {"dest": d.dest, "default": None, "help": d.plan_help if plan and d.plan_help else d.help}
+    if d.choices:
+        kw.update(choices=[c if isinstance(c, int) else str(c) for c in d.choices],
+                  type=int if d.kind is int else None)
+    elif d.kind is int:
+        kw["type"] = common.positive_int(d.label, maximum=d.maximum)
+    else:
+        kw["type"] = {float: _number_from(d), "layout": _layout, "counts": _counts}[d.kind]
+    if d.name == "global_batch":
+        kw.update(required=required, help=d.help + ("" if required else " (default: the model's)"))
+    p.add_argument(flag, **{k: v for k, v in kw.items() if v is not None or k == "default"})
 
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not 1 <= value < float("inf"):
-        raise argparse.ArgumentTypeError(f"routing imbalance must be a number >= 1, got {text!r}")
-    return value
 
+def _number_from(d: Decision):
+    def parse(text: str) -> float:
+        import argparse
 
-def add_expert_switches(p) -> None:
-    """--dispatch, --routing-imbalance, --node-limit (shared with ``pipetab plan``)."""
-    p.add_argument("--dispatch", dest="dispatch_precision", choices=["bf16", "fp8"], default=None,
-                   help="element format of the expert-parallel dispatch (MoE models; default bf16)")
-    p.add_argument("--routing-imbalance", type=_imbalance, default=None,
-                   help="busiest EP rank's tokens / the mean, scaling expert compute and all-to-all (default 1.0)")
-    p.add_argument("--node-limit", type=common.positive_int("node limit"), default=None,
-                   help="route each token to experts on at most this many nodes (DeepSeek-V3: 4; default none)")
+        try:
+            value = float(text)
+        except ValueError:
+            value = float("nan")
+        if not (d.minimum or 0) <= value < float("inf"):
+            raise argparse.ArgumentTypeError(f"{d.label} must be a number >= {d.minimum:g}, got {text!r}")
+        return value
 
-
-def add_cp_switches(p) -> None:
-    """--cp-comm (shared with ``pipetab plan``)."""
-    p.add_argument("--cp-comm", dest="cp_comm", choices=["p2p", "allgather"], default=None,
-                   help="context-parallel K/V exchange: p2p ring overlapped with attention (default) or "
-                        "allgather (Llama 3)")
+    parse.__name__ = d.name
+    return parse
 
 
 def _layout(text: str):
@@ -159,37 +139,6 @@ def _counts(text: str) -> tuple[int, ...]:
     return values
 
 
-def add_layout_args(p) -> None:
-    """--layout and --recompute-layers."""
-    p.add_argument("--layout", type=_layout, default=None,
-                   help="layers per stage as Megatron's pipeline_model_parallel_layout, e.g. 'E|(t*8|)*4L' "
-                        "(E embedding, t layer, m MTP, L head and loss; default: even)")
-    p.add_argument("--recompute-layers", type=_counts, default=None,
-                   help="per stage, layers recomputed in full (Megatron's --recompute-num-layers), e.g. 4,2,0,0")
-
-
-def add_parallel_switches(p) -> None:
-    """--no-sequence-parallel, --zero, --no-overlap (shared with ``pipetab plan``)."""
-    p.add_argument("--no-sequence-parallel", dest="sequence_parallel", action="store_false",
-                   help="tensor parallelism without sequence parallelism (default: with, when TP > 1)")
-    p.add_argument("--zero", type=int, choices=[0, 1, 2, 3], default=None,
-                   help="ZeRO stage with data parallelism: 0 none, 1 optimizer state (default), 2 and gradients, "
-                        "3 and weights (FSDP)")
-    p.add_argument("--no-reshard-after-forward", dest="reshard_after_forward", action="store_false",
-                   help="with --zero 3: keep the gathered weights from F to B (FSDP's reshard_after_forward=False)")
-    p.add_argument("--no-overlap", dest="overlap", action="store_false",
-                   help="do not overlap the data-parallel gradient reduction with the last backward")
-
-
-def add_batch_args(p, required: bool) -> None:
-    """--global-batch and --seq (shared with ``pipetab plan``)."""
-    p.add_argument("--global-batch", type=common.positive_int("global batch", maximum=MAX_GLOBAL_BATCH), default=None,
-                   required=required,
-                   help="sequences per training step" + ("" if required else " (default: the model's)"))
-    p.add_argument("--seq", type=common.positive_int("sequence length", maximum=MAX_SEQ), default=None,
-                   help="tokens per sequence (default: the model's)")
-
-
 def load_profile_arg(args):
     """The ``Profile`` named by ``--profile`` (None without it)."""
     if getattr(args, "profile", None) is None:
@@ -205,11 +154,11 @@ class CostSource:
     run's ``context`` (a ``hardware.Context``, resolved for the schedule's microbatches), or
     a ``profile``."""
 
-    system: object = None
-    model: object = None
+    system: System | None = None
+    model: TransformerModel | None = None
     context: Context | None = None
     contention: bool = False
-    profile: object = None
+    profile: Profile | None = None
     profile_path: str | None = None
 
     def costs(self, schedule):
@@ -225,26 +174,33 @@ class CostSource:
         """``on SYSTEM`` with the context, or ``profile NAME``."""
         if self.profile is not None:
             return f"profile {self.profile.name}"
-        ctx = self.context
-        extra = "" if ctx.tp == ctx.dp == 1 and ctx.ep == 1 else f", {ctx.parallel_label}"  # type: ignore[union-attr]
-        return f"on {self.system.name}{extra}"  # type: ignore[attr-defined]
+        system, _, ctx = self.priced
+        extra = "" if ctx.tp == ctx.dp == 1 and ctx.ep == 1 else f", {ctx.parallel_label}"
+        return f"on {system.name}{extra}"
+
+    @property
+    def priced(self) -> tuple[System, TransformerModel, Context]:
+        """The system, model and context of costs from the roofline model."""
+        if self.system is None or self.model is None or self.context is None:
+            raise ValueError("costs from a profile have no system, model or context")
+        return self.system, self.model, self.context
 
     def as_dict(self) -> dict:
         """The inputs of the costs as plain data (the ``context`` of ``evaluate --format json``)."""
         if self.profile is not None:
             p = self.profile
-            return {"profile": self.profile_path, "microbatch_size": p.microbatch_size, "tp": p.tp, "dp": p.dp,  # type: ignore[attr-defined]
+            return {"profile": self.profile_path, "microbatch_size": p.microbatch_size, "tp": p.tp, "dp": p.dp,
                     "contention": self.contention}
-        ctx = self.context
-        return {"system": self.system.name, "model": self.model.name, "recompute": str(ctx.recompute),  # type: ignore[attr-defined,union-attr]
-                "contention": self.contention, "tp": ctx.tp, "dp": ctx.dp,  # type: ignore[union-attr]
-                "sequence_parallel": ctx.sequence_parallel, "zero": ctx.zero, "overlap": ctx.overlap,  # type: ignore[union-attr]
-                "microbatch_size": ctx.microbatch_size, "seq_len": ctx.seq_len, "global_batch": ctx.global_batch,  # type: ignore[union-attr]
-                "ep": ctx.ep, "etp": ctx.etp, "dispatch_precision": str(ctx.dispatch_precision),  # type: ignore[union-attr]
-                "routing_imbalance": ctx.routing_imbalance, "node_limit": ctx.node_limit,  # type: ignore[union-attr]
-                "gemm_precision": str(ctx.gemm_precision),  # type: ignore[union-attr]
-                **{k: v for k, v in ctx.as_dict().items()  # type: ignore[union-attr]
-                   if k in ("cp", "cp_comm", "reshard_after_forward", "layout", "recompute_layers")}}
+        system, model, ctx = self.priced
+        values = ctx.as_dict()
+        return {"system": system.name, "model": model.name, "recompute": str(ctx.recompute),
+                "contention": self.contention, **{k: values[k] for k in _SOURCE_KEYS}}
+
+
+# the context's fields in the ``context`` of ``evaluate --format json``, in its order
+_SOURCE_KEYS = ("tp", "dp", "sequence_parallel", "zero", "overlap", "microbatch_size", "seq_len", "global_batch",
+                "ep", "etp", "dispatch_precision", "routing_imbalance", "node_limit", "gemm_precision", "cp",
+                "cp_comm", "reshard_after_forward", "layout", "recompute_layers")
 
 
 def given_cluster_options(args) -> list[str]:
@@ -368,24 +324,17 @@ def check_profile_possible(profile, stages: int, model=None, peak_flops: float |
 
 def context_of(args, recompute: str = "none") -> Context:
     """The run's ``Context`` from the real-cluster options (not yet resolved for a schedule)."""
-    tp, dp, cp = args.tp or 1, args.dp or 1, getattr(args, "cp", None) or 1
-    for flag, given, needs in (("--no-sequence-parallel", not args.sequence_parallel and tp == 1, "--tp > 1"),
-                               ("--zero", args.zero is not None and dp * cp == 1, "--dp > 1 or --cp > 1"),
-                               ("--no-overlap", not args.overlap and dp == 1, "--dp > 1"),
-                               ("--cp-comm", getattr(args, "cp_comm", None) is not None and cp == 1, "--cp > 1"),
-                               ("--no-reshard-after-forward", not getattr(args, "reshard_after_forward", True)
-                                and args.zero != 3, "--zero 3")):
-        if given:
-            what = {"--tp > 1": "tensor", "--cp > 1": "context", "--zero 3": "sharded data"}.get(needs, "data")
-            raise UsageError(f"{flag} applies with {needs} only (it shapes {what} parallelism)")
-    experts = {k: getattr(args, k) for k in ("ep", "etp", "dispatch_precision", "routing_imbalance", "node_limit",
-                                             "gemm_precision", "cp_comm", "layout", "recompute_layers")
-               if getattr(args, k, None) is not None}
+    given = {d.name: getattr(args, d.dest, None) for d in CLUSTER_DECISIONS}
+    degrees = {"tp": given["tp"] or 1, "dp": given["dp"] or 1, "cp": given["cp"] or 1, "zero": given["zero"]}
+    for d in CLUSTER_DECISIONS:
+        value = given[d.name]
+        given_here = value is False if d.kind is bool else value is not None  # a switch: turned off
+        if d.needs is not None and given_here and not d.needs.holds(degrees):
+            raise UsageError(f"{d.flag} applies with {d.needs.text} only (it shapes {d.needs.shapes} parallelism)")
+    if given["sequence_parallel"] is not False:
+        del given["sequence_parallel"]  # derived: on with tp > 1
     try:
-        return Context(tp=tp, dp=dp, cp=cp, sequence_parallel=None if args.sequence_parallel else False,
-                       zero=args.zero, overlap=args.overlap, microbatch_size=args.microbatch_size,
-                       global_batch=args.global_batch, seq_len=args.seq, recompute=recompute,
-                       reshard_after_forward=getattr(args, "reshard_after_forward", True), **experts)
+        return Context(**{k: v for k, v in given.items() if v is not None}, recompute=recompute_of(recompute))
     except ValueError as exc:
         raise UsageError(str(exc)) from None
 

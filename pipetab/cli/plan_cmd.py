@@ -12,17 +12,9 @@ from .common import UsageError, emit_json
 if TYPE_CHECKING:
     from pathlib import Path
 
-from .hardware_args import (
-    MAX_GPUS,
-    MAX_MICROBATCH_SIZE,
-    MAX_TP,
-    add_batch_args,
-    add_cp_switches,
-    add_expert_switches,
-    add_parallel_switches,
-    add_profile_arg,
-    load_profile_arg,
-)
+from pipetab.hardware.decisions import DECISION, MAX_GPUS, MAX_MICROBATCH_SIZE, MAX_TP, PLAN_DECISIONS, Enumerate
+
+from .hardware_args import add_decision, add_profile_arg, load_profile_arg
 
 
 def _int_list(name: str):
@@ -84,9 +76,21 @@ what the output says:
 """
 
 
-def register(sub) -> None:
-    from pipetab.hardware.context import Recompute
+def add_plan_decisions(p) -> None:
+    """The options of ``PLAN_DECISIONS`` (the ``ContextSpace``): a comma-separated list of
+    candidates, or the one value of a choice or pin."""
+    for d in PLAN_DECISIONS:
+        if d.plan is not Enumerate.CANDIDATES:
+            add_decision(p, d, plan=True)
+        elif d.kind is int:
+            p.add_argument(d.plan_flag, dest=d.space, type=_int_list(d.label.replace(" size", " sizes")),
+                           default=(), help=d.plan_help)
+        else:
+            p.add_argument(d.plan_flag, dest=d.space, type=_word_list(d.label, tuple(map(str, d.choices))),
+                           default=(), help=d.plan_help)
 
+
+def register(sub) -> None:
     p = sub.add_parser("plan", help="the best schedule, parallel split, microbatch size and recomputation "
                                     "for a model on a cluster, ranked by simulated step time",
                        description="Rank (schedule, PP, TP, DP, microbatch size, recomputation) for a model on a "
@@ -101,28 +105,11 @@ def register(sub) -> None:
     where.add_argument("--gpu", default=None, help="GPU: H100 (default) or A100")
     where.add_argument("--system", default=None,
                        help="system preset or TOML file giving the GPU and the intra-/inter-node links")
-    add_batch_args(p, required=True)
-    p.add_argument("--microbatch-sizes", type=_int_list("microbatch sizes"), default=(),
-                   help="sequences per microbatch to try, e.g. 1,2,4 (default: powers of two up to 32768 tokens)")
-    p.add_argument("--recompute", type=_word_list("recompute", tuple(Recompute)), default=(),
-                   help="recomputation options to try, e.g. none,full (default: all that apply)")
+    add_decision(p, DECISION["global_batch"], required=True)
+    add_decision(p, DECISION["seq_len"])
+    add_plan_decisions(p)
     p.add_argument("--schedules", type=_word_list("schedules"), default=(),
                    help="registry schedules to try, e.g. 1f1b,zbv (default: all; see 'pipetab schedules')")
-    add_parallel_switches(p)
-    add_cp_switches(p)
-    for dim, what in (("pp", "pipeline stages"), ("tp", "tensor-parallel GPUs"), ("cp", "context-parallel GPUs"),
-                      ("dp", "data-parallel replicas")):
-        p.add_argument(f"--{dim}", type=_int_list(dim), default=(),
-                       help=f"{what} to consider, e.g. 8 or 4,8 (default: every value that splits the cluster"
-                            + ("; CP only for sequences of 16384 tokens or more)" if dim == "cp" else ")"))
-    p.add_argument("--ep", type=_int_list("ep"), default=(),
-                   help="expert-parallel sizes to try for a MoE model, e.g. 8,16 (default: every divisor of "
-                        "the expert count that divides a stage's GPUs)")
-    p.add_argument("--etp", type=_int_list("etp"), default=(),
-                   help="expert tensor-parallel sizes to try for a MoE model (default 1)")
-    add_expert_switches(p)
-    p.add_argument("--gemm-precision", choices=["bf16", "fp8"], default=None,
-                   help="GEMMs in bf16 (default) or fp8 at the GPU's fp8 peak (systems priced by their kernels)")
     p.add_argument("--top", type=common.positive_int("top", maximum=1000), default=10,
                    help="configurations to show, ranked exactly (default 10)")
     p.add_argument("--cpsat-shapes", type=common.positive_int("cpsat shapes", minimum=0, maximum=16), default=None,
@@ -146,16 +133,10 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-# options the profile fixes: refused with --profile
-_PROFILED = (("microbatch_sizes", "--microbatch-sizes", ()), ("recompute", "--recompute", ()),
-             ("ep", "--ep", ()), ("etp", "--etp", ()), ("dispatch_precision", "--dispatch", None),
-             ("routing_imbalance", "--routing-imbalance", None), ("node_limit", "--node-limit", None),
-             ("gemm_precision", "--gemm-precision", None),
-             ("zero", "--zero", None), ("sequence_parallel", "--no-sequence-parallel", True),
-             ("overlap", "--no-overlap", True), ("cpsat_shapes", "--cpsat-shapes", None),
-             ("cpsat_time", "--cpsat-time", None), ("pp", "--pp", ()), ("tp", "--tp", ()), ("cp", "--cp", ()),
-             ("dp", "--dp", ()), ("cp_comm", "--cp-comm", None), ("reshard_after_forward", "--no-reshard-after-forward",
-                                                                 True))
+# options the profile fixes: refused with --profile (``plan``'s context options but --seq, and CP-SAT's)
+_PROFILED = (*((d.space, d.plan_flag, () if d.plan is Enumerate.CANDIDATES else True if d.kind is bool else None)
+               for d in PLAN_DECISIONS),
+             ("cpsat_shapes", "--cpsat-shapes", None), ("cpsat_time", "--cpsat-time", None))
 
 
 def run(args) -> None:
@@ -194,17 +175,12 @@ def run(args) -> None:
             gpu = profile.gpu
         if args.seq is None and profile.seq_len is not None:
             args.seq = profile.seq_len
-    space = plan_question(
-        args.model, args.nodes, args.gpus_per_node, args.global_batch, gpu or "H100",
-        args.seq, microbatch_sizes=args.microbatch_sizes, recompute=args.recompute, schedules=args.schedules,
-        zero=args.zero, sequence_parallel=args.sequence_parallel,
-        overlap=args.overlap, top=args.top, cpsat_shapes=2 if args.cpsat_shapes is None else args.cpsat_shapes,
-        cpsat_time_s=args.cpsat_time or 3.0, ep=args.ep, etp=args.etp,
-        dispatch_precision=args.dispatch_precision or "bf16", routing_imbalance=args.routing_imbalance or 1.0,
-        node_limit=args.node_limit, gemm_precision=args.gemm_precision or "bf16",
-        pp=args.pp, tp=args.tp, cp=args.cp, dp=args.dp,
-        cp_comm=args.cp_comm or "p2p", reshard_after_forward=args.reshard_after_forward,
-    )
+    context = {d.space: getattr(args, d.space) for d in PLAN_DECISIONS
+               if getattr(args, d.space) is not None}  # not given: the ContextSpace's default
+    space = plan_question(args.model, args.nodes, args.gpus_per_node, args.global_batch, gpu or "H100", args.seq,
+                          schedules=args.schedules, top=args.top,
+                          cpsat_shapes=2 if args.cpsat_shapes is None else args.cpsat_shapes,
+                          cpsat_time_s=args.cpsat_time or 3.0, **context)
     if profile is not None:
         flag = f"--system {args.system}" if args.system else f"--gpu {gpu or 'H100'}" + ("" if gpu else " (default)")
         try:

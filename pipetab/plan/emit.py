@@ -27,6 +27,7 @@ import tomllib
 from typing import TYPE_CHECKING
 
 from pipetab.hardware.context import Recompute
+from pipetab.hardware.decisions import DECISION
 from pipetab.hardware.layout import Layout
 from pipetab.schedules.registry import REGISTRY, schedule_traits
 
@@ -37,20 +38,28 @@ if TYPE_CHECKING:
 
 MEGATRON_SCHEDULES = tuple(name for name, spec in REGISTRY.items() if spec.megatron)
 TORCH_NAMES = {name: spec.torchtitan for name, spec in REGISTRY.items() if spec.torchtitan}
+# the frameworks' names of the context decisions (hardware.decisions)
+MEGATRON = {name: str(DECISION[name].megatron) for name in ("seq_len", "microbatch_size", "global_batch", "tp", "pp",
+                                                             "cp", "cp_comm", "sequence_parallel", "ep", "etp",
+                                                             "layout", "recompute", "recompute_layers")}
+TORCHTITAN = {name: str(DECISION[name].torchtitan).split(".")[1]
+              for name in ("dp", "zero", "reshard_after_forward", "tp", "sequence_parallel", "pp", "layout", "cp", "ep",
+                           "microbatch_size", "global_batch", "seq_len")}
 
 
 def describe(conf: Configuration, gpus: int, framework: str = "megatron") -> dict:
     """What a framework's configuration of ``conf`` says (the round trip's target)."""
     s = conf.shape
+    pp = s.stages
     layers = conf.layers_per_stage
-    chunks = len(layers) // s.pp if layers else 1  # type: ignore[operator]
+    chunks = len(layers) // pp if layers else 1
     recompute: object = str(s.recompute)
     if s.recompute_layers is not None:
         recompute = ("block", max(s.recompute_layers)) if framework == "megatron" else "per-stage"
     zero = s.zero if framework == "megatron" else (3 if s.zero == 3 else 0)
     if framework == "megatron" and zero == 2:
         zero = 1  # the distributed optimizer
-    return {"pp": s.pp, "tp": s.tp, "cp": s.cp, "dp": gpus // (s.pp * s.tp * s.cp), "ep": s.ep, "etp": s.etp,  # type: ignore[operator]
+    return {"pp": pp, "tp": s.tp, "cp": s.cp, "dp": gpus // (pp * s.tp * s.cp), "ep": s.ep, "etp": s.etp,
             "microbatch_size": s.microbatch_size, "global_batch": s.global_batch, "seq_len": s.seq_len,
             "layout": conf.layout, "chunks": chunks, "recompute": recompute, "zero": zero,
             "sequence_parallel": bool(s.sequence_parallel)}
@@ -60,12 +69,12 @@ def describe(conf: Configuration, gpus: int, framework: str = "megatron") -> dic
 def _megatron_recompute(conf: Configuration) -> list[str]:
     s = conf.shape
     if s.recompute_layers is not None:
-        return ["--recompute-granularity", "full", "--recompute-method", "block",
-                "--recompute-num-layers", str(max(s.recompute_layers))]
+        return [MEGATRON["recompute"], "full", "--recompute-method", "block",
+                MEGATRON["recompute_layers"], str(max(s.recompute_layers))]
     if s.recompute is Recompute.FULL:
-        return ["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"]
+        return [MEGATRON["recompute"], "full", "--recompute-method", "uniform", MEGATRON["recompute_layers"], "1"]
     if s.recompute is Recompute.SELECTIVE:
-        return ["--recompute-granularity", "selective"]
+        return [MEGATRON["recompute"], "selective"]
     return []
 
 
@@ -75,17 +84,17 @@ def megatron_args(conf: Configuration, model: TransformerModel) -> list[str]:
     if conf.schedule not in MEGATRON_SCHEDULES:
         raise ValueError(f"Megatron-LM runs {' and '.join(MEGATRON_SCHEDULES)}, not {conf.label}")
     s = conf.shape
-    out = ["--num-layers", str(model.num_layers), "--seq-length", str(s.seq_len),
-           "--micro-batch-size", str(s.microbatch_size), "--global-batch-size", str(s.global_batch),
-           "--tensor-model-parallel-size", str(s.tp), "--pipeline-model-parallel-size", str(s.pp),
-           "--context-parallel-size", str(s.cp)]
-    out += ["--cp-comm-type", str(s.cp_comm)] if s.cp > 1 else []
-    out += ["--sequence-parallel"] if s.sequence_parallel else []
+    m, sizes = MEGATRON, s.sizes
+    out = ["--num-layers", str(model.num_layers), m["seq_len"], str(sizes.seq_len),
+           m["microbatch_size"], str(sizes.microbatch_size), m["global_batch"], str(sizes.global_batch),
+           m["tp"], str(s.tp), m["pp"], str(s.stages), m["cp"], str(s.cp)]
+    out += [m["cp_comm"], str(s.cp_comm)] if s.cp > 1 else []
+    out += [m["sequence_parallel"]] if s.sequence_parallel else []
     if model.moe:
-        out += ["--expert-model-parallel-size", str(s.ep), "--expert-tensor-parallel-size", str(s.etp)]
+        out += [m["ep"], str(s.ep), m["etp"], str(s.etp)]
         out += ["--overlap-moe-expert-parallel-comm"] if dict(conf.options).get("overlap") else []
-    if s.pp > 1 and (s.layout is not None or schedule_traits(conf.schedule).several_per_device):  # type: ignore[operator]
-        out += ["--pipeline-model-parallel-layout", conf.layout]
+    if s.stages > 1 and (s.layout is not None or schedule_traits(conf.schedule).several_per_device):
+        out += [m["layout"], conf.layout]
     out += _megatron_recompute(conf)
     if s.zero == 3:
         out += ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", "optim_grads_params"]
@@ -106,7 +115,7 @@ def megatron_text(conf: Configuration, model: TransformerModel, gpus: int) -> st
             j += 1
         lines.append(shlex.join(args[i:j]))
         i = j
-    dp = gpus // (conf.shape.pp * conf.shape.tp * conf.shape.cp)  # type: ignore[operator]
+    dp = gpus // (conf.shape.stages * conf.shape.tp * conf.shape.cp)
     head = (f"# pipetab plan: {conf.label} {conf.shape.label}, {conf.step_time_s:.4g} s per step (simulated); "
             f"run on {gpus} GPUs (data parallelism: the GPUs left, {dp})")
     return head + "\n" + " \\\n".join(lines) + "\n"
@@ -166,18 +175,18 @@ def _toml_value(v: object) -> str:
 def torchtitan_toml(conf: Configuration, gpus: int, csv_path: str = "") -> str:
     """The ``[parallelism]`` and ``[training]`` sections of ``conf`` (module docstring)."""
     s = conf.shape
-    dp = gpus // (s.pp * s.tp * s.cp)  # type: ignore[operator]
-    par = {"data_parallel_replicate_degree": 1 if s.zero == 3 else dp,
-           "data_parallel_shard_degree": dp if s.zero == 3 else 1,
-           "fsdp_reshard_after_forward": "always" if s.reshard_after_forward else "never",
-           "tensor_parallel_degree": s.tp, "enable_sequence_parallel": bool(s.sequence_parallel),
-           "pipeline_parallel_degree": s.pp, "pipeline_parallel_schedule": TORCH_NAMES.get(conf.schedule, "1F1B"),
-           "pipeline_parallel_schedule_csv": csv_path, "num_pp_microbatches": s.microbatches,
-           "module_fqns_per_model_part": module_fqns(Layout.parse(conf.layout)),
-           "context_parallel_degree": s.cp, "expert_parallel_degree": s.ep}
-    seq = s.seq_len
-    train = {"num_tokens_per_microbatch_per_dp_rank": s.microbatch_size * seq,  # type: ignore[operator]
-             "num_tokens_per_train_step": s.global_batch * seq, "max_context_length": seq}  # type: ignore[operator]
+    sizes = s.sizes
+    dp = gpus // (s.stages * s.tp * s.cp)
+    t = TORCHTITAN
+    par = {t["dp"]: 1 if s.zero == 3 else dp, t["zero"]: dp if s.zero == 3 else 1,
+           t["reshard_after_forward"]: "always" if s.reshard_after_forward else "never",
+           t["tp"]: s.tp, t["sequence_parallel"]: bool(s.sequence_parallel),
+           t["pp"]: s.stages, "pipeline_parallel_schedule": TORCH_NAMES.get(conf.schedule, "1F1B"),
+           "pipeline_parallel_schedule_csv": csv_path, "num_pp_microbatches": sizes.microbatches,
+           t["layout"]: module_fqns(Layout.parse(conf.layout)), t["cp"]: s.cp, t["ep"]: s.ep}
+    seq = sizes.seq_len
+    train = {t["microbatch_size"]: sizes.microbatch_size * seq, t["global_batch"]: sizes.global_batch * seq,
+             t["seq_len"]: seq}
     lines = [f"# pipetab plan: {conf.label} {s.label}, {conf.step_time_s:.4g} s per step (simulated), {gpus} GPUs",
              f"# recompute: {conf.recompute_label} (torchtitan's activation checkpointing)"]
     if s.zero in (1, 2):

@@ -53,7 +53,7 @@ class Configuration:
             return self.searched
         from pipetab.schedules import registry
 
-        return registry.generate(self.schedule, self.shape.pp, self.shape.microbatches,  # type: ignore[arg-type]
+        return registry.generate(self.schedule, self.shape.stages, self.shape.sizes.microbatches,
                                  **dict(self.options))
 
     @property

@@ -73,7 +73,7 @@ class _BestFirst:
         all_shapes = shapes(space)
         self.total = len(all_shapes) * len(self.variants)
         self.misfits: list[_Candidate] = []
-        self.heap: list[tuple[float, int, object]] = []
+        self.heap: list[tuple[float, int, Context | _Candidate]] = []
         for i, shape in enumerate(all_shapes):
             heapq.heappush(self.heap, (bounds.shape_time(shape), i, shape))
         self.tiebreak = len(all_shapes)
@@ -116,7 +116,7 @@ class _BestFirst:
             if isinstance(item, Context):
                 self._open(item)
                 continue
-            cand: _Candidate = item  # type: ignore[assignment]
+            cand = item
             if not cand.exact:  # its run next: it enters again with its step time
                 step = self.bounds.time(cand.name, cand.opts, cand.shape)
                 if step is not None:
@@ -285,7 +285,9 @@ def _validated(space: PlanSpace, conf: Configuration, bounds: Bounds | None, cos
         run = bounds.run(conf.schedule, dict(conf.options), conf.shape)
         sched, costs = run.schedule, run.costs
     sched = sched or conf.searched
-    levels = evaluate_levels(sched, costs=costs or costs_of(space, sched, conf.shape))  # type: ignore[arg-type]
+    if sched is None:
+        raise ValueError(f"{conf.label}: no schedule to validate")
+    levels = evaluate_levels(sched, costs=costs or costs_of(space, sched, conf.shape))
     # the simulation of what was ranked: the run itself, or the instance it was extrapolated from
     step, ranked = levels.simulation.makespan, conf.step_time_s
     if run is not None and run.extrapolated:
@@ -293,5 +295,5 @@ def _validated(space: PlanSpace, conf: Configuration, bounds: Bounds | None, cos
     if abs(step - ranked) > 1e-9 * ranked:
         raise AssertionError(f"{conf.label}: evaluate_levels gives {step} s, the plan ranked {ranked} s")
     if run is not None and run.extrapolated:
-        return replace(conf, levels=levels, sample_microbatches=sched.num_microbatches)  # type: ignore[union-attr]
+        return replace(conf, levels=levels, sample_microbatches=sched.num_microbatches)
     return replace(conf, levels=levels)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from pipetab.hardware.context import Context, Recompute, cp_comm_of, precision_of, recompute_of
+from pipetab.hardware.decisions import ContextSpace
 from pipetab.hardware.layer import attention_flops_share
 from pipetab.hardware.loaders import load_model, load_system
 from pipetab.hardware.system import System
@@ -71,52 +72,32 @@ def cluster(gpu_or_system: str | System, nodes: int, gpus_per_node: int) -> Syst
 
 
 @dataclass(frozen=True)
-class PlanSpace:
+class PlanSpace(ContextSpace):
     """The question: ``model`` with ``global_batch`` sequences per step on ``system`` (a
-    ``cluster``), and which options to search. Empty tuples mean the defaults: microbatch
-    sizes powers of two up to ``MAX_TOKENS_PER_MICROBATCH`` tokens, every recompute option
-    (``selective`` only with classic attention), every registry schedule. ``refine``:
-    try uneven layouts and per-stage recomputation on the best (``refine``)."""
+    ``cluster``), the context to search (``hardware.ContextSpace``'s fields, given by
+    keyword) and ``plan``'s own knobs. Empty tuples mean the defaults: microbatch sizes
+    powers of two up to ``MAX_TOKENS_PER_MICROBATCH`` tokens, every recompute option
+    (``selective`` only with classic attention), every registry schedule. ``refine``: try
+    uneven layouts and per-stage recomputation on the best (``refine``)."""
 
     model: TransformerModel
     system: System
     global_batch: int
-    microbatch_sizes: tuple[int, ...] = ()
-    recompute: tuple[str, ...] = ()
     schedules: tuple[str, ...] = ()
-    zero: int | None = None
-    sequence_parallel: bool = True
-    overlap: bool = True
     top: int = 10
     cpsat_shapes: int = 2
     cpsat_time_s: float = 3.0
-    ep: tuple[int, ...] = ()
-    etp: tuple[int, ...] = ()
-    dispatch_precision: str = "bf16"
-    routing_imbalance: float = 1.0
-    node_limit: int | None = None
-    gemm_precision: str = "bf16"
-    pp: tuple[int, ...] = ()
-    tp: tuple[int, ...] = ()
-    cp: tuple[int, ...] = ()
-    dp: tuple[int, ...] = ()
-    cp_comm: str = "p2p"
-    reshard_after_forward: bool = True
     refine: bool = True
 
     def __post_init__(self) -> None:
         check_count("global batch", self.global_batch)
         check_count("top", self.top)
-        experts = Context(dispatch_precision=precision_of(self.dispatch_precision),
-                          routing_imbalance=self.routing_imbalance, node_limit=self.node_limit)  # checks them
+        super().__post_init__()
         fp8 = precision_of(self.gemm_precision, "gemm precision") == "fp8"
         if fp8 and not (self.system.device.kernels and self.system.device.fp8_peak_flops):
             raise ValueError(f"gemm precision fp8 needs a system priced by its kernels with an fp8 peak; "
                              f"{self.system.name!r} has none")
-        for what, values in (("ep", self.ep), ("etp", self.etp)):
-            for v in values:
-                check_count(what, v)
-        if not self.model.moe and (self.ep or self.etp or experts.expert_parallel):
+        if not self.model.moe and self.expert_parallel:
             raise ValueError(f"ep, etp, dispatch precision, routing imbalance and node limit apply to "
                              f"mixture-of-experts models only; {self.model.name!r} is dense")
         for e in self.ep:
@@ -124,16 +105,8 @@ class PlanSpace:
                 raise ValueError(f"ep {e} must divide the {self.model.num_experts} experts of {self.model.name!r}")
         if self.system.num_devices is None or self.system.devices_per_node is None:
             raise ValueError("plan needs a cluster with a number of GPUs and GPUs per node (use plan.cluster)")
-        for b in self.microbatch_sizes:
-            check_count("microbatch size", b)
-        for r in self.recompute:
-            if r not in tuple(Recompute):
-                raise ValueError(f"recompute must be among {', '.join(Recompute)}, got {r!r}")
         for name in self.schedules:
             registry.spec(name)
-        if self.zero not in (None, 0, 1, 2, 3):
-            raise ValueError(f"zero must be 0, 1, 2 or 3, got {self.zero!r}")
-        Context(cp_comm=cp_comm_of(self.cp_comm), reshard_after_forward=self.reshard_after_forward)  # checks them
         self._check_pins()
         no_cp = self.cp == (1,) or (not self.cp and self.model.seq_len < CP_FROM_TOKENS)
         if self.zero is not None and self.dp == (1,) and no_cp:
@@ -147,14 +120,13 @@ class PlanSpace:
 
     def _check_pins(self) -> None:
         """``ValueError`` naming the pin when a pinned degree cannot split the cluster."""
-        n, per_node = self.num_gpus, self.system.devices_per_node
-        for what in ("pp", "tp", "cp", "dp"):
+        n, per_node = self.num_gpus, self.gpus_per_node
+        for what in ("pp", "tp", "cp", "dp"):  # each an integer >= 1 (ContextSpace)
             for v in getattr(self, what):
-                check_count(what, v)
                 if n % v:
                     raise ValueError(f"--{what} {v} must divide the cluster's {n} GPUs")
         for v in self.tp:
-            if per_node % v:  # type: ignore[operator]
+            if per_node % v:
                 raise ValueError(f"--tp {v} must divide the {per_node} GPUs of a node (TP stays inside a node)")
         pinned = [(w, getattr(self, w)[0]) for w in ("pp", "tp", "cp", "dp") if len(getattr(self, w)) == 1]
         product = math.prod(v for _, v in pinned)
@@ -177,7 +149,13 @@ class PlanSpace:
 
     @property
     def num_gpus(self) -> int:
-        return self.system.num_devices  # type: ignore[return-value]
+        """GPUs of the cluster."""
+        return _known(self.system.num_devices)
+
+    @property
+    def gpus_per_node(self) -> int:
+        """GPUs of one node."""
+        return _known(self.system.devices_per_node)
 
     def cps(self, tp: int) -> tuple[int, ...]:
         """Context-parallel degrees with tensor parallelism ``tp``: the pinned ones, else 1
@@ -191,13 +169,6 @@ class PlanSpace:
             out.append(c)
             c *= 2
         return tuple(out)
-
-    def zeros(self, replicas: int) -> tuple[int | None, ...]:
-        """ZeRO stages to try with ``replicas`` GPUs per weight: the given one, else the
-        default (1) and 3; None (no ZeRO) without replicas."""
-        if replicas == 1:
-            return (None,)
-        return (self.zero,) if self.zero is not None else (None, 3)
 
     def notes(self) -> tuple[str, ...]:
         """What the space leaves out and why (``plan`` prints them)."""
@@ -265,7 +236,14 @@ class PlanSpace:
         eps = self.ep or tuple(_divisors(m.num_experts))
         etps = self.etp or (1,)
         return [(e, t) for e in eps for t in etps
-                if (tp * cp * dp) % (e * t) == 0 and tp % t == 0 and m.expert_ffn_hidden % t == 0]  # type: ignore[operator]
+                if (tp * cp * dp) % (e * t) == 0 and tp % t == 0 and (m.expert_ffn_hidden or 0) % t == 0]
+
+
+def _known(count: int | None) -> int:
+    """A cluster's count (``PlanSpace`` refuses a system without it)."""
+    if count is None:
+        raise ValueError("plan needs a cluster with a number of GPUs and GPUs per node (use plan.cluster)")
+    return count
 
 
 def _divisors(n: int) -> list[int]:
@@ -276,10 +254,10 @@ def shape(space: PlanSpace, pp: int, tp: int, dp: int, microbatch_size: int, rec
           ep: int = 1, etp: int = 1, cp: int = 1, zero: int | None = None) -> Context:
     """The resolved context of one shape of ``space`` (its switches applied where they
     apply: sequence parallelism with TP > 1, ZeRO and overlap with DP x CP > 1, the expert
-    options with a mixture-of-experts model); ``zero`` None: the space's."""
-    zero = space.zero if zero is None else zero
-    ctx = Context(tp=tp, dp=dp, pp=pp, cp=cp, sequence_parallel=None if space.sequence_parallel else False,
-                  zero=zero if dp * cp > 1 else None, overlap=space.overlap, microbatch_size=microbatch_size,
+    options with a mixture-of-experts model); ``zero`` None: the space's (or its default)."""
+    zero = space.zeros(dp * cp)[0] if zero is None else zero
+    ctx = Context(tp=tp, dp=dp, pp=pp, cp=cp, sequence_parallel=tp > 1 and space.sequence_parallel,
+                  zero=zero if dp * cp > 1 else 0, overlap=space.overlap, microbatch_size=microbatch_size,
                   global_batch=space.global_batch, seq_len=space.model.seq_len, recompute=recompute_of(recompute),
                   cp_comm=cp_comm_of(space.cp_comm if cp > 1 else "p2p"),
                   reshard_after_forward=space.reshard_after_forward if zero == 3 else True,
@@ -293,11 +271,11 @@ def shape(space: PlanSpace, pp: int, tp: int, dp: int, microbatch_size: int, rec
 def _splits(space: PlanSpace) -> list[tuple[int, int, int, int]]:
     """Every (pp, tp, cp, dp) of the cluster: TP inside a node dividing the model, the pins
     (``PlanSpace``), PP at most the layers (PP = 1 included)."""
-    model, per_node, n = space.model, space.system.devices_per_node, space.num_gpus
+    model, per_node, n = space.model, space.gpus_per_node, space.num_gpus
     out = []
-    for tp in space.tp or _divisors(per_node):  # type: ignore[arg-type]
+    for tp in space.tp or _divisors(per_node):
         try:
-            Context(tp=tp, sequence_parallel=None if space.sequence_parallel else False).check(model)
+            Context(tp=tp, sequence_parallel=tp > 1 and space.sequence_parallel).check(model)
         except ValueError:
             continue
         for cp in space.cps(tp):

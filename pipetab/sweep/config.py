@@ -27,6 +27,11 @@ File format (every key optional unless marked)::
                                             #   (tp x cp x dp)); cp_comm = "p2p" | "allgather"
     layout = "E|(t*8|)*4L"                  #   Megatron layout string (its stages: grid.stages)
     reshard_after_forward = true            #   with zero = 3 (default true)
+    ep = [1, 8]                             #   MoE models: expert-parallel degrees to cross, and
+    etp = [1]                               #   expert tensor-parallel ones (default: not set, 1);
+    dispatch_precision = "fp8"              #   the other context decisions, one value each
+    routing_imbalance = 1.2                 #   (gemm_precision, node_limit, recompute_layers):
+                                            #   every decision of hardware.decisions.DECISIONS
     overlap = true                          #   overlap the DP reduction (default true)
     global_batch = 1024                     #   sequences per step (default: the model's); the
     microbatch_size = 1                     #   microbatch is global_batch / (dp x B), or fixed
@@ -74,6 +79,7 @@ from pathlib import Path
 
 from pipetab.files import safe_name
 from pipetab.hardware.context import Recompute
+from pipetab.hardware.decisions import DECISIONS
 from pipetab.schedules import registry
 from pipetab.solver.costs import SEARCH_TICKS_PER_OP
 
@@ -85,8 +91,13 @@ KEY_VERSION = 2  # bump when the meaning of a configuration key or its row chang
 _TOP = {"name", "description", "grid", "run", "output"}
 _GRID = {"schedules", "stages", "microbatches", "systems", "models", "profiles", "caps", "options", "search",
          "cluster"}
-_CLUSTER = {"gpus", "tp", "dp", "sequence_parallel", "zero", "overlap", "global_batch", "microbatch_size", "seq",
-            "cp", "cp_comm", "layout", "reshard_after_forward"}
+# [grid.cluster]: the cluster's GPUs and every context decision whose sweep key is there
+# (``hardware.decisions``); the degrees in lists crossed, the others one value each
+_CLUSTER_DECISIONS = {d.sweep_key: d for d in DECISIONS if d.sweep.startswith("grid.cluster.")}
+_CLUSTER = {"gpus", *_CLUSTER_DECISIONS}
+_CROSSED = tuple(k for k, d in _CLUSTER_DECISIONS.items() if d.sweep_list)  # tp, dp, ep, etp, cp
+_COUNTS = ("gpus", *(k for k, d in _CLUSTER_DECISIONS.items() if d.kind is int and not (d.sweep_list or d.choices)))
+_CHOICES = tuple(k for k, d in _CLUSTER_DECISIONS.items() if (d.choices and k != "zero") or d.kind is float)
 _SEARCH = ("time_limit", "workers", "tick_s", "ticks_per_op")
 _RUN = {
     "mode", "recompute", "contention", "exposed_comm", "forward_slots", "backward_slots",
@@ -220,7 +231,9 @@ class Configuration:
             parts.append(f"profile={self.profile}")
         if self.cluster:
             c = self.cluster_dict()
-            parts.append(f"TP{c['tp']}" + (f" CP{c['cp']}" if c.get("cp", 1) > 1 else "") + f" DP{c['dp']}")
+            parts.append(f"TP{c['tp']}" + (f" CP{c['cp']}" if c.get("cp", 1) > 1 else "") + f" DP{c['dp']}"
+                         + (f" EP{c['ep']}" if c.get("ep", 1) > 1 else "")
+                         + (f" ETP{c['etp']}" if c.get("etp", 1) > 1 else ""))
         if self.run.uses_hardware and self.cap != "device":
             parts.append(f"cap={self.cap}")
         if self.run.uses_cpsat:
@@ -445,19 +458,20 @@ def grid_size(config: SweepConfig) -> int:
 
 
 def _parse_cluster(doc: object, run: RunSettings) -> dict:
-    """``[grid.cluster]``: lists ``tp`` and ``dp``, the rest single values (module docstring)."""
+    """``[grid.cluster]``: lists of the degrees (``_CROSSED``), the rest single values
+    (module docstring)."""
     doc = _table(doc, "grid.cluster")
     if not run.uses_hardware:
         raise ConfigError("grid.cluster is not used in mode 'table' (the table level has no hardware)")
     _keys(doc, _CLUSTER, "[grid.cluster]")
     out: dict = {}
-    for key in ("tp", "dp", "cp"):
-        if key == "cp" and "cp" not in doc:
+    for key in _CROSSED:
+        if key not in ("tp", "dp") and key not in doc:
             continue  # left out of the configurations' keys unless given (their keys stay as before)
         out[key] = _list(doc.get(key, [1]), f"grid.cluster.{key}", int)
         if any(v < 1 for v in out[key]) or len(set(out[key])) != len(out[key]):
             raise ConfigError(f"grid.cluster.{key} must list different integers >= 1, got {out[key]!r}")
-    for key in ("gpus", "global_batch", "microbatch_size", "seq"):
+    for key in _COUNTS:  # gpus, global_batch, microbatch_size, seq, node_limit
         if key in doc:
             v = doc[key]
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
@@ -480,20 +494,28 @@ def _parse_cluster(doc: object, run: RunSettings) -> dict:
 
 
 def _parse_cluster_extras(doc: dict) -> dict:
-    """``cp_comm``, ``layout`` and ``reshard_after_forward`` of ``[grid.cluster]``, when given."""
-    from pipetab.hardware.context import CpComm
+    """The choices, ``routing_imbalance``, ``layout``, ``recompute_layers`` and
+    ``reshard_after_forward`` of ``[grid.cluster]``, when given."""
     from pipetab.hardware.layout import Layout
 
     out: dict = {}
-    if "cp_comm" in doc:
-        if doc["cp_comm"] not in tuple(CpComm):
-            raise ConfigError(f"grid.cluster.cp_comm must be one of {', '.join(CpComm)}, got {doc['cp_comm']!r}")
-        out["cp_comm"] = doc["cp_comm"]
+    for key in _CHOICES:  # dispatch_precision, routing_imbalance, gemm_precision, cp_comm
+        if key in doc:
+            try:
+                _CLUSTER_DECISIONS[key].check(doc[key])
+            except ValueError as exc:
+                raise ConfigError(str(exc).replace(_CLUSTER_DECISIONS[key].label, f"grid.cluster.{key}", 1)) from None
+            out[key] = doc[key]
     if "layout" in doc:
         try:
             out["layout"] = Layout.parse(doc["layout"]).megatron()
         except ValueError as exc:
             raise ConfigError(f"grid.cluster.layout: {exc}") from None
+    if "recompute_layers" in doc:
+        counts = _list(doc["recompute_layers"], "grid.cluster.recompute_layers", int)
+        if any(v < 0 for v in counts):
+            raise ConfigError(f"grid.cluster.recompute_layers must list integers >= 0 (one per stage), got {counts!r}")
+        out["recompute_layers"] = tuple(counts)
     if "reshard_after_forward" in doc:
         if not isinstance(doc["reshard_after_forward"], bool) or doc.get("zero") != 3:
             raise ConfigError("grid.cluster.reshard_after_forward must be true or false, with zero = 3")
@@ -507,18 +529,16 @@ def cluster_settings(grid: dict) -> list[tuple[tuple[str, object], ...]]:
     c = grid.get("cluster")
     if c is None:
         return [()]
+    crossed = [k for k in _CROSSED if k in c]
     out = []
-    for tp in c["tp"]:
-        for dp in c["dp"]:
-            for cp in c.get("cp", (None,)):
-                d = {k: v for k, v in c.items() if k not in ("tp", "dp", "cp")}
-                d.update(tp=tp, dp=dp, sequence_parallel=c["sequence_parallel"] and tp > 1,
-                         zero=c["zero"] if dp * (cp or 1) > 1 else 0)
-                if cp is not None:
-                    d["cp"] = cp
-                if "cp_comm" in d and (cp or 1) == 1:
-                    del d["cp_comm"]
-                out.append(tuple(sorted(d.items())))
+    for values in itertools.product(*(c[k] for k in crossed)):
+        d = {k: v for k, v in c.items() if k not in _CROSSED}
+        d.update(zip(crossed, values))
+        tp, replicas = d["tp"], d["dp"] * d.get("cp", 1)
+        d.update(sequence_parallel=c["sequence_parallel"] and tp > 1, zero=c["zero"] if replicas > 1 else 0)
+        if "cp_comm" in d and d.get("cp", 1) == 1:
+            del d["cp_comm"]
+        out.append(tuple(sorted(d.items())))
     return out
 
 
@@ -698,9 +718,9 @@ def _batch_error(model: str, microbatches: int, cluster: tuple = ()) -> str | No
     from pipetab import hardware
 
     c = dict(cluster)
-    ctx = hardware.Context(dp=c.get("dp", 1), tp=c.get("tp", 1), sequence_parallel=c.get("sequence_parallel"),
-                           zero=c.get("zero"), global_batch=c.get("global_batch"),
-                           microbatch_size=c.get("microbatch_size"))
+    ctx = hardware.Context(dp=c.get("dp", 1), tp=c.get("tp", 1), global_batch=c.get("global_batch"),
+                           microbatch_size=c.get("microbatch_size"),
+                           **{k: c[k] for k in ("sequence_parallel", "zero") if c.get(k) is not None})
     try:
         ctx.resolved(hardware.load_model(model), microbatches)
         if "layout" in c:

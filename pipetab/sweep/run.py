@@ -23,7 +23,6 @@ error outcome. Each process caches the last schedules' levels, systems and model
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import sys
 import time
@@ -129,11 +128,12 @@ def _profile(path: str):
 
 def _context(c: Configuration):
     """The configuration's ``hardware.Context`` ([grid.cluster] and [run]'s recompute)."""
-    from pipetab.hardware.context import Context
+    from pipetab.hardware.context import Context, recompute_of
+    from pipetab.hardware.decisions import DECISIONS
 
-    d = c.cluster_dict()
-    fields = {f.name for f in dataclasses.fields(Context)}  # every [grid.cluster] key that is a context field
-    return Context(**{k: v for k, v in d.items() if k in fields}, seq_len=d.get("seq"), recompute=c.run.recompute)
+    d = c.cluster_dict()  # every [grid.cluster] key but gpus is a decision's
+    return Context(**{x.name: d[x.sweep_key] for x in DECISIONS if x.sweep.startswith("grid.cluster.")
+                      and x.sweep_key in d}, recompute=recompute_of(c.run.recompute))
 
 
 def _base(c: Configuration) -> dict:

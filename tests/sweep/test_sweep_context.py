@@ -1,0 +1,70 @@
+"""Every context decision is a sweep key (``hardware.decisions``), expert parallelism
+included: a sweep crossing ``ep`` on a mixture-of-experts model gives, per EP degree, the row
+``pipetab evaluate --ep`` gives."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pipetab.cli import main
+from pipetab.hardware.decisions import DECISIONS
+from pipetab.sweep import expand, parse_config
+from pipetab.sweep.run import evaluate
+
+# one value per decision's key, as a sweep file writes it (written here, not taken from the declarations)
+SAMPLES = {"tp": [2], "dp": [2], "sequence_parallel": True, "zero": 2, "overlap": False, "microbatch_size": 1,
+           "global_batch": 32, "seq": 2048, "ep": [2], "etp": [1], "dispatch_precision": "fp8",
+           "routing_imbalance": 1.5, "node_limit": 1, "gemm_precision": "bf16", "cp": [1], "cp_comm": "allgather",
+           "reshard_after_forward": False, "layout": "E|(t*8|)*4L", "recompute_layers": [1, 0, 0, 0]}
+
+
+def moe_config(cluster: dict, **grid):
+    doc = {"grid": {"schedules": ["1f1b"], "microbatches": [8], "systems": ["dgx_h100_ib"],
+                    "models": ["mixtral_8x7b"], "cluster": cluster, **grid}}
+    return parse_config(doc)
+
+
+@pytest.mark.parametrize("decision", DECISIONS, ids=lambda d: d.name)
+def test_every_declared_decision_is_a_sweep_key(decision):
+    """Each decision's sweep key is accepted and reaches the configurations."""
+    section, key = decision.sweep.rsplit(".", 1)
+    if section == "grid.cluster":
+        cluster = {"tp": [2], "dp": [2], key: SAMPLES[key]}
+        if key == "reshard_after_forward":
+            cluster["zero"] = 3
+        if key == "cp_comm":  # only with context parallelism
+            cluster["cp"] = [2]
+        config = moe_config(cluster, stages=[4])
+        todo, skipped = expand(config)
+        confs = todo + [s.configuration for s in skipped]
+        assert confs and all(key in c.cluster_dict() for c in confs)
+    elif section == "grid":
+        assert key == "stages"
+        assert {c.stages for c in expand(moe_config({"tp": [2]}, stages=[4]))[0]} == {4}
+    else:
+        assert (section, key) == ("run", "recompute")
+        config = parse_config({"grid": {"schedules": ["1f1b"], "stages": [4], "microbatches": [8],
+                                        "systems": ["dgx_h100_ib"]}, "run": {"recompute": "full"}})
+        assert expand(config)[0][0].run.recompute == "full"
+
+
+def test_a_sweep_crosses_expert_parallelism_as_evaluate_takes_it(capsys):
+    """ep = [1, 2, 4] on Mixtral 8x7B (8 experts, 16 GPUs, TP 2 x DP 2, so S = 4): three
+    configurations with their own keys, each row the simulation ``evaluate --ep`` gives."""
+    todo, skipped = expand(moe_config({"gpus": 16, "tp": [2], "dp": [2], "ep": [1, 2, 4], "global_batch": 32}))
+    assert not skipped and [c.cluster_dict()["ep"] for c in todo] == [1, 2, 4]
+    assert len({c.key for c in todo}) == 3 and all(c.stages == 4 for c in todo)
+    assert "EP2" in todo[1].label() and "EP" not in todo[0].label()
+    makespans = []
+    for c in todo:
+        row = evaluate(c)
+        assert main(["evaluate", "1f1b", "-S", "4", "-B", "8", "--system", "dgx_h100_ib", "--model", "mixtral_8x7b",
+                     "--tp", "2", "--dp", "2", "--ep", str(c.cluster_dict()["ep"]), "--global-batch", "32",
+                     "--format", "json"]) == 0
+        doc = json.loads(capsys.readouterr().out)
+        assert doc["context"]["ep"] == c.cluster_dict()["ep"]
+        assert row["simulation_makespan_s"] == pytest.approx(doc["simulation"]["makespan_s"], rel=1e-12)
+        makespans.append(row["simulation_makespan_s"])
+    assert len(set(makespans)) == 3  # the degree reaches the pricing: each prices its own all-to-all
