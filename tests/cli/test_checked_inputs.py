@@ -18,7 +18,7 @@ from pipetab.hardware import load_model
 from pipetab.hardware.layer import model_flops_per_sequence
 from pipetab.hardware.profile import check_possible, load_profile, profile_to_toml
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ZB = ROOT / "experiments" / "profiles" / "zb_14p6b_p16_m48.toml"  # 14.6B on 16 A100s, microbatch 1, seq 1024
 PLAN = ["plan", "--nodes", "2", "--gpus-per-node", "8", "--global-batch", "48", "--quiet", "--top", "3"]
 

@@ -255,7 +255,7 @@ def files(tmp_path_factory) -> Path:
 
 
 S4 = ["-S", "4", "-B", "8"]
-TRACES = [str(Path(__file__).resolve().parent / "data" / "traces" / f"rank{r}.json.gz") for r in (0, 1)]
+TRACES = [str(Path(__file__).resolve().parents[1] / "data" / "traces" / f"rank{r}.json.gz") for r in (0, 1)]
 PLAN = ["plan", "--model", "tiny_gpt", "--nodes", "1", "--gpus-per-node", "4", "--global-batch", "8", "--quiet"]
 CAL = ["--model", "tiny_gpt", "--system", "mid_nw_mid_cp"]
 SYS = ["--system", "mid_nw_mid_cp"]

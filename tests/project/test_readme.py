@@ -22,7 +22,7 @@ import pytest
 
 from pipetab.cli import main
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 NOT_COMPARED = "# output not compared"
 

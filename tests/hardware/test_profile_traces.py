@@ -16,7 +16,7 @@ from pipetab.cli import main
 from pipetab.hardware.profile import load_profile
 from pipetab.hardware.trace import profile_from_traces
 
-TRACES = sorted((Path(__file__).resolve().parent / "data" / "traces").glob("rank*.json.gz"))
+TRACES = sorted((Path(__file__).resolve().parents[1] / "data" / "traces").glob("rank*.json.gz"))
 
 
 def _by_hand(path: Path) -> dict[str, float]:
@@ -77,8 +77,8 @@ def test_profile_command_writes_what_evaluate_and_calibrate_take(tmp_path, capsy
 # A real GPU trace: torch.distributed.pipelining's ZBV step of two stages of two Llama 3 8B
 # layers on one H100 (experiments/device_ops.py, trimmed by experiments/trim_trace.py), and the
 # same layer timed alone on the same GPU (experiments/measured/h100_2026-11-26/layers.csv).
-GPU_TRACE = Path(__file__).resolve().parent / "data" / "traces_h100" / "rank0.json.gz"
-H100_LAYERS = Path(__file__).resolve().parents[1] / "experiments" / "measured" / "h100_2026-11-26" / "layers.csv"
+GPU_TRACE = Path(__file__).resolve().parents[1] / "data" / "traces_h100" / "rank0.json.gz"
+H100_LAYERS = Path(__file__).resolve().parents[2] / "experiments" / "measured" / "h100_2026-11-26" / "layers.csv"
 
 
 def _kernels_by_hand(path: Path) -> dict[tuple[int, str], list[float]]:

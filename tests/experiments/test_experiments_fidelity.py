@@ -10,7 +10,7 @@ import pytest
 from experiments import bench_fidelity
 from experiments.fidelity_data import KORTHIKANTI, LLAMA3, MEGATRON
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

@@ -25,7 +25,7 @@ from pipetab.plan.emit import (
 from pipetab.schedules import registry
 from pipetab.schedules.formats import from_torch_csv
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).parents[1] / "data"
 MEGATRON = {line for line in (DATA / "megatron_arguments.txt").read_text().splitlines() if line.startswith("--")}
 TORCHTITAN = {line for line in (DATA / "torchtitan_fields.txt").read_text().splitlines()
               if line and not line.startswith("#")}
