@@ -155,12 +155,12 @@ def test_expansions_judged_by_the_period_are_the_repeated_simulation_period():
         assert run.cyclicity > 1 or run.period == e.makespan
 
 
-def test_kernel_of_a_known_steady_state():
+def test_kernel_of_a_known_steady_state(capped_4_32):
     """1F1B's middle is periodic: its kernel is valid and its period is the simulator's
     growth per microbatch block."""
     from pipetab.schedules import registry
 
-    problem = idealized_problem(4, 32, comm=1, activation_cap=4)
+    problem = capped_4_32
     sched = registry.generate("1f1b", 4, 32)
     kernel = kernel_of(problem, problem.fixed_placement, sched, simulate(sched, problem.costs).start_times, 8)
     assert kernel is not None and check_kernel(kernel) is None
@@ -194,8 +194,8 @@ def test_invalid_kernels_are_named():
         check_kernel(Kernel(problem, problem.fixed_placement, 1, good.period - 1, good.start)) is not None
 
 
-def test_search_reports_what_the_cyclic_phase_proved():
-    problem = idealized_problem(4, 32, comm=1, activation_cap=4)
+def test_search_reports_what_the_cyclic_phase_proved(capped_4_32):
+    problem = capped_4_32
     res = search(problem, _config(10))
     assert res.cyclic is not None and res.cyclic.proven
     assert res.cyclic.period / res.cyclic.block == 4.5
@@ -203,14 +203,14 @@ def test_search_reports_what_the_cyclic_phase_proved():
     assert evaluate_known(problem, res.schedule).makespan == res.makespan
 
 
-def test_no_full_model_after_the_cyclic_phase_from_cyclic_only_ops():
+def test_no_full_model_after_the_cyclic_phase_from_cyclic_only_ops(capped_4_32):
     """From ``StrategyParams.cyclic_only_ops`` ops the search ends after the cyclic phase
     (no bound or search phase), with the best schedule so far and the analytic bound;
     below it the full model's phases run."""
     from pipetab.solver.cpsat.bounds import makespan_lower_bound
     from pipetab.solver.cpsat.params import StrategyParams
 
-    problem = idealized_problem(4, 32, comm=1, activation_cap=4)
+    problem = capped_4_32
     full = search(problem, _config(10))
     assert {"bound", "search"} & {ph.name for ph in full.log.phases}
     short = search(problem, _config(10, strategy=StrategyParams(cyclic_only_ops=problem.num_ops)))

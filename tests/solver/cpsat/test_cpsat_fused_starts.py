@@ -29,8 +29,8 @@ def test_fused_keeps_the_orders_and_frees_no_later(name):
     assert all(a <= b + 1e-9 for a, b in zip(ev_whole.memory.peaks, ev_split.memory.peaks))
 
 
-def test_whole_schedules_are_left_as_they_are():
-    s = registry.generate("1f1b", 4, 8)
+def test_whole_schedules_are_left_as_they_are(one_f_one_b_4_8):
+    s = one_f_one_b_4_8
     assert fused_backward(s) is s
 
 

@@ -108,13 +108,13 @@ def test_never_worse_than_input_nor_better_than_the_optimum(S, B_, comm, cap):
     assert improved, "no start was improved: the loop above checked nothing"
 
 
-def test_search_starts_from_the_justified_schedule():
+def test_search_starts_from_the_justified_schedule(capped_16_64):
     """The justified 1F1B (375) beats every other start of linear S=16, B=64, cap 16, C=1
     (the best, greedy, takes 378 — here recomputed by the simulator, outside the search),
     so it is the search's incumbent: with a short limit the result is no
     worse and the start phase names it; with ``justify`` ablated the best start is that
     simulator minimum."""
-    problem = idealized_problem(16, 64, comm=1, activation_cap=16)
+    problem = capped_16_64
     fixed, placement = _fixed(problem)
     sims = [simulate(s, problem.costs) for s in starts.auto_known(fixed, placement)]
     best_known = min(r.makespan for r in sims if all(r.fits_memory))

@@ -55,8 +55,8 @@ def test_hint_is_complete_under_free_placement():
 
 
 @pytest.mark.parametrize("switch", ["symmetry_break", "fifo", "redundant", "dominance", "order_literals"])
-def test_each_family_can_be_switched_off(switch):
-    problem = idealized_problem(4, 6, comm=1, activation_cap=3)
+def test_each_family_can_be_switched_off(switch, capped_4_6):
+    problem = capped_4_6
     pl = problem.fixed_placement
     # the symmetry break is only added when FIFO is off (FIFO subsumes it); without the
     # last-stage glue more pairs need order literals, so it is compared without them
@@ -81,11 +81,11 @@ def test_analytic_bound_never_exceeds_known_schedules():
                 assert lb <= k.makespan
 
 
-def test_order_literals_only_where_no_precedence_decides():
+def test_order_literals_only_where_no_precedence_decides(capped_4_6):
     """Linear S=4, B=6, cap 3 under FIFO: on devices 0-2, F(j) vs B(i) is open only for
     i < j < i + 3 (j <= i: F first by the data path; j >= i + 3: B first by memory):
     2+2+2+2+1+0 = 9 pairs each; the last device is glued (F, B, F, B, ...): none."""
-    problem = idealized_problem(4, 6, comm=1, activation_cap=3)
+    problem = capped_4_6
     model = CpSatModel(problem, CpSatConfig(), problem.fixed_placement, 200)
     assert "order literals" in model.applied
     per_device = {}
@@ -98,10 +98,10 @@ def test_order_literals_only_where_no_precedence_decides():
     assert per_device == {0: 9, 1: 9, 2: 9}
 
 
-def test_order_literal_limit_falls_back_to_no_overlap():
+def test_order_literal_limit_falls_back_to_no_overlap(capped_4_6):
     from pipetab.solver.cpsat.params import ModelParams
 
-    problem = idealized_problem(4, 6, comm=1, activation_cap=3)
+    problem = capped_4_6
     model = CpSatModel(problem, CpSatConfig(model=ModelParams(order_literal_limit=26)), problem.fixed_placement, 200)
     assert "order literals" not in model.applied and not model.vars.order_lits
     full = CpSatModel(problem, CpSatConfig(ablate={"order_literals"}), problem.fixed_placement, 200)

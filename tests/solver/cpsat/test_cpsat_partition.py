@@ -103,10 +103,10 @@ def test_enumeration_below_a_threshold_lists_exactly_those_splits(case):
     assert sorted(enum.candidates) == sorted((b, lay) for lay, b in every.items() if b < threshold)
 
 
-def test_fixed_list_reproduces_evaluator_and_simulator_on_hardware():
+def test_fixed_list_reproduces_evaluator_and_simulator_on_hardware(linear_4_8):
     """A LIST is a stage_work: the problem's costs are hardware_costs of a schedule with
     that stage_work, and op_ticks (the enumeration's table) agrees with them."""
-    shape = idealized_problem(4, 8, "linear")
+    shape = linear_4_8
     lc = HardwareLayers(shape_schedule(shape), "fast_nw_fast_cp", "paper_gpt", memory_cap=1e15, rounding="up")
     layers = ((30, 34, 34, 30),)
     out = solve_partition(shape, lc, Partition.parse("30,34,34,30"), CpSatConfig(time_limit_s=5, workers=2))

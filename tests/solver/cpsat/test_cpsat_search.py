@@ -55,10 +55,10 @@ def test_solver_alone_proves_the_hand_optimum():
     assert not res.known
 
 
-def test_search_beats_1f1b_under_cap_with_latency():
+def test_search_beats_1f1b_under_cap_with_latency(capped_4_8, one_f_one_b_4_8):
     """S=4, B=8, F=1, K=2, C=1, cap 4: 1F1B takes 49; the optimum is 46 (cpsat.md)."""
-    problem = idealized_problem(4, 8, comm=1, activation_cap=4)
-    one_f_one_b = registry.generate("1f1b", 4, 8)
+    problem = capped_4_8
+    one_f_one_b = one_f_one_b_4_8
     assert simulate(one_f_one_b, problem.costs).makespan == 49
     res = search(problem, CFG.replace(known_generators=False), known=[one_f_one_b])
     assert res.status == "optimal"
@@ -107,8 +107,8 @@ def test_min_feasible_cap_free_placement_spreads_stages():
     assert res.status == "infeasible" and res.min_feasible_cap == 1
 
 
-def test_bound_mode_reports_known_gaps_and_assumptions():
-    problem = idealized_problem(4, 8, comm=1, activation_cap=4)
+def test_bound_mode_reports_known_gaps_and_assumptions(capped_4_8):
+    problem = capped_4_8
     res = bound(problem, CFG)
     assert res.mode == "bound"
     assert res.lower_bound == 46
@@ -121,8 +121,8 @@ def test_bound_mode_reports_known_gaps_and_assumptions():
     json.dumps(res.as_dict())  # plain data
 
 
-def test_bound_labels_stage0_symmetry_without_fifo():
-    problem = idealized_problem(4, 8, comm=1, activation_cap=4)
+def test_bound_labels_stage0_symmetry_without_fifo(capped_4_8):
+    problem = capped_4_8
     res = bound(problem, CFG.replace(ablate={"fifo"}))
     assert res.lower_bound == 46  # the same optimum as with FIFO
     assert any("stage-0 forwards" in a for a in res.bound_assumptions)
@@ -251,7 +251,7 @@ def test_hardware_costs_with_a_memory_cap_in_bytes():
     assert res.status == "infeasible" and res.min_feasible_cap == pytest.approx(act)
 
 
-def test_a_solve_without_progress_stops_on_stall():
+def test_a_solve_without_progress_stops_on_stall(capped_16_64):
     """CpSatModel.solve(stall_s=...) stops once no better solution came for that long:
     hinted with 1F1B on linear S=16, B=64, cap 16, C=1 (optimum 368-371, not provable
     in seconds) a one-worker solve stalls long before its 60 s limit (the clock starts
@@ -259,7 +259,7 @@ def test_a_solve_without_progress_stops_on_stall():
     from pipetab.solver.cpsat.model import CpSatModel
     from pipetab.solver.cpsat.oracle import evaluate_known
 
-    problem = idealized_problem(16, 64, comm=1, activation_cap=16)
+    problem = capped_16_64
     pl = problem.fixed_placement
     fixed = problem.with_placement(pl)
     start = evaluate_known(fixed, registry.generate("1f1b", 16, 64))

@@ -12,10 +12,10 @@ from pipetab.solver.cpsat.oracle import evaluate_known, memory_check, table_of
 from pipetab.solver.cpsat.starts import greedy_starts
 
 
-def test_microbatch_spacing_by_hand():
+def test_microbatch_spacing_by_hand(linear_4_8):
     # F=1, B=2: a linear device runs 3 slots per microbatch; a bidirectional device serves
     # both directions, so one direction's microbatches pass every 6
-    lin = idealized_problem(4, 8, "linear")
+    lin = linear_4_8
     bi = idealized_problem(4, 8, "bidirectional")
     assert microbatch_spacing(lin, lin.fixed_placement) == {0: 3.0}
     assert microbatch_spacing(bi, bi.fixed_placement) == {0: 6.0, 1: 6.0}

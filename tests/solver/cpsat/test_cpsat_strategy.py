@@ -185,10 +185,10 @@ def test_search_phase_restarts_a_stalled_solve_with_the_next_search_and_seed(mon
     assert len(rows) == 6 and all(r.stalled for r in rows)
 
 
-def test_no_improvement_rule_ends_the_search_early():
+def test_no_improvement_rule_ends_the_search_early(capped_16_64):
     """On linear S=16, B=64, cap 16, C=1 (not provable in seconds) NoImprovement(1)
     ends a 60-s search long before its limit and says so."""
-    problem = idealized_problem(16, 64, comm=1, activation_cap=16)
+    problem = capped_16_64
     res = search(problem, CpSatConfig(time_limit_s=60, workers=2, stop=(NoImprovement(1.0),)))
     assert res.status == "feasible" and res.runtime_s < 30
     assert res.solver.stopped_by == "NoImprovement(seconds=1.0)"
