@@ -85,6 +85,7 @@ def test_infeasible_cap_is_an_answer(capsys):
     assert doc["min_feasible_cap"] == 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("extra", [[], ["--partition", "free"]])
 def test_infeasible_on_hardware_has_no_bound_and_speaks_seconds(capsys, extra):
     # one microbatch of Llama 3 8B (64 sequences of 8192 tokens per microbatch at its global
@@ -201,6 +202,7 @@ def test_period_objective_from_the_command_line(capsys):
     assert next(p["name"] for p in docs["period"]["phases"]) == "start"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("argv", [
     ["--placement", "v"],
     ["--placement", "interleaved", "--chunks", "2"],

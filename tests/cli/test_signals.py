@@ -61,6 +61,7 @@ def test_ctrl_c_ends_plan_quietly():
     assert done.stderr.strip().splitlines() == ["pipetab plan: interrupted"], done.stderr
 
 
+@pytest.mark.slow
 def test_ctrl_c_ends_a_dask_sweep_quietly_keeping_what_it_finished(tmp_path):
     pytest.importorskip("distributed")
     config = tmp_path / "s.toml"

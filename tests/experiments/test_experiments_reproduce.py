@@ -10,6 +10,7 @@ from experiments import reproduce
 pytest.importorskip("matplotlib")
 
 
+@pytest.mark.slow
 def test_quick_reproduction_of_two_parts(tmp_path, capsys):
     out = tmp_path / "res"
     code = reproduce.main(["--quick", "--results", str(out), "--only", "table1_hanayo", "fig3_bubble",

@@ -107,6 +107,7 @@ def test_cpsat_problem_is_the_zero_bubble_schedulers():
     assert real.unit == "s" and real.duration(F(0, 3)) == pytest.approx(18.522e-3)
 
 
+@pytest.mark.slow
 def test_cpsat_rows_meet_zb_1p_and_recheck_their_period():
     """A short run on two settings at p = 8: under the ZB-1p limit CP-SAT is never worse than the
     paper (ZB-H1 fits and is a start); every row's period is re-checked by the K-iteration

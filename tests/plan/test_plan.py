@@ -39,6 +39,7 @@ def brute_force(sp: PlanSpace) -> list[tuple]:
     return sorted(rows, key=lambda r: (r[0], r[1], r[2]))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("memory", [1e9, 3e8, 2.2e8])
 def test_plan_ranks_exactly_what_brute_force_ranks(memory):
     sp = space(memory, refine=False)  # brute force knows even layouts only

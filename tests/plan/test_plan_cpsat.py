@@ -4,6 +4,8 @@ what it returns goes back through the simulator and the validator before it is r
 
 from dataclasses import replace
 
+import pytest
+
 from pipetab.hardware.model import TransformerModel
 from pipetab.plan import PlanSpace, cluster, plan, plan_question, shape
 from pipetab.plan.cpsat import cpsat_outcome, cpsat_search
@@ -17,6 +19,7 @@ MODEL = TransformerModel("t", num_layers=8, hidden=512, heads=8, seq_len=1024, v
                          kv_heads=2, ffn_hidden=1536, mlp="swiglu", norm="rmsnorm", bias=False)
 
 
+@pytest.mark.slow
 def test_a_large_shape_is_searched_and_its_result_checked(monkeypatch):
     """tiny_gpt on 4 stages with 4,096 microbatches: 32,768 ops. The answer's schedule is
     re-simulated on the shape's costs (its step time is the simulator's) and its table
@@ -95,6 +98,7 @@ def test_pairs_of_cpsats_order_are_overlapped_when_the_all_to_all_crosses_nodes(
     assert conf.searched is one_f_one_b and "no pairing of adjacent ops of its order was faster" in note
 
 
+@pytest.mark.slow
 def test_plans_search_chooses_pairs_on_a_moe_shape():
     """On a MoE shape whose all-to-all crosses nodes plan's CP-SAT search may overlap pairs
     (``Problem.overlap_pairs``): its bound is of schedules with pairs (never above the

@@ -36,6 +36,7 @@ def _gen(name, S, m, opts):
         return None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name, opts", variants(), ids=lambda v: str(v))
 @pytest.mark.parametrize("S", [2, 3, 4, 6])
 def test_extrapolation_equals_full_simulation(name, opts, S):

@@ -65,6 +65,7 @@ def test_python_example_runs(line, block, capsys):
     exec(compile("\n" * line + block, str(README), "exec"), {})
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("line, command, expected", CONSOLE, ids=[f"README.md:{n}:{c[:40]}" for n, c, _ in CONSOLE])
 def test_console_example_prints_what_the_readme_shows(line, command, expected, tmp_path, monkeypatch):
     argv = shlex.split(command)

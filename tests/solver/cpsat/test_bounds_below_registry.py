@@ -35,6 +35,7 @@ CFG = CpSatConfig(time_limit_s=20, deterministic_time=0.5)
 # a probe of the period below an activation's least lifetime: its model's horizon (D periods
 # and D - 1 transfers) was shorter than the lifetime, whose variable then had no domain and
 # CP-SAT rejected the model (found by this test on a fresh clone); now the probe is infeasible
+@pytest.mark.slow
 @example(S=2, per=1, placement="interleaved", split=False, times=(1, 1, 1), comm=2, cap=1.0, weight_memory=0.5,
          objective="period")
 def test_idealized_bounds_below_every_registry_schedule(S, per, placement, split, times, comm, cap, weight_memory,
@@ -54,6 +55,7 @@ def test_idealized_bounds_below_every_registry_schedule(S, per, placement, split
         assert res.lower_bound <= res.makespan
 
 
+@pytest.mark.slow
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     S=st.sampled_from([2, 4]),
@@ -124,6 +126,7 @@ def test_real_size_analytic_bound_below_every_registry_schedule(point):
     assert times and lb <= min(times)
 
 
+@pytest.mark.slow
 @settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     S=st.sampled_from([2, 4]),

@@ -83,6 +83,7 @@ def test_no_cap_no_bound():
     assert all(_area(problem, d) == 0 for d in range(4))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("S,B,placement,split,comm,cap,times", [
     (3, 8, "interleaved", True, 2, 1.5, (1, 2, 1)),
     (3, 8, "interleaved", True, 2, 1.5, (1, 1, 1)),

@@ -60,6 +60,7 @@ def _enumerated_least_period(problem, horizon: int) -> int:
         P += 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("S, forward, backward, comm, cap", [
     (2, 1, 2, 1, 2), (2, 1, 2, 1, 1), (2, 2, 3, 0, 1), (2, 1, 1, 2, 1.5), (2, 1, 2, 2, None),
 ])
@@ -89,6 +90,7 @@ CASES = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("S, cap, comm, F, Bk, split, wm", CASES)
 def test_cyclic_period_and_expansion_equal_the_full_optimum(S, cap, comm, F, Bk, split, wm):
     """The full model's proven optimum T(B) grows by the least period of the best block
@@ -139,6 +141,7 @@ def test_block_simulation_period_equals_the_cyclic_period(placement, S, F, Bk, c
     assert run.periodic_to - run.periodic_from >= 8
 
 
+@pytest.mark.slow
 def test_expansions_judged_by_the_period_are_the_repeated_simulation_period():
     """With the period objective the expanded schedules are judged like any other: the
     K-iteration barrier-free simulation of each returned step settles at the period the

@@ -110,6 +110,7 @@ def test_evaluate_equals_simulator_on_hardware_costs(system, name):
         assert q.replica_groups
 
 
+@pytest.mark.slow
 def test_evaluate_s8_b256_is_fast():
     """Issue target: evaluate S=8, B=256 in <= 2 s on 2 cores (generous here for CI noise)."""
     import time

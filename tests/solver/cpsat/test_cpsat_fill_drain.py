@@ -92,6 +92,7 @@ def _cases(n, seed=7):
         yield placement, S, B, split, f, b, w, rng.randint(0, 2), rng.random(), work
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", list(_cases(80)), ids=str)
 def test_never_above_the_optimum(case):
     problem = _problem(case)
@@ -130,6 +131,7 @@ def _split_problem(case):
                              split_backward=True, weight_memory=wm)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", list(_split_cases(32)), ids=str)
 def test_split_drain_never_above_the_optimum(case):
     problem = _split_problem(case)

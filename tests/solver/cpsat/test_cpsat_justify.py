@@ -108,6 +108,7 @@ def test_never_worse_than_input_nor_better_than_the_optimum(S, B_, comm, cap):
     assert improved, "no start was improved: the loop above checked nothing"
 
 
+@pytest.mark.slow
 def test_search_starts_from_the_justified_schedule(capped_16_64):
     """The justified 1F1B (375) beats every other start of linear S=16, B=64, cap 16, C=1
     (the best, greedy, takes 378 — here recomputed by the simulator, outside the search),

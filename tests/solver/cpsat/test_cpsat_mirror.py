@@ -3,6 +3,8 @@ they apply, and that the restricted model's schedules are schedules of the probl
 
 from __future__ import annotations
 
+import pytest
+
 from pipetab.solver.cpsat import CpSatConfig, idealized_problem, search
 from pipetab.solver.cpsat.bounds import safe_horizon
 from pipetab.solver.cpsat.mirror import mirror_pairs
@@ -39,6 +41,7 @@ def test_the_restricted_optimum_is_a_schedule_no_better_than_the_optimum():
     assert ev.makespan == raw.makespan
 
 
+@pytest.mark.slow
 def test_search_proves_the_fill_and_drain_bound_with_a_mirror_schedule():
     """Bidirectional S=8, B=32, cap 8, C=1: every least-slack start takes 137; the mirror
     model reaches 125, the fill-and-drain bound (hand-worked in test_cpsat_fill_drain.py)."""

@@ -59,6 +59,7 @@ CASES = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("S,B_,f,b,w,comm,cap,frac,objective", CASES)
 def test_split_backward_optimum_equals_enumeration(S, B_, f, b, w, comm, cap, frac, objective):
     problem = idealized_problem(S, B_, forward=f, backward=b, weight=w, comm=comm, activation_cap=cap,
@@ -81,6 +82,7 @@ def test_unsplit_optimum_equals_enumeration(S, B_, comm, cap, objective):
     assert analytic_lower_bound(problem, problem.fixed_placement)[0] <= optimum
 
 
+@pytest.mark.slow
 def test_partial_weight_memory_is_what_makes_a_schedule_fit():
     """S=2, B=3 with cap 1.5 M_B: holding whole activations until W (M_W = M) is slower
     than freeing half at B (M_W = M/2), which the enumeration confirms."""

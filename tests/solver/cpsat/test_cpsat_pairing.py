@@ -71,6 +71,7 @@ def _enumerated_optimum(problem: Problem) -> float:
     return best
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("S, B, cap, comm, f, b", [
     (2, 2, None, 0, ((False, 1), (True, 1)), ((True, 1), (False, 1))),
     (3, 2, None, 1, ((False, 1), (True, 1)), ((True, 1), (False, 1))),
@@ -94,6 +95,7 @@ def test_optimum_equals_enumeration(S, B, cap, comm, f, b):
     assert ev.makespan == res.makespan
 
 
+@pytest.mark.slow
 def test_bound_below_registry_schedules_with_pairs():
     """DualPipeV with its overlapped pairs (V placement) and interleaved 1F1B with pairs:
     the paired search's bound is at most their simulated makespans, its schedule no worse."""

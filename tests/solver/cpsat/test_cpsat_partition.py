@@ -36,6 +36,7 @@ def _fixed_optimum(shape, lc, layers):
     return res.makespan
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("placement, S, B, L, kw", [
     ("linear", 3, 4, 7, dict(head=2, embedding=1)),
     ("linear", 4, 4, 6, dict(head=1, comm=1, activation_cap=2)),
@@ -80,6 +81,7 @@ def _shape(placement, S, B, L, kw):
     return shape, IdealizedLayers(L, S, shape.num_stages, **kw)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", SMALL_SHAPES, ids=str)
 def test_least_splits_are_the_least_quick_bounds_by_brute_force(case):
     shape, lc = _shape(*case)

@@ -87,6 +87,7 @@ def test_search_never_worse_than_fitting_known(placement, S, B_, cap, comm):
     assert 0 <= res.gap < 1
 
 
+@pytest.mark.slow
 def test_infeasible_cap_reports_min_feasible_cap():
     # wave placement: each device holds two stages of the one pipeline, M_B / 2 each -> needs 1
     problem = idealized_problem(4, 8, "wave", comm=1, activation_cap=0.5)
@@ -190,6 +191,7 @@ def test_bad_input_is_one_clear_value_error():
         idealized_problem(4, 8, Placement(((0, 1, 2, 3),), 4)).with_placement("bidirectional")
 
 
+@pytest.mark.slow
 def test_s8_b32_cap8_latency1_proven_180():
     """Issue target instance (cpsat.md: 1F1B 185, optimum 180)."""
     problem = idealized_problem(8, 32, comm=1, activation_cap=8)
@@ -251,6 +253,7 @@ def test_hardware_costs_with_a_memory_cap_in_bytes():
     assert res.status == "infeasible" and res.min_feasible_cap == pytest.approx(act)
 
 
+@pytest.mark.slow
 def test_a_solve_without_progress_stops_on_stall(capped_16_64):
     """CpSatModel.solve(stall_s=...) stops once no better solution came for that long:
     hinted with 1F1B on linear S=16, B=64, cap 16, C=1 (optimum 368-371, not provable

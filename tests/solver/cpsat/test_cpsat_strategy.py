@@ -185,6 +185,7 @@ def test_search_phase_restarts_a_stalled_solve_with_the_next_search_and_seed(mon
     assert len(rows) == 6 and all(r.stalled for r in rows)
 
 
+@pytest.mark.slow
 def test_no_improvement_rule_ends_the_search_early(capped_16_64):
     """On linear S=16, B=64, cap 16, C=1 (not provable in seconds) NoImprovement(1)
     ends a 60-s search long before its limit and says so."""
@@ -194,6 +195,7 @@ def test_no_improvement_rule_ends_the_search_early(capped_16_64):
     assert res.solver.stopped_by == "NoImprovement(seconds=1.0)"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("S,placement,limit", [(32, "linear", 2.0), (16, "bidirectional", 2.0)])
 def test_time_limit_holds_on_large_instances(S, placement, limit):
     """Start, model building and solves all within 10 % (+1 s) of the limit."""

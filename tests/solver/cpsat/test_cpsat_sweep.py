@@ -88,6 +88,7 @@ def _enumerated_optimum(problem, window=None):
     return best
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("F, Bk, W, expected", [(1, 1, 1, 17), (1, 2, 2, 25)])
 def test_device_load_after_the_first_backward_is_tight(F, Bk, W, expected):
     """S=2, B=4, a message of 1, cap 2, W freeing all: the rule from a backward's start
