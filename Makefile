@@ -2,7 +2,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint venv clean bench
+.PHONY: demo test test-fast lint venv clean bench
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -16,8 +16,13 @@ demo: $(STAMP)
 	$(PY) -m pipetab.demo
 	$(PY) -m experiments.reproduce --quick --fresh
 
+# every test; the 25 slowest are listed at the end (CI runs this through .ci/run)
 test: $(STAMP)
-	$(PY) -m pytest
+	$(PY) -m pytest --durations=25
+
+# the inner loop: every test but those marked slow (see docs/tests.md)
+test-fast: $(STAMP)
+	$(PY) -m pytest -m "not slow"
 
 lint: $(STAMP)
 	$(PY) -m ruff check .

@@ -55,3 +55,136 @@ def assert_every_op_once(table, schedule) -> None:
     assert set(counts.values()) == {1}
     assert set(counts) == set(schedule.expected_ops())
 
+
+
+# -- named instances ------------------------------------------------------------------------
+# Small instances that many tests build again, each built once per session (PyVRP's
+# tests/conftest.py is the model). Every value is immutable (frozen dataclasses), so tests
+# share it safely. Imports are local: a run of tests/schedules loads neither OR-Tools nor the
+# hardware presets.
+
+
+@pytest.fixture(scope="session")
+def mini():
+    """``tests.hardware.units.MINI``: the hand-worked transformer (4 layers, h=8, 2 heads,
+    s=4, V=16, classic attention; 872 parameters a layer)."""
+    from tests.hardware.units import MINI
+
+    return MINI
+
+
+@pytest.fixture(scope="session")
+def unit_device():
+    """``tests.hardware.units.UNIT``: 1 MFLOP/s, 1 MB/s, no latencies, efficiency 1."""
+    from tests.hardware.units import UNIT
+
+    return UNIT
+
+
+@pytest.fixture(scope="session")
+def slow_link():
+    """``tests.hardware.units.LINK``: 1 kB/s with 1 ms latency."""
+    from tests.hardware.units import LINK
+
+    return LINK
+
+
+@pytest.fixture(scope="session")
+def tiny_gpt():
+    """The ``tiny_gpt`` preset model: 16 layers, h=256, 4 heads, s=128."""
+    from pipetab.hardware import load_model
+
+    return load_model("tiny_gpt")
+
+
+@pytest.fixture(scope="session")
+def llama3_8b():
+    """The ``llama3_8b`` preset model: 32 dense layers, h=4096, GQA 32/8, s=8192."""
+    from pipetab.hardware import load_model
+
+    return load_model("llama3_8b")
+
+
+@pytest.fixture(scope="session")
+def mixtral_8x7b():
+    """The ``mixtral_8x7b`` preset model: 32 MoE layers of 8 experts (top 2), h=4096, s=4096."""
+    from pipetab.hardware import load_model
+
+    return load_model("mixtral_8x7b")
+
+
+@pytest.fixture(scope="session")
+def dgx_h100_ib():
+    """The ``dgx_h100_ib`` preset system: 8 H100 SXM a node on NVLink 4, 400 Gb/s InfiniBand between."""
+    from pipetab.hardware import load_system
+
+    return load_system("dgx_h100_ib")
+
+
+@pytest.fixture(scope="session")
+def a100_cluster():
+    """The ``a100_cluster`` preset system: 8 A100 SXM a node on NVLink 3, 200 Gb/s InfiniBand between."""
+    from pipetab.hardware import load_system
+
+    return load_system("a100_cluster")
+
+
+@pytest.fixture(scope="session")
+def one_f_one_b_4_8():
+    """The registry's 1F1B on S=4 stages with B=8 microbatches (whole backward)."""
+    from pipetab.schedules import registry
+
+    return registry.generate("1f1b", 4, 8)
+
+
+@pytest.fixture(scope="session")
+def zb_h1_4_8():
+    """The registry's ZB-H1 on S=4 stages with B=8 microbatches (split backward)."""
+    from pipetab.schedules import registry
+
+    return registry.generate("zb-h1", 4, 8)
+
+
+@pytest.fixture(scope="session")
+def linear_4_8():
+    """The idealized CP-SAT problem S=4, B=8 on the linear placement: F 1, B 2 ticks (whole
+    backward), free messages, no memory cap."""
+    from pipetab.solver.cpsat import idealized_problem
+
+    return idealized_problem(4, 8, "linear")
+
+
+@pytest.fixture(scope="session")
+def capped_4_6():
+    """The idealized CP-SAT problem S=4, B=6, linear: F 1, B 2 ticks, a message 1 tick, at
+    most 3 activations live on a device."""
+    from pipetab.solver.cpsat import idealized_problem
+
+    return idealized_problem(4, 6, comm=1, activation_cap=3)
+
+
+@pytest.fixture(scope="session")
+def capped_4_8():
+    """The idealized CP-SAT problem S=4, B=8, linear: F 1, B 2 ticks, a message 1 tick, at
+    most S=4 activations live on a device (1F1B's memory)."""
+    from pipetab.solver.cpsat import idealized_problem
+
+    return idealized_problem(4, 8, comm=1, activation_cap=4)
+
+
+@pytest.fixture(scope="session")
+def capped_4_32():
+    """The idealized CP-SAT problem S=4, B=32, linear: F 1, B 2 ticks, a message 1 tick, at
+    most S=4 activations live on a device."""
+    from pipetab.solver.cpsat import idealized_problem
+
+    return idealized_problem(4, 32, comm=1, activation_cap=4)
+
+
+@pytest.fixture(scope="session")
+def capped_16_64():
+    """The idealized CP-SAT problem S=16, B=64, linear: F 1, B 2 ticks, a message 1 tick, at
+    most S=16 activations live on a device."""
+    from pipetab.solver.cpsat import idealized_problem
+
+    return idealized_problem(16, 64, comm=1, activation_cap=16)

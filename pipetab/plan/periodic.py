@@ -21,7 +21,7 @@ the samples would not be shorter, it simulates ``m`` itself (a slow device's sla
 as many microbatches to fill as the run has: interleaved 1F1B on 16 devices whose last
 stage holds the LM head).
 A steady state whose growth rises again after such agreement (a communication cycle
-slower than every device) is not excluded in theory; ``tests/test_plan_periodic.py``
+slower than every device) is not excluded in theory; ``tests/plan/test_plan_periodic.py``
 checks the extrapolation against the full simulation for every generator on a grid of
 (S, B).
 

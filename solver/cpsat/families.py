@@ -144,7 +144,7 @@ def add_fifo(model: cp_model.CpModel, v: Variables) -> None:
     of F starts and release ends of each stage, which the relabelling keeps (and the k-th
     release ends after the k-th F starts, by the same argument along the chain). So some
     optimal schedule is FIFO, and bounds proven with FIFO are bounds of the unrestricted
-    problem. ``tests/solver/test_cpsat_fifo.py`` checks equal optima on random instances
+    problem. ``tests/solver/cpsat/test_cpsat_fifo.py`` checks equal optima on random instances
     (linear, bidirectional, wave, split backward, caps, latencies)."""
     problem = v.problem
     for p, mbs in problem.pipeline_microbatches.items():

@@ -54,12 +54,12 @@ def test_paper_grid_scales_by_ten():
         assert s.device.compute_efficiency == base.device.compute_efficiency
 
 
-def test_real_systems():
-    h100 = load_system("dgx_h100_ib")
+def test_real_systems(dgx_h100_ib, a100_cluster):
+    h100 = dgx_h100_ib
     assert h100.device.peak_flops == 989e12 and h100.device.mem_bandwidth == 3.35e12
     assert h100.link(0, 7).bandwidth == 450e9  # NVLink inside a node
     assert h100.link(7, 8).bandwidth == 50e9   # InfiniBand between nodes
-    a100 = load_system("a100_cluster")
+    a100 = a100_cluster
     assert a100.device.peak_flops == 312e12
     assert a100.link(1, 2).bandwidth == 300e9 and a100.link(1, 9).bandwidth == 25e9
 

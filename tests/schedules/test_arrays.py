@@ -51,6 +51,7 @@ def test_chimera_tiling_matches_its_step_rule(per):
             assert chimera_gen._orders_arrays(S, B_, per) == chimera_gen._orders(S, B_, per)
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None)
 @given(schedule=cases(), F_=st.integers(1, 3), K=st.integers(1, 4), W_=st.integers(1, 2),
        fraction=st.sampled_from([1.0, 0.5, 0.0, 0.3]), mode=st.sampled_from(KERNELS), stretch=st.integers(1, 4))

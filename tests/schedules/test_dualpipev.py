@@ -180,6 +180,7 @@ def test_shape():
 SAMPLE = [(s, b) for s in (2, 3, 4, 5, 8, 16) for b in (2 * s, 2 * s + 1, 3 * s, 64) if b <= 64]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stages, microbatches", SAMPLE)
 def test_formula(stages, microbatches):
     schedule = dualpipev(stages, microbatches)

@@ -69,6 +69,7 @@ def test_schedule_from_table_round_trip():
     assert layout(back, SlotDurations(1, 2)).entries == table.entries
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None)
 @given(schedule=cases(max_stages=16, max_microbatches=64), F=st.integers(1, 3), K=st.integers(1, 4))
 def test_formats_round_trip(schedule, F, K):

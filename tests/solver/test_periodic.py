@@ -212,8 +212,8 @@ def test_repeated_schedule_numbers_microbatches_per_iteration():
     validate(layout(rep), rep)
 
 
-def test_refusals():
-    sched = registry.generate("1f1b", 4, 8)
+def test_refusals(one_f_one_b_4_8):
+    sched = one_f_one_b_4_8
     costs = slot_costs(sched)
     with pytest.raises(ValueError, match="iterations must be an integer >= 1, got 0"):
         repeated_simulation(sched, costs, iterations=0)
@@ -232,8 +232,8 @@ def test_deadlocked_orders():
         min_period(stuck, slot_costs(stuck))
 
 
-def test_one_iteration_run_reports_its_span():
-    sched = registry.generate("zb-h1", 4, 8)
+def test_one_iteration_run_reports_its_span(zb_h1_4_8):
+    sched = zb_h1_4_8
     run = repeated_simulation(sched, slot_costs(sched, UNIT), iterations=1)
     assert run.period == 27 and run.periodic_from is None
     assert run.iteration_spans(0) == (27, 26, 25, 24)

@@ -5,6 +5,7 @@ over to the loop part way. Equality is exact: the two do the same additions and 
 
 from dataclasses import replace
 
+import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from reference_core import KERNELS, cases, kernel, ref_simulation
@@ -26,6 +27,7 @@ def _assert_same(sim, ref):
         assert sim.memory_timeline(d) == ref["timelines"][d]
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None)
 @given(schedule=cases(), comm=st.integers(0, 3), contention=st.booleans(),
        fraction=st.sampled_from([1.0, 0.5, 0.0]), mode=st.sampled_from(KERNELS), stretch=st.integers(1, 4))
