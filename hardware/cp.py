@@ -31,7 +31,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, NamedTuple
 
 from .context import CpComm
-from .gemms import heads_per_gpu, kv_heads_per_gpu, local_seq
+from .gemms import check_mb, heads_per_gpu, kv_heads_per_gpu, local_seq
 from .parallel import ring_time
 
 if TYPE_CHECKING:
@@ -57,7 +57,7 @@ def kv_bytes(model: TransformerModel, ctx: Context) -> float:
         width = heads_per_gpu(model, t) * (model.qk_head_dim + model.v_head_dim)
     else:
         width = 2 * kv_heads_per_gpu(model, t) * model.head_dim
-    return model.bytes_per_param_compute * ctx.microbatch_size * local_seq(model, ctx) * width  # type: ignore[operator]
+    return model.bytes_per_param_compute * check_mb(ctx.microbatch_size) * local_seq(model, ctx) * width
 
 
 def ring_step(model: TransformerModel, ctx: Context, link: Link, core_s: float, backward: bool) -> RingStep:

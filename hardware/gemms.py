@@ -73,9 +73,16 @@ def local_seq(model: TransformerModel, ctx: Context) -> int:
     return model.seq_len // ctx.cp
 
 
+def check_mb(mb: object) -> int:
+    """A microbatch size: an integer >= 1 sequences."""
+    if not isinstance(mb, int) or isinstance(mb, bool) or mb < 1:
+        raise ValueError(f"microbatch size must be an integer >= 1 sequences, got {mb!r}")
+    return mb
+
+
 def tokens(model: TransformerModel, ctx: Context) -> int:
     """Tokens of one microbatch through a column-parallel GEMM: ``b*s/cp``."""
-    return ctx.microbatch_size * local_seq(model, ctx)  # type: ignore[operator]
+    return check_mb(ctx.microbatch_size) * local_seq(model, ctx)
 
 
 def own_tokens(model: TransformerModel, ctx: Context) -> float:

@@ -79,17 +79,10 @@ from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from .context import Context, Recompute
-from .gemms import Gemm, heads_per_gpu, kv_heads_per_gpu, layer_gemms, local_seq, routed_rows
+from .gemms import Gemm, check_mb, heads_per_gpu, kv_heads_per_gpu, layer_gemms, local_seq, routed_rows
 
 if TYPE_CHECKING:
     from .model import TransformerModel
-
-
-def check_mb(mb: object) -> int:
-    """A microbatch size: an integer >= 1 sequences."""
-    if not isinstance(mb, int) or isinstance(mb, bool) or mb < 1:
-        raise ValueError(f"microbatch size must be an integer >= 1 sequences, got {mb!r}")
-    return mb
 
 
 def filled(value: int | None) -> int:

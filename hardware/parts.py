@@ -44,9 +44,19 @@ from typing import TYPE_CHECKING, NamedTuple
 from pipetab.schedules.ops import Kind
 
 from .context import Precision, Recompute
-from .gemms import Gemm, heads_per_gpu, kv_heads_per_gpu, layer_gemms, local_seq, own_tokens, routed_rows, tokens
+from .gemms import (
+    Gemm,
+    check_mb,
+    heads_per_gpu,
+    kv_heads_per_gpu,
+    layer_gemms,
+    local_seq,
+    own_tokens,
+    routed_rows,
+    tokens,
+)
 from .kernels import attention_time, gemm_terms, gemm_time, memory_time
-from .layer import attention_core_flops, check_mb, filled
+from .layer import attention_core_flops, filled
 
 if TYPE_CHECKING:
     from .context import Context

@@ -20,7 +20,8 @@ from pipetab.schedules.ops import Kind
 
 from .context import Context, Recompute
 from .costs import StageCost, allreduce_time, optimizer_time, stage_cost
-from .layer import check_mb, stage_params_per_gpu
+from .gemms import check_mb
+from .layer import stage_params_per_gpu
 from .layout import Layout
 from .links import DeviceLinks
 from .moe import edp_group

@@ -30,6 +30,14 @@ def small_microbatches(pp: int, m: int) -> int:
     return 4 * pp if m > 4 * pp and m % (2 * pp) == 0 else m
 
 
+
+def _microbatches(shape: Context) -> int:
+    """The microbatches per replica of one of plan's shapes (resolved: always known)."""
+    m = shape.microbatches
+    if m is None:
+        raise ValueError(f"shape {shape.label} has no microbatch count")
+    return m
+
 class Bounds:
     """Cached generation and per-candidate lower bounds."""
 
@@ -116,7 +124,7 @@ class Bounds:
         holds at least ``ceil(L / pp)`` layers' weights, gradients and optimizer state and,
         once, their activation (each op pair F, B holds it)."""
         model = self.space.model
-        layers = -(-model.num_layers // shape.pp)  # type: ignore[operator]
+        layers = -(-model.num_layers // shape.stages)
         act, _ = self._layer_activation(shape)
         return shape.persistent_bytes(model, stage_params_per_gpu(model, layers, False, False, shape)) + layers * act
 
@@ -124,7 +132,7 @@ class Bounds:
         """Lower bound of the peak memory per GPU (bytes); None when the generator refuses."""
         model = self.space.model
         act, part = self._layer_activation(shape)
-        sched = self.short(name, opts, shape.pp, shape.microbatches)  # type: ignore[arg-type]
+        sched = self.short(name, opts, shape.stages, _microbatches(shape))
         if sched is None:
             return None
         units = self.layer_units(sched, part / act if sched.split_backward else 1.0)
@@ -151,12 +159,12 @@ class Bounds:
         longer stream)."""
         system, model = self.space.system, self.space.model
         ctx = shape.even
-        links = fastest_links(system, model, ctx, shape.pp)  # type: ignore[arg-type]
+        links = fastest_links(system, model, ctx, shape.stages)
         whole, chain = (stage_cost(model, system.device, ctx, model.num_layers, first=True, last=True,
                                    split_backward=split, links=links) for split in (False, True))
         comm = whole.ep_comm_forward_s + whole.ep_comm_backward_s
-        work = (whole.forward_s + whole.backward_s - comm) * shape.microbatches / shape.pp  # type: ignore[operator]
-        all_to_all = comm * shape.microbatches / shape.pp  # type: ignore[operator]
+        work = (whole.forward_s + whole.backward_s - comm) * _microbatches(shape) / shape.stages
+        all_to_all = comm * _microbatches(shape) / shape.stages
         return (1 - 1e-9) * max(work, all_to_all, chain.forward_s + chain.backward_s)
 
     def costs(self, name: str, opts: dict, shape: Context, sched: Schedule):
@@ -179,15 +187,15 @@ class Bounds:
 
         key = (name, tuple(sorted(opts.items())), shape)
         if key not in self.runs:
-            pp = shape.pp
+            pp, m = shape.stages, _microbatches(shape)
             try:
-                registry.check_request(name, pp, shape.microbatches, **opts)  # type: ignore[arg-type]
+                registry.check_request(name, pp, m, **opts)
             except ValueError:
                 self.runs[key] = None
                 return None
             self.runs[key] = periodic_run(
-                lambda n: self.schedule(name, opts, pp, n),  # type: ignore[arg-type]
-                lambda s: self.costs(name, opts, shape, s), shape.microbatches, simulate, pp)  # type: ignore[arg-type]
+                lambda n: self.schedule(name, opts, pp, n),
+                lambda s: self.costs(name, opts, shape, s), m, simulate, pp)
         return self.runs[key]
 
     def quick(self, name: str, opts: dict, shape: Context) -> tuple[float, bool] | None:
@@ -200,8 +208,8 @@ class Bounds:
         when the generator refuses."""
         from pipetab.solver.simulate import simulate, stage_kind_table
 
-        m = shape.microbatches
-        sched = self.short(name, opts, shape.pp, m)  # type: ignore[arg-type]
+        m = _microbatches(shape)
+        sched = self.short(name, opts, shape.stages, m)
         if sched is None:
             return None
         if sched.num_microbatches == m:
@@ -214,11 +222,11 @@ class Bounds:
         n = sched.num_microbatches
         if not sched.blocks:  # a device's ops take their durations: m / n times the short run's, busy
             busiest = max(float(durations[a:b].sum()) for a, b in itertools.pairwise(sched.offsets.tolist()))
-            return max(step, m * busiest / n), False  # type: ignore[operator]
+            return max(step, m * busiest / n), False
         # a block hides communication only: each further microbatch brings at least its ops' compute
         comm = stage_kind_table(sched, lambda k, p, s: sum(t for c, t in costs.chains.get((k, p, s), ()) if c))
         compute = durations - comm[sched.codes]
-        return step + (m - n) * float(compute.sum()) / (sched.num_devices * n), False  # type: ignore[operator]
+        return step + (m - n) * float(compute.sum()) / (sched.num_devices * n), False
 
     def time(self, name: str, opts: dict, shape: Context) -> float | None:
         """The step time of the candidate (``run``: exact, from a few periods when long): a

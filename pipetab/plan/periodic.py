@@ -157,16 +157,17 @@ def periodic_run(generate: Callable[[int], Schedule | None], costs_of: Callable[
         stages = first.num_devices
     costs = None
     for sizes in sample_sizes(m, stages):
-        scheds = [generate(n) for n in sizes]
-        if any(s is None for s in scheds):
+        made = [generate(n) for n in sizes]
+        scheds = [s for s in made if s is not None]
+        if len(scheds) < len(made):
             continue
-        costs = costs or costs_of(scheds[0])  # type: ignore[arg-type]
-        sims = [simulate(s, costs) for s in scheds]  # type: ignore[arg-type]
-        peaks = [activation_peaks(s, costs) for s in scheds]  # type: ignore[arg-type]
+        costs = costs or costs_of(scheds[0])
+        sims = [simulate(s, costs) for s in scheds]
+        peaks = [activation_peaks(s, costs) for s in scheds]
         if _steady(sims, peaks):
             steps = (m - sizes[-1]) / (sizes[1] - sizes[0])
             return PeriodicRun(m, _extend([s.makespan for s in sims], steps),
-                               tuple(_extend(list(v), steps) for v in zip(*peaks)), scheds[-1],  # type: ignore[arg-type]
+                               tuple(_extend(list(v), steps) for v in zip(*peaks)), scheds[-1],
                                costs, True, sims[-1].makespan)
     full = generate(m)
     if full is None:
