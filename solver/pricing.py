@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Protocol, Sequence
+from typing import TYPE_CHECKING, Protocol, Sequence, cast
 
 from pipetab.hardware.context import Context
 from pipetab.hardware.costs import stage_cost
@@ -376,6 +376,22 @@ class HardwareLayers:
     tick_s: float | None = None
     ticks_per_layer: int = 2
     num_layers: int = field(init=False)
+    _links: DeviceLinks = field(init=False, repr=False, compare=False)
+
+    @property
+    def hw_system(self) -> System:
+        """``system`` as resolved on construction (a name or file becomes a ``System``)."""
+        return cast("System", self.system)
+
+    @property
+    def hw_model(self) -> TransformerModel:
+        """``model`` as resolved on construction (a name or file becomes a model)."""
+        return cast("TransformerModel", self.model)
+
+    @property
+    def tick(self) -> float:
+        """``tick_s`` as set on construction (``default_tick`` where not given)."""
+        return cast("float", self.tick_s)
 
     def __post_init__(self) -> None:
         s = self.schedule
@@ -385,11 +401,11 @@ class HardwareLayers:
         object.__setattr__(self, "context", ctx)
         object.__setattr__(self, "rounding", Rounding(self.rounding))
         object.__setattr__(self, "num_layers", model.num_layers)
-        if not model.one_layer_kind:  # type: ignore[attr-defined]
+        if not model.one_layer_kind:
             # op_ticks prices a stage by its layer count alone: where dense and MoE layers
             # mix, what a stage holds depends on where the split puts it
             raise ValueError(f"a free layer partition needs a model whose layers are all of one kind; "
-                             f"{model.name!r} mixes dense and mixture-of-experts layers")  # type: ignore[attr-defined]
+                             f"{model.name!r} mixes dense and mixture-of-experts layers")
         object.__setattr__(self, "_links", DeviceLinks(Topology(system, ctx, s.num_devices), model))
         if self.tick_s is None:
             object.__setattr__(self, "tick_s", self.default_tick())
@@ -402,14 +418,14 @@ class HardwareLayers:
         return costs
 
     def costs(self, layers: Layers) -> Costs:
-        return self.real_costs(layers).quantized(self.tick_s, self.rounding)  # type: ignore[arg-type]
+        return self.real_costs(layers).quantized(self.tick, self.rounding)
 
     def _stage_seconds(self, p: int, s: int, n: int):
         """Stage (p, s) holding ``n`` layers, priced as ``hardware_costs`` prices it (the
         same links, all-to-all and ZeRO-3 gathers of its device)."""
         last = s == self.schedule.num_stages(p) - 1
-        links = self._links.of(self.schedule.placement.device(p, s))  # type: ignore[attr-defined]
-        return stage_cost(self.model, self.system.device, self.context, n, first=s == 0,  # type: ignore[attr-defined,arg-type]
+        links = self._links.of(self.schedule.placement.device(p, s))
+        return stage_cost(self.hw_model, self.hw_system.device, self.context, n, first=s == 0,
                           last=last, split_backward=self.schedule.split_backward, links=links)
 
     def op_ticks(self, kind: Kind, p: int, s: int, n: int) -> int:
@@ -418,7 +434,7 @@ class HardwareLayers:
         if key not in memo:
             c = self._stage_seconds(p, s, n)
             t = {Kind.F: c.forward_s, Kind.B: c.backward_s, Kind.W: c.weight_s}[kind]
-            q = t / self.tick_s  # type: ignore[operator]
+            q = t / self.tick
             memo[key] = max(1, math.ceil(q - 1e-9)) if self.rounding is Rounding.UP else math.floor(q + 1e-9)
         return memo[key]
 
