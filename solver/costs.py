@@ -17,6 +17,7 @@ from pipetab.schedules.memory import check_weight_fraction
 from pipetab.schedules.ops import Kind
 
 if TYPE_CHECKING:
+    from pipetab.hardware.system import System
     from pipetab.schedules.ops import Op
 
 StageKey = tuple[int, int]  # (pipeline, stage)
@@ -48,7 +49,7 @@ class Links:
     bandwidth: float = math.inf
     constant: float | None = None
     pairs: Mapping[tuple[int, int], tuple[float, float]] = field(default_factory=dict)
-    system: object | None = None  # a hardware.System: its links decide (see message_time)
+    system: System | None = None  # its links decide (see message_time)
 
     def time(self, src: int, dst: int, nbytes: float) -> float:
         if src == dst:

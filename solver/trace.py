@@ -56,9 +56,9 @@ def trace_chunks(sim: Simulation):
     pairs = list(zip(device[src].tolist(), device[dst].tolist()))
     links = {pair: i for i, pair in enumerate(dict.fromkeys(pairs))}
     send_event = ', {{"ph": "X", "pid": 1, "tid": {}, "name": "{}->{}", "cat": "send", "ts": {!r}, "dur": {!r}}}'.format
-    columns = ([links[p] for p in pairs], [names[i] for i in src.tolist()], [names[j] for j in dst.tolist()],
-               (t0 * scale).tolist(), ((t1 - t0) * scale).tolist())
-    yield from _pieces(send_event, columns)
+    sends = ([links[p] for p in pairs], [names[i] for i in src.tolist()], [names[j] for j in dst.tolist()],
+             (t0 * scale).tolist(), ((t1 - t0) * scale).tolist())
+    yield from _pieces(send_event, sends)
     events = [{"ph": "M", "pid": 1, "tid": tid, "name": "thread_name", "args": {"name": f"link {a}->{b}"}}
               for (a, b), tid in links.items()]
     events += [{"ph": "X", "pid": 1, "tid": len(links) + i, "name": f"all-reduce {list(stages)}",

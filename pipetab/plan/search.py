@@ -184,7 +184,7 @@ def _search_and_validate(space: PlanSpace, bounds: Bounds, ranked: list[Configur
     best configurations): (the ``top`` shown, validated; CP-SAT's notes; everything
     ranked, with what CP-SAT found)."""
     # CP-SAT needs a pipeline; it searches a shape's even layout (a refined layout is the registry schedule's)
-    even = [replace(c, shape=c.shape.even) for c in ranked if c.shape.pp > 1]
+    even = [replace(c, shape=c.shape.even) for c in ranked if c.shape.stages > 1]
     searched, skipped = cpsat_shapes(space, even)
     jobs = []
     for shape, best in searched:
@@ -253,7 +253,7 @@ def plan_profiled(space: PlanSpace, profile, say, t0: float) -> Plan:
     results, skipped = [], 0
     for name, opts in space.variants():
         try:
-            sched = registry.generate(name, pp, shape.microbatches, **opts)
+            sched = registry.generate(name, pp, shape.sizes.microbatches, **opts)
             costs = replace(profile_costs(sched, profile), capacity=(capacity,) * pp)
         except ValueError:
             skipped += 1
@@ -264,7 +264,7 @@ def plan_profiled(space: PlanSpace, profile, say, t0: float) -> Plan:
     shown = rank(results)[:space.top]
     validated = []
     for c in shown:
-        sched = registry.generate(c.schedule, pp, shape.microbatches, **dict(c.options))
+        sched = registry.generate(c.schedule, pp, shape.sizes.microbatches, **dict(c.options))
         validated.append(_validated(space, c, None, replace(profile_costs(sched, profile), capacity=(capacity,) * pp),
                                     sched))
     total = len(space.variants())
@@ -289,6 +289,8 @@ def _validated(space: PlanSpace, conf: Configuration, bounds: Bounds | None, cos
         raise ValueError(f"{conf.label}: no schedule to validate")
     levels = evaluate_levels(sched, costs=costs or costs_of(space, sched, conf.shape))
     # the simulation of what was ranked: the run itself, or the instance it was extrapolated from
+    if levels.simulation is None:
+        raise ValueError(f"{conf.label}: evaluate_levels ran no simulation")
     step, ranked = levels.simulation.makespan, conf.step_time_s
     if run is not None and run.extrapolated:
         ranked = run.schedule_makespan

@@ -138,7 +138,7 @@ class RunSettings:
 
     def key_fields(self) -> dict:
         """The settings that decide a result (others do not enter the configuration key)."""
-        out = {"mode": self.mode, "slots": [self.forward_slots, self.backward_slots]}
+        out: dict[str, object] = {"mode": self.mode, "slots": [self.forward_slots, self.backward_slots]}
         if self.uses_hardware:
             out.update(recompute=self.recompute, contention=self.contention)
         if self.mode == "simulate":
@@ -769,7 +769,7 @@ def _str(value: object, key: str) -> str:
 
 
 def _choice(value: object, key: str, allowed: tuple) -> str:
-    if value not in allowed:
+    if not isinstance(value, str) or value not in allowed:
         raise ConfigError(f"{key} must be one of {', '.join(allowed)}, got {value!r}")
     return value
 

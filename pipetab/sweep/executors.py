@@ -22,7 +22,12 @@ import os
 import signal
 import threading
 import time
-from typing import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Callable, Iterator, Sequence
+
+if TYPE_CHECKING:
+    from concurrent.futures import ProcessPoolExecutor
+
+    from distributed import Client
 
 EXECUTORS = ("local", "dask")
 
@@ -80,7 +85,7 @@ class LocalExecutor:
 
     def __init__(self, workers: int | None = None) -> None:
         self.workers = workers or default_workers()
-        self._pool = None
+        self._pool: ProcessPoolExecutor | None = None
 
     def __enter__(self):
         from concurrent.futures import ProcessPoolExecutor
@@ -100,6 +105,8 @@ class LocalExecutor:
     def run(self, fn: Callable, tasks: Sequence) -> Iterator[tuple[int, object]]:
         from concurrent.futures import as_completed
 
+        if self._pool is None:
+            raise RuntimeError("run a LocalExecutor inside its with-block")
         futures = {self._pool.submit(fn, t): i for i, t in enumerate(tasks)}
         try:
             for f in as_completed(futures):
@@ -141,7 +148,7 @@ class DaskExecutor:
         self.workers = workers or default_workers()
         self.processes = processes
         self._cluster = None
-        self._client = None
+        self._client: Client | None = None
 
     def __enter__(self):
         from distributed import Client, LocalCluster
@@ -181,13 +188,16 @@ class DaskExecutor:
     def run(self, fn: Callable, tasks: Sequence) -> Iterator[tuple[int, object]]:
         from distributed import as_completed
 
-        futures = self._client.map(fn, list(tasks), pure=False)
+        client = self._client
+        if client is None:
+            raise RuntimeError("run a DaskExecutor inside its with-block")
+        futures = client.map(fn, list(tasks), pure=False)
         index = {f.key: i for i, f in enumerate(futures)}
         try:
             for f, result in as_completed(futures, with_results=True):
                 yield index[f.key], result
         finally:
-            self._client.cancel(futures)
+            client.cancel(futures)
 
 
 def make_executor(kind: str = "local", workers: int | None = None, scheduler: str | None = None):

@@ -272,9 +272,10 @@ def _cpsat(c: Configuration, sched, costs) -> dict:
     config = cpsat.CpSatConfig(time_limit_s=c.run.time_limit, workers=c.run.workers)
     answer = solve_seconds(cpsat.Problem.from_schedule(sched, q), costs, c.run.mode, config, [sched], tick_s=tick)
     res = answer.result
-    out = {"tick_s": tick, "rounding": str(Rounding.UP if answer.search is not None else Rounding.DOWN),
-           "known_makespan_ticks": simulate(sched, q).makespan}
-    out["known_makespan_q_s"] = out["known_makespan_ticks"] * tick
+    known = simulate(sched, q).makespan
+    rounding = Rounding.UP if answer.search is not None else Rounding.DOWN
+    out: dict[str, object] = {"tick_s": tick, "rounding": str(rounding), "known_makespan_ticks": known,
+                              "known_makespan_q_s": known * tick}
     for name in registry.REGISTRY:  # every registry schedule of the same problem, as CP-SAT judged it
         k = res.known.get(name)
         if k is not None:
@@ -305,7 +306,7 @@ def evaluate_task(configs: list[Configuration]) -> list[Outcome]:
     groups: dict = {}
     for c in configs:
         groups.setdefault(c.simulation_key, []).append(c)
-    out = []
+    out: list[Outcome] = []
     for group in groups.values():
         try:
             out.extend(Outcome(c.key, row, None) for c, row in zip(group, evaluate_group(group)))
