@@ -82,10 +82,12 @@ a Qwen2-MoE shared expert whose size is not a multiple of the expert size.
 
 The sequence length is ``max_position_embeddings`` (the file's or the class default)
 unless ``seq_len`` is given (the CLI's ``--seq`` overrides either); the model's summary
-says which. A ``config.json`` says nothing else of training, so the global batch is
-pipetab's default (``global_batch``; the CLI's ``--global-batch``) and the training
-precision is bf16 with fp32 gradients and Adam (18 bytes per parameter), as the presets
-assume.
+says which. A sliding window (Mistral's and Mixtral's ``sliding_window``, default 4096 for
+Mistral and none for Mixtral; the Qwen families' with ``use_sliding_window`` true) changes
+no parameter and is not modelled: the summary says so (attention is priced as full
+causal). A ``config.json`` says nothing else of training, so the global batch is pipetab's
+default (``global_batch``; the CLI's ``--global-batch``) and the training precision is bf16
+with fp32 gradients and Adam (18 bytes per parameter), as the presets assume.
 
 ``transformers_param_count`` is the count transformers' model has: pipetab's
 ``total_params`` plus the final norm (which pipetab leaves out; DeepSeek's multi-token-
@@ -114,7 +116,7 @@ TRANSFORMERS_VERSION = "5.24.0"  # the version whose config classes the defaults
 DEFAULT_GLOBAL_BATCH = 1024
 
 _COMMON = {"tie_word_embeddings": False, "hidden_act": "silu", "head_dim": None}
-_QWEN = {"vocab_size": 151936, "max_position_embeddings": 32768}
+_QWEN = {"vocab_size": 151936, "max_position_embeddings": 32768, "use_sliding_window": False, "sliding_window": 4096}
 # transformers' defaults of each config class (module docstring); None: the class's None
 DEFAULTS: dict[str, dict[str, Any]] = {
     "LlamaForCausalLM": {
@@ -123,7 +125,8 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "attention_bias": False, "mlp_bias": False},
     "MistralForCausalLM": {
         "vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
-        "num_attention_heads": 32, "num_key_value_heads": 8, "max_position_embeddings": 4096 * 32},
+        "num_attention_heads": 32, "num_key_value_heads": 8, "max_position_embeddings": 4096 * 32,
+        "sliding_window": 4096},
     "Qwen2ForCausalLM": {
         **_QWEN, "hidden_size": 4096, "intermediate_size": 22016, "num_hidden_layers": 32,
         "num_attention_heads": 32, "num_key_value_heads": 32},
@@ -133,7 +136,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "MixtralForCausalLM": {
         "vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
         "num_attention_heads": 32, "num_key_value_heads": 8, "max_position_embeddings": 4096 * 32,
-        "num_local_experts": 8, "num_experts_per_tok": 2},
+        "sliding_window": None, "num_local_experts": 8, "num_experts_per_tok": 2},
     "Qwen2MoeForCausalLM": {
         **_QWEN, "hidden_size": 2048, "intermediate_size": 5632, "num_hidden_layers": 24,
         "num_attention_heads": 16, "num_key_value_heads": 16, "num_experts": 60, "num_experts_per_tok": 4,
@@ -321,12 +324,19 @@ def _attention_fields(c: _Config, arch: str) -> dict:
 
 
 def _sequence(c: _Config, seq_len: int | None) -> tuple[int, str]:
+    """The sequence length and what the summary says of it (and of a sliding window)."""
     if seq_len is not None:
-        return seq_len, f"sequence length {seq_len} given"
-    whence = ("max_position_embeddings" if c.given("max_position_embeddings")
-              else f"transformers' default max_position_embeddings of {c.cls}")
-    seq = c.count("max_position_embeddings")
-    return seq, f"sequence length {seq} from {whence} (--seq sets another)"
+        seq, stated = seq_len, f"sequence length {seq_len} given"
+    else:
+        whence = ("max_position_embeddings" if c.given("max_position_embeddings")
+                  else f"transformers' default max_position_embeddings of {c.cls}")
+        seq = c.count("max_position_embeddings")
+        stated = f"sequence length {seq} from {whence} (--seq sets another)"
+    sliding = "sliding_window" in c.defaults and c.raw("use_sliding_window") is not False
+    window = c.raw("sliding_window") if sliding else None
+    if window is not None:
+        stated += f"; sliding_window {c.count('sliding_window')} not modelled (attention priced as full causal)"
+    return seq, stated
 
 
 def model_from_hf_config(source: str | Path | dict, name: str | None = None, *,

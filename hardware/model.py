@@ -220,9 +220,6 @@ class TransformerModel:
                              f"({self.num_layers}), got {only!r}")
         if self.shared_expert_gate and not self.shared_experts:
             raise ValueError("shared_expert_gate needs shared experts (shared_experts > 0)")
-        if not self.num_moe_layers:
-            raise ValueError("a mixture-of-experts model needs at least one MoE layer (dense_layers, moe_layer_freq "
-                             "and mlp_only_layers leave none)")
 
     # ---- shape --------------------------------------------------------------------------
     @property

@@ -117,6 +117,15 @@ def test_the_sequence_length_is_stated(tmp_path):
     assert m.seq_len == 1000 and "sequence length 1000 given" in m.summary
 
 
+def test_a_sliding_window_is_stated_not_modelled(tmp_path):
+    mistral = {**QWEN2, "architectures": ["MistralForCausalLM"]}
+    assert "sliding_window 4096 not modelled" in model_from_hf_config(_write(tmp_path, mistral)).summary
+    assert "not modelled" not in model_from_hf_config(_write(tmp_path, {**mistral, "sliding_window": None})).summary
+    assert "not modelled" not in model_from_hf_config(_write(tmp_path, {**QWEN2, "sliding_window": 512})).summary
+    qwen = {**QWEN2, "use_sliding_window": True, "sliding_window": 512}
+    assert "sliding_window 512 not modelled" in model_from_hf_config(_write(tmp_path, qwen)).summary
+
+
 def test_published_sequence_lengths():
     assert model_from_hf_config(HF / "llama-3.1-8b.json").seq_len == 131072
     assert model_from_hf_config(HF / "deepseek-v3.json").seq_len == 163840
