@@ -35,3 +35,22 @@ bench: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .pytest_cache results
+
+# Checks against the frameworks' own code (not part of `make test` or CI: it installs torch).
+# clients-hf: parameter counts of tests/data/hf/ as transformers builds them (on the meta
+# device), in a virtual environment of its own, against tests/data/hf/param_counts.json.
+HF_VENV ?= /tmp/hfvenv
+TRANSFORMERS_PIN ?= 5.24.0
+TORCH_PIN ?= 2.13.0
+
+.PHONY: clients clients-hf
+
+clients: clients-hf
+
+$(HF_VENV)/.installed:
+	python3 -m venv $(HF_VENV)
+	$(HF_VENV)/bin/python -m pip install -qq torch==$(TORCH_PIN) transformers==$(TRANSFORMERS_PIN)
+	touch $@
+
+clients-hf: $(HF_VENV)/.installed
+	$(HF_VENV)/bin/python experiments/hf_param_counts.py --check

@@ -105,12 +105,12 @@ def _row(name: str, rows: float, k: int, n: int, bias: bool) -> Gemm:
 
 def attention_gemms(model: TransformerModel, ctx: Context) -> list[Gemm]:
     """The attention projections of a layer on one GPU."""
-    h, t, m, bias = model.hidden, ctx.tp, tokens(model, ctx), model.bias
+    h, t, m = model.hidden, ctx.tp, tokens(model, ctx)
     a = heads_per_gpu(model, t)
     if not model.mla:
         kv = kv_heads_per_gpu(model, t) * model.head_dim
-        return [_column("qkv", m, h, a * model.head_dim + 2 * kv, bias),
-                _row("out", m, a * model.head_dim, h, bias)]
+        return [_column("qkv", m, h, a * model.head_dim + 2 * kv, bool(model.qkv_bias)),
+                _row("out", m, a * model.head_dim, h, bool(model.out_bias))]
     r, qr, kvr = model.qk_rope_head_dim, model.q_lora_rank, model.kv_lora_rank
     out = []
     if qr:
@@ -126,7 +126,8 @@ def mlp_gemms(model: TransformerModel, ctx: Context, ffn: int, prefix: str = "")
     """A dense MLP of hidden size ``ffn`` split by TP: up/gate and down."""
     h, t, m, n = model.hidden, ctx.tp, tokens(model, ctx), model.mlp_matrices
     f = _split(ffn, t)
-    return [_column(f"{prefix}up", m, h, (n - 1) * f, model.bias), _row(f"{prefix}down", m, f, h, model.bias)]
+    bias = bool(model.mlp_bias)
+    return [_column(f"{prefix}up", m, h, (n - 1) * f, bias), _row(f"{prefix}down", m, f, h, bias)]
 
 
 def expert_gemms(model: TransformerModel, ctx: Context) -> list[Gemm]:
@@ -136,8 +137,10 @@ def expert_gemms(model: TransformerModel, ctx: Context) -> list[Gemm]:
     ffn = model.expert_ffn_hidden or 0  # set on every mixture-of-experts model
     f = _split(ffn, ctx.etp)
     rows = routed_rows(model, ctx)
-    bias = model.bias
+    bias = model.mlp_bias
     out = [Gemm("router", own_tokens(model, ctx), h, model.num_experts, h * model.num_experts, 0, False, False)]
+    if model.shared_expert_gate:  # Qwen2-MoE: a sigmoid gate h x 1 on the shared experts' output
+        out.append(Gemm("shared_gate", own_tokens(model, ctx), h, 1, h, 0, False, False))
     if model.shared_experts:
         out += mlp_gemms(model, ctx, model.shared_experts * ffn, "shared_")
     out += [Gemm("experts_up", rows, h, (n - 1) * f, local * h * (n - 1) * f,

@@ -29,8 +29,14 @@ A model is a family of choices, each a field of ``TransformerModel``:
   ``2h x h`` projection, two norms and one MoE layer each, sharing the embedding and the
   LM head) run on the last stage and are counted apart from ``total_params``, as the
   published counts do;
+  ``mlp_only_layers`` lists further layers that keep the dense MLP (Qwen-MoE's key of that
+  name; ``hardware.hf`` reads its ``decoder_sparse_step`` into this list too);
+  ``shared_expert_gate`` adds Qwen2-MoE's ``h x 1`` sigmoid gate on the shared experts'
+  output (counted with the router);
 * ``"layernorm"`` (weight and bias, ``2h``) or ``"rmsnorm"`` (weight only, ``h``), two
-  per layer; biases on the linear layers or not (``bias``);
+  per layer; biases on the linear layers or not (``bias``), or per projection:
+  ``qkv_bias`` (Q, K and V; Qwen2), ``out_bias`` (the attention output), ``mlp_bias``
+  (the MLPs and experts), each ``bias`` unless given;
 * an input embedding ``V*h`` on the first stage of a pipeline and an LM head ``V*h`` on the
   last; ``tied_embeddings`` shares one matrix (counted once in ``total_params``, but each
   end stage holds a copy whose gradients are summed, as Megatron-LM does);
@@ -152,6 +158,11 @@ class TransformerModel:
     dense_layers: int = 0
     moe_layer_freq: int = 1
     mtp_layers: int = 0
+    mlp_only_layers: tuple[int, ...] = ()
+    shared_expert_gate: bool = False
+    qkv_bias: bool | None = None
+    out_bias: bool | None = None
+    mlp_bias: bool | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -180,10 +191,14 @@ class TransformerModel:
         check_count("v_head_dim", self.v_head_dim)
         if self.heads % self.kv_heads:
             raise ValueError(f"kv_heads must divide heads ({self.heads}), got {self.kv_heads}")
+        for what in ("qkv_bias", "out_bias", "mlp_bias"):
+            if getattr(self, what) is None:
+                put(self, what, self.bias)
         _choice("mlp", self.mlp, MLPS)
         _choice("norm", self.norm, NORMS)
         _choice("attention", self.attention, ATTENTIONS)
-        for what in ("bias", "tied_embeddings", "dropout", "qk_norm"):
+        for what in ("bias", "tied_embeddings", "dropout", "qk_norm", "qkv_bias", "out_bias", "mlp_bias",
+                     "shared_expert_gate"):
             _flag(what, getattr(self, what))
         self._check_mla()
         self._check_moe()
@@ -212,6 +227,9 @@ class TransformerModel:
             if self.expert_ffn_hidden is not None or self.moe_layer_freq != 1:
                 raise ValueError("expert_ffn_hidden and moe_layer_freq apply to mixture-of-experts models only "
                                  "(num_experts > 0)")
+            if self.mlp_only_layers or self.shared_expert_gate:
+                raise ValueError("mlp_only_layers and shared_expert_gate apply to mixture-of-experts models only "
+                                 "(num_experts > 0)")
             return
         if not 1 <= self.experts_per_token <= self.num_experts:
             raise ValueError(f"experts_per_token must be between 1 and num_experts ({self.num_experts}), "
@@ -221,6 +239,13 @@ class TransformerModel:
         check_count("expert_ffn_hidden", self.expert_ffn_hidden)
         if self.dense_layers >= self.num_layers:
             raise ValueError(f"dense_layers must be below num_layers ({self.num_layers}), got {self.dense_layers}")
+        only = self.mlp_only_layers
+        if (not isinstance(only, tuple) or list(only) != sorted(set(only))
+                or any(isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < self.num_layers for i in only)):
+            raise ValueError(f"mlp_only_layers must be a sorted tuple of distinct layer indices below num_layers "
+                             f"({self.num_layers}), got {only!r}")
+        if self.shared_expert_gate and not self.shared_experts:
+            raise ValueError("shared_expert_gate needs shared experts (shared_experts > 0)")
 
     # ---- shape --------------------------------------------------------------------------
     @property
@@ -255,21 +280,23 @@ class TransformerModel:
 
     def is_moe_layer(self, layer: int) -> bool:
         """Whether layer ``layer`` (0-based) has experts (module docstring)."""
-        return self.moe and layer >= self.dense_layers and layer % self.moe_layer_freq == 0
+        return (self.moe and layer >= self.dense_layers and layer % self.moe_layer_freq == 0
+                and layer not in self.mlp_only_layers)
 
     @property
     def one_layer_kind(self) -> bool:
         """Whether every layer is of one kind (dense, or MoE from the first on): then a
         stage's costs do not depend on which layers it holds, only on how many."""
-        return not self.moe or (self.dense_layers == 0 and self.moe_layer_freq == 1)
+        return not self.moe or (self.dense_layers == 0 and self.moe_layer_freq == 1 and not self.mlp_only_layers)
 
     def moe_layers_in(self, start: int, stop: int) -> int:
         """MoE layers among layers ``start .. stop - 1`` (counted: the multiples of
-        ``moe_layer_freq`` from ``dense_layers`` on)."""
+        ``moe_layer_freq`` from ``dense_layers`` on, less the ``mlp_only_layers``)."""
         if not self.moe or stop <= start:
             return 0
         lo, f = max(start, self.dense_layers), self.moe_layer_freq
-        return max(0, (stop - 1) // f - (lo - 1) // f) if stop > lo else 0
+        rule = max(0, (stop - 1) // f - (lo - 1) // f) if stop > lo else 0
+        return rule - sum(1 for i in self.mlp_only_layers if lo <= i < stop and i % f == 0)
 
     @property
     def num_moe_layers(self) -> int:
@@ -292,13 +319,13 @@ class TransformerModel:
             return q + kv + a * self.v_head_dim * h
         q, kv = a * self.head_dim, self.kv_hidden
         weights = 2 * h * q + 2 * h * kv
-        biases = (q + 2 * kv + h) if self.bias else 0
+        biases = ((q + 2 * kv) if self.qkv_bias else 0) + (h if self.out_bias else 0)
         return weights + biases + (2 * self.head_dim if self.qk_norm else 0)
 
     def mlp_params(self, ffn: int) -> int:
         """One MLP of hidden size ``ffn`` (an expert is one too)."""
         n = self.mlp_matrices
-        return n * self.hidden * ffn + (((n - 1) * ffn + self.hidden) if self.bias else 0)
+        return n * self.hidden * ffn + (((n - 1) * ffn + self.hidden) if self.mlp_bias else 0)
 
     @property
     def expert_params(self) -> int:
@@ -307,7 +334,8 @@ class TransformerModel:
 
     @property
     def router_params(self) -> int:
-        return self.hidden * self.num_experts
+        """The router ``h x E`` and the shared experts' gate ``h x 1`` (``shared_expert_gate``)."""
+        return self.hidden * (self.num_experts + (1 if self.shared_expert_gate else 0))
 
     def layer_params_of(self, moe: bool, active: bool = False) -> int:
         """Parameters of a dense (``moe`` False) or MoE layer; ``active``: only the
