@@ -956,3 +956,14 @@ def test_stdout_on_a_full_disk_is_one_line():
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr.strip().splitlines() == [
         "pipetab table: error: cannot write the output: No space left on device"]
+
+
+def test_bidi_override_in_a_model_path_is_escaped(tmp_path, capsys):
+    """A model's path with U+202E (and an ESC) reaches the terminal escaped in the models table."""
+    folder = tmp_path / "ev\u202eil\x1b[2J"
+    folder.mkdir()
+    config = folder / "config.json"
+    config.write_text((Path(__file__).parent / "data" / "hf" / "llama-3.1-8b.json").read_text())
+    assert main(["models", str(config)]) in (0, None)
+    out = capsys.readouterr().out
+    assert "\u202e" not in out and "\x1b" not in out and "ev\\u202eil" in out

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 
 from pipetab.hardware.context import Recompute
 from pipetab.hardware.layout import Layout
+from pipetab.schedules.text import toml_string
 
 if TYPE_CHECKING:
     from pipetab.hardware.model import TransformerModel
@@ -157,7 +158,7 @@ def _toml_value(v: object) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, str):
-        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        return toml_string(v)
     if isinstance(v, list):
         return "[" + ", ".join(_toml_value(x) for x in v) + "]"
     return str(v)
