@@ -972,3 +972,20 @@ def test_bidi_override_in_a_model_path_is_escaped(tmp_path, capsys):
     assert main(["models", str(config)]) in (0, None)
     out = capsys.readouterr().out
     assert "\u202e" not in out and "\x1b" not in out and "ev\\u202eil" in out
+
+
+@pytest.mark.parametrize("key, value", [("num_hidden_layers", 2**70), ("num_local_experts", 2**40),
+                                        ("vocab_size", 10**40)])
+def test_config_json_sizes_refused_by_every_command(tmp_path, capsys, key, value):
+    """An absurd size in a config.json: exit 2, one line naming the file and the key, at
+    once (it had hung plan or printed 10^34 B parameters with exit 0)."""
+    doc = json.loads((Path(__file__).parent / "data" / "hf" / "mixtral-8x7b.json").read_text())
+    doc[key] = value
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(doc))
+    for argv in (["models", str(config)],
+                 ["plan", "--model", str(config), "--nodes", "1", "--gpus-per-node", "8", "--gpu", "H100",
+                  "--global-batch", "64"]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and f"key '{key}' must be an integer from 1 to" in err[0] and "config.json" in err[0]
