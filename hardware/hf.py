@@ -103,6 +103,7 @@ from pathlib import Path
 from typing import Any
 
 from pipetab.schedules.formats import read_text_file
+from pipetab.schedules.limits import SIZE_LIMITS
 
 from .model import TransformerModel
 
@@ -113,6 +114,16 @@ DEEPSEEK = ("DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM")
 ARCHITECTURES = DENSE + MIXTRAL + QWEN_MOE + DEEPSEEK
 
 TRANSFORMERS_VERSION = "5.24.0"  # the version whose config classes the defaults below are read from
+# the entry of ``schedules.limits.SIZE_LIMITS`` that bounds each integer key read
+_LIMIT_OF = {"num_hidden_layers": "layers", "first_k_dense_replace": "layers", "moe_layer_freq": "layers",
+             "num_nextn_predict_layers": "layers", "decoder_sparse_step": "layers", "hidden_size": "hidden",
+             "intermediate_size": "hidden", "moe_intermediate_size": "hidden",
+             "shared_expert_intermediate_size": "hidden", "kv_lora_rank": "hidden", "q_lora_rank": "hidden",
+             "num_attention_heads": "heads", "num_key_value_heads": "heads", "head_dim": "head_dim",
+             "qk_nope_head_dim": "head_dim", "qk_rope_head_dim": "head_dim", "v_head_dim": "head_dim",
+             "vocab_size": "vocab", "num_local_experts": "experts", "num_experts": "experts",
+             "n_routed_experts": "experts", "n_shared_experts": "experts", "num_experts_per_tok": "experts",
+             "max_position_embeddings": "seq_len", "sliding_window": "seq_len"}
 DEFAULT_GLOBAL_BATCH = 1024
 
 _COMMON = {"tie_word_embeddings": False, "hidden_act": "silu", "head_dim": None}
@@ -215,8 +226,12 @@ class _Config:
 
     def count(self, key: str, minimum: int = 1) -> int:
         value = self.values.get(key)
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise self.fail(f"key '{self.key_of(key)}' must be an integer >= {minimum}, got {value!r}")
+        limit = SIZE_LIMITS[_LIMIT_OF[key]]
+        if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= limit:
+            shown = repr(value) if not isinstance(value, int) or value.bit_length() < 128 else \
+                f"a number of {value.bit_length()} bits"
+            raise self.fail(f"key '{self.key_of(key)}' must be an integer from {minimum} to {limit:,}, got {shown} "
+                            "(see docs/limits.md)")
         return value
 
     def maybe_count(self, key: str, none: int | None) -> int | None:
@@ -239,6 +254,10 @@ def _load(source: str | Path | dict) -> tuple[str, dict]:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ValueError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    except RecursionError:
+        raise ValueError(f"{path}: not a config.json pipetab can read: its JSON is nested too deeply") from None
+    except ValueError as exc:  # a number of over 4,300 digits
+        raise ValueError(f"{path}: not a config.json pipetab can read ({str(exc).split(';')[0]})") from None
     if not isinstance(doc, dict):
         raise ValueError(f"{path}: a config.json holds one JSON object, got {type(doc).__name__}")
     return str(path), doc

@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from itertools import accumulate
 from typing import TYPE_CHECKING, NamedTuple, Sequence
 
+from pipetab.schedules.limits import SIZE_LIMITS
+
 from .model import partition
 
 if TYPE_CHECKING:
@@ -56,11 +58,43 @@ class StagePart(NamedTuple):
         return ("E" if self.embedding else "") + body + mtp + ("L" if self.head else "")
 
 
+_GROUP = re.compile(r"\(([^()]+)\)\*([0-9]+)", re.ASCII)
+_REPEAT = re.compile(r"(.)\*([0-9]+)", re.ASCII)
+# expanded characters a layout may have: every layer, MTP module and separator of the
+# largest layout within the limits, and the embedding and the loss
+MAX_EXPANDED = SIZE_LIMITS["layers"] * 2 + SIZE_LIMITS["layout_stages"] + 2
+
+
+def _times(match: re.Match, text: str) -> int:
+    """A repeat count of ``text``, refused before it is read when it is absurdly long."""
+    digits = match.group(2)
+    if len(digits) > 9:
+        raise ValueError(f"layout {_shown(text)} repeats {match.group(1)!r} a number of times {len(digits)} digits "
+                         f"long; a layout expands to at most {MAX_EXPANDED:,} characters (see docs/limits.md)")
+    return int(digits)
+
+
+def _expand(text: str, pattern: re.Pattern, original: str) -> str:
+    """One of Megatron's expansion passes, its size computed before it is built."""
+    size = len(text) + sum(len(m.group(1)) * _times(m, original) - len(m.group(0)) for m in pattern.finditer(text))
+    if size > MAX_EXPANDED:
+        raise ValueError(f"layout {_shown(original)} expands to {size:,} characters, more than the {MAX_EXPANDED:,} "
+                         f"of {SIZE_LIMITS['layers']:,} layers in {SIZE_LIMITS['layout_stages']:,} stages "
+                         "(see docs/limits.md)")
+    return pattern.sub(lambda m: m.group(1) * int(m.group(2)), text)
+
+
+def _shown(text: str) -> str:
+    """A layout string for a message: at most 80 characters of it."""
+    return repr(text) if len(text) <= 80 else repr(text[:77] + "...")
+
+
 def _unroll(text: str) -> str:
-    """Megatron's ``parse_str_to_list`` expansion: commas dropped, ``(...)*n`` then ``x*n``."""
+    """Megatron's ``parse_str_to_list`` expansion: commas dropped, ``(...)*n`` then ``x*n``
+    (ASCII digits only), each pass bounded before it is built (``MAX_EXPANDED``)."""
     out = text.replace(",", "").replace(" ", "")
-    for pattern in (r"\(([^()]+)\)\*(\d+)", r"(.)\*(\d+)"):
-        out = re.sub(pattern, lambda m: m.group(1) * int(m.group(2)), out)
+    for pattern in (_GROUP, _REPEAT):
+        out = _expand(out, pattern, text)
     return out
 
 

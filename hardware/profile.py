@@ -54,6 +54,9 @@ import math
 from dataclasses import dataclass, fields
 from pathlib import Path
 
+from pipetab.schedules.limits import MAX_DEVICES, SIZE_LIMITS, check_at_most
+from pipetab.schedules.text import toml_string
+
 from .loaders import _File, _parse
 
 TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
@@ -68,6 +71,28 @@ _TOP_KEYS = {"source": str, "time_unit": str, "stages": int, "microbatch_size": 
              "microbatches": int, "tp": int, "dp": int, "memory_bytes": float,
              "default": dict, "stage": list, "model": str, "num_layers": int, "hidden": int, "seq_len": int,
              "gpu": str, "peak_flops": float, "recompute": str}
+
+
+# the entry of ``schedules.limits.SIZE_LIMITS`` bounding each integer of a profile
+_LIMITS = {"num_layers": "layers", "hidden": "hidden", "seq_len": "seq_len", "microbatch_size": "microbatch_size",
+           "microbatches": "global_batch", "tp": "tp", "dp": "gpus"}
+
+
+def _finite_at_least(value: object, least: float) -> bool:
+    """Whether ``value`` is an int or float (no bool), finite and at least ``least``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        return math.isfinite(value) and value >= least
+    except OverflowError:  # an int beyond a float
+        return False
+
+
+def _shown(value: object) -> str:
+    """``value`` for a message: a huge integer by its size, not its 10,000 digits."""
+    if isinstance(value, int) and value.bit_length() >= 128:
+        return f"a number of {value.bit_length()} bits"
+    return repr(value)
 
 
 @dataclass(frozen=True)
@@ -90,8 +115,10 @@ class StageProfile:
             value = getattr(self, f.name)
             if value is None:
                 continue
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-                raise ValueError(f"{f.name} must be a finite number >= 0, got {value!r}")
+            if not _finite_at_least(value, 0):
+                raise ValueError(f"{f.name} must be a finite number >= 0, got {_shown(value)}")
+        if self.layers is not None:
+            check_at_most("layers", self.layers, "layers")
         for what in ("forward_s", "backward_s"):
             if getattr(self, what) <= 0:
                 raise ValueError(f"{what} must be > 0, got {getattr(self, what)!r}")
@@ -132,10 +159,12 @@ class Profile:
     def __post_init__(self) -> None:
         if not self.stages:
             raise ValueError("a profile needs at least one stage")
-        for key in ("num_layers", "hidden", "seq_len"):
+        for key, limit in _LIMITS.items():
             value = getattr(self, key)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-                raise ValueError(f"{key} must be an integer >= 1, got {value!r}")
+                raise ValueError(f"{key} must be an integer >= 1, got {_shown(value)}")
+            if value is not None:
+                check_at_most(key, value, limit)
         if self.peak_flops is not None and not (math.isfinite(self.peak_flops) and 0 < self.peak_flops <= 1e18):
             raise ValueError(f"peak_flops must be a number of FLOP/s > 0 and <= 1e18, got {self.peak_flops!r}")
         if self.recompute is not None and self.recompute not in RECOMPUTES:
@@ -249,8 +278,8 @@ def profile_from_file(path: str | Path) -> Profile:
     count = f.table.get("stages")
     if entries and count is not None and count != len(entries):
         raise f.fail(f"key 'stages' is {count} but {len(entries)} [[stage]] entries are given")
-    if count is not None and count < 1:
-        raise f.fail(f"key 'stages' must be >= 1, got {count}")
+    if count is not None and not 1 <= count <= MAX_DEVICES:
+        raise f.fail(f"key 'stages' must be from 1 to {MAX_DEVICES} (see docs/limits.md), got {_shown(count)}")
     stages = []
     for i, entry in enumerate(entries):
         e = _File(path, entry, f"stage[{i}].")
@@ -264,6 +293,9 @@ def profile_from_file(path: str | Path) -> Profile:
     for key in ("microbatch_size", "microbatches", "tp", "dp"):
         if key in f.table and f.table[key] < 1:
             raise f.fail(f"key '{key}' must be >= 1, got {f.table[key]}")
+        if key in f.table and f.table[key] > SIZE_LIMITS[_LIMITS[key]]:
+            raise f.fail(f"key '{key}' must be at most {SIZE_LIMITS[_LIMITS[key]]:,} (see docs/limits.md), "
+                         f"got {_shown(f.table[key])}")
     memory = f.table.get("memory_bytes")
     if memory is not None and not (math.isfinite(memory) and memory > 0):
         raise f.fail(f"key 'memory_bytes' must be a finite number > 0, got {memory!r}")
@@ -312,9 +344,7 @@ def toml_value(value) -> str:
         return str(value)
     if isinstance(value, float):
         return repr(value)
-    text = str(value).replace("\\", "\\\\").replace('"', '\\"')
-    text = "".join(f"\\u{ord(c):04x}" if ord(c) < 32 or ord(c) == 127 else c for c in text)  # TOML forbids them raw
-    return f'"{text}"'
+    return toml_string(value)
 
 
 def profile_to_toml(profile: Profile, time_unit: str = "s") -> str:

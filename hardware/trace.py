@@ -37,6 +37,7 @@ import gzip
 import json
 import math
 import re
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import fmean
@@ -67,12 +68,52 @@ def _load(path: Path) -> dict:
         raise ValueError(f"trace {str(path)!r} does not exist or is not a regular file")
     try:
         raw = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
+    except (OSError, EOFError, zlib.error) as exc:
+        raise ValueError(f"trace {str(path)!r} is not readable gzip data ({exc})") from None
+    try:
         doc = json.loads(raw)
-    except (OSError, EOFError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ValueError(f"trace {str(path)!r} is not JSON ({exc})") from None
+    except RecursionError:
+        raise ValueError(f"trace {str(path)!r} is not a trace pipetab can read: its JSON is nested too deeply") from None
+    except ValueError as exc:  # a number of over 4,300 digits
+        raise ValueError(f"trace {str(path)!r} is not a trace pipetab can read ({str(exc).split(';')[0]})") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
         raise ValueError(f"trace {str(path)!r} is not a PyTorch profiler trace (no 'traceEvents' list)")
     return doc
+
+
+def _event_name(e: dict) -> str:
+    name = e.get("name")
+    return repr(name[:80]) if isinstance(name, str) else "without a name"
+
+
+def _number(e: dict, key: str, path: Path, *, args: bool = False, duration: bool = False) -> float:
+    """Field ``key`` of event ``e`` (of its ``args`` when ``args``) as a finite float (>= 0
+    for a ``duration``); ``ValueError`` naming the trace, the event and the field otherwise."""
+    value = (e.get("args") if args else e).get(key)
+    number = None
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        try:
+            number = float(value)
+        except OverflowError:  # an integer beyond a float
+            number = None
+    if number is None or not math.isfinite(number) or (duration and number < 0):
+        huge = isinstance(value, int) and not isinstance(value, bool) and value.bit_length() >= 128
+        shown = f"a number of {value.bit_length()} bits" if huge else repr(value)[:40]
+        what = "a duration is a finite number >= 0" if duration else "a time is a finite number"
+        field = f"'args.{key}'" if args else f"'{key}'"
+        raise ValueError(f"trace {str(path)!r}: event {_event_name(e)} has {field} {shown}; {what}")
+    return number
+
+
+def _correlation(e: dict, path: Path) -> int:
+    """An event's ``args.correlation``: an integer id; ``ValueError`` naming it otherwise."""
+    value = e["args"]["correlation"]
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**64:
+        raise ValueError(f"trace {str(path)!r}: event {_event_name(e)} has 'args.correlation' {repr(value)[:40]}; "
+                         "it must be an integer id")
+    return value
 
 
 def _marks(doc: dict, cat: str) -> list[dict]:
@@ -81,27 +122,32 @@ def _marks(doc: dict, cat: str) -> list[dict]:
             and isinstance(e.get("name"), str) and (ACTION.fullmatch(e["name"]) or LEGACY.fullmatch(e["name"]))]
 
 
-def _launched(doc: dict) -> tuple[list[float], list[tuple[float, float]]] | None:
+def _correlated(doc: dict, cats: tuple[str, ...]) -> list[dict]:
+    """The events of categories ``cats`` that carry an ``args.correlation``."""
+    return [e for e in doc["traceEvents"] if isinstance(e, dict) and e.get("cat") in cats
+            and isinstance(e.get("args"), dict) and e["args"].get("correlation") is not None]
+
+
+def _launched(doc: dict, path: Path) -> tuple[list[float], list[tuple[float, float]]] | None:
     """The trace's GPU kernels sorted by when they were launched: (launch times, (start, end)
-    of each), or None when the trace holds no kernel tied to a launch."""
-    launch = {}
-    for e in doc["traceEvents"]:
-        if isinstance(e, dict) and e.get("cat") in ("cuda_runtime", "cuda_driver") and isinstance(e.get("args"), dict):
-            corr = e["args"].get("correlation")
-            if corr is not None and isinstance(e.get("ts"), (int, float)):
-                launch[corr] = float(e["ts"])
-    kernels = sorted((launch[e["args"]["correlation"]], float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0.0)))
-                     for e in doc["traceEvents"]
-                     if isinstance(e, dict) and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")
-                     and isinstance(e.get("args"), dict) and e["args"].get("correlation") in launch
-                     and isinstance(e.get("ts"), (int, float)))
+    of each), or None when the trace holds no kernel tied to a launch. Every field read is
+    checked (``_number``, ``_correlation``)."""
+    launch = {_correlation(e, path): _number(e, "ts", path) for e in _correlated(doc, ("cuda_runtime", "cuda_driver"))}
+    kernels = []
+    for e in _correlated(doc, ("kernel", "gpu_memcpy", "gpu_memset")):
+        corr = _correlation(e, path)
+        if corr in launch:
+            ts = _number(e, "ts", path)
+            dur = _number(e, "dur", path, duration=True) if "dur" in e else 0.0
+            kernels.append((launch[corr], ts, ts + dur))
+    kernels.sort()
     return ([k[0] for k in kernels], [(k[1], k[2]) for k in kernels]) if kernels else None
 
 
 def _timed(doc: dict, path: Path) -> list[tuple[str, float]]:
     """Each pipeline action's (name, seconds), read as the module docstring says."""
     cpu = _marks(doc, "user_annotation")
-    kernels = _launched(doc)
+    kernels = _launched(doc, path)
     out = []
     if kernels and cpu:
         for e in cpu:
@@ -114,23 +160,21 @@ def _timed(doc: dict, path: Path) -> list[tuple[str, float]]:
 
 
 def _span(e: dict, path: Path) -> tuple[float, float]:
-    try:
-        ts, dur = float(e["ts"]), float(e["dur"])
-    except (KeyError, TypeError, ValueError):
-        raise ValueError(f"trace {str(path)!r}: event {e['name']!r} has no numeric 'ts' and 'dur'") from None
-    if not math.isfinite(ts):
-        raise ValueError(f"trace {str(path)!r}: event {e['name']!r} has 'ts' {e['ts']!r}; a time is a finite number")
-    if not (math.isfinite(dur) and dur >= 0):
-        raise ValueError(f"trace {str(path)!r}: event {e['name']!r} has 'dur' {e['dur']!r}; a duration is a finite "
-                         "number >= 0")
-    return ts, dur
+    return _number(e, "ts", path), _number(e, "dur", path, duration=True)
 
 
-def _memory(doc: dict) -> tuple[list[float], list[float]] | None:
-    """(times, Total Allocated) of the trace's ``[memory]`` events (None: none recorded)."""
-    mem = sorted((float(e["ts"]), float(e["args"]["Total Allocated"])) for e in doc["traceEvents"]
-                 if isinstance(e, dict) and e.get("name") == "[memory]" and isinstance(e.get("args"), dict)
-                 and "Total Allocated" in e["args"] and "ts" in e)
+def _memory(doc: dict, path: Path) -> tuple[list[float], list[float]] | None:
+    """(times, Total Allocated) of the trace's ``[memory]`` events (None: none recorded);
+    each event's ``ts`` and ``args`` checked."""
+    mem = []
+    for e in doc["traceEvents"]:
+        if isinstance(e, dict) and e.get("name") == "[memory]":
+            if not isinstance(e.get("args"), dict):
+                raise ValueError(f"trace {str(path)!r}: a '[memory]' event has 'args' {repr(e.get('args'))[:40]}; "
+                                 "it must be an object holding 'Total Allocated'")
+            if "Total Allocated" in e["args"]:
+                mem.append((_number(e, "ts", path), _number(e, "Total Allocated", path, args=True)))
+    mem.sort()
     return ([t for t, _ in mem], [a for _, a in mem]) if mem else None
 
 
@@ -156,7 +200,7 @@ def read_trace(path: str | Path) -> RankTrace:
     info = doc.get("distributedInfo")
     rank = info.get("rank") if isinstance(info, dict) and isinstance(info.get("rank"), int) else None
     out = RankTrace(str(path), rank)
-    mem = _memory(doc)
+    mem = _memory(doc, path)
     activation: dict[int, list[float]] = {}
     out.activation = activation if mem else None
     for name, seconds in _timed(doc, path):
@@ -190,8 +234,12 @@ def _stage_profile(t: RankTrace, split: bool, layers: int | None) -> StageProfil
                 name = {"F": "forward", "B": "backward", "W": "weight-gradient"}[kind]
                 raise ValueError(f"trace {t.path!r}: stage {s} has no {name} op")
     act = sum(fmean(v) for v in t.activation.values()) if t.activation else 0.0
-    return StageProfile(forward_s=total("F"), backward_s=total("B"), weight_s=total("W") if split else None,
-                        message_s=fmean(t.sends) if t.sends else 0.0, activation_bytes=act, layers=layers)
+    try:
+        return StageProfile(forward_s=total("F"), backward_s=total("B"), weight_s=total("W") if split else None,
+                            message_s=fmean(t.sends) if t.sends else 0.0, activation_bytes=act, layers=layers)
+    except ValueError as exc:  # e.g. annotations that last 0 us
+        rank = f" (rank {t.rank})" if t.rank is not None else ""
+        raise ValueError(f"trace {t.path!r}{rank}: {exc}; its pipeline ops must last some time") from None
 
 
 def profile_from_traces(paths: list[str | Path], stages: int | None = None, *, microbatch_size: int | None = None,

@@ -19,6 +19,8 @@ import tempfile
 from pathlib import Path
 from typing import Callable
 
+from pipetab.schedules.text import terminal_text
+
 
 def check_target(path: str | Path, what: str = "output") -> Path:
     """``path`` as an output file: ``ValueError`` naming ``what`` when it is a symbolic link,
@@ -78,11 +80,8 @@ def safe_name(name: str, what: str = "name") -> str:
     return name
 
 
-_CONTROL = {i: f"\\x{i:02x}" for i in (*range(32), 127)} | {ord("\t"): "\\t", ord("\n"): "\\n", ord("\r"): "\\r"}
-_CONTROL.update({i: f"\\x{i:02x}" for i in range(0x80, 0xA0)})  # C1 controls (CSI as one character)
-
-
 def printable(text: object) -> str:
     """``text`` with every control character (ESC of a terminal escape sequence, newlines,
-    C1 controls) written as an escape, so text from a file cannot act on the terminal."""
-    return str(text).translate(_CONTROL)
+    C1 controls) and bidirectional override written as an escape, so text from a file can
+    neither act on the terminal nor reorder what it shows (``schedules.text``)."""
+    return terminal_text(text)

@@ -71,3 +71,37 @@ def check_drawable(num_ops: int) -> None:
             f"a picture of {num_ops:,} ops is too many to draw (at most {MAX_DRAWN_OPS:,}); "
             "draw fewer stages or microbatches (see docs/limits.md)"
         )
+
+
+# ---- sizes of a model and a run, wherever they are read ---------------------------------
+# One table for the command line (``pipetab.cli``), ``config.json`` files (``hardware.hf``),
+# profiles and traces (``hardware.profile``, ``hardware.trace``) and layouts
+# (``hardware.layout``): each value is checked where it is read, before any work, and a
+# refusal names the file or option and the key. The largest published models sit far below
+# each (Llama 3 405B: 126 layers, hidden 16,384; DeepSeek-V3: 256 experts, vocabulary
+# 129,280): the limits only keep arithmetic and loops over layers and divisors finite.
+SIZE_LIMITS: dict[str, int] = {
+    "layers": 2**14,  # transformer layers of a model (MTP modules included)
+    "hidden": 2**20,  # hidden size, MLP widths, LoRA ranks
+    "heads": 2**14,  # attention heads, key/value heads
+    "head_dim": 2**14,  # one head's width
+    "vocab": 2**26,  # vocabulary
+    "experts": 2**16,  # routed and shared experts, experts per token
+    "tp": 1024,  # tensor-parallel degree (and expert tensor-parallel)
+    "gpus": 2**20,  # GPUs of one run (stages x tp x cp x dp)
+    "microbatch_size": 2**20,  # sequences
+    "global_batch": 2**24,  # sequences
+    "seq_len": 2**24,  # tokens per sequence
+    "layout_stages": 2**16,  # stages a layout string may name (virtual stages included)
+}
+
+
+def check_at_most(what: str, value: int, limit_key: str, where: str = "") -> int:
+    """``value`` unless it is above ``SIZE_LIMITS[limit_key]``: ``ValueError`` naming
+    ``where`` (a file, when read from one) and ``what`` otherwise."""
+    limit = SIZE_LIMITS[limit_key]
+    if value > limit:
+        prefix = f"{where}: " if where else ""
+        shown = f"{value:,}" if value.bit_length() < 128 else f"a number of {value.bit_length()} bits"
+        raise ValueError(f"{prefix}{what} must be at most {limit:,}, got {shown} (see docs/limits.md)")
+    return value

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pipetab.schedules.limits import MAX_DEVICES, SIZE_LIMITS
+
 from . import common
 from .common import UsageError, emit_json
 
@@ -13,8 +15,9 @@ def _layers(text: str) -> list[int]:
         counts = [int(x) for x in text.split(",")]
     except ValueError:
         counts = []
-    if not counts or min(counts) < 0:
-        raise argparse.ArgumentTypeError(f"layers must be comma-separated integers >= 0, got {text!r}")
+    if not counts or min(counts) < 0 or max(counts) > SIZE_LIMITS["layers"] or len(counts) > MAX_DEVICES:
+        raise argparse.ArgumentTypeError(f"layers must be at most {MAX_DEVICES} comma-separated integers from 0 to "
+                                         f"{SIZE_LIMITS['layers']:,}, got {text[:80]!r}")
     return counts
 
 
@@ -24,12 +27,15 @@ def register(sub) -> None:
     p.add_argument("traces", metavar="TRACE.json", nargs="+",
                    help="torch.profiler Chrome traces (.json or .json.gz), one per rank (docs/cluster.md)")
     p.add_argument("-o", "--out", metavar="FILE.toml", required=True, help="where to write the profile")
-    p.add_argument("-S", "--stages", type=common.positive_int("stages"), default=None,
+    p.add_argument("-S", "--stages", type=common.positive_int("stages", maximum=MAX_DEVICES), default=None,
                    help="pipeline devices (ranks) the traces must cover (default: one per trace)")
-    p.add_argument("--microbatch-size", type=common.positive_int("microbatch size"), default=None,
+    p.add_argument("--microbatch-size", type=common.positive_int("microbatch size",
+                                                                 maximum=SIZE_LIMITS["microbatch_size"]), default=None,
                    help="sequences per microbatch of the traced run (calibrate needs it)")
-    p.add_argument("--tp", type=common.positive_int("tp"), default=1, help="tensor-parallel GPUs per stage (default 1)")
-    p.add_argument("--dp", type=common.positive_int("dp"), default=1, help="data-parallel replicas (default 1)")
+    p.add_argument("--tp", type=common.positive_int("tp", maximum=SIZE_LIMITS["tp"]), default=1,
+                   help="tensor-parallel GPUs per stage (default 1)")
+    p.add_argument("--dp", type=common.positive_int("dp", maximum=SIZE_LIMITS["gpus"]), default=1,
+                   help="data-parallel replicas (default 1)")
     p.add_argument("--layers", type=_layers, default=None, metavar="N,N,...",
                    help="transformer layers of each rank's stages (calibrate needs them)")
     p.add_argument("--time-unit", choices=["s", "ms", "us"], default="ms", help="unit of the written times (ms)")

@@ -30,6 +30,7 @@ from pipetab.hardware.context import Recompute
 from pipetab.hardware.decisions import DECISION
 from pipetab.hardware.layout import Layout
 from pipetab.schedules.registry import REGISTRY, schedule_traits
+from pipetab.schedules.text import toml_string
 
 if TYPE_CHECKING:
     from pipetab.hardware.model import TransformerModel
@@ -166,7 +167,7 @@ def _toml_value(v: object) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, str):
-        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        return toml_string(v)
     if isinstance(v, list):
         return "[" + ", ".join(_toml_value(x) for x in v) + "]"
     return str(v)

@@ -14,7 +14,6 @@ timeline (no message time) and memory counts activations.
 
 from __future__ import annotations
 
-import html
 import json
 import re
 from dataclasses import replace
@@ -23,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pipetab.formatting import HEADER, formula_source, level_rows
+from pipetab.schedules.text import html_text
 from pipetab.solver.levels import check_finite
 from pipetab.solver.pricing import slot_costs
 from pipetab.solver.simulate import simulate
@@ -125,7 +125,7 @@ def render(template: str, title: str, payload: dict, styles: tuple[str, ...], sc
     # nothing in the data can end the script element or open an HTML comment or tag in it
     # ("</script>", "<!--", "<script" from a name in a user's file): <, > and & as JSON escapes
     data = data.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
-    parts = {"title": html.escape(title), "style": "".join(map(_asset, styles)), "data": data,
+    parts = {"title": html_text(title), "style": "".join(map(_asset, styles)), "data": data,
              "script": "\n".join(map(_asset, scripts))}
     return re.sub(r"\{\{(\w+)\}\}", lambda m: parts[m.group(1)], _asset(template))
 

@@ -733,6 +733,11 @@ MAIN_CASES = [
     ("profile-negative-duration", ["profile", "{d}/negative_dur_trace.json", "-o", "{d}/p.toml"],
      "negative_dur_trace.json': event 'PP:0F0' has 'dur' -10; a duration is a finite number >= 0"),
     ("profile-ranks-disagree", ["profile", *TRACES, "-o", "{d}/p.toml", "-S", "3"], "-S is 3 pipeline devices"),
+    ("profile-stages-huge", ["profile", *TRACES, "-o", "{d}/p.toml", "-S", str(2**70)],
+     "stages must be an integer between 1 and 1,024"),
+    ("profile-layers-huge", ["profile", *TRACES, "-o", "{d}/p.toml", "--layers", "1," + "9" * 30],
+     "layers must be at most 1024 comma-separated integers from 0 to 16,384"),
+    ("profile-tp-huge", ["profile", *TRACES, "-o", "{d}/p.toml", "--tp", str(2**40)], "tp must be"),
     ("profile-rank-twice", ["profile", "{d}/rank0_a.json", "{d}/rank0_b.json", "-o", "{d}/p.toml"],
      "traces repeat a rank (0, 0)"),
     ("profile-trace-twice", ["profile", TRACES[0], TRACES[0], "-o", "{d}/p.toml"], "rank0.json.gz' is given twice"),
@@ -956,3 +961,31 @@ def test_stdout_on_a_full_disk_is_one_line():
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr.strip().splitlines() == [
         "pipetab table: error: cannot write the output: No space left on device"]
+
+
+def test_bidi_override_in_a_model_path_is_escaped(tmp_path, capsys):
+    """A model's path with U+202E (and an ESC) reaches the terminal escaped in the models table."""
+    folder = tmp_path / "ev\u202eil\x1b[2J"
+    folder.mkdir()
+    config = folder / "config.json"
+    config.write_text((Path(__file__).parents[1] / "data" / "hf" / "llama-3.1-8b.json").read_text())
+    assert main(["models", str(config)]) in (0, None)
+    out = capsys.readouterr().out
+    assert "\u202e" not in out and "\x1b" not in out and "ev\\u202eil" in out
+
+
+@pytest.mark.parametrize("key, value", [("num_hidden_layers", 2**70), ("num_local_experts", 2**40),
+                                        ("vocab_size", 10**40)])
+def test_config_json_sizes_refused_by_every_command(tmp_path, capsys, key, value):
+    """An absurd size in a config.json: exit 2, one line naming the file and the key, at
+    once (it had hung plan or printed 10^34 B parameters with exit 0)."""
+    doc = json.loads((Path(__file__).parents[1] / "data" / "hf" / "mixtral-8x7b.json").read_text())
+    doc[key] = value
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(doc))
+    for argv in (["models", str(config)],
+                 ["plan", "--model", str(config), "--nodes", "1", "--gpus-per-node", "8", "--gpu", "H100",
+                  "--global-batch", "64"]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and f"key '{key}' must be an integer from 1 to" in err[0] and "config.json" in err[0]

@@ -143,7 +143,7 @@ def test_published_sequence_lengths():
     ({**QWEN2_MOE, "architectures": ["Qwen3MoeForCausalLM"]}, {"num_local_experts": 8},
      "keys 'num_local_experts' and 'num_experts' name one setting and disagree"),
     (QWEN2, {"num_key_value_heads": 3}, "kv_heads must divide heads (4), got 3"),
-    (QWEN2, {"hidden_size": 0}, "key 'hidden_size' must be an integer >= 1, got 0"),
+    (QWEN2, {"hidden_size": 0}, "key 'hidden_size' must be an integer from 1 to 1,048,576, got 0"),
 ])
 def test_keys_pipetab_cannot_honour_are_refused_by_name(tmp_path, base, edit, message):
     path = _write(tmp_path, {**base, **edit})

@@ -87,10 +87,10 @@ def test_qwen3_config_fields():
 
 @pytest.mark.parametrize("edit, message", [
     (lambda d: d.update(architectures=["GPT2LMHeadModel"]), "architecture 'GPT2LMHeadModel' is not supported"),
-    (lambda d: d.update(hidden_size=None), "key 'hidden_size' must be an integer >= 1, got None"),
+    (lambda d: d.update(hidden_size=None), "key 'hidden_size' must be an integer from 1 to 1,048,576, got None"),
     (lambda d: d.update(num_experts_per_tok=9), r"experts_per_token must be between 1 and num_experts \(8\)"),
     (lambda d: d.update(hidden_act="gelu"), "key 'hidden_act' must be 'silu'"),
-    (lambda d: d.update(num_local_experts="8"), "key 'num_local_experts' must be an integer >= 1"),
+    (lambda d: d.update(num_local_experts="8"), "key 'num_local_experts' must be an integer from 1 to 65,536"),
 ])
 def test_bad_configs(tmp_path, edit, message):
     doc = json.loads((HF / "mixtral-8x7b.json").read_text())

@@ -131,3 +131,15 @@ def test_cli_emit(capsys, tmp_path):
     assert "--emit-csv applies with --emit torchtitan only" in capsys.readouterr().err
     assert main([*base, "--emit", "megatron", "--schedules", "zbv"]) == 2
     assert "no configuration found runs a schedule Megatron-LM runs" in capsys.readouterr().err
+
+
+def test_torchtitan_csv_path_with_controls_parses(result):
+    """A CSV file name holding a newline, CR, ESC, DEL or a bidi override is escaped
+    (``schedules.text.toml_string``): the TOML parses and names the same path."""
+    import tomllib
+
+    sp, _ = result
+    path = "dir\nname\r\x1b[2J\x7f\u202e.csv"
+    doc = tomllib.loads(torchtitan_toml(variants(result)[0], sp.num_gpus, path))
+    assert [t["pipeline_parallel_schedule_csv"] for t in doc.values()
+            if "pipeline_parallel_schedule_csv" in t] == [path]
