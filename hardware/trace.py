@@ -75,7 +75,8 @@ def _load(path: Path) -> dict:
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ValueError(f"trace {str(path)!r} is not JSON ({exc})") from None
     except RecursionError:
-        raise ValueError(f"trace {str(path)!r} is not a trace pipetab can read: its JSON is nested too deeply") from None
+        raise ValueError(f"trace {str(path)!r} is not a trace pipetab can read: its JSON is nested too "
+                         "deeply") from None
     except ValueError as exc:  # a number of over 4,300 digits
         raise ValueError(f"trace {str(path)!r} is not a trace pipetab can read ({str(exc).split(';')[0]})") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
@@ -91,7 +92,8 @@ def _event_name(e: dict) -> str:
 def _number(e: dict, key: str, path: Path, *, args: bool = False, duration: bool = False) -> float:
     """Field ``key`` of event ``e`` (of its ``args`` when ``args``) as a finite float (>= 0
     for a ``duration``); ``ValueError`` naming the trace, the event and the field otherwise."""
-    value = (e.get("args") if args else e).get(key)
+    holder = e.get("args") if args else e
+    value = holder.get(key) if isinstance(holder, dict) else None
     number = None
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         try:
@@ -99,8 +101,8 @@ def _number(e: dict, key: str, path: Path, *, args: bool = False, duration: bool
         except OverflowError:  # an integer beyond a float
             number = None
     if number is None or not math.isfinite(number) or (duration and number < 0):
-        huge = isinstance(value, int) and not isinstance(value, bool) and value.bit_length() >= 128
-        shown = f"a number of {value.bit_length()} bits" if huge else repr(value)[:40]
+        bits = value.bit_length() if isinstance(value, int) and not isinstance(value, bool) else 0
+        shown = f"a number of {bits} bits" if bits >= 128 else repr(value)[:40]
         what = "a duration is a finite number >= 0" if duration else "a time is a finite number"
         field = f"'args.{key}'" if args else f"'{key}'"
         raise ValueError(f"trace {str(path)!r}: event {_event_name(e)} has {field} {shown}; {what}")

@@ -98,7 +98,7 @@ def test_layout_repeats_bounded_before_expanding(text, message):
 
 def test_layout_within_the_limit_still_expands():
     assert Layout.parse("Et*3|(tt|)*4t*3L").layers == (3, 2, 2, 2, 2, 3)
-    assert MAX_EXPANDED >= SIZE_LIMITS["layers"] + SIZE_LIMITS["layout_stages"]
+    assert SIZE_LIMITS["layers"] + SIZE_LIMITS["layout_stages"] <= MAX_EXPANDED
 
 
 # ---- traces -------------------------------------------------------------------------------
@@ -187,7 +187,7 @@ def test_random_traces_read_or_refuse_by_name(tmp_path, field, value):
 
 
 # ---- text ---------------------------------------------------------------------------------
-NASTY = "a\nb\rc\x1b[31md\x7fe\u202ef\u2066g\u0085h\\i\"j\u200bk"
+NASTY = 'a\nb\rc\x1b[31md\x7fe\u202ef\u2066g\u0085h\\i"j\u200bk'
 
 
 def test_toml_string_round_trips():
