@@ -17,6 +17,7 @@ from pipetab.schedules.ops import Kind, Op
 from pipetab.schedules.schedule import Placement
 
 from .cyclic import per_microbatch_work
+from .engine import SolverSetup, run_solver
 from .params import ModelParams
 from .sweep import sweep_lower_bound
 from .variables import heads_tails, lifetime_min, successors
@@ -425,11 +426,8 @@ def min_feasible_cap(problem: Problem, seconds: float = 10.0) -> float:
         for d in range(D):
             m.add(z >= sum(round(act[k] * scale) * x[(k, d)] for k in keys if k[0] == p))
     m.minimize(z)
-    solver = cp_model.CpSolver()
-    solver.parameters.num_workers = 1
-    solver.parameters.max_time_in_seconds = max(0.05, seconds)
-    status = solver.solve(m)
-    if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):  # FEASIBLE: not proven least
-        return solver.objective_value / scale
+    done = run_solver(m, SolverSetup(max(0.05, seconds)))
+    if done.found:  # FEASIBLE: not proven least
+        return done.solver.objective_value / scale
     dealt = Placement(tuple(tuple(s % D for s in range(n)) for n in problem.num_stages), D)
     return max(memory_need(problem, dealt))

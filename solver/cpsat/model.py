@@ -15,6 +15,7 @@ from ortools.sat.python import cp_model
 from pipetab.schedules.ops import Kind, Op
 from pipetab.schedules.schedule import Placement, Schedule
 
+from .engine import SolverSetup, run_solver, solver_for
 from .families import FAMILIES, Build
 from .objectives import objective
 from .variables import Variables
@@ -24,14 +25,6 @@ if TYPE_CHECKING:
 
     from .params import CpSatConfig
     from .problem import Problem
-
-_STATUS = {
-    cp_model.OPTIMAL: "optimal",
-    cp_model.FEASIBLE: "feasible",
-    cp_model.INFEASIBLE: "infeasible",
-    cp_model.UNKNOWN: "unknown",
-}
-
 
 @dataclass(frozen=True)
 class RawSolve:
@@ -207,39 +200,18 @@ class CpSatModel:
         objective(problem).hint(m, v, schedule, starts, ends)
 
     # ---- solve ---------------------------------------------------------------------------
-    def parameters(self, time_limit: float, det_limit: float | None = None, workers: int | None = None):
+    def parameters(self, time_limit: float, det_limit: float | None = None,
+                   workers: int | None = None) -> cp_model.CpSolver:
+        """A solver set up for this model: the config's portfolio (given ``workers``: that
+        many, no portfolio) on free orders, a difference-constraint system on fixed ones."""
         cfg = self.config
-        solver = cp_model.CpSolver()
-        prm = solver.parameters
-        prm.max_time_in_seconds = max(0.01, float(time_limit))
-        if det_limit is not None:
-            prm.max_deterministic_time = max(1e-3, float(det_limit))
-        w = workers or cfg.workers
-        prm.num_workers = w
-        prm.random_seed = cfg.random_seed
-        prm.log_search_progress = cfg.log
-        if workers is None and not self.fixed_order:
-            portfolio = cfg.portfolio()
-            if portfolio:
-                prm.subsolvers.extend(portfolio)
-                if cfg.subsolvers is None and len(portfolio) == w:
-                    # otherwise CP-SAT keeps one of the few threads for LNS and drops the
-                    # bound worker (its log: "1 full problem subsolver")
-                    prm.num_full_subsolvers = w
-        if not self.fixed_order:
-            prm.probing_deterministic_time_limit = cfg.model.probing_det_limit  # ModelParams
-            prm.ignore_subsolvers.append("feasibility_pump")  # it ignores the clock (docs/cpsat.md)
-        for key, value in cfg.extra_params:
-            setattr(prm, key, value)
         if self.fixed_order:
-            # a difference-constraint system: root propagation is the whole solve; presolve
-            # and the LP relaxation only cost time, and the classic linear propagator
-            # settles the chains faster than the new one
-            prm.num_workers = 1
-            prm.cp_model_presolve = False
-            prm.linearization_level = 0
-            prm.new_linear_propagation = False
-        return solver
+            setup = SolverSetup.of(cfg, time_limit, det_limit, workers=workers, portfolio=False,
+                                   difference_system=True)
+        else:
+            setup = SolverSetup.of(cfg, time_limit, det_limit, workers=workers, portfolio=workers is None,
+                                   open_search=True, probing_det_limit=cfg.model.probing_det_limit)
+        return solver_for(setup)
 
     def solve(self, time_limit: float, det_limit: float | None = None, workers: int | None = None,
               stall_s: float | None = None, stop: threading.Event | None = None, on_solution=None) -> RawSolve:
@@ -250,22 +222,21 @@ class CpSatModel:
         early when set (from another thread or a stop rule); ``on_solution``: called with
         the objective of each improving solution."""
         solver = self.parameters(time_limit, det_limit, workers)
-        t0 = time.perf_counter()
-        cb = _Progress(t0, on_solution)
+        cb = _Progress(time.perf_counter(), on_solution)
         if det_limit is not None:
             stall_s = None
         watch = None
         if stall_s is not None or stop is not None:
             watch = _Watch(solver, cb, stall_s, stop)
         try:
-            code = solver.solve(self.model, cb)
+            done = run_solver(self.model, SolverSetup(time_limit), cb, solver)
         finally:
             if watch is not None:
                 watch.stop()
-        wall = time.perf_counter() - t0
+        wall, code = done.wall, done.code
         if code == cp_model.MODEL_INVALID:  # pragma: no cover - a bug in the model builder
             raise RuntimeError(f"CP-SAT rejected the model: {self.model.validate()}")
-        status = _STATUS.get(code, "unknown")
+        status = done.status
         v = self.vars
         value = starts = placement = None
         bound = None

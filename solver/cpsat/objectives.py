@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Callable
 from pipetab.schedules.evaluate import Timing
 from pipetab.schedules.ops import Kind, Op
 from pipetab.solver import periodic
-from pipetab.solver.simulate import simulate
+from pipetab.solver.simulate import Simulation, simulate
 
 from . import bounds
 from .problem import Objective, Problem
@@ -67,6 +67,31 @@ def analytic_lower_bound(problem: Problem, placement: Placement | None) -> tuple
 
 
 # ---- makespan ------------------------------------------------------------------------------
+class SimTiming(Timing):
+    """A ``Timing`` read from a simulation: the op-keyed dictionaries are built only when
+    asked for (``start``, ``end``); ``arrays`` gives the times in the schedule's op order."""
+
+    sim: Simulation
+
+    def __init__(self, sim: Simulation) -> None:
+        object.__setattr__(self, "sim", sim)
+
+    @property  # type: ignore[override]
+    def start(self) -> dict[Op, float]:
+        return self.sim.start
+
+    @property  # type: ignore[override]
+    def end(self) -> dict[Op, float]:
+        return self.sim.end
+
+    @property
+    def makespan(self) -> float:
+        return float(self.sim.end_times.max()) if len(self.sim.end_times) else 0.0
+
+    def arrays(self):
+        return self.sim.start_times, self.sim.end_times
+
+
 def _makespan_variables(model: cp_model.CpModel, v: "Variables", lb: int) -> None:
     v.makespan = model.new_int_var(max(lb, 0), v.horizon, "makespan")
 
@@ -76,8 +101,6 @@ def _no_hint(model, v, schedule, starts, ends) -> None:
 
 
 def _judge_makespan(problem: Problem, schedule: Schedule, sim) -> tuple[int, Timing]:
-    from .oracle import SimTiming
-
     return round(sim.makespan), SimTiming(sim)
 
 

@@ -21,7 +21,9 @@ from pipetab.schedules.ops import Kind, Op
 from pipetab.schedules.schedule import Schedule
 from pipetab.schedules.table import Table, timed_table
 from pipetab.schedules.validate import validate
-from pipetab.solver.simulate import Simulation, simulate
+from pipetab.solver.simulate import simulate
+
+from .objectives import SimTiming, objective
 
 if TYPE_CHECKING:
     from .problem import Problem
@@ -67,31 +69,6 @@ def memory_check(problem: Problem, schedule: Schedule) -> MemoryCheck:
     return MemoryCheck(tuple(peaks), violation)
 
 
-class SimTiming(Timing):
-    """A ``Timing`` read from a simulation: the op-keyed dictionaries are built only when
-    asked for (``start``, ``end``); ``arrays`` gives the times in the schedule's op order."""
-
-    sim: Simulation
-
-    def __init__(self, sim: Simulation) -> None:
-        object.__setattr__(self, "sim", sim)
-
-    @property  # type: ignore[override]
-    def start(self) -> dict[Op, float]:
-        return self.sim.start
-
-    @property  # type: ignore[override]
-    def end(self) -> dict[Op, float]:
-        return self.sim.end
-
-    @property
-    def makespan(self) -> float:
-        return float(self.sim.end_times.max()) if len(self.sim.end_times) else 0.0
-
-    def arrays(self):
-        return self.sim.start_times, self.sim.end_times
-
-
 @dataclass(frozen=True)
 class KnownEval:
     """A known schedule judged under a problem: makespan (None on deadlock), memory."""
@@ -117,8 +94,6 @@ def evaluate_known(problem: Problem, schedule: Schedule, time_unfit: bool = True
     objective (``objectives``: the step makespan with all-reduce and optimizer tails, or
     the least period), with its memory checked against the problem's caps;
     ``time_unfit=False``: a schedule that breaks a cap is not timed (makespan None)."""
-    from .objectives import objective
-
     t = time.perf_counter()
     mem = memory_check(problem, schedule)
     if not mem.fits and not time_unfit:

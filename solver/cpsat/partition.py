@@ -209,7 +209,8 @@ class _FreeSplit:
             lb0 = first.lower_bound if first.lower_bound is not None else quick_bound(shape, lc, even)
             self.heap.append((lb0, -1, even, 1, first_s))
         seen, self.searched, enumerated, limit = {even}, 1, 0, p.max_candidates
-        least = least_splits(shape, lc, p.least_splits, time.perf_counter() + p.least_share * self.deadline.wall_left())
+        least = least_splits(shape, lc, p.least_splits, time.perf_counter() + p.least_share * self.deadline.wall_left(),
+                             p.least_workers)
         self._push(least.splits, seen)
         while True:
             # enumerate below the incumbent; when an enumeration stops before the end and its
