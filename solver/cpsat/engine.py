@@ -94,7 +94,7 @@ class Solved:
     """A finished solve: the solver (to read values from), its status and wall seconds."""
 
     solver: cp_model.CpSolver
-    code: int
+    code: cp_model.CpSolverStatus
     wall: float
 
     @property

@@ -4,10 +4,10 @@ they apply, and that the restricted model's schedules are schedules of the probl
 from __future__ import annotations
 
 from pipetab.solver.cpsat import CpSatConfig, idealized_problem, search
-from pipetab.solver.cpsat.bounds import safe_horizon
-from pipetab.solver.cpsat.mirror import mirror_pairs
-from pipetab.solver.cpsat.model import CpSatModel
-from pipetab.solver.cpsat.oracle import checked
+from pipetab.solver.cpsat.heuristics.mirror import mirror_pairs
+from pipetab.solver.cpsat.model.bounds import safe_horizon
+from pipetab.solver.cpsat.model.cpmodel import CpSatModel
+from pipetab.solver.cpsat.model.oracle import checked
 
 
 def _pairs(S, B, placement="bidirectional", **kw):

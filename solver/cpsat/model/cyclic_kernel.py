@@ -25,16 +25,17 @@ from ortools.sat.python import cp_model
 
 from pipetab.schedules.ops import Kind, Op
 
+from ..engine import SolverSetup, run_solver
 from .bounds import memory_scale
 from .cyclic import copies_bound, op_windows, template_ops, template_pipelines
-from .engine import SolverSetup, run_solver
 from .variables import min_lag, predecessor
 
 if TYPE_CHECKING:
     from pipetab.schedules.schedule import Placement
 
-    from .params import CpSatConfig
-    from .problem import Problem
+    from ..params import CpSatConfig
+    from ..problem import Problem
+    from ..result import Status
 
 
 @dataclass(frozen=True)
@@ -43,7 +44,7 @@ class CyclicSolve:
     unknown), the template's starts when a schedule was found, the objective (the
     makespan of the expansion) and the times."""
 
-    status: str
+    status: Status
     starts: dict[Op, int] | None
     value: int | None
     wall_time: float

@@ -14,16 +14,16 @@ from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Sequence
 
 from pipetab.schedules.placements import family_placement
 
+from ..model.oracle import KnownEval, evaluate_known
+from ..params import CpSatConfig, StartParams
 from .greedy import greedy_schedule, microbatch_spacing, stage_limits, warmup_depths
 from .justify import justify, precedence_graph
-from .oracle import KnownEval, evaluate_known
-from .params import CpSatConfig, StartParams
 
 if TYPE_CHECKING:
     from pipetab.schedules.schedule import Placement, Schedule
     from pipetab.solver.deadline import Deadline
 
-    from .problem import Problem
+    from ..problem import Problem
 
 
 # ---- the registry's schedules of a problem --------------------------------------------------
@@ -133,7 +133,7 @@ def as_searched(problem: Problem, known: Sequence[Schedule]) -> list[Schedule]:
         return list(known)
     if not problem.overlap_pairs:
         return [ops_one_at_a_time(k) for k in known]
-    from .pairing import pairs_only
+    from ..model.pairing import pairs_only
 
     out = []
     for k in known:

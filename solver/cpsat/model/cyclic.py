@@ -5,7 +5,7 @@ problem allows, the template's ops and their time windows, the lower bound on th
 of every periodic schedule of block k, the check of a kernel (data dependencies, one op at
 a time per device modulo the period, the memory cap over the cyclic window), the least
 period of a kernel's cyclic orders, and the kernel expanded into a schedule of any number
-of microbatches. ``cyclic_model`` is the CP-SAT model of one period, ``steady`` the search
+of microbatches. ``model.cyclic_kernel`` is the CP-SAT model of one period, ``phases.cyclic`` the search
 (docs/cpsat.md, "The cyclic model").
 """
 
@@ -27,7 +27,7 @@ from .variables import heads_tails, min_lag, predecessor
 if TYPE_CHECKING:
     from pipetab.schedules.schedule import Placement
 
-    from .problem import Problem
+    from ..problem import Problem
 
 ChainKey = tuple[Kind, int, int]  # (kind, pipeline, stage): one op of every microbatch
 

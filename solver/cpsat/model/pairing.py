@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Iterable
 
 from pipetab.schedules.ops import Kind, Op
 
-from .problem import _int
+from ..problem import _int
 from .variables import PairCandidates, Variables
 
 if TYPE_CHECKING:
@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 
     from pipetab.schedules.schedule import Placement, Schedule
 
-    from .problem import Problem
+    from ..problem import Problem
 
 StageKey = tuple[int, int]
 

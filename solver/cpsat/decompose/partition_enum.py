@@ -16,13 +16,13 @@ from ortools.sat.python import cp_model
 
 from pipetab.schedules.ops import Kind
 
-from .engine import SolverSetup, run_solver
-from .params import DecomposeParams
+from ..engine import SolverSetup, run_solver
+from ..params import DecomposeParams
 
 if TYPE_CHECKING:
     from pipetab.solver.pricing import LayerCosts, Layers
 
-    from .problem import Problem
+    from ..problem import Problem
 
 _DEFAULTS = DecomposeParams()
 

@@ -1,7 +1,7 @@
 """Variables of the CP-SAT model: one fixed-size interval per op (start variable, integer
 duration), placement literals and shared-start optional intervals under free placement,
 activation lifetime intervals, all-reduce starts and transfer lags; the objective adds its
-own (``objectives``: the makespan, the period)."""
+own (``objectives``: the makespan, the period, the peak memory)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
     from pipetab.schedules.schedule import Placement
 
-    from .problem import Problem
+    from ..problem import Problem
 
 
 def successors(op: Op, num_stages: int, split: bool) -> list[Op]:
@@ -111,6 +111,8 @@ class Variables:
     period: cp_model.IntVar | None = None
     first: list[cp_model.IntVar] = field(default_factory=list)  # period: each device's first start
     last: list[cp_model.IntVar] = field(default_factory=list)  # period: each device's last end
+    peak: cp_model.IntVar | None = None  # memory: every device's live activations at most this
+    memory_scale: float = 1.0  # memory: the peak counts units of 1/scale (``bounds.activation_scale``)
     # precedences between op chains (kind, pipeline, stage) under FIFO: (a, c) -> k means
     # op (a, j) ends before op (c, j + k) starts (memory windows, last-stage glue)
     chain_shift: dict[tuple[tuple, tuple], int] = field(default_factory=dict)

@@ -15,7 +15,8 @@ from ortools.sat.python import cp_model
 from pipetab.schedules.ops import Kind, Op
 from pipetab.schedules.schedule import Placement, Schedule
 
-from .engine import SolverSetup, run_solver, solver_for
+from ..engine import SolverSetup, run_solver, solver_for
+from ..result import Status
 from .families import FAMILIES, Build
 from .objectives import objective
 from .variables import Variables
@@ -23,14 +24,14 @@ from .variables import Variables
 if TYPE_CHECKING:
     from pipetab.schedules.evaluate import Timing
 
-    from .params import CpSatConfig
-    from .problem import Problem
+    from ..params import CpSatConfig
+    from ..problem import Problem
 
 @dataclass(frozen=True)
 class RawSolve:
     """What one CP-SAT solve returned, without OR-Tools types."""
 
-    status: str
+    status: Status
     makespan: int | None  # the objective's value (the step makespan or the period)
     bound: int | None
     starts: dict[Op, int] | None
@@ -146,7 +147,7 @@ class CpSatModel:
                 self.applied += family.add(build)
         if self.pairs is not None:
             self.applied.append(self.pairs.label())
-        target = spec.target(v)
+        target = spec.expression(v)
         if objective_cap is not None:
             self.model.add(target <= objective_cap)
         self.model.minimize(target)
@@ -240,7 +241,7 @@ class CpSatModel:
         v = self.vars
         value = starts = placement = None
         bound = None
-        if status in ("optimal", "feasible"):
+        if status in (Status.OPTIMAL, Status.FEASIBLE):
             value = round(solver.objective_value)
             starts = {op: int(solver.value(v.start[i])) for i, op in enumerate(v.ops)}
             if v.placement is None:
@@ -258,10 +259,10 @@ class CpSatModel:
                 placement = v.placement
         if self.pairs is not None and self.pairs.restricted:
             # a restriction of the problem: its schedules count, its proofs and bounds do not
-            status = {"optimal": "feasible", "infeasible": "unknown"}.get(status, status)
-        elif status == "optimal":
+            status = {Status.OPTIMAL: Status.FEASIBLE, Status.INFEASIBLE: Status.UNKNOWN}.get(status, status)
+        elif status is Status.OPTIMAL:
             bound = value
-        elif status != "infeasible":
+        elif status is not Status.INFEASIBLE:
             b = solver.best_objective_bound
             if math.isfinite(b):
                 bound = math.ceil(b - 1e-9)
