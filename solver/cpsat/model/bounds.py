@@ -22,6 +22,7 @@ from pipetab.schedules.schedule import Placement, Schedule
 from ..engine import SolverSetup, run_solver
 from ..params import ModelParams
 from .cyclic import per_microbatch_work
+from .pairing import device_savings
 from .sweep import sweep_lower_bound
 from .variables import heads_tails, lifetime_min, successors
 
@@ -59,8 +60,6 @@ def makespan_lower_bound(problem: Problem, placement: Placement | None) -> tuple
     if placement is not None:
         savings = None
         if problem.overlap_pairs:
-            from .pairing import device_savings
-
             savings = device_savings(problem, placement)
         found += _device_bounds(problem, placement, head, tail, opts, savings)
         cells = sum(n * problem.num_stages[p] for p, n in counts.items())

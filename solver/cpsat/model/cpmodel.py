@@ -19,6 +19,7 @@ from ..engine import SolverSetup, run_solver, solver_for
 from ..result import Status
 from .families import FAMILIES, Build
 from .objectives import objective
+from .pairing import chosen_pairs, hint_pairs, pair_candidates
 from .variables import Variables
 
 if TYPE_CHECKING:
@@ -133,8 +134,6 @@ class CpSatModel:
         spec = objective(problem)
         self.pairs = None
         if problem.overlap_pairs and placement is not None and orders is None:
-            from .pairing import pair_candidates
-
             self.pairs = pair_candidates(problem, placement, config.model.pair_limit, around)
         v = self.vars = Variables.build(self.model, problem, placement, self.horizon, makespan_lb,
                                         intervals=not self.fixed_order, deadline=deadline,
@@ -183,8 +182,6 @@ class CpSatModel:
             m.add_hint(lit, int(starts[v.ops[a]] < starts[v.ops[c]]))
         ends = {op: round(t) for op, t in timing.end.items()}  # a block's ops end together
         if v.pair_lits:
-            from .pairing import hint_pairs
-
             hint_pairs(m, v, schedule, ends)
         for (p, s, mb, kind), size in v.lifetime_size.items():
             r = Op(kind, p, s, mb)
@@ -269,8 +266,6 @@ class CpSatModel:
         first = cb.trace[0][0] if cb.trace else None
         pairs: tuple = ()
         if starts is not None and v.pair_lits:
-            from .pairing import chosen_pairs
-
             pairs = chosen_pairs(solver, v)
         return RawSolve(status, value, bound, starts, placement, wall, solver.response_proto.deterministic_time,
                         first, len(cb.trace), stalled=watch is not None and watch.stalled, pairs=pairs)

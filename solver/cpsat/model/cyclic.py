@@ -21,6 +21,7 @@ import numpy as np
 from pipetab.schedules.arrays import KIND_CODES, OpArrays
 from pipetab.schedules.ops import Kind, Op
 from pipetab.schedules.schedule import Schedule
+from pipetab.solver.simulate import simulate
 
 from .variables import heads_tails, min_lag, predecessor
 
@@ -398,8 +399,6 @@ def steady_kernel(kernel: Kernel, factor: int = 16) -> Kernel | None:
     kernel's (``kernel_of``). Its period per microbatch is the least the orders allow
     (the maximum cycle mean, which may be a fraction of a tick per block: its block is
     then a multiple), never above the kernel's. None when it is not found."""
-    from pipetab.solver.simulate import simulate
-
     _, _, st, du = kernel.arrays()
     reach = int(st.max() + du.max() - st.min()) // kernel.period + 2
     count = 3 * (reach + 2 * factor) * kernel.block
@@ -411,8 +410,6 @@ def steady_kernel(kernel: Kernel, factor: int = 16) -> Kernel | None:
 
 def _with_microbatches(problem: Problem, count: int, block: int) -> Problem:
     """``problem`` with ``count`` microbatches in its pipelines' pattern."""
-    from dataclasses import replace
-
     pattern = problem.microbatch2pipeline
     return replace(problem, microbatch2pipeline=tuple(pattern[m % block] for m in range(count)))
 

@@ -10,9 +10,10 @@ from typing import TYPE_CHECKING, Callable, Iterable, Sequence, cast
 
 from pipetab.schedules.placements import FAMILY_LABELS
 from pipetab.solver.costs import Rounding
+from pipetab.solver.pairs import paired_on_order
 
 from ..heuristics.mirror import mirror_pairs
-from ..heuristics.starts import Pace, Start, best_of, more_starts, start_phase
+from ..heuristics.starts import Pace, Start, best_of, judge, more_starts, start_phase
 from ..model.bounds import cap_violations, min_feasible_cap
 from ..model.cpmodel import CpSatModel
 from ..model.families import assumptions_of
@@ -148,7 +149,7 @@ class _Fixed:
                  mode: Mode, label: str, known: Sequence[Schedule], start: Start | None):
         self.problem, self.placement, self.config, self.deadline = problem, placement, config, deadline
         self.mode, self.label, self.known = mode, label, known
-        self.start = cast(Start, start)  # None until the start phase runs (``PHASES``)
+        self.start = cast("Start", start)  # None until the start phase runs (``PHASES``)
         self.pace = Pace(deadline, config.start)
         self.phases: list[PhaseRecord] = []
         self.t_first: float | None = None
@@ -198,10 +199,6 @@ class _Fixed:
         from the best starts without pairs; its schedule, and its order and the best
         start's with adjacent forward-backward pairs overlapped (``solver.pairs``), join
         the starts."""
-        from pipetab.solver.pairs import paired_on_order
-
-        from ..heuristics.starts import judge
-
         t = time.perf_counter()
         plain = sorted((e for e in self.start.evals if e.fits and not e.schedule.blocks),
                        key=lambda e: e.makespan)  # type: ignore[arg-type,return-value]
