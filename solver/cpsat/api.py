@@ -36,7 +36,7 @@ from .model.objectives import analytic_lower_bound, objective
 from .model.oracle import evaluate_known
 from .params import CpSatConfig
 from .phases.fixed import search_fixed, solver_info
-from .problem import Objective, Problem
+from .problem import TIME_OBJECTIVES, Objective, Problem
 from .result import KnownGap, Mode, Result, Status, gap_of
 
 if TYPE_CHECKING:
@@ -99,7 +99,7 @@ def search(problem: Problem, config: CpSatConfig | None = None, known: Sequence[
     ``infeasible`` with ``min_feasible_cap``."""
     config = config or CpSatConfig()
     deadline = deadline or config.deadline()
-    known = as_searched(problem, known)
+    known = as_searched(_timed(problem), known)
     if problem.is_free:
         return search_free(problem, config, known, deadline, Mode.SEARCH)
     return search_fixed(problem, problem.fixed_placement, config, known, deadline, Mode.SEARCH)  # type: ignore[arg-type]
@@ -112,7 +112,7 @@ def bound(problem: Problem, config: CpSatConfig | None = None, known: Sequence[S
     on the way. The bound phase gets all of the time after the start."""
     config = config or CpSatConfig()
     deadline = deadline or config.deadline()
-    known = as_searched(problem, known)
+    known = as_searched(_timed(problem), known)
     if not problem.is_free:
         return search_fixed(problem, problem.fixed_placement, config, known, deadline, Mode.BOUND)  # type: ignore[arg-type]
     res = search_free(problem, config, known, deadline, Mode.BOUND)
@@ -152,6 +152,14 @@ def least_peak_memory(problem: Problem, makespan: int, config: CpSatConfig | Non
                   bound_assumptions=(f"placement fixed, step at most {makespan}", *model.applied),
                   analytic_bound=lb / scale, tick_s=problem.costs.tick_s, tick_slots=problem.costs.tick_slots,
                   solver=solver_info(config, model.applied), time_to_first_s=raw.first_solution_time)
+
+
+def _timed(problem: Problem) -> Problem:
+    """``problem``, whose objective ``search`` and ``bound`` take: a time."""
+    if problem.objective not in TIME_OBJECTIVES:
+        raise ValueError(f"search and bound minimize {' or '.join(TIME_OBJECTIVES)}; the {problem.objective} "
+                         "objective is least_peak_memory's")
+    return problem
 
 
 @dataclass(frozen=True)

@@ -50,6 +50,12 @@ def test_objectives_are_registered_by_name_with_their_unit():
     assert all(OBJECTIVES[o].name is o for o in Objective)
 
 
+def test_search_and_bound_take_only_the_time_objectives():
+    problem = idealized_problem(2, 3, "linear", comm=1, objective="memory")
+    with pytest.raises(ValueError, match="least_peak_memory"):
+        search(problem, CFG)
+
+
 def test_a_time_objective_value_is_its_makespan():
     res = search(idealized_problem(2, 3, "linear", comm=1, activation_cap=2), CFG)
     assert res.objective_value == res.makespan and res.objective_unit == res.unit
