@@ -106,10 +106,11 @@ class Solved:
         return self.code in (cp_model.OPTIMAL, cp_model.FEASIBLE)
 
 
-def run_solver(model: cp_model.CpModel, setup: SolverSetup, callback=None, solver=None) -> Solved:
-    """Solve ``model`` with ``setup`` (or the already set-up ``solver``, which a watch
-    thread may stop) and ``callback`` on each solution."""
-    solver = solver or solver_for(setup)
+def run_solver(model: cp_model.CpModel, setup: SolverSetup | cp_model.CpSolver, callback=None) -> Solved:
+    """Solve ``model`` with a solver of ``setup`` (or ``setup`` itself, a solver already
+    set up by ``solver_for``, which a watch thread may stop) and ``callback`` on each
+    solution."""
+    solver = setup if isinstance(setup, cp_model.CpSolver) else solver_for(setup)
     t0 = time.perf_counter()
     code = solver.solve(model, callback) if callback is not None else solver.solve(model)
     return Solved(solver, code, time.perf_counter() - t0)

@@ -227,7 +227,7 @@ class CpSatModel:
         if stall_s is not None or stop is not None:
             watch = _Watch(solver, cb, stall_s, stop)
         try:
-            done = run_solver(self.model, SolverSetup(time_limit), cb, solver)
+            done = run_solver(self.model, solver, cb)
         finally:
             if watch is not None:
                 watch.stop()
