@@ -44,7 +44,7 @@ import ortools
 
 from pipetab.schedules import registry
 from pipetab.schedules.table import SlotDurations
-from pipetab.solver.cpsat import CpSatConfig, Problem, evaluate, idealized_problem, search
+from pipetab.solver.cpsat import CpSatConfig, Problem, Status, evaluate, idealized_problem, search
 from pipetab.solver.pricing import hardware_costs, slot_costs
 
 SPLIT_FIELDS = [
@@ -215,7 +215,7 @@ def _row(name, placement, S, B, cap, C, res, config) -> dict:
         "gap": None if res.gap is None else round(res.gap, 5),
         "time_to_first_s": None if res.time_to_first_s is None else round(res.time_to_first_s, 3),
         "solver_first_s": _first_solver_time(res),
-        "time_to_proof_s": round(res.runtime_s, 3) if res.status in ("optimal", "infeasible") else None,
+        "time_to_proof_s": round(res.runtime_s, 3) if res.status in (Status.OPTIMAL, Status.INFEASIBLE) else None,
         "runtime_s": round(res.runtime_s, 3),
         "best_known": best_name,
         "best_known_makespan": known[best_name].makespan if best_name else None,

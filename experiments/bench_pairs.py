@@ -22,10 +22,10 @@ from pathlib import Path
 from pipetab.cli.main import build_parser
 from pipetab.cli.solve_cmd import build_problem
 from pipetab.solver.cpsat import CpSatConfig
-from pipetab.solver.cpsat.oracle import memory_check
-from pipetab.solver.cpsat.starts import registry_schedules
+from pipetab.solver.cpsat.api import solve_seconds
+from pipetab.solver.cpsat.heuristics.starts import registry_schedules
+from pipetab.solver.cpsat.model.oracle import memory_check
 from pipetab.solver.pairs import paired_on_order
-from pipetab.solver.seconds import solve_seconds
 from pipetab.solver.simulate import simulate
 
 OUT = Path("docs/bench/cpsat_pairs.csv")

@@ -51,7 +51,7 @@ from pipetab.hardware import profile as hardware_profile
 from pipetab.schedules import registry
 from pipetab.schedules.evaluate import asap
 from pipetab.solver.cpsat import CpSatConfig, Problem, search
-from pipetab.solver.cpsat.oracle import memory_check
+from pipetab.solver.cpsat.model.oracle import memory_check
 from pipetab.solver.periodic import min_period, repeated_simulation, span_period
 from pipetab.solver.pricing import profile_costs
 from pipetab.solver.simulate import simulate

@@ -30,9 +30,9 @@ import time
 from pathlib import Path
 
 from pipetab.solver.cpsat import CpSatConfig, idealized_problem, search
-from pipetab.solver.cpsat.bounds import makespan_lower_bound
-from pipetab.solver.cpsat.cyclic import per_microbatch_work
-from pipetab.solver.cpsat.steady import block_period
+from pipetab.solver.cpsat.model.bounds import makespan_lower_bound
+from pipetab.solver.cpsat.model.cyclic import per_microbatch_work
+from pipetab.solver.cpsat.phases.cyclic import block_period
 
 
 def problem(S: int, B: int):

@@ -11,7 +11,8 @@ from pipetab.view import timeline
 
 
 def run(stages: int = 4, microbatches: int = 8, comm: int = 1, cap: int = 4, time_limit: float = 20.0) -> None:
-    from pipetab.solver.cpsat import CpSatConfig, Objective, bound, idealized_problem, search
+    from pipetab.solver.cpsat import CpSatConfig, bound, idealized_problem, search
+    from pipetab.solver.cpsat.problem import TIME_OBJECTIVES
 
     say(f"\n== 3. CP-SAT: S={stages}, B={microbatches}, forward 1, backward 2, message {comm} slot(s), "
           f"at most {cap} live activations per device, linear placement\n")
@@ -36,7 +37,7 @@ def run(stages: int = 4, microbatches: int = 8, comm: int = 1, cap: int = 4, tim
     say("holds under: " + "; ".join(lb.bound_assumptions))
     say(f"\n== split backward (B, W = 1 slot each), half of each activation freed at B, at most {cap} "
           "activations per device: the step and the steady-state period\n")
-    for objective in Objective:
+    for objective in TIME_OBJECTIVES:
         split = idealized_problem(stages, microbatches, forward=1, backward=1, weight=1, comm=comm,
                                   activation_cap=cap, split_backward=True, weight_memory=0.5, objective=objective)
         res = search(split, config)

@@ -6,7 +6,7 @@ every op as late as possible before the current makespan, latest-ending first, t
 op as early as possible in the order of those late starts. Each pass keeps every
 constraint, and a pass may move an op past others on its device into an idle gap, which
 changes the per-device orders — unlike re-timing a fixed order. Solver-free; the CP-SAT
-start phase builds its graphs (``cpsat.starts``) and re-checks what it returns.
+start phase builds its graphs (``cpsat.heuristics.starts``) and re-checks what it returns.
 """
 
 from __future__ import annotations

@@ -26,6 +26,8 @@ if TYPE_CHECKING:
     from pipetab.schedules.formulas import Formula
     from pipetab.schedules.schedule import Schedule
 
+    from .cpsat.result import Status
+
 
 @dataclass(frozen=True)
 class CpSatLevel:
@@ -33,7 +35,7 @@ class CpSatLevel:
     the costs are in seconds; ``makespan_ticks`` then counts ticks of ``tick_s``). It times
     the schedule without memory caps: whether it fits is the simulation's to say."""
 
-    status: str
+    status: Status
     makespan: float | None
     unit: str
     tick_s: float | None = None

@@ -10,7 +10,7 @@ from .common import UsageError
 
 
 def _partition_arg(text: str):
-    from pipetab.solver.cpsat.partition import Partition
+    from pipetab.solver.cpsat.decompose.partition import Partition
 
     try:
         return Partition.parse(text)
@@ -56,7 +56,7 @@ def partition_rules(args) -> list:
 def _layer_costs(args, shape):
     """The costs of any layer split of ``shape`` (None when the partition is the default
     even split of the old path)."""
-    from pipetab.solver.cpsat.partition import shape_schedule
+    from pipetab.solver.cpsat.decompose.partition import shape_schedule
     from pipetab.solver.pricing import HardwareLayers, IdealizedLayers
 
     part = args.partition
@@ -82,7 +82,7 @@ def even_layers_of(args, shape):
     """On hardware the default split is even over the model's layers: (the layers, the
     assumption that says which)."""
     from pipetab.hardware import load_model
-    from pipetab.solver.cpsat.partition import Partition
+    from pipetab.solver.cpsat.decompose.partition import Partition
     from pipetab.solver.pricing import even_layers
 
     if getattr(args, "layout", None) is not None:  # every pipeline as --layout says
@@ -92,40 +92,13 @@ def even_layers_of(args, shape):
     return layers, Partition("even").label(layers)
 
 
-def real_lower_bound(problem, real, result) -> float | None:
-    """A lower bound in seconds that holds for the real-valued problem of a partition
-    search: the result's own bound when its durations were rounded down, else the
-    analytic bound of the problem with durations rounded down."""
-    from dataclasses import replace
-
-    from pipetab.solver.costs import Rounding
-    from pipetab.solver.cpsat import analytic_lower_bound
-
-    if problem.costs.tick_s is None:  # no split was solved within the time: no bound in seconds
-        return None
-    if problem.costs.rounding is Rounding.DOWN:
-        return None if result.lower_bound is None else result.lower_bound * problem.costs.tick_s
-    down = replace(problem, costs=real.quantized(problem.costs.tick_s, Rounding.DOWN))
-    return analytic_lower_bound(down, down.fixed_placement)[0] * problem.costs.tick_s
-
-
-def real_known(name: str, args, real) -> float | None:
-    """The simulator's real-valued makespan of the registry schedule ``name``."""
-    from pipetab.schedules import registry
-    from pipetab.solver.simulate import simulate
-
-    try:
-        return simulate(registry.generate(name, args.stages, args.microbatches), real).makespan
-    except ValueError:
-        return None
-
-
 def solve_layers(args, shape, config, deadline=None):
     """Solve with the stage partition as a decision: (the problem of the chosen split,
     result, real costs of its split (of the even split when none was found), real costs
     of the even split for known schedules — both None on idealized costs — layers),
     within the command's ``deadline``."""
-    from pipetab.solver.cpsat.partition import PARTITION_FORMS, Partition, partition_problem, solve_partition
+    from pipetab.solver.cpsat.api import solve_partition
+    from pipetab.solver.cpsat.decompose.partition import PARTITION_FORMS, Partition, partition_problem
     from pipetab.solver.pricing import even_layers
 
     lc = _layer_costs(args, shape)

@@ -15,13 +15,27 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipetab.schedules.placements import PlacementFamily, traits
-from pipetab.solver.cpsat.problem import Objective
+from pipetab.solver.cpsat.problem import TIME_OBJECTIVES, Objective
 
 from . import common, hardware_args, partition_args
 from .common import UsageError
 
 _UNITS = {"": 1, "b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12,
           "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+
+
+class _TimeObjectives:
+    """What ``--objective`` takes, as ``common.enum_choice`` reads it: the objectives
+    ``search`` and ``bound`` minimize (the memory objective has its own entry)."""
+
+    def __call__(self, text: str) -> Objective:
+        value = Objective(text)
+        if value not in TIME_OBJECTIVES:
+            raise ValueError(text)
+        return value
+
+    def __iter__(self):
+        return iter(TIME_OBJECTIVES)
 
 
 def parse_bytes(text: str) -> float:
@@ -89,7 +103,7 @@ def register(sub) -> None:
                             "--split-backward (idealized costs, default 1; on hardware derived per layer)")
         p.add_argument("--comm-slots", type=common.positive_int("comm slots", minimum=0), default=None,
                        help="slots of a message between two devices (idealized costs, default 0)")
-        p.add_argument("--objective", type=common.enum_choice(Objective), choices=list(Objective),
+        p.add_argument("--objective", type=common.enum_choice(_TimeObjectives()), choices=list(TIME_OBJECTIVES),
                        default=Objective.MAKESPAN,
                        help="makespan: one synchronous step (default); period: steady-state time of a repeated "
                             "step without a global barrier (longest device span)")
@@ -192,7 +206,7 @@ def build_problem(args):
     real-valued costs in seconds (None for idealized costs)."""
     from dataclasses import replace
 
-    from pipetab.solver.cpsat.partition import shape_schedule
+    from pipetab.solver.cpsat.decompose.partition import shape_schedule
 
     _refuse_options(args)
     hardware_args.check_context(args, args.stages, args.microbatches)
@@ -291,11 +305,11 @@ def _slots_doc_of(args, result, problem):
 
 
 def _seconds_doc(args, shape, real, config, deadline):
-    """Hardware or profiled costs: ``solver.seconds.solve_seconds`` (the answer sweeps and
+    """Hardware or profiled costs: ``cpsat.api.solve_seconds`` (the answer sweeps and
     ``plan`` give the same question), its schedule timed on the real-valued costs; the
     ops in ticks of durations rounded up."""
     from pipetab.solver.costs import Rounding
-    from pipetab.solver.seconds import solve_seconds
+    from pipetab.solver.cpsat.api import solve_seconds
 
     answer = solve_seconds(shape, real, args.mode, config, tick_s=args.tick, deadline=deadline)
     res = answer.result
@@ -321,30 +335,17 @@ def _partition_doc(args, shape, config, deadline):
     """The stage partition as a decision (``--partition free|LIST`` on hardware, or
     ``--layers``): its search, the chosen split's schedule timed on its real costs."""
     from pipetab.solver.costs import Rounding
-    from pipetab.solver.cpsat.result import gap_of
-    from pipetab.solver.simulate import simulate
+    from pipetab.solver.cpsat.api import partition_seconds
 
     problem, result, real, known_real, layers = partition_args.solve_layers(args, shape, config, deadline)
     if real is None:
         doc, _, costs = _slots_doc_of(args, result, problem)
         return {**doc, "partition": [list(r) for r in layers] if layers else None}, result.schedule, costs
-    value = None if result.schedule is None else simulate(result.schedule, real).makespan
-    tick = problem.costs.tick_s
-    lb = None if result.status == "infeasible" else partition_args.real_lower_bound(problem, real, result)
-    if value is not None and lb is not None and lb > value + 1e-12:
-        raise RuntimeError(f"lower bound {lb} s above the simulated {value} s: a rounding bug")
-    known = {}
-    for k, v in result.known.items():
-        t = partition_args.real_known(k, args, known_real)
-        known[k] = {"makespan": t, "fits": v.fits, "gap": gap_of(t, lb) if v.fits else None}
-    status, message = str(result.status), result.message
-    if value is not None and (lb is None or lb < value - 1e-12):
-        status = "feasible" if status == "optimal" else status
-        if result.status == "optimal":
-            message = (f"optimal for durations rounded to ticks of {tick:.3g} s; the bound holds for durations "
-                       "rounded down, below the real-valued time")
-    doc = _doc(args, result, status=status, makespan=value, lower_bound=lb, gap=gap_of(value, lb), unit="s",
-               tick_s=tick, message=message, known=known,
+    answer = partition_seconds(problem, result, real, known_real, args.stages, args.microbatches)
+    tick = answer.tick_s
+    doc = _doc(args, result, status=str(answer.status), makespan=answer.seconds, lower_bound=answer.lower_bound_s,
+               gap=answer.gap, unit="s", tick_s=tick, message=answer.message,
+               known={k: v.as_dict() for k, v in answer.known.items()},
                partition=None if layers is None else [list(r) for r in layers])
     doc.pop("tick_slots")
     doc["_real"] = real

@@ -1,7 +1,7 @@
 """CP-SAT on the plan's best shapes, at every size: each shape's best registry schedule
-fixes the placement and the backward split, and ``solver.seconds.solve_seconds`` searches
+fixes the placement and the backward split, and ``cpsat.api.solve_seconds`` searches
 better orders of it (the full model where it is small, the cyclic model's periodic
-schedules where it is not: ``solver.cpsat.steady``), in worker processes."""
+schedules where it is not: ``solver.cpsat.phases.cyclic``), in worker processes."""
 
 from __future__ import annotations
 
@@ -41,14 +41,14 @@ def _schedule_of(conf: Configuration):
 
 def cpsat_search(space: PlanSpace, shape: Context, best: Configuration | None = None):
     """CP-SAT on ``shape``'s hardware costs under the memory cap, in seconds
-    (``solver.seconds.solve_seconds``: what ``pipetab search`` answers), with the
+    (``cpsat.api.solve_seconds``: what ``pipetab search`` answers), with the
     placement, pipelines and backward split of ``best`` (the shape's best registry
     configuration; default 1F1B's linear placement with whole backward passes) and that
     schedule as a start; the ``Answer``."""
     from dataclasses import replace
 
     from pipetab.solver.cpsat import CpSatConfig, Problem
-    from pipetab.solver.seconds import solve_seconds
+    from pipetab.solver.cpsat.api import solve_seconds
 
     sched = _schedule_of(best) if best is not None else registry.generate("1f1b", shape.pp, shape.microbatches)  # type: ignore[arg-type]
     known = [sched]
@@ -71,7 +71,7 @@ def cpsat_outcome(space: PlanSpace, shape: Context, answer, ranked: list[Configu
     """(configuration when it beats the shape's best registry schedule, else None; note).
     The schedule is re-simulated on the shape's costs and its table validated
     (``evaluate_levels``) before it is ranked."""
-    from pipetab.solver.cpsat.fixed import PAIRS_ASSUMPTION
+    from pipetab.solver.cpsat.phases.fixed import PAIRS_ASSUMPTION
     from pipetab.solver.cpsat.result import gap_of
     from pipetab.solver.levels import evaluate_levels
 

@@ -254,7 +254,7 @@ def tick_of(c: Configuration, costs) -> float:
 
 def _cpsat(c: Configuration, sched, costs) -> dict:
     """CP-SAT on the known schedule's problem (its placement and microbatch-to-pipeline map
-    fixed, orders free) in seconds (``solver.seconds.solve_seconds``, what ``pipetab
+    fixed, orders free) in seconds (``cpsat.api.solve_seconds``, what ``pipetab
     search``/``bound`` and ``plan`` answer): a search on durations rounded up to ticks,
     hinted by the known schedule, and a bound on durations rounded down. ``cpsat_*_ticks``
     are in ticks of ``tick_s`` (the schedule's rounded up, the bound's rounded down);
@@ -262,7 +262,7 @@ def _cpsat(c: Configuration, sched, costs) -> dict:
     bound of the real-valued problem (same placement)."""
     from pipetab.solver import cpsat
     from pipetab.solver.costs import Rounding
-    from pipetab.solver.seconds import solve_seconds
+    from pipetab.solver.cpsat.api import solve_seconds
     from pipetab.solver.simulate import simulate
 
     if c.run.contention:

@@ -1,12 +1,16 @@
 """The CP-SAT model of pipeline-parallel schedules: evaluate a known schedule with its
 choices fixed, search better orders and placements under memory caps, and prove lower
 bounds — every result solver-independent (``Result``) and re-checked by the evaluator.
-A tower of small modules (docs/cpsat.md): ``problem`` → ``variables``, ``precedences``,
-``families``, ``objectives`` → ``model`` → ``starts``, ``greedy`` → ``strategy``, ``fixed``
-→ ``placement``, ``partition`` → ``api``; ``params`` holds every tuned number. Public:
+A tower of floors, each importing only those below it (docs/cpsat.md; pinned by
+tests/solver/cpsat/test_floors.py): the ground (``problem``, ``params`` with every tuned
+number, ``result``, ``engine``: the one place a CP-SAT solver is set up and run) →
+``model`` (variables, the constraint families' table, objectives, bounds, the schedule and
+cyclic-kernel models, the evaluator) → ``heuristics`` (starts, greedy and list schedules,
+modulo kernels, mirror, justification) → ``phases`` (start, cyclic, bound, search) →
+``decompose`` (placement, partition) → ``api``. Public:
 ``Problem``, ``idealized_problem``, ``CpSatConfig`` and the stop rules, ``evaluate``,
-``search``, ``bound``, ``memory_front``, ``min_feasible_cap``, the result types; problems in
-seconds: ``solver.seconds.solve_seconds``.
+``search``, ``bound``, ``memory_front``, ``solve_partition``, ``min_feasible_cap``, the
+result types, and the answers in seconds ``solve_seconds`` and ``partition_seconds``.
 """
 
 from __future__ import annotations
@@ -17,9 +21,11 @@ from importlib import import_module
 # does not load OR-Tools)
 _EXPORTS = {
     "FrontPoint": "api", "bound": "api", "evaluate": "api", "memory_front": "api", "search": "api",
-    "min_feasible_cap": "bounds", "CpSatModel": "model", "OBJECTIVES": "objectives",
-    "analytic_lower_bound": "objectives", "CpSatConfig": "params", "GapBelow": "params", "MaxRuntime": "params",
-    "NoImprovement": "params", "canonical_placements": "placement", "Objective": "problem", "Problem": "problem",
+    "solve_partition": "api", "solve_seconds": "api", "partition_seconds": "api",
+    "min_feasible_cap": "model.bounds", "CpSatModel": "model.cpmodel",
+    "OBJECTIVES": "model.objectives", "analytic_lower_bound": "model.objectives", "CpSatConfig": "params",
+    "GapBelow": "params", "MaxRuntime": "params", "NoImprovement": "params",
+    "canonical_placements": "decompose.placement", "Objective": "problem", "Problem": "problem",
     "idealized_problem": "problem", "KnownGap": "result", "Mode": "result", "PhaseRecord": "result",
     "Result": "result", "SolveLog": "result", "SolveRecord": "result", "SolverInfo": "result", "Status": "result",
 }

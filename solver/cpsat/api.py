@@ -1,7 +1,13 @@
 """The CP-SAT model's public entry points, each returning a solver-independent result:
 ``evaluate`` (a known schedule, its choices fixed), ``search`` (better orders and
-placements), ``bound`` (the proven least objective) and ``memory_front`` (over memory
-caps); ``solver.seconds.solve_seconds`` answers a problem in seconds on top of them.
+placements), ``bound`` (the proven least objective), ``memory_front`` (over memory
+caps), ``solve_partition`` (the stage partition a decision) — and every answer in seconds:
+``solve_seconds`` searches on durations rounded up to integer ticks, bounds on durations
+rounded down (the memory-aware CP-SAT bound, not only the analytic one), re-simulates the
+schedule on the real-valued costs and reports seconds; ``partition_seconds`` does the same
+for a partition search. The CLI's ``search`` and ``bound``, sweeps and ``plan`` all call
+them, so the same question gets the same numbers wherever it is asked; ``search`` and
+``bound`` run the same solves (a bound is never weaker for having asked for a schedule).
 
 Every entry makes one ``Deadline`` from its config (or takes a caller's slice) and hands it
 down; every schedule it returns was re-timed by the solver-free evaluator, memory-checked
@@ -12,24 +18,32 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Sequence
 
+from pipetab.schedules import registry
+from pipetab.schedules.registry import REGISTRY
 from pipetab.schedules.schedule import Placement, Schedule
+from pipetab.solver.costs import Costs, Rounding
+from pipetab.solver.simulate import simulate
 
-from .bounds import safe_horizon
-from .fixed import search_fixed, solver_info
-from .model import CpSatModel
-from .oracle import evaluate_known
+from .decompose.partition import Partition, PartitionSearch, search_partition
+from .decompose.placement import search_free
+from .heuristics.starts import Pace, as_searched, generator_of, judge, registry_schedules
+from .model.bounds import safe_horizon
+from .model.cpmodel import CpSatModel
+from .model.objectives import analytic_lower_bound, objective
+from .model.oracle import evaluate_known
 from .params import CpSatConfig
-from .placement import search_free
-from .problem import Problem
+from .phases.fixed import search_fixed, solver_info
+from .problem import TIME_OBJECTIVES, Objective, Problem
 from .result import KnownGap, Mode, Result, Status, gap_of
-from .starts import Pace, as_searched, judge, registry_schedules
 
 if TYPE_CHECKING:
-    from pipetab.solver.costs import Costs
     from pipetab.solver.deadline import Deadline
+    from pipetab.solver.pricing import LayerCosts
+
+    from .params import SecondsParams
 
 
 def evaluate(schedule: Schedule, costs: Costs, config: CpSatConfig | None = None) -> Result:
@@ -63,8 +77,8 @@ def evaluate(schedule: Schedule, costs: Costs, config: CpSatConfig | None = None
                        orders=schedule.orders)
     raw = model.solve(max(0.05, deadline.wall_left()), config.deterministic_time, workers=1)
     runtime = time.perf_counter() - deadline.t0
-    if raw.status != "optimal":
-        return Result(status=Status.INFEASIBLE if raw.status == "infeasible" else Status.UNKNOWN,
+    if raw.status is not Status.OPTIMAL:
+        return Result(status=Status.INFEASIBLE if raw.status is Status.INFEASIBLE else Status.UNKNOWN,
                       makespan=raw.makespan, lower_bound=raw.bound, runtime_s=runtime,
                       time_to_first_s=raw.first_solution_time,
                       message=f"CP-SAT did not settle the fixed schedule ({raw.status}) within the limit",
@@ -85,7 +99,7 @@ def search(problem: Problem, config: CpSatConfig | None = None, known: Sequence[
     ``infeasible`` with ``min_feasible_cap``."""
     config = config or CpSatConfig()
     deadline = deadline or config.deadline()
-    known = as_searched(problem, known)
+    known = as_searched(_timed(problem), known)
     if problem.is_free:
         return search_free(problem, config, known, deadline, Mode.SEARCH)
     return search_fixed(problem, problem.fixed_placement, config, known, deadline, Mode.SEARCH)  # type: ignore[arg-type]
@@ -98,7 +112,7 @@ def bound(problem: Problem, config: CpSatConfig | None = None, known: Sequence[S
     on the way. The bound phase gets all of the time after the start."""
     config = config or CpSatConfig()
     deadline = deadline or config.deadline()
-    known = as_searched(problem, known)
+    known = as_searched(_timed(problem), known)
     if not problem.is_free:
         return search_fixed(problem, problem.fixed_placement, config, known, deadline, Mode.BOUND)  # type: ignore[arg-type]
     res = search_free(problem, config, known, deadline, Mode.BOUND)
@@ -111,12 +125,49 @@ def bound(problem: Problem, config: CpSatConfig | None = None, known: Sequence[S
     return res
 
 
+def least_peak_memory(problem: Problem, makespan: int, config: CpSatConfig | None = None) -> Result:
+    """The least peak of live activation memory (the largest over devices; bytes, or the
+    idealized costs' activation units) among schedules of ``problem`` — a fixed placement,
+    orders free, its caps kept — whose step ends by ``makespan`` (model ticks): the
+    ``memory`` objective (``objectives.PeakMemory``) in one model whose horizon is that
+    makespan. ``Result.peak_memory`` holds it (``optimal``: proven least; ``analytic_bound``
+    the solver-free bound of it), ``makespan`` the schedule's step; ``infeasible``: no
+    schedule ends by ``makespan``."""
+    config = config or CpSatConfig()
+    deadline = config.deadline()
+    placement = problem.fixed_placement
+    if placement is None:
+        raise ValueError("the memory objective needs a fixed placement")
+    shape = replace(problem, objective=Objective.MEMORY)
+    lb, _ = objective(shape).lower_bound(shape, placement)
+    model = CpSatModel(shape, config, placement, makespan, makespan_lb=lb, deadline=deadline.end)
+    raw = model.solve(*deadline.limits())
+    scale = model.vars.memory_scale
+    schedule = None if raw.starts is None else model.schedule_from(raw, "cpsat-memory")
+    step = None if schedule is None else evaluate_known(problem, schedule).makespan
+    return Result(mode=Mode.SEARCH, status=raw.status, schedule=schedule, makespan=step, lower_bound=None,
+                  unit=problem.costs.unit,
+                  runtime_s=time.perf_counter() - deadline.t0, objective=Objective.MEMORY,
+                  peak_memory=None if raw.makespan is None else raw.makespan / scale,
+                  bound_assumptions=(f"placement fixed, step at most {makespan}", *model.applied),
+                  analytic_bound=lb / scale, tick_s=problem.costs.tick_s, tick_slots=problem.costs.tick_slots,
+                  solver=solver_info(config, model.applied), time_to_first_s=raw.first_solution_time)
+
+
+def _timed(problem: Problem) -> Problem:
+    """``problem``, whose objective ``search`` and ``bound`` take: a time."""
+    if problem.objective not in TIME_OBJECTIVES:
+        raise ValueError(f"search and bound minimize {' or '.join(TIME_OBJECTIVES)}; the {problem.objective} "
+                         "objective is least_peak_memory's")
+    return problem
+
+
 @dataclass(frozen=True)
 class FrontPoint:
     """One point of the makespan-memory front."""
 
     cap: float | None
-    status: str
+    status: Status
     makespan: float | None
     lower_bound: float | None
     gap: float | None
@@ -140,5 +191,253 @@ def memory_front(problem: Problem, caps: Sequence[int | None], config: CpSatConf
         res = search(problem.with_costs(problem.costs.with_activation_cap(cap)), config, list(known) + found)
         if res.schedule is not None and not problem.is_free:
             found.append(res.schedule)
-        points[cap] = FrontPoint(cap, str(res.status), res.makespan, res.lower_bound, res.gap, res.min_feasible_cap)
+        points[cap] = FrontPoint(cap, res.status, res.makespan, res.lower_bound, res.gap, res.min_feasible_cap)
     return [points[c] for c in caps]
+
+
+def solve_partition(shape: Problem, layer_costs: LayerCosts, partition: Partition,
+                    config: CpSatConfig | None = None, mode: Mode | str = Mode.SEARCH,
+                    known: Sequence[Schedule] = (), *, deadline: Deadline | None = None) -> PartitionSearch:
+    """``search`` (or ``bound``) of ``shape`` — a problem with a fixed placement, its
+    costs replaced — with its stage partition even, fixed or free (``decompose.partition``),
+    within ``deadline`` (default: the config's time limit, from now)."""
+    config = config or CpSatConfig()
+    run = search if Mode(mode) is Mode.SEARCH else bound
+    return search_partition(shape, layer_costs, partition, config, run, known, deadline or config.deadline())
+
+
+@dataclass(frozen=True)
+class KnownSeconds:
+    """A known schedule judged in seconds: its objective on the real-valued costs, whether
+    it fits, and its gap to the answer's bound."""
+
+    seconds: float | None
+    fits: bool
+    gap: float | None
+
+    def as_dict(self) -> dict:
+        return {"makespan": self.seconds, "fits": self.fits, "gap": self.gap}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Answer:
+    """A problem in seconds answered (``solve_seconds``): the ``schedule`` found and its
+    objective in ``seconds`` on the real-valued costs (simulated), ``lower_bound_s`` a
+    bound of the real-valued problem (proven with durations rounded down to ticks of
+    ``tick_s``), ``status`` (``optimal`` only when the two meet; else the message says
+    why), ``rounding``: how far the schedule's time on durations rounded up lies above
+    its time on durations rounded down, as a share of its real time (what the ticks alone
+    can hide of the gap), the known schedules in seconds, the assumptions, and the solves
+    behind it (``search``: durations rounded up; ``bound``: rounded down)."""
+
+    mode: Mode
+    status: Status
+    schedule: Schedule | None
+    seconds: float | None
+    lower_bound_s: float | None
+    tick_s: float
+    objective: Objective
+    search: Result | None
+    bound: Result
+    known: dict[str, KnownSeconds] = field(default_factory=dict)
+    message: str = ""
+    assumptions: tuple[str, ...] = ()
+    runtime_s: float = 0.0
+    rounding: float | None = None
+
+    @property
+    def gap(self) -> float | None:
+        return gap_of(self.seconds, self.lower_bound_s)
+
+    @property
+    def result(self) -> Result:
+        """The solve whose schedule this is: the search's (the bound's when the search
+        found none)."""
+        if self.search is not None and (self.search.schedule is not None or self.schedule is None):
+            return self.search
+        return self.bound
+
+
+def rounding_spread(schedule: Schedule, real: Costs, tick: float) -> float:
+    """How far ``schedule``'s simulated step on durations rounded up to ticks of ``tick``
+    lies above its step on durations rounded down, as a share of its real-valued one:
+    about what the ticks can hide of a gap between a schedule so timed and a bound
+    proven on durations rounded down."""
+    value = simulate(schedule, real).makespan
+    up = simulate(schedule, real.quantized(tick, Rounding.UP)).makespan * tick
+    down = simulate(schedule, real.quantized(tick, Rounding.DOWN)).makespan * tick
+    return max(0.0, up - down) / value if value > 0 else 0.0
+
+
+def choose_tick(shape: Problem, real: Costs, params: SecondsParams, known: Sequence[Schedule] = (),
+                tick: float | None = None, timed: list[float] | None = None) -> float:
+    """The tick: ``tick`` (default 1/``ticks_per_op`` of the shortest op), refined until
+    ``rounding_spread`` of a reference schedule (the first known one, else the registry's
+    first of the shape) is at most ``max_rounding`` (the tick divided by the factor the
+    spread predicts, at most ``refinements`` times: none keeps a tick as given).
+    ``timed``: gets the seconds one simulation of the reference took."""
+    tick = tick or real.default_tick(params.ticks_per_op)
+    if params.refinements < 1:
+        return tick
+    placement = shape.fixed_placement
+    reference = next(iter(known), None)
+    if reference is None and placement is not None:
+        reference = next(registry_schedules(shape, placement), None)
+    if reference is None:
+        return tick
+    for _ in range(params.refinements):
+        t = time.perf_counter()
+        spread = rounding_spread(reference, real, tick)
+        if timed is not None:
+            timed.append((time.perf_counter() - t) / 3)
+        if spread <= params.max_rounding:
+            break
+        tick /= math.ceil(1.1 * spread / params.max_rounding)
+    return tick
+
+
+def solve_seconds(shape: Problem, real: Costs, mode: Mode | str = Mode.SEARCH, config: CpSatConfig | None = None,
+                  known: Sequence[Schedule] = (), *, tick_s: float | None = None, known_costs: Costs | None = None,
+                  deadline: Deadline | None = None) -> Answer:
+    """``shape`` (its placement, pipelines, split and objective) on ``real`` costs in
+    seconds: a search on durations rounded up to ticks of ``tick_s`` (as given; default
+    ``choose_tick``'s) for
+    ``SecondsParams.search_share`` of the time, then a bound — memory-aware, CP-SAT's,
+    seeded with that schedule — on durations rounded down for the rest; ``mode`` only
+    says what was asked (both run the same solves, so ``search`` and ``bound`` report the
+    same bound). The schedule is re-simulated on ``real`` (a schedule's real objective is
+    at most its rounded-up one), and the bound holds for the real-valued problem.
+    ``known_costs``: what the known schedules are judged on (default ``real``)."""
+    mode, config = Mode(mode), config or CpSatConfig()
+    deadline = deadline or config.deadline()
+    params = config.seconds
+    known = as_searched(shape, known)  # what the search, the bound and the report judge
+    timed: list[float] = []
+    tick = choose_tick(shape, real, params if tick_s is None else replace(params, refinements=0), known, tick_s, timed)
+    down = shape.with_costs(real.quantized(tick, Rounding.DOWN))
+    # keep back what judging the answer takes: a simulation per known schedule and three more
+    left = deadline.wall_left()
+    work = deadline if deadline.deterministic or not timed else deadline.within(
+        max(params.least_work_share * left, left - max(timed) * (len(known) + params.answer_simulations)))
+    found = search(shape.with_costs(real.quantized(tick, Rounding.UP)), config, known,
+                   deadline=work.slice(params.search_share))
+    seeds = list(known) + ([found.schedule] if found.schedule is not None else [])
+    proof = bound(down, config, seeds, deadline=work.slice(1.0))
+    return _answer(shape, real, mode, tick, found, proof, known, known_costs or real, deadline)
+
+
+def _answer(shape: Problem, real: Costs, mode: Mode, tick: float, found: Result, proof: Result,
+            known: Sequence[Schedule], known_costs: Costs, deadline: Deadline) -> Answer:
+    spec = objective(shape)
+    # the search's schedule (its bound solve's only when the search found none)
+    schedule = next((r.schedule for r in (found, proof) if r.schedule is not None), None)
+    seconds = None if schedule is None else spec.seconds(shape, schedule, real)
+    lb = None if proof.status is Status.INFEASIBLE or proof.lower_bound is None else proof.lower_bound * tick
+    if seconds is not None and lb is not None and lb > seconds + 1e-12 * max(1.0, seconds):
+        raise RuntimeError(f"lower bound {lb} s above the simulated {seconds} s: a rounding bug")
+    rounding = None if schedule is None else rounding_spread(schedule, real, tick)
+    status, message = _status(found, proof, seconds, lb, rounding, tick)
+    assumptions = tuple(a if not a.startswith("durations rounded") else
+                        "lower bound: durations rounded down to ticks (a bound of the real-valued problem); "
+                        "schedules searched with durations rounded up, timed by the simulator"
+                        for a in proof.bound_assumptions)
+    return Answer(mode=mode, status=status, schedule=schedule, seconds=seconds, lower_bound_s=lb, tick_s=tick,
+                  objective=shape.objective, search=found, bound=proof,
+                  known=_known_seconds(shape, found, known, known_costs, lb), message=message,
+                  assumptions=assumptions, runtime_s=time.perf_counter() - deadline.t0, rounding=rounding)
+
+
+def _status(found: Result, proof: Result, seconds: float | None, lb: float | None, rounding: float | None,
+            tick: float) -> tuple[Status, str]:
+    """``optimal`` only where the bound meets the real-valued time; otherwise ``feasible``
+    with a message saying how much of the gap the ticks can explain."""
+    if proof.status is Status.INFEASIBLE:
+        return Status.INFEASIBLE, proof.message
+    if seconds is None:
+        return found.status if found.status is not Status.OPTIMAL else Status.UNKNOWN, found.message
+    if lb is not None and lb >= seconds - 1e-12 * max(1.0, seconds):
+        return Status.OPTIMAL, found.message
+    gap = gap_of(seconds, lb)
+    if found.status is Status.OPTIMAL and rounding is not None and gap is not None:
+        return Status.FEASIBLE, (f"optimal for durations rounded up to ticks of {tick:.3g} s; the bound is proven on "
+                                 f"durations rounded down, and rounding moves this schedule's time by "
+                                 f"{100 * rounding:.2f}% (gap {100 * gap:.2f}%)")
+    return Status.FEASIBLE, found.message
+
+
+def _known_seconds(shape: Problem, res: Result, known: Sequence[Schedule], costs: Costs,
+                   lb: float | None) -> dict[str, KnownSeconds]:
+    """The known schedules ``res`` judged, in seconds on ``costs`` (the given ones and the
+    registry's of the shape; only those ``res`` names are generated again)."""
+    spec, out = objective(shape), {}
+    placement = shape.fixed_placement
+    unjudged = set(REGISTRY) - {generator_of(k) for k in res.known}
+    pool = {s.name: s for s in (registry_schedules(shape, placement, done=unjudged) if placement is not None else ())}
+    pool.update({s.name: s for s in known})
+    for name, k in res.known.items():
+        s = pool.get(name)
+        value = None if s is None or k.makespan is None else spec.seconds(shape, s, costs)
+        out[name] = KnownSeconds(value, k.fits, gap_of(value, lb) if k.fits else None)
+    return out
+
+
+@dataclass(frozen=True)
+class PartitionSeconds:
+    """A partition search on hardware answered in seconds (``partition_seconds``): the
+    chosen split's schedule simulated on its real-valued costs, a bound of the real-valued
+    problem, the status and message that say so, and the registry's schedules in seconds."""
+
+    status: Status
+    seconds: float | None
+    lower_bound_s: float | None
+    tick_s: float | None
+    known: dict[str, KnownSeconds]
+    message: str
+
+    @property
+    def gap(self) -> float | None:
+        return gap_of(self.seconds, self.lower_bound_s)
+
+
+def partition_seconds(problem: Problem, result: Result, real: Costs, known_costs: Costs, num_stages: int,
+                      num_microbatches: int) -> PartitionSeconds:
+    """``result`` of a partition search on ``problem`` (its chosen split, durations in
+    ticks) in seconds: its schedule simulated on ``real``, the bound in seconds that holds
+    for the real-valued problem (``real_lower_bound``), the registry schedules it judged
+    timed on ``known_costs`` (the even split's), and ``optimal`` only where the bound meets
+    the real-valued time."""
+    value = None if result.schedule is None else simulate(result.schedule, real).makespan
+    tick = problem.costs.tick_s
+    lb = None if result.status is Status.INFEASIBLE else real_lower_bound(problem, real, result)
+    if value is not None and lb is not None and lb > value + 1e-12:
+        raise RuntimeError(f"lower bound {lb} s above the simulated {value} s: a rounding bug")
+    known = {}
+    for name, k in result.known.items():
+        t = _registry_seconds(name, num_stages, num_microbatches, known_costs)
+        known[name] = KnownSeconds(t, k.fits, gap_of(t, lb) if k.fits else None)
+    status, message = result.status, result.message
+    if value is not None and (lb is None or lb < value - 1e-12) and result.status is Status.OPTIMAL:
+        status = Status.FEASIBLE
+        message = (f"optimal for durations rounded to ticks of {tick:.3g} s; the bound holds for durations "
+                   "rounded down, below the real-valued time")
+    return PartitionSeconds(status, value, lb, tick, known, message)
+
+
+def real_lower_bound(problem: Problem, real: Costs, result: Result) -> float | None:
+    """A lower bound in seconds that holds for the real-valued problem of a partition
+    search: the result's own bound when its durations were rounded down, else the
+    analytic bound of the problem with durations rounded down."""
+    if problem.costs.tick_s is None:  # no split was solved within the time: no bound in seconds
+        return None
+    if problem.costs.rounding is Rounding.DOWN:
+        return None if result.lower_bound is None else result.lower_bound * problem.costs.tick_s
+    down = replace(problem, costs=real.quantized(problem.costs.tick_s, Rounding.DOWN))
+    return analytic_lower_bound(down, down.fixed_placement)[0] * problem.costs.tick_s
+
+
+def _registry_seconds(name: str, num_stages: int, num_microbatches: int, costs: Costs) -> float | None:
+    """The simulator's real-valued makespan of the registry schedule ``name``."""
+    try:
+        return simulate(registry.generate(name, num_stages, num_microbatches), costs).makespan
+    except ValueError:
+        return None

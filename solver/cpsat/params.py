@@ -37,7 +37,7 @@ FAMILIES_OFF = (
     "hints",            # complete hints from the incumbent
     "justify",          # double justification of the starting schedules
     "decompose",        # free placement: one fixed-placement search per canonical placement
-    "cyclic",           # the cyclic phase: periodic schedules as starts (steady)
+    "cyclic",           # the cyclic phase: periodic schedules as starts (phases.cyclic)
 )
 
 
@@ -189,7 +189,8 @@ class DecomposeParams:
     most ``free_model_max_intervals`` op-device intervals: 524,288 took 0.8 GB), free
     partition (``partition``: candidates and nodes per candidate enumerated, shares of
     the time for the even split, the enumeration and the ``least_splits`` search, the
-    least slice of a visited split) and the cyclic phase (``steady``: on problems of at
+    least slice of a visited split; ``least_workers``: the threads of the ``least_splits``
+    model, 2 whatever ``CpSatConfig.workers`` says) and the cyclic phase (``phases.cyclic``: on problems of at
     least ``cyclic_min_ratio`` microbatches per device and, where the full model fits the
     time, ``cyclic_min_ops`` ops, the ``max_blocks_tried`` most
     promising blocks of at most ``max_block`` times the pipelines' pattern and
@@ -212,6 +213,7 @@ class DecomposeParams:
     enumeration_share: float = 0.2
     least_splits: int = 8
     least_share: float = 0.15
+    least_workers: int = 2
     min_slice_s: float = 0.5
     cyclic_min_ratio: float = 4.0
     cyclic_min_ops: int = 4000
@@ -232,7 +234,7 @@ class DecomposeParams:
 
 @dataclass(frozen=True)
 class SecondsParams:
-    """A problem in seconds (``solver.seconds.solve_seconds``): the search on durations
+    """A problem in seconds (``cpsat.api.solve_seconds``): the search on durations
     rounded up gets ``search_share`` of the time, the bound on durations rounded down the
     rest; without a tick given, the first tick is 1/``ticks_per_op`` of the shortest op,
     refined (at most ``refinements`` times) until rounding moves a reference schedule's

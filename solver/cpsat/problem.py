@@ -30,6 +30,10 @@ class Objective(StrEnum):
 
     MAKESPAN = "makespan"
     PERIOD = "period"
+    MEMORY = "memory"  # least peak memory at a fixed makespan (``api.least_peak_memory``)
+
+
+TIME_OBJECTIVES = (Objective.MAKESPAN, Objective.PERIOD)  # what ``search`` and ``bound`` minimize
 
 
 def objective_of(value: object) -> Objective:

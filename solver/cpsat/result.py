@@ -66,7 +66,7 @@ class SolveRecord:
     search: str
     seed: int
     horizon: int | None
-    status: str
+    status: Status
     value: int | None
     bound: int | None
     wall_s: float
@@ -130,7 +130,7 @@ class SolveLog:
 
 @dataclass(frozen=True, kw_only=True)
 class CyclicInfo:
-    """What the cyclic phase proved (``steady``): the block of ``block`` microbatches with
+    """What the cyclic phase proved (``phases.cyclic``): the block of ``block`` microbatches with
     the least period per microbatch found, its ``period`` and the proven least period
     ``period_bound`` among periodic schedules of that block (equal: proven optimal among
     them), in the result's unit; ``blocks``: (block, period or None, bound) of every
@@ -171,7 +171,11 @@ class Result:
     bound holds. ``min_feasible_cap`` is the least activation capacity (same on every
     device, in the costs' memory unit) for which a schedule exists, when the given cap is
     infeasible. ``known`` maps known schedules to their makespan and gap to the bound.
-    ``objective``: with ``period`` ``makespan`` and ``lower_bound`` hold the period.
+    ``objective``: with ``period`` ``makespan`` and ``lower_bound`` hold the period (the
+    time objectives' value keeps the name ``makespan``); with ``memory`` (``least_peak_memory``)
+    ``makespan`` is the schedule's step and ``peak_memory`` the objective, proven least when
+    the status is ``optimal``. ``objective_value`` and ``objective_unit`` say which, whatever
+    the objective.
     ``tick_slots``: slots per unit of idealized costs (1/v when a device holds v stages),
     so ``in_slots`` compares placements. ``log``: the phases and their solves; ``solver``:
     how it was computed; ``analytic_bound``: the solver-free part of the bound;
@@ -200,6 +204,16 @@ class Result:
     analytic_bound: float | None = None
     peak_activations: tuple[float, ...] | None = None
     cyclic: CyclicInfo | None = None
+    peak_memory: float | None = None
+
+    @property
+    def objective_value(self) -> float | None:
+        """The objective's value, in ``objective_unit``."""
+        return self.peak_memory if self.objective is Objective.MEMORY else self.makespan
+
+    @property
+    def objective_unit(self) -> str:
+        return "bytes" if self.objective is Objective.MEMORY else self.unit
 
     def __post_init__(self) -> None:
         try:

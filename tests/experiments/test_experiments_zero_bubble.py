@@ -94,7 +94,7 @@ def test_cpsat_problem_is_the_zero_bubble_schedulers():
     """1.5B, m = 24 under the ZB-1p limit: exact 1-us ticks (T_F = 18522), a cap of p = 8
     M_B per device, M_W / M_B from the paper's Table 1, the period objective; ZB-H1 fits
     exactly (device 0 holds p activations) and ZB-H2 does not (2p - 1)."""
-    from pipetab.solver.cpsat.oracle import memory_check
+    from pipetab.solver.cpsat.model.oracle import memory_check
 
     problem, real = cpsat_problem(PROFILES[0], 1)
     assert problem.objective == "period" and problem.placement == "linear" and problem.split_backward
@@ -126,7 +126,7 @@ def test_zb_h1_is_optimal_under_the_zb_1p_limit():
     """The period bound (device 0's load, warm-up and drain idle) equals ZB-H1's period
     under p M_B on 1.5B, m = 24: the paper's ZB-1p column (= ZB-H1) is optimal there."""
     from pipetab.solver.cpsat import analytic_lower_bound
-    from pipetab.solver.cpsat.oracle import evaluate_known
+    from pipetab.solver.cpsat.model.oracle import evaluate_known
 
     problem, _ = cpsat_problem(PROFILES[0], 1)
     h1 = evaluate_known(problem, registry.generate("zb-h1", 8, 24)).makespan

@@ -5,10 +5,10 @@ block 1 reaches it; the cyclic model proves the least period is 8."""
 from experiments.interleaved_pace import little_and_load, problem
 from pipetab.schedules.ops import Kind, Op
 from pipetab.solver.cpsat import CpSatConfig
-from pipetab.solver.cpsat.cyclic import Kernel, check_kernel
+from pipetab.solver.cpsat.model.cyclic import Kernel, check_kernel
+from pipetab.solver.cpsat.model.variables import heads_tails
 from pipetab.solver.cpsat.params import DecomposeParams
-from pipetab.solver.cpsat.steady import block_period
-from pipetab.solver.cpsat.variables import heads_tails
+from pipetab.solver.cpsat.phases.cyclic import block_period
 
 
 def test_little_pace_by_hand():

@@ -42,7 +42,7 @@ def test_lifetimes_equal_the_models_own_per_device_sum():
     lifetime, from the problem's heads), on idealized V problems: every device holds the
     same sum, the closed form's (half-size activations: size 1/2)."""
     from pipetab.solver.cpsat import idealized_problem
-    from pipetab.solver.cpsat.cyclic import per_microbatch_work
+    from pipetab.solver.cpsat.model.cyclic import per_microbatch_work
 
     for S, (f, b), c in itertools.product((2, 4, 8), ((1, 2), (3, 6)), (0, 1)):
         problem = idealized_problem(S, 4 * S, "v", forward=f, backward=b, comm=c)

@@ -136,7 +136,7 @@ def test_cpsat_search_seeded_with_pairs_searches_them_unpaired():
     from dataclasses import replace
 
     from pipetab.solver.cpsat import Problem
-    from pipetab.solver.seconds import solve_seconds
+    from pipetab.solver.cpsat.api import solve_seconds
 
     ctx = Context(dp=2, ep=2, microbatch_size=1)
     paired = registry.generate("dualpipev", 4, 16)

@@ -12,8 +12,8 @@ the importing module; the folders map to packages as pyproject's
 ``[tool.setuptools.package-dir]`` says (``schedules/`` is ``pipetab.schedules``).
 ``from X import name`` ties to module ``X.name`` when that is a module, else to ``X``.
 
-``KNOWN_CYCLES`` lists the cycles of ``solver/cpsat`` owned by another part of issue 39
-(its floors); delete it once that part has landed: any other cycle fails.
+No cycle is allowed anywhere (``solver/cpsat``'s floors are pinned by
+``tests/solver/cpsat/test_floors.py`` beside this).
 """
 
 from __future__ import annotations
@@ -29,10 +29,7 @@ ROOT = Path(__file__).resolve().parents[2]
 FOLDERS = ("schedules", "hardware", "solver", "pipetab")
 
 # owned by the CPSAT part of issue 39 (solver/cpsat as floors); the lead deletes this after merging
-KNOWN_CYCLES = {
-    frozenset({"pipetab.solver.cpsat.objectives", "pipetab.solver.cpsat.oracle"}),
-    frozenset({"pipetab.solver.cpsat.pairing", "pipetab.solver.cpsat.variables"}),
-}
+KNOWN_CYCLES: set[frozenset[str]] = set()  # none: every cycle fails the test
 
 LAYERS = ("pipetab.schedules", "pipetab.hardware", "pipetab.solver")  # then the front ends: every other pipetab module
 NO_SOLVER_LIBRARY = ("pipetab.schedules", "pipetab.hardware")  # DESIGN.md: never OR-Tools
@@ -172,7 +169,7 @@ def test_cycles_are_found_through_any_import():
 
 
 def test_no_import_cycle(graph):
-    """The packages' import graph is acyclic but for ``KNOWN_CYCLES`` (owned elsewhere)."""
+    """The packages' import graph is acyclic."""
     assert cycles(graph, KNOWN_CYCLES) == []
 
 

@@ -11,7 +11,7 @@ from pipetab.schedules.metrics import table_metrics
 from pipetab.schedules.ops import Kind
 from pipetab.schedules.registry import generate
 from pipetab.schedules.table import SlotDurations, layout
-from pipetab.solver.cpsat.oracle import memory_check
+from pipetab.solver.cpsat.model.oracle import memory_check
 from pipetab.solver.cpsat.problem import Problem
 from pipetab.solver.pricing import slot_costs
 from pipetab.solver.simulate import simulate

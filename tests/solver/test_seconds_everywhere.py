@@ -1,5 +1,5 @@
 """One question in seconds, three front ends: ``pipetab search``, a search-mode sweep and
-``plan``'s CP-SAT all call ``solver.seconds.solve_seconds`` and give the same schedule time,
+``plan``'s CP-SAT all call ``cpsat.api.solve_seconds`` and give the same schedule time,
 bound and known schedules' times (a problem CP-SAT settles within its limit, so the
 numbers do not depend on the machine's speed)."""
 

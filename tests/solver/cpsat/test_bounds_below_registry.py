@@ -12,10 +12,10 @@ from hypothesis import strategies as st
 
 from pipetab.schedules import registry
 from pipetab.solver.cpsat import CpSatConfig, analytic_lower_bound, bound, idealized_problem
-from pipetab.solver.cpsat.oracle import evaluate_known
-from pipetab.solver.cpsat.starts import registry_schedules
+from pipetab.solver.cpsat.api import solve_seconds
+from pipetab.solver.cpsat.heuristics.starts import registry_schedules
+from pipetab.solver.cpsat.model.oracle import evaluate_known
 from pipetab.solver.pricing import hardware_costs
-from pipetab.solver.seconds import solve_seconds
 
 CFG = CpSatConfig(time_limit_s=20, deterministic_time=0.5)
 

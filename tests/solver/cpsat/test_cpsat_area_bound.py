@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from pipetab.solver.cpsat import CpSatConfig, idealized_problem, search
-from pipetab.solver.cpsat.bounds import _least_time_holding, _memory_area_bound, makespan_lower_bound
-from pipetab.solver.cpsat.cyclic import per_microbatch_work
-from pipetab.solver.cpsat.variables import heads_tails
+from pipetab.solver.cpsat.model.bounds import _least_time_holding, _memory_area_bound, makespan_lower_bound
+from pipetab.solver.cpsat.model.cyclic import per_microbatch_work
+from pipetab.solver.cpsat.model.variables import heads_tails
 
 
 def _area(problem, device: int) -> int:

@@ -1,4 +1,4 @@
-"""The cyclic model (``cpsat.cyclic``, ``cyclic_model``, ``steady``): the least period of
+"""The cyclic model (``cpsat.model.cyclic``, ``model.cyclic_kernel``, ``phases.cyclic``): the least period of
 periodic schedules of block k against an enumeration without CP-SAT, against the full
 model's proven optima of long steps, and against the simulator running the expanded
 schedule; every expansion valid."""
@@ -9,7 +9,8 @@ import pytest
 
 from pipetab.schedules.ops import Kind, Op
 from pipetab.solver.cpsat import CpSatConfig, idealized_problem, search
-from pipetab.solver.cpsat.cyclic import (
+from pipetab.solver.cpsat.heuristics.starts import Pace
+from pipetab.solver.cpsat.model.cyclic import (
     Kernel,
     blocks,
     check_kernel,
@@ -19,10 +20,9 @@ from pipetab.solver.cpsat.cyclic import (
     period_lower_bound,
     template_ops,
 )
-from pipetab.solver.cpsat.oracle import checked, evaluate_known
+from pipetab.solver.cpsat.model.oracle import checked, evaluate_known
 from pipetab.solver.cpsat.params import DecomposeParams
-from pipetab.solver.cpsat.starts import Pace
-from pipetab.solver.cpsat.steady import block_period, cyclic_phase
+from pipetab.solver.cpsat.phases.cyclic import block_period, cyclic_phase
 from pipetab.solver.periodic import block_simulation, repeated_simulation
 from pipetab.solver.simulate import simulate
 
@@ -210,7 +210,7 @@ def test_no_full_model_after_the_cyclic_phase_from_cyclic_only_ops(capped_4_32):
     """From ``StrategyParams.cyclic_only_ops`` ops the search ends after the cyclic phase
     (no bound or search phase), with the best schedule so far and the analytic bound;
     below it the full model's phases run."""
-    from pipetab.solver.cpsat.bounds import makespan_lower_bound
+    from pipetab.solver.cpsat.model.bounds import makespan_lower_bound
     from pipetab.solver.cpsat.params import StrategyParams
 
     problem = capped_4_32

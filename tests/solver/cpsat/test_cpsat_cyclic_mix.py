@@ -11,7 +11,9 @@ import pytest
 
 from pipetab.schedules.ops import Kind, Op
 from pipetab.solver.cpsat import CpSatConfig, idealized_problem
-from pipetab.solver.cpsat.cyclic import (
+from pipetab.solver.cpsat.heuristics.modulo import first_modulo_kernel, regular_kernel
+from pipetab.solver.cpsat.heuristics.starts import Pace, registry_schedules
+from pipetab.solver.cpsat.model.cyclic import (
     Kernel,
     check_kernel,
     mixed_twin,
@@ -21,12 +23,10 @@ from pipetab.solver.cpsat.cyclic import (
     relabelled,
     template_ops,
 )
-from pipetab.solver.cpsat.modulo import first_modulo_kernel, regular_kernel
-from pipetab.solver.cpsat.objectives import analytic_lower_bound
-from pipetab.solver.cpsat.oracle import checked, evaluate_known
+from pipetab.solver.cpsat.model.objectives import analytic_lower_bound
+from pipetab.solver.cpsat.model.oracle import checked, evaluate_known
 from pipetab.solver.cpsat.params import DecomposeParams
-from pipetab.solver.cpsat.starts import Pace, registry_schedules
-from pipetab.solver.cpsat.steady import cyclic_applies, cyclic_phase
+from pipetab.solver.cpsat.phases.cyclic import cyclic_applies, cyclic_phase
 
 
 def _bidirectional(S: int, B: int, cap: float | None = None, comm: int = 1):

@@ -6,9 +6,9 @@ import pytest
 
 from pipetab.schedules import registry
 from pipetab.solver.cpsat import CpSatConfig, idealized_problem
-from pipetab.solver.cpsat.bounds import safe_horizon
-from pipetab.solver.cpsat.model import CpSatModel
-from pipetab.solver.cpsat.oracle import evaluate_known, relabel_microbatches
+from pipetab.solver.cpsat.model.bounds import safe_horizon
+from pipetab.solver.cpsat.model.cpmodel import CpSatModel
+from pipetab.solver.cpsat.model.oracle import evaluate_known, relabel_microbatches
 
 CASES = [
     # family, S, B, forward, backward, comm, cap, split

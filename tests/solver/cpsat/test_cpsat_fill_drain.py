@@ -7,10 +7,11 @@ import random
 import pytest
 
 from pipetab.schedules.ops import Kind
-from pipetab.solver.cpsat import CpSatConfig, bounds, idealized_problem
-from pipetab.solver.cpsat.bounds import _drain_work, min_feasible_cap, safe_horizon
-from pipetab.solver.cpsat.model import CpSatModel
-from pipetab.solver.cpsat.objectives import analytic_lower_bound
+from pipetab.solver.cpsat import CpSatConfig, idealized_problem
+from pipetab.solver.cpsat.model import bounds
+from pipetab.solver.cpsat.model.bounds import _drain_work, min_feasible_cap, safe_horizon
+from pipetab.solver.cpsat.model.cpmodel import CpSatModel
+from pipetab.solver.cpsat.model.objectives import analytic_lower_bound
 
 
 @pytest.mark.parametrize("placement,C,expected", [

@@ -13,14 +13,14 @@ from pipetab.schedules.ops import Kind
 from pipetab.schedules.schedule import Placement
 from pipetab.solver.costs import Links
 from pipetab.solver.cpsat import CpSatConfig, bound, idealized_problem, search
-from pipetab.solver.cpsat.bounds import safe_horizon
-from pipetab.solver.cpsat.objectives import analytic_lower_bound
-from pipetab.solver.cpsat.oracle import evaluate_known
+from pipetab.solver.cpsat.decompose.placement import _dealt_search, search_free
+from pipetab.solver.cpsat.heuristics.starts import Pace, best_of, greedy_starts, start_phase
+from pipetab.solver.cpsat.model.bounds import safe_horizon
+from pipetab.solver.cpsat.model.objectives import analytic_lower_bound
+from pipetab.solver.cpsat.model.oracle import evaluate_known
+from pipetab.solver.cpsat.model.variables import successors
 from pipetab.solver.cpsat.params import DecomposeParams
-from pipetab.solver.cpsat.placement import _dealt_search, search_free
 from pipetab.solver.cpsat.result import Mode
-from pipetab.solver.cpsat.starts import Pace, best_of, greedy_starts, start_phase
-from pipetab.solver.cpsat.variables import successors
 from pipetab.solver.deadline import Deadline
 from pipetab.solver.simulate import simulate
 
@@ -165,7 +165,7 @@ def test_the_dealt_search_goes_on_from_the_start_already_run():
     deadline = CFG.deadline()
     start = start_phase(fixed, dealt, CFG, (), deadline, Pace(deadline, CFG.start))
     assert start.best is not None
-    with patch("pipetab.solver.cpsat.fixed.start_phase", side_effect=AssertionError("a second start phase")):
+    with patch("pipetab.solver.cpsat.phases.fixed.start_phase", side_effect=AssertionError("a second start phase")):
         res = _dealt_search(problem, CFG, list(start.evals), deadline, Mode.SEARCH, "no time", start)
     again = search(fixed, CFG)  # the same placement searched from scratch
     assert res.makespan == simulate(res.schedule, problem.costs).makespan <= start.best.makespan

@@ -8,9 +8,9 @@ import pytest
 from pipetab.schedules import registry
 from pipetab.schedules.ops import Kind
 from pipetab.solver.cpsat import idealized_problem
-from pipetab.solver.cpsat.bounds import makespan_lower_bound
-from pipetab.solver.cpsat.oracle import evaluate_known
-from pipetab.solver.cpsat.starts import fused_backward, registry_schedules
+from pipetab.solver.cpsat.heuristics.starts import fused_backward, registry_schedules
+from pipetab.solver.cpsat.model.bounds import makespan_lower_bound
+from pipetab.solver.cpsat.model.oracle import evaluate_known
 
 
 @pytest.mark.parametrize("name", ["zbv", "zb-h1", "dualpipev"])
@@ -61,7 +61,7 @@ def test_generation_time_grows_with_the_devices(monkeypatch):
     (x 2 per doubling), where the line alone would predict 8 times too little."""
     from types import SimpleNamespace
 
-    from pipetab.solver.cpsat import starts
+    from pipetab.solver.cpsat.heuristics import starts
 
     clock = [0.0]
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 
 from pipetab.solver.cpsat import CpSatConfig, idealized_problem, search
-from pipetab.solver.cpsat.bounds import safe_horizon
-from pipetab.solver.cpsat.mirror import mirror_pairs
-from pipetab.solver.cpsat.model import CpSatModel
-from pipetab.solver.cpsat.oracle import checked
+from pipetab.solver.cpsat.heuristics.mirror import mirror_pairs
+from pipetab.solver.cpsat.model.bounds import safe_horizon
+from pipetab.solver.cpsat.model.cpmodel import CpSatModel
+from pipetab.solver.cpsat.model.oracle import checked
 
 
 def _pairs(S, B, placement="bidirectional", **kw):

@@ -4,11 +4,11 @@ import pytest
 
 from pipetab.schedules import registry
 from pipetab.solver.cpsat import CpSatConfig, idealized_problem
-from pipetab.solver.cpsat.bounds import safe_horizon
-from pipetab.solver.cpsat.model import CpSatModel
-from pipetab.solver.cpsat.objectives import analytic_lower_bound
-from pipetab.solver.cpsat.oracle import evaluate_known, hint_form
-from pipetab.solver.cpsat.placement import canonical_devices
+from pipetab.solver.cpsat.decompose.placement import canonical_devices
+from pipetab.solver.cpsat.model.bounds import safe_horizon
+from pipetab.solver.cpsat.model.cpmodel import CpSatModel
+from pipetab.solver.cpsat.model.objectives import analytic_lower_bound
+from pipetab.solver.cpsat.model.oracle import evaluate_known, hint_form
 
 
 def _solve_with_log(model, seconds=5.0):
@@ -42,7 +42,7 @@ def test_hint_is_complete_under_free_placement():
     from pipetab.schedules.schedule import Placement
 
     pl = Placement(((1, 1, 0, 0),), 2)  # not canonical: the hint must be relabelled
-    from pipetab.solver.cpsat.greedy import greedy_schedule
+    from pipetab.solver.cpsat.heuristics.greedy import greedy_schedule
 
     sched = canonical_devices(greedy_schedule(problem.with_placement(pl), pl))
     known = evaluate_known(problem.with_placement(sched.placement), sched)

@@ -8,7 +8,7 @@ import pytest
 
 from pipetab.schedules.ops import Kind, Op
 from pipetab.solver.cpsat import CpSatConfig, analytic_lower_bound, bound, idealized_problem, search
-from pipetab.solver.cpsat.oracle import evaluate_known
+from pipetab.solver.cpsat.model.oracle import evaluate_known
 from pipetab.solver.periodic import span_period
 from pipetab.solver.simulate import simulate
 
@@ -109,11 +109,11 @@ def test_measured_times_round_up_for_schedules_and_down_for_bounds():
     """Measured times in seconds (T_F = 18.5 ms, T_B = 18.8 ms, T_W = 12.4 ms, T_comm =
     0.6 ms) on ticks of 1 ms: up gives 19, 19, 13 ticks, down 18, 18, 12; the bound on the
     rounded-down problem is below ZB-H1's real-valued time, the search's schedule at most
-    its rounded-up one (``solver.seconds.solve_seconds``)."""
+    its rounded-up one (``cpsat.api.solve_seconds``)."""
     from pipetab.hardware.profile import Profile, StageProfile
     from pipetab.schedules import registry
+    from pipetab.solver.cpsat.api import solve_seconds
     from pipetab.solver.pricing import profile_costs
-    from pipetab.solver.seconds import solve_seconds
 
     profile = Profile("measured", (StageProfile(0.0185, 0.0188, 0.0124, 0.0006, activation_bytes=1.0,
                                                 weight_memory_bytes=0.5),), memory_bytes=4.0, uniform=True)
@@ -141,9 +141,9 @@ def test_the_known_schedules_in_seconds_are_those_the_search_judged():
     again, found by their names)."""
     from pipetab.hardware.profile import Profile, StageProfile
     from pipetab.schedules import registry
-    from pipetab.solver.cpsat.starts import fused_backward, registry_schedules
+    from pipetab.solver.cpsat.api import solve_seconds
+    from pipetab.solver.cpsat.heuristics.starts import fused_backward, registry_schedules
     from pipetab.solver.pricing import profile_costs
-    from pipetab.solver.seconds import solve_seconds
 
     profile = Profile("measured", (StageProfile(0.0185, 0.0376, None, 0.0006, activation_bytes=1.0),),
                       memory_bytes=8.0, uniform=True)

@@ -1,5 +1,5 @@
 """Overlapped forward-backward pairs chosen inside the CP-SAT model (``Problem.overlap_pairs``,
-``solver.cpsat.pairing``): its optimum equals an enumeration of every per-device order and
+``solver.cpsat.model.pairing``): its optimum equals an enumeration of every per-device order and
 every choice of adjacent pairs, timed by the simulator (two implementations); its bound
 never exceeds a registry schedule with pairs; its schedules go back through the simulator
 and the validator; the candidates keep every pair the memory cap allows."""
@@ -14,8 +14,8 @@ from pipetab.schedules.evaluate import DeadlockError
 from pipetab.schedules.ops import Kind, Op
 from pipetab.schedules.schedule import Placement, Schedule
 from pipetab.solver.cpsat import CpSatConfig, Problem, search
-from pipetab.solver.cpsat.oracle import checked, memory_check
-from pipetab.solver.cpsat.pairing import device_savings, pair_candidates, pairs_only
+from pipetab.solver.cpsat.model.oracle import checked, memory_check
+from pipetab.solver.cpsat.model.pairing import device_savings, pair_candidates, pairs_only
 from pipetab.solver.pricing import idealized_costs
 from pipetab.solver.simulate import simulate
 
@@ -154,7 +154,7 @@ def test_analytic_bound_with_pairs_by_hand():
     14. Device 1: head 2, tail 2 (B of stage 1 is followed by B of stage 0), 16 slots, a
     backward from 4: 2 + 16 + 2 - 8 + 2 = 14. Without the windows the bound is 16 - 8 = 8 on
     device 0 and 20 - 8 = 12 on device 1; a schedule of 14 exists (the search finds it)."""
-    from pipetab.solver.cpsat.objectives import analytic_lower_bound
+    from pipetab.solver.cpsat.model.objectives import analytic_lower_bound
 
     problem = Problem(2, (0,) * 4, (2,), _costs(2), "linear", overlap_pairs=True)
     assert analytic_lower_bound(problem, problem.fixed_placement)[0] == 14 == search(problem, DET).makespan

@@ -259,8 +259,8 @@ def test_a_solve_without_progress_stops_on_stall(capped_16_64):
     hinted with 1F1B on linear S=16, B=64, cap 16, C=1 (optimum 368-371, not provable
     in seconds) a one-worker solve stalls long before its 60 s limit (the clock starts
     with the solve, presolve included); under a deterministic limit it does not stall."""
-    from pipetab.solver.cpsat.model import CpSatModel
-    from pipetab.solver.cpsat.oracle import evaluate_known
+    from pipetab.solver.cpsat.model.cpmodel import CpSatModel
+    from pipetab.solver.cpsat.model.oracle import evaluate_known
 
     problem = capped_16_64
     pl = problem.fixed_placement

@@ -6,10 +6,10 @@ import pytest
 
 from pipetab.schedules.validate import validate
 from pipetab.solver.cpsat import CpSatConfig, idealized_problem, search
-from pipetab.solver.cpsat.greedy import microbatch_spacing
-from pipetab.solver.cpsat.objectives import analytic_lower_bound
-from pipetab.solver.cpsat.oracle import evaluate_known, memory_check, table_of
-from pipetab.solver.cpsat.starts import greedy_starts
+from pipetab.solver.cpsat.heuristics.greedy import microbatch_spacing
+from pipetab.solver.cpsat.heuristics.starts import greedy_starts
+from pipetab.solver.cpsat.model.objectives import analytic_lower_bound
+from pipetab.solver.cpsat.model.oracle import evaluate_known, memory_check, table_of
 
 
 def test_microbatch_spacing_by_hand(linear_4_8):
@@ -62,8 +62,8 @@ def test_slack_starts_compute_each_depth_once_and_begin_none_past_their_end(monk
     take seconds at the largest sizes, before a list schedule can give up)."""
     import time
 
-    from pipetab.solver.cpsat import greedy as greedy_module
-    from pipetab.solver.cpsat import starts
+    from pipetab.solver.cpsat.heuristics import greedy as greedy_module
+    from pipetab.solver.cpsat.heuristics import starts
     from pipetab.solver.cpsat.params import StartParams
 
     problem = idealized_problem(4, 16, "v", comm=1, activation_cap=4)

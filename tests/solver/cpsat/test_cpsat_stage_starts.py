@@ -8,9 +8,9 @@ import pytest
 
 from pipetab.schedules.validate import validate
 from pipetab.solver.cpsat import idealized_problem
-from pipetab.solver.cpsat.greedy import greedy_schedule, residency, stage_limits
-from pipetab.solver.cpsat.oracle import evaluate_known, memory_check, table_of
-from pipetab.solver.cpsat.starts import greedy_starts
+from pipetab.solver.cpsat.heuristics.greedy import greedy_schedule, residency, stage_limits
+from pipetab.solver.cpsat.heuristics.starts import greedy_starts
+from pipetab.solver.cpsat.model.oracle import evaluate_known, memory_check, table_of
 
 
 def test_residency_and_limits_by_hand():

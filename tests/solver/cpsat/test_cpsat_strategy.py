@@ -16,10 +16,10 @@ from pipetab.solver.cpsat import (
     NoImprovement,
     idealized_problem,
     search,
-    strategy,
 )
-from pipetab.solver.cpsat.model import RawSolve
-from pipetab.solver.cpsat.oracle import evaluate_known
+from pipetab.solver.cpsat.model.cpmodel import RawSolve
+from pipetab.solver.cpsat.model.oracle import evaluate_known
+from pipetab.solver.cpsat.phases import strategy
 from pipetab.solver.simulate import simulate
 
 
@@ -218,7 +218,7 @@ def test_the_model_stands_without_seeds():
 
 
 def test_shared_capped_devices_are_those_with_a_binding_cap_and_several_stages():
-    from pipetab.solver.cpsat.fixed import shared_capped
+    from pipetab.solver.cpsat.phases.fixed import shared_capped
 
     def shared(placement, cap):
         pr = idealized_problem(4, 8, placement, activation_cap=cap)

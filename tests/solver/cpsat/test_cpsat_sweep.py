@@ -1,4 +1,4 @@
-"""The sweep over the microbatches (``cpsat.sweep``): a hand-worked case, and never above
+"""The sweep over the microbatches (``cpsat.model.sweep``): a hand-worked case, and never above
 the optimum of an enumeration of every FIFO order of tiny instances (no CP-SAT)."""
 
 import itertools
@@ -7,8 +7,8 @@ import pytest
 
 from pipetab.schedules.ops import Kind, Op
 from pipetab.solver.cpsat import idealized_problem
-from pipetab.solver.cpsat.oracle import evaluate_known
-from pipetab.solver.cpsat.sweep import sweep_lower_bound
+from pipetab.solver.cpsat.model.oracle import evaluate_known
+from pipetab.solver.cpsat.model.sweep import sweep_lower_bound
 
 
 def test_two_stages_two_microbatches_by_hand():

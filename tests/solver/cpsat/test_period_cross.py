@@ -10,8 +10,8 @@ import pytest
 
 from pipetab.schedules.ops import Kind
 from pipetab.solver.cpsat import CpSatConfig, idealized_problem, search
-from pipetab.solver.cpsat.greedy import warmup_depths
-from pipetab.solver.cpsat.oracle import memory_check
+from pipetab.solver.cpsat.heuristics.greedy import warmup_depths
+from pipetab.solver.cpsat.model.oracle import memory_check
 from pipetab.solver.periodic import checked_span_period, min_period, repeated_simulation
 
 CASES = [
@@ -74,7 +74,7 @@ def test_period_bound_counts_warm_up_and_drain_idle_by_hand():
     at most it and 3 backwards, 7 (idle 3): 24 + 6 + 3 = 33, which 1F1B reaches."""
     from pipetab.schedules import registry
     from pipetab.solver.cpsat import analytic_lower_bound
-    from pipetab.solver.cpsat.oracle import evaluate_known
+    from pipetab.solver.cpsat.model.oracle import evaluate_known
 
     problem = idealized_problem(4, 8, forward=1, backward=2, activation_cap=4, objective="period")
     assert analytic_lower_bound(problem, problem.fixed_placement)[0] == 33

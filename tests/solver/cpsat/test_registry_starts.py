@@ -6,8 +6,8 @@ import time
 
 from pipetab.schedules import registry
 from pipetab.solver.cpsat import idealized_problem
+from pipetab.solver.cpsat.heuristics.starts import registry_schedules
 from pipetab.solver.cpsat.params import StartParams
-from pipetab.solver.cpsat.starts import registry_schedules
 
 
 def names(S: int, B: int) -> list[str]:
@@ -37,7 +37,7 @@ def test_a_search_without_a_model_resumes_the_starts_it_had_no_time_for():
     rest: together exactly the schedules a start phase with all the time judges, and the
     best of them. (The 60-s deadline only has to outlast judging a few tiny schedules.)"""
     from pipetab.solver.cpsat import CpSatConfig
-    from pipetab.solver.cpsat.starts import Pace, more_starts, start_phase
+    from pipetab.solver.cpsat.heuristics.starts import Pace, more_starts, start_phase
     from pipetab.solver.deadline import Deadline
 
     problem = idealized_problem(4, 8, "v", split_backward=True, comm=1, activation_cap=4)
@@ -68,8 +68,8 @@ def test_wide_forward_first_windows_beat_zbv_on_v_under_a_roomy_cap():
     device; the greedy start admitting 5S/2 microbatches forward-first comes within 1 %
     of the bound."""
     from experiments.cpsat_real_set import problem_of
-    from pipetab.solver.cpsat.oracle import evaluate_known
-    from pipetab.solver.cpsat.starts import wide_starts
+    from pipetab.solver.cpsat.heuristics.starts import wide_starts
+    from pipetab.solver.cpsat.model.oracle import evaluate_known
 
     for S in (8, 16):
         problem = problem_of((S, 4, "v", "split", 2, (3, 4, 2), 0))
@@ -103,7 +103,7 @@ def test_every_registry_start_names_its_generator():
     """``generator_of`` takes a start's name back to the registry generator that made it —
     plain, fused into a whole backward, or with its pairs run one at a time — on linear,
     V and bidirectional shapes, split and whole (``seconds`` finds the judged ones by it)."""
-    from pipetab.solver.cpsat.starts import generator_of
+    from pipetab.solver.cpsat.heuristics.starts import generator_of
 
     seen = set()
     for placement in ("linear", "v", "bidirectional"):

@@ -12,18 +12,25 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Sequence
 
-from pipetab.schedules.placements import family_placement
+import numpy as np
 
+from pipetab.schedules import registry
+from pipetab.schedules.arrays import KIND_CODES
+from pipetab.schedules.ops import Kind, Op
+from pipetab.schedules.placements import family_placement
+from pipetab.schedules.schedule import Schedule
+
+from ..model.oracle import KnownEval, evaluate_known
+from ..model.pairing import pairs_only
+from ..params import CpSatConfig, StartParams
 from .greedy import greedy_schedule, microbatch_spacing, stage_limits, warmup_depths
 from .justify import justify, precedence_graph
-from .oracle import KnownEval, evaluate_known
-from .params import CpSatConfig, StartParams
 
 if TYPE_CHECKING:
-    from pipetab.schedules.schedule import Placement, Schedule
+    from pipetab.schedules.schedule import Placement
     from pipetab.solver.deadline import Deadline
 
-    from .problem import Problem
+    from ..problem import Problem
 
 
 # ---- the registry's schedules of a problem --------------------------------------------------
@@ -52,8 +59,6 @@ def registry_schedules(problem: Problem, placement: Placement, probe: tuple[int,
     ``StartParams.time_probe_cells`` devices x microbatches, a generator whose time at
     full size, extrapolated from its times at those sizes, would end past ``until()`` is
     skipped."""
-    from pipetab.schedules import registry
-
     S, B = problem.num_devices, problem.num_microbatches
     fixed = problem.with_placement(placement)
     extra = _registry_options(problem)
@@ -103,12 +108,6 @@ def fused_backward(schedule: Schedule, keep_pairs: bool = False) -> Schedule:
     the B, no later than the split schedule's W freed it, so its peak memory is no
     higher). Named '<name> (W fused into B)'; overlapped pairs are left out unless
     ``keep_pairs`` (then each block less its W is kept where a forward and a backward remain)."""
-    import numpy as np
-
-    from pipetab.schedules.arrays import KIND_CODES
-    from pipetab.schedules.ops import Kind, Op
-    from pipetab.schedules.schedule import Schedule
-
     if not schedule.split_backward:
         return schedule
     blocks: tuple[tuple[Op, ...], ...] = ()
@@ -133,8 +132,6 @@ def as_searched(problem: Problem, known: Sequence[Schedule]) -> list[Schedule]:
         return list(known)
     if not problem.overlap_pairs:
         return [ops_one_at_a_time(k) for k in known]
-    from .pairing import pairs_only
-
     out = []
     for k in known:
         out.append(pairs_only(k))
@@ -166,8 +163,6 @@ def _generation_time(name: str, opts: dict, sizes: tuple[int, int], cells: int, 
     first size per doubling of the devices beyond 8 (V-Half's generator takes 1.1, 1.9 and
     7.0 s for 1,024 cells on 8, 16 and 32 devices; on 64 devices and 256 microbatches
     107 s where the line alone predicted 14)."""
-    from pipetab.schedules import registry
-
     def timed(d: int, b: int) -> float | None:
         t = time.perf_counter()
         try:
@@ -192,8 +187,6 @@ def _generation_time(name: str, opts: dict, sizes: tuple[int, int], cells: int, 
 def _generate(name: str, stages: int, microbatches: int, opts: tuple) -> Schedule:
     """A registry schedule (schedules are immutable: a free-placement search asks for the
     same ones once per placement)."""
-    from pipetab.schedules import registry
-
     return registry.generate(name, stages, microbatches, **dict(opts))
 
 

@@ -17,12 +17,12 @@ from typing import TYPE_CHECKING, Callable
 from pipetab.schedules.memory import memory_change
 from pipetab.schedules.ops import Kind, Op
 
-from .variables import heads_tails, successors
+from ..model.variables import heads_tails, successors
 
 if TYPE_CHECKING:
     from pipetab.schedules.schedule import Placement, Schedule
 
-    from .problem import Problem
+    from ..problem import Problem
 
 
 def greedy_schedule(

@@ -8,21 +8,26 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 from ortools.sat.python import cp_model
 
+from pipetab.schedules.arrays import F_CODE
+from pipetab.schedules.memory import memory_deltas
 from pipetab.schedules.ops import Kind, Op
-from pipetab.schedules.schedule import Placement
+from pipetab.schedules.schedule import Placement, Schedule
 
+from ..engine import SolverSetup, run_solver
+from ..params import ModelParams
 from .cyclic import per_microbatch_work
-from .params import ModelParams
+from .pairing import device_savings
 from .sweep import sweep_lower_bound
 from .variables import heads_tails, lifetime_min, successors
 
 if TYPE_CHECKING:
-    from .problem import Problem
+    from ..problem import Problem
 
 
 def makespan_lower_bound(problem: Problem, placement: Placement | None) -> tuple[int, str]:
@@ -55,8 +60,6 @@ def makespan_lower_bound(problem: Problem, placement: Placement | None) -> tuple
     if placement is not None:
         savings = None
         if problem.overlap_pairs:
-            from .pairing import device_savings
-
             savings = device_savings(problem, placement)
         found += _device_bounds(problem, placement, head, tail, opts, savings)
         cells = sum(n * problem.num_stages[p] for p, n in counts.items())
@@ -392,6 +395,14 @@ def cap_violations(problem: Problem, placement: Placement) -> list[str]:
     return out
 
 
+def activation_scale(problem: Problem) -> float:
+    """``memory_scale`` of the problem's activation parts and capacities: the model's
+    memory demands, capacities and peaks are integers in units of 1/scale."""
+    caps = [problem.cap(d) for d in range(problem.num_devices)]
+    sizes = [x for k in problem.stages for _, x in problem.lifetimes(*k)]
+    return memory_scale(sizes + [c for c in caps if c is not None])
+
+
 def memory_scale(values: list[float]) -> float:
     """Factor making activation sizes and capacities integral (exact for integers; bytes
     are integers; fractional sizes are scaled by up to 1e6)."""
@@ -425,11 +436,48 @@ def min_feasible_cap(problem: Problem, seconds: float = 10.0) -> float:
         for d in range(D):
             m.add(z >= sum(round(act[k] * scale) * x[(k, d)] for k in keys if k[0] == p))
     m.minimize(z)
-    solver = cp_model.CpSolver()
-    solver.parameters.num_workers = 1
-    solver.parameters.max_time_in_seconds = max(0.05, seconds)
-    status = solver.solve(m)
-    if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):  # FEASIBLE: not proven least
-        return solver.objective_value / scale
+    done = run_solver(m, SolverSetup(max(0.05, seconds)))
+    if done.found:  # FEASIBLE: not proven least
+        return done.solver.objective_value / scale
     dealt = Placement(tuple(tuple(s % D for s in range(n)) for n in problem.num_stages), D)
     return max(memory_need(problem, dealt))
+
+
+@dataclass(frozen=True)
+class MemoryCheck:
+    """Peak live activation memory per device (prefix sums over each device's order) and
+    the first violation of a cap, if any."""
+
+    peaks: tuple[float, ...]
+    violation: str | None
+
+    @property
+    def fits(self) -> bool:
+        return self.violation is None
+
+
+def memory_check(problem: Problem, schedule: Schedule) -> MemoryCheck:
+    """Activation memory as ``schedules.memory`` defines it (F allocates at its start, B
+    and W release at their end); on one device ops run one after another, so the live
+    memory at every F start is a prefix sum over the device's order (vectorized: one
+    cumulative sum per device)."""
+    costs = problem.costs
+    keys = schedule.stage_keys
+    size = np.array([costs.activation[k] for k in keys], float)[schedule.stage_ids]
+    part = np.array([costs.weight_part(*k) for k in keys], float)[schedule.stage_ids]
+    kind = schedule.ops.kind
+    delta = memory_deltas(kind, size, part, problem.split_backward)
+    offsets = schedule.offsets
+    peaks, violation = [], None
+    for d in range(schedule.num_devices):
+        a, b = int(offsets[d]), int(offsets[d + 1])
+        live = np.cumsum(delta[a:b])
+        forwards = kind[a:b] == F_CODE
+        peak = float(live[forwards].max()) if forwards.any() else 0.0
+        peaks.append(max(0.0, peak))
+        cap = problem.cap(d)
+        if violation is None and cap is not None and peak > cap + 1e-9:
+            i = int(np.flatnonzero(forwards & (live > cap + 1e-9))[0])
+            violation = (f"device {d} exceeds its activation capacity {cap:g} at op {schedule.ops.op(a + i)} "
+                         f"({float(live[i]):g} live)")
+    return MemoryCheck(tuple(peaks), violation)

@@ -1,5 +1,5 @@
 """Solver-free first kernels of a block, the cyclic phase's upper bounds and hints
-(``steady.block_period``), memory checked afterwards (``cyclic.check_kernel``):
+(``phases.cyclic.block_period``), memory checked afterwards (``cyclic.check_kernel``):
 
 * a list scheduler of one period (modulo scheduling, as compilers pipeline loops): the
   template's ops in chain order, each at the earliest time after its input (and, FIFO,
@@ -24,13 +24,13 @@ import numpy as np
 
 from pipetab.schedules.ops import Kind, Op
 
-from .cyclic import Kernel, check_kernel, template_pipelines
-from .variables import min_lag, predecessor
+from ..model.cyclic import Kernel, check_kernel, template_pipelines
+from ..model.variables import min_lag, predecessor
 
 if TYPE_CHECKING:
     from pipetab.schedules.schedule import Placement
 
-    from .problem import Problem
+    from ..problem import Problem
 
 
 def _chain(problem: Problem, p: int, j: int) -> list[Op]:

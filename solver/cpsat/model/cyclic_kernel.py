@@ -25,6 +25,7 @@ from ortools.sat.python import cp_model
 
 from pipetab.schedules.ops import Kind, Op
 
+from ..engine import SolverSetup, run_solver
 from .bounds import memory_scale
 from .cyclic import copies_bound, op_windows, template_ops, template_pipelines
 from .variables import min_lag, predecessor
@@ -32,8 +33,9 @@ from .variables import min_lag, predecessor
 if TYPE_CHECKING:
     from pipetab.schedules.schedule import Placement
 
-    from .params import CpSatConfig
-    from .problem import Problem
+    from ..params import CpSatConfig
+    from ..problem import Problem
+    from ..result import Status
 
 
 @dataclass(frozen=True)
@@ -42,7 +44,7 @@ class CyclicSolve:
     unknown), the template's starts when a schedule was found, the objective (the
     makespan of the expansion) and the times."""
 
-    status: str
+    status: Status
     starts: dict[Op, int] | None
     value: int | None
     wall_time: float
@@ -222,31 +224,11 @@ class CyclicModel:
     def solve(self, wall: float, det: float | None = None, first: bool = False) -> CyclicSolve:
         """Solve within ``wall`` seconds (``det`` deterministic ones); ``first``: stop at
         the first schedule (a feasibility probe)."""
-        cfg = self.config
-        solver = cp_model.CpSolver()
-        prm = solver.parameters
-        prm.max_time_in_seconds = max(0.01, wall)
-        if det is not None:
-            prm.max_deterministic_time = max(1e-3, det)
-        prm.num_workers = cfg.workers
-        prm.random_seed = cfg.random_seed
-        prm.log_search_progress = cfg.log
-        portfolio = cfg.portfolio()
-        if portfolio:
-            prm.subsolvers.extend(portfolio)
-            if cfg.subsolvers is None and len(portfolio) == cfg.workers:
-                prm.num_full_subsolvers = cfg.workers
-        prm.ignore_subsolvers.append("feasibility_pump")
-        prm.stop_after_first_solution = first
-        for key, value in cfg.extra_params:
-            setattr(prm, key, value)
-        t0 = time.perf_counter()
-        code = solver.solve(self.model)
-        wall_s = time.perf_counter() - t0
-        status = {cp_model.OPTIMAL: "optimal", cp_model.FEASIBLE: "feasible",
-                  cp_model.INFEASIBLE: "infeasible"}.get(code, "unknown")
+        setup = SolverSetup.of(self.config, wall, det, open_search=True, first=first)
+        done = run_solver(self.model, setup)
         starts = value = None
-        if status in ("optimal", "feasible"):
-            starts = {op: int(solver.value(t)) for op, t in zip(self.ops, self.start)}
-            value = int(solver.value(self.makespan))
+        if done.found:
+            starts = {op: int(done.solver.value(t)) for op, t in zip(self.ops, self.start)}
+            value = int(done.solver.value(self.makespan))
+        status, wall_s, solver = done.status, done.wall, done.solver
         return CyclicSolve(status, starts, value, wall_s, solver.response_proto.deterministic_time)

@@ -15,22 +15,23 @@ from typing import TYPE_CHECKING, Sequence
 
 from pipetab.schedules.schedule import Placement, Schedule
 
-from .bounds import cap_violations, safe_horizon, stage_loads
-from .families import devices_identical
-from .fixed import finish, infeasible_cap, search_assumptions, search_fixed
-from .model import CpSatModel
-from .objectives import analytic_lower_bound, objective
-from .oracle import KnownEval, checked, evaluate_known, relabel_microbatches
-from .result import Mode, PhaseRecord, Result, Status
-from .starts import Pace, Start, best_of, judge, start_phase
-from .strategy import solve_record
-from .variables import BuildTimeout
+from ..heuristics.starts import Pace, Start, best_of, judge, start_phase
+from ..model.bounds import cap_violations, safe_horizon, stage_loads
+from ..model.cpmodel import CpSatModel
+from ..model.families import devices_identical
+from ..model.objectives import analytic_lower_bound, objective
+from ..model.oracle import KnownEval, checked, evaluate_known, relabel_microbatches
+from ..model.variables import BuildTimeout
+from ..phases.fixed import finish, infeasible_cap, search_assumptions, search_fixed
+from ..phases.strategy import solve_record
+from ..result import Mode, PhaseRecord, Result, Status
 
 if TYPE_CHECKING:
     from pipetab.solver.deadline import Deadline
 
-    from .params import CpSatConfig
-    from .problem import Problem
+    from ..model.cpmodel import RawSolve
+    from ..params import CpSatConfig
+    from ..problem import Problem
 
 
 def canonical_placements(problem: Problem, limit: int) -> list[Placement] | None:
@@ -117,18 +118,7 @@ def search_free(problem: Problem, config: CpSatConfig, known: Sequence[Schedule]
     label = (f"placement free: all {len(placements)} placements"
              + (" up to relabelling of identical devices" if identical else "")
              + " enumerated, each solved with its placement fixed, pruned by bound")
-    known_pl: dict = {}  # known schedules first (their placements give the first incumbent), then by device load
-    for e in evals:
-        if e.fits:
-            key = (canonical_devices(e.schedule) if identical else e.schedule).placement.stage2device
-            known_pl.setdefault(key, []).append(e)
-    # each placement's cap check and analytic bound are computed when it is visited (5.3 ms apiece at S=8 with
-    # a cap: all 4,140 placements first took 22 s); the order and the bound of placements left unvisited are their loads
-    # (at least the free placement's analytic bound)
-    work = stage_loads(problem)
-    free_lb = analytic_lower_bound(problem, None)[0]  # every placement's, with its load: what an unvisited one counts
-    order = sorted(((pl, max(free_lb, _most_loaded(problem, pl, work))) for pl in placements),
-                   key=lambda x: (x[0].stage2device not in known_pl, x[1]))
+    known_pl, order = _visit_order(problem, evals, placements, identical)
     first_unknown = sum(1 for pl, _ in order if pl.stage2device in known_pl)
     run = _Free()
     best = best_of(evals)
@@ -168,6 +158,25 @@ def search_free(problem: Problem, config: CpSatConfig, known: Sequence[Schedule]
     if identical:
         run.families.add("device symmetry")
     return _free_result(problem, config, deadline, mode, label, run, evals, skipped)
+
+
+def _visit_order(problem: Problem, evals: list[KnownEval], placements, identical: bool) -> tuple[dict, list]:
+    """The fitting known schedules by their placement, and the placements in the order
+    they are visited, each with its load: known schedules' first (their placements give
+    the first incumbent), then by device load. Each placement's cap check and analytic
+    bound are computed when it is visited (5.3 ms apiece at S=8 with a cap: all 4,140
+    placements first took 22 s); the bound of placements left unvisited is their load (at
+    least the free placement's analytic bound)."""
+    known_pl: dict = {}
+    for e in evals:
+        if e.fits:
+            key = (canonical_devices(e.schedule) if identical else e.schedule).placement.stage2device
+            known_pl.setdefault(key, []).append(e)
+    work = stage_loads(problem)
+    free_lb = analytic_lower_bound(problem, None)[0]  # every placement's, with its load: what an unvisited one counts
+    order = sorted(((pl, max(free_lb, _most_loaded(problem, pl, work))) for pl in placements),
+                   key=lambda x: (x[0].stage2device not in known_pl, x[1]))
+    return known_pl, order
 
 
 def _most_loaded(problem: Problem, placement: Placement, work: dict) -> int:
@@ -279,7 +288,14 @@ def _monolithic(problem: Problem, config: CpSatConfig, evals: list[KnownEval], d
     t = time.perf_counter()
     raw = model.solve(*deadline.slice(1.0).limits())
     phases = (PhaseRecord("solve", round(time.perf_counter() - t, 3), (solve_record("solve", config, None, raw),)),)
-    assumptions = search_assumptions(problem, label, model.applied)
+    return _monolithic_result(problem, config, mode, model, raw, best, lb, t0, t_first, evals,
+                              search_assumptions(problem, label, model.applied), phases)
+
+
+def _monolithic_result(problem: Problem, config: CpSatConfig, mode: Mode, model: CpSatModel, raw: RawSolve,
+                       best: KnownEval | None, lb: int, t0: float, t_first: float | None,
+                       evals: list[KnownEval], assumptions, phases) -> Result:
+    """The result of the one model: its schedule where better than the best start."""
     chosen, value = (best.schedule, best.makespan) if best else (None, None)
     if raw.starts is not None:
         cand = model.schedule_from(raw)
@@ -288,7 +304,7 @@ def _monolithic(problem: Problem, config: CpSatConfig, evals: list[KnownEval], d
             chosen, value = cand, ev.makespan
             t_first = t_first if t_first is not None else time.perf_counter() - t0
     fam = tuple(model.applied)
-    if raw.status == "infeasible" and chosen is None:
+    if raw.status is Status.INFEASIBLE and chosen is None:
         return finish(problem, mode, Status.INFEASIBLE, None, None, None, t0, None, assumptions, "no schedule exists",
                       evals, config, phases, fam, lb)
     bound = max(lb, raw.bound) if raw.bound is not None else lb

@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING
 
 from pipetab.schedules.ops import Op
 
-from .variables import successors
+from ..model.variables import successors
 
 if TYPE_CHECKING:
     from pipetab.schedules.schedule import Placement
 
-    from .problem import Problem
+    from ..problem import Problem
 
 
 def mirror_pairs(problem: Problem, placement: Placement) -> list[tuple[Op, Op]] | None:

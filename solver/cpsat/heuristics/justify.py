@@ -14,13 +14,13 @@ from typing import TYPE_CHECKING
 from pipetab.schedules.ops import Kind, Op
 from pipetab.solver.justification import Edge, PrecedenceGraph, double_justify
 
-from .oracle import KnownEval, evaluate_known, relabel_microbatches
-from .variables import min_lag, successors
+from ..model.oracle import KnownEval, evaluate_known, relabel_microbatches
+from ..model.variables import min_lag, successors
 
 if TYPE_CHECKING:
     from pipetab.schedules.schedule import Placement
 
-    from .problem import Problem
+    from ..problem import Problem
 
 
 def precedence_graph(problem: Problem, placement: Placement) -> PrecedenceGraph | None:

@@ -13,15 +13,16 @@ from typing import TYPE_CHECKING, Callable
 
 from pipetab.schedules.ops import Kind, Op
 
-from .bounds import memory_scale
+from .bounds import activation_scale
+from .objectives import objective
 from .precedences import add_makespan, add_no_overlap, add_order_chains, add_order_literals, add_precedences
 from .variables import Variables, lifetime_min
 
 if TYPE_CHECKING:
     from ortools.sat.python import cp_model
 
-    from .params import CpSatConfig
-    from .problem import Problem
+    from ..params import CpSatConfig
+    from ..problem import Problem
 
 
 # ---- memory ------------------------------------------------------------------------------------
@@ -35,10 +36,12 @@ def add_memory(model: cp_model.CpModel, v: Variables, fifo: bool = False) -> lis
     live activations of one stage are a window of consecutive microbatches, so the memory
     windows of ``Problem.window_shifts`` are precedences; on a device that holds a single
     stage whose windows are exact they are the whole memory constraint and replace the
-    cumulative. Returns the forms used."""
-    problem = v.problem
+    cumulative. Under the memory objective (``v.peak``) every device's lifetimes are also
+    held by a cumulative of capacity ``v.peak``, the peak the objective minimizes.
+    Returns the forms used."""
+    problem, peak = v.problem, v.peak
     caps = [problem.cap(d) for d in range(problem.num_devices)]
-    if all(c is None for c in caps):
+    if all(c is None for c in caps) and peak is None:
         return []
     forms: list[str] = []
     exact: set[int] = set()
@@ -46,20 +49,26 @@ def add_memory(model: cp_model.CpModel, v: Variables, fifo: bool = False) -> lis
         exact = _add_fifo_memory_precedences(model, v)
         if exact:
             forms.append("memory as FIFO precedences")
-    sizes = [x for k in problem.stages for _, x in problem.lifetimes(*k)]
-    scale = memory_scale(sizes + [c for c in caps if c is not None])
-    per_device = _lifetimes(model, v, {d for d, c in enumerate(caps) if c is None} | exact, scale)
+    scale = activation_scale(problem)
+    skip = set() if peak is not None else {d for d, c in enumerate(caps) if c is None} | exact
+    per_device = _lifetimes(model, v, skip, scale)
     for d, cap_d in enumerate(caps):
-        if cap_d is None or not per_device[d] or d in exact:
+        if not per_device[d]:
+            continue
+        ivs, dem = zip(*per_device[d])
+        if peak is not None:
+            model.add_cumulative(list(ivs), list(dem), peak)
+        if cap_d is None or d in exact:
             continue
         cap = math.floor(cap_d * scale + 1e-9)
         if cap < 0:
             model.add_bool_or([])  # negative capacity: nothing fits
             continue
-        ivs, dem = zip(*per_device[d])
         model.add_cumulative(list(ivs), list(dem), cap)
         if "cumulative" not in forms:
             forms.append("cumulative")
+    if peak is not None and "cumulative" not in forms:
+        forms.append("cumulative")
     return forms
 
 
@@ -308,8 +317,6 @@ def _mirror(b: Build) -> list[str]:
 
 
 def _objective(b: Build) -> list[str]:
-    from .objectives import objective
-
     objective(b.v.problem).constrain(b.model, b.v, b.orders, b.fifo)
     return []
 
@@ -329,7 +336,8 @@ FAMILIES: tuple[Family, ...] = (
     Family("fixed order", None, lambda b: not b.free_order,
            lambda b: add_order_chains(b.model, b.v, b.orders) or ["order fixed"]),
     # a fixed order's memory does not depend on timing: the evaluator's prefix sums decide it
-    Family("memory", None, lambda b: b.free_order, lambda b: add_memory(b.model, b.v, fifo=b.fifo)),
+    Family("memory", None, lambda b: b.free_order or b.v.peak is not None,
+           lambda b: add_memory(b.model, b.v, fifo=b.fifo)),
     Family("fifo", "fifo", lambda b: b.fifo, lambda b: add_fifo(b.model, b.v) or ["fifo"], FIFO_ASSUMPTION),
     Family("dominance", "dominance", lambda b: b.fifo,
            lambda b: _label("last-stage glue", add_last_stage_glue(b.model, b.v))),

@@ -12,18 +12,18 @@ import threading
 import time
 from typing import TYPE_CHECKING, Sequence
 
-from .model import CpSatModel, RawSolve
-from .objectives import objective
-from .oracle import KnownEval, checked, hint_form
-from .result import SolveRecord, gap_of
-from .variables import BuildTimeout
+from ..model.cpmodel import CpSatModel, RawSolve
+from ..model.objectives import objective
+from ..model.oracle import KnownEval, checked, hint_form
+from ..model.variables import BuildTimeout
+from ..result import SolveRecord, Status, gap_of
 
 if TYPE_CHECKING:
     from pipetab.schedules.schedule import Placement
     from pipetab.solver.deadline import Deadline
 
-    from .params import CpSatConfig
-    from .problem import Problem
+    from ..params import CpSatConfig
+    from ..problem import Problem
 
 
 class StopSignal:
@@ -261,12 +261,12 @@ def bound_phase(problem: Problem, placement: Placement, config: CpSatConfig, sta
         raw = model.solve(wall, det, stop=StopSignal(state, stop, deadline.end), on_solution=state.improved)
         deadline.charge(raw, problem.num_ops)
         rows.append(solve_record("bound", model.config, h, raw))
-        if raw.status == "infeasible":
+        if raw.status is Status.INFEASIBLE:
             proofs.append((h, deadline.cost(raw, problem.num_ops)))
             state.raise_bound(h + 1)
             continue
         state.offer(solution_of(problem, model, raw))
-        if raw.status == "optimal":
+        if raw.status is Status.OPTIMAL:
             state.raise_bound(raw.makespan)
             break
         if raw.bound is not None:  # the probe's model holds every schedule of objective <= h

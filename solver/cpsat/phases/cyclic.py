@@ -1,6 +1,6 @@
 """The cyclic phase of a search on a fixed placement: for each block size k (``cyclic.blocks``)
 the least period P of the periodic schedules of block k, proven by probing the CP-SAT
-model of one period (``cyclic_model``) from the period's lower bound up (galloping, then
+model of one period (``model.cyclic_kernel``) from the period's lower bound up (galloping, then
 bisection: an infeasible probe at P proves P + 1), then the makespan of the expansion
 minimized at that period; the best kernels expanded to the problem's microbatches — the
 warm-up and cool-down of the steady state — re-timed, memory-checked and validated by the
@@ -17,7 +17,9 @@ from typing import TYPE_CHECKING, Sequence
 
 from pipetab.solver.simulate import simulate
 
-from .cyclic import (
+from ..heuristics.justify import justify, precedence_graph
+from ..heuristics.modulo import first_modulo_kernel, regular_kernel
+from ..model.cyclic import (
     Kernel,
     blocks,
     kernel_of,
@@ -29,19 +31,17 @@ from .cyclic import (
     steady_kernel,
     template_size,
 )
-from .cyclic_model import CyclicModel
-from .justify import justify, precedence_graph
-from .modulo import first_modulo_kernel, regular_kernel
-from .oracle import KnownEval, checked
-from .result import CyclicInfo, PhaseRecord, SolveRecord
+from ..model.cyclic_kernel import CyclicModel
+from ..model.oracle import KnownEval, checked
+from ..result import CyclicInfo, PhaseRecord, SolveRecord, Status
 
 if TYPE_CHECKING:
     from pipetab.schedules.schedule import Placement
     from pipetab.solver.deadline import Deadline
 
-    from .params import CpSatConfig
-    from .problem import Problem
-    from .starts import Pace
+    from ..heuristics.starts import Pace
+    from ..params import CpSatConfig
+    from ..problem import Problem
 
 
 @dataclass
@@ -79,6 +79,22 @@ def _probe(problem, placement, block, period, config, deadline: Deadline, out: B
     return raw
 
 
+def _list_kernel(problem: Problem, placement: Placement, block: int, lb: int, params, deadline: Deadline,
+                 seed: Kernel | None) -> Kernel | None:
+    """``seed`` or the list scheduler's kernel of one period (``modulo``) where shorter."""
+    until = None if deadline.deterministic else deadline.end
+    firsts = (lambda: first_modulo_kernel(problem, placement, block, lb, params.modulo_steps, params.modulo_tries,
+                                          until),
+              lambda: regular_kernel(problem, placement, block, lb, params.modulo_tries, until=until))
+    for first in firsts:
+        if seed is not None and seed.period <= lb:
+            break  # at the bound already: neither can do better
+        kernel = first()
+        if kernel is not None and (seed is None or kernel.period < seed.period):
+            seed = kernel
+    return seed
+
+
 def block_period(problem: Problem, placement: Placement, block: int, config: CpSatConfig, deadline: Deadline,
                  seed: Kernel | None = None) -> BlockOutcome:
     """The least period of block ``block`` (module docstring), within ``deadline``;
@@ -91,16 +107,7 @@ def block_period(problem: Problem, placement: Placement, block: int, config: CpS
     params = config.decompose
     lb, why = period_lower_bound(problem, placement, block)
     if template_size(problem, block) <= params.modulo_max_ops:
-        until = None if deadline.deterministic else deadline.end
-        firsts = (lambda: first_modulo_kernel(problem, placement, block, lb, params.modulo_steps, params.modulo_tries,
-                                              until),
-                  lambda: regular_kernel(problem, placement, block, lb, params.modulo_tries, until=until))
-        for first in firsts:
-            if seed is not None and seed.period <= lb:
-                break  # at the bound already: neither can do better
-            kernel = first()
-            if kernel is not None and (seed is None or kernel.period < seed.period):
-                seed = kernel
+        seed = _list_kernel(problem, placement, block, lb, params, deadline, seed)
     out = BlockOutcome(block, lb, why, kernel=seed)
     lo, hi, step, proving = lb, None if seed is None else seed.period, 1, True
     at_bound = hi is not None  # a kernel known: the bound itself first (tight, it propagates best)
@@ -110,7 +117,7 @@ def block_period(problem: Problem, placement: Placement, block: int, config: CpS
         t = time.perf_counter()
         raw = _probe(problem, placement, block, P, config, deadline, out, params.cyclic_probe_share, first=True)
         build_s = max(build_s, time.perf_counter() - t - raw.wall_time)
-        if raw.status == "infeasible":
+        if raw.status is Status.INFEASIBLE:
             lo = P + 1
             out.bound = max(out.bound, lo) if proving else out.bound
             why = "CP-SAT: no periodic schedule of a shorter period"
@@ -214,6 +221,18 @@ def cyclic_phase(problem: Problem, placement: Placement, config: CpSatConfig, de
                            seeds.get(k))
         outcomes.append(out)
         best = min(best, out.rate)
+    evals = _expanded(problem, placement, config, deadline, pace, outcomes)
+    info = _info(outcomes, time.perf_counter() - t, twin.microbatch2pipeline if twin else None)
+    solves = tuple(r for o in outcomes for r in o.solves)
+    note = "; ".join(f"block {o.block}: period {o.period if o.period is not None else '-'} "
+                     f"(bound {o.bound}, {o.why})" for o in outcomes)
+    return evals, PhaseRecord("cyclic", round(time.perf_counter() - t, 3), solves, note), info
+
+
+def _expanded(problem: Problem, placement: Placement, config: CpSatConfig, deadline: Deadline, pace: Pace,
+              outcomes: list[BlockOutcome]) -> list[KnownEval]:
+    """The best kernels expanded to the problem's microbatches, judged and justified."""
+    params = config.decompose
     found = sorted((o for o in outcomes if o.kernel is not None), key=lambda o: o.rate)
     evals = []
     for o in found[:params.cyclic_expansions]:
@@ -230,11 +249,7 @@ def cyclic_phase(problem: Problem, placement: Placement, config: CpSatConfig, de
                       if graph else None)
             if better is not None:
                 evals.append(better)
-    info = _info(outcomes, time.perf_counter() - t, twin.microbatch2pipeline if twin else None)
-    solves = tuple(r for o in outcomes for r in o.solves)
-    note = "; ".join(f"block {o.block}: period {o.period if o.period is not None else '-'} "
-                     f"(bound {o.bound}, {o.why})" for o in outcomes)
-    return evals, PhaseRecord("cyclic", round(time.perf_counter() - t, 3), solves, note), info
+    return evals
 
 
 def _info(outcomes: list[BlockOutcome], wall_s: float, mix: tuple[int, ...] | None = None) -> CyclicInfo | None:

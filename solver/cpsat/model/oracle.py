@@ -12,84 +12,18 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import numpy as np
-
-from pipetab.schedules.arrays import F_CODE
 from pipetab.schedules.evaluate import DeadlockError, Timing
-from pipetab.schedules.memory import memory_deltas
 from pipetab.schedules.ops import Kind, Op
 from pipetab.schedules.schedule import Schedule
 from pipetab.schedules.table import Table, timed_table
 from pipetab.schedules.validate import validate
-from pipetab.solver.simulate import Simulation, simulate
+from pipetab.solver.simulate import simulate
+
+from .bounds import MemoryCheck, memory_check
+from .objectives import SimTiming, objective
 
 if TYPE_CHECKING:
-    from .problem import Problem
-
-
-@dataclass(frozen=True)
-class MemoryCheck:
-    """Peak live activation memory per device (prefix sums over each device's order) and
-    the first violation of a cap, if any."""
-
-    peaks: tuple[float, ...]
-    violation: str | None
-
-    @property
-    def fits(self) -> bool:
-        return self.violation is None
-
-
-def memory_check(problem: Problem, schedule: Schedule) -> MemoryCheck:
-    """Activation memory as ``schedules.memory`` defines it (F allocates at its start, B
-    and W release at their end); on one device ops run one after another, so the live
-    memory at every F start is a prefix sum over the device's order (vectorized: one
-    cumulative sum per device)."""
-    costs = problem.costs
-    keys = schedule.stage_keys
-    size = np.array([costs.activation[k] for k in keys], float)[schedule.stage_ids]
-    part = np.array([costs.weight_part(*k) for k in keys], float)[schedule.stage_ids]
-    kind = schedule.ops.kind
-    delta = memory_deltas(kind, size, part, problem.split_backward)
-    offsets = schedule.offsets
-    peaks, violation = [], None
-    for d in range(schedule.num_devices):
-        a, b = int(offsets[d]), int(offsets[d + 1])
-        live = np.cumsum(delta[a:b])
-        forwards = kind[a:b] == F_CODE
-        peak = float(live[forwards].max()) if forwards.any() else 0.0
-        peaks.append(max(0.0, peak))
-        cap = problem.cap(d)
-        if violation is None and cap is not None and peak > cap + 1e-9:
-            i = int(np.flatnonzero(forwards & (live > cap + 1e-9))[0])
-            violation = (f"device {d} exceeds its activation capacity {cap:g} at op {schedule.ops.op(a + i)} "
-                         f"({float(live[i]):g} live)")
-    return MemoryCheck(tuple(peaks), violation)
-
-
-class SimTiming(Timing):
-    """A ``Timing`` read from a simulation: the op-keyed dictionaries are built only when
-    asked for (``start``, ``end``); ``arrays`` gives the times in the schedule's op order."""
-
-    sim: Simulation
-
-    def __init__(self, sim: Simulation) -> None:
-        object.__setattr__(self, "sim", sim)
-
-    @property  # type: ignore[override]
-    def start(self) -> dict[Op, float]:
-        return self.sim.start
-
-    @property  # type: ignore[override]
-    def end(self) -> dict[Op, float]:
-        return self.sim.end
-
-    @property
-    def makespan(self) -> float:
-        return float(self.sim.end_times.max()) if len(self.sim.end_times) else 0.0
-
-    def arrays(self):
-        return self.sim.start_times, self.sim.end_times
+    from ..problem import Problem
 
 
 @dataclass(frozen=True)
@@ -117,8 +51,6 @@ def evaluate_known(problem: Problem, schedule: Schedule, time_unfit: bool = True
     objective (``objectives``: the step makespan with all-reduce and optimizer tails, or
     the least period), with its memory checked against the problem's caps;
     ``time_unfit=False``: a schedule that breaks a cap is not timed (makespan None)."""
-    from .objectives import objective
-
     t = time.perf_counter()
     mem = memory_check(problem, schedule)
     if not mem.fits and not time_unfit:

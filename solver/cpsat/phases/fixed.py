@@ -5,30 +5,31 @@ assumptions a bound holds under, the solver's record, an infeasible memory cap."
 from __future__ import annotations
 
 import time
-from dataclasses import replace
-from typing import TYPE_CHECKING, Iterable, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Callable, Iterable, Sequence, cast
 
 from pipetab.schedules.placements import FAMILY_LABELS
 from pipetab.solver.costs import Rounding
+from pipetab.solver.pairs import paired_on_order
 
-from .bounds import cap_violations, min_feasible_cap
-from .families import assumptions_of
-from .mirror import mirror_pairs
-from .model import CpSatModel
-from .objectives import analytic_lower_bound, objective
-from .oracle import KnownEval, checked
-from .result import CyclicInfo, KnownGap, Mode, PhaseRecord, Result, SolveLog, SolverInfo, Status, gap_of
-from .starts import Pace, Start, best_of, more_starts, start_phase
-from .steady import cyclic_applies, cyclic_phase
+from ..heuristics.mirror import mirror_pairs
+from ..heuristics.starts import Pace, Start, best_of, judge, more_starts, start_phase
+from ..model.bounds import cap_violations, min_feasible_cap
+from ..model.cpmodel import CpSatModel
+from ..model.families import assumptions_of
+from ..model.objectives import analytic_lower_bound, objective
+from ..model.oracle import KnownEval, checked
+from ..model.variables import BuildTimeout
+from ..result import CyclicInfo, KnownGap, Mode, PhaseRecord, Result, SolveLog, SolverInfo, Status, gap_of
+from .cyclic import cyclic_applies, cyclic_phase
 from .strategy import SearchState, bound_phase, search_phase, solve_record
-from .variables import BuildTimeout
 
 if TYPE_CHECKING:
     from pipetab.schedules.schedule import Placement, Schedule
     from pipetab.solver.deadline import Deadline
 
-    from .params import CpSatConfig
-    from .problem import Problem
+    from ..params import CpSatConfig
+    from ..problem import Problem
 
 
 # ---- what a result says -------------------------------------------------------------------
@@ -141,19 +142,49 @@ def shared_capped(problem: Problem, placement: Placement) -> bool:
 
 
 class _Fixed:
-    """One search on a fixed placement: its problem, start, analytic bound and phases."""
+    """One search on a fixed placement: its problem, start, analytic bound, the phases run
+    so far and the state the bound and search phases share (``PHASES``)."""
 
     def __init__(self, problem: Problem, placement: Placement, config: CpSatConfig, deadline: Deadline,
-                 mode: Mode, label: str, start: Start, pace: Pace):
+                 mode: Mode, label: str, known: Sequence[Schedule], start: Start | None):
         self.problem, self.placement, self.config, self.deadline = problem, placement, config, deadline
-        self.mode, self.label, self.start, self.pace = mode, label, start, pace
-        self.phases = [PhaseRecord("start", start.wall_s, note=start.note)]
-        self.t_first = start.first_fit - deadline.t0 if start.first_fit is not None else None
-        self.lb, self.lb_why = analytic_lower_bound(problem, placement)
+        self.mode, self.label, self.known = mode, label, known
+        self.start = cast("Start", start)  # None until the start phase runs (``PHASES``)
+        self.pace = Pace(deadline, config.start)
+        self.phases: list[PhaseRecord] = []
+        self.t_first: float | None = None
+        self.lb, self.lb_why = 0, ""
         self.cyclic: CyclicInfo | None = None
+        self.fits = False  # whether the full model fits the time left (as the pace last said)
+        self.state: SearchState | None = None
+        strategy = config.strategy
+        self.cyclic_takes_all = (mode is Mode.SEARCH and config.uses("cyclic") and not problem.overlap_pairs
+                                 and problem.num_ops >= strategy.cyclic_all_ops
+                                 and cyclic_applies(problem, config, True))
+        if start is not None:
+            self.pace.measured_from(start.evals)
+            self.started(start)
+
+    def started(self, start: Start) -> None:
+        self.start = start
+        self.phases.append(PhaseRecord("start", start.wall_s, note=start.note))
+        self.t_first = start.first_fit - self.deadline.t0 if start.first_fit is not None else None
+        self.lb, self.lb_why = analytic_lower_bound(self.problem, self.placement)
+
+    @property
+    def best(self) -> KnownEval | None:
+        return self.start.best if self.start is not None else None
+
+    def settled(self) -> Result | None:
+        """The result where a start meets the analytic bound (no phase can do better)."""
+        best = self.best
+        if best is not None and self.lb >= best.makespan:  # type: ignore[operator]
+            return self.finish(Status.OPTIMAL, best.schedule, best.makespan, self.lb,
+                               f"a start meets the analytic bound ({self.lb_why})")
+        return None
 
     def run_cyclic(self, share: float) -> None:
-        """The cyclic phase (``steady``) on ``share`` of the time left: the best of its
+        """The cyclic phase (``phases.cyclic``) on ``share`` of the time left: the best of its
         expanded kernels may become the start's best; what it proved goes into the result."""
         evals, record, self.cyclic = cyclic_phase(self.problem, self.placement, self.config, self.deadline, share,
                                                   self.pace, self.start.evals)
@@ -168,10 +199,6 @@ class _Fixed:
         from the best starts without pairs; its schedule, and its order and the best
         start's with adjacent forward-backward pairs overlapped (``solver.pairs``), join
         the starts."""
-        from pipetab.solver.pairs import paired_on_order
-
-        from .starts import judge
-
         t = time.perf_counter()
         plain = sorted((e for e in self.start.evals if e.fits and not e.schedule.blocks),
                        key=lambda e: e.makespan)  # type: ignore[arg-type,return-value]
@@ -239,7 +266,7 @@ class _Fixed:
         if raw.starts is not None:
             found = checked(problem, model.schedule_from(raw), raw.makespan)
             self.t_first = time.perf_counter() - self.deadline.t0
-        if raw.status == "infeasible":
+        if raw.status is Status.INFEASIBLE:
             return self.finish(Status.INFEASIBLE, None, None, None, "no schedule exists under these constraints",
                                families)
         bound = max(self.lb, raw.bound or self.lb)
@@ -248,73 +275,119 @@ class _Fixed:
         status = Status.OPTIMAL if bound >= found.makespan else Status.FEASIBLE  # type: ignore[operator]
         return self.finish(status, found.schedule, found.makespan, min(bound, found.makespan), "", families)  # type: ignore[type-var]
 
-    def run_phases(self) -> Result:
-        """The bound phase, then (in search mode) the search phase, from the start's best."""
-        problem, placement, config = self.problem, self.placement, self.config
-        state = SearchState(self.start.best, self.lb, config, self.deadline.t0)  # type: ignore[arg-type]
-        rows: list = []
-        t = time.perf_counter()
+    def bound_share(self) -> float:
         searching = self.mode is not Mode.BOUND
-        shared = searching and shared_capped(problem, placement)
-        share = config.strategy.bound_share if searching else 1.0
-        if shared:
-            share = min(share, config.strategy.shared_capped_bound_share)
-        bound_phase(problem, placement, config, state, self.deadline.slice(share), rows, leave_early=searching)
-        self.phases.append(PhaseRecord("bound", round(time.perf_counter() - t, 3), tuple(rows)))
-        if searching and not state.should_stop():
-            rows = []
-            t = time.perf_counter()
-            mirror = mirror_pairs(problem, placement) if shared else None
-            search_phase(problem, placement, config, state, self.deadline.slice(1.0), rows, mirror)
-            self.phases.append(PhaseRecord("search", round(time.perf_counter() - t, 3), tuple(rows)))
-        incumbent, bound = state.snapshot()
+        share = self.config.strategy.bound_share if searching else 1.0
+        if searching and shared_capped(self.problem, self.placement):
+            share = min(share, self.config.strategy.shared_capped_bound_share)
+        return share
+
+    def conclude(self) -> Result:
+        """The result of the bound and search phases: their incumbent and bound."""
+        state = self.state
+        incumbent, bound = state.snapshot()  # type: ignore[union-attr]
         status = Status.OPTIMAL if bound >= incumbent.makespan else Status.FEASIBLE  # type: ignore[operator]
         return self.finish(status, incumbent.schedule, incumbent.makespan, min(bound, incumbent.makespan),  # type: ignore[type-var]
-                           "", state.families, state.stopped_by if not state.done else None)
+                           "", state.families, state.stopped_by if not state.done else None)  # type: ignore[union-attr]
+
+
+# ---- the phases, a list run by one loop ------------------------------------------------------
+def _start(run: _Fixed, share: float) -> None:
+    run.started(start_phase(run.problem, run.placement, run.config, run.known, run.deadline, run.pace, share))
+
+
+def _alone(run: _Fixed, share: float) -> None:
+    run.search_alone_and_pair(share)
+
+
+def _cyclic(run: _Fixed, share: float) -> Result | None:
+    run.run_cyclic(share)
+    cut = run.config.strategy.cyclic_only_ops
+    out = run.settled()
+    if out is None and run.problem.num_ops >= cut and run.best is not None:
+        return run.without_model(f"best start or periodic schedule and analytic bound: the full model is not "
+                                 f"built at {cut:,} ops or more after the cyclic phase")
+    run.fits = run.pace.model_fits()
+    return out
+
+
+def _cyclic_applies(run: _Fixed) -> bool:
+    # the cyclic model runs ops one at a time: where pairs may overlap its proofs would not hold
+    run.fits = fits = run.pace.model_fits()
+    return (run.config.uses("cyclic") and not run.problem.overlap_pairs
+            and cyclic_applies(run.problem, run.config, fits) and (run.mode is not Mode.BOUND or not fits))
+
+
+def _cyclic_share(run: _Fixed) -> float:
+    strategy = run.config.strategy
+    return 1.0 if not run.fits or run.problem.num_ops >= strategy.cyclic_all_ops else strategy.cyclic_share
+
+
+def _no_room(run: _Fixed, share: float) -> Result:
+    return run.without_model("the time limit leaves no time to build the CP-SAT model; best start and analytic bound")
+
+
+def _bound(run: _Fixed, share: float) -> None:
+    t = time.perf_counter()
+    run.state = SearchState(run.best, run.lb, run.config, run.deadline.t0)  # type: ignore[arg-type]
+    rows: list = []
+    bound_phase(run.problem, run.placement, run.config, run.state, run.deadline.slice(share), rows,
+                leave_early=run.mode is not Mode.BOUND)
+    run.phases.append(PhaseRecord("bound", round(time.perf_counter() - t, 3), tuple(rows)))
+
+
+def _search(run: _Fixed, share: float) -> None:
+    rows: list = []
+    t = time.perf_counter()
+    mirror = mirror_pairs(run.problem, run.placement) if shared_capped(run.problem, run.placement) else None
+    search_phase(run.problem, run.placement, run.config, run.state, run.deadline.slice(share), rows, mirror)  # type: ignore[arg-type]
+    run.phases.append(PhaseRecord("search", round(time.perf_counter() - t, 3), tuple(rows)))
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One phase of the search on a fixed placement: whether it runs (``applies``), its
+    share of the time left (``share``: ``Deadline.slice``), whether it runs only while no
+    start meets the analytic bound (``open``), and what it does (``run``: a ``Result``
+    ends the search). Every phase works on the one best-so-far (``_Fixed.start`` and,
+    from the bound phase on, ``_Fixed.state``)."""
+
+    name: str
+    applies: Callable[[_Fixed], bool]
+    share: Callable[[_Fixed], float]
+    run: Callable[[_Fixed, float], Result | None]
+    open: bool = False
+
+
+PHASES = (
+    Phase("start", lambda r: r.start is None,
+          lambda r: r.config.strategy.cyclic_start_share if r.cyclic_takes_all else 1.0, _start),
+    Phase("search alone", lambda r: r.problem.overlap_pairs and r.mode is Mode.SEARCH,
+          lambda r: r.config.strategy.alone_share if r.pace.model_fits() else 1.0, _alone),
+    Phase("cyclic", _cyclic_applies, _cyclic_share, _cyclic, open=True),
+    Phase("no room", lambda r: not r.fits, lambda r: 1.0, _no_room, open=True),
+    Phase("solve", lambda r: r.best is None, lambda r: 1.0, lambda r, share: r.solve_without_start(), open=True),
+    Phase("bound", lambda r: True, _Fixed.bound_share, _bound, open=True),
+    Phase("search", lambda r: r.mode is not Mode.BOUND and not r.state.should_stop(),  # type: ignore[union-attr]
+          lambda r: 1.0, _search),
+)
 
 
 def search_fixed(problem: Problem, placement: Placement, config: CpSatConfig, known: Sequence[Schedule],
                  deadline: Deadline, mode: Mode, label: str | None = None, start: Start | None = None) -> Result:
-    """``search`` or ``bound`` on ``placement`` (module docstring); ``start``: the start
+    """``search`` or ``bound`` on ``placement`` (module docstring): ``PHASES`` in order,
+    each that applies on its share of what the deadline has left; ``start``: the start
     phase already run on this placement (then ``known`` is not judged again)."""
     fixed = problem.with_placement(placement)
     label = label or placement_label(problem, placement)
     violations = cap_violations(fixed, placement)
     if violations:
         return infeasible_cap(fixed, mode, deadline, placement, violations, config, label)
-    pace = Pace(deadline, config.start)
-    strategy = config.strategy
-    cyclic_takes_all = (mode is Mode.SEARCH and config.uses("cyclic") and not fixed.overlap_pairs
-                        and fixed.num_ops >= strategy.cyclic_all_ops and cyclic_applies(fixed, config, True))
-    if start is None:
-        start = start_phase(fixed, placement, config, known, deadline, pace,
-                            strategy.cyclic_start_share if cyclic_takes_all else 1.0)
-    else:
-        pace.measured_from(start.evals)
-    run = _Fixed(fixed, placement, config, deadline, mode, label, start, pace)
-    if fixed.overlap_pairs and mode is Mode.SEARCH:
-        share = config.strategy.alone_share if pace.model_fits() else 1.0
-        run.search_alone_and_pair(share)
-    best = run.start.best
-    if best is not None and run.lb >= best.makespan:  # type: ignore[operator]
-        return run.finish(Status.OPTIMAL, best.schedule, best.makespan, run.lb,
-                          f"a start meets the analytic bound ({run.lb_why})")
-    fits = pace.model_fits()
-    # the cyclic model runs ops one at a time: where pairs may overlap its proofs would not hold
-    if (config.uses("cyclic") and not fixed.overlap_pairs and cyclic_applies(fixed, config, fits)
-            and (mode is not Mode.BOUND or not fits)):
-        run.run_cyclic(1.0 if not fits or fixed.num_ops >= strategy.cyclic_all_ops else strategy.cyclic_share)
-        best = run.start.best
-        if best is not None and run.lb >= best.makespan:  # type: ignore[operator]
-            return run.finish(Status.OPTIMAL, best.schedule, best.makespan, run.lb,
-                              f"a start meets the analytic bound ({run.lb_why})")
-        if fixed.num_ops >= strategy.cyclic_only_ops and best is not None:
-            return run.without_model(f"best start or periodic schedule and analytic bound: the full model is not "
-                                     f"built at {strategy.cyclic_only_ops:,} ops or more after the cyclic phase")
-        fits = pace.model_fits()
-    if not fits:
-        return run.without_model("the time limit leaves no time to build the CP-SAT model; best start and "
-                                 "analytic bound")
-    if best is None:
-        return run.solve_without_start()
-    return run.run_phases()
+    run = _Fixed(fixed, placement, config, deadline, mode, label, known, start)
+    for phase in PHASES:
+        out = run.settled() if phase.open else None
+        if out is None and phase.applies(run):
+            out = phase.run(run, phase.share(run))
+        if out is not None:
+            return out
+    return run.conclude()

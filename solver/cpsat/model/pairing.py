@@ -30,31 +30,17 @@ from typing import TYPE_CHECKING, Iterable
 
 from pipetab.schedules.ops import Kind, Op
 
+from ..problem import _int
+from .variables import PairCandidates, Variables
+
 if TYPE_CHECKING:
     from ortools.sat.python import cp_model
 
     from pipetab.schedules.schedule import Placement, Schedule
 
-    from .problem import Problem
-    from .variables import Variables
+    from ..problem import Problem
 
 StageKey = tuple[int, int]
-
-
-@dataclass(frozen=True)
-class PairCandidates:
-    """The pairs the model may choose: (forward, backward, block ticks) per candidate.
-    ``restricted``: they are not every pair that can occur (too many: only those near the
-    incumbent's), so the model's schedules count and its bounds and proofs do not."""
-
-    pairs: tuple[tuple[Op, Op, int], ...]
-    restricted: bool = False
-
-    def label(self) -> str:
-        if self.restricted:
-            return (f"overlapped pairs: {len(self.pairs)} candidates near the incumbent's pairs "
-                    "(a restriction of the search; its bounds are not used)")
-        return f"overlapped pairs: {len(self.pairs)} candidates, every pair that can occur"
 
 
 def block_ticks(problem: Problem, placement: Placement) -> dict[tuple[StageKey, StageKey], int]:
@@ -62,8 +48,6 @@ def block_ticks(problem: Problem, placement: Placement) -> dict[tuple[StageKey, 
     ops alone: the block's integer time. ``ValueError`` where a block would end before one
     of its ops alone (an op time longer than its own chain): the model's heads, tails and
     lifetimes take each op's time as the least it lasts."""
-    from .problem import _int
-
     out = {}
     for d in range(problem.num_devices):
         held = placement.stages_on(d)
@@ -184,38 +168,6 @@ def device_savings(problem: Problem, placement: Placement) -> dict[int, DeviceSa
         out[d] = DeviceSavings(sum(g * counts[f[0]] for f, g in by_f.items()),
                                sum(g * counts[b[0]] for b, g in by_b.items()), f_share, b_share)
     return out
-
-
-def add_pair_variables(model: cp_model.CpModel, v: Variables, candidates: PairCandidates) -> None:
-    """The pair literals, each paired op's end variable and alone literal, the ops' own
-    intervals made optional (present when alone) and each pair's block interval (present
-    when chosen): ``v.pair_lits``, ``v.ends``, ``v.block_intervals``."""
-    by_op: dict[int, list] = {}
-    for f, b, t in candidates.pairs:
-        v.check()
-        i, j = v.index[f], v.index[b]
-        y = model.new_bool_var(f"pair_{f}_{b}")
-        v.pair_lits[(i, j)] = (y, t)
-        by_op.setdefault(i, []).append(y)
-        by_op.setdefault(j, []).append(y)
-        model.add(v.start[j] == v.start[i]).only_enforce_if(y)
-        d = v.device[i]
-        v.block_intervals.setdefault(d, []).append(  # type: ignore[arg-type]
-            model.new_optional_fixed_size_interval_var(v.start[i], t, y, f"blk_{f}_{b}"))
-    v.ends = [None] * len(v.ops)
-    for i, ys in by_op.items():
-        v.check()
-        alone = model.new_bool_var(f"alone_{v.ops[i]}")
-        model.add(sum(ys) + alone == 1)
-        v.alone[i] = alone
-        v.interval[i] = model.new_optional_fixed_size_interval_var(v.start[i], v.dur[i], alone, f"i_{v.ops[i]}")
-        e = model.new_int_var(0, v.horizon, f"e_{v.ops[i]}")
-        model.add(e >= v.start[i] + v.dur[i])  # a block lasts at least each of its ops (``block_ticks``)
-        model.add(e == v.start[i] + v.dur[i]).only_enforce_if(alone)
-        v.ends[i] = e
-    for (i, j), (y, t) in v.pair_lits.items():
-        model.add(v.ends[i] == v.start[i] + t).only_enforce_if(y)  # type: ignore[operator]
-        model.add(v.ends[j] == v.start[i] + t).only_enforce_if(y)  # type: ignore[operator]
 
 
 def hint_pairs(model: cp_model.CpModel, v: Variables, schedule: Schedule, ends: dict[Op, int]) -> None:

@@ -36,7 +36,7 @@ from pipetab.schedules.ops import Kind, Op
 if TYPE_CHECKING:
     from pipetab.schedules.schedule import Placement
 
-    from .problem import Problem
+    from ..problem import Problem
 
 
 def _chain(extra: np.ndarray, step: np.ndarray) -> np.ndarray:

@@ -16,12 +16,13 @@ from ortools.sat.python import cp_model
 
 from pipetab.schedules.ops import Kind
 
-from .params import DecomposeParams
+from ..engine import SolverSetup, run_solver
+from ..params import DecomposeParams
 
 if TYPE_CHECKING:
     from pipetab.solver.pricing import LayerCosts, Layers
 
-    from .problem import Problem
+    from ..problem import Problem
 
 _DEFAULTS = DecomposeParams()
 
@@ -69,10 +70,11 @@ class LeastSplits:
     rest_bound: float | None  # math.inf: every split is listed
 
 
-def least_splits(shape: Problem, layer_costs: LayerCosts, count: int, deadline: float) -> LeastSplits:
+def least_splits(shape: Problem, layer_costs: LayerCosts, count: int, deadline: float,
+                 workers: int = DecomposeParams.least_workers) -> LeastSplits:
     """Up to ``count`` splits of least ``quick_bound`` until ``deadline``
-    (``time.perf_counter``): ``_quick_bound_model`` solved, the split found forbidden,
-    solved again. The last solve's bound holds for every split not listed, however few
+    (``time.perf_counter``): ``_quick_bound_model`` solved on ``workers`` threads, the
+    split found forbidden, solved again. The last solve's bound holds for every split not listed, however few
     the enumeration reaches (docs/partition.md)."""
     built = _quick_bound_model(shape, layer_costs, deadline)
     if built is None:
@@ -85,10 +87,8 @@ def least_splits(shape: Problem, layer_costs: LayerCosts, count: int, deadline: 
         left = deadline - time.perf_counter()
         if left < 0.05:
             break
-        solver = cp_model.CpSolver()
-        solver.parameters.max_time_in_seconds = left
-        solver.parameters.num_workers = 2
-        status = solver.solve(m)
+        done = run_solver(m, SolverSetup(left, workers=workers))
+        solver, status = done.solver, done.code
         if status == cp_model.INFEASIBLE:
             return LeastSplits(tuple(found), math.inf)  # every split is listed
         b = solver.best_objective_bound

@@ -1,7 +1,7 @@
 """Variables of the CP-SAT model: one fixed-size interval per op (start variable, integer
 duration), placement literals and shared-start optional intervals under free placement,
 activation lifetime intervals, all-reduce starts and transfer lags; the objective adds its
-own (``objectives``: the makespan, the period)."""
+own (``objectives``: the makespan, the period, the peak memory)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
     from pipetab.schedules.schedule import Placement
 
-    from .problem import Problem
+    from ..problem import Problem
 
 
 def successors(op: Op, num_stages: int, split: bool) -> list[Op]:
@@ -111,6 +111,8 @@ class Variables:
     period: cp_model.IntVar | None = None
     first: list[cp_model.IntVar] = field(default_factory=list)  # period: each device's first start
     last: list[cp_model.IntVar] = field(default_factory=list)  # period: each device's last end
+    peak: cp_model.IntVar | None = None  # memory: every device's live activations at most this
+    memory_scale: float = 1.0  # memory: the peak counts units of 1/scale (``bounds.activation_scale``)
     # precedences between op chains (kind, pipeline, stage) under FIFO: (a, c) -> k means
     # op (a, j) ends before op (c, j + k) starts (memory windows, last-stage glue)
     chain_shift: dict[tuple[tuple, tuple], int] = field(default_factory=dict)
@@ -139,7 +141,7 @@ class Variables:
     ) -> "Variables":
         """Every op's start (and interval), placement literals under free placement, the
         objective's own (``objective_variables(model, v, makespan_lb)``, ``objectives``),
-        the all-reduce starts and, with ``pairs`` (``pairing.PairCandidates``; fixed
+        the all-reduce starts and, with ``pairs`` (``PairCandidates``; fixed
         placement), the overlapped pairs the model may choose."""
         v = cls(problem, placement, horizon, makespan_lb, deadline=deadline)
         v.ops = problem.ops
@@ -174,8 +176,6 @@ class Variables:
                     for d in range(D)
                 ])
         if pairs is not None:
-            from .pairing import add_pair_variables
-
             add_pair_variables(model, v, pairs)
         if objective_variables is not None:
             objective_variables(model, v, makespan_lb)
@@ -194,3 +194,51 @@ class Variables:
     def device_ops(self, device: int) -> list[int]:
         """Indices of the ops on ``device`` (fixed placement only)."""
         return [i for i, d in enumerate(self.device) if d == device]
+
+
+@dataclass(frozen=True)
+class PairCandidates:
+    """The pairs the model may choose: (forward, backward, block ticks) per candidate.
+    ``restricted``: they are not every pair that can occur (too many: only those near the
+    incumbent's), so the model's schedules count and its bounds and proofs do not."""
+
+    pairs: tuple[tuple[Op, Op, int], ...]
+    restricted: bool = False
+
+    def label(self) -> str:
+        if self.restricted:
+            return (f"overlapped pairs: {len(self.pairs)} candidates near the incumbent's pairs "
+                    "(a restriction of the search; its bounds are not used)")
+        return f"overlapped pairs: {len(self.pairs)} candidates, every pair that can occur"
+
+
+def add_pair_variables(model: cp_model.CpModel, v: Variables, candidates: PairCandidates) -> None:
+    """The pair literals, each paired op's end variable and alone literal, the ops' own
+    intervals made optional (present when alone) and each pair's block interval (present
+    when chosen): ``v.pair_lits``, ``v.ends``, ``v.block_intervals``."""
+    by_op: dict[int, list] = {}
+    for f, b, t in candidates.pairs:
+        v.check()
+        i, j = v.index[f], v.index[b]
+        y = model.new_bool_var(f"pair_{f}_{b}")
+        v.pair_lits[(i, j)] = (y, t)
+        by_op.setdefault(i, []).append(y)
+        by_op.setdefault(j, []).append(y)
+        model.add(v.start[j] == v.start[i]).only_enforce_if(y)
+        d = v.device[i]
+        v.block_intervals.setdefault(d, []).append(  # type: ignore[arg-type]
+            model.new_optional_fixed_size_interval_var(v.start[i], t, y, f"blk_{f}_{b}"))
+    v.ends = [None] * len(v.ops)
+    for i, ys in by_op.items():
+        v.check()
+        alone = model.new_bool_var(f"alone_{v.ops[i]}")
+        model.add(sum(ys) + alone == 1)
+        v.alone[i] = alone
+        v.interval[i] = model.new_optional_fixed_size_interval_var(v.start[i], v.dur[i], alone, f"i_{v.ops[i]}")
+        e = model.new_int_var(0, v.horizon, f"e_{v.ops[i]}")
+        model.add(e >= v.start[i] + v.dur[i])  # a block lasts at least each of its ops (``block_ticks``)
+        model.add(e == v.start[i] + v.dur[i]).only_enforce_if(alone)
+        v.ends[i] = e
+    for (i, j), (y, t) in v.pair_lits.items():
+        model.add(v.ends[i] == v.start[i] + t).only_enforce_if(y)  # type: ignore[operator]
+        model.add(v.ends[j] == v.start[i] + t).only_enforce_if(y)  # type: ignore[operator]

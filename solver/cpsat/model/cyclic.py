@@ -5,7 +5,7 @@ problem allows, the template's ops and their time windows, the lower bound on th
 of every periodic schedule of block k, the check of a kernel (data dependencies, one op at
 a time per device modulo the period, the memory cap over the cyclic window), the least
 period of a kernel's cyclic orders, and the kernel expanded into a schedule of any number
-of microbatches. ``cyclic_model`` is the CP-SAT model of one period, ``steady`` the search
+of microbatches. ``model.cyclic_kernel`` is the CP-SAT model of one period, ``phases.cyclic`` the search
 (docs/cpsat.md, "The cyclic model").
 """
 
@@ -21,13 +21,14 @@ import numpy as np
 from pipetab.schedules.arrays import KIND_CODES, OpArrays
 from pipetab.schedules.ops import Kind, Op
 from pipetab.schedules.schedule import Schedule
+from pipetab.solver.simulate import simulate
 
 from .variables import heads_tails, min_lag, predecessor
 
 if TYPE_CHECKING:
     from pipetab.schedules.schedule import Placement
 
-    from .problem import Problem
+    from ..problem import Problem
 
 ChainKey = tuple[Kind, int, int]  # (kind, pipeline, stage): one op of every microbatch
 
@@ -398,8 +399,6 @@ def steady_kernel(kernel: Kernel, factor: int = 16) -> Kernel | None:
     kernel's (``kernel_of``). Its period per microbatch is the least the orders allow
     (the maximum cycle mean, which may be a fraction of a tick per block: its block is
     then a multiple), never above the kernel's. None when it is not found."""
-    from pipetab.solver.simulate import simulate
-
     _, _, st, du = kernel.arrays()
     reach = int(st.max() + du.max() - st.min()) // kernel.period + 2
     count = 3 * (reach + 2 * factor) * kernel.block
@@ -411,8 +410,6 @@ def steady_kernel(kernel: Kernel, factor: int = 16) -> Kernel | None:
 
 def _with_microbatches(problem: Problem, count: int, block: int) -> Problem:
     """``problem`` with ``count`` microbatches in its pipelines' pattern."""
-    from dataclasses import replace
-
     pattern = problem.microbatch2pipeline
     return replace(problem, microbatch2pipeline=tuple(pattern[m % block] for m in range(count)))
 

@@ -21,16 +21,16 @@ from pipetab.schedules.ops import Kind, Op
 from pipetab.schedules.schedule import Placement, Schedule
 from pipetab.solver.pricing import LayerCosts, Layers, even_layers, with_layers
 
-from .bounds import cap_violations
-from .objectives import analytic_lower_bound
-from .params import CpSatConfig
+from ..model.bounds import cap_violations
+from ..model.objectives import analytic_lower_bound
+from ..result import PhaseRecord, Result, SolveLog, Status, gap_of
 from .partition_enum import enumerate_partitions, least_splits, quick_bound
-from .result import Mode, PhaseRecord, Result, SolveLog, Status, gap_of
 
 if TYPE_CHECKING:
     from pipetab.solver.deadline import Deadline
 
-    from .problem import Problem
+    from ..params import CpSatConfig
+    from ..problem import Problem
 
 PARTITION_FORMS = "even, free, or layer counts per stage such as 8,8,8,8 (bidirectional: DOWN/UP, e.g. 9,8,8,7/7,8,8,9)"
 
@@ -153,22 +153,16 @@ def _restamp(schedule: Schedule, layers: Layers) -> Schedule:
     return replace(with_layers(schedule, layers), name=f"{schedule.name}@{format_layers(layers)}")
 
 
-def solve_partition(shape: Problem, layer_costs: LayerCosts, partition: Partition,
-                    config: CpSatConfig | None = None, mode: Mode | str = Mode.SEARCH,
-                    known: Sequence[Schedule] = (), *, deadline: Deadline | None = None) -> PartitionSearch:
-    """``search`` (or ``bound``) of ``shape`` — a problem with a fixed placement, its
-    costs replaced — with its stage partition even, fixed or free (module docstring),
-    within ``deadline`` (default: the config's time limit, from now)."""
-    from .api import bound, search
-
-    config = config or CpSatConfig()
-    deadline = deadline or config.deadline()
+def search_partition(shape: Problem, layer_costs: LayerCosts, partition: Partition, config: CpSatConfig,
+                     run: Callable, known: Sequence[Schedule], deadline: Deadline) -> PartitionSearch:
+    """``run`` (``api.search`` or ``api.bound``) on ``shape`` — a problem with a fixed
+    placement, its costs replaced — with its stage partition even, fixed or free (module
+    docstring), within ``deadline``; ``api.solve_partition`` is the public entry."""
     if shape.fixed_placement is None:
         raise ValueError("a partition search needs a fixed placement (linear, bidirectional, ...)")
     if shape.overlap_pairs and partition.mode is PartitionMode.FREE:
         raise ValueError("a free partition search bounds its splits with ops one at a time: overlap_pairs "
                          "needs an even or fixed partition")
-    run = search if Mode(mode) is Mode.SEARCH else bound
     L = layer_costs.num_layers
     if partition.mode is not PartitionMode.FREE:
         layers = (even_layers(L, shape.num_stages) if partition.mode is PartitionMode.EVEN
@@ -209,7 +203,8 @@ class _FreeSplit:
             lb0 = first.lower_bound if first.lower_bound is not None else quick_bound(shape, lc, even)
             self.heap.append((lb0, -1, even, 1, first_s))
         seen, self.searched, enumerated, limit = {even}, 1, 0, p.max_candidates
-        least = least_splits(shape, lc, p.least_splits, time.perf_counter() + p.least_share * self.deadline.wall_left())
+        least = least_splits(shape, lc, p.least_splits, time.perf_counter() + p.least_share * self.deadline.wall_left(),
+                             p.least_workers)
         self._push(least.splits, seen)
         while True:
             # enumerate below the incumbent; when an enumeration stops before the end and its
@@ -237,7 +232,7 @@ class _FreeSplit:
     def _record(self, lay: Layers, quick, res: Result | None, visit: int | None) -> None:
         row = {"layers": format_layers(lay), "quick": quick}
         if res is not None:
-            row.update(status=str(res.status), objective=res.makespan, bound=res.lower_bound)
+            row.update(status=res.status, objective=res.makespan, bound=res.lower_bound)
             self.phases.append(PhaseRecord(f"partition {format_layers(lay)}", round(res.runtime_s, 3),
                                            tuple(res.log.solves()),
                                            f"{res.status}, {res.objective} {res.makespan}, bound {res.lower_bound}"))
@@ -262,7 +257,7 @@ class _FreeSplit:
             problem = partition_problem(self.shape, self.layer_costs, lay)
             if visits == 0:
                 if cap_violations(problem, problem.fixed_placement):  # type: ignore[arg-type]
-                    self.rows.append({"layers": format_layers(lay), "quick": qb, "status": "infeasible"})
+                    self.rows.append({"layers": format_layers(lay), "quick": qb, "status": Status.INFEASIBLE})
                     continue
                 ab, _ = analytic_lower_bound(problem, problem.fixed_placement)
                 if ab > qb:  # visit it again once its turn comes by the stronger bound
@@ -292,7 +287,7 @@ class _FreeSplit:
         log = SolveLog(tuple(self.phases))
         if self.best is None:
             lb = min(bounds) if bounds else None
-            status = (Status.INFEASIBLE if all(r.get("status") == "infeasible" for r in self.rows)
+            status = (Status.INFEASIBLE if all(r.get("status") == Status.INFEASIBLE for r in self.rows)
                       else Status.UNKNOWN)
             res = replace(relabel(first, label), status=status, lower_bound=None if lb in (None, math.inf) else lb,
                           runtime_s=runtime, log=log)

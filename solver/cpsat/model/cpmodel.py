@@ -15,29 +15,24 @@ from ortools.sat.python import cp_model
 from pipetab.schedules.ops import Kind, Op
 from pipetab.schedules.schedule import Placement, Schedule
 
+from ..engine import SolverSetup, run_solver, solver_for
+from ..result import Status
 from .families import FAMILIES, Build
 from .objectives import objective
+from .pairing import chosen_pairs, hint_pairs, pair_candidates
 from .variables import Variables
 
 if TYPE_CHECKING:
     from pipetab.schedules.evaluate import Timing
 
-    from .params import CpSatConfig
-    from .problem import Problem
-
-_STATUS = {
-    cp_model.OPTIMAL: "optimal",
-    cp_model.FEASIBLE: "feasible",
-    cp_model.INFEASIBLE: "infeasible",
-    cp_model.UNKNOWN: "unknown",
-}
-
+    from ..params import CpSatConfig
+    from ..problem import Problem
 
 @dataclass(frozen=True)
 class RawSolve:
     """What one CP-SAT solve returned, without OR-Tools types."""
 
-    status: str
+    status: Status
     makespan: int | None  # the objective's value (the step makespan or the period)
     bound: int | None
     starts: dict[Op, int] | None
@@ -139,8 +134,6 @@ class CpSatModel:
         spec = objective(problem)
         self.pairs = None
         if problem.overlap_pairs and placement is not None and orders is None:
-            from .pairing import pair_candidates
-
             self.pairs = pair_candidates(problem, placement, config.model.pair_limit, around)
         v = self.vars = Variables.build(self.model, problem, placement, self.horizon, makespan_lb,
                                         intervals=not self.fixed_order, deadline=deadline,
@@ -153,7 +146,7 @@ class CpSatModel:
                 self.applied += family.add(build)
         if self.pairs is not None:
             self.applied.append(self.pairs.label())
-        target = spec.target(v)
+        target = spec.expression(v)
         if objective_cap is not None:
             self.model.add(target <= objective_cap)
         self.model.minimize(target)
@@ -189,8 +182,6 @@ class CpSatModel:
             m.add_hint(lit, int(starts[v.ops[a]] < starts[v.ops[c]]))
         ends = {op: round(t) for op, t in timing.end.items()}  # a block's ops end together
         if v.pair_lits:
-            from .pairing import hint_pairs
-
             hint_pairs(m, v, schedule, ends)
         for (p, s, mb, kind), size in v.lifetime_size.items():
             r = Op(kind, p, s, mb)
@@ -207,39 +198,18 @@ class CpSatModel:
         objective(problem).hint(m, v, schedule, starts, ends)
 
     # ---- solve ---------------------------------------------------------------------------
-    def parameters(self, time_limit: float, det_limit: float | None = None, workers: int | None = None):
+    def parameters(self, time_limit: float, det_limit: float | None = None,
+                   workers: int | None = None) -> cp_model.CpSolver:
+        """A solver set up for this model: the config's portfolio (given ``workers``: that
+        many, no portfolio) on free orders, a difference-constraint system on fixed ones."""
         cfg = self.config
-        solver = cp_model.CpSolver()
-        prm = solver.parameters
-        prm.max_time_in_seconds = max(0.01, float(time_limit))
-        if det_limit is not None:
-            prm.max_deterministic_time = max(1e-3, float(det_limit))
-        w = workers or cfg.workers
-        prm.num_workers = w
-        prm.random_seed = cfg.random_seed
-        prm.log_search_progress = cfg.log
-        if workers is None and not self.fixed_order:
-            portfolio = cfg.portfolio()
-            if portfolio:
-                prm.subsolvers.extend(portfolio)
-                if cfg.subsolvers is None and len(portfolio) == w:
-                    # otherwise CP-SAT keeps one of the few threads for LNS and drops the
-                    # bound worker (its log: "1 full problem subsolver")
-                    prm.num_full_subsolvers = w
-        if not self.fixed_order:
-            prm.probing_deterministic_time_limit = cfg.model.probing_det_limit  # ModelParams
-            prm.ignore_subsolvers.append("feasibility_pump")  # it ignores the clock (docs/cpsat.md)
-        for key, value in cfg.extra_params:
-            setattr(prm, key, value)
         if self.fixed_order:
-            # a difference-constraint system: root propagation is the whole solve; presolve
-            # and the LP relaxation only cost time, and the classic linear propagator
-            # settles the chains faster than the new one
-            prm.num_workers = 1
-            prm.cp_model_presolve = False
-            prm.linearization_level = 0
-            prm.new_linear_propagation = False
-        return solver
+            setup = SolverSetup.of(cfg, time_limit, det_limit, workers=workers, portfolio=False,
+                                   difference_system=True)
+        else:
+            setup = SolverSetup.of(cfg, time_limit, det_limit, workers=workers, portfolio=workers is None,
+                                   open_search=True, probing_det_limit=cfg.model.probing_det_limit)
+        return solver_for(setup)
 
     def solve(self, time_limit: float, det_limit: float | None = None, workers: int | None = None,
               stall_s: float | None = None, stop: threading.Event | None = None, on_solution=None) -> RawSolve:
@@ -250,26 +220,25 @@ class CpSatModel:
         early when set (from another thread or a stop rule); ``on_solution``: called with
         the objective of each improving solution."""
         solver = self.parameters(time_limit, det_limit, workers)
-        t0 = time.perf_counter()
-        cb = _Progress(t0, on_solution)
+        cb = _Progress(time.perf_counter(), on_solution)
         if det_limit is not None:
             stall_s = None
         watch = None
         if stall_s is not None or stop is not None:
             watch = _Watch(solver, cb, stall_s, stop)
         try:
-            code = solver.solve(self.model, cb)
+            done = run_solver(self.model, solver, cb)
         finally:
             if watch is not None:
                 watch.stop()
-        wall = time.perf_counter() - t0
+        wall, code = done.wall, done.code
         if code == cp_model.MODEL_INVALID:  # pragma: no cover - a bug in the model builder
             raise RuntimeError(f"CP-SAT rejected the model: {self.model.validate()}")
-        status = _STATUS.get(code, "unknown")
+        status = done.status
         v = self.vars
         value = starts = placement = None
         bound = None
-        if status in ("optimal", "feasible"):
+        if status in (Status.OPTIMAL, Status.FEASIBLE):
             value = round(solver.objective_value)
             starts = {op: int(solver.value(v.start[i])) for i, op in enumerate(v.ops)}
             if v.placement is None:
@@ -287,18 +256,16 @@ class CpSatModel:
                 placement = v.placement
         if self.pairs is not None and self.pairs.restricted:
             # a restriction of the problem: its schedules count, its proofs and bounds do not
-            status = {"optimal": "feasible", "infeasible": "unknown"}.get(status, status)
-        elif status == "optimal":
+            status = {Status.OPTIMAL: Status.FEASIBLE, Status.INFEASIBLE: Status.UNKNOWN}.get(status, status)
+        elif status is Status.OPTIMAL:
             bound = value
-        elif status != "infeasible":
+        elif status is not Status.INFEASIBLE:
             b = solver.best_objective_bound
             if math.isfinite(b):
                 bound = math.ceil(b - 1e-9)
         first = cb.trace[0][0] if cb.trace else None
         pairs: tuple = ()
         if starts is not None and v.pair_lits:
-            from .pairing import chosen_pairs
-
             pairs = chosen_pairs(solver, v)
         return RawSolve(status, value, bound, starts, placement, wall, solver.response_proto.deterministic_time,
                         first, len(cb.trace), stalled=watch is not None and watch.stalled, pairs=pairs)

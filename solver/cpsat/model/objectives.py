@@ -1,0 +1,368 @@
+"""The objectives of the CP-SAT model as data: one ``ModelObjective`` per ``Objective``,
+registered by name in ``OBJECTIVES``, with named methods for everything the model, the
+bounds and the checks need of it. ``makespan``: one synchronous step, every device's end
+plus its optimizer time and every replica group's all-reduce. ``period``: the longest
+device span of a repeated step without a global barrier (the Zero Bubble paper's cost,
+``solver.periodic``); fixed placement only. ``memory``: the largest per-device peak of live
+activations at a makespan the horizon fixes (bytes); fixed placement only.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from pipetab.schedules.evaluate import Timing
+from pipetab.schedules.ops import Kind, Op
+from pipetab.solver import periodic
+from pipetab.solver.simulate import Simulation, simulate
+
+from ..problem import Objective, Problem
+from . import bounds
+from .variables import heads_tails
+
+if TYPE_CHECKING:
+    from ortools.sat.python import cp_model
+
+    from pipetab.schedules.schedule import Placement, Schedule
+    from pipetab.solver.costs import Costs
+
+    from .variables import Variables
+
+
+class ModelObjective:
+    """One objective, registered by name (``register``; ``OBJECTIVES``): ``unit`` of its
+    value (``ticks``: a time; ``bytes``: memory, in the costs' activation unit),
+    ``assumption`` it adds to a bound (None: none), ``free_placement`` (whether one model
+    with placement literals can hold it) and named methods — its variables and
+    constraints in the model and its ``expression`` (what the model minimizes), its value
+    on a simulated schedule (``judge``: model units; ``seconds``: on real-valued costs),
+    its solver-free ``lower_bound``, the horizons, and the hint of its variables."""
+
+    name: Objective
+    unit = "ticks"
+    assumption: str | None = None
+    free_placement = True
+
+    def lower_bound(self, problem: Problem, placement: Placement | None) -> tuple[int, str]:
+        """A solver-free bound of the objective: (bound, which one)."""
+        raise NotImplementedError
+
+    def no_start_horizon(self, problem: Problem, placement: Placement | None) -> int:
+        """Bounds every time of some optimal schedule (no start known)."""
+        return bounds.safe_horizon(problem, placement)
+
+    def model_horizon(self, problem: Problem, placement: Placement, cap: int) -> tuple[int, int | None]:
+        """(horizon, objective cap or None) of the model of schedules of objective at most ``cap``."""
+        return cap, None
+
+    def variables(self, model: cp_model.CpModel, v: Variables, lb: int) -> None:
+        v.makespan = model.new_int_var(max(lb, 0), v.horizon, "makespan")
+
+    def constrain(self, model: cp_model.CpModel, v: Variables, orders, fifo: bool) -> None:
+        return None
+
+    def expression(self, v: Variables):
+        return v.makespan
+
+    def judge(self, problem: Problem, schedule: Schedule, sim: Simulation) -> tuple[int, Timing]:
+        """The objective of a simulated schedule (model units) and its timing."""
+        return round(sim.makespan), SimTiming(sim)
+
+    def hint(self, model: cp_model.CpModel, v: Variables, schedule: Schedule, starts: dict, ends: dict) -> None:
+        return None
+
+    def seconds(self, problem: Problem, schedule: Schedule, costs: Costs) -> float:
+        """The objective of ``schedule`` on real-valued ``costs``."""
+        return simulate(schedule, costs).makespan
+
+
+OBJECTIVES: dict[Objective, ModelObjective] = {}
+
+
+def register(obj: ModelObjective) -> ModelObjective:
+    """Add ``obj`` to ``OBJECTIVES`` under its name."""
+    OBJECTIVES[obj.name] = obj
+    return obj
+
+
+def objective(problem: Problem) -> ModelObjective:
+    """The registered objective of ``problem``."""
+    return OBJECTIVES[problem.objective]
+
+
+def analytic_lower_bound(problem: Problem, placement: Placement | None) -> tuple[int, str]:
+    """The solver-free lower bound of the problem's objective: (bound, which one)."""
+    return objective(problem).lower_bound(problem, placement)
+
+
+# ---- makespan ------------------------------------------------------------------------------
+class SimTiming(Timing):
+    """A ``Timing`` read from a simulation: the op-keyed dictionaries are built only when
+    asked for (``start``, ``end``); ``arrays`` gives the times in the schedule's op order."""
+
+    sim: Simulation
+
+    def __init__(self, sim: Simulation) -> None:
+        object.__setattr__(self, "sim", sim)
+
+    @property  # type: ignore[override]
+    def start(self) -> dict[Op, float]:
+        return self.sim.start
+
+    @property  # type: ignore[override]
+    def end(self) -> dict[Op, float]:
+        return self.sim.end
+
+    @property
+    def makespan(self) -> float:
+        return float(self.sim.end_times.max()) if len(self.sim.end_times) else 0.0
+
+    def arrays(self):
+        return self.sim.start_times, self.sim.end_times
+
+
+class Makespan(ModelObjective):
+    """One synchronous step: every device's end plus its optimizer time and every replica
+    group's all-reduce (the ``makespan`` family bounds ``v.makespan`` below)."""
+
+    name = Objective.MAKESPAN
+
+    def lower_bound(self, problem: Problem, placement: Placement | None) -> tuple[int, str]:
+        return bounds.makespan_lower_bound(problem, placement)
+
+
+register(Makespan())
+
+
+# ---- period --------------------------------------------------------------------------------
+def add_period(model: cp_model.CpModel, v: "Variables", orders=None, fifo: bool = False) -> None:
+    """period >= last_d - first_d on every device d holding ops, with first_d at most the
+    start of each op on d and last_d at least the end of each (minimizing the period
+    makes them the device's first start and last end). Only ops that can be first (F) or
+    last (the release op) count; with fixed ``orders`` each device's first and last op,
+    under ``fifo`` each stage's first F and last release op. Fixed placement only."""
+    problem = v.problem
+    if v.placement is None:
+        raise ValueError("the period objective needs a fixed placement (free placement is decomposed)")
+    rel = problem.release_kind
+    firsts: dict[int, list[int]] = defaultdict(list)
+    lasts: dict[int, list[int]] = defaultdict(list)
+    if orders is not None:
+        for d, order in enumerate(orders):
+            if order:
+                firsts[d].append(v.index[order[0]])
+                lasts[d].append(v.index[order[-1]])
+    elif fifo:
+        for p, mbs in problem.pipeline_microbatches.items():
+            for s in range(problem.num_stages[p]):
+                d = v.placement.device(p, s)
+                firsts[d].append(v.index[Op(Kind.F, p, s, mbs[0])])
+                lasts[d].append(v.index[Op(rel, p, s, mbs[-1])])
+    else:
+        for i, op in enumerate(v.ops):
+            if op.kind is Kind.F:
+                firsts[v.device[i]].append(i)  # type: ignore[index]
+            if op.kind is rel:
+                lasts[v.device[i]].append(i)  # type: ignore[index]
+    for d in firsts:
+        for i in firsts[d]:
+            model.add(v.first[d] <= v.start[i])
+        for i in lasts[d]:
+            model.add(v.last[d] >= v.end(i))
+        model.add(v.period >= v.last[d] - v.first[d])
+
+
+def period_lower_bound(problem: Problem, placement: Placement | None) -> tuple[int, str]:
+    """A device's span holds all of its ops, one at a time; on a device holding one stage
+    s it also holds the warm-up idle: from F(0, s)'s start (FIFO: the device's first op)
+    to B(0, s)'s start at least L = the round trip of microbatch 0 passes, in which only
+    forwards of s can run — at most k of them, k the activations that fit the cap (the
+    (k+1)-th waits for B(0)'s end, ``Problem.window_shifts``) — so span >= load +
+    L - k * F. With more microbatches than k, the drain idle adds to it: from the last
+    forward's start to its backward's start L passes again, and only that forward and the
+    B and W of activations live at its start can run — a with B pending (a >= 1 counts
+    it) and w holding only M_W, a M + w M_W within the cap (``_drain_idle``)."""
+    if placement is None:
+        total = sum(problem.duration(op) for op in problem.ops)
+        return math.ceil(total / problem.num_devices), "total work over devices"
+    load: dict[int, int] = defaultdict(int)
+    for op in problem.ops:
+        load[placement.device(op.pipeline, op.stage)] += problem.duration(op)
+    best, why = 0, ""
+    head, _ = heads_tails(problem, placement)
+    counts = problem.pipeline_counts
+    for d, ld in load.items():
+        idle = 0
+        held = placement.stages_on(d)
+        if len(held) == 1:
+            (p, s), = held
+            f = Op(Kind.F, p, s, 0)
+            k = problem.activations_fit(problem.cap(d), p, s)
+            k = counts[p] if k is None else min(k, counts[p])
+            trip = head[Op(Kind.B, p, s, 0)] - head[f]
+            idle = max(0, trip - k * problem.duration(f))
+            if counts[p] > k:
+                idle += _drain_idle(problem, p, s, trip, k, counts[p], problem.cap(d))
+        if ld + idle > best:
+            best, why = ld + idle, f"load of device {d}" + (" and its warm-up and drain idle" if idle else "")
+    for value, label in _through_paths(problem, placement, counts):
+        if value > best:
+            best, why = value, label
+    return best, why
+
+
+def _through_paths(problem: Problem, placement: Placement, counts: dict[int, int]):
+    """One pipeline, one stage per device: device d's span runs from its first forward to
+    its last op, and holds the path down to a later device e (forwards and messages), all
+    of e's forwards and backwards one after another (e's first forward to its last
+    backward), the path back up to d (messages and backwards) and the W of that last
+    microbatch on d — whichever microbatches are first and last. Yields (value, label)."""
+    if problem.num_pipelines != 1 or any(len(placement.stages_on(d)) != 1 for d in range(problem.num_devices)):
+        return
+    n, count = problem.num_stages[0], counts[0]
+    dev = [placement.device(0, s) for s in range(n)]
+    f = [problem.duration(Op(Kind.F, 0, s, 0)) for s in range(n)]
+    b = [problem.duration(Op(Kind.B, 0, s, 0)) for s in range(n)]
+    w = [problem.duration(Op(Kind.W, 0, s, 0)) if problem.split_backward else 0 for s in range(n)]
+    lag_f = [problem.lag(Op(Kind.F, 0, s, 0), dev[s], dev[s + 1]) for s in range(n - 1)]
+    lag_b = [problem.lag(Op(Kind.B, 0, s + 1, 0), dev[s + 1], dev[s]) for s in range(n - 1)]
+    for d in range(n - 1):
+        down = up = 0
+        for e in range(d + 1, n):
+            down += f[e - 1] + lag_f[e - 1]
+            up += b[e - 1] + lag_b[e - 1]
+            yield (down + count * (f[e] + b[e]) + up + w[d],
+                   f"device {dev[d]}'s span through all forwards and backwards of device {dev[e]}")
+
+
+def _drain_idle(problem: Problem, p: int, s: int, trip: int, k: int, count: int, cap: float | None) -> int:
+    """Least idle of a one-stage device between its last forward's start and that
+    microbatch's backward start (``trip`` apart): ``trip`` minus the most work that fits,
+    the forward plus the B and W of a - 1 other activations and the W of w held ones."""
+    f, b = problem.duration(Op(Kind.F, p, s, 0)), problem.duration(Op(Kind.B, p, s, 0))
+    w_time = problem.duration(Op(Kind.W, p, s, 0)) if problem.split_backward else 0
+    m, m_w = problem.costs.activation[(p, s)], problem.weight_part(p, s)
+    most = 0
+    for a in range(1, k + 1):
+        held = count - a
+        if w_time and m_w > 1e-12 and cap is not None:
+            held = min(held, math.floor((cap - a * m) / m_w + 1e-9))
+        held = max(0, held) if w_time else 0
+        most = max(most, f + (a - 1) * (b + w_time) + held * w_time)
+    return max(0, trip - most)
+
+
+class Period(ModelObjective):
+    """The longest device span of a repeated step without a global barrier (the Zero
+    Bubble paper's cost, ``solver.periodic``); fixed placement only."""
+
+    name = Objective.PERIOD
+    assumption = ("objective: the longest device span from its first op's start to its last op's end "
+                  "(steady state without a global barrier; all-reduce and optimizer not counted)")
+    free_placement = False
+
+    def lower_bound(self, problem: Problem, placement: Placement | None) -> tuple[int, str]:
+        return period_lower_bound(problem, placement)
+
+    def no_start_horizon(self, problem: Problem, placement: Placement | None) -> int:
+        return bounds.period_horizon(problem, placement)  # type: ignore[arg-type]
+
+    def model_horizon(self, problem: Problem, placement: Placement, cap: int) -> tuple[int, int | None]:
+        return bounds.period_horizon(problem, placement, cap), cap
+
+    def variables(self, model: cp_model.CpModel, v: Variables, lb: int) -> None:
+        D = v.problem.num_devices
+        v.makespan = model.new_int_var(0, v.horizon, "makespan")
+        v.period = model.new_int_var(max(lb, 0), v.horizon, "period")
+        v.first = [model.new_int_var(0, v.horizon, f"first_d{d}") for d in range(D)]
+        v.last = [model.new_int_var(0, v.horizon, f"last_d{d}") for d in range(D)]
+
+    def constrain(self, model: cp_model.CpModel, v: Variables, orders, fifo: bool) -> None:
+        add_period(model, v, orders, fifo)
+
+    def expression(self, v: Variables):
+        return v.period
+
+    def judge(self, problem: Problem, schedule: Schedule, sim: Simulation) -> tuple[int, Timing]:
+        """The least integer period of ``schedule``'s per-device orders on the problem's
+        integer costs and the earliest timing reaching it: ``solver.periodic.min_period`` (the
+        exact least span over all timings, starts free) rounded up — with integer durations
+        and lags an integer period P admits an integer timing iff P is at least that — timed
+        by ``periodic_timing``. Gradient all-reduces are not part of the period (the period
+        objective's assumption), so replica groups are left out."""
+        costs = replace(problem.costs, replica_groups=())
+        period = math.ceil(periodic.min_period(schedule, costs) - 1e-9)
+        timing = periodic.periodic_timing(schedule, costs, period)
+        start = {op: round(t) for op, t in timing.start.items()}
+        return period, Timing(start, {op: t + problem.duration(op) for op, t in start.items()})
+
+
+    def hint(self, model: cp_model.CpModel, v: Variables, schedule: Schedule, starts: dict, ends: dict) -> None:
+        firsts = [min((starts[op] for op in o), default=0) for o in schedule.orders]
+        lasts = [max((ends[op] for op in o), default=0) for o in schedule.orders]
+        for d in range(v.problem.num_devices):
+            model.add_hint(v.first[d], firsts[d])
+            model.add_hint(v.last[d], lasts[d])
+        model.add_hint(v.period, max(b - a for a, b in zip(firsts, lasts)))
+
+    def seconds(self, problem: Problem, schedule: Schedule, costs: Costs) -> float:
+        return periodic.min_period(schedule, replace(costs, replica_groups=()))
+
+
+register(Period())
+
+
+# ---- peak memory ---------------------------------------------------------------------------
+class PeakMemory(ModelObjective):
+    """The largest per-device peak of live activation memory (``schedules.memory``'s
+    accounting) among schedules whose step ends by the model's horizon: "least peak memory
+    at a fixed makespan" (``api.least_peak_memory``), beside "least makespan under a memory
+    cap" (``Makespan`` with the problem's caps). The peak is a model variable
+    (``Variables.peak``, integer units of 1/``Variables.memory_scale``) holding every
+    device's cumulative of activation lifetimes (``families.add_memory``); fixed placement."""
+
+    name = Objective.MEMORY
+    unit = "bytes"
+    assumption = "objective: the largest per-device peak of live activations, the step ending by the horizon"
+    free_placement = False
+
+    def lower_bound(self, problem: Problem, placement: Placement | None) -> tuple[int, str]:
+        """A forward allocates its whole activation at its start: every stage's fits."""
+        scale = bounds.activation_scale(problem)
+        most = max((problem.costs.activation[k] for k in problem.stages), default=0.0)
+        return math.ceil(most * scale - 1e-9), "the largest activation of one stage"
+
+    def model_horizon(self, problem: Problem, placement: Placement, cap: int) -> tuple[int, int | None]:
+        return bounds.safe_horizon(problem, placement), cap
+
+    def variables(self, model: cp_model.CpModel, v: Variables, lb: int) -> None:
+        problem = v.problem
+        v.makespan = model.new_int_var(0, v.horizon, "makespan")
+        v.memory_scale = scale = bounds.activation_scale(problem)
+        total = sum(round(problem.costs.activation[k] * scale) * problem.pipeline_counts[k[0]]
+                    for k in problem.stages)
+        v.peak = model.new_int_var(max(lb, 0), max(lb, total), "peak")
+
+    def expression(self, v: Variables):
+        return v.peak
+
+    def judge(self, problem: Problem, schedule: Schedule, sim: Simulation) -> tuple[int, Timing]:
+        return _scaled_peak(problem, schedule), SimTiming(sim)
+
+    def hint(self, model: cp_model.CpModel, v: Variables, schedule: Schedule, starts: dict, ends: dict) -> None:
+        model.add_hint(v.peak, _scaled_peak(v.problem, schedule))
+
+    def seconds(self, problem: Problem, schedule: Schedule, costs: Costs) -> float:
+        """Not a time: the peak on ``costs`` (bytes)."""
+        return max(bounds.memory_check(problem.with_costs(costs), schedule).peaks, default=0.0)
+
+
+register(PeakMemory())
+
+
+def _scaled_peak(problem: Problem, schedule: Schedule) -> int:
+    peak = max(bounds.memory_check(problem, schedule).peaks, default=0.0)
+    return round(peak * bounds.activation_scale(problem))
