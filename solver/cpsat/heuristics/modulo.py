@@ -1,17 +1,10 @@
 """Solver-free first kernels of a block, the cyclic phase's upper bounds and hints
-(``phases.cyclic.block_period``), memory checked afterwards (``cyclic.check_kernel``):
-
-* a list scheduler of one period (modulo scheduling, as compilers pipeline loops): the
-  template's ops in chain order, each at the earliest time after its input (and, FIFO,
-  after the same op of the pipeline's previous template microbatch) whose phases modulo
-  the period are free on its device;
-* regular kernels: every template microbatch's chain at fixed waits (after each forward's
-  input, at the turn from the last forward to the backwards, after each backward's input),
-  the template microbatches at offsets within the period. On bidirectional placements
-  with messages the list scheduler's forwards, each as early as it can, collide with the
-  other direction's; one slot of wait per forward hop interleaves the two directions
-  exactly (S=32, F:B = 1:2, a message of 1: period 6, the devices' load, where CP-SAT's
-  model of one period found none in 60 s).
+(``phases.cyclic.block_period``), memory checked afterwards (``cyclic.check_kernel``): a
+list scheduler of one period (modulo scheduling: the template's ops in chain order, each at
+the earliest time whose phases modulo the period are free on its device, FIFO kept), and
+regular kernels (each template microbatch's chain at fixed waits, the microbatches at
+offsets within the period: on bidirectional placements with messages one slot of wait per
+forward hop interleaves the two directions, docs/cpsat.md, "The cyclic model").
 """
 
 from __future__ import annotations

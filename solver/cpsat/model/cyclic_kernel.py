@@ -1,16 +1,10 @@
-"""The CP-SAT model of one period of a periodic schedule (``cyclic``): the template's ops
-of a block of k microbatches at a fixed period P. Each op's start is t = phase + P * q
-(phase in [0, P)); one op at a time per device modulo P (each op and its copy one period
-later in one no-overlap: two copies of every op suffice on a circle, docs/cpsat.md); the
-data dependencies with their transfer lags inside a microbatch; FIFO across the block
-(the k-th op of a kind on a stage is microbatch k's, without loss of generality as in the
-full model) with the wrap to the next block; the memory cap over the cyclic window (each
-activation part's lifetime is n whole periods plus a remainder r: n copies live at every
-phase, one more on an arc of length r — the arc and its copy in a cumulative over two
-periods, the whole copies as a constant demand), or, on a device holding one stage under
-FIFO, exactly as windows (F of microbatch i + c after the release of i). The objective is
-the makespan of the first B microbatches of the periodic schedule (the last template
-op's end plus its whole blocks).
+"""The CP-SAT model of one period of a periodic schedule (``cyclic``; docs/cpsat.md, "The
+cyclic model"): the template's ops of a block of k microbatches at a fixed period P, each
+op's start phase + P * q (phase in [0, P)); one op at a time per device modulo P (each op
+and its copy one period later in one no-overlap); the dependencies with their lags; FIFO
+across the block with the wrap to the next; the memory cap over the cyclic window (a part
+living n periods plus r: n copies at every phase, one more on an arc of length r), or as
+windows on a one-stage device. The objective is the makespan of the first B microbatches.
 """
 
 from __future__ import annotations

@@ -1,26 +1,19 @@
-"""Overlapped forward-backward pairs chosen by the CP-SAT model (``Problem.overlap_pairs``).
+"""Overlapped forward-backward pairs chosen by the CP-SAT model (``Problem.overlap_pairs``;
+docs/cpsat.md, "Overlapped pairs").
 
-Where the costs hold an op's communication (``Costs.chains``: expert parallelism's
-all-to-all), a forward and a backward of different microbatches on one device may run as one
-block (``Schedule.blocks``): the block takes ``Costs.block_time`` of the two, starts when
-the device is free and every input of both has arrived, and both ops end with it (the
-simulator's semantics). Here the model chooses which forward pairs with which backward: one
-literal per candidate pair, the two ops then share their start, both end at the block's end,
-and the device's no-overlap holds the block's interval instead of the two ops' own.
+Where the costs hold an op's communication (``Costs.chains``), a forward and a backward of
+different microbatches on one device may run as one block taking ``Costs.block_time``: one
+literal per candidate pair; the two ops then share their start and end with the block, and
+the device's no-overlap holds the block's interval instead of theirs.
 
-Which pairs can occur at all, under FIFO (every stage runs each kind in microbatch order,
-without loss of generality: ``families.add_fifo``, whose relabelling keeps blocks, since a
-block's cost depends only on its ops' stages): a forward F(x, a) and a backward B(y, c) of one
-pipeline pair only when c comes before a (B(y, c) needs F(x, c) or the forward chain through
-it done, so F(x, a) cannot start with it if a <= c), and on the earlier stage u = min(x, y)
-the activations of c..a are all live when the block starts. So a - c + 1 is at most what the
-device's cap holds of stage u (``Problem.activations_fit``): the candidates up to that offset
-are every pair an optimal schedule can use. Forwards and backwards of two pipelines (both
-directions of a bidirectional placement) may pair at any distance. When the candidates
-exceed the limit, only those near the incumbent's pairs are kept: such a model searches a
-restriction, so its schedules count and its bounds and proofs are dropped. Blocks with a W
-(a forward, a backward and its W) are not candidates: a bound of this model is a bound over
-schedules whose blocks are forward-backward pairs.
+The candidates are every pair an optimal schedule can use: under FIFO (a block's cost depends
+only on its ops' stages, so the relabelling keeps blocks) F(x, a) pairs with B(y, c) of one
+pipeline only if c < a, and on the earlier stage u = min(x, y) the activations of c..a are
+all live when the block starts, so a - c + 1 is at most ``Problem.activations_fit`` of u.
+Two pipelines' ops pair at any distance. Above the limit only candidates near the
+incumbent's pairs are kept: that model searches a restriction, so its bounds and proofs are
+dropped. Blocks with a W are no candidates: a bound here holds over schedules whose blocks
+are forward-backward pairs.
 """
 
 from __future__ import annotations
