@@ -180,8 +180,7 @@ def memory_front(problem: Problem, caps: Sequence[int | None], config: CpSatConf
 def solve_partition(shape: Problem, layer_costs: LayerCosts, partition: Partition,
                     config: CpSatConfig | None = None, mode: Mode | str = Mode.SEARCH,
                     known: Sequence[Schedule] = (), *, deadline: Deadline | None = None) -> PartitionSearch:
-    """``search`` (or ``bound``) of ``shape`` (placement fixed, costs replaced) with its stage
-    partition even, fixed or free (``decompose.partition``)."""
+    """``search`` or ``bound`` of ``shape`` with its stage partition even, fixed or free."""
     config = config or CpSatConfig()
     run = search if Mode(mode) is Mode.SEARCH else bound
     return search_partition(shape, layer_costs, partition, config, run, known, deadline or config.deadline())
@@ -320,8 +319,7 @@ def _answer(shape: Problem, real: Costs, mode: Mode, tick: float, found: Result,
 
 def _status(found: Result, proof: Result, seconds: float | None, lb: float | None, rounding: float | None,
             tick: float) -> tuple[Status, str]:
-    """``optimal`` only where the bound meets the real-valued time; otherwise ``feasible``
-    with a message saying how much of the gap the ticks can explain."""
+    """``optimal`` only where the bound meets the real time; else ``feasible``, saying what ticks explain."""
     if proof.status is Status.INFEASIBLE:
         return Status.INFEASIBLE, proof.message
     if seconds is None:

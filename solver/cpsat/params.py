@@ -305,8 +305,7 @@ class CpSatConfig:
 
     @classmethod
     def from_toml(cls, path: str | Path, **overrides: Any) -> "CpSatConfig":
-        """A config read from a TOML file (module docstring), ``overrides`` on top;
-        ``ValueError`` naming an unknown key."""
+        """A config from a TOML file, ``overrides`` on top; ``ValueError`` naming an unknown key."""
         doc = tomllib.loads(Path(path).read_text(encoding="utf-8"))
         return cls.from_dict({**doc, **overrides})
 

@@ -55,8 +55,7 @@ class KnownGap:
 
 @dataclass(frozen=True)
 class SolveRecord:
-    """One CP-SAT solve of a phase: subsolvers, seed, horizon probed (bound phase), status,
-    value and bound (model units), times, and whether it was stopped for lack of progress."""
+    """One CP-SAT solve: search, seed, horizon, status, value and bound (model units), times."""
 
     phase: str
     search: str
@@ -75,8 +74,7 @@ class SolveRecord:
 
 @dataclass(frozen=True)
 class PhaseRecord:
-    """One phase (``start``, ``bound``, ``search``, ``solve``, a placement or a partition of a
-    decomposition): its wall time, its solves, what it found."""
+    """One phase of a search or decomposition: its wall time, its solves, what it found."""
 
     name: str
     wall_s: float
@@ -90,8 +88,7 @@ class PhaseRecord:
 
 @dataclass(frozen=True)
 class SolverInfo:
-    """How a result was computed: workers, seed, portfolio, limits, the model families applied,
-    and the stop rule that ended the search (None: the time limit or a proof)."""
+    """How a result was computed, and the stop rule that ended it (None: time limit or proof)."""
 
     workers: int = 1
     random_seed: int = 0

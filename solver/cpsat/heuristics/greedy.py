@@ -163,8 +163,7 @@ class _ListScheduler:
         self.seq += 1
 
     def _choose(self, d: int) -> Op | None:
-        """The first ready op of device ``d`` by priority that memory and the warm-up
-        depth allow (the others stay ready)."""
+        """Device ``d``'s first ready op by priority that memory and warm-up depth allow."""
         skipped, chosen = [], None
         B = self.problem.num_microbatches
         while self.ready[d]:

@@ -335,8 +335,7 @@ def best_of(evals: Iterable[KnownEval]) -> KnownEval | None:
 
 @dataclass
 class Start:
-    """What the start phase judged, its best that fits, a note and its wall time; ``pending``:
-    the sources it had no time for (``more_starts`` resumes them)."""
+    """What the start judged, its best that fits, note, wall time; ``pending``: sources left."""
 
     evals: list[KnownEval]
     best: KnownEval | None
@@ -346,8 +345,7 @@ class Start:
     pending: _Sources | None = None
 
     def adopt(self, evals: Iterable[KnownEval]) -> None:
-        """``best``: the best of it and ``evals`` that fits (schedules a later phase found,
-        which are not known schedules, are not added to ``evals``)."""
+        """``best``: the best that fits of it and ``evals`` (not added to ``evals``)."""
         self.best = best_of([*evals, *([self.best] if self.best is not None else [])])
 
 
@@ -377,14 +375,12 @@ class _Sources:
         self.params = params
 
     def resume(self) -> None:
-        """The registry's schedules not yet judged first (one skipped as too slow is tried again),
-        then the greedy ones left."""
+        """Unjudged registry schedules first (one skipped as slow is retried), then the greedy ones left."""
         registry = self._registry
         self.sources = [registry(False), registry(True), *self.greedy] if registry else self.greedy
 
     def judge(self, pace: Pace, limit: float) -> list[KnownEval]:
-        """Judge the sources' schedules while each is predicted to end by ``limit`` (by
-        ``hard`` while none fits); the new judged ones."""
+        """Judge while each is predicted to end by ``limit`` (``hard`` while none fits); the new ones."""
         self.limit = limit
         new: list[KnownEval] = []
         for step, schedules in self.sources:

@@ -16,7 +16,6 @@ from ortools.sat.python import cp_model
 from pipetab.schedules.arrays import F_CODE
 from pipetab.schedules.memory import memory_deltas
 from pipetab.schedules.ops import Kind, Op
-from pipetab.schedules.schedule import Placement, Schedule
 
 from ..engine import SolverSetup, run_solver
 from ..params import ModelParams
@@ -26,6 +25,8 @@ from .sweep import sweep_lower_bound
 from .variables import heads_tails, lifetime_min, successors
 
 if TYPE_CHECKING:
+    from pipetab.schedules.schedule import Placement, Schedule
+
     from ..problem import Problem
 
 
@@ -147,11 +148,10 @@ def _device_bounds(problem: Problem, placement: Placement, head: dict[Op, int], 
         fit = problem.activations_fit(problem.cap(placement.device(p, 0)), p, 0)
         if fit is None or not 2 <= fit + 1 <= n:
             continue
-        k = fit + 1
         L = lifetime_min(problem, placement, p, 0, problem.chain_release(p, 0))
-        q, r = divmod(n - 1, k - 1)
+        q, r = divmod(n - 1, fit)  # fit + 1 activations overflow the cap
         f0 = problem.duration(Op(Kind.F, p, 0, 0))
-        out.append((q * max(L, (k - 1) * f0) + r * f0 + L + opts[placement.device(p, 0)],
+        out.append((q * max(L, fit * f0) + r * f0 + L + opts[placement.device(p, 0)],
                     f"memory chain on stage 0 of pipeline {p}"))
     return out
 
@@ -233,8 +233,7 @@ def _least_time_holding(area: float, cap: float, act: float, h: int, f: int, r: 
         return 0
 
     def held(T: int) -> float:
-        """The most area ticks [0, T) hold; past both windows, the cap times T less the
-        windows' shortfalls (which no longer depend on T)."""
+        """The most area ticks [0, T) hold (past both windows: cap x T less their shortfalls)."""
         n = min(T, window)
         t = np.arange(n)
         begun = np.where(t >= h, (t - h) // f + 1 if f else k, 0)
@@ -402,8 +401,7 @@ def min_feasible_cap(problem: Problem, seconds: float = 10.0) -> float:
     done = run_solver(m, SolverSetup(max(0.05, seconds)))
     if done.found:  # FEASIBLE: not proven least
         return done.solver.objective_value / scale
-    dealt = Placement(tuple(tuple(s % D for s in range(n)) for n in problem.num_stages), D)
-    return max(memory_need(problem, dealt))
+    return max(memory_need(problem, problem.dealt))
 
 
 @dataclass(frozen=True)

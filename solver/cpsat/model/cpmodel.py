@@ -46,8 +46,7 @@ class RawSolve:
 
 
 class _Progress(cp_model.CpSolverSolutionCallback):
-    """Records time and objective of each improving solution (kept light) and passes
-    the objective to ``on_solution`` when given."""
+    """Time and objective of each improving solution, passed to ``on_solution`` when given."""
 
     def __init__(self, t0: float, on_solution=None):
         super().__init__()
@@ -67,8 +66,7 @@ class _Progress(cp_model.CpSolverSolutionCallback):
 
 
 class _Watch:
-    """Stops ``solver`` after ``stall_s`` without a new solution or once ``stop`` is set (a
-    thread polling 10 times a second; CP-SAT's stop is thread-safe)."""
+    """Stops ``solver`` after ``stall_s`` without a solution or once ``stop`` is set (polls at 10 Hz)."""
 
     def __init__(self, solver: cp_model.CpSolver, progress: _Progress, stall_s: float | None,
                  stop: threading.Event | None):
@@ -177,14 +175,13 @@ class CpSatModel:
         for (p, s, mb, kind), size in v.lifetime_size.items():
             r = Op(kind, p, s, mb)
             m.add_hint(size, ends[r] - starts[Op(Kind.F, p, s, mb)])
-        pl_of = schedule.placement
-        step = max((ends[op] + problem.optimizer(pl_of.device(op.pipeline, op.stage)) for op in v.ops), default=0)
+        step = max((ends[op] + problem.optimizer(pl.device(op.pipeline, op.stage)) for op in v.ops), default=0)
         for g_i, g in enumerate(problem.costs.replica_groups):
             members = set(g.stages)
             ar = max((ends[op] for op in v.ops if op.kind is rel and (op.pipeline, op.stage) in members), default=0)
             m.add_hint(v.ar[g_i], ar)
             t = round(g.allreduce_time)
-            step = max([step] + [ar + t + problem.optimizer(pl_of.device(p, s)) for p, s in members])
+            step = max([step] + [ar + t + problem.optimizer(pl.device(p, s)) for p, s in members])
         m.add_hint(v.makespan, step)
         objective(problem).hint(m, v, schedule, starts, ends)
 
@@ -260,6 +257,7 @@ class CpSatModel:
                         first, len(cb.trace), stalled=watch is not None and watch.stalled, pairs=pairs)
 
     def schedule_from(self, raw: RawSolve, name: str = "cpsat") -> Schedule:
-        """The schedule of a solution: its placement, per device its ops by start, and the
-        overlapped pairs it chose as blocks."""
+        """A solution's schedule: its placement, each device's ops by start, its pairs as blocks."""
+        if raw.placement is None or raw.starts is None:
+            raise ValueError(f"the solve found no schedule ({raw.status})")
         return self.problem.schedule_by_starts(name, raw.placement, raw.starts, raw.pairs)

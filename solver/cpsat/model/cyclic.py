@@ -31,8 +31,7 @@ ChainKey = tuple[Kind, int, int]  # (kind, pipeline, stage): one op of every mic
 
 
 def pattern_period(problem: Problem) -> int:
-    """The least n with microbatch m on the pipeline of microbatch m mod n for every m
-    (1 for one pipeline; Chimera's split repeats every S microbatches)."""
+    """The least n with microbatch m on microbatch m mod n's pipeline (Chimera's split: S)."""
     mb2p = problem.microbatch2pipeline
     B = len(mb2p)
     for n in range(1, B + 1):
@@ -67,8 +66,7 @@ def mixed_twin(problem: Problem) -> Problem | None:
 
 
 def relabelled(schedule: Schedule, labels: Sequence[int]) -> Schedule:
-    """``schedule`` with microbatch m taking pipeline ``labels[m]``, each pipeline's r-th
-    microbatch staying its r-th."""
+    """``schedule`` with microbatch m on pipeline ``labels[m]`` (each pipeline's r-th stays r-th)."""
     src, dst = np.asarray(schedule.microbatch2pipeline), np.asarray(labels)
     mapping = np.empty(len(src), np.int64)
     for p in np.unique(src):
@@ -141,8 +139,7 @@ def period_lower_bound(problem: Problem, placement: Placement, block: int,
 
 
 def per_microbatch_work(problem: Problem, placement: Placement) -> tuple[dict, dict]:
-    """Per pipeline and device, one microbatch's load and its activations' sum of size x
-    least lifetime."""
+    """Per pipeline and device: a microbatch's load and its sum of size x least lifetime."""
     head, _ = heads_tails(problem, placement)
     load: dict[int, list[int]] = {}
     held: dict[int, list[float]] = {}
@@ -162,8 +159,7 @@ def per_microbatch_work(problem: Problem, placement: Placement) -> tuple[dict, d
 
 # ---- time windows of the template's ops ---------------------------------------------------
 def _fit(problem: Problem, placement: Placement, p: int, s: int) -> int | None:
-    """How many whole periods' worth of copies of an activation of stage (p, s) its
-    device's cap holds (its largest part alone); None without a cap."""
+    """Periods' worth of copies of an activation of (p, s) its device's cap holds; None uncapped."""
     cap = problem.cap(placement.device(p, s))
     parts = [x for _, x in problem.lifetimes(p, s)]
     if cap is None or not parts:
@@ -218,8 +214,7 @@ def copies_bound(problem: Problem, placement: Placement, period: int, windows) -
 # ---- kernels -----------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Kernel:
-    """A periodic schedule (module docstring): ``start`` of every template op (see
-    ``template_ops``), repeated every ``period``."""
+    """A periodic schedule: ``start`` of each template op (``template_ops``), every ``period``."""
 
     problem: Problem
     placement: Placement

@@ -102,6 +102,7 @@ def _add_fifo_memory_precedences(model: cp_model.CpModel, v: Variables) -> set[i
     capacity of its device. Returns the devices holding one stage whose windows are exact."""
     problem = v.problem
     exact: set[int] = set()
+    assert v.placement is not None  # FAMILIES: fixed placement only
     for d in range(problem.num_devices):
         keys = v.placement.stages_on(d)
         cap = problem.cap(d)
@@ -169,8 +170,7 @@ def add_device_symmetry(model: cp_model.CpModel, v: Variables) -> bool:
 
 
 def devices_identical(problem: Problem) -> bool:
-    """Whether every device has the same capacity, persistent memory and optimizer time and
-    every link the same cost (device labels are then interchangeable)."""
+    """Whether all devices (caps, memory, optimizer) and links are alike: labels interchangeable."""
     c = problem.costs
     D = problem.num_devices
     return (

@@ -245,8 +245,7 @@ def _drain_idle(problem: Problem, p: int, s: int, trip: int, k: int, count: int,
 
 
 class Period(ModelObjective):
-    """The longest device span of a repeated step without a global barrier (the Zero
-    Bubble paper's cost, ``solver.periodic``); fixed placement only."""
+    """The longest device span of a repeated step without barrier (Zero Bubble's cost)."""
 
     name = Objective.PERIOD
     assumption = ("objective: the longest device span from its first op's start to its last op's end "

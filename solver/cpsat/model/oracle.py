@@ -88,8 +88,7 @@ def relabel_microbatches(schedule: Schedule, timing: Timing) -> tuple[Schedule, 
 
 
 def glue_last_stages(problem: Problem, schedule: Schedule) -> Schedule:
-    """A FIFO schedule with each last-stage-only device running each B right after its F
-    (``families.add_last_stage_glue``: never slower)."""
+    """A FIFO schedule with last-stage-only devices running each B right after its F."""
     if problem.split_backward:
         return schedule
     pl = schedule.placement
@@ -133,8 +132,7 @@ def table_of(problem: Problem, schedule: Schedule, timing) -> Table:
 
 
 def checked(problem: Problem, schedule: Schedule, claimed: int | None) -> KnownEval:
-    """Re-time ``schedule`` with the evaluator, check memory, validate its table, and
-    assert the evaluator's objective is no worse than the solver's ``claimed``."""
+    """``schedule`` re-timed, memory-checked and validated; its objective no worse than ``claimed``."""
     ev = evaluate_known(problem, schedule)
     if ev.makespan is None:
         raise RuntimeError(f"solver returned a schedule that deadlocks: {ev.error}")

@@ -37,10 +37,9 @@ StageKey = tuple[int, int]
 
 
 def block_ticks(problem: Problem, placement: Placement) -> dict[tuple[StageKey, StageKey], int]:
-    """Per (forward stage, backward stage) on one device whose block is shorter than the two
-    ops alone: the block's integer time. ``ValueError`` where a block would end before one
-    of its ops alone (an op time longer than its own chain): the model's heads, tails and
-    lifetimes take each op's time as the least it lasts."""
+    """Per (forward stage, backward stage) on one device whose block is shorter than its ops in
+    turn: its integer time. ``ValueError`` where a block would end before one of its ops alone
+    (the model takes each op's time as the least it lasts)."""
     out = {}
     for d in range(problem.num_devices):
         held = placement.stages_on(d)
@@ -86,9 +85,9 @@ def _offset(f: Op, b: Op, rank: dict[int, int]) -> int:
 
 def pair_candidates(problem: Problem, placement: Placement, limit: int,
                     around: Schedule | None = None) -> PairCandidates | None:
-    """The candidate pairs (module docstring); None when no pair gains. Above ``limit``
-    candidates, only those whose microbatch distance is within one of a distance
-    ``around``'s pairs use on the same two stages, or at most 2 (``restricted``)."""
+    """The candidate pairs (module docstring); None when no pair gains. Above ``limit``, only
+    those within one microbatch of a distance ``around``'s pairs use on the same stages, or at
+    most 2 (``restricted``)."""
     ticks = block_ticks(problem, placement)
     if not ticks:
         return None
@@ -122,11 +121,9 @@ def pair_candidates(problem: Problem, placement: Placement, limit: int,
 
 @dataclass(frozen=True)
 class DeviceSavings:
-    """What overlapped pairs can save on one device: ``forwards`` (every forward at its
-    best pair) and ``backwards`` (every backward at its best), each an upper bound, since a
-    forward pairs with one backward and a backward with one forward; ``forward_share`` and
-    ``backward_share``: the least saving per tick of a forward (of a backward; 0 where the
-    device also runs W's, which never pair) — what a tick run by an op alone forgoes."""
+    """Upper bounds of what pairs save on one device: ``forwards`` (each at its best pair) and
+    ``backwards``; ``forward_share``/``backward_share``: the least saving per tick of each (0
+    where the device runs W's), what a tick of an op alone forgoes."""
 
     forwards: int
     backwards: int
@@ -164,8 +161,7 @@ def device_savings(problem: Problem, placement: Placement) -> dict[int, DeviceSa
 
 
 def hint_pairs(model: cp_model.CpModel, v: Variables, schedule: Schedule, ends: dict[Op, int]) -> None:
-    """Hint the pair literals, alone literals and end variables from ``schedule``'s blocks
-    (its forward-backward pairs) and its ops' ``ends``."""
+    """Hint pair, alone and end variables from ``schedule``'s blocks and its ops' ``ends``."""
     chosen = {(v.index[b[0]], v.index[b[1]]) for b in schedule.blocks if len(b) == 2}
     for key, (y, _) in v.pair_lits.items():
         model.add_hint(y, int(key in chosen))
@@ -181,9 +177,8 @@ def chosen_pairs(solver: cp_model.CpSolver, v: Variables) -> tuple[tuple[Op, Op]
 
 
 def pairs_only(schedule: Schedule) -> Schedule:
-    """``schedule`` with only its forward-backward pair blocks kept (a block holding a W, or
-    a backward with its W, runs as its ops one after the other): a schedule of the class the
-    model searches. Named as such when something changed."""
+    """``schedule`` with only its forward-backward blocks kept (others run op by op): a schedule
+    of the class the model searches, renamed when changed."""
     keep = tuple(b for b in schedule.blocks
                  if len(b) == 2 and b[0].kind is Kind.F and b[1].kind is Kind.B)
     if keep == schedule.blocks:

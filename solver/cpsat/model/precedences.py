@@ -63,14 +63,13 @@ def _free_lag(model: cp_model.CpModel, v: Variables, pred: Op, op: Op):
             model.add_bool_or([xa[d].Not(), xb[e].Not(), y])
             terms.append(t * y)
             aux.append(("pair", y, d, e))
-    expr = sum(terms) if terms else 0
-    v.lag_vars[key] = (expr, aux)
-    return expr
+    total: cp_model.LinearExprT = sum(terms) if terms else 0
+    v.lag_vars[key] = (total, aux)
+    return total
 
 
 def add_precedences(model: cp_model.CpModel, v: Variables) -> None:
-    """Each op starts after its data predecessor ends plus the transfer time when the two
-    stages sit on different devices."""
+    """Each op after its data predecessor ends, plus the transfer time across devices."""
     problem = v.problem
     for i, op in enumerate(v.ops):
         v.check()
@@ -110,7 +109,7 @@ def add_no_overlap(model: cp_model.CpModel, v: Variables, makespan_intervals: bo
             continue
         ivs = [v.interval[i] for i in v.device_ops(d)] if v.placement is not None else [alts[d] for alts in v.alt]
         ivs += v.block_intervals.get(d, [])
-        if makespan_intervals:
+        if makespan_intervals and v.makespan is not None:
             opt = problem.optimizer(d)
             ivs.append(model.new_interval_var(
                 v.makespan - opt, v.horizon - v.makespan + opt, v.horizon, f"tail_d{d}"))
@@ -154,6 +153,7 @@ def add_order_literals(model: cp_model.CpModel, v: Variables, limit: int) -> fro
     problem = v.problem
     by_pipe = problem.pipeline_microbatches
     chains_on = {}
+    assert v.placement is not None  # FAMILIES: fixed placement only
     for d in range(problem.num_devices):
         held = v.placement.stages_on(d)
         if len(held) == 1:

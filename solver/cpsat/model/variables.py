@@ -102,7 +102,7 @@ class Variables:
     x: dict[tuple[int, int], list[cp_model.IntVar]] = field(default_factory=dict)
     alt: list[list[cp_model.IntervalVar]] = field(default_factory=list)
     lag: dict[tuple[Op, Op], object] = field(default_factory=dict)  # int or LinearExpr
-    lag_vars: dict[tuple[Kind, int, int], tuple[cp_model.IntVar, list]] = field(default_factory=dict)
+    lag_vars: dict[tuple[Kind, int, int], tuple[cp_model.LinearExprT, list]] = field(default_factory=dict)
     lifetime_size: dict[tuple[int, int, int, Kind], cp_model.IntVar] = field(default_factory=dict)
     ar: list[cp_model.IntVar] = field(default_factory=list)
     makespan: cp_model.IntVar | None = None
@@ -125,8 +125,7 @@ class Variables:
     _steps: int = 0
 
     def check(self) -> None:
-        """Called in the builder's loops: past ``deadline`` (looked at every 2048 calls)
-        the build stops with ``BuildTimeout``."""
+        """In the builder's loops: past ``deadline`` (checked every 2048 calls) raise ``BuildTimeout``."""
         self._steps += 1
         if self.deadline is not None and not self._steps & 2047 and time.perf_counter() > self.deadline:
             raise BuildTimeout("the time limit ran out while building the CP-SAT model")
@@ -162,9 +161,9 @@ class Variables:
                 v.interval.append(model.new_fixed_size_interval_var(s, d, f"i_{op}"))
             v.device.append(None if placement is None else placement.device(op.pipeline, op.stage))
         if placement is None:
-            for p, s in problem.stages:
-                v.x[(p, s)] = [model.new_bool_var(f"x_p{p}s{s}_d{d}") for d in range(D)]
-                model.add_exactly_one(v.x[(p, s)])
+            for p, st in problem.stages:
+                v.x[(p, st)] = [model.new_bool_var(f"x_p{p}s{st}_d{d}") for d in range(D)]
+                model.add_exactly_one(v.x[(p, st)])
             for i, op in enumerate(v.ops):
                 lits = v.x[(op.pipeline, op.stage)]
                 v.alt.append([
@@ -194,8 +193,7 @@ class Variables:
 
 @dataclass(frozen=True)
 class PairCandidates:
-    """The pairs the model may choose, (forward, backward, block ticks); ``restricted``: not
-    every pair that can occur, so the model's bounds and proofs do not count."""
+    """(forward, backward, block ticks) per pair; ``restricted``: a cut set, bounds do not count."""
 
     pairs: tuple[tuple[Op, Op, int], ...]
     restricted: bool = False
