@@ -194,25 +194,23 @@ def _shape_fits(probe: Schedule, problem: Problem) -> bool:
 
 # ---- the model's own list schedules ---------------------------------------------------------
 def greedy_starts(problem: Problem, placement: Placement, params: StartParams = StartParams(),
-                  until: Callable[[], float] | None = None) -> Iterator[Schedule]:
+                  until: Callable[[], float | None] | None = None) -> Iterator[Schedule]:
     """The model's greedy memory-aware list schedules: the reserving one-microbatch-window kinds
     first (they never deadlock and fit any feasible cap); with a split backward on one stage per
     device Zero Bubble style ones (warm-up depths from ``warmup_depths`` plus 0 or 1); least-slack
     ones (``slack_starts``: first with several stages per device, else last); wider windows and
     forward-first priorities. ``until()``: when each gives up (perf_counter; default never)."""
     B, D = problem.num_microbatches, problem.num_devices
-    limit = until or (lambda: None)  # type: ignore[assignment,return-value]
+    limit: Callable[[], float | None] = until or (lambda: None)
     capped = any(problem.cap(d) is not None for d in range(D))
     if capped:
         yield from filter(None, [greedy_schedule(problem, placement, None, True, "greedy-reserve", reserve=True,
                                                  until=limit())])
-    depths = warmup_depths(problem) if problem.split_backward else None
+    depths = (warmup_depths(problem) if problem.split_backward else None) or ()
     for extra in (0, 1) if depths else ():
-        s = greedy_schedule(problem, placement, None, name=f"greedy-zb{extra}", priority="BFW",
-                            inflight={(0, s): n + extra for s, n in enumerate(depths)},  # type: ignore[arg-type]
-                            until=limit())
-        if s is not None:
-            yield s
+        yield from filter(None, [greedy_schedule(problem, placement, None, name=f"greedy-zb{extra}", priority="BFW",
+                                                 inflight={(0, s): n + extra for s, n in enumerate(depths)},
+                                                 until=limit())])
     several = len(problem.stages) > D
     if several:
         yield from slack_starts(problem, placement, capped, params, limit)
@@ -222,9 +220,8 @@ def greedy_starts(problem: Problem, placement: Placement, params: StartParams = 
         for bf in (True, False):
             if w == 1 and not bf:
                 continue
-            s = greedy_schedule(problem, placement, w, bf, name=f"greedy-w{w}{'' if bf else '-ff'}", until=limit())
-            if s is not None:
-                yield s
+            name = f"greedy-w{w}{'' if bf else '-ff'}"
+            yield from filter(None, [greedy_schedule(problem, placement, w, bf, name=name, until=limit())])
     if capped:
         yield from filter(None, [greedy_schedule(problem, placement, None, False, "greedy-reserve-ff", reserve=True,
                                                  until=limit())])
@@ -232,17 +229,16 @@ def greedy_starts(problem: Problem, placement: Placement, params: StartParams = 
         yield from slack_starts(problem, placement, capped, params, limit)
 
 
-def wide_starts(problem: Problem, placement: Placement, until: Callable[[], float] | None = None
+def wide_starts(problem: Problem, placement: Placement, until: Callable[[], float | None] | None = None
                 ) -> Iterator[Schedule]:
     """Forward-first list schedules admitting 5D/2 and 3D microbatches: on V under a cap of 2S
     within 1 % of the bound where ZB-V and narrower windows are not (docs/cpsat.md). Judged last."""
     B, D = problem.num_microbatches, problem.num_devices
-    limit = until or (lambda: None)  # type: ignore[assignment,return-value]
+    limit: Callable[[], float | None] = until or (lambda: None)
     for w in sorted({5 * D // 2, 3 * D} - {D, 2 * D}):
         if w < B:
-            s = greedy_schedule(problem, placement, w, False, name=f"greedy-w{w}-ff", until=limit())
-            if s is not None:
-                yield s
+            yield from filter(None, [greedy_schedule(problem, placement, w, False, name=f"greedy-w{w}-ff",
+                                                     until=limit())])
 
 
 def slack_starts(problem: Problem, placement: Placement, capped: bool,
@@ -262,10 +258,9 @@ def slack_starts(problem: Problem, placement: Placement, capped: bool,
         if depth is not None and depth not in limits:
             limits[depth] = stage_limits(problem, placement, depth)
         inflight = None if depth is None else limits[depth]
-        s = greedy_schedule(problem, placement, None, name=f"greedy-slack{k:.2f}" + (f"-d{depth:g}" if depth else ""),
-                            inflight=inflight, slack={p: k * u for p, u in spacing.items()}, until=until())
-        if s is not None:
-            yield s
+        yield from filter(None, [greedy_schedule(
+            problem, placement, None, name=f"greedy-slack{k:.2f}" + (f"-d{depth:g}" if depth else ""),
+            inflight=inflight, slack={p: k * u for p, u in spacing.items()}, until=until())])
 
 
 def auto_known(problem: Problem, placement: Placement) -> list[Schedule]:

@@ -294,10 +294,6 @@ def _start(run: _Fixed, share: float) -> None:
     run.started(start_phase(run.problem, run.placement, run.config, run.known, run.deadline, run.pace, share))
 
 
-def _alone(run: _Fixed, share: float) -> None:
-    run.search_alone_and_pair(share)
-
-
 def _cyclic(run: _Fixed, share: float) -> Result | None:
     run.run_cyclic(share)
     cut = run.config.strategy.cyclic_only_ops
@@ -321,8 +317,7 @@ def _cyclic_share(run: _Fixed) -> float:
     return 1.0 if not run.fits or run.problem.num_ops >= strategy.cyclic_all_ops else strategy.cyclic_share
 
 
-def _no_room(run: _Fixed, share: float) -> Result:
-    return run.without_model("the time limit leaves no time to build the CP-SAT model; best start and analytic bound")
+NO_ROOM = "the time limit leaves no time to build the CP-SAT model; best start and analytic bound"
 
 
 def _bound(run: _Fixed, share: float) -> None:
@@ -359,9 +354,10 @@ PHASES = (
     Phase("start", lambda r: r.start is None,
           lambda r: r.config.strategy.cyclic_start_share if r.cyclic_takes_all else 1.0, _start),
     Phase("search alone", lambda r: r.problem.overlap_pairs and r.mode is Mode.SEARCH,
-          lambda r: r.config.strategy.alone_share if r.pace.model_fits() else 1.0, _alone),
+          lambda r: r.config.strategy.alone_share if r.pace.model_fits() else 1.0,
+          lambda r, share: r.search_alone_and_pair(share)),
     Phase("cyclic", _cyclic_applies, _cyclic_share, _cyclic, open=True),
-    Phase("no room", lambda r: not r.fits, lambda r: 1.0, _no_room, open=True),
+    Phase("no room", lambda r: not r.fits, lambda r: 1.0, lambda r, share: r.without_model(NO_ROOM), open=True),
     Phase("solve", lambda r: r.best is None, lambda r: 1.0, lambda r, share: r.solve_without_start(), open=True),
     Phase("bound", lambda r: True, _Fixed.bound_share, _bound, open=True),
     Phase("search", lambda r: r.mode is not Mode.BOUND and not r.state.should_stop(),  # type: ignore[union-attr]
