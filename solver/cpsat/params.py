@@ -39,32 +39,26 @@ FAMILIES_OFF = (
 
 
 # ---- stop rules: (elapsed s, s since the last improvement, gap or None) -> stop? ----------
-def _positive(rule, value: float) -> None:
-    if not value > 0:
-        raise ValueError(f"{type(rule).__name__} seconds must be > 0, got {value!r}")
-
-
 @dataclass(frozen=True)
-class MaxRuntime:
-    """Stop once ``seconds`` of wall-clock time have passed."""
-
+class _Seconds:
     seconds: float
 
     def __post_init__(self) -> None:
-        _positive(self, self.seconds)
+        if not self.seconds > 0:
+            raise ValueError(f"{type(self).__name__} seconds must be > 0, got {self.seconds!r}")
+
+
+@dataclass(frozen=True)
+class MaxRuntime(_Seconds):
+    """Stop once ``seconds`` of wall-clock time have passed."""
 
     def __call__(self, elapsed_s: float, since_improvement_s: float, gap: float | None) -> bool:
         return elapsed_s >= self.seconds
 
 
 @dataclass(frozen=True)
-class NoImprovement:
+class NoImprovement(_Seconds):
     """Stop once neither the best schedule nor the bound has improved for ``seconds``."""
-
-    seconds: float
-
-    def __post_init__(self) -> None:
-        _positive(self, self.seconds)
 
     def __call__(self, elapsed_s: float, since_improvement_s: float, gap: float | None) -> bool:
         return since_improvement_s >= self.seconds

@@ -54,7 +54,6 @@ class SearchState:
         self.stopped_by: str | None = None
         self.families: tuple[str, ...] = ()  # of the first model built
         self.build_s = 0.0  # the longest model build so far
-        self.build_timeouts = 0
         self._probe: tuple[int, threading.Event] | None = None
 
     @property
@@ -188,13 +187,7 @@ def search_phase(problem: Problem, placement: Placement, config: CpSatConfig, st
                                                   deadline=deadline.end, around=incumbent))
         if model is None:
             break
-        hint_incumbent(model, problem, incumbent)
-        wall, det = deadline.limits()
-        raw = model.solve(wall, det, stall_s=stall_s, stop=StopSignal(state, deadline=deadline.end),
-                          on_solution=state.improved)
-        deadline.charge(raw, problem.num_ops)
-        rows.append(solve_record("search", cfg, None, raw))
-        state.offer(solution_of(problem, model, raw))
+        raw = _hinted_solve(problem, model, state, deadline, rows, "search", 1.0, stall_s)
         state.raise_bound(raw.bound)
         if not raw.stalled or deadline.left() < stall_s / 2:
             break  # finished, or too little time for a restart to get past presolve
@@ -208,15 +201,21 @@ def _mirror_solve(problem, placement, config, state, deadline: Deadline, rows, m
     incumbent, bound = state.snapshot()
     model = _built(state, lambda: build_model(problem, placement, config, incumbent.makespan, bound,
                                               deadline=deadline.end, mirror=mirror, around=incumbent))
-    if model is None:
-        return
-    hint_incumbent(model, problem, incumbent)
+    if model is not None:
+        _hinted_solve(problem, model, state, deadline, rows, "search (mirror)", share)
+
+
+def _hinted_solve(problem: Problem, model: CpSatModel, state: SearchState, deadline: Deadline, rows: list,
+                  phase: str, share: float, stall_s: float | None = None) -> RawSolve:
+    """``model`` hinted with the incumbent, solved on ``share`` of the limits; its schedule offered."""
+    hint_incumbent(model, problem, state.snapshot()[0])
     wall, det = deadline.limits()
-    wall, det = wall * share, None if det is None else det * share
-    raw = model.solve(wall, det, stop=StopSignal(state, deadline=deadline.end), on_solution=state.improved)
+    raw = model.solve(wall * share, None if det is None else det * share, stall_s=stall_s,
+                      stop=StopSignal(state, deadline=deadline.end), on_solution=state.improved)
     deadline.charge(raw, problem.num_ops)
-    rows.append(solve_record("search (mirror)", config, None, raw))
+    rows.append(solve_record(phase, model.config, None, raw))
     state.offer(solution_of(problem, model, raw))
+    return raw
 
 
 def bound_phase(problem: Problem, placement: Placement, config: CpSatConfig, state: SearchState,
@@ -266,7 +265,6 @@ def _built(state: "SearchState", build) -> CpSatModel | None:
     try:
         model = build()
     except BuildTimeout:
-        state.build_timeouts += 1
         return None
     state.build_s = max(state.build_s, model.build_s)
     state.families = state.families or tuple(a for a in model.applied if not a.startswith("mirror"))
