@@ -8,7 +8,7 @@ import math
 import threading
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from ortools.sat.python import cp_model
 
@@ -65,11 +65,17 @@ class _Progress(cp_model.CpSolverSolutionCallback):
         return now - (self.trace[-1][0] if self.trace else 0.0)
 
 
+class Stop(Protocol):
+    """What ends a solve early once set: an event, or a ``strategy.StopSignal``."""
+
+    def is_set(self) -> bool: ...
+
+
 class _Watch:
     """Stops ``solver`` after ``stall_s`` without a solution or once ``stop`` is set (polls at 10 Hz)."""
 
     def __init__(self, solver: cp_model.CpSolver, progress: _Progress, stall_s: float | None,
-                 stop: threading.Event | None):
+                 stop: Stop | None):
         self.stalled = False
         self._done = threading.Event()
 
@@ -200,7 +206,7 @@ class CpSatModel:
         return solver_for(setup)
 
     def solve(self, time_limit: float, det_limit: float | None = None, workers: int | None = None,
-              stall_s: float | None = None, stop: threading.Event | None = None, on_solution=None) -> RawSolve:
+              stall_s: float | None = None, stop: Stop | None = None, on_solution=None) -> RawSolve:
         """Solve within ``time_limit`` wall-clock s (and ``det_limit`` deterministic s); ``stall_s``:
         stop once no better solution came for that long (``RawSolve.stalled``; not under a
         deterministic limit: irreproducible); ``stop``: an event ending the solve when set;
