@@ -121,7 +121,7 @@ def registry_formula(schedule: Schedule) -> Formula | None:
         return None
     params = dict(schedule.params)
     stages, microbatches = params.pop("stages", None), params.pop("microbatches", None)
-    if stages is None or microbatches != schedule.num_microbatches:
+    if not isinstance(stages, int) or microbatches != schedule.num_microbatches:
         return None
     return registry.formula(schedule.name, stages, microbatches, **params)
 

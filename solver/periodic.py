@@ -201,7 +201,7 @@ def max_cycle_mean(weights: list[list[float]], exact: bool = False) -> float:
     neg = -math.inf
     # walks from a super-source joined to every node by a 0-weight edge: D[k][v] is the
     # heaviest walk of exactly k edges ending at v (k = 1 is the source edge)
-    D = [[0] * n]
+    D: list[list[float]] = [[0] * n]
     for _ in range(n):
         prev = D[-1]
         row = []
@@ -213,11 +213,11 @@ def max_cycle_mean(weights: list[list[float]], exact: bool = False) -> float:
                     best = prev[u] + w
             row.append(best)
         D.append(row)
-    best = None
+    top: Fraction | float | None = None
     for v in range(n):
         if D[n][v] == neg:
             continue
-        worst = None
+        worst: Fraction | float | None = None
         for k in range(n):
             if D[k][v] == neg:
                 continue
@@ -225,13 +225,13 @@ def max_cycle_mean(weights: list[list[float]], exact: bool = False) -> float:
             ratio = Fraction(int(diff), n - k) if exact else diff / (n - k)
             if worst is None or ratio < worst:
                 worst = ratio
-        if worst is not None and (best is None or worst > best):
-            best = worst
-    if best is None:
+        if worst is not None and (top is None or worst > top):
+            top = worst
+    if top is None:
         return neg
-    if exact:
-        return int(best) if best.denominator == 1 else float(best)
-    return best
+    if isinstance(top, Fraction):
+        return int(top) if top.denominator == 1 else float(top)
+    return top
 
 
 def min_period(schedule: Schedule, costs: Costs) -> float:

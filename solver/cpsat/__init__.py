@@ -1,16 +1,9 @@
-"""The CP-SAT model of pipeline-parallel schedules: evaluate a known schedule with its
-choices fixed, search better orders and placements under memory caps, and prove lower
-bounds — every result solver-independent (``Result``) and re-checked by the evaluator.
-A tower of floors, each importing only those below it (docs/cpsat.md; pinned by
-tests/solver/cpsat/test_floors.py): the ground (``problem``, ``params`` with every tuned
-number, ``result``, ``engine``: the one place a CP-SAT solver is set up and run) →
-``model`` (variables, the constraint families' table, objectives, bounds, the schedule and
-cyclic-kernel models, the evaluator) → ``heuristics`` (starts, greedy and list schedules,
-modulo kernels, mirror, justification) → ``phases`` (start, cyclic, bound, search) →
-``decompose`` (placement, partition) → ``api``. Public:
-``Problem``, ``idealized_problem``, ``CpSatConfig`` and the stop rules, ``evaluate``,
-``search``, ``bound``, ``memory_front``, ``solve_partition``, ``min_feasible_cap``, the
-result types, and the answers in seconds ``solve_seconds`` and ``partition_seconds``.
+"""The CP-SAT model of pipeline-parallel schedules: evaluate a known schedule, search better
+orders and placements under memory caps, prove lower bounds — every result
+solver-independent (``Result``) and re-checked by the evaluator. A tower of floors, each
+importing only those below (docs/cpsat.md, "The tower"; tests/solver/cpsat/test_floors.py):
+``problem``, ``params``, ``result``, ``engine`` → ``model`` → ``heuristics`` → ``phases`` →
+``decompose`` → ``api``. The public names are listed below.
 """
 
 from __future__ import annotations

@@ -1,17 +1,10 @@
-"""The CP-SAT model's public entry points, each returning a solver-independent result:
-``evaluate`` (a known schedule, its choices fixed), ``search`` (better orders and
-placements), ``bound`` (the proven least objective), ``memory_front`` (over memory
-caps), ``solve_partition`` (the stage partition a decision) — and every answer in seconds:
-``solve_seconds`` searches on durations rounded up to integer ticks, bounds on durations
-rounded down (the memory-aware CP-SAT bound, not only the analytic one), re-simulates the
-schedule on the real-valued costs and reports seconds; ``partition_seconds`` does the same
-for a partition search. The CLI's ``search`` and ``bound``, sweeps and ``plan`` all call
-them, so the same question gets the same numbers wherever it is asked; ``search`` and
-``bound`` run the same solves (a bound is never weaker for having asked for a schedule).
-
-Every entry makes one ``Deadline`` from its config (or takes a caller's slice) and hands it
-down; every schedule it returns was re-timed by the solver-free evaluator, memory-checked
-and its table validated (``oracle.checked``).
+"""The CP-SAT public entry points (the CLI, sweeps and ``plan`` all call them): ``evaluate``,
+``search``, ``bound``, ``least_peak_memory``, ``memory_front``, ``solve_partition``, and the
+answers in seconds ``solve_seconds`` (search on durations rounded up to ticks, the
+memory-aware CP-SAT bound on durations rounded down, the schedule re-simulated on the
+real-valued costs) and ``partition_seconds``. Each makes one ``Deadline`` from its config
+(or takes a caller's slice); every schedule returned was re-timed by the solver-free
+evaluator, memory-checked and its table validated (``oracle.checked``).
 """
 
 from __future__ import annotations
@@ -47,56 +40,49 @@ if TYPE_CHECKING:
 
 
 def evaluate(schedule: Schedule, costs: Costs, config: CpSatConfig | None = None) -> Result:
-    """CP-SAT in fixed mode: the schedule's placement and per-device orders fixed (orders
-    as precedence chains) → its makespan, which must equal the evaluator's (the simulator
-    with transfer lags, all-reduce and optimizer tails). A memory cap the order breaks is
-    reported as ``infeasible`` naming the device (prefix sums, no solver needed); so is a
-    deadlocking order. Past the time limit: ``unknown`` with the evaluator's makespan."""
+    """CP-SAT with the schedule's placement and per-device orders fixed (orders as precedence
+    chains): its makespan, which must equal the evaluator's. A memory cap the order breaks
+    (named by device, no solver needed) or a deadlocking order is ``infeasible``; past the
+    time limit: ``unknown`` with the evaluator's makespan."""
     config = config or CpSatConfig()
     deadline = config.deadline()
     problem = Problem.from_schedule(schedule, costs, blocks=True)
-    label = f"placement and per-device order fixed: {schedule.name}"
     known = evaluate_known(problem, schedule)
-    mem = known.memory
-    common = dict(mode=Mode.EVALUATE, schedule=schedule, unit=costs.unit, bound_assumptions=(label,),
-                  tick_s=costs.tick_s, tick_slots=costs.tick_slots, peak_activations=tuple(mem.peaks),
-                  solver=solver_info(config.replace(workers=1, subsolvers=())))
-    if not mem.fits or known.makespan is None:
-        return Result(status=Status.INFEASIBLE, makespan=None, lower_bound=None,
-                      runtime_s=time.perf_counter() - deadline.t0, message=mem.violation or known.error or "",
-                      **common)  # type: ignore[arg-type]
-    oracle = known.makespan
+
+    def result(status: Status, makespan: int | None, lower_bound: int | None, message: str = "",
+               first: float | None = None) -> Result:
+        return Result(mode=Mode.EVALUATE, status=status, schedule=schedule, makespan=makespan,
+                      lower_bound=lower_bound, unit=costs.unit, runtime_s=time.perf_counter() - deadline.t0,
+                      bound_assumptions=(f"placement and per-device order fixed: {schedule.name}",),
+                      tick_s=costs.tick_s, tick_slots=costs.tick_slots, peak_activations=tuple(known.memory.peaks),
+                      solver=solver_info(config.replace(workers=1, subsolvers=())), message=message,
+                      time_to_first_s=first)
+
+    if not known.memory.fits or known.makespan is None:
+        return result(Status.INFEASIBLE, None, None, known.memory.violation or known.error or "")
     pace = Pace(deadline, config.start)
     pace.measured(time.perf_counter() - deadline.t0)
     if not pace.fits("build", deadline.end, 1.5):
-        return Result(status=Status.UNKNOWN, makespan=oracle, lower_bound=None,
-                      runtime_s=time.perf_counter() - deadline.t0,
-                      message="the time limit leaves no time to build the CP-SAT model; makespan from the evaluator",
-                      **common)  # type: ignore[arg-type]
+        return result(Status.UNKNOWN, known.makespan, None,
+                      "the time limit leaves no time to build the CP-SAT model; makespan from the evaluator")
     model = CpSatModel(problem, config, schedule.placement, safe_horizon(problem, schedule.placement),
                        orders=schedule.orders)
     raw = model.solve(max(0.05, deadline.wall_left()), config.deterministic_time, workers=1)
-    runtime = time.perf_counter() - deadline.t0
     if raw.status is not Status.OPTIMAL:
-        return Result(status=Status.INFEASIBLE if raw.status is Status.INFEASIBLE else Status.UNKNOWN,
-                      makespan=raw.makespan, lower_bound=raw.bound, runtime_s=runtime,
-                      time_to_first_s=raw.first_solution_time,
-                      message=f"CP-SAT did not settle the fixed schedule ({raw.status}) within the limit",
-                      **common)  # type: ignore[arg-type]
-    if raw.makespan != oracle:
+        return result(Status.INFEASIBLE if raw.status is Status.INFEASIBLE else Status.UNKNOWN, raw.makespan,
+                      raw.bound, f"CP-SAT did not settle the fixed schedule ({raw.status}) within the limit",
+                      raw.first_solution_time)
+    if raw.makespan != known.makespan:
         raise RuntimeError(f"CP-SAT fixed mode gives makespan {raw.makespan} for {schedule.name!r}, "
-                           f"the evaluator {oracle}: a modelling bug")
-    return Result(status=Status.OPTIMAL, makespan=raw.makespan, lower_bound=raw.makespan, runtime_s=runtime,
-                  time_to_first_s=raw.first_solution_time, **common)  # type: ignore[arg-type]
+                           f"the evaluator {known.makespan}: a modelling bug")
+    return result(Status.OPTIMAL, raw.makespan, raw.makespan, first=raw.first_solution_time)
 
 
 def search(problem: Problem, config: CpSatConfig | None = None, known: Sequence[Schedule] = (), *,
            deadline: Deadline | None = None) -> Result:
-    """Free the per-device orders (and the placement when it is ``free``) under the
-    memory caps; return the best schedule found (never worse than the best start that
-    fits), its objective, the proven lower bound and the gap, within the time limit
-    (``strategy``) or the caller's ``deadline``. An infeasible cap returns status
-    ``infeasible`` with ``min_feasible_cap``."""
+    """The best schedule found with the per-device orders (and a ``free`` placement) free under
+    the memory caps — never worse than the best start that fits — its objective, the proven
+    lower bound and the gap. An infeasible cap is ``infeasible`` with ``min_feasible_cap``."""
     config = config or CpSatConfig()
     deadline = deadline or config.deadline()
     known = as_searched(_timed(problem), known)
@@ -107,9 +93,8 @@ def search(problem: Problem, config: CpSatConfig | None = None, known: Sequence[
 
 def bound(problem: Problem, config: CpSatConfig | None = None, known: Sequence[Schedule] = (), *,
           deadline: Deadline | None = None) -> Result:
-    """The proven lower bound on the optimal objective (max of analytic and CP-SAT bounds)
-    and each known schedule's gap to it (``Result.known``); also the best schedule found
-    on the way. The bound phase gets all of the time after the start."""
+    """The proven lower bound on the optimal objective (max of analytic and CP-SAT bounds),
+    each known schedule's gap to it (``Result.known``) and the best schedule found on the way."""
     config = config or CpSatConfig()
     deadline = deadline or config.deadline()
     known = as_searched(_timed(problem), known)
@@ -126,12 +111,10 @@ def bound(problem: Problem, config: CpSatConfig | None = None, known: Sequence[S
 
 
 def least_peak_memory(problem: Problem, makespan: int, config: CpSatConfig | None = None) -> Result:
-    """The least peak of live activation memory (the largest over devices; bytes, or the
-    idealized costs' activation units) among schedules of ``problem`` — a fixed placement,
-    orders free, its caps kept — whose step ends by ``makespan`` (model ticks): the
-    ``memory`` objective (``objectives.PeakMemory``) in one model whose horizon is that
-    makespan. ``Result.peak_memory`` holds it (``optimal``: proven least; ``analytic_bound``
-    the solver-free bound of it), ``makespan`` the schedule's step; ``infeasible``: no
+    """The least peak live activation memory over devices (bytes, or idealized activation
+    units) among schedules of ``problem`` — placement fixed, orders free, caps kept — whose
+    step ends by ``makespan`` (ticks): the ``memory`` objective in one model with that horizon.
+    In ``Result.peak_memory`` (``analytic_bound``: its solver-free bound); ``infeasible``: no
     schedule ends by ``makespan``."""
     config = config or CpSatConfig()
     deadline = config.deadline()
@@ -179,10 +162,9 @@ class FrontPoint:
 
 def memory_front(problem: Problem, caps: Sequence[int | None], config: CpSatConfig | None = None,
                  known: Sequence[Schedule] = ()) -> list[FrontPoint]:
-    """Sweep activation caps (idealized: live activations per device; otherwise the
-    memory left for activations, in the costs' unit); ``config.time_limit_s`` is per cap.
-    Caps are solved in increasing order and every schedule found is a known schedule for
-    the larger caps (it fits them too)."""
+    """``search`` at each activation cap (idealized: live activations per device; else the
+    memory left for activations, in the costs' unit), ``config.time_limit_s`` each, in
+    increasing order: every schedule found is a known one for the larger caps."""
     config = config or CpSatConfig()
     order = sorted(caps, key=lambda c: math.inf if c is None else c)
     found: list[Schedule] = []
@@ -198,9 +180,7 @@ def memory_front(problem: Problem, caps: Sequence[int | None], config: CpSatConf
 def solve_partition(shape: Problem, layer_costs: LayerCosts, partition: Partition,
                     config: CpSatConfig | None = None, mode: Mode | str = Mode.SEARCH,
                     known: Sequence[Schedule] = (), *, deadline: Deadline | None = None) -> PartitionSearch:
-    """``search`` (or ``bound``) of ``shape`` — a problem with a fixed placement, its
-    costs replaced — with its stage partition even, fixed or free (``decompose.partition``),
-    within ``deadline`` (default: the config's time limit, from now)."""
+    """``search`` or ``bound`` of ``shape`` with its stage partition even, fixed or free."""
     config = config or CpSatConfig()
     run = search if Mode(mode) is Mode.SEARCH else bound
     return search_partition(shape, layer_costs, partition, config, run, known, deadline or config.deadline())
@@ -208,8 +188,7 @@ def solve_partition(shape: Problem, layer_costs: LayerCosts, partition: Partitio
 
 @dataclass(frozen=True)
 class KnownSeconds:
-    """A known schedule judged in seconds: its objective on the real-valued costs, whether
-    it fits, and its gap to the answer's bound."""
+    """A known schedule's objective on the real-valued costs, whether it fits, its gap."""
 
     seconds: float | None
     fits: bool
@@ -221,14 +200,11 @@ class KnownSeconds:
 
 @dataclass(frozen=True, kw_only=True)
 class Answer:
-    """A problem in seconds answered (``solve_seconds``): the ``schedule`` found and its
-    objective in ``seconds`` on the real-valued costs (simulated), ``lower_bound_s`` a
-    bound of the real-valued problem (proven with durations rounded down to ticks of
-    ``tick_s``), ``status`` (``optimal`` only when the two meet; else the message says
-    why), ``rounding``: how far the schedule's time on durations rounded up lies above
-    its time on durations rounded down, as a share of its real time (what the ticks alone
-    can hide of the gap), the known schedules in seconds, the assumptions, and the solves
-    behind it (``search``: durations rounded up; ``bound``: rounded down)."""
+    """``solve_seconds``'s answer: the ``schedule`` and its simulated objective in ``seconds``,
+    ``lower_bound_s`` a bound of the real-valued problem (proven on durations rounded down to
+    ticks of ``tick_s``), ``status`` (``optimal`` only when the two meet), ``rounding``
+    (``rounding_spread`` of the schedule), and the solves behind it (``search``: durations
+    rounded up; ``bound``: rounded down)."""
 
     mode: Mode
     status: Status
@@ -251,18 +227,15 @@ class Answer:
 
     @property
     def result(self) -> Result:
-        """The solve whose schedule this is: the search's (the bound's when the search
-        found none)."""
+        """The solve whose schedule this is (the bound's when the search found none)."""
         if self.search is not None and (self.search.schedule is not None or self.schedule is None):
             return self.search
         return self.bound
 
 
 def rounding_spread(schedule: Schedule, real: Costs, tick: float) -> float:
-    """How far ``schedule``'s simulated step on durations rounded up to ticks of ``tick``
-    lies above its step on durations rounded down, as a share of its real-valued one:
-    about what the ticks can hide of a gap between a schedule so timed and a bound
-    proven on durations rounded down."""
+    """``schedule``'s simulated step on durations rounded up to ticks of ``tick`` less its step
+    on durations rounded down, as a share of its real-valued step: what ticks can hide of a gap."""
     value = simulate(schedule, real).makespan
     up = simulate(schedule, real.quantized(tick, Rounding.UP)).makespan * tick
     down = simulate(schedule, real.quantized(tick, Rounding.DOWN)).makespan * tick
@@ -299,15 +272,12 @@ def choose_tick(shape: Problem, real: Costs, params: SecondsParams, known: Seque
 def solve_seconds(shape: Problem, real: Costs, mode: Mode | str = Mode.SEARCH, config: CpSatConfig | None = None,
                   known: Sequence[Schedule] = (), *, tick_s: float | None = None, known_costs: Costs | None = None,
                   deadline: Deadline | None = None) -> Answer:
-    """``shape`` (its placement, pipelines, split and objective) on ``real`` costs in
-    seconds: a search on durations rounded up to ticks of ``tick_s`` (as given; default
-    ``choose_tick``'s) for
-    ``SecondsParams.search_share`` of the time, then a bound — memory-aware, CP-SAT's,
-    seeded with that schedule — on durations rounded down for the rest; ``mode`` only
-    says what was asked (both run the same solves, so ``search`` and ``bound`` report the
-    same bound). The schedule is re-simulated on ``real`` (a schedule's real objective is
-    at most its rounded-up one), and the bound holds for the real-valued problem.
-    ``known_costs``: what the known schedules are judged on (default ``real``)."""
+    """``shape`` on ``real`` costs in seconds: a search on durations rounded up to ticks of
+    ``tick_s`` (default ``choose_tick``'s) for ``SecondsParams.search_share`` of the time, then
+    CP-SAT's memory-aware bound, seeded with that schedule, on durations rounded down. Both
+    modes run the same solves (``mode`` only says what was asked). The schedule is re-simulated
+    on ``real``; the bound holds for the real-valued problem. ``known_costs``: what the known
+    schedules are judged on (default ``real``)."""
     mode, config = Mode(mode), config or CpSatConfig()
     deadline = deadline or config.deadline()
     params = config.seconds
@@ -349,8 +319,7 @@ def _answer(shape: Problem, real: Costs, mode: Mode, tick: float, found: Result,
 
 def _status(found: Result, proof: Result, seconds: float | None, lb: float | None, rounding: float | None,
             tick: float) -> tuple[Status, str]:
-    """``optimal`` only where the bound meets the real-valued time; otherwise ``feasible``
-    with a message saying how much of the gap the ticks can explain."""
+    """``optimal`` only where the bound meets the real time; else ``feasible``, saying what ticks explain."""
     if proof.status is Status.INFEASIBLE:
         return Status.INFEASIBLE, proof.message
     if seconds is None:
@@ -383,9 +352,8 @@ def _known_seconds(shape: Problem, res: Result, known: Sequence[Schedule], costs
 
 @dataclass(frozen=True)
 class PartitionSeconds:
-    """A partition search on hardware answered in seconds (``partition_seconds``): the
-    chosen split's schedule simulated on its real-valued costs, a bound of the real-valued
-    problem, the status and message that say so, and the registry's schedules in seconds."""
+    """``partition_seconds``'s answer: the chosen split's simulated time, a bound of the
+    real-valued problem, the status and message, and the registry's schedules in seconds."""
 
     status: Status
     seconds: float | None
@@ -401,11 +369,9 @@ class PartitionSeconds:
 
 def partition_seconds(problem: Problem, result: Result, real: Costs, known_costs: Costs, num_stages: int,
                       num_microbatches: int) -> PartitionSeconds:
-    """``result`` of a partition search on ``problem`` (its chosen split, durations in
-    ticks) in seconds: its schedule simulated on ``real``, the bound in seconds that holds
-    for the real-valued problem (``real_lower_bound``), the registry schedules it judged
-    timed on ``known_costs`` (the even split's), and ``optimal`` only where the bound meets
-    the real-valued time."""
+    """A partition search's ``result`` in seconds: its schedule simulated on ``real``, the
+    ``real_lower_bound``, the registry schedules it judged timed on ``known_costs`` (the even
+    split's), and ``optimal`` only where the bound meets the real-valued time."""
     value = None if result.schedule is None else simulate(result.schedule, real).makespan
     tick = problem.costs.tick_s
     lb = None if result.status is Status.INFEASIBLE else real_lower_bound(problem, real, result)
@@ -424,9 +390,8 @@ def partition_seconds(problem: Problem, result: Result, real: Costs, known_costs
 
 
 def real_lower_bound(problem: Problem, real: Costs, result: Result) -> float | None:
-    """A lower bound in seconds that holds for the real-valued problem of a partition
-    search: the result's own bound when its durations were rounded down, else the
-    analytic bound of the problem with durations rounded down."""
+    """A bound in seconds of a partition search's real-valued problem: the result's own when
+    its durations were rounded down, else the analytic bound on durations rounded down."""
     if problem.costs.tick_s is None:  # no split was solved within the time: no bound in seconds
         return None
     if problem.costs.rounding is Rounding.DOWN:

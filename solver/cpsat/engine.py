@@ -1,7 +1,6 @@
-"""The one place a CP-SAT solver is set up and run (``run_solver``): every model of the
-package (the schedule model, the cyclic kernel, the cap and split models) hands its
-``SolverSetup`` here. ``SolverSetup.of`` derives the portfolio settings from a
-``CpSatConfig``; a setup's fields left at their defaults leave CP-SAT's own."""
+"""The one place a CP-SAT solver is set up and run (``run_solver``), from a ``SolverSetup``
+(``SolverSetup.of``: a ``CpSatConfig``'s); fields left at their defaults leave CP-SAT's own.
+"""
 
 from __future__ import annotations
 
@@ -22,14 +21,12 @@ STATUS = {cp_model.OPTIMAL: Status.OPTIMAL, cp_model.FEASIBLE: Status.FEASIBLE,
 
 @dataclass(frozen=True)
 class SolverSetup:
-    """CP-SAT's parameters for one solve. ``time_limit``: wall-clock seconds (at least
-    0.01), ``det_limit``: deterministic seconds (at least 0.001) or None; ``seed``: None
-    leaves CP-SAT's; ``subsolvers`` / ``full_subsolvers``: the portfolio; ``open_search``:
-    the settings of a search over free orders (probing limited to ``probing_det_limit``,
-    no feasibility pump, which ignores the clock — docs/cpsat.md); ``first``: stop at the
-    first solution; ``extra``: raw ``SatParameters`` set last but for ``difference_system``
-    (fixed orders: root propagation is the whole solve, so one worker, no presolve, no LP
-    relaxation and the classic linear propagator, which settles the chains faster)."""
+    """CP-SAT's parameters for one solve: ``time_limit`` (wall s, at least 0.01),
+    ``det_limit`` (at least 0.001, or None), ``seed`` (None: CP-SAT's), the portfolio,
+    ``open_search`` (free orders: probing limited, no feasibility pump, which ignores the clock),
+    ``first`` (stop at the first solution), ``extra`` raw ``SatParameters``, and
+    ``difference_system`` (fixed orders: one worker, no presolve, no LP, the classic linear
+    propagator — root propagation is the whole solve)."""
 
     time_limit: float
     det_limit: float | None = None
@@ -47,9 +44,8 @@ class SolverSetup:
     @classmethod
     def of(cls, config: CpSatConfig, time_limit: float, det_limit: float | None = None, *,
            workers: int | None = None, portfolio: bool = True, **more) -> SolverSetup:
-        """The setup of a ``config``: its workers (or ``workers``), seed, log and extra
-        parameters; with ``portfolio``, its subsolvers (all full ones where CP-SAT would
-        otherwise keep one of few threads for LNS and drop the bound worker)."""
+        """The setup of ``config`` (its workers or ``workers``, seed, log, extra parameters); with
+        ``portfolio`` its subsolvers, all full where CP-SAT would keep a thread for LNS."""
         w = workers or config.workers
         subsolvers = (config.portfolio() or ()) if portfolio else ()
         full = w if subsolvers and config.subsolvers is None and len(subsolvers) == w else None
@@ -107,9 +103,7 @@ class Solved:
 
 
 def run_solver(model: cp_model.CpModel, setup: SolverSetup | cp_model.CpSolver, callback=None) -> Solved:
-    """Solve ``model`` with a solver of ``setup`` (or ``setup`` itself, a solver already
-    set up by ``solver_for``, which a watch thread may stop) and ``callback`` on each
-    solution."""
+    """Solve ``model`` with ``setup``'s solver (or a stoppable one from ``solver_for``)."""
     solver = setup if isinstance(setup, cp_model.CpSolver) else solver_for(setup)
     t0 = time.perf_counter()
     code = solver.solve(model, callback) if callback is not None else solver.solve(model)

@@ -1,10 +1,7 @@
-"""How to solve: limits, stop rules, seeds, the names an ablation may switch off, and
-the tuned numbers of every phase as defaults of small dataclasses (``ModelParams``,
-``StartParams``, ``StrategyParams``, ``DecomposeParams``, ``SecondsParams``; ``docs/cpsat.md``
-gives the measurement behind each). ``CpSatConfig.from_toml`` reads them from a file
-(top-level keys and ``[model]``, ``[start]``, ``[strategy]``, ``[decompose]``, ``[seconds]``
-tables). The time limit becomes one ``Deadline`` (``CpSatConfig.deadline``) at the public
-entry; nothing below makes another.
+"""How to solve: limits, stop rules, seeds, the names an ablation may switch off, and every
+phase's tuned numbers as dataclass defaults (docs/cpsat.md gives the measurement behind
+each); ``CpSatConfig.from_toml`` reads them (top-level keys and one table per part). The
+time limit becomes one ``Deadline`` (``CpSatConfig.deadline``) at the public entry.
 """
 
 from __future__ import annotations
@@ -42,32 +39,26 @@ FAMILIES_OFF = (
 
 
 # ---- stop rules: (elapsed s, s since the last improvement, gap or None) -> stop? ----------
-def _positive(rule, value: float) -> None:
-    if not value > 0:
-        raise ValueError(f"{type(rule).__name__} seconds must be > 0, got {value!r}")
-
-
 @dataclass(frozen=True)
-class MaxRuntime:
-    """Stop once ``seconds`` of wall-clock time have passed."""
-
+class _Seconds:
     seconds: float
 
     def __post_init__(self) -> None:
-        _positive(self, self.seconds)
+        if not self.seconds > 0:
+            raise ValueError(f"{type(self).__name__} seconds must be > 0, got {self.seconds!r}")
+
+
+@dataclass(frozen=True)
+class MaxRuntime(_Seconds):
+    """Stop once ``seconds`` of wall-clock time have passed."""
 
     def __call__(self, elapsed_s: float, since_improvement_s: float, gap: float | None) -> bool:
         return elapsed_s >= self.seconds
 
 
 @dataclass(frozen=True)
-class NoImprovement:
+class NoImprovement(_Seconds):
     """Stop once neither the best schedule nor the bound has improved for ``seconds``."""
-
-    seconds: float
-
-    def __post_init__(self) -> None:
-        _positive(self, self.seconds)
 
     def __call__(self, elapsed_s: float, since_improvement_s: float, gap: float | None) -> bool:
         return since_improvement_s >= self.seconds
@@ -94,13 +85,10 @@ StopRule = MaxRuntime | NoImprovement | GapBelow
 @dataclass(frozen=True)
 class ModelParams:
     """One model: order literals replace a one-stage device's no-overlap up to
-    ``order_literal_limit`` literals; presolve probing stops after ``probing_det_limit``
-    deterministic seconds; ``portfolios``: subsolvers per worker count; the analytic
-    bound's sweep over the microbatches (``sweep``) up to ``sweep_max_cells``
-    microbatch-stages (0.7 s at 524,288); at most ``pair_limit`` overlapped-pair
-    candidates (``pairing``; more are cut to near microbatches, a stated restriction); a
-    device's activation-area bound (``bounds``) only where its fill and drain windows
-    span at most ``area_max_ticks`` ticks."""
+    ``order_literal_limit``; presolve probing for ``probing_det_limit`` deterministic s;
+    ``portfolios``: subsolvers per worker count; the sweep bound up to ``sweep_max_cells``
+    microbatch-stages (0.7 s at 524,288); at most ``pair_limit`` pair candidates (more: cut, a
+    stated restriction); the activation-area bound only up to ``area_max_ticks`` of windows."""
 
     order_literal_limit: int = 60000
     pair_limit: int = 3000
@@ -118,15 +106,12 @@ SLACK_STARTS = ((1, None), (2 / 3, None), (4 / 3, None), (1 / 2, None), (4 / 3, 
 
 @dataclass(frozen=True)
 class StartParams:
-    """The start phase (``starts``): once a schedule fits it stops after ``share`` of the
-    time; ``costs`` of its steps in evaluations; a model is built only while ``builds_left``
-    builds fit; above ``time_unfit_ops`` ops a schedule breaking the cap is not timed;
-    ``slack_starts``; ``probe`` (devices, microbatches) tells a generator's shape;
-    ``justify_rounds`` of double justification; a generator's time at full size is
-    extrapolated from its times at ``time_probe_cells`` devices x microbatches; a slow
-    generator (``ScheduleSpec.slow_generator``) runs only up to ``slow_generator_cells``
-    devices^2 x microbatches (V-Half: 0.3 s at 8 x 8 x 32 on this machine, 5-10 s at
-    32 x 32 x 32)."""
+    """The start phase: it stops after ``share`` of the time once a schedule fits; ``costs``
+    of its steps in evaluations; a model is built only while ``builds_left`` builds fit; above
+    ``time_unfit_ops`` ops a schedule over the cap is not timed; ``probe`` (devices,
+    microbatches) tells a generator's shape; full-size generation time extrapolated from
+    ``time_probe_cells``; a slow generator only up to ``slow_generator_cells`` devices^2 x
+    microbatches (V-Half: 0.3 s at 8 x 8 x 32, 5-10 s at 32 x 32 x 32)."""
 
     share: float = 0.3
     costs: tuple[tuple[str, float], ...] = (("evaluate", 1.0), ("greedy", 10.0), ("justify", 40.0), ("build", 60.0))
@@ -144,26 +129,18 @@ class StartParams:
 
 @dataclass(frozen=True)
 class StrategyParams:
-    """The search on a fixed placement (``strategy``): the bound phase's share of the time
-    after the start (``shared_capped_bound_share`` where a device holds several stages
-    under a binding cap); a search solve restarts with the next of ``searches`` after
-    ``stall_share`` of the phase (at least ``stall_min_s``) without progress; the mirror
-    solve's share; proof-time growth per step ``growth_clamp``; deterministic seconds a
-    model build counts per op; ``safety_share`` of the limit (at most ``safety_max_s``)
-    kept back (``Deadline``); the cyclic phase's share of the time after the start when
-    the full model fits and has fewer than ``cyclic_all_ops`` ops (all of it otherwise:
-    on issue 28's real-size set the full model's phases improved no schedule of that size
-    and no V bound, a linear one by one or two ticks), and from ``cyclic_only_ops`` ops no
-    full model after it (nothing from it at that size on the set, and building one of
-    393,216 ops ran a search 9 s past its limit); searches with an LP only on models of at
-    most ``lp_max_ops`` ops (CP-SAT's ``default_lp`` worker spent 41 s loading a
-    16,384-op V model with a memory cumulative, past its limit and its stop). Where pairs
-    may overlap (``Problem.overlap_pairs``) the search with every op alone gets
-    ``alone_share`` of the time after the start (all of it when no model fits), its order
-    paired afterwards, before the model that chooses pairs (``docs/bench/cpsat_pairs.csv``).
-    Where the cyclic phase gets all the time (searches from ``cyclic_all_ops`` ops), the
-    start gives up after ``cyclic_start_share`` of it while no schedule fits (Llama 3 70B,
-    S=64, B=1024 on H100s, 5 s: the list schedules had used all of it and found none)."""
+    """A fixed placement's search: the bound phase's share of the time after the start
+    (``shared_capped_bound_share`` for several stages per device under a binding cap); a
+    solve restarts with the next of ``searches`` after ``stall_share`` of the phase (at least
+    ``stall_min_s``) without progress; ``growth_clamp`` of proof time per step; deterministic s
+    per op of a build; ``safety_share`` (at most ``safety_max_s``) kept back. The cyclic phase
+    gets ``cyclic_share`` below ``cyclic_all_ops`` ops where the full model fits, all the time
+    otherwise (on issue 28's real-size set the full model improved nothing of that size), and
+    from ``cyclic_only_ops`` no full model follows (a 393,216-op build ran 9 s past its limit).
+    LP searches only up to ``lp_max_ops`` (``default_lp`` spent 41 s loading a 16,384-op V model).
+    With overlapped pairs the all-alone search gets ``alone_share`` (docs/bench/cpsat_pairs.csv).
+    With the cyclic phase taking all, the start gives up after ``cyclic_start_share`` while none
+    fits (Llama 3 70B, S=64, B=1024, 5 s: the list schedules used it all and found none)."""
 
     bound_share: float = 0.55
     shared_capped_bound_share: float = 0.2
@@ -185,25 +162,19 @@ class StrategyParams:
 
 @dataclass(frozen=True)
 class DecomposeParams:
-    """Free placement (one model with placement literals above ``max_placements``, of at
-    most ``free_model_max_intervals`` op-device intervals: 524,288 took 0.8 GB), free
-    partition (``partition``: candidates and nodes per candidate enumerated, shares of
-    the time for the even split, the enumeration and the ``least_splits`` search, the
-    least slice of a visited split; ``least_workers``: the threads of the ``least_splits``
-    model, 2 whatever ``CpSatConfig.workers`` says) and the cyclic phase (``phases.cyclic``: on problems of at
-    least ``cyclic_min_ratio`` microbatches per device and, where the full model fits the
-    time, ``cyclic_min_ops`` ops, the ``max_blocks_tried`` most
-    promising blocks of at most ``max_block`` times the pipelines' pattern and
-    ``max_template_ops`` template ops; a period probe on
-    ``cyclic_probe_share`` of what its block has left, the makespan solve at the least
-    period on ``cyclic_makespan_share``, each block but the last on
-    ``cyclic_block_share`` of what the phase has left; the best ``cyclic_expansions``
-    kernels expanded; the steady states of the ``cyclic_seeds`` best starts as seeds; a
-    kernel's orders run by the simulator settle on a block up to ``cyclic_steady_factor``
-    times its own; the list scheduler of one period tries the ``modulo_tries`` periods
-    from the lower bound up and the bound times each of ``modulo_steps``, on templates of
-    at most ``modulo_max_ops`` ops; expansions of at most ``cyclic_justify_max_ops`` ops
-    are justified: building the precedence graph of 524,288 took 16 s)."""
+    """Free placement (one model with placement literals above ``max_placements``, up to
+    ``free_model_max_intervals`` op-device intervals: 524,288 took 0.8 GB); the free partition
+    (candidates and nodes per candidate, shares for the even split, the enumeration and the
+    ``least_splits`` search on ``least_workers`` threads whatever ``workers`` says, the least
+    slice of a split); the cyclic phase (from ``cyclic_min_ratio`` microbatches per device and,
+    where the full model fits, ``cyclic_min_ops`` ops; ``max_blocks_tried`` blocks of at most
+    ``max_block`` times the pattern and ``max_template_ops`` ops; the period probe, the
+    makespan solve and each block but the last on their ``*_share`` of what is left; the best
+    ``cyclic_expansions`` kernels expanded; ``cyclic_seeds`` starts' steady states as seeds;
+    steady blocks up to ``cyclic_steady_factor`` times a kernel's; the modulo list scheduler
+    tries ``modulo_tries`` periods up from the bound and each of ``modulo_steps`` on templates up
+    to ``modulo_max_ops``; expansions up to ``cyclic_justify_max_ops`` justified: the precedence
+    graph of 524,288 took 16 s)."""
 
     max_placements: int = 20000
     free_model_max_intervals: int = 1_000_000
@@ -234,13 +205,11 @@ class DecomposeParams:
 
 @dataclass(frozen=True)
 class SecondsParams:
-    """A problem in seconds (``cpsat.api.solve_seconds``): the search on durations
-    rounded up gets ``search_share`` of the time, the bound on durations rounded down the
-    rest; without a tick given, the first tick is 1/``ticks_per_op`` of the shortest op,
-    refined (at most ``refinements`` times) until rounding moves a reference schedule's
-    time by at most ``max_rounding`` of it (rounded up against rounded down); the time of
-    ``answer_simulations`` simulations (and one per known schedule) is kept back for
-    judging the answer, leaving the solves at least ``least_work_share`` of the time."""
+    """``solve_seconds``: the search (durations rounded up) gets ``search_share`` of the time,
+    the bound the rest; the first tick is 1/``ticks_per_op`` of the shortest op, refined at most
+    ``refinements`` times until rounding moves a reference schedule by at most ``max_rounding``;
+    the time of ``answer_simulations`` simulations (plus one per known schedule) is kept back,
+    leaving the solves at least ``least_work_share``."""
 
     search_share: float = 0.75
     ticks_per_op: int = 20
@@ -256,22 +225,14 @@ _PARTS = {"model": ModelParams, "start": StartParams, "strategy": StrategyParams
 
 @dataclass(frozen=True)
 class CpSatConfig:
-    """How to solve.
-
-    ``time_limit_s``: wall clock of the whole call, model building included (results come
-    back within it, with the best schedule and bound so far). ``stop``: further stop rules
-    (``MaxRuntime``, ``NoImprovement``, ``GapBelow``); the search stops at the first that
-    holds. ``deterministic_time``: CP-SAT deterministic seconds shared by the phases
-    instead of wall-clock shares (reproducible tests; the wall-clock limit still holds).
-    ``workers``, ``random_seed``, ``log`` (CP-SAT's log to stdout).
-
-    ``known_generators``: also try the registry's schedules of the problem's shape as
-    starting schedules and judge them (their gaps in ``Result.known``); the model's own
-    greedy list schedules are always tried. ``ablate``: names to switch off
-    (``FAMILIES_OFF``). ``subsolvers`` / ``extra_params``: CP-SAT's portfolio and raw
-    ``SatParameters`` (None: ``ModelParams.portfolios``). ``model``, ``start``,
-    ``strategy``, ``decompose``, ``seconds``: the phases' numbers; ``bound_share`` (given here) sets
-    ``strategy.bound_share``."""
+    """How to solve. ``time_limit_s``: wall clock of the whole call, model building included;
+    ``stop``: further stop rules (the first that holds stops); ``deterministic_time``: CP-SAT
+    deterministic seconds shared by the phases instead of wall-clock shares (the wall limit
+    still holds); ``known_generators``: also judge the registry's schedules of the shape (gaps
+    in ``Result.known``); ``ablate``: names from ``FAMILIES_OFF``; ``subsolvers`` /
+    ``extra_params``: CP-SAT's portfolio and raw ``SatParameters`` (None:
+    ``ModelParams.portfolios``); ``model`` ... ``seconds``: the phases' numbers
+    (``bound_share`` given here sets ``strategy.bound_share``)."""
 
     time_limit_s: float = 60.0
     workers: int = 2
@@ -338,8 +299,7 @@ class CpSatConfig:
 
     @classmethod
     def from_toml(cls, path: str | Path, **overrides: Any) -> "CpSatConfig":
-        """A config read from a TOML file (module docstring), ``overrides`` on top;
-        ``ValueError`` naming an unknown key."""
+        """A config from a TOML file, ``overrides`` on top; ``ValueError`` naming an unknown key."""
         doc = tomllib.loads(Path(path).read_text(encoding="utf-8"))
         return cls.from_dict({**doc, **overrides})
 

@@ -1,8 +1,6 @@
 """The problem the CP-SAT model solves: ops of given microbatches on pipelines of stages,
-their integer costs, the devices, the placement — a fixed ``Placement`` or a
-``PlacementFamily`` (``schedules.placements``; ``free`` leaves it to the solver) — and the
-``Objective`` (``makespan``: one synchronous step; ``period``: the steady state of a
-repeated step without a global barrier; ``objectives`` says what each means to the model).
+integer costs, devices, a fixed ``Placement`` or a ``PlacementFamily`` (``free``: the solver
+chooses), and the ``Objective`` (``objectives`` says what each means to the model).
 """
 
 from __future__ import annotations
@@ -37,10 +35,9 @@ TIME_OBJECTIVES = (Objective.MAKESPAN, Objective.PERIOD)  # what ``search`` and 
 
 
 def objective_of(value: object) -> Objective:
-    try:
+    if isinstance(value, str) and value in {o.value for o in Objective}:
         return Objective(value)
-    except ValueError:
-        raise ValueError(f"objective must be one of {', '.join(Objective)}, got {value!r}") from None
+    raise ValueError(f"objective must be one of {', '.join(Objective)}, got {value!r}")
 
 
 def _int(value: float, what: str) -> int:
@@ -54,10 +51,8 @@ def _int(value: float, what: str) -> int:
 
 @dataclass(frozen=True)
 class Problem:
-    """One instance: ``microbatch2pipeline[m]`` is the pipeline of microbatch m,
-    ``num_stages[p]`` the stages of pipeline p, ``costs`` their integer costs, ``placement``
-    a ``Placement`` or a ``PlacementFamily`` (``free``: the solver chooses).
-    ``stage_work`` (relative work per stage) is only carried into returned schedules."""
+    """One instance: ``microbatch2pipeline[m]`` is microbatch m's pipeline, ``num_stages[p]``
+    pipeline p's stages; ``stage_work`` is only carried into returned schedules."""
 
     num_devices: int
     microbatch2pipeline: tuple[int, ...]
@@ -218,6 +213,19 @@ class Problem:
             return None
         return family_placement(self.placement, self.num_devices, self.num_stages)
 
+    @property
+    def dealt(self) -> Placement:
+        """The stages dealt round-robin over the devices (each pipeline's stage s on device s mod D)."""
+        return Placement(tuple(tuple(s % self.num_devices for s in range(n)) for n in self.num_stages),
+                         self.num_devices)
+
+    @property
+    def placed(self) -> Placement:
+        """``fixed_placement`` where the caller needs one; ``ValueError`` when it is free."""
+        if self.fixed_placement is None:
+            raise ValueError("this needs a fixed placement; the problem's placement is free")
+        return self.fixed_placement
+
     def with_placement(self, placement: Placement | PlacementFamily) -> "Problem":
         return replace(self, placement=placement)
 
@@ -237,8 +245,7 @@ class Problem:
         return self.costs.activation_capacity(device)
 
     def activations_fit(self, cap: float | None, p: int, s: int) -> int | None:
-        """How many activations of stage (p, s) ``cap`` holds on their own (None: no cap,
-        or the stage keeps no activation)."""
+        """Activations of (p, s) that ``cap`` holds alone (None: no cap or no activation)."""
         a = self.costs.activation[(p, s)]
         if cap is None or a <= 0:
             return None
@@ -249,9 +256,8 @@ class Problem:
         return self.costs.weight_part(p, s) if self.split_backward else 0.0
 
     def lifetimes(self, p: int, s: int) -> list[tuple[Kind, float]]:
-        """An activation of stage (p, s) as parts live from its F's start to the end of an
-        op: [(B, M - M_W), (W, M_W)] with a split backward (parts of size 0 left out),
-        [(B, M)] without — ``schedules.memory``'s accounting."""
+        """An activation of (p, s) as parts live from its F's start to an op's end: [(B, M - M_W),
+        (W, M_W)] with a split backward (empty parts left out), else [(B, M)]."""
         a = self.costs.activation[(p, s)]
         w = min(a, self.weight_part(p, s))
         parts = [(Kind.B, a - w), (Kind.W, w)] if self.split_backward else [(Kind.B, a)]
@@ -264,15 +270,12 @@ class Problem:
         return parts[-1][0] if len(parts) == 1 else Kind.B
 
     def window_shifts(self, p: int, s: int, cap: float | None) -> tuple[list[tuple[Kind, int]], bool]:
-        """Under FIFO, with ``cap`` for stage (p, s)'s activations alone: pairs (kind, k)
-        meaning the release op ``kind`` of microbatch j ends before F of microbatch j + k
-        starts (else more than ``cap`` would be live), and whether these are the whole
-        memory constraint of a device holding only this stage (exact). One part (B, or W
-        holding all): (that op, k) for k = activations that fit, exact. Two parts
-        [(B, M - M_W), (W, M_W)]: (B, k) and (W, k_W) for the least k_W with
-        M + k_W M_W > cap — necessary, not exact."""
+        """Under FIFO with ``cap`` for (p, s)'s activations alone: pairs (kind, k), release op
+        ``kind`` of j ends before F of j + k starts, and whether they are the whole memory constraint
+        of a one-stage device (exact). One part: (that op, k) for k the activations that fit, exact;
+        two parts: (B, k) and (W, k_W), the least k_W with M + k_W M_W > cap — necessary, not exact."""
         k = self.activations_fit(cap, p, s)
-        if not k:
+        if not k or cap is None:
             return [], False
         parts = self.lifetimes(p, s)
         if len(parts) == 1:
@@ -327,8 +330,7 @@ class Problem:
         return None
 
     def schedule(self, name: str, placement: Placement, orders, blocks: tuple[tuple[Op, ...], ...] = ()) -> Schedule:
-        """A ``Schedule`` of this problem with the given placement, per-device orders and
-        blocks."""
+        """A ``Schedule`` of this problem with the given placement, orders and blocks."""
         return Schedule(
             name, placement, self.microbatch2pipeline, tuple(tuple(o) for o in orders),
             stage_work=self.stage_work, split_backward=self.split_backward,
@@ -337,9 +339,8 @@ class Problem:
 
     def schedule_by_starts(self, name: str, placement: Placement, starts: dict[Op, int],
                            blocks: tuple[tuple[Op, ...], ...] = ()) -> Schedule:
-        """The ``Schedule`` whose per-device orders are the ops by start time (ties: a
-        block's forward first, then by name), with ``blocks`` (overlapped pairs, which
-        share their start)."""
+        """The ``Schedule`` ordering each device's ops by start (ties: a block's forward, then by
+        name), with ``blocks`` (overlapped pairs, sharing their start)."""
         orders: list[list[Op]] = [[] for _ in range(self.num_devices)]
         for op in sorted(starts, key=lambda o: (starts[o], o.kind is not Kind.F, str(o))):
             orders[placement.device(op.pipeline, op.stage)].append(op)
@@ -348,9 +349,7 @@ class Problem:
     @classmethod
     def from_schedule(cls, schedule: Schedule, costs: Costs,
                       placement: Placement | PlacementFamily | None = None, blocks: bool = False) -> "Problem":
-        """The problem a known schedule solves (its placement fixed unless ``placement``);
-        with ``blocks`` (its orders fixed: evaluation) its blocks run as they do in the
-        simulator."""
+        """A known schedule's problem (placement fixed unless given); ``blocks``: as the simulator runs them."""
         return cls(
             schedule.num_devices,
             tuple(schedule.microbatch2pipeline),
@@ -383,11 +382,9 @@ def idealized_problem(
     weight_memory: float = 1.0,
     objective: Objective | str = Objective.MAKESPAN,
 ) -> Problem:
-    """An idealized problem on ``stages`` devices (``devices`` for free placement), its
-    stages per pipeline those of the family (``schedules.placements.family_stages``: wave
-    with ``waves``, interleaved with ``chunks``, free with ``pipelines`` pipelines of
-    ``stages`` stages) or of a given ``Placement``; two pipelines split their microbatches
-    half/half per unit (``schedules.placements.split_microbatches``). Costs: ``idealized_costs``."""
+    """An idealized problem on ``stages`` devices (``devices`` when free), with the family's
+    stages per pipeline (``family_stages``: ``waves``, ``chunks``, ``pipelines``) or a given
+    ``Placement``'s; two pipelines split the microbatches half and half per unit; ``idealized_costs``."""
     check_count("stages", stages)
     check_count("microbatches", microbatches)
     if isinstance(placement, Placement):

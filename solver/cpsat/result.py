@@ -1,10 +1,7 @@
-"""``Result``: what a CP-SAT mode returns, solver-independent and total, and ``SolveLog``,
-the record of how it was found (its phases and their solves).
-
-Users never see OR-Tools types: ``Status`` is ``optimal`` (the objective is proven
-minimal under ``bound_assumptions``), ``feasible`` (a schedule, not proven optimal),
-``infeasible`` (proven: no schedule exists, e.g. a memory cap too small) or ``unknown``
-(no schedule and no proof within the limits).
+"""``Result``: what a CP-SAT mode returns, solver-independent (``Status``: ``optimal`` —
+proven minimal under ``bound_assumptions``; ``feasible``; ``infeasible`` — proven, e.g. a cap
+too small; ``unknown`` — no schedule and no proof within the limits), and ``SolveLog``, the
+record of its phases and their solves.
 """
 
 from __future__ import annotations
@@ -58,9 +55,7 @@ class KnownGap:
 
 @dataclass(frozen=True)
 class SolveRecord:
-    """One CP-SAT solve of a phase: its search (subsolvers), seed, the horizon it probed
-    (bound phase), status, objective found and bound proven (model units), times, and
-    whether it was stopped for lack of progress."""
+    """One CP-SAT solve: search, seed, horizon, status, value and bound (model units), times."""
 
     phase: str
     search: str
@@ -79,8 +74,7 @@ class SolveRecord:
 
 @dataclass(frozen=True)
 class PhaseRecord:
-    """One phase of a search (``start``, ``bound``, ``search``, ``solve``, or one placement
-    of a free-placement search): its wall time, its solves, and what it found."""
+    """One phase of a search or decomposition: its wall time, its solves, what it found."""
 
     name: str
     wall_s: float
@@ -94,9 +88,7 @@ class PhaseRecord:
 
 @dataclass(frozen=True)
 class SolverInfo:
-    """How a result was computed: workers, seed, CP-SAT portfolio, limits, the model
-    families applied, and the stop rule that ended the search (None: the time limit or a
-    proof)."""
+    """How a result was computed, and the stop rule that ended it (None: time limit or proof)."""
 
     workers: int = 1
     random_seed: int = 0
@@ -115,8 +107,7 @@ class SolverInfo:
 
 @dataclass(frozen=True)
 class SolveLog:
-    """How a result was found: one ``PhaseRecord`` per phase (``start``, ``bound``,
-    ``search``, ``solve``, a placement or a partition of a decomposition)."""
+    """How a result was found: one ``PhaseRecord`` per phase."""
 
     phases: tuple[PhaseRecord, ...] = ()
 
@@ -130,11 +121,10 @@ class SolveLog:
 
 @dataclass(frozen=True, kw_only=True)
 class CyclicInfo:
-    """What the cyclic phase proved (``phases.cyclic``): the block of ``block`` microbatches with
-    the least period per microbatch found, its ``period`` and the proven least period
-    ``period_bound`` among periodic schedules of that block (equal: proven optimal among
-    them), in the result's unit; ``blocks``: (block, period or None, bound) of every
-    block tried; ``why`` says what proved the bound."""
+    """What the cyclic phase proved: the block of ``block`` microbatches of least period per
+    microbatch found, its ``period`` and ``period_bound`` (the least among periodic schedules of
+    that block; equal: proven), in the result's unit; ``blocks``: (block, period or None, bound)
+    of every block tried; ``why``: what proved the bound."""
 
     block: int
     period: int
@@ -162,27 +152,19 @@ class CyclicInfo:
 
 @dataclass(frozen=True, kw_only=True)
 class Result:
-    """Outcome of ``evaluate``, ``search`` or ``bound``.
-
+    """Outcome of ``evaluate``, ``search``, ``bound`` or ``least_peak_memory``.
+    
     ``makespan`` and ``lower_bound`` are in the model's integer unit: idealized ticks of
-    ``tick_slots`` slots (``unit`` ``slots``; ``in_slots`` converts), or ``ticks`` of
-    ``tick_s`` seconds; ``gap`` = (makespan - lower_bound) / makespan.
-    ``bound_assumptions`` lists every restriction and convention under which the lower
-    bound holds. ``min_feasible_cap`` is the least activation capacity (same on every
-    device, in the costs' memory unit) for which a schedule exists, when the given cap is
-    infeasible. ``known`` maps known schedules to their makespan and gap to the bound.
-    ``objective``: with ``period`` ``makespan`` and ``lower_bound`` hold the period (the
-    time objectives' value keeps the name ``makespan``); with ``memory`` (``least_peak_memory``)
-    ``makespan`` is the schedule's step and ``peak_memory`` the objective, proven least when
-    the status is ``optimal``. ``objective_value`` and ``objective_unit`` say which, whatever
-    the objective.
-    ``tick_slots``: slots per unit of idealized costs (1/v when a device holds v stages),
-    so ``in_slots`` compares placements. ``log``: the phases and their solves; ``solver``:
-    how it was computed; ``analytic_bound``: the solver-free part of the bound;
-    ``peak_activations``: evaluate mode, per device. ``cyclic``: what the cyclic phase
-    proved of periodic schedules (``CyclicInfo``; its bound is on the period among
-    periodic schedules of its block, not on the whole step).
-    """
+    ``tick_slots`` slots (``unit`` ``slots``; 1/v when a device holds v stages, so ``in_slots``
+    compares placements), or ``ticks`` of ``tick_s`` seconds. ``bound_assumptions``: every
+    restriction under which the bound holds. ``min_feasible_cap``: when the cap is infeasible,
+    the least one (same on every device, the costs' memory unit) with a schedule. ``known``:
+    known schedules' makespans and gaps. With the ``period`` objective ``makespan`` and
+    ``lower_bound`` hold the period; with ``memory`` ``makespan`` is the step and
+    ``peak_memory`` the objective (``objective_value``/``objective_unit`` say which).
+    ``analytic_bound``: the solver-free part of the bound; ``peak_activations``: evaluate mode,
+    per device; ``cyclic``: its bound is on the period among periodic schedules of its block,
+    not on the whole step."""
 
     mode: Mode
     status: Status

@@ -1,11 +1,8 @@
-"""Stage partitions as a decision: how many of the model's layers each stage holds.
-
-``Partition`` is ``even``, ``fixed`` (layer counts per pipeline and stage) or ``free``; a
-partition is a ``stage_work`` of integers, priced by a ``solver.pricing.LayerCosts``. The
-free partition is solved exactly by enumeration (``partition_enum``): splits visited in
-order of their bound, each pruned by it or searched with its split fixed on a slice of the
-deadline, seeded with the incumbent's orders; the free problem's bound is the least over
-all splits (docs/partition.md).
+"""Stage partitions as a decision (docs/partition.md): ``Partition`` is ``even``, ``fixed``
+(layer counts per pipeline and stage) or ``free``, a ``stage_work`` of integers priced by a
+``solver.pricing.LayerCosts``. The free one is solved exactly by enumeration
+(``partition_enum``): splits visited in order of their bound, each pruned or searched with
+its split fixed on a slice of the deadline; the free bound is the least over all splits.
 """
 
 from __future__ import annotations
@@ -18,7 +15,6 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Callable, Sequence
 
 from pipetab.schedules.ops import Kind, Op
-from pipetab.schedules.schedule import Placement, Schedule
 from pipetab.solver.pricing import LayerCosts, Layers, even_layers, with_layers
 
 from ..model.bounds import cap_violations
@@ -27,6 +23,7 @@ from ..result import PhaseRecord, Result, SolveLog, Status, gap_of
 from .partition_enum import enumerate_partitions, least_splits, quick_bound
 
 if TYPE_CHECKING:
+    from pipetab.schedules.schedule import Schedule
     from pipetab.solver.deadline import Deadline
 
     from ..params import CpSatConfig
@@ -79,9 +76,8 @@ def format_layers(layers: Layers) -> str:
 
 
 def check_layers(layers: Layers, num_layers: int, num_stages: Sequence[int]) -> Layers:
-    """``layers`` (one list for every pipeline, or one per pipeline) when each pipeline's
-    list has one integer >= 1 per stage summing to ``num_layers``; ``ValueError`` naming
-    what is allowed otherwise."""
+    """``layers`` (one list for all pipelines or one per pipeline) when each has one integer
+    >= 1 per stage summing to ``num_layers``; else ``ValueError`` naming what is allowed."""
     rows = tuple(tuple(r) for r in layers)
     if len(rows) == 1 and len(num_stages) > 1:
         rows = rows * len(num_stages)
@@ -103,9 +99,8 @@ def check_layers(layers: Layers, num_layers: int, num_stages: Sequence[int]) -> 
 def shape_schedule(problem: Problem, stage_work: Layers | None = None) -> Schedule:
     """A schedule of the problem's shape (one microbatch at a time on a placement of it;
     ``stage_work`` if given, else the problem's) for costing its stages on hardware."""
-    placement = problem.fixed_placement or Placement(
-        tuple(tuple(s % problem.num_devices for s in range(n)) for n in problem.num_stages), problem.num_devices)
-    orders = [[] for _ in range(problem.num_devices)]
+    placement = problem.fixed_placement or problem.dealt
+    orders: list[list[Op]] = [[] for _ in range(problem.num_devices)]
     for m, p in enumerate(problem.microbatch2pipeline):
         n = problem.num_stages[p]
         chain = [Op(Kind.F, p, s, m) for s in range(n)] + [Op(Kind.B, p, s, m) for s in reversed(range(n))]
@@ -126,10 +121,8 @@ def partition_problem(shape: Problem, layer_costs: LayerCosts, layers: Layers) -
 # ---- enumeration -----------------------------------------------------------------------------
 @dataclass(frozen=True)
 class PartitionSearch:
-    """The result of a partition search: ``result`` (its schedule's ``stage_work`` is the
-    chosen split, its bound the free problem's), ``layers`` chosen, and one row per
-    partition visited or pruned (``rows``: layers, quick and analytic bounds, status,
-    objective, bound)."""
+    """A partition search: ``result`` (its schedule's ``stage_work`` the chosen split, its bound
+    the free problem's), the ``layers`` chosen, and one row per split visited or pruned."""
 
     result: Result
     layers: Layers | None
@@ -155,9 +148,8 @@ def _restamp(schedule: Schedule, layers: Layers) -> Schedule:
 
 def search_partition(shape: Problem, layer_costs: LayerCosts, partition: Partition, config: CpSatConfig,
                      run: Callable, known: Sequence[Schedule], deadline: Deadline) -> PartitionSearch:
-    """``run`` (``api.search`` or ``api.bound``) on ``shape`` — a problem with a fixed
-    placement, its costs replaced — with its stage partition even, fixed or free (module
-    docstring), within ``deadline``; ``api.solve_partition`` is the public entry."""
+    """``run`` (``api.search`` or ``api.bound``) on ``shape`` (placement fixed, costs
+    replaced) with its partition even, fixed or free; ``api.solve_partition`` is the entry."""
     if shape.fixed_placement is None:
         raise ValueError("a partition search needs a fixed placement (linear, bidirectional, ...)")
     if shape.overlap_pairs and partition.mode is PartitionMode.FREE:

@@ -1,7 +1,6 @@
-"""The stage partition's search space: ``quick_bound`` (a lower bound of any schedule of
-one layer split), ``least_splits`` (the splits of least quick bound, by a small CP-SAT
-model over the layer counts, and a bound of every other) and ``enumerate_partitions``
-(every split below a threshold, cut branch by branch). ``partition`` visits what they find.
+"""The stage partition's search space: ``quick_bound`` (a bound of any schedule of one
+split), ``least_splits`` (the splits of least quick bound by a small CP-SAT model, and a
+bound of every other) and ``enumerate_partitions`` (every split below a threshold).
 """
 
 from __future__ import annotations
@@ -35,11 +34,10 @@ def _counts(shape: Problem) -> list[int]:
 
 
 def quick_bound(shape: Problem, layer_costs: LayerCosts, layers: Layers) -> int:
-    """A lower bound of every schedule of the split ``layers`` on ``shape``'s fixed
-    placement: for each device, and for each stage's ops alone, their work plus the least
-    forward chain before the first and the least backward chain after the last (0 with a
-    split backward: W ends a chain) — messages and optimizer left out."""
-    placement = shape.fixed_placement
+    """A bound of every schedule of the split ``layers`` on ``shape``'s placement: per device
+    and per stage alone, the work plus the least forward chain before and backward chain after
+    (0 with a split backward) — messages and optimizer left out."""
+    placement = shape.placed
     counts = _counts(shape)
     work = [0] * shape.num_devices
     heads: dict[int, int] = {}
@@ -62,9 +60,7 @@ def quick_bound(shape: Problem, layer_costs: LayerCosts, layers: Layers) -> int:
 
 @dataclass(frozen=True)
 class LeastSplits:
-    """Splits by least ``quick_bound`` (``least_splits``): ``splits`` as (bound, layers),
-    least first, and ``rest_bound``: a bound of every split not listed (None: none
-    proven)."""
+    """``splits`` (bound, layers), least first; ``rest_bound``: bound of every other (None: none)."""
 
     splits: tuple[tuple[int, Layers], ...]
     rest_bound: float | None  # math.inf: every split is listed
@@ -72,10 +68,9 @@ class LeastSplits:
 
 def least_splits(shape: Problem, layer_costs: LayerCosts, count: int, deadline: float,
                  workers: int = DecomposeParams.least_workers) -> LeastSplits:
-    """Up to ``count`` splits of least ``quick_bound`` until ``deadline``
-    (``time.perf_counter``): ``_quick_bound_model`` solved on ``workers`` threads, the
-    split found forbidden, solved again. The last solve's bound holds for every split not listed, however few
-    the enumeration reaches (docs/partition.md)."""
+    """Up to ``count`` splits of least ``quick_bound`` until ``deadline`` (perf_counter):
+    ``_quick_bound_model`` on ``workers`` threads, each split found forbidden and solved again;
+    the last solve's bound holds for every split not listed (docs/partition.md)."""
     built = _quick_bound_model(shape, layer_costs, deadline)
     if built is None:
         return LeastSplits((), None)
@@ -103,10 +98,10 @@ def least_splits(shape: Problem, layer_costs: LayerCosts, count: int, deadline: 
 
 
 def _quick_bound_model(shape: Problem, layer_costs: LayerCosts, deadline: float):
-    """A CP-SAT model minimizing ``quick_bound`` over all splits: the layer counts as
-    integers (>= 1, each pipeline's summing to the model's), op times looked up per count.
-    Returns (model, layer count variables per pipeline), or None past ``deadline``."""
-    placement = shape.fixed_placement
+    """A CP-SAT model minimizing ``quick_bound`` over all splits (layer counts >= 1 summing to
+    the model's, op times looked up per count): (model, count variables per pipeline), or None
+    past ``deadline``."""
+    placement = shape.placed
     counts = _counts(shape)
     L = layer_costs.num_layers
     m = cp_model.CpModel()
@@ -126,7 +121,8 @@ def _quick_bound_model(shape: Problem, layer_costs: LayerCosts, deadline: float)
         n = [m.new_int_var(1, hi, f"n{p}_{s}") for s in range(S)]
         layer_vars.append(n)
         m.add(sum(n) == L)
-        fsum = bsum = 0
+        fsum: cp_model.LinearExpr | int = 0
+        bsum: cp_model.LinearExpr | int = 0
         for s in range(S):
             if time.perf_counter() > deadline:
                 return None
@@ -155,9 +151,8 @@ def _quick_bound_model(shape: Problem, layer_costs: LayerCosts, deadline: float)
 
 @dataclass(frozen=True)
 class Enumeration:
-    """Partitions whose quick bound is below a threshold (``candidates``: (bound,
-    layers), least first), how many were enumerated, and ``rest_bound``: a bound of the
-    partitions not enumerated when the limits stopped it (None: all were)."""
+    """Splits of quick bound below a threshold (``candidates``: (bound, layers), least first),
+    how many were enumerated, and ``rest_bound`` of those not enumerated (None: all were)."""
 
     candidates: tuple[tuple[int, Layers], ...]
     enumerated: int
@@ -167,11 +162,9 @@ class Enumeration:
 def enumerate_partitions(shape: Problem, layer_costs: LayerCosts, threshold: float = math.inf,
                          limit: int = _DEFAULTS.max_candidates, deadline: float = math.inf,
                          nodes_per_candidate: int = _DEFAULTS.nodes_per_candidate) -> Enumeration:
-    """Every split (compositions of the layers per pipeline; bidirectional: one per
-    direction) whose quick bound is below ``threshold``, generated stage by stage in
-    device order: a branch is cut as soon as a device's work reaches the threshold. Stops
-    after ``limit`` candidates, ``nodes_per_candidate * limit`` nodes or at ``deadline``
-    (``time.perf_counter``), bounding the rest (``Enumeration.rest_bound``)."""
+    """Every split (compositions per pipeline) of quick bound below ``threshold``, stage by
+    stage in device order, a branch cut once a device's work reaches it; stops after ``limit``
+    candidates, ``nodes_per_candidate * limit`` nodes or ``deadline``, bounding the rest."""
     walk = _Walk(shape, layer_costs, threshold, limit, deadline, nodes_per_candidate)
     walk.rec(0)
     rest = None
@@ -187,14 +180,13 @@ def enumerate_partitions(shape: Problem, layer_costs: LayerCosts, threshold: flo
 
 
 class _Walk:
-    """The enumeration tree of ``enumerate_partitions``: stages in device order, each
-    given a layer count, balanced counts first."""
+    """``enumerate_partitions``'s tree: stages in device order, balanced layer counts first."""
 
     def __init__(self, shape: Problem, layer_costs: LayerCosts, threshold: float, limit: int, deadline: float,
                  nodes_per_candidate: int):
         self.shape, self.layer_costs, self.threshold = shape, layer_costs, threshold
         self.limit, self.deadline, self.max_nodes = limit, deadline, nodes_per_candidate * limit
-        self.placement = placement = shape.fixed_placement
+        self.placement = placement = shape.placed
         L, self.counts = layer_costs.num_layers, _counts(shape)
         self.keys = keys = sorted(shape.stages, key=lambda k: (placement.device(*k), k))  # type: ignore[union-attr]
         self.left_after = {}  # stages of each pipeline still to assign after key i
@@ -244,9 +236,8 @@ class _Walk:
                     for k in range(1, n - len(stages) + 2)), default=math.inf)
 
     def doomed(self, i: int) -> bool:
-        """Averaging cut: the devices with stages still open end with their load so far
-        plus at least the least work of the layers left; when that reaches the threshold
-        on each of them, one device's work (a part of every quick bound) reaches it."""
+        """Averaging cut: the open devices end with their load plus at least the least work left;
+        when that reaches the threshold on each, one device's work (part of every bound) does."""
         devs = self.open_devices[i]
         rest = sum(self.least_rest(p, st, self.remaining[p]) for p, st in self.open_stages[i].items() if st)
         return sum(self.load[d] for d in devs) + rest >= len(devs) * self.threshold
@@ -284,8 +275,7 @@ class _Walk:
 
 
 def _least_work(num_stages: int, num_layers: int, work: Callable[[int, int], int]) -> int:
-    """The least sum of ``work(s, n_s)`` over splits of ``num_layers`` into ``num_stages``
-    stages of >= 1 layer each."""
+    """The least sum of ``work(s, n_s)`` over splits of the layers into stages of >= 1 layer."""
     best = {0: 0}  # layers used so far -> least work
     for s in range(num_stages):
         left = num_stages - s - 1

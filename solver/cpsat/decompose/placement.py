@@ -1,9 +1,8 @@
-"""Free placement as a decomposition: every placement of the stages on the devices up to
-relabelling of identical devices (``canonical_placements``), each searched with its
-placement fixed (``fixed.search_fixed``) on a slice of the deadline, those whose analytic
-bound reaches the incumbent pruned; above ``DecomposeParams.max_placements`` placements,
-one model with placement literals. The free problem's bound is the least over all
-placements (proven for those searched, analytic for the rest)."""
+"""Free placement as a decomposition: every placement up to relabelling of identical devices
+(``canonical_placements``) searched with its placement fixed on a slice of the deadline,
+those whose analytic bound reaches the incumbent pruned; above ``max_placements``, one model
+with placement literals. The free bound is the least over placements (proven or analytic).
+"""
 
 from __future__ import annotations
 
@@ -161,12 +160,10 @@ def search_free(problem: Problem, config: CpSatConfig, known: Sequence[Schedule]
 
 
 def _visit_order(problem: Problem, evals: list[KnownEval], placements, identical: bool) -> tuple[dict, list]:
-    """The fitting known schedules by their placement, and the placements in the order
-    they are visited, each with its load: known schedules' first (their placements give
-    the first incumbent), then by device load. Each placement's cap check and analytic
-    bound are computed when it is visited (5.3 ms apiece at S=8 with a cap: all 4,140
-    placements first took 22 s); the bound of placements left unvisited is their load (at
-    least the free placement's analytic bound)."""
+    """The fitting known schedules by placement, and the placements with their loads in visit
+    order: known schedules' first, then by load. Cap checks and analytic bounds are computed on
+    visit (5.3 ms apiece at S=8 with a cap: all 4,140 first took 22 s); an unvisited one's bound
+    is its load (at least the free analytic bound)."""
     known_pl: dict = {}
     for e in evals:
         if e.fits:
@@ -180,8 +177,7 @@ def _visit_order(problem: Problem, evals: list[KnownEval], placements, identical
 
 
 def _most_loaded(problem: Problem, placement: Placement, work: dict) -> int:
-    """The largest load of a device under ``placement`` (``work``: each stage's ops'
-    durations summed): a lower bound of every schedule on it."""
+    """The largest device load under ``placement`` (``work`` per stage): a bound of it."""
     load = [0] * problem.num_devices
     for (p, st), w in work.items():
         load[placement.device(p, st)] += w
@@ -191,8 +187,7 @@ def _most_loaded(problem: Problem, placement: Placement, work: dict) -> int:
 def _visit(problem: Problem, config: CpSatConfig, deadline: Deadline, mode: Mode, label: str, run: _Free,
            rest: list, pl: Placement, lb: int, det: float | None, known: list[Schedule],
            start: Start | None = None) -> None:
-    """Prune placement ``pl`` by its bound or search it on its share of the time left
-    (``det`` deterministic seconds; ``start``: its start phase, already run)."""
+    """Prune ``pl`` by its bound or search it on its share of the time left (``start``: run already)."""
     if run.value is not None and lb >= run.value:
         run.bounds[pl.stage2device] = lb
         run.phases.append(PhaseRecord(f"placement {[list(x) for x in pl.stage2device]}", 0.0,
@@ -244,9 +239,8 @@ def _free_result(problem: Problem, config: CpSatConfig, deadline: Deadline, mode
 
 def _monolithic(problem: Problem, config: CpSatConfig, evals: list[KnownEval], deadline: Deadline,
                 mode: Mode) -> Result:
-    """One model with placement literals (above ``max_placements`` canonical placements),
-    built only where it has at most ``DecomposeParams.free_model_max_intervals`` op-device
-    intervals and its build is predicted to fit the time; else ``_dealt_search``."""
+    """One model with placement literals, built only up to ``free_model_max_intervals``
+    op-device intervals and where its build is predicted to fit; else ``_dealt_search``."""
     if not objective(problem).free_placement:
         raise ValueError(f"the {problem.objective} objective with free placement needs the decomposition "
                          f"(at most {config.decompose.max_placements} canonical placements)")
@@ -258,7 +252,7 @@ def _monolithic(problem: Problem, config: CpSatConfig, evals: list[KnownEval], d
     t0 = deadline.t0
     pace = Pace(deadline, config.start)
     pace.measured_from(evals)
-    dealt = _dealt(problem)
+    dealt = problem.dealt
     fp = problem.with_placement(dealt)
     start = None if cap_violations(fp, dealt) else start_phase(fp, dealt, config, (), deadline, pace)
     if start is not None:
@@ -316,18 +310,12 @@ def _monolithic_result(problem: Problem, config: CpSatConfig, mode: Mode, model:
                   evals, config, phases, fam, lb)
 
 
-def _dealt(problem: Problem) -> Placement:
-    """The stages dealt round-robin over the devices (each pipeline's stage s on device s mod D)."""
-    D = problem.num_devices
-    return Placement(tuple(tuple(s % D for s in range(n)) for n in problem.num_stages), D)
-
-
 def _dealt_search(problem: Problem, config: CpSatConfig, evals: list[KnownEval], deadline: Deadline, mode: Mode,
                   why: str, start: Start | None = None) -> Result:
-    """Where one model is not built (``why``): the stages dealt round-robin searched with
-    their placement fixed (``fixed.search_fixed``, from ``start`` where its start phase ran
-    already) for the time left; every other placement counts with the free analytic bound."""
-    pl = _dealt(problem)
+    """Without one model (``why``): the stages dealt round-robin searched with their placement
+    fixed (from ``start`` if run) for the time left; every other placement has the free
+    analytic bound."""
+    pl = problem.dealt
     lb, lb_why = analytic_lower_bound(problem, None)
     label = ("placement free: the stages dealt round-robin searched, every other placement bounded "
              f"analytically ({lb_why}); no model with placement literals ({why})")

@@ -1,8 +1,6 @@
-"""Greedy memory-aware list scheduling, the model's own starting schedules:
-``greedy_schedule`` dispatches ops as devices become idle (event-driven, never tick by
-tick), steered by ``warmup_depths`` (Zero Bubble style depths of a linear pipeline),
-``stage_limits`` (Little's law depths with several stages per device) and
-``microbatch_spacing`` (the busiest device's work per microbatch).
+"""Greedy memory-aware list scheduling, the model's own starting schedules: ops dispatched
+as devices become idle (event-driven), steered by ``warmup_depths``, ``stage_limits`` and
+``microbatch_spacing``.
 """
 
 from __future__ import annotations
@@ -38,23 +36,14 @@ def greedy_schedule(
     until: float | None = None,
 ) -> Schedule | None:
     """Dispatch ops as devices become idle: a ready backward (B, then W) of the smallest
-    microbatch first (``backward_first``; else forwards first), else the ready forward of
-    the smallest microbatch whose activation fits the device's capacity; at most ``window``
-    microbatches in flight. ``priority`` (a permutation of "FBW") overrides the kinds'
-    order: "BFW" runs a weight gradient only when no B or fitting F is ready, so W's fill
-    idle time and run when memory is needed (Zero Bubble's idea). Returns None when it
-    deadlocks (memory full everywhere). ``inflight[(p, s)]``: stage (p, s) starts its k-th
-    forward only after its (k - inflight[(p, s)])-th backward started (a per-stage warm-up
-    depth; stages missing from it are not limited).
-
-    With ``reserve`` a microbatch enters only when every device on its pipeline can hold
-    its activations, which it reserves until they are freed: never deadlocks.
-
-    ``slack``: dispatch the ready op of least slack instead, whatever its kind — its
-    least start (head) plus ``slack[p]`` per earlier microbatch of its pipeline p, less
-    its least time to the end (tail): ops on long remaining paths go first, and a later
-    microbatch waits its turn (``slack[p]``: about the spacing of p's microbatches,
-    ``microbatch_spacing``). ``until`` (``time.perf_counter`` time): give up (None) past it."""
+    microbatch first (``backward_first``; else forwards first), else the smallest microbatch's
+    ready forward whose activation fits; at most ``window`` microbatches in flight. ``priority``
+    (a permutation of "FBW") overrides the order: "BFW" runs a W only when no B or fitting F is
+    ready (Zero Bubble's idea). None when it deadlocks. ``inflight[(p, s)]``: the stage's k-th
+    forward only after its (k - inflight)-th backward started. ``reserve``: a microbatch enters
+    only when every device of its pipeline can hold its activations, reserved until freed
+    (never deadlocks). ``slack``: the ready op of least slack first — head plus ``slack[p]``
+    per earlier microbatch of p, less its tail. ``until`` (perf_counter): give up past it."""
     if priority is None:
         priority = "BWF" if backward_first else "FBW"
     if sorted(priority) != ["B", "F", "W"]:
@@ -174,8 +163,7 @@ class _ListScheduler:
         self.seq += 1
 
     def _choose(self, d: int) -> Op | None:
-        """The first ready op of device ``d`` by priority that memory and the warm-up
-        depth allow (the others stay ready)."""
+        """Device ``d``'s first ready op by priority that memory and warm-up depth allow."""
         skipped, chosen = [], None
         B = self.problem.num_microbatches
         while self.ready[d]:
@@ -217,10 +205,9 @@ class _ListScheduler:
 
 
 def warmup_depths(problem: Problem) -> tuple[int, ...] | None:
-    """Per device of a linear one-pipeline problem, how many forwards fit between its
-    first forward's start and the earliest start of the first microbatch's backward there
-    (the round trip through the later devices), at least 1 and at most what its memory
-    holds: the warm-up depth of a Zero Bubble style schedule. None for other shapes."""
+    """Per device of a linear one-pipeline problem, the forwards that fit between its first
+    forward's start and the first microbatch's earliest backward there, in [1, what memory
+    holds]: Zero Bubble style warm-up depths. None for other shapes."""
     if problem.num_pipelines != 1 or problem.num_stages[0] != problem.num_devices:
         return None
     S = problem.num_devices
@@ -257,11 +244,9 @@ def residency(problem: Problem, placement: Placement, p: int, s: int) -> int:
 
 
 def stage_limits(problem: Problem, placement: Placement, scale: float) -> dict[tuple[int, int], int]:
-    """Per-stage warm-up depths for several stages per device (Little's law): ``scale``
-    times a stage's activation lifetime (``residency``) over the time between two of its
-    pipeline's microbatches on its device when that device is busy, at least 1; where a
-    device's depths together need more than its memory cap, all of them shrink in
-    proportion, so the list schedule cannot fill the memory and stall."""
+    """Per-stage warm-up depths for several stages per device (Little's law): ``scale`` x a
+    stage's lifetime over the time between two of its microbatches on a busy device, at least
+    1, shrunk in proportion where a device's depths together exceed its cap."""
     counts, work = problem.pipeline_counts, device_work(problem, placement)
     out = {}
     for p, s in problem.stages:
@@ -288,9 +273,8 @@ def device_work(problem: Problem, placement: Placement) -> dict[int, int]:
 
 
 def microbatch_spacing(problem: Problem, placement: Placement) -> dict[int, float]:
-    """Per pipeline, the busiest device's work per microbatch of that pipeline: how far
-    apart its microbatches pass when that device never idles (linear F=1, B=2: 3 slots;
-    bidirectional: 6, its devices serve both directions)."""
+    """Per pipeline, the busiest device's work per microbatch: how far apart its microbatches
+    pass when that device never idles (linear F=1, B=2: 3; bidirectional: 6)."""
     work = device_work(problem, placement)
     return {p: max(work[placement.device(p, s)] for s in range(problem.num_stages[p])) / n
             for p, n in problem.pipeline_counts.items()}

@@ -1,9 +1,7 @@
-"""The problem side of double justification (``solver.justification``): the FIFO
-precedence graph of a fixed-placement problem — data edges (duration plus transfer time
-between devices), each kind of op of a stage in microbatch order, and, on a device holding
-one stage, the memory window F(j + k) after release(j) for the k activations its capacity
-holds — and a known schedule improved on it, re-timed and memory-checked by the evaluator
-(docs/cpsat.md has what it gains).
+"""The problem side of double justification (``solver.justification``): the FIFO precedence
+graph of a fixed-placement problem (data edges with transfers, each kind of a stage in
+microbatch order, on a one-stage device F(j + k) after release(j) for its k activations)
+and a known schedule improved on it, checked by the evaluator (docs/cpsat.md).
 """
 
 from __future__ import annotations
@@ -24,10 +22,8 @@ if TYPE_CHECKING:
 
 
 def precedence_graph(problem: Problem, placement: Placement) -> PrecedenceGraph | None:
-    """The FIFO precedence graph, or None when a device with a capacity holds several
-    stages (its memory is then a cumulative constraint, not a set of precedences). Where
-    a split backward frees part of an activation at B, the graph holds every activation
-    whole until W (sufficient, not necessary)."""
+    """The FIFO precedence graph, or None when a capped device holds several stages (a
+    cumulative, not precedences); a split backward's activation counts whole until W (sufficient)."""
     ops = tuple(problem.ops)
     index = {op: i for i, op in enumerate(ops)}
     duration = [problem.duration(op) for op in ops]
@@ -77,9 +73,8 @@ def precedence_graph(problem: Problem, placement: Placement) -> PrecedenceGraph 
 
 def justify(problem: Problem, placement: Placement, known: KnownEval,
             graph: PrecedenceGraph | None = None, max_rounds: int = 8, until: float | None = None) -> KnownEval | None:
-    """``known`` (a fitting, timed schedule of ``problem`` on ``placement``) improved by
-    double justification, re-timed and memory-checked by the evaluator; None when that is
-    not strictly faster or the problem's memory is not a set of precedences."""
+    """``known`` (fitting, timed) improved by double justification and checked by the evaluator;
+    None when not strictly faster or memory is no set of precedences."""
     if not known.fits or known.timing is None:
         return None
     graph = graph or precedence_graph(problem, placement)

@@ -1,12 +1,8 @@
-"""Mirror-symmetric schedules of a bidirectional problem: a heuristic restriction.
-
-Chimera's placement is its own mirror image: swap the two pipelines and reverse the
-devices (down stage s sits on device s, up stage s on device S-1-s). When op times,
-activations, messages, caps and optimizer steps agree under that swap, a schedule in
-which the j-th microbatch of each direction starts each op at the same time is a valid
-schedule — device S-1-d runs device d's ops with the directions swapped. Searching only
-those halves the search space; it is a restriction, not without loss of generality, so
-its bound is never reported (only its schedules are used, re-checked like every other).
+"""Mirror-symmetric schedules of a bidirectional problem, a heuristic restriction: Chimera's
+placement is its own mirror (swap the pipelines, reverse the devices). Where costs, caps and
+optimizer steps agree under that swap, a schedule in which the j-th microbatch of each
+direction starts each op at the same time is valid. Searching only those halves the space;
+it is no loss-free restriction, so its bound is never reported (only its schedules, checked).
 """
 
 from __future__ import annotations

@@ -1,17 +1,10 @@
 """Solver-free first kernels of a block, the cyclic phase's upper bounds and hints
-(``phases.cyclic.block_period``), memory checked afterwards (``cyclic.check_kernel``):
-
-* a list scheduler of one period (modulo scheduling, as compilers pipeline loops): the
-  template's ops in chain order, each at the earliest time after its input (and, FIFO,
-  after the same op of the pipeline's previous template microbatch) whose phases modulo
-  the period are free on its device;
-* regular kernels: every template microbatch's chain at fixed waits (after each forward's
-  input, at the turn from the last forward to the backwards, after each backward's input),
-  the template microbatches at offsets within the period. On bidirectional placements
-  with messages the list scheduler's forwards, each as early as it can, collide with the
-  other direction's; one slot of wait per forward hop interleaves the two directions
-  exactly (S=32, F:B = 1:2, a message of 1: period 6, the devices' load, where CP-SAT's
-  model of one period found none in 60 s).
+(``phases.cyclic.block_period``), memory checked afterwards (``cyclic.check_kernel``): a
+list scheduler of one period (modulo scheduling: the template's ops in chain order, each at
+the earliest time whose phases modulo the period are free on its device, FIFO kept), and
+regular kernels (each template microbatch's chain at fixed waits, the microbatches at
+offsets within the period: on bidirectional placements with messages one slot of wait per
+forward hop interleaves the two directions, docs/cpsat.md, "The cyclic model").
 """
 
 from __future__ import annotations
@@ -34,8 +27,7 @@ if TYPE_CHECKING:
 
 
 def _chain(problem: Problem, p: int, j: int) -> list[Op]:
-    """Microbatch j's ops in chain order: forwards down, backwards up, each W right after
-    its B."""
+    """Microbatch j's ops in chain order: forwards down, backwards up, each W after its B."""
     n = problem.num_stages[p]
     out = [Op(Kind.F, p, s, j) for s in range(n)]
     for s in reversed(range(n)):
@@ -47,9 +39,8 @@ def _chain(problem: Problem, p: int, j: int) -> list[Op]:
 
 def modulo_kernel(problem: Problem, placement: Placement, block: int, period: int,
                   until: float | None = None) -> Kernel | None:
-    """The list-scheduled kernel of ``block`` microbatches at ``period`` (module
-    docstring), or None when an op finds no free phases, the kernel breaks the memory
-    cap or a microbatch is begun past ``until`` (``time.perf_counter``)."""
+    """The list-scheduled kernel of ``block`` at ``period``, or None when an op finds no free
+    phases, the kernel breaks the cap, or a microbatch is begun past ``until``."""
     busy = np.zeros((problem.num_devices, period), bool)
     start: dict[Op, int] = {}
     pipes = template_pipelines(problem, block)
@@ -82,12 +73,10 @@ def modulo_kernel(problem: Problem, placement: Placement, block: int, period: in
 def regular_kernel(problem: Problem, placement: Placement, block: int, lower: int, tries: int = 4,
                    waits: tuple[int, ...] = (0, 1, 2), until: float | None = None, offsets: int = 16
                    ) -> Kernel | None:
-    """The regular kernel (module docstring) of the least period among ``lower`` ..
-    ``lower + tries - 1``: forward waits from ``waits``, turn and backward waits from its
-    first two, offsets of the template microbatches after the first at most ``offsets``
-    points evenly apart in the period (every point of a period up to that long); None
-    when none passes ``check_kernel``, when two template microbatches share a pipeline
-    (FIFO would order them: not regular) or past ``until`` (``time.perf_counter``)."""
+    """The regular kernel of least period in ``lower`` .. ``lower + tries - 1``: forward waits
+    from ``waits``, turn and backward waits from its first two, template offsets at most
+    ``offsets`` points evenly apart; None when none passes ``check_kernel``, two template
+    microbatches share a pipeline (FIFO: not regular) or past ``until``."""
     pipes = problem.microbatch2pipeline[:block]
     if len(set(pipes)) != block:
         return None
@@ -109,8 +98,7 @@ def regular_kernel(problem: Problem, placement: Placement, block: int, lower: in
 
 def _regular_chain(problem: Problem, placement: Placement, p: int, j: int, waits: tuple[int, int, int]
                    ) -> dict[Op, int]:
-    """Microbatch j's op starts from 0: each op ``waits`` (forward, turn, backward; a W
-    none) after its input arrives."""
+    """Microbatch j's op starts from 0, each op ``waits`` (forward, turn, backward) after its input."""
     wf, wt, wb = waits
     start: dict[Op, int] = {}
     for op in _chain(problem, p, j):
@@ -124,8 +112,7 @@ def _regular_chain(problem: Problem, placement: Placement, p: int, j: int, waits
 
 
 def _first_free(busy: np.ndarray, ready: int, dur: int) -> int | None:
-    """The earliest x >= ready (within one period of it) with phases x .. x + dur - 1
-    free, or None."""
+    """The earliest x >= ready (within a period) with phases x .. x + dur - 1 free, or None."""
     P = len(busy)
     taken = np.roll(np.concatenate([busy, busy]), -(ready % P))[:P + dur - 1]
     count = np.concatenate([[0], np.cumsum(taken)])  # busy phases before each offset
@@ -136,9 +123,8 @@ def _first_free(busy: np.ndarray, ready: int, dur: int) -> int | None:
 def first_modulo_kernel(problem: Problem, placement: Placement, block: int, lower: int,
                         steps: tuple[float, ...] = (1.1, 1.25, 1.5, 2.0), tries: int = 6,
                         until: float | None = None) -> Kernel | None:
-    """The kernel of the least period the list scheduler reaches among ``lower`` ..
-    ``lower + tries - 1`` and ``lower`` times each of ``steps`` (None if none, or none
-    before ``until``)."""
+    """The kernel of least period the list scheduler reaches in ``lower`` .. ``lower + tries -
+    1`` and ``lower`` times each of ``steps`` (None if none before ``until``)."""
     periods = sorted({lower + i for i in range(tries)} | {-(-int(lower * 1000 * f) // 1000) for f in steps})
     for period in periods:
         kernel = modulo_kernel(problem, placement, block, period, until)

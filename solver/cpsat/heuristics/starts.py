@@ -1,7 +1,6 @@
-"""The start phase: the known schedules given, the registry's of the problem's shape and
-the model's own list schedules (``greedy``) judged by the evaluator, the fitting ones
-improved by double justification; the best that fits is the first incumbent. Every step is
-paced from the measured time of one evaluation (``StartParams.costs``).
+"""The start phase: the known schedules, the registry's of the problem's shape and the
+model's list schedules (``greedy``) judged by the evaluator, the fitting ones double-justified;
+the best that fits is the first incumbent. Paced from one evaluation's measured time.
 """
 
 from __future__ import annotations
@@ -48,17 +47,12 @@ def registry_schedules(problem: Problem, placement: Placement, probe: tuple[int,
                        until: Callable[[], float | None] = lambda: None,
                        params: StartParams = StartParams(), fused: bool | None = None,
                        done: set[str] | None = None) -> Iterator[Schedule]:
-    """The registry's schedules (default options; Hanayo with the problem's waves,
-    interleaved with its chunks) of the problem's shape and placement — under a memory
-    cap those of least formula peak memory first, else those of least formula bubble;
-    on a whole backward, after them the split-backward ones with W fused into B
-    (``fused_backward``; ``fused``: True for those alone, False for none of them).
-    ``done``: registry names not to generate, to which each one generated is added.
-    The shape is checked on a small instance (``probe`` devices and microbatches) first,
-    so large problems generate only those that fit it; above
-    ``StartParams.time_probe_cells`` devices x microbatches, a generator whose time at
-    full size, extrapolated from its times at those sizes, would end past ``until()`` is
-    skipped."""
+    """The registry's schedules (default options; Hanayo with the problem's waves, interleaved
+    with its chunks) of the problem's shape and placement, least formula peak memory first under
+    a cap, else least formula bubble; on a whole backward, then the split-backward ones with W
+    fused into B (``fused``: those alone if True, none if False). ``done``: names not to
+    generate, each generated one added. The shape is checked on a ``probe``-sized instance first;
+    above ``StartParams.time_probe_cells`` a generator predicted to end past ``until()`` is skipped."""
     S, B = problem.num_devices, problem.num_microbatches
     fixed = problem.with_placement(placement)
     extra = _registry_options(problem)
@@ -103,11 +97,9 @@ def registry_schedules(problem: Problem, placement: Placement, probe: tuple[int,
 
 
 def fused_backward(schedule: Schedule, keep_pairs: bool = False) -> Schedule:
-    """A split-backward schedule as a whole-backward one: each W dropped, so the whole
-    backward runs where its B ran (the same orders of F and B; an activation is freed at
-    the B, no later than the split schedule's W freed it, so its peak memory is no
-    higher). Named '<name> (W fused into B)'; overlapped pairs are left out unless
-    ``keep_pairs`` (then each block less its W is kept where a forward and a backward remain)."""
+    """A split-backward schedule with each W dropped, the whole backward where its B ran (an
+    activation freed no later: peak memory no higher), named '<name> (W fused into B)';
+    overlapped pairs kept only with ``keep_pairs`` (each block less its W, where two ops remain)."""
     if not schedule.split_backward:
         return schedule
     blocks: tuple[tuple[Op, ...], ...] = ()
@@ -123,11 +115,9 @@ def fused_backward(schedule: Schedule, keep_pairs: bool = False) -> Schedule:
 
 
 def as_searched(problem: Problem, known: Sequence[Schedule]) -> list[Schedule]:
-    """``known`` as a search of ``problem`` judges them: on a problem without blocks (a
-    search orders ops one at a time) their overlapped pairs run as two ops
-    (``ops_one_at_a_time``); a problem with blocks (fixed orders) keeps them; where the
-    search may overlap pairs (``Problem.overlap_pairs``) each keeps its forward-backward
-    pairs (``pairing.pairs_only``) and, if it has blocks, comes also with every op alone."""
+    """``known`` as a search of ``problem`` judges them: without blocks each overlapped pair as
+    two ops (``ops_one_at_a_time``); with blocks unchanged; where pairs may overlap, each with
+    its forward-backward pairs (``pairing.pairs_only``) and, if it has blocks, also every op alone."""
     if problem.blocks:
         return list(known)
     if not problem.overlap_pairs:
@@ -141,28 +131,23 @@ def as_searched(problem: Problem, known: Sequence[Schedule]) -> list[Schedule]:
 
 
 def ops_one_at_a_time(schedule: Schedule) -> Schedule:
-    """``schedule`` as a search judges it: every op alone (its overlapped pairs and fused
-    backwards run one op after the other, and its name says so), since the search model
-    orders ops one at a time."""
+    """``schedule`` with every op alone (the search orders ops one at a time), named so."""
     if not schedule.blocks:
         return schedule
     return schedule.with_blocks((), f"{schedule.name} (pairs not overlapped)")
 
 
 def generator_of(name: str) -> str:
-    """The registry generator a start's schedule came from: its name, less the notes in
-    parentheses that ``fused_backward``, ``ops_one_at_a_time`` or ``pairing.pairs_only``
-    add (no registry name holds " (")."""
+    """The registry generator a start's schedule came from: its name less the notes in
+    parentheses the rewrites above add (no registry name holds " (")."""
     return name.split(" (", 1)[0]
 
 
 def _generation_time(name: str, opts: dict, sizes: tuple[int, int], cells: int, devices: int = 8) -> float:
-    """A generator's predicted seconds for ``cells`` devices x microbatches on ``devices``
-    devices: the line through its times at ``sizes`` cells (8 devices and sizes / 8
-    microbatches; 0 when it refuses them), times its growth from 8 to 16 devices at the
-    first size per doubling of the devices beyond 8 (V-Half's generator takes 1.1, 1.9 and
-    7.0 s for 1,024 cells on 8, 16 and 32 devices; on 64 devices and 256 microbatches
-    107 s where the line alone predicted 14)."""
+    """A generator's predicted seconds for ``cells`` devices x microbatches on ``devices``: the
+    line through its times at ``sizes`` cells on 8 devices (0 when it refuses them), times its
+    growth from 8 to 16 devices per doubling beyond 8 (V-Half: 1.1, 1.9, 7.0 s for 1,024 cells on
+    8, 16, 32 devices; 107 s on 64 x 256 where the line alone predicted 14)."""
     def timed(d: int, b: int) -> float | None:
         t = time.perf_counter()
         try:
@@ -185,15 +170,13 @@ def _generation_time(name: str, opts: dict, sizes: tuple[int, int], cells: int, 
 
 @functools.lru_cache(maxsize=128)  # a search asks for about 40 (16 generators, probes and full sizes)
 def _generate(name: str, stages: int, microbatches: int, opts: tuple) -> Schedule:
-    """A registry schedule (schedules are immutable: a free-placement search asks for the
-    same ones once per placement)."""
+    """A registry schedule, cached (a free-placement search asks once per placement)."""
     return registry.generate(name, stages, microbatches, **dict(opts))
 
 
 def _shape_fits(probe: Schedule, problem: Problem) -> bool:
-    """Whether a generator's small ``probe`` has the problem's shape: split, stages per
-    device, and the problem's placement family at the probe's size (a given placement:
-    the probe's placement scaled up must be it — only checked on the full schedule)."""
+    """Whether a generator's small ``probe`` has the problem's shape: split, stages per device
+    and placement family at the probe's size (a given placement is checked on the full schedule)."""
     S = problem.num_devices
     if probe.split_backward != problem.split_backward or probe.num_pipelines != problem.num_pipelines:
         return False
@@ -211,28 +194,23 @@ def _shape_fits(probe: Schedule, problem: Problem) -> bool:
 
 # ---- the model's own list schedules ---------------------------------------------------------
 def greedy_starts(problem: Problem, placement: Placement, params: StartParams = StartParams(),
-                  until: Callable[[], float] | None = None) -> Iterator[Schedule]:
-    """The model's own starting schedules: greedy memory-aware list schedules, the
-    reserving one-microbatch-window kinds first (they never deadlock and fit any feasible
-    cap), then, with a split backward on one stage per device, Zero Bubble style ones
-    (each device's warm-up depth from ``warmup_depths``, plus 0 or 1; W only when no B or
-    fitting F is ready), with several stages per device the least-slack ones
-    (``slack_starts``), then wider admission windows and forward-first priorities, and
-    with one stage per device the least-slack ones last. ``until()``: when each list
-    schedule gives up (``time.perf_counter`` time; default never)."""
+                  until: Callable[[], float | None] | None = None) -> Iterator[Schedule]:
+    """The model's greedy memory-aware list schedules: the reserving one-microbatch-window kinds
+    first (they never deadlock and fit any feasible cap); with a split backward on one stage per
+    device Zero Bubble style ones (warm-up depths from ``warmup_depths`` plus 0 or 1); least-slack
+    ones (``slack_starts``: first with several stages per device, else last); wider windows and
+    forward-first priorities. ``until()``: when each gives up (perf_counter; default never)."""
     B, D = problem.num_microbatches, problem.num_devices
-    limit = until or (lambda: None)  # type: ignore[assignment,return-value]
+    limit: Callable[[], float | None] = until or (lambda: None)
     capped = any(problem.cap(d) is not None for d in range(D))
     if capped:
         yield from filter(None, [greedy_schedule(problem, placement, None, True, "greedy-reserve", reserve=True,
                                                  until=limit())])
-    depths = warmup_depths(problem) if problem.split_backward else None
+    depths = (warmup_depths(problem) if problem.split_backward else None) or ()
     for extra in (0, 1) if depths else ():
-        s = greedy_schedule(problem, placement, None, name=f"greedy-zb{extra}", priority="BFW",
-                            inflight={(0, s): n + extra for s, n in enumerate(depths)},  # type: ignore[arg-type]
-                            until=limit())
-        if s is not None:
-            yield s
+        yield from filter(None, [greedy_schedule(problem, placement, None, name=f"greedy-zb{extra}", priority="BFW",
+                                                 inflight={(0, s): n + extra for s, n in enumerate(depths)},
+                                                 until=limit())])
     several = len(problem.stages) > D
     if several:
         yield from slack_starts(problem, placement, capped, params, limit)
@@ -242,9 +220,8 @@ def greedy_starts(problem: Problem, placement: Placement, params: StartParams = 
         for bf in (True, False):
             if w == 1 and not bf:
                 continue
-            s = greedy_schedule(problem, placement, w, bf, name=f"greedy-w{w}{'' if bf else '-ff'}", until=limit())
-            if s is not None:
-                yield s
+            name = f"greedy-w{w}{'' if bf else '-ff'}"
+            yield from filter(None, [greedy_schedule(problem, placement, w, bf, name=name, until=limit())])
     if capped:
         yield from filter(None, [greedy_schedule(problem, placement, None, False, "greedy-reserve-ff", reserve=True,
                                                  until=limit())])
@@ -252,28 +229,24 @@ def greedy_starts(problem: Problem, placement: Placement, params: StartParams = 
         yield from slack_starts(problem, placement, capped, params, limit)
 
 
-def wide_starts(problem: Problem, placement: Placement, until: Callable[[], float] | None = None
+def wide_starts(problem: Problem, placement: Placement, until: Callable[[], float | None] | None = None
                 ) -> Iterator[Schedule]:
-    """Forward-first greedy list schedules admitting 5D/2 and 3D microbatches (D devices,
-    when B is larger): on V under a cap of 2S they come within 1 % of the bound where ZB-V
-    and the narrower windows of ``greedy_starts`` do not (docs/cpsat.md). Judged after
-    every other start, so they only take time the others leave."""
+    """Forward-first list schedules admitting 5D/2 and 3D microbatches: on V under a cap of 2S
+    within 1 % of the bound where ZB-V and narrower windows are not (docs/cpsat.md). Judged last."""
     B, D = problem.num_microbatches, problem.num_devices
-    limit = until or (lambda: None)  # type: ignore[assignment,return-value]
+    limit: Callable[[], float | None] = until or (lambda: None)
     for w in sorted({5 * D // 2, 3 * D} - {D, 2 * D}):
         if w < B:
-            s = greedy_schedule(problem, placement, w, False, name=f"greedy-w{w}-ff", until=limit())
-            if s is not None:
-                yield s
+            yield from filter(None, [greedy_schedule(problem, placement, w, False, name=f"greedy-w{w}-ff",
+                                                     until=limit())])
 
 
 def slack_starts(problem: Problem, placement: Placement, capped: bool,
                  params: StartParams = StartParams(), until: Callable[[], float | None] = lambda: None
                  ) -> Iterator[Schedule]:
-    """Least-slack list schedules (``greedy_schedule``'s ``slack``) of
-    ``StartParams.slack_starts`` (without a cap, those without warm-up depths), each
-    giving up at ``until()``; none is begun past it (a depth's stage limits take 0.2 s on
-    V S=64, B=4096, before the list schedule can give up)."""
+    """Least-slack list schedules of ``StartParams.slack_starts`` (without a cap only those
+    without warm-up depths), none begun past ``until()`` (a depth's stage limits take 0.2 s on V
+    S=64, B=4096 before the list schedule can give up)."""
     spacing = microbatch_spacing(problem, placement)
     limits: dict[float, dict] = {}
     for k, depth in params.slack_starts:
@@ -285,24 +258,21 @@ def slack_starts(problem: Problem, placement: Placement, capped: bool,
         if depth is not None and depth not in limits:
             limits[depth] = stage_limits(problem, placement, depth)
         inflight = None if depth is None else limits[depth]
-        s = greedy_schedule(problem, placement, None, name=f"greedy-slack{k:.2f}" + (f"-d{depth:g}" if depth else ""),
-                            inflight=inflight, slack={p: k * u for p, u in spacing.items()}, until=until())
-        if s is not None:
-            yield s
+        yield from filter(None, [greedy_schedule(
+            problem, placement, None, name=f"greedy-slack{k:.2f}" + (f"-d{depth:g}" if depth else ""),
+            inflight=inflight, slack={p: k * u for p, u in spacing.items()}, until=until())])
 
 
 def auto_known(problem: Problem, placement: Placement) -> list[Schedule]:
-    """Known schedules of this problem: the registry's of its shape and placement, and the
-    greedy list schedules (``greedy_starts``, ``wide_starts``)."""
+    """The registry's schedules of the shape and placement and the greedy list schedules."""
     return [*registry_schedules(problem, placement), *greedy_starts(problem, placement),
             *wide_starts(problem, placement)]
 
 
 # ---- judging and pacing ---------------------------------------------------------------------
 class Pace:
-    """Predicts the start's steps and a model build from the measured time of one
-    evaluation (``StartParams.costs``); under a deterministic limit nothing is skipped for
-    time."""
+    """Predicts the start's steps and a model build from one evaluation's measured time
+    (``StartParams.costs``); under a deterministic limit nothing is skipped for time."""
 
     def __init__(self, deadline: Deadline, params: StartParams):
         self.deadline = deadline
@@ -338,9 +308,8 @@ class Pace:
 def judge(
     problem: Problem, schedules: Iterable[Schedule], pace: Pace | None = None
 ) -> tuple[list[KnownEval], list[str]]:
-    """Each schedule of this problem judged by the evaluator (``pace``: measured, and a
-    schedule that breaks the memory cap is not timed on large problems); the others
-    named with why they do not apply."""
+    """Each schedule of this problem judged by the evaluator (``pace``: measured; a schedule over
+    the cap is not timed on large problems); the others named with why they do not apply."""
     evals, skipped = [], []
     for s in schedules:
         why = problem.matches(s)
@@ -361,8 +330,7 @@ def best_of(evals: Iterable[KnownEval]) -> KnownEval | None:
 
 @dataclass
 class Start:
-    """What the start phase judged, its best that fits, a note and its wall time;
-    ``pending``: the sources it had no time for (``more_starts`` resumes them)."""
+    """What the start judged, its best that fits, note, wall time; ``pending``: sources left."""
 
     evals: list[KnownEval]
     best: KnownEval | None
@@ -372,16 +340,14 @@ class Start:
     pending: _Sources | None = None
 
     def adopt(self, evals: Iterable[KnownEval]) -> None:
-        """``best``: the best of it and ``evals`` that fits (schedules a later phase found,
-        which are not known schedules, are not added to ``evals``)."""
+        """``best``: the best that fits of it and ``evals`` (not added to ``evals``)."""
         self.best = best_of([*evals, *([self.best] if self.best is not None else [])])
 
 
 class _Sources:
-    """The start's schedule sources in order — (step, iterator) pairs, each generator
-    giving up at ``limit`` (or at ``hard`` while nothing fits) — judged one schedule at a
-    time while the next is predicted to end in time, each appended to ``evals`` (the
-    start's own list); what is left stays for a later call."""
+    """The start's schedule sources in order, (step, iterator) pairs, each generator giving up
+    at ``limit`` (``hard`` while nothing fits), judged one schedule at a time while the next is
+    predicted to end in time, appended to ``evals``; the rest stays for a later call."""
 
     def __init__(self, problem: Problem, placement: Placement, config: CpSatConfig, evals: list[KnownEval],
                  limit: float, hard: float):
@@ -404,14 +370,12 @@ class _Sources:
         self.params = params
 
     def resume(self) -> None:
-        """The registry's schedules not yet judged first (a generator predicted to end too
-        late was skipped, not dropped: it is tried again), then the greedy ones left."""
+        """Unjudged registry schedules first (one skipped as slow is retried), then the greedy ones left."""
         registry = self._registry
         self.sources = [registry(False), registry(True), *self.greedy] if registry else self.greedy
 
     def judge(self, pace: Pace, limit: float) -> list[KnownEval]:
-        """Judge the sources' schedules while each is predicted to end by ``limit`` (by
-        ``hard`` while none fits); the new judged ones."""
+        """Judge while each is predicted to end by ``limit`` (``hard`` while none fits); the new ones."""
         self.limit = limit
         new: list[KnownEval] = []
         for step, schedules in self.sources:
@@ -430,12 +394,10 @@ class _Sources:
 
 def start_phase(problem: Problem, placement: Placement, config: CpSatConfig, known: Sequence[Schedule],
                 deadline: Deadline, pace: Pace, hard_share: float = 1.0) -> Start:
-    """Judge the given known schedules, the registry's (``known_generators``), the greedy
-    starts, the registry's split ones fused into a whole backward (slow to generate at
-    large sizes) and the wide-window greedy ones, then double-justify the fitting ones,
-    best first — each step only while it is predicted to end within ``StartParams.share``
-    of the time (before one fits, within ``hard_share`` of it: all of it by default, for
-    without one nothing comes back)."""
+    """Judge the known schedules, the registry's (``known_generators``), the greedy starts, the
+    registry's split ones fused into a whole backward and the wide-window ones, then
+    double-justify the fitting ones, best first — each step only while predicted to end within
+    ``StartParams.share`` of the time (before one fits: ``hard_share``, all by default)."""
     t = time.perf_counter()
     params = config.start
     until = t + params.share * max(0.0, deadline.wall_left())
@@ -462,10 +424,8 @@ def start_phase(problem: Problem, placement: Placement, config: CpSatConfig, kno
 
 
 def more_starts(start: Start, deadline: Deadline, pace: Pace) -> int:
-    """The start's pending sources (``_Sources.resume``: the registry's first) judged
-    while they fit in the time ``deadline`` has left (less what re-checking the best
-    keeps back), for a search that builds no model: ``start`` updated; how many were
-    judged."""
+    """For a search that builds no model: the pending sources judged while they fit in the
+    time left (less the re-check's reserve); ``start`` updated; how many were judged."""
     if start.pending is None:
         return 0
     start.pending.resume()

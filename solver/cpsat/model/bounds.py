@@ -1,7 +1,6 @@
-"""Analytic lower bounds, memory needs and horizons: cheap facts computed without a solver.
-
-Every bound here holds for every schedule of the problem (for a fixed placement: every
-order) and is combined with CP-SAT's proven bound as ``max(analytic, cpsat)``.
+"""Analytic lower bounds, memory needs and horizons, without a solver. Every bound holds for
+every schedule of the problem (fixed placement: every order) and is combined with
+CP-SAT's as ``max(analytic, cpsat)`` (docs/cpsat.md, "Bounds that are bounds").
 """
 
 from __future__ import annotations
@@ -17,7 +16,6 @@ from ortools.sat.python import cp_model
 from pipetab.schedules.arrays import F_CODE
 from pipetab.schedules.memory import memory_deltas
 from pipetab.schedules.ops import Kind, Op
-from pipetab.schedules.schedule import Placement, Schedule
 
 from ..engine import SolverSetup, run_solver
 from ..params import ModelParams
@@ -27,20 +25,18 @@ from .sweep import sweep_lower_bound
 from .variables import heads_tails, lifetime_min, successors
 
 if TYPE_CHECKING:
+    from pipetab.schedules.schedule import Placement, Schedule
+
     from ..problem import Problem
 
 
 def makespan_lower_bound(problem: Problem, placement: Placement | None) -> tuple[int, str]:
-    """The largest of: the chain of one microbatch with its stage-0 ops serialized; each
-    device's load plus least head and tail, with its memory-bound fill and drain, and its
-    activation lifetimes over its cap (fixed placement); total work over devices (free
-    placement); the memory chain on stage 0 (fixed placement, capacity given); the
-    sweep over the microbatches (``sweep``: fixed placement, up to
-    ``ModelParams.sweep_max_cells`` microbatch-stages); and the all-reduce tails. Returns
-    (bound, which one). Where the search may overlap pairs (``Problem.overlap_pairs``) a
-    device's load is less the most its pairs can save (``pairing.device_savings``), and the
-    fill-and-drain, activation-area and sweep bounds, which count ops one at a time, are
-    left out."""
+    """(bound, which one): the largest of one microbatch's chain with its stage-0 ops
+    serialized; each device's load with least head and tail, memory-bound fill and drain, and
+    activation area over its cap (fixed placement); total work over devices (free placement);
+    the stage-0 memory chain; the sweep (fixed placement, up to ``ModelParams.sweep_max_cells``);
+    the all-reduce tails. With overlapped pairs a device's load is less what its pairs can save
+    (``pairing.device_savings``) and the bounds counting ops one at a time are left out."""
     head, tail = heads_tails(problem, placement)
     opts = [problem.optimizer(d) for d in range(problem.num_devices)]
     min_opt = min(opts) if opts else 0
@@ -85,10 +81,9 @@ def makespan_lower_bound(problem: Problem, placement: Placement | None) -> tuple
 
 def _stage_device_bounds(problem: Problem, loads: dict[tuple[int, int], int], head: dict[Op, int],
                          tail: dict[Op, int], least_opt: int) -> list[tuple[int, str]]:
-    """Free placement: the device holding a stage holds it alone — from the least head to
-    the least tail of the stage's ops, its load (``stage_loads``) between — or with another
-    stage — both loads, between the least head and tail of any op (S=64, B=512: 1F1B's
-    1725 where total work over devices gives 1536)."""
+    """Free placement: the device holding a stage holds it alone (its load between the least
+    head and tail of its ops) or with another (both loads between the least head and tail of
+    any op). S=64, B=512: 1F1B's 1725 where total work over devices gives 1536."""
     counts = problem.pipeline_counts
     stages = {}
     for p, s in problem.stages:
@@ -110,11 +105,9 @@ def _stage_device_bounds(problem: Problem, loads: dict[tuple[int, int], int], he
 
 def _device_bounds(problem: Problem, placement: Placement, head: dict[Op, int], tail: dict[Op, int],
                    opts: list[int], savings: dict | None = None) -> list[tuple[int, str]]:
-    """Fixed placement: each device's load with its least head and tail, with its
-    memory-bound fill and drain, its activation area over its cap (``_memory_area_bound``),
-    and the memory chain on each pipeline's stage 0. With
-    ``savings`` (``pairing.device_savings``: overlapped pairs allowed) each load less what
-    its pairs can save (``_paired_load_bound``), no fill and drain."""
+    """Fixed placement: each device's load with least head and tail, with its fill and drain,
+    its activation area, and each pipeline's stage-0 memory chain; with ``savings``
+    (``pairing.device_savings``) each load less what its pairs save, no fill and drain."""
     counts, out = problem.pipeline_counts, []
     load: dict[int, int] = defaultdict(int)
     heads: dict[int, int] = {}
@@ -155,25 +148,20 @@ def _device_bounds(problem: Problem, placement: Placement, head: dict[Op, int], 
         fit = problem.activations_fit(problem.cap(placement.device(p, 0)), p, 0)
         if fit is None or not 2 <= fit + 1 <= n:
             continue
-        k = fit + 1
         L = lifetime_min(problem, placement, p, 0, problem.chain_release(p, 0))
-        q, r = divmod(n - 1, k - 1)
+        q, r = divmod(n - 1, fit)  # fit + 1 activations overflow the cap
         f0 = problem.duration(Op(Kind.F, p, 0, 0))
-        out.append((q * max(L, (k - 1) * f0) + r * f0 + L + opts[placement.device(p, 0)],
+        out.append((q * max(L, fit * f0) + r * f0 + L + opts[placement.device(p, 0)],
                     f"memory chain on stage 0 of pipeline {p}"))
     return out
 
 
 def _paired_load_bound(alone: int, saving, first: int, last: int) -> int:
-    """A device's load bound ``alone`` (least head + load + what follows its last op, ops
-    alone) less what its pairs can save (``saving``: ``pairing.DeviceSavings``, None:
-    nothing). A pair holds a backward, so none starts in the ``first`` ticks after the
-    device's least head (until the earliest head of a backward on it): what the device runs
-    there is forwards alone, each tick forgoing at least ``forward_share`` of a tick of
-    saving, so against every forward at its best the bound gains forward_share x first.
-    Likewise a pair holds a forward, so none ends in the ``last`` ticks before the device's
-    last op must end (the least forward tail beyond its least tail): with whole backward
-    passes backwards run there alone."""
+    """A device's load bound ``alone`` less what its pairs can save (``saving``:
+    ``pairing.DeviceSavings``; None: nothing). A pair holds a backward, so in the ``first``
+    ticks after the device's least head (before its earliest backward head) it runs forwards
+    alone, each tick forgoing at least ``forward_share`` of saving; likewise a pair holds a
+    forward, so none ends in the ``last`` ticks before its last op must end (backwards alone)."""
     if saving is None:
         return alone
     by_forwards = alone - saving.forwards + saving.forward_share * max(0, first)
@@ -183,17 +171,13 @@ def _paired_load_bound(alone: int, saving, first: int, last: int) -> int:
 
 def _fill_drain_bound(problem: Problem, placement: Placement, d: int, load: int,
                       head: dict[Op, int], tail: dict[Op, int]) -> int:
-    """Device ``d``'s load with the idle its memory forces at both ends (0 when the
-    argument gives nothing). Let e be the earliest start of a backward (B or W) on d and
-    r the least tail of a forward on d; T = the makespan less the optimizer. Before e the
-    device runs only forwards, and no activation is freed yet, so at most k of them start
-    (k: the activations its cap holds, none if a stage keeps none): work in [0, e) is at
-    most min(e - first head, k * longest F). After T - r no forward may run (it would end
-    too late for its tail), so only backwards, each of an activation part live at T - r
-    and each ending by T less its own tail: work there is at most min(r - least backward
-    tail, ``_drain_work`` with each backward kind's work within r - its least tail). If
-    the load exceeds both together, the two windows are disjoint and the device works at
-    most T - r - e between them: T >= e + r + load - fill - drain."""
+    """Device ``d``'s load with the idle its memory forces at both ends (0 when nothing).
+    With e the earliest backward start on d, r the least forward tail, T the makespan less the
+    optimizer: before e only forwards run and nothing is freed, so fill <= min(e - first head,
+    k x longest F), k the activations the cap holds; after T - r only backwards of activations
+    live at T - r run, so drain <= min(r - least backward tail, ``_drain_work`` within each
+    kind's window). If the load exceeds both, the device works at most T - r - e between
+    them: T >= e + r + load - fill - drain."""
     keys = placement.stages_on(d)
     if not keys:
         return 0
@@ -218,18 +202,13 @@ def _fill_drain_bound(problem: Problem, placement: Placement, d: int, load: int,
 
 def _memory_area_bound(problem: Problem, placement: Placement, d: int, head: dict[Op, int],
                        tail: dict[Op, int], held: dict[int, list[float]]) -> int:
-    """The least time by which device ``d``'s ops can all end under its activation cap
-    (Little's law over the whole step; 0 without a cap). Every part of an activation
-    lives from its forward's start to its release op's end, at least its least lifetime,
-    so the memory-time area of all of them is at least A = the sum over pipelines of the
-    microbatches times ``held`` (``cyclic.per_microbatch_work``: one microbatch's size x
-    least lifetime on d). The memory in tick [t, t + 1) is at most the cap, at most the
-    largest activation a times the forwards begun by t (they run one at a time, the first
-    at the least forward head h, each at least the shortest forward f long), and at most a
-    times the activations whose last release op (W where it frees a part, else B) ends
-    after t: those ops run one at a time, each at least the shortest one r long, and end
-    by T - the least of their tails. The least T whose ticks hold an area of A bounds when
-    the device's last op ends."""
+    """The least time by which device ``d``'s ops can all end under its cap (Little's law; 0
+    without a cap). Each activation part lives at least its least lifetime, so the memory-time
+    area is at least the microbatches times ``held`` (``cyclic.per_microbatch_work``). In tick
+    t the memory is at most the cap, the largest activation times the forwards begun by t
+    (one at a time from the least forward head, each at least the shortest forward), and that
+    activation times the releases ending after t (each at least the shortest release, ending by
+    T - their least tail): ``_least_time_holding``."""
     cap = problem.cap(d)
     counts = problem.pipeline_counts
     keys = [(p, s) for p, s in placement.stages_on(d) if counts.get(p) and problem.costs.activation[(p, s)] > 0]
@@ -244,11 +223,9 @@ def _memory_area_bound(problem: Problem, placement: Placement, d: int, head: dic
 
 
 def _least_time_holding(area: float, cap: float, act: float, h: int, f: int, r: int, last: int) -> int:
-    """The least T whose ticks [0, T) hold ``area`` (``_memory_area_bound``): in tick t
-    at most min(cap, act x forwards begun by t, act x releases ending after t), forwards
-    one at a time from ``h`` at least ``f`` apart, releases at least ``r`` long, ending by
-    T - ``last`` (an ``f`` or ``r`` of 0 leaves that count unbounded); 0 where the fill
-    and drain windows span more than ``ModelParams.area_max_ticks``."""
+    """The least T whose ticks [0, T) hold ``area`` (``_memory_area_bound``), forwards from
+    ``h`` at least ``f`` apart, releases at least ``r`` long ending by T - ``last`` (0 of
+    either: unbounded count); 0 where the windows span over ``ModelParams.area_max_ticks``."""
     k = math.ceil(cap / act - 1e-9)  # past k forwards begun (k releases owed) the cap binds
     fill, drain = h + k * f, last + k * r
     window = fill + drain
@@ -256,8 +233,7 @@ def _least_time_holding(area: float, cap: float, act: float, h: int, f: int, r: 
         return 0
 
     def held(T: int) -> float:
-        """The most area ticks [0, T) hold; past both windows, the cap times T less the
-        windows' shortfalls (which no longer depend on T)."""
+        """The most area ticks [0, T) hold (past both windows: cap x T less their shortfalls)."""
         n = min(T, window)
         t = np.arange(n)
         begun = np.where(t >= h, (t - h) // f + 1 if f else k, 0)
@@ -280,17 +256,12 @@ def _least_time_holding(area: float, cap: float, act: float, h: int, f: int, r: 
 
 def _drain_work(problem: Problem, keys: list[tuple[int, int]], cap: float,
                 windows: dict[Kind, float] | None = None) -> float:
-    """The most backward work (B and W) a device holding stages ``keys`` can have left at a
-    moment when no forward of it is still to run, under activation capacity ``cap``: every
-    such op belongs to an activation part live at that moment — a microbatch whose B is
-    still to end holds all of its activation M and owes at most B + W, one whose W alone
-    is still to end holds its weight part M_W and owes at most W. With a the least M,
-    a_w the least M_W (no W-only term when a_w = 0: its work is not bounded by memory)
-    and the longest durations: max over n B-owing microbatches (n * a <= cap) of
-    n B + (n + floor((cap - n a) / a_w)) W (above 10,000 activations its linear
-    relaxation, cap x the most work per unit of memory). ``windows[kind]``: at most that
-    much work of the kind fits (the ops of a kind run one at a time on the device within
-    a window of that length: ``_fill_drain_bound``)."""
+    """The most backward work (B and W) a device of stages ``keys`` can have left once no
+    forward of it remains, under ``cap``: a microbatch whose B is owed holds its activation M
+    and owes B + W, one owing only W holds its weight part M_W. With a, a_w the least M, M_W:
+    max over n (n a <= cap) of n B + (n + floor((cap - n a) / a_w)) W (no W-only term when
+    a_w = 0; above 10,000 activations its linear relaxation). ``windows[kind]``: at most that
+    much work of the kind fits (``_fill_drain_bound``)."""
     durs = {kind: max(problem.duration(Op(kind, p, s, 0)) for p, s in keys) for kind in problem.kinds}
     room = {kind: max(0.0, (windows or {}).get(kind, math.inf)) for kind in (Kind.B, Kind.W)}
     a = min(problem.costs.activation[k] for k in keys)
@@ -308,12 +279,10 @@ def _drain_work(problem: Problem, keys: list[tuple[int, int]], cap: float,
 
 
 def period_horizon(problem: Problem, placement: Placement, period: int | None = None) -> int:
-    """An upper bound on every time of some schedule of least period (at most ``period``
-    when given). In any schedule, a stretch where no device is between its first and its
-    last op can be shortened to the longest transfer (everything after it moved earlier)
-    without changing any span or order; the devices' windows are at most ``period`` long
-    each, so all ops end by D * period plus D - 1 transfers, and in any case by the total
-    work plus one transfer per op. All-reduce and optimizer tails added."""
+    """An upper bound on every time of some schedule of least period (at most ``period``). A
+    stretch where no device is between its first and last op can shrink to the longest
+    transfer, so all ops end by D x period plus D - 1 transfers, and by total work plus one
+    transfer per op; all-reduce and optimizer tails added."""
     D = problem.num_devices
     lag = 0
     for p, mbs in problem.pipeline_microbatches.items():
@@ -333,10 +302,9 @@ def period_horizon(problem: Problem, placement: Placement, period: int | None = 
 
 
 def safe_horizon(problem: Problem, placement: Placement | None) -> int:
-    """An upper bound on the makespan of any schedule that never idles without reason:
-    every op, transfer, all-reduce and optimizer step one after another. An op's transfers
-    are the same for every microbatch of its pipeline, so they are counted per stage and
-    kind (with the placement free: the largest over device pairs, once per message size)."""
+    """An upper bound on the makespan of any schedule that never idles without reason: every
+    op, transfer, all-reduce and optimizer step in turn (transfers per stage and kind; with the
+    placement free the largest over device pairs)."""
     D = problem.num_devices
     counts = problem.pipeline_counts
     widest: dict[float, int] = {}
@@ -369,10 +337,8 @@ def stage_loads(problem: Problem) -> dict[tuple[int, int], int]:
 
 
 def memory_need(problem: Problem, placement: Placement) -> list[float]:
-    """Per device, the least activation memory any schedule needs: the activations of one
-    microbatch's stages on that device are all live when its last forward there starts
-    (they nest), and running microbatches one at a time needs no more. Maximum over
-    pipelines that carry microbatches."""
+    """Per device, the least activation memory any schedule needs: one microbatch's stages on
+    it are all live when its last forward there starts; the maximum over pipelines in use."""
     act = problem.costs.activation
     need = [0.0] * problem.num_devices
     used = set(problem.microbatch2pipeline)
@@ -396,16 +362,14 @@ def cap_violations(problem: Problem, placement: Placement) -> list[str]:
 
 
 def activation_scale(problem: Problem) -> float:
-    """``memory_scale`` of the problem's activation parts and capacities: the model's
-    memory demands, capacities and peaks are integers in units of 1/scale."""
+    """``memory_scale`` of the activation parts and caps: the model's memory in units of 1/scale."""
     caps = [problem.cap(d) for d in range(problem.num_devices)]
     sizes = [x for k in problem.stages for _, x in problem.lifetimes(*k)]
     return memory_scale(sizes + [c for c in caps if c is not None])
 
 
 def memory_scale(values: list[float]) -> float:
-    """Factor making activation sizes and capacities integral (exact for integers; bytes
-    are integers; fractional sizes are scaled by up to 1e6)."""
+    """Factor making sizes and caps integral (1 for integers such as bytes; up to 1e6)."""
     for scale in (1, 10, 100, 1000, 10**6):
         if all(abs(x * scale - round(x * scale)) < 1e-9 for x in values):
             return scale
@@ -413,12 +377,10 @@ def memory_scale(values: list[float]) -> float:
 
 
 def min_feasible_cap(problem: Problem, seconds: float = 10.0) -> float:
-    """The least activation capacity, the same on every device, under which a schedule
-    exists (one microbatch at a time is always schedulable). Fixed placement: the largest
-    memory need, exact; free placement: minimised over placements by a tiny CP-SAT model
-    given at most ``seconds`` (the caller's deadline) — exact when it is proven optimal,
-    otherwise the best cap it found or, with none, that of stages dealt round-robin over
-    the devices (a schedule exists under it, but a smaller one might too)."""
+    """The least activation cap, the same on every device, under which a schedule exists. Fixed
+    placement: the largest memory need, exact; free: a tiny CP-SAT model over placements for at
+    most ``seconds`` — exact when proven, else its best cap or that of stages dealt
+    round-robin (a schedule exists under it; a smaller cap may work too)."""
     placement = problem.fixed_placement
     if placement is not None:
         return max(memory_need(problem, placement))
@@ -439,14 +401,12 @@ def min_feasible_cap(problem: Problem, seconds: float = 10.0) -> float:
     done = run_solver(m, SolverSetup(max(0.05, seconds)))
     if done.found:  # FEASIBLE: not proven least
         return done.solver.objective_value / scale
-    dealt = Placement(tuple(tuple(s % D for s in range(n)) for n in problem.num_stages), D)
-    return max(memory_need(problem, dealt))
+    return max(memory_need(problem, problem.dealt))
 
 
 @dataclass(frozen=True)
 class MemoryCheck:
-    """Peak live activation memory per device (prefix sums over each device's order) and
-    the first violation of a cap, if any."""
+    """Peak live activation memory per device and the first cap violation, if any."""
 
     peaks: tuple[float, ...]
     violation: str | None
@@ -457,10 +417,8 @@ class MemoryCheck:
 
 
 def memory_check(problem: Problem, schedule: Schedule) -> MemoryCheck:
-    """Activation memory as ``schedules.memory`` defines it (F allocates at its start, B
-    and W release at their end); on one device ops run one after another, so the live
-    memory at every F start is a prefix sum over the device's order (vectorized: one
-    cumulative sum per device)."""
+    """Activation memory as ``schedules.memory`` defines it (F allocates at its start, B and W
+    release at their end): a prefix sum over each device's order (one cumsum per device)."""
     costs = problem.costs
     keys = schedule.stage_keys
     size = np.array([costs.activation[k] for k in keys], float)[schedule.stage_ids]

@@ -1,6 +1,6 @@
-"""``CpSatModel``: the CP-SAT model of one problem, built from variables, constraint
-families and the objective; hinted from a known schedule; solved into a ``RawSolve``
-(still in the model's terms — ``modes`` turns it into a ``Result``)."""
+"""``CpSatModel``: the CP-SAT model of one problem (variables, constraint families, the
+objective), hinted from a known schedule and solved into a ``RawSolve``, in model terms.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import math
 import threading
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from ortools.sat.python import cp_model
 
@@ -46,8 +46,7 @@ class RawSolve:
 
 
 class _Progress(cp_model.CpSolverSolutionCallback):
-    """Records time and objective of each improving solution (kept light) and passes
-    the objective to ``on_solution`` when given."""
+    """Time and objective of each improving solution, passed to ``on_solution`` when given."""
 
     def __init__(self, t0: float, on_solution=None):
         super().__init__()
@@ -66,13 +65,17 @@ class _Progress(cp_model.CpSolverSolutionCallback):
         return now - (self.trace[-1][0] if self.trace else 0.0)
 
 
+class Stop(Protocol):
+    """What ends a solve early once set: an event, or a ``strategy.StopSignal``."""
+
+    def is_set(self) -> bool: ...
+
+
 class _Watch:
-    """Stops ``solver`` once ``progress`` has seen no new solution for ``stall_s``
-    seconds (when given) or once ``stop`` is set (when given): a thread polling 10 times
-    a second; CP-SAT's stop is thread-safe."""
+    """Stops ``solver`` after ``stall_s`` without a solution or once ``stop`` is set (polls at 10 Hz)."""
 
     def __init__(self, solver: cp_model.CpSolver, progress: _Progress, stall_s: float | None,
-                 stop: threading.Event | None):
+                 stop: Stop | None):
         self.stalled = False
         self._done = threading.Event()
 
@@ -95,19 +98,13 @@ class _Watch:
 
 
 class CpSatModel:
-    """The model of ``problem`` with ``placement`` fixed (None: free placement) and,
-    optionally, fixed per-device ``orders`` (evaluate mode): ``families.FAMILIES`` in
-    order, each that applies and is not ablated, then the objective's target minimized.
-    ``horizon`` bounds every time (an upper bound on the makespan of some optimal
-    schedule, e.g. a known schedule's for the makespan objective); ``makespan_lb`` an
-    already-known lower bound of the objective; ``objective_cap``: only schedules whose
-    objective is at most this (a tightening probe of the period; for the makespan the
-    horizon says it). ``deadline`` (``perf_counter`` time): building past it raises
-    ``BuildTimeout``. ``mirror``: op pairs that start together (``mirror.mirror_pairs``)
-    — a restriction, so such a model's bound is not a bound of the problem. Where the
-    problem may overlap pairs (``Problem.overlap_pairs``, fixed placement, free orders) the
-    model chooses them (``pairing``); ``around``: the schedule whose pairs the candidates
-    keep when there are too many (then a restriction too: its bound and proofs are dropped)."""
+    """The model of ``problem`` with ``placement`` fixed (None: free) and optionally fixed
+    per-device ``orders`` (evaluate mode): the ``families.FAMILIES`` that apply and are not
+    ablated, then the objective minimized. ``horizon`` bounds every time (an upper bound of some
+    optimal schedule); ``makespan_lb``: a known lower bound; ``objective_cap``: only schedules of
+    objective at most this (a period probe); building past ``deadline`` (perf_counter) raises
+    ``BuildTimeout``. ``mirror`` pairs and a pair set cut ``around`` a schedule are
+    restrictions: such a model's bounds and proofs are not the problem's."""
 
     def __init__(
         self,
@@ -154,9 +151,7 @@ class CpSatModel:
 
     # ---- hints -------------------------------------------------------------------------
     def hint(self, schedule: Schedule, timing: Timing) -> None:
-        """Hint every variable (starts, placement literals, lags, lifetimes, all-reduce
-        starts, makespan, period) from a schedule of this problem and its timing (a
-        complete hint)."""
+        """A complete hint of every variable from a schedule of this problem and its timing."""
         m, v, problem = self.model, self.vars, self.problem
         m.clear_hints()
         pl = schedule.placement
@@ -186,14 +181,13 @@ class CpSatModel:
         for (p, s, mb, kind), size in v.lifetime_size.items():
             r = Op(kind, p, s, mb)
             m.add_hint(size, ends[r] - starts[Op(Kind.F, p, s, mb)])
-        pl_of = schedule.placement
-        step = max((ends[op] + problem.optimizer(pl_of.device(op.pipeline, op.stage)) for op in v.ops), default=0)
+        step = max((ends[op] + problem.optimizer(pl.device(op.pipeline, op.stage)) for op in v.ops), default=0)
         for g_i, g in enumerate(problem.costs.replica_groups):
             members = set(g.stages)
             ar = max((ends[op] for op in v.ops if op.kind is rel and (op.pipeline, op.stage) in members), default=0)
             m.add_hint(v.ar[g_i], ar)
             t = round(g.allreduce_time)
-            step = max([step] + [ar + t + problem.optimizer(pl_of.device(p, s)) for p, s in members])
+            step = max([step] + [ar + t + problem.optimizer(pl.device(p, s)) for p, s in members])
         m.add_hint(v.makespan, step)
         objective(problem).hint(m, v, schedule, starts, ends)
 
@@ -212,13 +206,11 @@ class CpSatModel:
         return solver_for(setup)
 
     def solve(self, time_limit: float, det_limit: float | None = None, workers: int | None = None,
-              stall_s: float | None = None, stop: threading.Event | None = None, on_solution=None) -> RawSolve:
-        """Solve within ``time_limit`` wall-clock seconds (and ``det_limit`` deterministic
-        ones when given); with ``stall_s``, stop early once no better solution has come for
-        that long (``RawSolve.stalled``) — not under a deterministic limit, which a
-        wall-clock stop would make irreproducible. ``stop``: an event that ends the solve
-        early when set (from another thread or a stop rule); ``on_solution``: called with
-        the objective of each improving solution."""
+              stall_s: float | None = None, stop: Stop | None = None, on_solution=None) -> RawSolve:
+        """Solve within ``time_limit`` wall-clock s (and ``det_limit`` deterministic s); ``stall_s``:
+        stop once no better solution came for that long (``RawSolve.stalled``; not under a
+        deterministic limit: irreproducible); ``stop``: an event ending the solve when set;
+        ``on_solution``: called with each improving objective."""
         solver = self.parameters(time_limit, det_limit, workers)
         cb = _Progress(time.perf_counter(), on_solution)
         if det_limit is not None:
@@ -271,6 +263,7 @@ class CpSatModel:
                         first, len(cb.trace), stalled=watch is not None and watch.stalled, pairs=pairs)
 
     def schedule_from(self, raw: RawSolve, name: str = "cpsat") -> Schedule:
-        """The schedule of a solution: its placement, per device its ops by start, and the
-        overlapped pairs it chose as blocks."""
+        """A solution's schedule: its placement, each device's ops by start, its pairs as blocks."""
+        if raw.placement is None or raw.starts is None:
+            raise ValueError(f"the solve found no schedule ({raw.status})")
         return self.problem.schedule_by_starts(name, raw.placement, raw.starts, raw.pairs)

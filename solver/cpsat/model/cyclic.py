@@ -1,12 +1,9 @@
-"""Periodic schedules, solver-free: a **kernel** is a block of k microbatches (template
-microbatches 0..k-1) whose ops start at given times, repeated every ``period``: microbatch
-j + q*k runs each op q*period later than template microbatch j. Here: which blocks a
-problem allows, the template's ops and their time windows, the lower bound on the period
-of every periodic schedule of block k, the check of a kernel (data dependencies, one op at
-a time per device modulo the period, the memory cap over the cyclic window), the least
-period of a kernel's cyclic orders, and the kernel expanded into a schedule of any number
-of microbatches. ``model.cyclic_kernel`` is the CP-SAT model of one period, ``phases.cyclic`` the search
-(docs/cpsat.md, "The cyclic model").
+"""Periodic schedules, solver-free (docs/cpsat.md, "The cyclic model"): a **kernel** is a
+block of k template microbatches whose ops start at given times, repeated every ``period``
+(microbatch j + q k runs each op q periods after j). Here: a problem's blocks, the template's
+ops and windows, the period bound per block, the kernel check, the least period of a
+kernel's cyclic orders and its expansion into a schedule. ``cyclic_kernel`` is the CP-SAT
+model of one period, ``phases.cyclic`` the search.
 """
 
 from __future__ import annotations
@@ -34,8 +31,7 @@ ChainKey = tuple[Kind, int, int]  # (kind, pipeline, stage): one op of every mic
 
 
 def pattern_period(problem: Problem) -> int:
-    """The least n with microbatch m on the pipeline of microbatch m mod n for every m
-    (1 for one pipeline; Chimera's split repeats every S microbatches)."""
+    """The least n with microbatch m on microbatch m mod n's pipeline (Chimera's split: S)."""
     mb2p = problem.microbatch2pipeline
     B = len(mb2p)
     for n in range(1, B + 1):
@@ -45,12 +41,10 @@ def pattern_period(problem: Problem) -> int:
 
 
 def pipeline_mix(problem: Problem) -> tuple[int, ...] | None:
-    """The shortest sequence of pipelines that, repeated, gives each pipeline as many
-    microbatches as the problem does, each pipeline's spread evenly through it
-    (bidirectional with equal halves: 0, 1), where it is shorter than the problem's own
-    pattern (``pattern_period``; Chimera's split repeats every S); else None. Microbatches
-    of a pipeline are identical, so the problem with its microbatches in this mix
-    (``mixed_twin``) is the same problem relabelled — with smaller blocks."""
+    """The shortest pipeline sequence that, repeated, gives each pipeline its share of
+    microbatches spread evenly (bidirectional with equal halves: 0, 1), where shorter than
+    ``pattern_period``; else None. The problem in this mix (``mixed_twin``) is the same problem
+    relabelled (a pipeline's microbatches are identical), with smaller blocks."""
     if problem.blocks:  # fixed blocks name microbatches
         return None
     counts = problem.pipeline_counts
@@ -72,9 +66,7 @@ def mixed_twin(problem: Problem) -> Problem | None:
 
 
 def relabelled(schedule: Schedule, labels: Sequence[int]) -> Schedule:
-    """``schedule`` with its microbatches renamed so that microbatch m takes pipeline
-    ``labels[m]``: the r-th microbatch of each pipeline stays the r-th (each pipeline
-    needs as many microbatches in ``labels`` as in the schedule)."""
+    """``schedule`` with microbatch m on pipeline ``labels[m]`` (each pipeline's r-th stays r-th)."""
     src, dst = np.asarray(schedule.microbatch2pipeline), np.asarray(labels)
     mapping = np.empty(len(src), np.int64)
     for p in np.unique(src):
@@ -93,9 +85,7 @@ def relabelled(schedule: Schedule, labels: Sequence[int]) -> Schedule:
 
 
 def blocks(problem: Problem, largest: int) -> list[int]:
-    """The block sizes a periodic schedule of ``problem`` may have, at most ``largest``:
-    multiples of ``pattern_period`` (each block has the problem's mix of pipelines) that
-    leave at least two blocks' microbatches."""
+    """Block sizes up to ``largest``: multiples of ``pattern_period`` leaving two blocks at least."""
     n = pattern_period(problem)
     B = problem.num_microbatches
     return [k for k in range(n, min(largest, B // 2) + 1, n) if all(
@@ -126,12 +116,10 @@ def template_pipelines(problem: Problem, block: int) -> dict[int, list[int]]:
 # ---- the period's lower bound -------------------------------------------------------------
 def period_lower_bound(problem: Problem, placement: Placement, block: int,
                        per_microbatch: tuple[dict, dict] | None = None) -> tuple[int, str]:
-    """The least period any periodic schedule of ``block`` microbatches can have: each
-    device runs its block's ops one at a time (its load), and on a device with a memory
-    cap the activations' least lifetimes fill the cyclic window at most to the cap (the
-    mean live memory over a period, sum of M x least lifetime / period, is at most the
-    cap: Little's law). Returns (bound, which one). ``per_microbatch``: ``per_microbatch_work``'s
-    value when already known."""
+    """(bound, which one): the least period of any periodic schedule of ``block`` microbatches:
+    each device's load, and under a cap the activations' least lifetimes over the cyclic window
+    (Little's law: sum of M x least lifetime / period is at most the cap). ``per_microbatch``:
+    ``per_microbatch_work``'s value when known."""
     load, held = per_microbatch or per_microbatch_work(problem, placement)
     count: dict[int, int] = defaultdict(int)
     for j in range(block):
@@ -151,8 +139,7 @@ def period_lower_bound(problem: Problem, placement: Placement, block: int,
 
 
 def per_microbatch_work(problem: Problem, placement: Placement) -> tuple[dict, dict]:
-    """Per pipeline and device, one microbatch's load and its activations' sum of size x
-    least lifetime."""
+    """Per pipeline and device: a microbatch's load and its sum of size x least lifetime."""
     head, _ = heads_tails(problem, placement)
     load: dict[int, list[int]] = {}
     held: dict[int, list[float]] = {}
@@ -172,8 +159,7 @@ def per_microbatch_work(problem: Problem, placement: Placement) -> tuple[dict, d
 
 # ---- time windows of the template's ops ---------------------------------------------------
 def _fit(problem: Problem, placement: Placement, p: int, s: int) -> int | None:
-    """How many whole periods' worth of copies of an activation of stage (p, s) its
-    device's cap holds (its largest part alone); None without a cap."""
+    """Periods' worth of copies of an activation of (p, s) its device's cap holds; None uncapped."""
     cap = problem.cap(placement.device(p, s))
     parts = [x for _, x in problem.lifetimes(p, s)]
     if cap is None or not parts:
@@ -182,16 +168,13 @@ def _fit(problem: Problem, placement: Placement, p: int, s: int) -> int | None:
 
 
 def op_windows(problem: Problem, placement: Placement, period: int) -> dict[ChainKey, tuple[int, int]]:
-    """Per chain key, the least and the largest start of its op after its microbatch's
-    first forward starts, over some periodic schedule of least period (of any block) —
-    the model's horizon. Some such schedule is in this normal form (docs/cpsat.md): a
-    copy of an op moved by a whole period keeps its phase, so one op at a time still
-    holds; B and W moved earlier only shorten lifetimes, so each starts within a period
-    of its input; a forward whose input comes from a device without a cap is moved later
-    with its predecessor until it starts within a period of it; a forward whose input
-    comes from a capped device starts before that input's activation is freed, which is
-    live for less than (copies the cap holds + 1) periods. Relabelling microbatches FIFO
-    keeps these windows (the k-th op of a kind follows the k-th of its input)."""
+    """Per chain key, the least and largest start of its op after its microbatch's first
+    forward, over some periodic schedule of least period — the model's horizon. Some such
+    schedule is in this normal form (docs/cpsat.md): an op moved by whole periods keeps its
+    phase; B and W moved earlier only shorten lifetimes (each within a period of its input); a
+    forward fed from an uncapped device moves later with its predecessor to within a period of
+    it; one fed from a capped device starts before that input's activation is freed (live under
+    copies-the-cap-holds + 1 periods). FIFO relabelling keeps these windows."""
     head, _ = heads_tails(problem, placement)
     out: dict[ChainKey, tuple[int, int]] = {}
     for p, n in enumerate(problem.num_stages):
@@ -231,8 +214,7 @@ def copies_bound(problem: Problem, placement: Placement, period: int, windows) -
 # ---- kernels -----------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Kernel:
-    """A periodic schedule (module docstring): ``start`` of every template op (see
-    ``template_ops``), repeated every ``period``."""
+    """A periodic schedule: ``start`` of each template op (``template_ops``), every ``period``."""
 
     problem: Problem
     placement: Placement
@@ -255,10 +237,9 @@ class Kernel:
 
     def expand(self, microbatches: int | None = None, name: str = "cyclic",
                labels: Sequence[int] | None = None) -> Schedule:
-        """The schedule of the first ``microbatches`` (default: the problem's) microbatches
-        of the periodic schedule: each device's ops by start time; with ``labels``, its
-        microbatches renamed to take those pipelines (``relabelled``: the kernel of a
-        ``mixed_twin`` expanded for the problem itself)."""
+        """The schedule of the periodic schedule's first ``microbatches`` (default: the
+        problem's), each device's ops by start; ``labels``: microbatches renamed to those pipelines
+        (a ``mixed_twin``'s kernel expanded for the problem itself)."""
         B = self.problem.num_microbatches if microbatches is None else microbatches
         ops, dev, st, _ = self.arrays()
         k, P = self.block, self.period
@@ -284,10 +265,9 @@ class Kernel:
 
 
 def cyclic_order_edges(kernel: Kernel) -> tuple[list[Op], list[tuple[int, int, int, int]]]:
-    """The kernel's ops and the edges (u, v, w, h) of its repeated constraint graph:
-    start(v) + h * period >= start(u) + w. Data edges (h = 0: same microbatch); on each
-    device, each op to the next by phase (start mod period), h the periods between the
-    two copies that run one after the other."""
+    """The kernel's ops and the edges (u, v, w, h) of its repeated constraint graph, start(v) +
+    h period >= start(u) + w: data edges (h = 0), and on each device each op to the next by
+    phase, h the periods between the two copies."""
     ops, dev, st, du = kernel.arrays()
     P, pr, pl = kernel.period, kernel.problem, kernel.placement
     index = {o: i for i, o in enumerate(ops)}
@@ -309,11 +289,9 @@ def cyclic_order_edges(kernel: Kernel) -> tuple[list[Op], list[tuple[int, int, i
 
 
 def least_period(kernel: Kernel, lower: int = 1) -> int:
-    """The least integer period at which the kernel's cyclic orders (each device's ops in
-    phase order, the data dependencies) can repeat: the least P with no positive cycle of
-    weight w - h P (Bellman-Ford per probe, binary search between ``lower``, the longest
-    op and the kernel's own period). Raises ``ValueError`` when even the kernel's period fails (an
-    invalid kernel)."""
+    """The least integer period at which the kernel's cyclic orders can repeat: the least P with
+    no positive cycle of weight w - h P (Bellman-Ford per probe, binary search from ``lower``).
+    ``ValueError`` when even the kernel's own period fails (an invalid kernel)."""
     ops, edges = cyclic_order_edges(kernel)
     u, v, w, h = (np.array(x, np.int64) for x in zip(*edges))
     n = len(ops)
@@ -344,10 +322,8 @@ def least_period(kernel: Kernel, lower: int = 1) -> int:
 
 
 def check_kernel(kernel: Kernel) -> str | None:
-    """None when the kernel is a valid periodic schedule, else the first violation: a data
-    dependency (with its transfer lag), two ops of a device overlapping modulo the
-    period, or the memory cap broken at some phase (every copy of every activation part
-    live then counted)."""
+    """None for a valid kernel, else its first violation: a dependency (with its lag), two ops
+    of a device overlapping modulo the period, or the cap broken at some phase."""
     ops, dev, st, du = kernel.arrays()
     P, pr, pl = kernel.period, kernel.problem, kernel.placement
     start = dict(zip(ops, st.tolist()))
@@ -393,12 +369,10 @@ def _memory_violation(kernel: Kernel, start: dict[Op, int]) -> str | None:
 
 # ---- the steady state of a known schedule -------------------------------------------------
 def steady_kernel(kernel: Kernel, factor: int = 16) -> Kernel | None:
-    """The kernel's cyclic orders run as soon as possible (the simulator on an expansion
-    long enough for its warm-up and cool-down to stay out of the middle third): the
-    steady state they settle in, as a kernel of a block up to ``factor`` times the
-    kernel's (``kernel_of``). Its period per microbatch is the least the orders allow
-    (the maximum cycle mean, which may be a fraction of a tick per block: its block is
-    then a multiple), never above the kernel's. None when it is not found."""
+    """The steady state the kernel's cyclic orders settle in when run as soon as possible (the
+    simulator on an expansion long enough), as a kernel of a block up to ``factor`` times the
+    kernel's (``kernel_of``): its period per microbatch is the least the orders allow (the
+    maximum cycle mean), never above the kernel's. None when not found."""
     _, _, st, du = kernel.arrays()
     reach = int(st.max() + du.max() - st.min()) // kernel.period + 2
     count = 3 * (reach + 2 * factor) * kernel.block
@@ -415,13 +389,11 @@ def _with_microbatches(problem: Problem, count: int, block: int) -> Problem:
 
 def kernel_of(problem: Problem, placement: Placement, schedule: Schedule, start_times: np.ndarray,
               largest: int, owner: Problem | None = None) -> Kernel | None:
-    """The steady state of a timed schedule of ``problem`` as a kernel: the least block k
-    (a multiple of the pipelines' pattern, at most ``largest``) such that in the middle
-    third of the microbatches every op of microbatch m + k starts the same time P after
-    that of m; its template the ops of k microbatches there, shifted to start at 0. None
-    when no block repeats, or the kernel fails ``check_kernel`` (the middle is too short
-    for its lifetimes). ``start_times``: per op in the schedule's op order; ``owner``: the
-    problem the kernel belongs to (default ``problem``)."""
+    """The steady state of a timed schedule as a kernel: the least block k (a multiple of the
+    pattern, at most ``largest``) such that in the middle third every op of m + k starts the
+    same P after that of m, its template shifted to 0. None when no block repeats or the kernel
+    fails ``check_kernel``. ``start_times``: per op in op order; ``owner``: the problem the
+    kernel belongs to (default ``problem``)."""
     ops = schedule.ops
     B = schedule.num_microbatches
     kinds = (Kind.F, Kind.B, Kind.W)

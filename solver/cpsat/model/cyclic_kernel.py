@@ -1,16 +1,10 @@
-"""The CP-SAT model of one period of a periodic schedule (``cyclic``): the template's ops
-of a block of k microbatches at a fixed period P. Each op's start is t = phase + P * q
-(phase in [0, P)); one op at a time per device modulo P (each op and its copy one period
-later in one no-overlap: two copies of every op suffice on a circle, docs/cpsat.md); the
-data dependencies with their transfer lags inside a microbatch; FIFO across the block
-(the k-th op of a kind on a stage is microbatch k's, without loss of generality as in the
-full model) with the wrap to the next block; the memory cap over the cyclic window (each
-activation part's lifetime is n whole periods plus a remainder r: n copies live at every
-phase, one more on an arc of length r — the arc and its copy in a cumulative over two
-periods, the whole copies as a constant demand), or, on a device holding one stage under
-FIFO, exactly as windows (F of microbatch i + c after the release of i). The objective is
-the makespan of the first B microbatches of the periodic schedule (the last template
-op's end plus its whole blocks).
+"""The CP-SAT model of one period of a periodic schedule (``cyclic``; docs/cpsat.md, "The
+cyclic model"): the template's ops of a block of k microbatches at a fixed period P, each
+op's start phase + P * q (phase in [0, P)); one op at a time per device modulo P (each op
+and its copy one period later in one no-overlap); the dependencies with their lags; FIFO
+across the block with the wrap to the next; the memory cap over the cyclic window (a part
+living n periods plus r: n copies at every phase, one more on an arc of length r), or as
+windows on a one-stage device. The objective is the makespan of the first B microbatches.
 """
 
 from __future__ import annotations
@@ -40,9 +34,8 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class CyclicSolve:
-    """One solve at a fixed period: ``status`` (optimal / feasible / infeasible /
-    unknown), the template's starts when a schedule was found, the objective (the
-    makespan of the expansion) and the times."""
+    """One solve at a fixed period: ``status``, the template's starts when found, the objective
+    (the expansion's makespan) and the times."""
 
     status: Status
     starts: dict[Op, int] | None
@@ -52,9 +45,8 @@ class CyclicSolve:
 
 
 class CyclicModel:
-    """The model of the periodic schedules of ``block`` microbatches of ``problem`` on
-    ``placement`` repeating every ``period`` (module docstring). ``fifo``: the FIFO
-    family (an ablation switch, ``CpSatConfig.uses("fifo")``)."""
+    """The periodic schedules of ``block`` microbatches on ``placement`` every ``period``;
+    ``fifo``: the FIFO family (``CpSatConfig.uses("fifo")``)."""
 
     def __init__(self, problem: Problem, placement: Placement, block: int, period: int, config: CpSatConfig):
         t0 = time.perf_counter()
@@ -91,9 +83,8 @@ class CyclicModel:
         return self.start[self.index[op]]
 
     def _anchor(self) -> None:
-        """Time 0 is when pipeline 0's first template microbatch starts; every other
-        pipeline's first microbatch starts within one period of it (moving a whole
-        microbatch by a period is relabelling it as its copy in the next block)."""
+        """Time 0 is pipeline 0's first template start; every other pipeline's first starts
+        within a period of it (moving a microbatch by a period relabels it as its next copy)."""
         for p, mbs in self.pipes.items():
             if p == min(self.pipes):
                 self.model.add(self.t(Op(Kind.F, p, 0, mbs[0])) == 0)
@@ -106,8 +97,7 @@ class CyclicModel:
                 self.model.add(self.t(op) >= self.t(pred) + self.dur(pred) + min_lag(pr, pl, pred, op))
 
     def _devices(self) -> None:
-        """One op at a time per device modulo the period: each op's interval at its phase
-        and one period later, all in one no-overlap."""
+        """One op at a time per device modulo the period: each op and its next copy in one no-overlap."""
         by_device: dict[int, list] = {}
         P = self.period
         for op, ph in zip(self.ops, self.phase):
@@ -121,8 +111,7 @@ class CyclicModel:
                 self.model.add_no_overlap(ivs)
 
     def _fifo(self) -> None:
-        """Each stage runs each kind of its pipeline's microbatches in order, the block's
-        last before the next block's first (one period later)."""
+        """FIFO per stage and kind, the block's last before the next block's first (a period later)."""
         P = self.period
         for p, mbs in self.pipes.items():
             for s in range(self.problem.num_stages[p]):
@@ -172,10 +161,9 @@ class CyclicModel:
             self.model.add_cumulative(ivs, dem, cap)
 
     def _memory_windows(self) -> set[int]:
-        """Under FIFO, ``Problem.window_shifts`` across blocks: the release op of the
-        pipeline's i-th microbatch ends before the F of its (i + c)-th starts (which is
-        template microbatch (i + c) mod k_p, (i + c) div k_p periods later). Returns the
-        devices holding one stage where these windows are the whole memory constraint."""
+        """Under FIFO, ``Problem.window_shifts`` across blocks: release of the pipeline's i-th
+        microbatch before F of its (i + c)-th (template (i + c) mod k_p, (i + c) div k_p periods
+        later). Returns the one-stage devices where these are the whole memory constraint."""
         pr, pl, P = self.problem, self.placement, self.period
         exact = set()
         for d in range(pr.num_devices):
@@ -196,9 +184,7 @@ class CyclicModel:
         return exact
 
     def _objective(self):
-        """The makespan of the expansion to the problem's microbatches: template
-        microbatch j's last op end (its optimizer step after) plus (B - 1 - j) // k
-        periods."""
+        """The expansion's makespan: template j's last end (and optimizer) + (B - 1 - j) // k periods."""
         pr, P, k = self.problem, self.period, self.block
         B = pr.num_microbatches
         ends = []
@@ -222,8 +208,7 @@ class CyclicModel:
             self.model.add_hint(ph, starts[op] % self.period)
 
     def solve(self, wall: float, det: float | None = None, first: bool = False) -> CyclicSolve:
-        """Solve within ``wall`` seconds (``det`` deterministic ones); ``first``: stop at
-        the first schedule (a feasibility probe)."""
+        """Solve within ``wall`` s (``det`` deterministic); ``first``: stop at the first schedule."""
         setup = SolverSetup.of(self.config, wall, det, open_search=True, first=first)
         done = run_solver(self.model, setup)
         starts = value = None

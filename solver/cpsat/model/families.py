@@ -1,7 +1,7 @@
-"""Constraint families of the CP-SAT model: one function each, and ``FAMILIES``, the one
-table of them — when each applies, the labels it leaves in ``CpSatModel.applied``, the
-``CpSatConfig.ablate`` name that switches it off (None: always on) and the assumption it
-adds to a bound (none: each is without loss of generality, argued where it is added)."""
+"""Constraint families of the CP-SAT model, one function each, and ``FAMILIES``, their one
+table: when each applies, its labels in ``CpSatModel.applied``, its ``ablate`` name (None:
+always on) and the assumption it adds to a bound (none: each is without loss of generality).
+"""
 
 from __future__ import annotations
 
@@ -27,18 +27,12 @@ if TYPE_CHECKING:
 
 # ---- memory ------------------------------------------------------------------------------------
 def add_memory(model: cp_model.CpModel, v: Variables, fifo: bool = False) -> list[str]:
-    """An activation of (p, s, m) is live from its F's start to its B's end; with a split
-    backward its part M - M_W until B's end and its part M_W until W's end
-    (``Problem.lifetimes``, the accounting of ``schedules.memory``). One cumulative per
-    device against its activation capacity (devices without a capacity are unconstrained).
-
-    With ``fifo`` (every stage runs a pipeline's microbatches in one order) a device's
-    live activations of one stage are a window of consecutive microbatches, so the memory
-    windows of ``Problem.window_shifts`` are precedences; on a device that holds a single
-    stage whose windows are exact they are the whole memory constraint and replace the
-    cumulative. Under the memory objective (``v.peak``) every device's lifetimes are also
-    held by a cumulative of capacity ``v.peak``, the peak the objective minimizes.
-    Returns the forms used."""
+    """Activation (p, s, m) is live from its F's start to its B's end (split backward: M - M_W
+    to B's end, M_W to W's end; ``Problem.lifetimes``): one cumulative per capped device.
+    Under ``fifo`` a stage's live activations are consecutive microbatches, so the windows of
+    ``Problem.window_shifts`` are precedences, and on a one-stage device with exact windows
+    they replace the cumulative. Under the memory objective every device's lifetimes are also
+    held by a cumulative of capacity ``v.peak``. Returns the forms used."""
     problem, peak = v.problem, v.peak
     caps = [problem.cap(d) for d in range(problem.num_devices)]
     if all(c is None for c in caps) and peak is None:
@@ -108,6 +102,7 @@ def _add_fifo_memory_precedences(model: cp_model.CpModel, v: Variables) -> set[i
     capacity of its device. Returns the devices holding one stage whose windows are exact."""
     problem = v.problem
     exact: set[int] = set()
+    assert v.placement is not None  # FAMILIES: fixed placement only
     for d in range(problem.num_devices):
         keys = v.placement.stages_on(d)
         cap = problem.cap(d)
@@ -139,22 +134,14 @@ def add_symmetry_break(model: cp_model.CpModel, v: Variables) -> None:
 
 
 def add_fifo(model: cp_model.CpModel, v: Variables) -> None:
-    """Every stage runs each kind of op (F, B, W) of a pipeline's microbatches in
-    microbatch order.
-
-    This is WITHOUT LOSS OF GENERALITY (unlike a permutation flow shop, the jobs here are
-    identical): take any feasible schedule and, on every stage (p, s) and for every kind,
-    relabel the k-th op by start time as microbatch k of pipeline p. Times and devices do
-    not change. Every dependency still holds: the first k ops of a kind on stage s+1 (say)
-    have k distinct predecessors on stage s, each ended at least ``lag`` before, so the
-    k-th starts at least ``lag`` after the k-th predecessor end on stage s — and the lag
-    depends only on (kind, pipeline, stage) and the two stages' devices. Memory does not
-    change either: a device's live activations at any time depend only on the multisets
-    of F starts and release ends of each stage, which the relabelling keeps (and the k-th
-    release ends after the k-th F starts, by the same argument along the chain). So some
-    optimal schedule is FIFO, and bounds proven with FIFO are bounds of the unrestricted
-    problem. ``tests/solver/cpsat/test_cpsat_fifo.py`` checks equal optima on random instances
-    (linear, bidirectional, wave, split backward, caps, latencies)."""
+    """Every stage runs each kind of op (F, B, W) of a pipeline's microbatches in microbatch
+    order — WITHOUT LOSS OF GENERALITY (the jobs are identical): relabel, on every stage and for
+    every kind, the k-th op by start time as microbatch k. Times and devices are unchanged; the
+    k-th op on stage s+1 has k distinct predecessors on stage s, so it starts at least ``lag``
+    after the k-th predecessor's end (the lag depends only on kind, pipeline, stage and the two
+    devices); a device's live memory depends only on the multisets of F starts and release
+    ends per stage, which are kept. So some optimal schedule is FIFO and FIFO bounds are bounds
+    (``tests/solver/cpsat/test_cpsat_fifo.py``: equal optima on random instances)."""
     problem = v.problem
     for p, mbs in problem.pipeline_microbatches.items():
         for s in range(problem.num_stages[p]):
@@ -167,10 +154,8 @@ def add_fifo(model: cp_model.CpModel, v: Variables) -> None:
 
 
 def add_device_symmetry(model: cp_model.CpModel, v: Variables) -> bool:
-    """Free placement on identical devices with uniform links: device labels are
-    interchangeable, so stage 0 of pipeline 0 goes on device 0 and a stage may use device
-    d > 0 only if an earlier stage uses device d-1 (value precedence). Returns whether it
-    applied."""
+    """Free placement on identical devices with uniform links: stage 0 of pipeline 0 on device
+    0, and device d > 0 used only if an earlier stage uses d-1 (value precedence). Whether it applied."""
     problem = v.problem
     if v.placement is not None or not devices_identical(problem):
         return False
@@ -185,8 +170,7 @@ def add_device_symmetry(model: cp_model.CpModel, v: Variables) -> bool:
 
 
 def devices_identical(problem: Problem) -> bool:
-    """Whether every device has the same capacity, persistent memory and optimizer time and
-    every link the same cost (device labels are then interchangeable)."""
+    """Whether all devices (caps, memory, optimizer) and links are alike: labels interchangeable."""
     c = problem.costs
     D = problem.num_devices
     return (
@@ -198,15 +182,11 @@ def devices_identical(problem: Problem) -> bool:
 
 
 def add_last_stage_glue(model: cp_model.CpModel, v: Variables) -> bool:
-    """Dominance (without loss of generality, needs FIFO): on a device that holds only the
-    last stage of a pipeline (backward not split), B(k) starts right when F(k) ends.
-
-    Take a FIFO schedule and the first k whose B does not follow its F: only forwards
-    F(k+1..k+j) sit between them. Running B(k) first keeps the block's end (B(k) has the
-    earliest effective release, so this is the earliest-release order of one machine),
-    ends B(k) — the only op with a successor off the device — earlier, and starts the
-    forwards later (less memory). Repeating this glues every pair. Returns whether it
-    applied."""
+    """Dominance (needs FIFO): on a device holding only a pipeline's last stage (whole
+    backward), B(k) starts when F(k) ends. In a FIFO schedule, for the first k whose B does not
+    follow its F only forwards sit between them; running B(k) first (the earliest-release
+    order of one machine) keeps the block's end, ends B(k) — the only op with a successor off
+    the device — earlier, and starts the forwards later (less memory). Whether it applied."""
     problem = v.problem
     if problem.split_backward or v.placement is None or v.pair_lits:
         return False  # with overlapped pairs the exchange argument does not hold
@@ -231,11 +211,9 @@ def add_last_stage_glue(model: cp_model.CpModel, v: Variables) -> bool:
 
 # ---- redundant cuts ---------------------------------------------------------------------------
 def add_memory_chain(model: cp_model.CpModel, v: Variables) -> bool:
-    """Pigeonhole cut (needs the stage-0 symmetry break): if k stage-0 activations of a
-    pipeline exceed the device's capacity, then among microbatches j..j+k-1 (in stage-0
-    order) one of the first k-1 has ended its ``Problem.chain_release`` op when the last
-    starts (else k whole activations would be live), so start F(j+k-1) >= start F(j) +
-    least time from a stage-0 F's start to that op's end."""
+    """Pigeonhole cut (needs the stage-0 symmetry break): if k stage-0 activations exceed the
+    cap, one of microbatches j..j+k-2 has ended its ``Problem.chain_release`` op when j+k-1
+    starts, so F(j+k-1) starts at least that least stage-0 lifetime after F(j)."""
     problem = v.problem
     D = problem.num_devices
     applied = False
@@ -271,9 +249,8 @@ def add_total_work(model: cp_model.CpModel, v: Variables) -> None:
 # ---- the table -------------------------------------------------------------------------------
 @dataclass
 class Build:
-    """What the families of one model share while it is built: the model and its
-    variables, the config, fixed ``orders`` (evaluate mode) or None, whether FIFO holds,
-    the devices order literals cover, and ``mirror`` op pairs (a restriction)."""
+    """What one model's families share: the model, its variables, the config, fixed ``orders``
+    (evaluate mode) or None, whether FIFO holds, the order-literal devices, ``mirror`` pairs."""
 
     model: cp_model.CpModel
     v: Variables

@@ -1,10 +1,8 @@
-"""The objectives of the CP-SAT model as data: one ``ModelObjective`` per ``Objective``,
-registered by name in ``OBJECTIVES``, with named methods for everything the model, the
-bounds and the checks need of it. ``makespan``: one synchronous step, every device's end
-plus its optimizer time and every replica group's all-reduce. ``period``: the longest
-device span of a repeated step without a global barrier (the Zero Bubble paper's cost,
-``solver.periodic``); fixed placement only. ``memory``: the largest per-device peak of live
-activations at a makespan the horizon fixes (bytes); fixed placement only.
+"""The CP-SAT objectives as data: one ``ModelObjective`` per ``Objective``, in
+``OBJECTIVES``. ``makespan``: one synchronous step, every device's end plus its optimizer and
+every all-reduce. ``period``: the longest device span of a repeated step without a barrier
+(the Zero Bubble paper's cost, ``solver.periodic``). ``memory``: the largest per-device peak
+of live activations at a makespan the horizon fixes (bytes). The last two: fixed placement.
 """
 
 from __future__ import annotations
@@ -33,13 +31,11 @@ if TYPE_CHECKING:
 
 
 class ModelObjective:
-    """One objective, registered by name (``register``; ``OBJECTIVES``): ``unit`` of its
-    value (``ticks``: a time; ``bytes``: memory, in the costs' activation unit),
-    ``assumption`` it adds to a bound (None: none), ``free_placement`` (whether one model
-    with placement literals can hold it) and named methods — its variables and
-    constraints in the model and its ``expression`` (what the model minimizes), its value
-    on a simulated schedule (``judge``: model units; ``seconds``: on real-valued costs),
-    its solver-free ``lower_bound``, the horizons, and the hint of its variables."""
+    """One objective, registered by name (``register``): the ``unit`` of its value (``ticks``
+    or ``bytes``), the ``assumption`` it adds to a bound, ``free_placement`` (whether a model
+    with placement literals can hold it), and its model terms and ``expression``, its value on
+    a schedule (``judge``: model units; ``seconds``: real-valued costs), its solver-free
+    ``lower_bound``, horizons and hints."""
 
     name: Objective
     unit = "ticks"
@@ -139,11 +135,9 @@ register(Makespan())
 
 # ---- period --------------------------------------------------------------------------------
 def add_period(model: cp_model.CpModel, v: "Variables", orders=None, fifo: bool = False) -> None:
-    """period >= last_d - first_d on every device d holding ops, with first_d at most the
-    start of each op on d and last_d at least the end of each (minimizing the period
-    makes them the device's first start and last end). Only ops that can be first (F) or
-    last (the release op) count; with fixed ``orders`` each device's first and last op,
-    under ``fifo`` each stage's first F and last release op. Fixed placement only."""
+    """period >= last_d - first_d on every device d holding ops (first_d at most each op's
+    start, last_d at least each end); only ops that can be first (F) or last (the release op)
+    count: with fixed ``orders`` each device's first and last, under ``fifo`` each stage's."""
     problem = v.problem
     if v.placement is None:
         raise ValueError("the period objective needs a fixed placement (free placement is decomposed)")
@@ -176,15 +170,12 @@ def add_period(model: cp_model.CpModel, v: "Variables", orders=None, fifo: bool 
 
 
 def period_lower_bound(problem: Problem, placement: Placement | None) -> tuple[int, str]:
-    """A device's span holds all of its ops, one at a time; on a device holding one stage
-    s it also holds the warm-up idle: from F(0, s)'s start (FIFO: the device's first op)
-    to B(0, s)'s start at least L = the round trip of microbatch 0 passes, in which only
-    forwards of s can run — at most k of them, k the activations that fit the cap (the
-    (k+1)-th waits for B(0)'s end, ``Problem.window_shifts``) — so span >= load +
-    L - k * F. With more microbatches than k, the drain idle adds to it: from the last
-    forward's start to its backward's start L passes again, and only that forward and the
-    B and W of activations live at its start can run — a with B pending (a >= 1 counts
-    it) and w holding only M_W, a M + w M_W within the cap (``_drain_idle``)."""
+    """A device's span holds its ops one at a time; on a one-stage device also the warm-up
+    idle: from F(0, s)'s start to B(0, s)'s start passes at least the round trip L, in which at
+    most k forwards run (k: activations the cap holds; ``Problem.window_shifts``), so span >=
+    load + L - k F. With more than k microbatches the drain idle adds to it: from the last
+    forward's start to its backward L passes again, holding only that forward and the B and W
+    of the a + w activations live then (``_drain_idle``)."""
     if placement is None:
         total = sum(problem.duration(op) for op in problem.ops)
         return math.ceil(total / problem.num_devices), "total work over devices"
@@ -215,11 +206,9 @@ def period_lower_bound(problem: Problem, placement: Placement | None) -> tuple[i
 
 
 def _through_paths(problem: Problem, placement: Placement, counts: dict[int, int]):
-    """One pipeline, one stage per device: device d's span runs from its first forward to
-    its last op, and holds the path down to a later device e (forwards and messages), all
-    of e's forwards and backwards one after another (e's first forward to its last
-    backward), the path back up to d (messages and backwards) and the W of that last
-    microbatch on d — whichever microbatches are first and last. Yields (value, label)."""
+    """One pipeline, one stage per device: device d's span holds the path down to a later
+    device e, all of e's forwards and backwards, the path back to d and the W of the last
+    microbatch on d, whichever microbatches are first and last. Yields (value, label)."""
     if problem.num_pipelines != 1 or any(len(placement.stages_on(d)) != 1 for d in range(problem.num_devices)):
         return
     n, count = problem.num_stages[0], counts[0]
@@ -256,8 +245,7 @@ def _drain_idle(problem: Problem, p: int, s: int, trip: int, k: int, count: int,
 
 
 class Period(ModelObjective):
-    """The longest device span of a repeated step without a global barrier (the Zero
-    Bubble paper's cost, ``solver.periodic``); fixed placement only."""
+    """The longest device span of a repeated step without barrier (Zero Bubble's cost)."""
 
     name = Objective.PERIOD
     assumption = ("objective: the longest device span from its first op's start to its last op's end "
@@ -287,12 +275,10 @@ class Period(ModelObjective):
         return v.period
 
     def judge(self, problem: Problem, schedule: Schedule, sim: Simulation) -> tuple[int, Timing]:
-        """The least integer period of ``schedule``'s per-device orders on the problem's
-        integer costs and the earliest timing reaching it: ``solver.periodic.min_period`` (the
-        exact least span over all timings, starts free) rounded up — with integer durations
-        and lags an integer period P admits an integer timing iff P is at least that — timed
-        by ``periodic_timing``. Gradient all-reduces are not part of the period (the period
-        objective's assumption), so replica groups are left out."""
+        """The least integer period of ``schedule``'s orders on the integer costs and its earliest
+        timing: ``solver.periodic.min_period`` rounded up (with integer durations and lags an integer
+        P admits an integer timing iff P is at least it), timed by ``periodic_timing``. All-reduces
+        are not part of the period (the objective's assumption)."""
         costs = replace(problem.costs, replica_groups=())
         period = math.ceil(periodic.min_period(schedule, costs) - 1e-9)
         timing = periodic.periodic_timing(schedule, costs, period)
@@ -317,12 +303,10 @@ register(Period())
 
 # ---- peak memory ---------------------------------------------------------------------------
 class PeakMemory(ModelObjective):
-    """The largest per-device peak of live activation memory (``schedules.memory``'s
-    accounting) among schedules whose step ends by the model's horizon: "least peak memory
-    at a fixed makespan" (``api.least_peak_memory``), beside "least makespan under a memory
-    cap" (``Makespan`` with the problem's caps). The peak is a model variable
-    (``Variables.peak``, integer units of 1/``Variables.memory_scale``) holding every
-    device's cumulative of activation lifetimes (``families.add_memory``); fixed placement."""
+    """The largest per-device peak of live activation memory among schedules whose step ends by
+    the horizon (``api.least_peak_memory``); beside it, "least makespan under a cap" is
+    ``Makespan`` with caps. The peak is ``Variables.peak`` (units of 1/``memory_scale``), held
+    by every device's cumulative of lifetimes (``families.add_memory``)."""
 
     name = Objective.MEMORY
     unit = "bytes"

@@ -1,9 +1,6 @@
-"""Solver-free side of the CP-SAT modes: a fixed schedule timed by the level-3 simulator
-(``solver.simulate``) on the problem's integer costs, its activation memory (a prefix sum
-over each device's order, independent of timing, naming the first violation of a cap),
-and the checks every schedule a solve returns passes before it is believed (``checked``:
-re-timed, memory-checked, its table validated). These are the numbers every CP-SAT result
-is checked against.
+"""Solver-free side of the CP-SAT modes, the numbers every result is checked against: a fixed
+schedule timed by the simulator on the integer costs, its activation memory (prefix sums,
+naming the first cap violation), and ``checked``: re-timed, memory-checked, validated.
 """
 
 from __future__ import annotations
@@ -47,10 +44,8 @@ class KnownEval:
 
 
 def evaluate_known(problem: Problem, schedule: Schedule, time_unfit: bool = True) -> KnownEval:
-    """``schedule`` timed by the simulator on the problem's costs and judged by its
-    objective (``objectives``: the step makespan with all-reduce and optimizer tails, or
-    the least period), with its memory checked against the problem's caps;
-    ``time_unfit=False``: a schedule that breaks a cap is not timed (makespan None)."""
+    """``schedule`` timed by the simulator, judged by the problem's objective and its memory
+    checked against the caps; ``time_unfit=False``: one over a cap is not timed (makespan None)."""
     t = time.perf_counter()
     mem = memory_check(problem, schedule)
     if not mem.fits and not time_unfit:
@@ -65,12 +60,9 @@ def evaluate_known(problem: Problem, schedule: Schedule, time_unfit: bool = True
 
 
 def relabel_microbatches(schedule: Schedule, timing: Timing) -> tuple[Schedule, Timing]:
-    """The same timed schedule with op labels permuted so that every stage runs each kind
-    of op of a pipeline in microbatch order (FIFO): the k-th op of a kind on (p, s), by
-    start time, becomes that of the pipeline's k-th microbatch. Times, devices and the
-    memory profile are unchanged and every dependency still holds (the k-th op on a stage
-    starts after k distinct predecessors ended, so after the k-th predecessor end), so this
-    is a relabelling of identical microbatches; it also orders stage-0 forwards."""
+    """The timed schedule with op labels permuted to FIFO (the k-th op of a kind on (p, s) by
+    start becomes microbatch k's): times, devices and memory unchanged, every dependency kept
+    (``families.add_fifo``); stage-0 forwards ordered too."""
     by_pipe: dict[int, list[int]] = {}
     for m, p in enumerate(schedule.microbatch2pipeline):
         by_pipe.setdefault(p, []).append(m)
@@ -96,9 +88,7 @@ def relabel_microbatches(schedule: Schedule, timing: Timing) -> tuple[Schedule, 
 
 
 def glue_last_stages(problem: Problem, schedule: Schedule) -> Schedule:
-    """A FIFO schedule with every device that holds only a pipeline's last stage running
-    each B right after its F (the model's ``last-stage glue`` dominance; never slower, see
-    ``constraints.add_last_stage_glue``)."""
+    """A FIFO schedule with last-stage-only devices running each B right after its F."""
     if problem.split_backward:
         return schedule
     pl = schedule.placement
@@ -142,8 +132,7 @@ def table_of(problem: Problem, schedule: Schedule, timing) -> Table:
 
 
 def checked(problem: Problem, schedule: Schedule, claimed: int | None) -> KnownEval:
-    """Re-time ``schedule`` with the evaluator, check memory, validate its table, and
-    assert the evaluator's objective is no worse than the solver's ``claimed``."""
+    """``schedule`` re-timed, memory-checked and validated; its objective no worse than ``claimed``."""
     ev = evaluate_known(problem, schedule)
     if ev.makespan is None:
         raise RuntimeError(f"solver returned a schedule that deadlocks: {ev.error}")

@@ -1,26 +1,19 @@
-"""Overlapped forward-backward pairs chosen by the CP-SAT model (``Problem.overlap_pairs``).
+"""Overlapped forward-backward pairs chosen by the CP-SAT model (``Problem.overlap_pairs``;
+docs/cpsat.md, "Overlapped pairs").
 
-Where the costs hold an op's communication (``Costs.chains``: expert parallelism's
-all-to-all), a forward and a backward of different microbatches on one device may run as one
-block (``Schedule.blocks``): the block takes ``Costs.block_time`` of the two, starts when
-the device is free and every input of both has arrived, and both ops end with it (the
-simulator's semantics). Here the model chooses which forward pairs with which backward: one
-literal per candidate pair, the two ops then share their start, both end at the block's end,
-and the device's no-overlap holds the block's interval instead of the two ops' own.
+Where the costs hold an op's communication (``Costs.chains``), a forward and a backward of
+different microbatches on one device may run as one block taking ``Costs.block_time``: one
+literal per candidate pair; the two ops then share their start and end with the block, and
+the device's no-overlap holds the block's interval instead of theirs.
 
-Which pairs can occur at all, under FIFO (every stage runs each kind in microbatch order,
-without loss of generality: ``families.add_fifo``, whose relabelling keeps blocks, since a
-block's cost depends only on its ops' stages): a forward F(x, a) and a backward B(y, c) of one
-pipeline pair only when c comes before a (B(y, c) needs F(x, c) or the forward chain through
-it done, so F(x, a) cannot start with it if a <= c), and on the earlier stage u = min(x, y)
-the activations of c..a are all live when the block starts. So a - c + 1 is at most what the
-device's cap holds of stage u (``Problem.activations_fit``): the candidates up to that offset
-are every pair an optimal schedule can use. Forwards and backwards of two pipelines (both
-directions of a bidirectional placement) may pair at any distance. When the candidates
-exceed the limit, only those near the incumbent's pairs are kept: such a model searches a
-restriction, so its schedules count and its bounds and proofs are dropped. Blocks with a W
-(a forward, a backward and its W) are not candidates: a bound of this model is a bound over
-schedules whose blocks are forward-backward pairs.
+The candidates are every pair an optimal schedule can use: under FIFO (a block's cost depends
+only on its ops' stages, so the relabelling keeps blocks) F(x, a) pairs with B(y, c) of one
+pipeline only if c < a, and on the earlier stage u = min(x, y) the activations of c..a are
+all live when the block starts, so a - c + 1 is at most ``Problem.activations_fit`` of u.
+Two pipelines' ops pair at any distance. Above the limit only candidates near the
+incumbent's pairs are kept: that model searches a restriction, so its bounds and proofs are
+dropped. Blocks with a W are no candidates: a bound here holds over schedules whose blocks
+are forward-backward pairs.
 """
 
 from __future__ import annotations
@@ -44,10 +37,9 @@ StageKey = tuple[int, int]
 
 
 def block_ticks(problem: Problem, placement: Placement) -> dict[tuple[StageKey, StageKey], int]:
-    """Per (forward stage, backward stage) on one device whose block is shorter than the two
-    ops alone: the block's integer time. ``ValueError`` where a block would end before one
-    of its ops alone (an op time longer than its own chain): the model's heads, tails and
-    lifetimes take each op's time as the least it lasts."""
+    """Per (forward stage, backward stage) on one device whose block is shorter than its ops in
+    turn: its integer time. ``ValueError`` where a block would end before one of its ops alone
+    (the model takes each op's time as the least it lasts)."""
     out = {}
     for d in range(problem.num_devices):
         held = placement.stages_on(d)
@@ -93,9 +85,9 @@ def _offset(f: Op, b: Op, rank: dict[int, int]) -> int:
 
 def pair_candidates(problem: Problem, placement: Placement, limit: int,
                     around: Schedule | None = None) -> PairCandidates | None:
-    """The candidate pairs (module docstring); None when no pair gains. Above ``limit``
-    candidates, only those whose microbatch distance is within one of a distance
-    ``around``'s pairs use on the same two stages, or at most 2 (``restricted``)."""
+    """The candidate pairs (module docstring); None when no pair gains. Above ``limit``, only
+    those within one microbatch of a distance ``around``'s pairs use on the same stages, or at
+    most 2 (``restricted``)."""
     ticks = block_ticks(problem, placement)
     if not ticks:
         return None
@@ -129,11 +121,9 @@ def pair_candidates(problem: Problem, placement: Placement, limit: int,
 
 @dataclass(frozen=True)
 class DeviceSavings:
-    """What overlapped pairs can save on one device: ``forwards`` (every forward at its
-    best pair) and ``backwards`` (every backward at its best), each an upper bound, since a
-    forward pairs with one backward and a backward with one forward; ``forward_share`` and
-    ``backward_share``: the least saving per tick of a forward (of a backward; 0 where the
-    device also runs W's, which never pair) — what a tick run by an op alone forgoes."""
+    """Upper bounds of what pairs save on one device: ``forwards`` (each at its best pair) and
+    ``backwards``; ``forward_share``/``backward_share``: the least saving per tick of each (0
+    where the device runs W's), what a tick of an op alone forgoes."""
 
     forwards: int
     backwards: int
@@ -171,8 +161,7 @@ def device_savings(problem: Problem, placement: Placement) -> dict[int, DeviceSa
 
 
 def hint_pairs(model: cp_model.CpModel, v: Variables, schedule: Schedule, ends: dict[Op, int]) -> None:
-    """Hint the pair literals, alone literals and end variables from ``schedule``'s blocks
-    (its forward-backward pairs) and its ops' ``ends``."""
+    """Hint pair, alone and end variables from ``schedule``'s blocks and its ops' ``ends``."""
     chosen = {(v.index[b[0]], v.index[b[1]]) for b in schedule.blocks if len(b) == 2}
     for key, (y, _) in v.pair_lits.items():
         model.add_hint(y, int(key in chosen))
@@ -188,9 +177,8 @@ def chosen_pairs(solver: cp_model.CpSolver, v: Variables) -> tuple[tuple[Op, Op]
 
 
 def pairs_only(schedule: Schedule) -> Schedule:
-    """``schedule`` with only its forward-backward pair blocks kept (a block holding a W, or
-    a backward with its W, runs as its ops one after the other): a schedule of the class the
-    model searches. Named as such when something changed."""
+    """``schedule`` with only its forward-backward blocks kept (others run op by op): a schedule
+    of the class the model searches, renamed when changed."""
     keep = tuple(b for b in schedule.blocks
                  if len(b) == 2 and b[0].kind is Kind.F and b[1].kind is Kind.B)
     if keep == schedule.blocks:

@@ -1,7 +1,7 @@
-"""Precedence families of the CP-SAT model: data dependencies with their transfer lags
-(free placement: lags in placement literals), one op at a time per device (no-overlap, or
-order literals where FIFO makes them exact), fixed orders as chains, and the step's tails
-(all-reduce and optimizer) under the makespan. ``families.FAMILIES`` lists when each applies."""
+"""Precedence families of the CP-SAT model: dependencies with their lags (free placement:
+lags in placement literals), one op at a time per device (no-overlap, or exact order
+literals under FIFO), fixed orders as chains, and the step's tails under the makespan.
+"""
 
 from __future__ import annotations
 
@@ -63,14 +63,13 @@ def _free_lag(model: cp_model.CpModel, v: Variables, pred: Op, op: Op):
             model.add_bool_or([xa[d].Not(), xb[e].Not(), y])
             terms.append(t * y)
             aux.append(("pair", y, d, e))
-    expr = sum(terms) if terms else 0
-    v.lag_vars[key] = (expr, aux)
-    return expr
+    total: cp_model.LinearExprT = sum(terms) if terms else 0
+    v.lag_vars[key] = (total, aux)
+    return total
 
 
 def add_precedences(model: cp_model.CpModel, v: Variables) -> None:
-    """Each op starts after its data predecessor ends plus the transfer time when the two
-    stages sit on different devices."""
+    """Each op after its data predecessor ends, plus the transfer time across devices."""
     problem = v.problem
     for i, op in enumerate(v.ops):
         v.check()
@@ -100,10 +99,9 @@ def add_precedences(model: cp_model.CpModel, v: Variables) -> None:
 # ---- resources ------------------------------------------------------------------------------
 def add_no_overlap(model: cp_model.CpModel, v: Variables, makespan_intervals: bool = False,
                    skip: frozenset[int] = frozenset()) -> None:
-    """One op at a time per device (except the devices in ``skip``, whose order literals
-    already say it). With ``makespan_intervals`` (a redundant cut), each device's
-    no-overlap also holds an interval from makespan - optimizer time to the horizon, so
-    the disjunctive propagators see the makespan."""
+    """One op at a time per device (but ``skip``'s, whose order literals say it); with
+    ``makespan_intervals`` (a redundant cut) also an interval from makespan - optimizer to the
+    horizon, so the disjunctive propagators see the makespan."""
     problem = v.problem
     D = problem.num_devices
     for d in range(D):
@@ -111,7 +109,7 @@ def add_no_overlap(model: cp_model.CpModel, v: Variables, makespan_intervals: bo
             continue
         ivs = [v.interval[i] for i in v.device_ops(d)] if v.placement is not None else [alts[d] for alts in v.alt]
         ivs += v.block_intervals.get(d, [])
-        if makespan_intervals:
+        if makespan_intervals and v.makespan is not None:
             opt = problem.optimizer(d)
             ivs.append(model.new_interval_var(
                 v.makespan - opt, v.horizon - v.makespan + opt, v.horizon, f"tail_d{d}"))
@@ -120,10 +118,9 @@ def add_no_overlap(model: cp_model.CpModel, v: Variables, makespan_intervals: bo
 
 
 def _chain_distances(v: Variables) -> dict:
-    """Least microbatch shift along precedence paths between op chains (kind, pipeline,
-    stage): ``dist[a][c] = delta`` means op (a, j) ends before op (c, i) starts whenever
-    i - j >= delta. Data edges shift 0; ``v.chain_shift`` edges (a FIFO memory window,
-    the last-stage glue) shift k; moving along one chain shifts >= 0."""
+    """Least microbatch shift along precedence paths between op chains (kind, pipeline, stage):
+    ``dist[a][c] = delta``: (a, j) ends before (c, i) starts whenever i - j >= delta (data edges
+    shift 0, ``v.chain_shift`` edges k, one chain >= 0)."""
     problem = v.problem
     nodes = [(k, p, s) for p, s in problem.stages for k in problem.kinds]
     inf = math.inf
@@ -147,20 +144,16 @@ def _chain_distances(v: Variables) -> dict:
 
 
 def add_order_literals(model: cp_model.CpModel, v: Variables, limit: int) -> frozenset[int]:
-    """Fixed placement under FIFO: the ops of one chain (kind, pipeline, stage) run in
-    microbatch order, so two chains on one device interleave like a staircase. For every
-    pair of ops of two chains on a device whose order no precedence path implies (see
-    ``_chain_distances``), one literal "a before c" — true: a ends before c starts; false:
-    c ends before a starts — with the staircase implications lit(a_j, c_i) => lit(a_j-1,
-    c_i) and => lit(a_j, c_i+1). With the FIFO chains this is exactly the device's
-    no-overlap, which it replaces. Only on devices holding one stage (two or three
-    chains): with several stages per device (bidirectional, wave) the cross-pipeline pairs
-    are dense and the interval model does better (docs/cpsat.md). Applied only when
-    at most ``limit`` literals are needed in all (else the no-overlap stays everywhere).
+    """Fixed placement under FIFO: two chains on a device interleave like a staircase, so one
+    literal "a before c" per pair of their ops no precedence path orders (``_chain_distances``),
+    with lit(a_j, c_i) => lit(a_j-1, c_i) and => lit(a_j, c_i+1): with the FIFO chains exactly
+    the no-overlap, which it replaces. Only on one-stage devices (with several stages the
+    interval model does better, docs/cpsat.md) and only up to ``limit`` literals in all.
     Returns the devices it covers."""
     problem = v.problem
     by_pipe = problem.pipeline_microbatches
     chains_on = {}
+    assert v.placement is not None  # FAMILIES: fixed placement only
     for d in range(problem.num_devices):
         held = v.placement.stages_on(d)
         if len(held) == 1:
@@ -212,12 +205,10 @@ def add_order_chains(model: cp_model.CpModel, v: Variables, orders) -> None:
 
 # ---- tails: all-reduce and optimizer ---------------------------------------------------------
 def add_makespan(model: cp_model.CpModel, v: Variables, orders=None, fifo: bool = False) -> None:
-    """makespan >= end of each device's ops + its optimizer time, and >= the end of every
-    replica group's all-reduce (which starts after the last backward / W of all its member
-    stages) + the optimizer time of each member's device. Only release ops (B, or W) can be
-    last on a device: every F of a stage precedes that stage's B on the same device. With
-    fixed ``orders`` only each device's last op (and each stage's last release op) count;
-    under ``fifo`` only each stage's last release op."""
+    """makespan >= each device's ops' end + its optimizer, and >= each replica group's
+    all-reduce end (after its stages' last backward or W) + each member device's optimizer.
+    Only release ops can be last (every F precedes its stage's B on the device): with fixed
+    ``orders`` each device's last op and each stage's last release; under ``fifo`` the latter."""
     problem = v.problem
     D = problem.num_devices
     rel = problem.release_kind

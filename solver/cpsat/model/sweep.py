@@ -1,28 +1,17 @@
-"""A lower bound on the makespan by one sweep over the microbatches (solver-free).
+"""A lower bound on the makespan by one sweep over the microbatches (solver-free; the
+argument in docs/cpsat.md, "Bounds that are bounds").
 
-Microbatches of a pipeline are identical, so some optimal schedule runs each kind of op of
-each stage in microbatch order (FIFO, ``families.add_fifo``); in any such schedule, with i
-the microbatch's rank in its pipeline, the starts of F and the ends of B and W obey:
-
-* the chain: F(s, i) after F(s - 1, i) ends plus its message; B(s, i) after B(s + 1, i)
-  ends plus its message (after F(last, i) on the last stage); W(s, i) after B(s, i);
-* FIFO: each op after the same op of i - 1 ends;
-* memory windows (``Problem.window_shifts``, with the stage's device cap alone): F(s, i)
-  after the release op of i - c ends;
-* device load: every F and B of microbatches j..i on a device d lies between the start of
-  F(s0, j) and the end of B(s0, i), s0 its first stage (F(s0) precedes the device's other
-  F's of a microbatch, B(s0) follows its other B's), so B(s0, i) ends at least
-  (i - j + 1) x (F + B work of d per microbatch) after F(s0, j) starts; on a device
-  holding one stage, F(s, i) starts at least the F's of j..i-1 and the release ops (B, or
-  B and W) of j..i-c after F(s, j) starts, and at least the F's of j+c..i-1 and the
-  release ops of j..i-c after B(s, j) starts (all follow it: F(s, j+c) waits for j's
-  release).
-
-Taking the earliest time each rule allows, microbatch by microbatch, gives a lower bound
-on every time, and the makespan is at least the last release plus what follows it. With
-several pipelines each is swept alone (the other's ops on shared devices left out: still a
-bound). A chain over the stages is a running maximum (``numpy.maximum.accumulate`` of
-times less prefix sums), so one microbatch costs a few array operations.
+Under FIFO (``families.add_fifo``: no loss of generality), with i a microbatch's rank in its
+pipeline, the starts of F and the ends of B and W obey the chain (with messages), FIFO, the
+memory windows (``Problem.window_shifts``: F(s, i) after the release op of i - c) and each
+device's load: every F and B of microbatches j..i on a device lie between the start of
+F(s0, j) and the end of B(s0, i), s0 its first stage; on a one-stage device F(s, i) starts
+at least the F's of j..i-1 and the releases of j..i-c after F(s, j), and the F's of
+j+c..i-1 with those releases after B(s, j) (all follow it). The earliest time each rule
+allows, microbatch by microbatch, bounds every time; the makespan is at least the last
+release plus what follows it. Several pipelines are swept one at a time (the others' ops
+left out: still a bound); a chain over the stages is a running maximum of times less prefix
+sums.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
-"""Variables of the CP-SAT model: one fixed-size interval per op (start variable, integer
-duration), placement literals and shared-start optional intervals under free placement,
-activation lifetime intervals, all-reduce starts and transfer lags; the objective adds its
-own (``objectives``: the makespan, the period, the peak memory)."""
+"""Variables of the CP-SAT model: a fixed-size interval per op, placement literals and
+shared-start optional intervals under free placement, lifetime intervals, all-reduce starts
+and transfer lags; each objective adds its own (``objectives``).
+"""
 
 from __future__ import annotations
 
@@ -53,10 +53,8 @@ def min_lag(problem: Problem, placement: Placement | None, pred: Op, op: Op) -> 
 
 
 def heads_tails(problem: Problem, placement: Placement | None) -> tuple[dict[Op, int], dict[Op, int]]:
-    """Per op, the least time before its start (head: its chain's predecessors with lags)
-    and after its end (tail: its successors' chain with lags) within its microbatch; the
-    tail excludes optimizer and all-reduce times. Microbatches of one pipeline are
-    identical, so this is computed on microbatch 0's shape per pipeline."""
+    """Per op, the least time before its start (head) and after its end (tail, without
+    optimizer and all-reduce) within its microbatch, with lags; from microbatch 0 per pipeline."""
     head: dict[Op, int] = {}
     tail: dict[Op, int] = {}
     split = problem.split_backward
@@ -104,7 +102,7 @@ class Variables:
     x: dict[tuple[int, int], list[cp_model.IntVar]] = field(default_factory=dict)
     alt: list[list[cp_model.IntervalVar]] = field(default_factory=list)
     lag: dict[tuple[Op, Op], object] = field(default_factory=dict)  # int or LinearExpr
-    lag_vars: dict[tuple[Kind, int, int], tuple[cp_model.IntVar, list]] = field(default_factory=dict)
+    lag_vars: dict[tuple[Kind, int, int], tuple[cp_model.LinearExprT, list]] = field(default_factory=dict)
     lifetime_size: dict[tuple[int, int, int, Kind], cp_model.IntVar] = field(default_factory=dict)
     ar: list[cp_model.IntVar] = field(default_factory=list)
     makespan: cp_model.IntVar | None = None
@@ -127,8 +125,7 @@ class Variables:
     _steps: int = 0
 
     def check(self) -> None:
-        """Called in the builder's loops: past ``deadline`` (looked at every 2048 calls)
-        the build stops with ``BuildTimeout``."""
+        """In the builder's loops: past ``deadline`` (checked every 2048 calls) raise ``BuildTimeout``."""
         self._steps += 1
         if self.deadline is not None and not self._steps & 2047 and time.perf_counter() > self.deadline:
             raise BuildTimeout("the time limit ran out while building the CP-SAT model")
@@ -139,10 +136,8 @@ class Variables:
         horizon: int, makespan_lb: int = 0, intervals: bool = True, deadline: float | None = None,
         objective_variables=None, pairs=None,
     ) -> "Variables":
-        """Every op's start (and interval), placement literals under free placement, the
-        objective's own (``objective_variables(model, v, makespan_lb)``, ``objectives``),
-        the all-reduce starts and, with ``pairs`` (``PairCandidates``; fixed
-        placement), the overlapped pairs the model may choose."""
+        """Every op's start and interval, placement literals (free placement), the objective's
+        own variables, the all-reduce starts and, with ``pairs``, the overlapped pairs."""
         v = cls(problem, placement, horizon, makespan_lb, deadline=deadline)
         v.ops = problem.ops
         v.index = {op: i for i, op in enumerate(v.ops)}
@@ -166,9 +161,9 @@ class Variables:
                 v.interval.append(model.new_fixed_size_interval_var(s, d, f"i_{op}"))
             v.device.append(None if placement is None else placement.device(op.pipeline, op.stage))
         if placement is None:
-            for p, s in problem.stages:
-                v.x[(p, s)] = [model.new_bool_var(f"x_p{p}s{s}_d{d}") for d in range(D)]
-                model.add_exactly_one(v.x[(p, s)])
+            for p, st in problem.stages:
+                v.x[(p, st)] = [model.new_bool_var(f"x_p{p}s{st}_d{d}") for d in range(D)]
+                model.add_exactly_one(v.x[(p, st)])
             for i, op in enumerate(v.ops):
                 lits = v.x[(op.pipeline, op.stage)]
                 v.alt.append([
@@ -198,9 +193,7 @@ class Variables:
 
 @dataclass(frozen=True)
 class PairCandidates:
-    """The pairs the model may choose: (forward, backward, block ticks) per candidate.
-    ``restricted``: they are not every pair that can occur (too many: only those near the
-    incumbent's), so the model's schedules count and its bounds and proofs do not."""
+    """(forward, backward, block ticks) per pair; ``restricted``: a cut set, bounds do not count."""
 
     pairs: tuple[tuple[Op, Op, int], ...]
     restricted: bool = False
@@ -213,9 +206,8 @@ class PairCandidates:
 
 
 def add_pair_variables(model: cp_model.CpModel, v: Variables, candidates: PairCandidates) -> None:
-    """The pair literals, each paired op's end variable and alone literal, the ops' own
-    intervals made optional (present when alone) and each pair's block interval (present
-    when chosen): ``v.pair_lits``, ``v.ends``, ``v.block_intervals``."""
+    """The pair literals, each paired op's end and alone literal, its own interval optional
+    (when alone) and each pair's block interval: ``v.pair_lits``, ``v.ends``, ``v.block_intervals``."""
     by_op: dict[int, list] = {}
     for f, b, t in candidates.pairs:
         v.check()

@@ -1,12 +1,9 @@
-"""The cyclic phase of a search on a fixed placement: for each block size k (``cyclic.blocks``)
-the least period P of the periodic schedules of block k, proven by probing the CP-SAT
-model of one period (``model.cyclic_kernel``) from the period's lower bound up (galloping, then
-bisection: an infeasible probe at P proves P + 1), then the makespan of the expansion
-minimized at that period; the best kernels expanded to the problem's microbatches — the
-warm-up and cool-down of the steady state — re-timed, memory-checked and validated by the
-evaluator (``oracle.checked``) like every schedule, and improved by double justification
-where the time allows. What it proves is a bound on the period *among periodic schedules
-of block k*; the bound of the whole step stays the model's (all schedules).
+"""The cyclic phase on a fixed placement (docs/cpsat.md, "The cyclic model"): per block size
+k the least period of block-k periodic schedules, proven by probing ``model.cyclic_kernel``
+up from the bound (galloping, then bisection: an infeasible P proves P + 1), then the
+expansion's makespan minimized at it; the best kernels expanded (with warm-up and
+cool-down), checked by ``oracle.checked`` and justified where time allows. Its bound is on
+the period among periodic schedules of block k; the step's bound stays the model's.
 """
 
 from __future__ import annotations
@@ -97,13 +94,10 @@ def _list_kernel(problem: Problem, placement: Placement, block: int, lb: int, pa
 
 def block_period(problem: Problem, placement: Placement, block: int, config: CpSatConfig, deadline: Deadline,
                  seed: Kernel | None = None) -> BlockOutcome:
-    """The least period of block ``block`` (module docstring), within ``deadline``;
-    ``seed``: a kernel of this block already known (its period the first upper bound,
-    its starts the hint at that period), or the list scheduler's (``modulo``) when it is
-    shorter. With a kernel known the bound is probed first, then the periods between
-    (a probe at a device's full load leaves no slack and propagates best: V S=16, whole
-    3:4:2, a message of 1, cap S finds the bound's period 18 in 5 s where 19 stayed
-    unknown after 20 s)."""
+    """The least period of ``block`` within ``deadline``; ``seed``: a known kernel of it (first
+    upper bound and hint), or the list scheduler's when shorter. With a kernel the bound is
+    probed first, then the periods between (at a device's full load propagation is best: V
+    S=16, 3:4:2, a message of 1, cap S: 18 in 5 s where 19 stayed unknown after 20 s)."""
     params = config.decompose
     lb, why = period_lower_bound(problem, placement, block)
     if template_size(problem, block) <= params.modulo_max_ops:
@@ -151,10 +145,9 @@ def block_period(problem: Problem, placement: Placement, block: int, config: CpS
 
 
 def cyclic_applies(problem: Problem, config: CpSatConfig, model_fits: bool = False) -> bool:
-    """Whether the cyclic phase runs: a fixed placement, at least
-    ``DecomposeParams.cyclic_min_ratio`` microbatches per device, a block size, and a
-    problem too large for the full model in the time (``model_fits`` false) or of at
-    least ``cyclic_min_ops`` ops (smaller ones the full model settles better)."""
+    """Whether the cyclic phase runs: a fixed placement, ``cyclic_min_ratio`` microbatches per
+    device, a block size, and a problem the full model cannot settle in time or of at least
+    ``cyclic_min_ops`` ops."""
     params = config.decompose
     shape = mixed_twin(problem) or problem
     return (not problem.is_free and problem.num_microbatches >= params.cyclic_min_ratio * problem.num_devices
@@ -163,11 +156,9 @@ def cyclic_applies(problem: Problem, config: CpSatConfig, model_fits: bool = Fal
 
 
 def block_order(problem: Problem, placement: Placement, config: CpSatConfig) -> list[int]:
-    """The block sizes to try (``blocks``, at most ``DecomposeParams.max_block`` times the
-    pattern's period and ``max_template_ops`` template ops): the smallest first (its
-    model is the quickest), then by lower bound per microbatch and size, leaving out a
-    block whose bound per microbatch is no better than that of a block it is a multiple
-    of; at most ``max_blocks_tried``."""
+    """The block sizes to try (up to ``max_block`` times the pattern and ``max_template_ops``):
+    the smallest first, then by bound per microbatch and size, less blocks no better per
+    microbatch than one they are a multiple of; at most ``max_blocks_tried``."""
     params = config.decompose
     sizes = [k for k in blocks(problem, params.max_block * pattern_period(problem))
              if template_size(problem, k) <= params.max_template_ops]
@@ -182,13 +173,10 @@ def block_order(problem: Problem, placement: Placement, config: CpSatConfig) -> 
 
 def cyclic_phase(problem: Problem, placement: Placement, config: CpSatConfig, deadline: Deadline, share: float,
                  pace: Pace, known: Sequence[KnownEval] = ()) -> tuple[list[KnownEval], PhaseRecord, CyclicInfo | None]:
-    """The blocks of the steady states of the best ``known`` schedules (``kernel_of``:
-    their period the first upper bound) and of ``block_order``, each on a share of what
-    ``share`` of the deadline leaves, a block skipped once one it could not beat was
-    found; the best kernels expanded and judged within the whole deadline: (the judged
-    expansions, the phase's record, what was proven of the best block). Where the
-    problem has a ``mixed_twin`` the kernels are the twin's (smaller blocks) and their
-    expansions are renamed back to the problem's microbatches."""
+    """The blocks of the best ``known`` schedules' steady states (``kernel_of``) and of
+    ``block_order``, each on a share of ``share`` of the deadline, one skipped once a block it
+    cannot beat is found; the best kernels expanded and judged: (expansions, the phase's record,
+    the best block's proof). With a ``mixed_twin`` the kernels are the twin's, renamed back."""
     t = time.perf_counter()
     params = config.decompose
     twin = mixed_twin(problem)
@@ -253,9 +241,7 @@ def _expanded(problem: Problem, placement: Placement, config: CpSatConfig, deadl
 
 
 def _info(outcomes: list[BlockOutcome], wall_s: float, mix: tuple[int, ...] | None = None) -> CyclicInfo | None:
-    """What is proven of the block with the best period per microbatch (ties: the
-    smallest block); ``mix``: the template's pipelines where the kernels are of the
-    problem's ``mixed_twin``."""
+    """What is proven of the best block per microbatch (ties: smallest); ``mix``: a twin's pipelines."""
     found = [o for o in outcomes if o.period is not None]
     if not found:
         return None

@@ -1,6 +1,7 @@
-"""The search on one fixed placement — start, bound, search (``strategy``) within the
-call's ``Deadline`` — and the outcome every mode builds its ``Result`` from: the
-assumptions a bound holds under, the solver's record, an infeasible memory cap."""
+"""The search on one fixed placement (start, bound, search within the call's ``Deadline``)
+and what every mode builds its ``Result`` from: a bound's assumptions, the solver's record,
+an infeasible memory cap.
+"""
 
 from __future__ import annotations
 
@@ -103,8 +104,7 @@ def infeasible_cap(problem: Problem, mode: Mode, deadline: Deadline, placement: 
 def finish(problem: Problem, mode: Mode, status: Status, schedule: Schedule | None, value, bound, t0: float,
            t_first, assumptions, message: str, evals: Sequence[KnownEval], config: CpSatConfig, phases=(),
            families=(), analytic=None, stopped_by=None) -> Result:
-    """The ``Result`` of a search: the known schedules among the start's (not the greedy or
-    justified ones) judged against its bound."""
+    """A search's ``Result``, the start's known schedules (not greedy or justified) judged."""
     known = {}
     for e in evals:
         if e.name.startswith(("greedy", "justified-")):
@@ -126,12 +126,9 @@ def finish(problem: Problem, mode: Mode, status: Status, schedule: Schedule | No
 
 # ---- the search on one placement ------------------------------------------------------------
 def shared_capped(problem: Problem, placement: Placement) -> bool:
-    """Whether a device holds several stages under a memory cap that can bind (below all
-    of its microbatches' activations at once). There the model keeps a memory cumulative
-    of variable-size lifetimes, under which tightening probes prove little in a search's
-    time, so ``search`` gives them ``StrategyParams.shared_capped_bound_share`` of it
-    instead of ``bound_share``, and the mirror-restricted solve its share of the rest
-    (docs/cpsat.md has the measurements)."""
+    """Whether a device holds several stages under a cap that can bind: there the memory
+    cumulative of variable-size lifetimes makes probes prove little, so the bound phase gets
+    ``StrategyParams.shared_capped_bound_share`` and the mirror solve its share of the rest."""
     for d in range(placement.num_devices):
         held, cap = placement.stages_on(d), problem.cap(d)
         if len(held) > 1 and cap is not None:
@@ -142,8 +139,7 @@ def shared_capped(problem: Problem, placement: Placement) -> bool:
 
 
 class _Fixed:
-    """One search on a fixed placement: its problem, start, analytic bound, the phases run
-    so far and the state the bound and search phases share (``PHASES``)."""
+    """One search on a fixed placement: problem, start, analytic bound, phases, shared state."""
 
     def __init__(self, problem: Problem, placement: Placement, config: CpSatConfig, deadline: Deadline,
                  mode: Mode, label: str, known: Sequence[Schedule], start: Start | None):
@@ -235,10 +231,12 @@ class _Fixed:
                                            note=f"{judged} more schedules judged; best {best.name if best else '-'}"))
         if best is None:
             return self.finish(Status.UNKNOWN, None, None, self.lb, "no schedule within the time limit")
-        if self.lb >= best.makespan:  # type: ignore[operator]
-            return self.finish(Status.OPTIMAL, best.schedule, best.makespan, self.lb,
-                               f"a start meets the analytic bound ({self.lb_why})")
-        return self.finish(Status.FEASIBLE, best.schedule, best.makespan, self.lb, message)
+        return self.settled() or self.finish(Status.FEASIBLE, best.schedule, best.makespan, self.lb, message)
+
+    def found(self, schedule: Schedule, value: int, bound: int, families=(), stopped_by=None) -> Result:
+        """A schedule of objective ``value`` and a proven ``bound``: optimal where they meet."""
+        status = Status.OPTIMAL if bound >= value else Status.FEASIBLE
+        return self.finish(status, schedule, value, min(bound, value), "", families, stopped_by)
 
     def finish(self, status: Status, schedule, value, bound, message: str, families=(), stopped_by=None) -> Result:
         if (schedule is not None and schedule.name != "cpsat" and not schedule.name.startswith("cyclic-")
@@ -270,10 +268,9 @@ class _Fixed:
             return self.finish(Status.INFEASIBLE, None, None, None, "no schedule exists under these constraints",
                                families)
         bound = max(self.lb, raw.bound or self.lb)
-        if found is None:
+        if found is None or found.makespan is None:
             return self.finish(Status.UNKNOWN, None, None, bound, "no schedule found within the limit", families)
-        status = Status.OPTIMAL if bound >= found.makespan else Status.FEASIBLE  # type: ignore[operator]
-        return self.finish(status, found.schedule, found.makespan, min(bound, found.makespan), "", families)  # type: ignore[type-var]
+        return self.found(found.schedule, found.makespan, bound, families)
 
     def bound_share(self) -> float:
         searching = self.mode is not Mode.BOUND
@@ -285,19 +282,16 @@ class _Fixed:
     def conclude(self) -> Result:
         """The result of the bound and search phases: their incumbent and bound."""
         state = self.state
-        incumbent, bound = state.snapshot()  # type: ignore[union-attr]
-        status = Status.OPTIMAL if bound >= incumbent.makespan else Status.FEASIBLE  # type: ignore[operator]
-        return self.finish(status, incumbent.schedule, incumbent.makespan, min(bound, incumbent.makespan),  # type: ignore[type-var]
-                           "", state.families, state.stopped_by if not state.done else None)  # type: ignore[union-attr]
+        assert state is not None  # the bound phase ran
+        incumbent, bound = state.snapshot()
+        assert incumbent.makespan is not None  # a judged schedule that fits
+        return self.found(incumbent.schedule, incumbent.makespan, bound, state.families,
+                          state.stopped_by if not state.done else None)
 
 
 # ---- the phases, a list run by one loop ------------------------------------------------------
 def _start(run: _Fixed, share: float) -> None:
     run.started(start_phase(run.problem, run.placement, run.config, run.known, run.deadline, run.pace, share))
-
-
-def _alone(run: _Fixed, share: float) -> None:
-    run.search_alone_and_pair(share)
 
 
 def _cyclic(run: _Fixed, share: float) -> Result | None:
@@ -323,8 +317,7 @@ def _cyclic_share(run: _Fixed) -> float:
     return 1.0 if not run.fits or run.problem.num_ops >= strategy.cyclic_all_ops else strategy.cyclic_share
 
 
-def _no_room(run: _Fixed, share: float) -> Result:
-    return run.without_model("the time limit leaves no time to build the CP-SAT model; best start and analytic bound")
+NO_ROOM = "the time limit leaves no time to build the CP-SAT model; best start and analytic bound"
 
 
 def _bound(run: _Fixed, share: float) -> None:
@@ -346,11 +339,9 @@ def _search(run: _Fixed, share: float) -> None:
 
 @dataclass(frozen=True)
 class Phase:
-    """One phase of the search on a fixed placement: whether it runs (``applies``), its
-    share of the time left (``share``: ``Deadline.slice``), whether it runs only while no
-    start meets the analytic bound (``open``), and what it does (``run``: a ``Result``
-    ends the search). Every phase works on the one best-so-far (``_Fixed.start`` and,
-    from the bound phase on, ``_Fixed.state``)."""
+    """One phase on a fixed placement: ``applies``, its ``share`` of the time left, ``open``
+    (runs only while no start meets the analytic bound) and ``run`` (a ``Result`` ends the
+    search); every phase works on the one best-so-far (``_Fixed``)."""
 
     name: str
     applies: Callable[[_Fixed], bool]
@@ -363,9 +354,10 @@ PHASES = (
     Phase("start", lambda r: r.start is None,
           lambda r: r.config.strategy.cyclic_start_share if r.cyclic_takes_all else 1.0, _start),
     Phase("search alone", lambda r: r.problem.overlap_pairs and r.mode is Mode.SEARCH,
-          lambda r: r.config.strategy.alone_share if r.pace.model_fits() else 1.0, _alone),
+          lambda r: r.config.strategy.alone_share if r.pace.model_fits() else 1.0,
+          lambda r, share: r.search_alone_and_pair(share)),
     Phase("cyclic", _cyclic_applies, _cyclic_share, _cyclic, open=True),
-    Phase("no room", lambda r: not r.fits, lambda r: 1.0, _no_room, open=True),
+    Phase("no room", lambda r: not r.fits, lambda r: 1.0, lambda r, share: r.without_model(NO_ROOM), open=True),
     Phase("solve", lambda r: r.best is None, lambda r: 1.0, lambda r, share: r.solve_without_start(), open=True),
     Phase("bound", lambda r: True, _Fixed.bound_share, _bound, open=True),
     Phase("search", lambda r: r.mode is not Mode.BOUND and not r.state.should_stop(),  # type: ignore[union-attr]
@@ -375,9 +367,8 @@ PHASES = (
 
 def search_fixed(problem: Problem, placement: Placement, config: CpSatConfig, known: Sequence[Schedule],
                  deadline: Deadline, mode: Mode, label: str | None = None, start: Start | None = None) -> Result:
-    """``search`` or ``bound`` on ``placement`` (module docstring): ``PHASES`` in order,
-    each that applies on its share of what the deadline has left; ``start``: the start
-    phase already run on this placement (then ``known`` is not judged again)."""
+    """``search`` or ``bound`` on ``placement``: ``PHASES`` in order, each that applies on its
+    share of what is left; ``start``: the start phase already run here (``known`` not judged again)."""
     fixed = problem.with_placement(placement)
     label = label or placement_label(problem, placement)
     violations = cap_violations(fixed, placement)

@@ -1,8 +1,6 @@
-"""The bound and search phases of the one strategy on a fixed placement (``fixed`` runs
-start → bound → search; docs/cpsat.md): ``bound_phase`` tightens the horizon (is there a
-schedule of objective at most h?), ``search_phase`` hints the model with the incumbent and
-restarts it when it stalls. ``SearchState`` carries the incumbent and the bound between
-them; each phase runs within its slice of the call's ``Deadline``.
+"""The bound and search phases on a fixed placement (``fixed`` runs start → bound →
+search; docs/cpsat.md): ``bound_phase`` tightens the horizon, ``search_phase`` hints the model
+with the incumbent and restarts it when it stalls; ``SearchState`` carries both between them.
 """
 
 from __future__ import annotations
@@ -27,9 +25,8 @@ if TYPE_CHECKING:
 
 
 class StopSignal:
-    """``is_set()`` for a solve's watch thread: the search is done, a stop rule holds, the
-    ``extra`` event is set, or the wall clock is past ``deadline`` (CP-SAT's own time
-    limit is not always checked in time, docs/cpsat.md)."""
+    """``is_set()`` for a solve's watch thread: the search done, a stop rule holding, ``extra``
+    set, or the wall clock past ``deadline`` (CP-SAT's own limit is not always checked in time)."""
 
     def __init__(self, state: "SearchState", extra: threading.Event | None = None, deadline: float | None = None):
         self.state = state
@@ -42,11 +39,9 @@ class StopSignal:
 
 
 class SearchState:
-    """The incumbent and the proven bound of one search (under one lock: solves report
-    from CP-SAT's callback thread). ``value`` can run ahead of ``incumbent``: a solve
-    reports each solution's objective (``improved``) before it returns the schedule
-    (``offer``). Done once the bound meets the value; stopped once done or a stop rule of
-    ``config`` holds (``stopped_by`` names it)."""
+    """The incumbent and proven bound of one search, under one lock (solves report from CP-SAT's
+    callback thread): ``value`` (``improved``) can run ahead of ``incumbent`` (``offer``). Done
+    once the bound meets the value; stopped once done or a stop rule holds (``stopped_by``)."""
 
     def __init__(self, incumbent: KnownEval, bound: int, config: CpSatConfig, t0: float):
         self._lock = threading.Lock()
@@ -59,7 +54,6 @@ class SearchState:
         self.stopped_by: str | None = None
         self.families: tuple[str, ...] = ()  # of the first model built
         self.build_s = 0.0  # the longest model build so far
-        self.build_timeouts = 0
         self._probe: tuple[int, threading.Event] | None = None
 
     @property
@@ -113,8 +107,7 @@ class SearchState:
             self._settle()
 
     def probe(self, horizon: int) -> threading.Event:
-        """The stop event of a tightening probe at ``horizon``: set once a schedule at or
-        below it exists (the probe is then moot)."""
+        """A probe's stop event at ``horizon``: set once a schedule at or below it exists."""
         with self._lock:
             self._probe = (horizon, threading.Event())
             self._settle()
@@ -130,10 +123,9 @@ class SearchState:
 PROBING_OFF: tuple[tuple[str, object], ...] = (("cp_model_probing_level", 0),)
 
 def search_configs(config: CpSatConfig, num_ops: int = 0) -> tuple[CpSatConfig, ...]:
-    """The search phase's solves, used in turn: on at most 2 workers with the default
-    portfolio one full search of ``StrategyParams.searches`` each (CP-SAT fills the other
-    worker with LNS) — those with an LP only up to ``StrategyParams.lp_max_ops`` ops —
-    otherwise ``config``'s portfolio; presolve probing off."""
+    """The search phase's solves, in turn: on at most 2 workers with the default portfolio one
+    full search per ``StrategyParams.searches`` (CP-SAT fills the other worker with LNS; LP ones
+    only up to ``lp_max_ops`` ops), else ``config``'s portfolio; presolve probing off."""
     extra = PROBING_OFF + config.extra_params
     if config.subsolvers is not None or config.workers > 2:
         return (config.replace(extra_params=extra),)
@@ -143,11 +135,9 @@ def search_configs(config: CpSatConfig, num_ops: int = 0) -> tuple[CpSatConfig, 
 
 
 def proof_config(config: CpSatConfig) -> CpSatConfig:
-    """A tightening probe's config: on at least 2 workers with the default portfolio and
-    a wall-clock limit, CP-SAT's shared tree search on all of them (the workers split one
-    search tree — the kind of search an infeasibility proof needs); else ``config``.
-    Used only on models without a memory cumulative (``bound_phase``: with them a
-    shared-tree task overran its limit by far, docs/cpsat.md)."""
+    """A probe's config: on 2+ workers with the default portfolio and a wall-clock limit,
+    CP-SAT's shared tree search on all (what an infeasibility proof needs); else ``config``. Only
+    for models without a memory cumulative (with one it overran its limit by far, docs/cpsat.md)."""
     if config.workers < 2 or config.subsolvers is not None or config.deterministic_time is not None:
         return config
     return config.replace(subsolvers=("shared_tree",),
@@ -156,18 +146,15 @@ def proof_config(config: CpSatConfig) -> CpSatConfig:
 
 def build_model(problem: Problem, placement: Placement, config: CpSatConfig, cap: int, bound: int,
                 deadline: float | None = None, mirror=None, around: KnownEval | None = None) -> CpSatModel:
-    """The model of the schedules whose objective is at most ``cap`` (the objective's
-    ``model_horizon`` bounds every time), the objective at least ``bound``. Building past
-    ``deadline`` raises ``BuildTimeout``. ``around``: the incumbent, whose overlapped pairs
-    the pair candidates keep when there are too many (``pairing.pair_candidates``)."""
+    """The model of schedules of objective at most ``cap``, at least ``bound``; ``BuildTimeout``
+    past ``deadline``; ``around``: the incumbent whose pairs a cut pair set keeps."""
     horizon, objective_cap = objective(problem).model_horizon(problem, placement, cap)
     return CpSatModel(problem, config, placement, horizon, makespan_lb=bound, objective_cap=objective_cap,
                       deadline=deadline, mirror=mirror, around=None if around is None else around.schedule)
 
 
 def hint_incumbent(model: CpSatModel, problem: Problem, known: KnownEval) -> None:
-    """Hint ``model`` (unless ``hints`` is ablated) with a judged schedule, in the form its
-    symmetry and dominance families accept."""
+    """Hint ``model`` (unless ablated) with a schedule in the form its families accept."""
     if model.config.uses("hints"):
         h = hint_form(problem, known, "last-stage glue" in model.applied)
         model.hint(h.schedule, h.timing)
@@ -182,11 +169,10 @@ def solution_of(problem: Problem, model: CpSatModel, raw: RawSolve) -> KnownEval
 
 def search_phase(problem: Problem, placement: Placement, config: CpSatConfig, state: SearchState,
                  deadline: Deadline, rows: list, mirror=None) -> None:
-    """The model hinted with the incumbent until the deadline; a solve that finds nothing
-    better for ``StrategyParams.stall_share`` of the phase restarts from the incumbent
-    with the next of ``search_configs`` and the next seed (not under a deterministic
-    limit). With ``mirror`` pairs (``mirror.mirror_pairs``) the mirror-restricted model
-    gets the first ``mirror_share`` of it: its schedules count, its bound does not."""
+    """The model hinted with the incumbent until the deadline; a solve that improves nothing
+    for ``StrategyParams.stall_share`` of the phase restarts with the next of ``search_configs``
+    and seed (not under a deterministic limit). With ``mirror`` pairs the restricted model gets
+    the first ``mirror_share``: its schedules count, its bound does not."""
     params = config.strategy
     configs = search_configs(config, problem.num_ops)
     if mirror and not state.should_stop() and deadline.room(state.build_s):
@@ -201,13 +187,7 @@ def search_phase(problem: Problem, placement: Placement, config: CpSatConfig, st
                                                   deadline=deadline.end, around=incumbent))
         if model is None:
             break
-        hint_incumbent(model, problem, incumbent)
-        wall, det = deadline.limits()
-        raw = model.solve(wall, det, stall_s=stall_s, stop=StopSignal(state, deadline=deadline.end),
-                          on_solution=state.improved)
-        deadline.charge(raw, problem.num_ops)
-        rows.append(solve_record("search", cfg, None, raw))
-        state.offer(solution_of(problem, model, raw))
+        raw = _hinted_solve(problem, model, state, deadline, rows, "search", 1.0, stall_s)
         state.raise_bound(raw.bound)
         if not raw.stalled or deadline.left() < stall_s / 2:
             break  # finished, or too little time for a restart to get past presolve
@@ -221,26 +201,30 @@ def _mirror_solve(problem, placement, config, state, deadline: Deadline, rows, m
     incumbent, bound = state.snapshot()
     model = _built(state, lambda: build_model(problem, placement, config, incumbent.makespan, bound,
                                               deadline=deadline.end, mirror=mirror, around=incumbent))
-    if model is None:
-        return
-    hint_incumbent(model, problem, incumbent)
+    if model is not None:
+        _hinted_solve(problem, model, state, deadline, rows, "search (mirror)", share)
+
+
+def _hinted_solve(problem: Problem, model: CpSatModel, state: SearchState, deadline: Deadline, rows: list,
+                  phase: str, share: float, stall_s: float | None = None) -> RawSolve:
+    """``model`` hinted with the incumbent, solved on ``share`` of the limits; its schedule offered."""
+    hint_incumbent(model, problem, state.snapshot()[0])
     wall, det = deadline.limits()
-    wall, det = wall * share, None if det is None else det * share
-    raw = model.solve(wall, det, stop=StopSignal(state, deadline=deadline.end), on_solution=state.improved)
+    raw = model.solve(wall * share, None if det is None else det * share, stall_s=stall_s,
+                      stop=StopSignal(state, deadline=deadline.end), on_solution=state.improved)
     deadline.charge(raw, problem.num_ops)
-    rows.append(solve_record("search (mirror)", config, None, raw))
+    rows.append(solve_record(phase, model.config, None, raw))
     state.offer(solution_of(problem, model, raw))
+    return raw
 
 
 def bound_phase(problem: Problem, placement: Placement, config: CpSatConfig, state: SearchState,
                 deadline: Deadline, rows: list, leave_early: bool) -> None:
-    """Horizon tightening: while the deadline lasts, ask whether a schedule with objective
-    at most h >= the bound exists (the model rebuilt for h, so presolve works on tight
-    domains). Infeasible proves h + 1; a schedule found improves the incumbent (optimal
-    when proven); unknown ends the phase. After two timed proofs h jumps ahead
-    (``tighten_step``). With ``leave_early`` the phase ends once even a one-step probe is
-    predicted to need more than the time left, leaving it to the search. Probes of
-    models without a memory cumulative run ``proof_config``."""
+    """Horizon tightening: while time lasts, is there a schedule of objective at most h >= the
+    bound (the model rebuilt for h: presolve on tight domains)? Infeasible proves h + 1; a
+    schedule improves the incumbent; unknown ends the phase. After two timed proofs h jumps
+    (``tighten_step``); ``leave_early``: end once even one step is predicted too long. Models
+    without a memory cumulative probe with ``proof_config``."""
     proofs: list[tuple[int, float]] = []
     clamp = config.strategy.growth_clamp
     while not state.should_stop() and deadline.room(state.build_s):
@@ -281,7 +265,6 @@ def _built(state: "SearchState", build) -> CpSatModel | None:
     try:
         model = build()
     except BuildTimeout:
-        state.build_timeouts += 1
         return None
     state.build_s = max(state.build_s, model.build_s)
     state.families = state.families or tuple(a for a in model.applied if not a.startswith("mirror"))
@@ -290,10 +273,9 @@ def _built(state: "SearchState", build) -> CpSatModel | None:
 
 def tighten_step(proofs: Sequence[tuple[int, float]], remaining: float, gap: int,
                  clamp: tuple[float, float] = (2.0, 4.0)) -> int:
-    """How far the next probe jumps (1: the bound itself), from earlier ``proofs`` as
-    (horizon, time): the largest k whose ``predicted_proof_time`` is at most half the time
-    left, below the incumbent. Proof times grow about geometrically near the optimum, so
-    climbing one step at a time spends as long on the easy steps as on the last."""
+    """How far the next probe jumps (1: the bound itself): the largest k below the incumbent
+    whose ``predicted_proof_time`` is at most half the time left (proof times grow about
+    geometrically near the optimum)."""
     k = 1
     while k + 1 < gap and (predicted_proof_time(proofs, k + 1, clamp) or math.inf) <= remaining / 2:
         k += 1
@@ -302,9 +284,8 @@ def tighten_step(proofs: Sequence[tuple[int, float]], remaining: float, gap: int
 
 def predicted_proof_time(proofs: Sequence[tuple[int, float]], k: int,
                          clamp: tuple[float, float] = (2.0, 4.0)) -> float | None:
-    """The predicted time of a probe ``k`` steps above the last proof's horizon: the last
-    proof time times the growth ratio per step (from the last two proofs, clamped to
-    ``clamp``, ``StrategyParams.growth_clamp``) to the power ``k``; None before two proofs."""
+    """A probe ``k`` steps above the last proof: its time times the growth per step (from the
+    last two ``proofs``, clamped to ``clamp``) to the ``k``; None before two proofs."""
     if len(proofs) < 2:
         return None
     (h0, t0), (h1, t1) = proofs[-2], proofs[-1]
