@@ -48,8 +48,8 @@ def slot_costs(
     activation_cap: int | None = None,
     weight_memory: float = 1.0,
 ) -> Costs:
-    """Idealized costs of ``schedule``: table slot durations, ``comm_slots`` per message
-    between devices, each activation counts 1 (of which ``weight_memory`` is held until W
+    """Idealized costs of ``schedule``: table slot durations, ``comm_slots`` slots per message
+    between devices (``message_ticks``), each activation counts 1 (of which ``weight_memory`` is held until W
     when the backward is split), at most ``activation_cap`` live per device."""
     return shape_slot_costs(
         schedule.num_devices, tuple(schedule.num_stages(p) for p in range(schedule.num_pipelines)),
@@ -90,7 +90,7 @@ def shape_slot_costs(
         unit="slots",
         op_time=op_time,
         message_bytes={},
-        links=Links(constant=comm_slots),
+        links=Links(constant=message_ticks(comm_slots, tick_slots)),
         activation={(p, s): 1 for p, n in enumerate(num_stages) for s in range(n)},
         weight_memory={(p, s): fraction for p, n in enumerate(num_stages) for s in range(n)} if fraction < 1 else {},
         persistent=(0,) * num_devices,
@@ -98,6 +98,15 @@ def shape_slot_costs(
         optimizer_time=(0,) * num_devices,
         tick_slots=tick_slots,
     )
+
+
+def message_ticks(comm_slots: int, tick_slots: float) -> int:
+    """A message of ``comm_slots`` slots in ticks of ``tick_slots`` slots, rounded as op
+    times are (``SlotDurations.scaled``; at least 1 tick when it is not 0): on a placement
+    whose device holds v stages a tick is 1/v slot, so a message of C slots lasts C v ticks."""
+    if comm_slots == 0:
+        return 0
+    return max(1, math.floor(comm_slots / tick_slots + 0.5))
 
 
 def idealized_costs(

@@ -12,7 +12,7 @@ from pipetab.schedules.schedule import Placement, Schedule
 from pipetab.schedules.table import SlotDurations, layout
 from pipetab.solver.costs import Costs, Links, ReplicaGroup
 from pipetab.solver.graph import critical_path, execution_graph
-from pipetab.solver.pricing import slot_costs
+from pipetab.solver.pricing import message_ticks, slot_costs
 from pipetab.solver.simulate import simulate
 
 CASES = [("gpipe", 4, 8, {}), ("1f1b", 4, 8, {}), ("1f1b", 8, 3, {}), ("chimera", 4, 8, {}),
@@ -42,7 +42,8 @@ def test_simulator_equals_graph_longest_path_and_evaluator(name, S, B_, opts, co
     sim = simulate(schedule, costs)
     length, path = critical_path(execution_graph(schedule, costs))
     assert sim.makespan == length
-    timing = asap(schedule, costs.duration, lambda q, o, crosses: comm if crosses else 0)
+    hop = message_ticks(comm, SlotDurations.tick_slots(schedule))  # a message of comm slots in table ticks
+    timing = asap(schedule, costs.duration, lambda q, o, crosses: hop if crosses else 0)
     assert timing.makespan == sim.makespan
     g = execution_graph(schedule, costs)
     assert sum(g.nodes[n]["duration"] for n in path) == length  # the path is the critical one

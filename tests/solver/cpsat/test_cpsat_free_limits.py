@@ -59,9 +59,10 @@ def test_fixed_horizon_counts_each_transfer_between_devices():
             src, dst = pl.device(op.pipeline, op.stage), pl.device(nx.pipeline, nx.stage)
             total += problem.lag(op, src, dst) if src != dst else 0
     assert safe_horizon(problem, pl) == total
-    # 4 microbatches x (4 forwards of 1 + 4 backwards of 2), and per microbatch 6 edges that
-    # cross devices (3 up, 3 down; the turn stays on device 1) of a message of 2
-    assert total == 4 * (4 * 1 + 4 * 2) + 4 * 6 * 2
+    # 4 microbatches x (4 forwards of 1 tick + 4 backwards of 2; ticks of half slots), and per
+    # microbatch 6 edges that cross devices (3 up, 3 down; the turn stays on device 1) of a
+    # message of 2 slots, 4 ticks
+    assert total == 4 * (4 * 1 + 4 * 2) + 4 * 6 * 4
 
 
 def test_one_model_over_its_interval_limit_searches_the_dealt_placement():
