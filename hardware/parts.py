@@ -81,6 +81,7 @@ class Part(NamedTuple):
     fp8: bool = False
     expert: bool = False
     element_bytes: float = 2.0
+    shape: tuple[int, int, bool, float, bool] | None = None
 
     def time(self, device: Device) -> float:
         """Seconds of this kernel on ``device`` (``hardware.kernels``)."""
@@ -88,7 +89,7 @@ class Part(NamedTuple):
             return gemm_time(device, self.m, self.k, self.n, batch=self.batch, fp8=self.fp8,
                              bytes_per_element=self.element_bytes)
         if self.kind == "attention":
-            return attention_time(device, self.flops, self.nbytes, self.fp8)
+            return attention_time(device, self.flops, self.nbytes, self.fp8, self.shape)
         return memory_time(device, self.nbytes)
 
     def terms(self, device: Device) -> tuple[float, float, float]:
@@ -146,8 +147,8 @@ def core_parts(model: TransformerModel, ctx: Context, kind: Kind) -> list[Part]:
         qkvo = c * (s * heads * (dqk + dv) + sk * kv * (dqk + dv)) + 4 * s * heads
         flops = attention_core_flops(model, ctx) / 2  # causal: half the blocks
         if kind is Kind.F:
-            return [Part("flash_fwd", "attention", flops=flops, nbytes=qkvo)]
-        return [Part("flash_bwd", "attention", flops=2.5 * flops, nbytes=2 * qkvo)]
+            return [Part("flash_fwd", "attention", flops=flops, nbytes=qkvo, shape=(dqk, dv, True, s, False))]
+        return [Part("flash_bwd", "attention", flops=2.5 * flops, nbytes=2 * qkvo, shape=(dqk, dv, True, s, True))]
     probs = heads * s * sk
     drop = (2 * c + 1) * probs if model.dropout else 0
     if kind is Kind.F:

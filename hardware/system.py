@@ -19,6 +19,8 @@ from typing import Mapping, TypeGuard
 
 from pipetab.schedules.checks import check_count
 
+from .attention import check_backend
+
 
 def _num(value: object) -> TypeGuard[float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
@@ -80,8 +82,9 @@ class Device:
     Kernel model (``sm_count > 0``; ``hardware.kernels``): ops are priced as the kernels
     they run instead — GEMMs tiled ``tile_m x tile_n`` over ``sm_count`` multiprocessors
     in waves, each tile at ``compute_efficiency`` of its share of the peak (of
-    ``fp8_peak_flops`` for fp8 GEMMs), flash attention at ``attention_efficiency`` of peak
-    (0: ``compute_efficiency``), memory-bound kernels at ``mem_efficiency``; each kernel
+    ``fp8_peak_flops`` for fp8 GEMMs), fused attention at the measured rates of
+    ``attention_backend`` (``hardware.attention``; empty: ``attention_efficiency`` of peak,
+    0 meaning ``compute_efficiency``), memory-bound kernels at ``mem_efficiency``; each kernel
     pays ``compute_latency_s`` (launch). The efficiency curve is then not used.
     """
 
@@ -99,6 +102,7 @@ class Device:
     tile_n: int = 128
     fp8_peak_flops: float = 0.0
     attention_efficiency: float = 0.0
+    attention_backend: str = ""
 
     def __post_init__(self) -> None:
         _positive("peak_flops", self.peak_flops, "FLOP/s")
@@ -118,6 +122,9 @@ class Device:
             if isinstance(value, bool) or not isinstance(value, int) or value < (0 if what == "sm_count" else 1):
                 raise ValueError(f"{what} must be an integer >= {0 if what == 'sm_count' else 1}, got {value!r}")
         _non_negative("fp8_peak_flops", self.fp8_peak_flops, "FLOP/s")
+        if not isinstance(self.attention_backend, str):
+            raise ValueError(f"attention_backend must be a string, got {self.attention_backend!r}")
+        check_backend(self.attention_backend)
         if self.attention_efficiency:
             _fraction("attention_efficiency", self.attention_efficiency)
         if self.reserved_bytes >= self.memory_bytes:
