@@ -30,13 +30,14 @@ pipetab's models have no window field yet, so none is priced.
 
 from __future__ import annotations
 
+import itertools
 import math
 
 Curve = tuple[tuple[int, float, float], ...]
 """(sequence length, forward TFLOP/s, backward TFLOP/s), ascending lengths."""
 
 TABLES: dict[str, dict[tuple[int, int, bool], Curve]] = {
-    'hopper_fa2': {
+    "hopper_fa2": {
         (64, 64, False): (
             (1024, 292.6, 198.7), (2048, 306.2, 237.2), (4096, 309.0, 264.2), (8192, 310.6, 280.4),
             (16384, 312.6, 290.3),
@@ -54,7 +55,7 @@ TABLES: dict[str, dict[tuple[int, int, bool], Curve]] = {
             (16384, 340.8, 305.4), (32768, 344.4, 316.8), (65536, 344.0, 321.1),
         ),
     },
-    'hopper_cudnn': {
+    "hopper_cudnn": {
         (64, 64, False): (
             (1024, 440.6, 331.4), (2048, 467.0, 402.6), (4096, 480.7, 429.9), (8192, 489.4, 435.7),
             (16384, 471.6, 443.0),
@@ -75,7 +76,7 @@ TABLES: dict[str, dict[tuple[int, int, bool], Curve]] = {
             (1024, 463.7, 237.1), (2048, 537.5, 329.2), (4096, 590.1, 397.9), (8192, 627.5, 426.6),
         ),
     },
-    'hopper_fa3': {
+    "hopper_fa3": {
         (64, 64, False): (
             (1024, 356.7, 268.3), (2048, 396.9, 342.2), (4096, 421.9, 377.3), (8192, 470.1, 418.6),
             (16384, 476.2, 447.3),
@@ -96,7 +97,7 @@ TABLES: dict[str, dict[tuple[int, int, bool], Curve]] = {
             (1024, 375.4, 191.9), (2048, 456.8, 279.8), (4096, 517.9, 349.2), (8192, 602.8, 409.8),
         ),
     },
-    'ampere_fa2': {
+    "ampere_fa2": {
         (64, 64, False): (
             (1024, 187.5, 127.3), (2048, 196.2, 152.0), (4096, 198.0, 169.3), (8192, 199.0, 179.7),
             (16384, 200.3, 186.0),
@@ -131,7 +132,7 @@ def interp_log2(points: list[tuple[int, float]], seq: float) -> float:
     """Linear in ``log2(seq)`` between ``(length, value)`` points, flat beyond them."""
     if seq <= points[0][0]:
         return points[0][1]
-    for (s0, r0), (s1, r1) in zip(points, points[1:]):
+    for (s0, r0), (s1, r1) in itertools.pairwise(points):
         if seq <= s1:
             x = (math.log2(seq) - math.log2(s0)) / (math.log2(s1) - math.log2(s0))
             return r0 + x * (r1 - r0)

@@ -215,8 +215,9 @@ def system_to_toml(system: System, note: str = "") -> str:
         lines.append(f"{key} = {toml_value(float(getattr(d, key)))}")
     if d.kernels:
         lines += [f"sm_count = {d.sm_count}", f"tile_m = {d.tile_m}", f"tile_n = {d.tile_n}"]
-    if d.attention_backend:
-        lines.append(f"attention_backend = {toml_value(d.attention_backend)}")
+    for key in ("attention_backend", "ep_kernels"):
+        if getattr(d, key):
+            lines.append(f"{key} = {toml_value(getattr(d, key))}")
     links = [("link", system.default_link)]
     if system.intra_node_link is not None:
         links.append(("intra_node_link", system.intra_node_link))

@@ -20,6 +20,7 @@ from typing import Mapping, TypeGuard
 from pipetab.schedules.checks import check_count
 
 from .attention import check_backend
+from .overlap import check_ep_kernels
 
 
 def _num(value: object) -> TypeGuard[float]:
@@ -86,6 +87,8 @@ class Device:
     ``attention_backend`` (``hardware.attention``; empty: ``attention_efficiency`` of peak,
     0 meaning ``compute_efficiency``), memory-bound kernels at ``mem_efficiency``; each kernel
     pays ``compute_latency_s`` (launch). The efficiency curve is then not used.
+    ``ep_kernels`` names the expert-parallel all-to-all kernels (``hardware.overlap``:
+    the SMs they hold slow the compute they overlap in a pair; empty: they hold none).
     """
 
     peak_flops: float
@@ -103,6 +106,7 @@ class Device:
     fp8_peak_flops: float = 0.0
     attention_efficiency: float = 0.0
     attention_backend: str = ""
+    ep_kernels: str = ""
 
     def __post_init__(self) -> None:
         _positive("peak_flops", self.peak_flops, "FLOP/s")
@@ -125,6 +129,9 @@ class Device:
         if not isinstance(self.attention_backend, str):
             raise ValueError(f"attention_backend must be a string, got {self.attention_backend!r}")
         check_backend(self.attention_backend)
+        if not isinstance(self.ep_kernels, str):
+            raise ValueError(f"ep_kernels must be a string, got {self.ep_kernels!r}")
+        check_ep_kernels(self.ep_kernels)
         if self.attention_efficiency:
             _fraction("attention_efficiency", self.attention_efficiency)
         if self.reserved_bytes >= self.memory_bytes:
