@@ -6,7 +6,8 @@ matrix; the GPU's ``sm_count`` multiprocessors each compute one tile at a time, 
 tiles run in ``waves = ceil(tiles / sm_count)`` and every wave takes as long as a full
 tile of the whole ``K``: ``2 * tile_m * tile_n * (K + TILE_EPILOGUE_K)`` FLOPs at a
 multiprocessor's share of the peak, ``peak / sm_count``, times ``compute_efficiency``
-(what a large GEMM's main loop reaches — the value fitted per GPU type). This is the *tile quantization* (a partial tile
+(``fp8_compute_efficiency`` for fp8 GEMMs: what a tile's main loop reaches, fitted per GPU
+type to measured GEMM kernels by ``experiments/calibrate_presets.py``). This is the *tile quantization* (a partial tile
 costs a whole one) and *wave quantization* (a partial wave costs a whole one) of NVIDIA's
 "Matrix Multiplication Background" user guide (Deep Learning Performance documentation):
 a GEMM of one tile more than a full wave takes two waves. The memory side reads ``A`` and
@@ -75,7 +76,7 @@ def gemm_time(device: Device, m: float, k: float, n: float, *, batch: int = 1, f
     if m <= 0 or k <= 0 or n <= 0:
         return 0.0
     compute, memory = gemm_terms(device, m, k, n, batch=batch, fp8=fp8, bytes_per_element=bytes_per_element)
-    return max(compute / device.compute_efficiency, memory / device.mem_efficiency) + device.compute_latency_s
+    return max(compute / device.gemm_efficiency(fp8), memory / device.mem_efficiency) + device.compute_latency_s
 
 
 def attention_time(device: Device, flops: float, nbytes: float, fp8: bool = False,

@@ -173,7 +173,8 @@ _DEVICE_KEYS = {k: float for k in (
     "mem_efficiency", "mem_latency_s", "memory_bytes")}
 _DEVICE_OPTIONAL = {"reserved_bytes": float, "efficiency_half_tokens": float, "sm_count": int, "tile_m": int,
                     "tile_n": int, "fp8_peak_flops": float, "attention_efficiency": float,
-                    "attention_backend": str, "ep_kernels": str}
+                    "attention_backend": str, "ep_kernels": str,
+                    "fp8_compute_efficiency": float, "run_overhead": float}
 _LINK_KEYS = {"bandwidth": float, "latency_s": float}
 
 

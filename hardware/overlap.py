@@ -34,10 +34,7 @@ The kernels (``EP_KERNELS``, a device's ``ep_kernels``):
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Sequence
-
-if TYPE_CHECKING:
-    from .system import Device
+from typing import Sequence
 
 Segment = tuple[bool, float]  # (on the communication stream, seconds)
 
@@ -52,11 +49,12 @@ def check_ep_kernels(name: str) -> str:
     return name
 
 
-def comm_share(device: Device) -> float:
-    """``k / N``: the share of ``device``'s SMs its all-to-all kernels hold (0 without)."""
-    if not device.ep_kernels or not device.sm_count:
+def comm_share(ep_kernels: str, sm_count: int) -> float:
+    """``k / N``: the share of a device's ``sm_count`` SMs its all-to-all kernels
+    ``ep_kernels`` hold (0 without either)."""
+    if not ep_kernels or not sm_count:
         return 0.0
-    return min(EP_KERNELS[device.ep_kernels] / device.sm_count, 1.0)
+    return min(EP_KERNELS[check_ep_kernels(ep_kernels)] / sm_count, 1.0)
 
 
 def two_stream(chains: Sequence[Sequence[Segment]], comm_share: float = 0.0) -> float:

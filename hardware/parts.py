@@ -57,6 +57,7 @@ from .gemms import (
 )
 from .kernels import attention_time, gemm_terms, gemm_time, memory_time
 from .layer import attention_core_flops, filled
+from .overheads import run_factor
 
 if TYPE_CHECKING:
     from .context import Context
@@ -104,6 +105,8 @@ class Part(NamedTuple):
             return 0.0, 0.0, 0.0
         a, v = gemm_terms(device, self.m, self.k, self.n, batch=self.batch, fp8=self.fp8,
                           bytes_per_element=self.element_bytes)
+        e = device.gemm_efficiency(self.fp8)
+        a *= device.compute_efficiency / e  # an fp8 GEMM at its own efficiency
         return (a, 0.0, launch) if a / device.compute_efficiency >= v / device.mem_efficiency else (0.0, v, launch)
 
     @property
@@ -247,8 +250,9 @@ def stage_parts(model: TransformerModel, ctx: Context, layers: int, *, first: bo
 @lru_cache(maxsize=16384)
 def _split_time(model: TransformerModel, device: Device, ctx: Context, what: str, kind: Kind) -> tuple[float, float]:
     """(non-expert, routed-expert) seconds of ``what`` (dense, moe, head, embedding, mtp)."""
-    parts = _parts_of(model, ctx, what, kind)
-    return (sum(p.time(device) for p in parts if not p.expert), sum(p.time(device) for p in parts if p.expert))
+    parts, run = _parts_of(model, ctx, what, kind), run_factor(device)  # run overhead: hardware.overheads
+    return (run * sum(p.time(device) for p in parts if not p.expert),
+            run * sum(p.time(device) for p in parts if p.expert))
 
 
 def kernel_seconds(model: TransformerModel, device: Device, ctx: Context, what: str, kind: Kind,

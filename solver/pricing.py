@@ -192,7 +192,7 @@ def hardware_costs(schedule: Schedule, system, model, context: Context | None = 
         optimizer_time=tuple(sc.optimizer_s),
         contention=contention,
         chains=chains,
-        comm_share=comm_share(system.device),
+        comm_share=comm_share(system.device.ep_kernels, system.device.sm_count),
     )
 
 

@@ -199,9 +199,9 @@ def test_deepep_modes_and_the_h800_preset():
     from pipetab.hardware.overlap import comm_share
 
     h800 = load_system("h800_ib").device
-    assert h800.ep_kernels == "deepep_normal" and comm_share(h800) == pytest.approx(20 / 132)
-    assert comm_share(replace(h800, ep_kernels="deepep_low_latency")) == 0.0
-    assert comm_share(replace(h800, ep_kernels="")) == 0.0
+    assert h800.ep_kernels == "deepep_normal" and comm_share(h800.ep_kernels, h800.sm_count) == pytest.approx(20 / 132)
+    assert comm_share("deepep_low_latency", 132) == 0.0
+    assert comm_share("", 132) == 0.0 and comm_share("deepep_normal", 0) == 0.0
     with pytest.raises(ValueError, match="ep_kernels must be one of"):
         replace(h800, ep_kernels="nccl_magic")
     with pytest.raises(ValueError, match="comm_share must be in"):
