@@ -10,7 +10,14 @@ of the replicated parts (``T/t`` under sequence parallelism), ``a_t`` heads per 
   as a grouped GEMM of ``E/ep`` experts of ``rows / (E/ep)`` rows each. Under fp8
   (``Context.gemm_precision``) each forward GEMM first casts its input and weight and each
   input-gradient GEMM its output gradient to fp8 (read in the compute precision, written
-  in 1 byte: the scaling overhead of Transformer Engine's and DeepSeek-V3's recipes).
+  in 1 byte: the scaling overhead of Transformer Engine's and DeepSeek-V3's recipes). The
+  weight gradient ``X^T dY`` needs both operands with ``M`` inner, which Hopper's fp8
+  tensor cores take only as transposed copies (DeepSeek-V3 report 3.3: the activations
+  are cached in fp8 and transposed for the backward; ``gemms.csv``'s ``transpose_copy``
+  rows, a memory-bound kernel, time linear in bytes): ``X^T`` and ``dY^T`` read and
+  written in 1 byte, ``2 (M K + M N)`` bytes; and its output accumulates into the fp32
+  main gradient (read and written, 8 bytes per element: Megatron's gradient accumulation
+  into ``main_grad``).
 * **Attention core**: flash (one kernel, ``hardware.kernels.attention_time``; causal:
   half the ``QK^T`` and ``PV`` FLOPs) or classic (Megatron's unfused path: batched GEMMs
   ``QK^T`` and ``PV`` over ``b*a_t`` heads, a fused scale-mask-softmax reading and writing
@@ -125,11 +132,15 @@ def _gemm_parts(g: Gemm, kind: Kind, ctx: Context, local: int, c: int) -> list[P
     batch = local if g.expert else 1
     rows = g.rows / batch
     shape = {Kind.F: (rows, g.k, g.n), Kind.B: (rows, g.n, g.k), Kind.W: (g.k, rows, g.n)}[kind]
+    # fp8's weight gradient accumulates into the fp32 main gradient: its output read and written in 4 bytes
+    out_bytes = 8 if fp8 and kind is Kind.W else c
     out = [Part(f"{g.name}_{kind.name.lower()}", "gemm", *shape, batch=batch, fp8=fp8, expert=g.expert,
-                element_bytes=c)]
+                element_bytes=out_bytes)]
     if fp8 and kind is not Kind.W:
         cast = g.rows * g.k + g.k * g.n * (batch if g.expert else 1) if kind is Kind.F else g.rows * g.n
         out.insert(0, _mem(f"{g.name}_fp8_cast", (c + 1) * cast, g.expert))
+    elif fp8:  # X^T and dY^T as fp8 copies, M the inner dimension: read and written in 1 byte each
+        out.insert(0, _mem(f"{g.name}_fp8_transpose", 2 * (g.rows * g.k + g.rows * g.n), g.expert))
     return out
 
 
