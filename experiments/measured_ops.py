@@ -5,8 +5,9 @@ The measurements (``experiments/measured/<gpu>_<date>/``, made by
 one Llama-style decoder layer in eager PyTorch (bf16, flash attention through
 ``scaled_dot_product_attention``) at tensor-parallel widths without collectives, and its
 weight GEMMs alone. pipetab prices the same layer with the ``dgx_h100_ib`` device (the H100
-preset, its GEMM efficiency fitted to Llama 3 405B's whole 8,192-GPU run, so it absorbs
-what that run lost beyond its kernels) and no sequence parallelism (the measured layer
+preset: its GEMM efficiency fitted to the GEMMs measured alone on an H200 two days later,
+``experiments/calibrate_presets.py``, so these H100 GEMMs are an independent check of it;
+its attention cuDNN's, as measured there) and no sequence parallelism (the measured layer
 runs its norms on the whole sequence). Per row: ``predicted / measured - 1``.
 
 Rows: per layer shape the forward, the input gradient (B of a split backward), the weight
@@ -39,13 +40,14 @@ MD = HERE.parent / "docs" / "measured_ops.md"
 NOTES = """\
 Read with care:
 
-* The H100 preset's GEMM efficiency (0.575 of a tile's peak) is fitted to Llama 3 405B's
-  whole 8,192-GPU run, so it absorbs what that run lost beyond its kernels; GEMMs timed
-  alone reach about 70 % of the peak, and pipetab prices the dense ones 20 to 57 % slower. The rest
-  of the forward (flash attention, norms, rotary embedding, activation, residuals; unfused
-  in eager PyTorch) it prices up to 35 % faster than measured, so whole layers land closer
-  than their GEMMs: the full backward within 10 % on every shape, the forward 16 to 32 %
-  slow on every shape but the launch-bound one.
+* The H100 preset's GEMM efficiency (0.755 of a tile's peak) is fitted to the GEMMs an
+  H200 ran alone (``experiments/calibrate_presets.py``; the same chip), not to any run: on
+  this H100's own GEMMs it prices the dense ones at a median of +8 % (31 of 48 within
+  10 %), the narrow ones slowest (QKV at TP 4-8: +40 to +71 %, a partial wave of 256 x 128
+  tiles). The forward of the layer lands within 6 % on every shape but the launch-bound
+  one; the full backward is priced 10 to 18 % fast: the input gradient's part outside the
+  GEMMs (attention's and the elementwise ops' backward in eager PyTorch) is more than
+  pipetab prices (next bullets but one).
 * The measured layer is eager PyTorch, not Megatron-LM's fused kernels: it launches about
   40 kernels per forward from Python. Llama 3 8B at TP 8 and 4,096 tokens is launch-bound
   on the H100 machine's CPU (its forward took 1.06 ms there, 0.68 ms on the H200), which
@@ -54,17 +56,17 @@ Read with care:
   eager PyTorch keeps; at TP 1 eager PyTorch keeps 18 % more (the norms' outputs and the
   rotary embedding's inputs besides what the formula counts).
 * The input gradient weighs more against the forward than pipetab prices it: 1.30 to 1.53
-  times the forward measured (all shapes but the launch-bound one), 1.06 to 1.21 priced.
+  times the forward measured (all shapes but the launch-bound one), 1.11 to 1.35 priced.
   Taking the forward GEMMs' times as a stand-in for the backward's, the difference lies
   outside the GEMMs (attention's and the elementwise ops' backward); the weight gradient's
-  share (0.62 to 1.05 measured, 0.71 to 0.84 priced) is closer. It is not the attention
+  share (0.62 to 1.05 measured, 0.65 to 0.81 priced) is closer. It is not the attention
   kernel: pinned to cuDNN's fused attention (`layers_cudnn.csv`; its forward and input
   gradient within 6 % of PyTorch's default here) the ratio is 1.30 to 1.60, pinned to
   FlashAttention-2 (`layers_flash.csv`, 3 to 21 % slower than cuDNN) 1.36 to 1.61. Schedules
   that balance F, B and W (zero bubble) are built on these ratios; a profile (`--profile`)
   gives them as measured.
 * DeepSeek-V3's expert GEMMs with 128 rows are where the tile model is least right (up to
-  +315 %): a 128-row GEMM fills a fraction of the tiles the model charges a whole wave of.
+  +214 %): a 128-row GEMM fills a fraction of the tiles the model charges a whole wave of.
 """
 
 
@@ -80,7 +82,8 @@ def _pass(model, ctx: Context, kind: Kind, device) -> float:
 
 def rows() -> list[dict]:
     """One row per measured quantity: what, shape, measured, predicted, error."""
-    device = load_system("dgx_h100_ib").device
+    # one GPU running one layer: the kernels alone, without the run overhead a cluster run adds
+    device = replace(load_system("dgx_h100_ib").device, run_overhead=0.0)
     out = []
     for r in _read("layers.csv"):
         tp, seq = int(r["tp"]), int(r["seq"])

@@ -211,10 +211,14 @@ def system_to_toml(system: System, note: str = "") -> str:
     d: Device = system.device
     for key in ("peak_flops", "compute_efficiency", "compute_latency_s", "mem_bandwidth",
                 "mem_efficiency", "mem_latency_s", "memory_bytes", "reserved_bytes",
-                "efficiency_half_tokens", "fp8_peak_flops", "attention_efficiency"):
+                "efficiency_half_tokens", "fp8_peak_flops", "attention_efficiency", "fp8_compute_efficiency",
+                "run_overhead"):
         lines.append(f"{key} = {toml_value(float(getattr(d, key)))}")
     if d.kernels:
         lines += [f"sm_count = {d.sm_count}", f"tile_m = {d.tile_m}", f"tile_n = {d.tile_n}"]
+    for key in ("attention_backend", "ep_kernels"):
+        if getattr(d, key):
+            lines.append(f"{key} = {toml_value(getattr(d, key))}")
     links = [("link", system.default_link)]
     if system.intra_node_link is not None:
         links.append(("intra_node_link", system.intra_node_link))

@@ -6,7 +6,8 @@ matrix; the GPU's ``sm_count`` multiprocessors each compute one tile at a time, 
 tiles run in ``waves = ceil(tiles / sm_count)`` and every wave takes as long as a full
 tile of the whole ``K``: ``2 * tile_m * tile_n * (K + TILE_EPILOGUE_K)`` FLOPs at a
 multiprocessor's share of the peak, ``peak / sm_count``, times ``compute_efficiency``
-(what a large GEMM's main loop reaches — the value fitted per GPU type). This is the *tile quantization* (a partial tile
+(``fp8_compute_efficiency`` for fp8 GEMMs: what a tile's main loop reaches, fitted per GPU
+type to measured GEMM kernels by ``experiments/calibrate_presets.py``). This is the *tile quantization* (a partial tile
 costs a whole one) and *wave quantization* (a partial wave costs a whole one) of NVIDIA's
 "Matrix Multiplication Background" user guide (Deep Learning Performance documentation):
 a GEMM of one tile more than a full wave takes two waves. The memory side reads ``A`` and
@@ -14,10 +15,12 @@ a GEMM of one tile more than a full wave takes two waves. The memory side reads 
 the compute precision); the kernel takes the longer of the two, plus its launch
 (``compute_latency_s``).
 
-**Flash attention** (one fused kernel; FlashAttention-2, Dao 2023): the forward's
-``QK^T`` and ``PV`` FLOPs, half of them under the causal mask (blocks above the diagonal
-are skipped), at ``attention_efficiency`` of the peak; the backward runs 5 matmuls where
-the forward runs 2 (``2.5 x``), ``QK^T`` recomputed among them.
+**Fused attention** (one kernel; FlashAttention-2, Dao 2023): the forward's ``QK^T`` and
+``PV`` FLOPs, half of them under the causal mask (blocks above the diagonal are skipped);
+the backward runs 5 matmuls where the forward runs 2 (``2.5 x`` the FLOPs), ``QK^T``
+recomputed among them. Their rate is the device's ``attention_backend`` kernel as
+measured, by direction, head dimensions, mask and length (``hardware.attention``); a
+device without one runs both at ``attention_efficiency`` of the peak.
 
 **Memory-bound kernels** (norms, activation functions, softmax, dropout, residual adds,
 rotary, cross-entropy, optimizer): their bytes read and written at ``mem_bandwidth *
@@ -28,6 +31,8 @@ from __future__ import annotations
 
 import math
 from typing import TYPE_CHECKING
+
+from .attention import attention_rate
 
 if TYPE_CHECKING:
     from .system import Device
@@ -71,15 +76,21 @@ def gemm_time(device: Device, m: float, k: float, n: float, *, batch: int = 1, f
     if m <= 0 or k <= 0 or n <= 0:
         return 0.0
     compute, memory = gemm_terms(device, m, k, n, batch=batch, fp8=fp8, bytes_per_element=bytes_per_element)
-    return max(compute / device.compute_efficiency, memory / device.mem_efficiency) + device.compute_latency_s
+    return max(compute / device.gemm_efficiency(fp8), memory / device.mem_efficiency) + device.compute_latency_s
 
 
-def attention_time(device: Device, flops: float, nbytes: float, fp8: bool = False) -> float:
-    """Seconds of a flash-attention kernel doing ``flops`` FLOPs (causal skipping already
-    applied) and moving ``nbytes`` (Q, K, V, O and their gradients)."""
+def attention_time(device: Device, flops: float, nbytes: float, fp8: bool = False,
+                   shape: tuple[int, int, bool, float, bool] | None = None) -> float:
+    """Seconds of a fused attention kernel doing ``flops`` FLOPs (causal skipping already
+    applied) and moving ``nbytes`` (Q, K, V, O and their gradients); ``shape`` is
+    ``(d_qk, d_v, causal, queries, backward)``, what the device's ``attention_backend``
+    reads (module docstring)."""
     if flops <= 0:
         return 0.0
-    rate = device.peak(fp8) * (device.attention_efficiency or device.compute_efficiency)
+    if device.attention_backend and shape is not None:
+        rate = attention_rate(device.attention_backend, *shape)
+    else:
+        rate = device.peak(fp8) * (device.attention_efficiency or device.compute_efficiency)
     return max(flops / rate, nbytes / device.effective_mem_bandwidth) + device.compute_latency_s
 
 

@@ -24,6 +24,7 @@ System file::
     tile_n = 128
     fp8_peak_flops = 1.979e15         # optional: fp8 GEMM peak (default 0: no fp8)
     attention_efficiency = 0.6        # optional: flash attention's share of peak (default: compute_efficiency)
+    attention_backend = "hopper_cudnn"  # optional: measured attention kernels (hardware.attention; overrides the above)
     [link]                            # required: between nodes, or between any two devices
     bandwidth = 50e9                  # bytes/s
     latency_s = 500e-9                # s
@@ -171,7 +172,9 @@ _DEVICE_KEYS = {k: float for k in (
     "peak_flops", "compute_efficiency", "compute_latency_s", "mem_bandwidth",
     "mem_efficiency", "mem_latency_s", "memory_bytes")}
 _DEVICE_OPTIONAL = {"reserved_bytes": float, "efficiency_half_tokens": float, "sm_count": int, "tile_m": int,
-                    "tile_n": int, "fp8_peak_flops": float, "attention_efficiency": float}
+                    "tile_n": int, "fp8_peak_flops": float, "attention_efficiency": float,
+                    "attention_backend": str, "ep_kernels": str,
+                    "fp8_compute_efficiency": float, "run_overhead": float}
 _LINK_KEYS = {"bandwidth": float, "latency_s": float}
 
 

@@ -7,6 +7,13 @@
 * **Kernel launches**: every kernel of an op pays ``Device.compute_latency_s``
   (``hardware.kernels``; a launch costs a few microseconds — NVIDIA, "Getting Started with
   CUDA Graphs", 2019).
+* **Run overhead** (``Device.run_overhead``): what a real run loses beyond its kernels and
+  messages as modelled — stragglers, synchronisation jitter, clocks below the measured ones
+  under a sustained power cap, host-side stalls — as a stretch of every op's kernel seconds
+  by ``1 + run_overhead`` (``run_factor``; ``hardware.parts``), so a step's bubbles and
+  tails scale with the ops that make them. Kept apart from the kernels' efficiencies
+  (fitted to kernels alone): it is the one term fitted to a cluster run
+  (``experiments/calibrate_presets.py``).
 * **End-of-step synchronisation**: Megatron-LM's step all-reduces the loss over the
   data-parallel GPUs, the gradient norm for clipping and the fp16 loss scaler's found-inf
   flag over all GPUs (``megatron/training/training.py``, ``clip_grads.py``,
@@ -23,6 +30,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from .parallel import Topology
+    from .system import Device
 
 SYNC_ALLREDUCES = 3
 """The loss, the gradient norm and the found-inf flag (module docstring)."""
@@ -38,3 +46,10 @@ def end_of_step_s(layout: Topology) -> float:
     link = system.intra_node_link if system.devices_per_node and gpus <= system.devices_per_node else None
     latency = (link or system.default_link).latency_s
     return SYNC_ALLREDUCES * 2 * math.ceil(math.log2(gpus)) * latency
+
+
+
+def run_factor(device: Device) -> float:
+    """``1 + run_overhead``: the stretch of an op's kernel seconds in a real run (module
+    docstring)."""
+    return 1.0 + device.run_overhead

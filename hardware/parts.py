@@ -10,7 +10,14 @@ of the replicated parts (``T/t`` under sequence parallelism), ``a_t`` heads per 
   as a grouped GEMM of ``E/ep`` experts of ``rows / (E/ep)`` rows each. Under fp8
   (``Context.gemm_precision``) each forward GEMM first casts its input and weight and each
   input-gradient GEMM its output gradient to fp8 (read in the compute precision, written
-  in 1 byte: the scaling overhead of Transformer Engine's and DeepSeek-V3's recipes).
+  in 1 byte: the scaling overhead of Transformer Engine's and DeepSeek-V3's recipes). The
+  weight gradient ``X^T dY`` needs both operands with ``M`` inner, which Hopper's fp8
+  tensor cores take only as transposed copies (DeepSeek-V3 report 3.3: the activations
+  are cached in fp8 and transposed for the backward; ``gemms.csv``'s ``transpose_copy``
+  rows, a memory-bound kernel, time linear in bytes): ``X^T`` and ``dY^T`` read and
+  written in 1 byte, ``2 (M K + M N)`` bytes; and its output accumulates into the fp32
+  main gradient (read and written, 8 bytes per element: Megatron's gradient accumulation
+  into ``main_grad``).
 * **Attention core**: flash (one kernel, ``hardware.kernels.attention_time``; causal:
   half the ``QK^T`` and ``PV`` FLOPs) or classic (Megatron's unfused path: batched GEMMs
   ``QK^T`` and ``PV`` over ``b*a_t`` heads, a fused scale-mask-softmax reading and writing
@@ -57,6 +64,7 @@ from .gemms import (
 )
 from .kernels import attention_time, gemm_terms, gemm_time, memory_time
 from .layer import attention_core_flops, filled
+from .overheads import run_factor
 
 if TYPE_CHECKING:
     from .context import Context
@@ -81,6 +89,7 @@ class Part(NamedTuple):
     fp8: bool = False
     expert: bool = False
     element_bytes: float = 2.0
+    shape: tuple[int, int, bool, float, bool] | None = None
 
     def time(self, device: Device) -> float:
         """Seconds of this kernel on ``device`` (``hardware.kernels``)."""
@@ -88,7 +97,7 @@ class Part(NamedTuple):
             return gemm_time(device, self.m, self.k, self.n, batch=self.batch, fp8=self.fp8,
                              bytes_per_element=self.element_bytes)
         if self.kind == "attention":
-            return attention_time(device, self.flops, self.nbytes, self.fp8)
+            return attention_time(device, self.flops, self.nbytes, self.fp8, self.shape)
         return memory_time(device, self.nbytes)
 
     def terms(self, device: Device) -> tuple[float, float, float]:
@@ -103,6 +112,8 @@ class Part(NamedTuple):
             return 0.0, 0.0, 0.0
         a, v = gemm_terms(device, self.m, self.k, self.n, batch=self.batch, fp8=self.fp8,
                           bytes_per_element=self.element_bytes)
+        e = device.gemm_efficiency(self.fp8)
+        a *= device.compute_efficiency / e  # an fp8 GEMM at its own efficiency
         return (a, 0.0, launch) if a / device.compute_efficiency >= v / device.mem_efficiency else (0.0, v, launch)
 
     @property
@@ -121,11 +132,15 @@ def _gemm_parts(g: Gemm, kind: Kind, ctx: Context, local: int, c: int) -> list[P
     batch = local if g.expert else 1
     rows = g.rows / batch
     shape = {Kind.F: (rows, g.k, g.n), Kind.B: (rows, g.n, g.k), Kind.W: (g.k, rows, g.n)}[kind]
+    # fp8's weight gradient accumulates into the fp32 main gradient: its output read and written in 4 bytes
+    out_bytes = 8 if fp8 and kind is Kind.W else c
     out = [Part(f"{g.name}_{kind.name.lower()}", "gemm", *shape, batch=batch, fp8=fp8, expert=g.expert,
-                element_bytes=c)]
+                element_bytes=out_bytes)]
     if fp8 and kind is not Kind.W:
         cast = g.rows * g.k + g.k * g.n * (batch if g.expert else 1) if kind is Kind.F else g.rows * g.n
         out.insert(0, _mem(f"{g.name}_fp8_cast", (c + 1) * cast, g.expert))
+    elif fp8:  # X^T and dY^T as fp8 copies, M the inner dimension: read and written in 1 byte each
+        out.insert(0, _mem(f"{g.name}_fp8_transpose", 2 * (g.rows * g.k + g.rows * g.n), g.expert))
     return out
 
 
@@ -146,8 +161,8 @@ def core_parts(model: TransformerModel, ctx: Context, kind: Kind) -> list[Part]:
         qkvo = c * (s * heads * (dqk + dv) + sk * kv * (dqk + dv)) + 4 * s * heads
         flops = attention_core_flops(model, ctx) / 2  # causal: half the blocks
         if kind is Kind.F:
-            return [Part("flash_fwd", "attention", flops=flops, nbytes=qkvo)]
-        return [Part("flash_bwd", "attention", flops=2.5 * flops, nbytes=2 * qkvo)]
+            return [Part("flash_fwd", "attention", flops=flops, nbytes=qkvo, shape=(dqk, dv, True, s, False))]
+        return [Part("flash_bwd", "attention", flops=2.5 * flops, nbytes=2 * qkvo, shape=(dqk, dv, True, s, True))]
     probs = heads * s * sk
     drop = (2 * c + 1) * probs if model.dropout else 0
     if kind is Kind.F:
@@ -246,8 +261,9 @@ def stage_parts(model: TransformerModel, ctx: Context, layers: int, *, first: bo
 @lru_cache(maxsize=16384)
 def _split_time(model: TransformerModel, device: Device, ctx: Context, what: str, kind: Kind) -> tuple[float, float]:
     """(non-expert, routed-expert) seconds of ``what`` (dense, moe, head, embedding, mtp)."""
-    parts = _parts_of(model, ctx, what, kind)
-    return (sum(p.time(device) for p in parts if not p.expert), sum(p.time(device) for p in parts if p.expert))
+    parts, run = _parts_of(model, ctx, what, kind), run_factor(device)  # run overhead: hardware.overheads
+    return (run * sum(p.time(device) for p in parts if not p.expert),
+            run * sum(p.time(device) for p in parts if p.expert))
 
 
 def kernel_seconds(model: TransformerModel, device: Device, ctx: Context, what: str, kind: Kind,

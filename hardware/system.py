@@ -19,6 +19,9 @@ from typing import Mapping, TypeGuard
 
 from pipetab.schedules.checks import check_count
 
+from .attention import check_backend
+from .overlap import check_ep_kernels
+
 
 def _num(value: object) -> TypeGuard[float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
@@ -79,10 +82,16 @@ class Device:
 
     Kernel model (``sm_count > 0``; ``hardware.kernels``): ops are priced as the kernels
     they run instead — GEMMs tiled ``tile_m x tile_n`` over ``sm_count`` multiprocessors
-    in waves, each tile at ``compute_efficiency`` of its share of the peak (of
-    ``fp8_peak_flops`` for fp8 GEMMs), flash attention at ``attention_efficiency`` of peak
-    (0: ``compute_efficiency``), memory-bound kernels at ``mem_efficiency``; each kernel
+    in waves, each tile at ``compute_efficiency`` of its share of the peak (fp8 GEMMs at
+    ``fp8_compute_efficiency``, 0 meaning ``compute_efficiency``, of ``fp8_peak_flops``),
+    fused attention at the measured rates of
+    ``attention_backend`` (``hardware.attention``; empty: ``attention_efficiency`` of peak,
+    0 meaning ``compute_efficiency``), memory-bound kernels at ``mem_efficiency``; each kernel
     pays ``compute_latency_s`` (launch). The efficiency curve is then not used.
+    ``run_overhead`` is what a real run loses beyond its kernels: every op's kernel
+    seconds stretched by ``1 + run_overhead`` (``hardware.overheads``).
+    ``ep_kernels`` names the expert-parallel all-to-all kernels (``hardware.overlap``:
+    the SMs they hold slow the compute they overlap in a pair; empty: they hold none).
     """
 
     peak_flops: float
@@ -99,6 +108,10 @@ class Device:
     tile_n: int = 128
     fp8_peak_flops: float = 0.0
     attention_efficiency: float = 0.0
+    attention_backend: str = ""
+    ep_kernels: str = ""
+    fp8_compute_efficiency: float = 0.0
+    run_overhead: float = 0.0
 
     def __post_init__(self) -> None:
         _positive("peak_flops", self.peak_flops, "FLOP/s")
@@ -118,6 +131,15 @@ class Device:
             if isinstance(value, bool) or not isinstance(value, int) or value < (0 if what == "sm_count" else 1):
                 raise ValueError(f"{what} must be an integer >= {0 if what == 'sm_count' else 1}, got {value!r}")
         _non_negative("fp8_peak_flops", self.fp8_peak_flops, "FLOP/s")
+        if not isinstance(self.attention_backend, str):
+            raise ValueError(f"attention_backend must be a string, got {self.attention_backend!r}")
+        check_backend(self.attention_backend)
+        if not isinstance(self.ep_kernels, str):
+            raise ValueError(f"ep_kernels must be a string, got {self.ep_kernels!r}")
+        check_ep_kernels(self.ep_kernels)
+        _non_negative("run_overhead", self.run_overhead, "(a fraction of busy time)")
+        if self.fp8_compute_efficiency:
+            _fraction("fp8_compute_efficiency", self.fp8_compute_efficiency)
         if self.attention_efficiency:
             _fraction("attention_efficiency", self.attention_efficiency)
         if self.reserved_bytes >= self.memory_bytes:
@@ -143,6 +165,11 @@ class Device:
         if not self.fp8_peak_flops:
             raise ValueError("gemm precision fp8 needs a device with fp8_peak_flops")
         return self.fp8_peak_flops
+
+    def gemm_efficiency(self, fp8: bool = False) -> float:
+        """A GEMM tile's share of the peak: ``fp8_compute_efficiency`` for fp8 GEMMs when
+        set, else ``compute_efficiency``."""
+        return (self.fp8_compute_efficiency or self.compute_efficiency) if fp8 else self.compute_efficiency
 
     @property
     def effective_mem_bandwidth(self) -> float:

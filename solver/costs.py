@@ -92,7 +92,9 @@ class Costs:
     ``capacity[d]``: memory device d has in total (None: unlimited).
     ``chains[(kind, p, s)]``: the op's parts on the compute and communication streams
     (``hardware.overlap``; in the unit of ``op_time``, not rounded), for ops that
-    communicate inside (expert parallelism); ``block_time`` runs a block of ops on them.
+    communicate inside (expert parallelism); ``block_time`` runs a block of ops on them,
+    compute slowed by ``comm_share`` (the share of the SMs the communication kernels hold)
+    while communication runs.
     """
 
     unit: str
@@ -110,6 +112,7 @@ class Costs:
     weight_memory: Mapping[StageKey, float] = field(default_factory=dict)
     tick_slots: float = 1.0  # idealized costs: slots per integer time unit (the table's tick)
     chains: Mapping[tuple[Kind, int, int], tuple[tuple[bool, float], ...]] = field(default_factory=dict)
+    comm_share: float = 0.0  # the SMs' share communication kernels hold (hardware.overlap)
     _blocks: dict = field(init=False, default_factory=dict, repr=False, compare=False)  # block_time's cache
 
     def duration(self, op: Op) -> float:
@@ -136,7 +139,7 @@ class Costs:
         chains: dict[int, list[tuple[bool, float]]] = {}
         for key, thread in zip(keys, threads):
             chains.setdefault(thread, []).extend(self.chains.get(key) or ((False, self.op_time[key]),))
-        t = two_stream(list(chains.values()))
+        t = two_stream(list(chains.values()), self.comm_share)
         return t if self.tick_s is None else max(int(self.rounding is Rounding.UP), _ticks(t, 1.0, self.rounding))
 
     def transfer(self, op: Op, src: int, dst: int) -> float:

@@ -170,6 +170,7 @@ def hardware_costs(schedule: Schedule, system, model, context: Context | None = 
     Capacity is the device's usable memory. ``contention``: links carry one transfer at
     a time (the simulator's option)."""
     from pipetab.hardware import schedule_costs
+    from pipetab.hardware.overlap import comm_share
 
     system, model, ctx = check_hardware(system, model, schedule.num_devices, schedule.num_microbatches, context)
     sc = schedule_costs(schedule, system, model, ctx)
@@ -200,6 +201,7 @@ def hardware_costs(schedule: Schedule, system, model, context: Context | None = 
         optimizer_time=tuple(sc.optimizer_s),
         contention=contention,
         chains=chains,
+        comm_share=comm_share(system.device.ep_kernels, system.device.sm_count),
     )
 
 

@@ -113,6 +113,23 @@ def test_fp8_gemms_cast_their_inputs():
     qkv = parts["qkv_f"]
     assert parts["qkv_fp8_cast"].nbytes == 3 * (256 * 256 + 256 * qkv.n)
     assert "qkv_fp8_cast" not in {p.name for p in layer_parts(LLAMA, ctx, False, Kind.W)}
+
+
+def test_fp8_weight_gradients_transpose_their_operands_and_accumulate_in_fp32():
+    # issue 41: dW = X^T dY needs X (T x h) and dY (T x n) transposed in fp8 (1 byte read, 1 written),
+    # and writes into the fp32 main gradient (read and written: 8 bytes per h x n element)
+    ctx = Context(microbatch_size=2, gemm_precision="fp8")
+    w = {p.name: p for p in layer_parts(LLAMA, ctx, False, Kind.W)}
+    qkv = w["qkv_w"]
+    t, h = 256, 256  # 2 sequences of 128 tokens, hidden 256
+    assert (qkv.m, qkv.k, qkv.n) == (h, t, qkv.n) and qkv.fp8 and qkv.element_bytes == 8
+    assert w["qkv_fp8_transpose"].nbytes == 2 * (t * h + t * qkv.n)
+    # memory side of the GEMM: fp8 operands (h x T and T x n, 1 byte) and the fp32 output read and written
+    from pipetab.hardware.kernels import gemm_terms
+    _, memory = gemm_terms(GPU, h, t, qkv.n, fp8=True, bytes_per_element=8)
+    assert memory == pytest.approx((h * t + t * qkv.n + 8 * h * qkv.n) / 1e9)
+    bf16 = {p.name for p in layer_parts(LLAMA, Context(microbatch_size=2), False, Kind.W)}
+    assert not any("fp8" in name for name in bf16)
     with pytest.raises(ValueError, match="gemm precision must be one of bf16, fp8"):
         Context(gemm_precision="fp4")
 

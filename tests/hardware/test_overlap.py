@@ -155,3 +155,78 @@ def test_cpsat_search_seeded_with_pairs_searches_them_unpaired():
         res = solve(problem, CpSatConfig(deterministic_time=1.0, workers=1), [paired])
         assert res.schedule is not None and res.schedule.blocks == ()
         assert res.lower_bound <= res.makespan
+
+
+# ---- communication kernels take SMs (issue 41, item 2) ----------------------------------------
+
+def test_a_pair_whose_all_to_all_holds_k_of_n_sms_by_hand():
+    from pipetab.hardware.overlap import two_stream
+
+    # k = 1 of N = 4 SMs: compute beside communication runs at 3/4 of its speed.
+    # A: 6 s of compute; B: a 3 s all-to-all, then 2 s of compute. 0-3: A at 3/4 (2.25 s of its
+    # work done), B's all-to-all; 3-6.75: A's remaining 3.75 s alone; 6.75-8.75: B's compute
+    a, b = [(False, 6.0)], [(True, 3.0), (False, 2.0)]
+    assert two_stream([a, b], comm_share=0.25) == pytest.approx(8.75)
+    assert two_stream([a, b]) == 8.0  # k = 0: today's pair
+    # communication longer than the compute beside it: the compute ends at 3 / (3/4) = 4 s, the block at 8
+    assert two_stream([[(False, 3.0)], [(True, 8.0)]], comm_share=0.25) == pytest.approx(8.0)
+    assert two_stream([[(False, 9.0)], [(True, 8.0)]], comm_share=0.25) == pytest.approx(8 + (9 - 6))
+
+
+def test_the_event_simulation_at_full_speed_is_the_list_schedule():
+    import random
+
+    from pipetab.hardware.overlap import _shared, two_stream
+
+    rng = random.Random(41)
+    for _ in range(300):
+        chains = [[(rng.random() < 0.5, rng.choice([0.5, 1.0, 2.0, 3.0]) * rng.randint(1, 4))
+                   for _ in range(rng.randint(1, 5))] for _ in range(rng.randint(1, 3))]
+        assert _shared(chains, 1.0) == pytest.approx(two_stream(chains))
+        slow = two_stream(chains, comm_share=0.5)
+        compute = sum(t for chain in chains for c, t in chain if not c)
+        comm = sum(t for chain in chains for c, t in chain if c)
+        # each stream's work, compute at no more than full speed; at most all compute at half
+        # speed plus the communication (a slower segment may reorder a list schedule: no
+        # more than that is promised)
+        assert max(compute, comm) - 1e-9 <= slow <= 2 * compute + comm + 1e-9
+
+
+def test_deepep_modes_and_the_h800_preset():
+    from dataclasses import replace
+
+    from pipetab.hardware.loaders import load_system
+    from pipetab.hardware.overlap import comm_share
+
+    h800 = load_system("h800_ib").device
+    assert h800.ep_kernels == "deepep_normal" and comm_share(h800.ep_kernels, h800.sm_count) == pytest.approx(20 / 132)
+    assert comm_share("deepep_low_latency", 132) == 0.0
+    assert comm_share("", 132) == 0.0 and comm_share("deepep_normal", 0) == 0.0
+    with pytest.raises(ValueError, match="ep_kernels must be one of"):
+        replace(h800, ep_kernels="nccl_magic")
+    with pytest.raises(ValueError, match="comm_share must be in"):
+        __import__("pipetab.hardware.overlap", fromlist=["two_stream"]).two_stream([], comm_share=1.0)
+
+
+def test_priced_pairs_slow_by_the_sms_their_all_to_alls_hold():
+    from dataclasses import replace
+
+    from pipetab.hardware.context import Context
+    from pipetab.hardware.loaders import load_model, load_system
+    from pipetab.hardware.overlap import two_stream
+    from pipetab.schedules import registry
+    from pipetab.solver.pricing import hardware_costs
+
+    sched = registry.generate("dualpipev", 4, 8)
+    system = load_system("h800_ib")
+    ctx = Context(tp=1, dp=8, ep=8, microbatch_size=1)
+    model = load_model("mixtral_8x7b")
+    costs = hardware_costs(sched, system, model, ctx)
+    free = hardware_costs(sched, replace(system, device=replace(system.device, ep_kernels="")), model, ctx)
+    assert costs.comm_share == pytest.approx(20 / 132) and free.comm_share == 0.0
+    pair = next(b for b in sched.blocks if len(b) == 3)  # an overlapped pair (F, B, the B's W)
+    f, b, w = ((op.kind, op.pipeline, op.stage) for op in pair)
+    chains = [list(costs.chains[f]), list(costs.chains[b]) + list(costs.chains.get(w) or [(False, costs.op_time[w])])]
+    assert costs.block_time(pair) == pytest.approx(two_stream(chains, 20 / 132))
+    assert free.block_time(pair) == pytest.approx(two_stream(chains))
+    assert costs.block_time(pair) > free.block_time(pair)
