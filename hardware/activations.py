@@ -31,9 +31,11 @@ module's docstring); the techniques act on its rows:
   saved input is kept in fp8, 1 byte plus an fp32 scale per 128 elements (DeepSeek-V3
   technical report §3.3: "cache the activations in FP8 for the backward pass of the
   Linear operator", 1x128 tiles; Transformer Engine keeps the quantized input of its
-  fp8 ``Linear`` for the backward). Norm inputs, attention operands and the router's
-  probabilities stay in their precision; the dispatched tokens keep the smaller of the
-  dispatch precision and fp8.
+  fp8 ``Linear`` for the backward), and the routed experts' SwiGLU inputs (the same
+  section: "we cache the inputs of the SwiGLU operator [in MoE] ... also stored in FP8").
+  Norm inputs, attention operands, the dense and shared MLPs' activation inputs, the
+  experts' outputs and the router's probabilities stay in their precision; the dispatched
+  tokens keep the smaller of the dispatch precision and fp8.
 * **Sequence / context parallelism**: replicated rows are split ``t`` ways with sequence
   parallelism (the ceiling of their sum, as ``hardware.layer``); every row is of the
   ``s/cp`` tokens a context-parallel rank runs.
@@ -70,7 +72,8 @@ FP8_CACHE = Precision.FP8.bytes_per_element  # 1 byte + an fp32 scale per 128 el
 class Saved(NamedTuple):
     """One tensor a layer saves for its backward: ``name``, ``nbytes`` in the compute
     precision (per routed copy for ``routed`` rows), ``where`` it lives (module docstring),
-    the recompute modules that drop it, and whether it is a GEMM's input (fp8-cacheable)."""
+    the recompute modules that drop it, and whether FP8 caching keeps it in fp8 (a GEMM's
+    input, or the routed experts' SwiGLU input)."""
 
     name: str
     nbytes: float
@@ -124,7 +127,7 @@ def _experts(model: TransformerModel, ctx: Context) -> list[Saved]:
     f = _split(_filled(model.expert_ffn_hidden), ctx.etp)
     router = 4 * check_mb(ctx.microbatch_size) * local_seq(model, ctx) / ctx.tp * model.num_experts
     return [Saved("dispatched", ctx.dispatch_precision.bytes_per_element * h, "routed", ("moe",), True),
-            Saved("expert_act_in", c * (n - 1) * f, "routed", ("moe",)),
+            Saved("expert_act_in", c * (n - 1) * f, "routed", ("moe",), True),
             Saved("expert_act_out", c * f, "routed", ("moe", "moe_act"), True),
             Saved("expert_out", c * h, "routed", ("moe",)),
             Saved("router_probs", router, "router", ("moe",))]

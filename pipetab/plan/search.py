@@ -15,7 +15,7 @@ from .cpsat import cpsat_outcome, cpsat_search, cpsat_shapes
 from .periodic import activation_peaks
 from .refine import refine
 from .result import Configuration, Plan, configuration, rank
-from .space import PlanSpace, costs_of, schedule_label, shapes
+from .space import PlanSpace, costs_of, rescues, schedule_label, shapes
 from .workers import Workers
 
 if TYPE_CHECKING:
@@ -78,6 +78,7 @@ class _BestFirst:
             heapq.heappush(self.heap, (bounds.shape_time(shape), i, shape))
         self.tiebreak = len(all_shapes)
         self.pruned_time = 0
+        self.ladders: dict[Context, list[Context]] = {}  # a rescued shape -> the techniques after it
         say(f"{len(all_shapes)} shapes x {len(self.variants)} schedules = {self.total} candidates")
 
     def _open(self, shape: Context) -> None:
@@ -85,7 +86,9 @@ class _BestFirst:
         need = self.bounds.shape_memory(shape)
         if need > cap:  # no schedule fits: none is bounded on its own (the shape's bound is theirs)
             self.misfits += [_Candidate(need, name, opts, shape) for name, opts in self.variants]
+            self._rescue(shape)
             return
+        fitting = 0
         for name, opts in self.variants:
             bound = self.bounds.memory(name, opts, shape)
             if bound is None:
@@ -93,10 +96,27 @@ class _BestFirst:
             if bound > cap:
                 self.misfits.append(_Candidate(bound, name, opts, shape))
             else:
+                fitting += 1
                 quick = self.bounds.quick(name, opts, shape)
                 if quick is None:
                     continue
                 self._push(_Candidate(quick[0], name, opts, shape, quick[1]))
+        if not fitting:
+            self._rescue(shape)
+
+    def _rescue(self, shape: Context) -> None:
+        """A shape none of whose schedules fits: its next memory technique (``rescues``: the
+        plain shape's first; a rescued shape's the next on its ladder) enters as a shape of
+        its own, so each shape gets the cheapest technique that fits it."""
+        ladder = self.ladders.pop(shape, None)
+        if ladder is None:
+            ladder = rescues(self.space, shape)
+        if ladder:
+            nxt, rest = ladder[0], ladder[1:]
+            self.ladders[nxt] = rest
+            self.total += len(self.variants)
+            self.tiebreak += 1
+            heapq.heappush(self.heap, (self.bounds.shape_time(nxt), self.tiebreak, nxt))
 
     def _push(self, cand: _Candidate) -> None:
         self.tiebreak += 1

@@ -304,6 +304,40 @@ def shapes(space: PlanSpace) -> list[Context]:
     return out
 
 
+# recompute modules in the order plan adds them where a shape does not fit: the cheapest
+# recomputation per byte freed first (norms are memory-bound passes; MLA's up-projections
+# and the experts' activation small GEMMs or elementwise work; then the attention core, the
+# shared experts, a dense MLP and a whole MoE block)
+MODULE_LADDER = ("layernorm", "mla_up_proj", "moe_act", "core_attn", "shared_experts", "mlp", "moe")
+
+
+def rescues(space: PlanSpace, shape: Context) -> list[Context]:
+    """The memory techniques ``plan`` tries, cheapest first, on a shape none of whose
+    schedules fits without them (``search``): ZeRO-2 in place of ZeRO-1 and FP8 caching of
+    the GEMM inputs (with fp8 GEMMs), free in step time, alone and together; then both with
+    the recompute modules of ``MODULE_LADDER`` added one by one (those the model has).
+    Only from a shape with no recomputation and no technique of its own; ZeRO and the
+    recomputation the space pins are kept."""
+    m = space.model
+    if shape.recompute is not Recompute.NONE or shape.memory_techniques:
+        return []
+    free: list[dict] = []
+    if shape.zero == 1 and space.zero is None:
+        free.append({"zero": 2})
+    if shape.gemm_precision == "fp8":
+        free.append({"activation_precision": "fp8"})
+    rungs = free + ([{**free[0], **free[1]}] if len(free) == 2 else [])
+    both = {k: v for r in free for k, v in r.items()}
+    has = {"mla_up_proj": m.mla, "moe_act": m.moe, "shared_experts": m.moe and m.shared_experts > 0,
+           "mlp": m.num_layers > m.moe_layers_in(0, m.num_layers), "moe": m.moe}
+    modules: list[str] = []
+    for name in MODULE_LADDER:
+        if has.get(name, True):
+            modules.append(name)
+            rungs.append({**both, "recompute_modules": tuple(modules)})
+    return [shape.replace(**r) for r in rungs]
+
+
 def costs_of(space: PlanSpace, sched: Schedule, shape: Context):
     """``hardware_costs`` of ``sched`` on ``shape`` (its context)."""
     from pipetab.solver.pricing import hardware_costs

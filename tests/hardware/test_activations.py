@@ -53,9 +53,10 @@ def test_a_moe_layer_by_hand():
                  for m in ("moe", "moe_act", "shared_experts", "layernorm")}
     assert by_module == {"moe": 1376 - 192 - 640 - 64, "moe_act": 1376 - 8 * 16, "shared_experts": 1376 - 192,
                          "layernorm": 1376 - 128}
-    # fp8: QKV, MoE inputs, attention output, shared product 64 each; per copy input and product
-    fp8 = 4 * 64 / 2 * SCALED + 8 * (16 / 2 * SCALED + 32 + 16 / 2 * SCALED + 16)
-    assert activation_bytes_per_layer(MOE, FP8, True) == pytest.approx(1376 - 256 - 8 * 32 + fp8 - 8 * 48)
+    # fp8: QKV, MoE inputs, attention output, shared product 64 each; per routed copy its
+    # input, SwiGLU input and product (DeepSeek-V3 3.3), not its output
+    fp8 = 4 * 64 / 2 * SCALED + 8 * ((16 + 32 + 16) / 2 * SCALED + 16)
+    assert activation_bytes_per_layer(MOE, FP8, True) == pytest.approx(1376 - 256 - 8 * 64 + fp8 - 8 * 16)
 
 
 def test_an_mla_layer_by_hand():
