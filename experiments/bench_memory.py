@@ -102,8 +102,9 @@ def dense_runs() -> list[dict]:
     model = load_model("llama3_405b")
     for r in LLAMA3:
         ctx = Context(tp=8, dp=r.dp, zero=2, microbatch_size=1, seq_len=8192)
-        rows.append(_judged(f"405B TP8 PP16 DP{r.dp} ({r.gpus} H100, Llama 3)", "interleaved", {"chunks": LLAMA3_CHUNKS},
-                            16, r.sequences_per_pipeline, h100, model, ctx, ctx.replace(zero=1), "ZeRO-2",
+        rows.append(_judged(f"405B TP8 PP16 DP{r.dp} ({r.gpus} H100, Llama 3)", "interleaved",
+                            {"chunks": LLAMA3_CHUNKS}, 16, r.sequences_per_pipeline, h100, model, ctx,
+                            ctx.replace(zero=1), "ZeRO-2",
                             f"{LLAMA3_REF}; section 3.3.2: no activation checkpointing on 8K sequences; data "
                             "parallelism shards optimizer state and gradients, not weights (issue 40)",
                             note="Meta also frees pipeline inputs and outputs early (not modelled)"))
