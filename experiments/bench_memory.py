@@ -17,7 +17,8 @@ import csv
 import time
 from pathlib import Path
 
-from pipetab.hardware import Context, TransformerModel, load_model, load_system
+from pipetab.hardware import Context, TransformerModel, load_model, load_system, schedule_costs
+from pipetab.hardware.reserve import memory_reserve
 from pipetab.hardware.layer import activation_bytes_per_layer
 from pipetab.plan import plan, plan_question
 from pipetab.plan.space import cluster
@@ -32,7 +33,8 @@ from .fidelity_data import KORTHIKANTI, KORTHIKANTI_REF, LLAMA3, LLAMA3_CHUNKS, 
 ROOT = Path(__file__).resolve().parents[1]
 MEASURED = ROOT / "experiments" / "measured" / "h200_2026-11-28" / "saved.csv"
 COLUMNS = ["run", "quantity", "techniques", "technique_sources", "predicted", "published", "error_pct", "fits",
-           "peak_gib", "usable_gib", "plain_fits", "plain_peak_gib", "note"]
+           "peak_gib", "usable_gib", "plain_fits", "plain_peak_gib", "sourced_reserve_gib", "communicators",
+           "fits_sourced_reserve", "note"]
 
 V3 = "DeepSeek-V3 technical report (arXiv 2412.19437)"
 TE_FP8 = ("Transformer Engine keeps the quantized input of an fp8 Linear for its backward (TE PR #1665; "
@@ -58,21 +60,34 @@ def _row(run: str, quantity: str, predicted: float | None, published: float | No
 
 def _peak(name: str, opts: dict, pp: int, microbatches: int, system, model, ctx: Context) -> tuple[float, bool, float]:
     """(peak GiB per GPU, fits, step s) of a registry schedule on ``ctx``, simulated."""
+    return _simulated(name, opts, pp, microbatches, system, model, ctx)[:3]
+
+
+def _simulated(name: str, opts: dict, pp: int, microbatches: int, system, model, ctx: Context):
+    """``_peak`` and the sourced reserve of the peak GPU (``hardware.reserve``)."""
     sched = registry.generate(name, pp, microbatches, **opts)
     costs = hardware_costs(sched, system, model, ctx)
     sim = simulate(sched, costs)
-    peak = max(a + b for a, b in zip(sim.peak_activation, costs.persistent))
-    return peak / 2**30, all(sim.fits_memory), sim.makespan
+    peaks = [a + b for a, b in zip(sim.peak_activation, costs.persistent)]
+    device = max(range(len(peaks)), key=peaks.__getitem__)
+    resolved = ctx.resolved(model, microbatches).replace(pp=pp)
+    params = sum(c.params for p, row in enumerate(schedule_costs(sched, system, model, resolved).stages)
+                 for s, c in enumerate(row) if sched.placement.device(p, s) == device)
+    reserve = memory_reserve(system.device, resolved, model.moe, params)
+    return peaks[device] / 2**30, all(sim.fits_memory), sim.makespan, reserve, peaks[device]
 
 
 def _judged(run: str, name: str, opts: dict, pp: int, m: int, system, model, ctx: Context, plain: Context,
             techniques: str, sources: str, note: str = "") -> dict:
     """A published run's memory verdict with its techniques and without (``plain``)."""
-    peak, fits, _ = _peak(name, opts, pp, m, system, model, ctx)
+    peak, fits, _, reserve, peak_bytes = _simulated(name, opts, pp, m, system, model, ctx)
     plain_peak, plain_fits, _ = (peak, fits, 0.0) if plain == ctx else _peak(name, opts, pp, m, system, model, plain)
+    sourced = system.device.memory_bytes - reserve.total
     return _row(run, "fits (published run)", float(fits), 1.0, techniques=techniques, technique_sources=sources,
                 fits=fits, peak_gib=round(peak, 1), usable_gib=round(system.device.usable_memory_bytes / 2**30, 1),
-                plain_fits=plain_fits, plain_peak_gib=round(plain_peak, 1), note=note)
+                plain_fits=plain_fits, plain_peak_gib=round(plain_peak, 1), note=note,
+                sourced_reserve_gib=round(reserve.total / 2**30, 2), fits_sourced_reserve=peak_bytes <= sourced,
+                communicators="+".join(reserve.communicators))
 
 
 def dense_runs() -> list[dict]:

@@ -99,3 +99,23 @@ def test_techniques_that_do_not_apply_are_refused():
     with pytest.raises(ValueError, match="recompute modules must be among core_attn, layernorm"):
         Context(recompute_modules=("attention",))
     assert Context(recompute_modules="mlp,layernorm").recompute_modules == ("layernorm", "mlp")
+
+
+def test_the_memory_reserve_term_by_term():
+    """A dense TP8 DP2 PP4 GPU belongs to TP, DP and PP communicators: 3 x 16 channels x 2
+    neighbours x 4 MiB = 384 MiB of NCCL buffers, plus the 512 MiB context, 64 MiB of
+    workspaces and 2 % of an 80 GiB device; with fp8 GEMMs 2 bytes per parameter more; a
+    MoE GPU at EP4 (EDP 4) adds two communicators."""
+    from pipetab.hardware.reserve import communicators, memory_reserve
+    from pipetab.hardware.system import Device
+
+    mib = 2**20
+    device = Device(peak_flops=1e15, compute_efficiency=0.5, compute_latency_s=0.0, mem_bandwidth=3e12,
+                    mem_efficiency=0.8, mem_latency_s=0.0, memory_bytes=80 * 2**30)
+    ctx = Context(tp=8, dp=2, pp=4)
+    r = memory_reserve(device, ctx)
+    assert r.communicators == ("TP", "DP", "PP") and r.nccl == 384 * mib
+    assert r.total == pytest.approx(512 * mib + 64 * mib + 384 * mib + 0.02 * 80 * 2**30)
+    assert memory_reserve(device, ctx.replace(gemm_precision="fp8"), params=10**9).fp8_copies == 2e9
+    assert communicators(Context(tp=2, dp=8, ep=4), moe=True) == ("TP", "DP", "EP", "EDP")
+    assert communicators(Context()) == ()
