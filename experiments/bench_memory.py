@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 
 from pipetab.hardware import Context, TransformerModel, load_model, load_system, schedule_costs
-from pipetab.hardware.reserve import memory_reserve
 from pipetab.hardware.layer import activation_bytes_per_layer
+from pipetab.hardware.reserve import memory_reserve
 from pipetab.plan import plan, plan_question
 from pipetab.plan.space import cluster
 from pipetab.schedules import registry
