@@ -196,6 +196,11 @@ class PlanSpace(ContextSpace):
         if not self.schedules:
             out.append(f"{' and '.join(NOT_BY_DEFAULT)} not considered: their generator's time grows with "
                        "stages^2 x microbatches (give --schedules to try them)")
+        free = [t for t, on in (("ZeRO-2", self.zero is None), ("FP8 caching of GEMM inputs",
+                                                                self.gemm_precision == "fp8")) if on]
+        out.append("memory techniques where no schedule of a shape fits without them, cheapest first: "
+                   + ", ".join(free) + (", then " if free else "")
+                   + f"recompute modules one by one (those of {', '.join(MODULE_LADDER)} the model has)")
         out.append("layouts: even split; uneven ones (end stages lighter) and per-stage recomputation tried on "
                    "the 3 best" if self.refine else "layouts: even split only")
         return tuple(out)

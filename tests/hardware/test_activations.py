@@ -119,3 +119,18 @@ def test_the_memory_reserve_term_by_term():
     assert memory_reserve(device, ctx.replace(gemm_precision="fp8"), params=10**9).fp8_copies == 2e9
     assert communicators(Context(tp=2, dp=8, ep=4), moe=True) == ("TP", "DP", "EP", "EDP")
     assert communicators(Context()) == ()
+
+
+def test_a_stage_s_backward_runs_its_recompute_modules_again():
+    """Two dense layers with ``mlp`` recomputed: the backward's FLOPs grow by 2 x 3072 and
+    nothing else does; the stage's activation drops by 2 x 384 bytes; on the unit device
+    (1 MFLOP/s, 1 MB/s, roofline) B is at least that much longer."""
+    from pipetab.hardware.costs import stage_cost
+    from tests.hardware.units import UNIT
+
+    plain = stage_cost(DENSE, UNIT, ONE, 2, first=False, last=False)
+    mlp = stage_cost(DENSE, UNIT, ONE.replace(recompute_modules=("mlp",)), 2, first=False, last=False)
+    assert mlp.flops_backward - plain.flops_backward == 2 * 3072
+    assert (mlp.flops_forward, mlp.forward_s) == (plain.flops_forward, plain.forward_s)
+    assert plain.activation_bytes - mlp.activation_bytes == 2 * 384
+    assert mlp.backward_s >= plain.backward_s + 2 * 3072 / 1e6 - 1e-12
