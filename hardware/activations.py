@@ -160,6 +160,24 @@ def layer_saved(model: TransformerModel, ctx: Context, moe: bool = False) -> tup
     return (*rows, _scores(model, ctx))
 
 
+def head_saved(model: TransformerModel, ctx: Context) -> tuple[Saved, ...]:
+    """What the last stage keeps beyond its layers, per GPU for one microbatch: the final
+    norm's and the LM head's inputs (replicated; the head stays in the compute precision
+    under fp8 recipes) and ``logit_bytes`` per logit for the loss (TP splits the
+    vocabulary); each MTP module (``model.mtp_layers``) keeps its ``2h`` projection input,
+    a MoE layer (``layer_saved``) and a head of its own (``hardware.layer.head_activation_bytes``
+    sums them)."""
+    if model.logit_bytes == 0:
+        return ()
+    c, sb = model.bytes_per_param_compute, local_seq(model, ctx) * check_mb(ctx.microbatch_size)
+    rows = [Saved("final_norm_in", c * sb * model.hidden, "replicated"),
+            Saved("head_in", c * sb * model.hidden, "replicated"),
+            Saved("logits", model.logit_bytes * sb * _split(model.vocab, ctx.tp), "split")]
+    if model.mtp_layers:
+        rows.append(Saved("mtp_proj_in", 2 * c * sb * model.hidden, "replicated"))
+    return tuple(rows)
+
+
 def dropped_modules(model: TransformerModel, ctx: Context) -> frozenset[str]:
     """The recompute modules in effect: ``Context.recompute_modules``, and ``core_attn``
     with selective recomputation on classic attention."""

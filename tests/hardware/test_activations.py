@@ -134,3 +134,18 @@ def test_a_stage_s_backward_runs_its_recompute_modules_again():
     assert (mlp.flops_forward, mlp.forward_s) == (plain.flops_forward, plain.forward_s)
     assert plain.activation_bytes - mlp.activation_bytes == 2 * 384
     assert mlp.backward_s >= plain.backward_s + 2 * 3072 / 1e6 - 1e-12
+
+
+@pytest.mark.parametrize("name", ["deepseek_v3", "llama3_8b"])
+def test_the_head_rows_sum_to_the_last_stage_s_extra(name):
+    """The final norm's and head's inputs and the logits (and, with MTP, per module its
+    projection input, a MoE layer and a head again) add up to ``head_activation_bytes``."""
+    from pipetab.hardware.activations import head_saved
+    from pipetab.hardware.layer import head_activation_bytes
+
+    model, ctx = load_model(name), Context(tp=2, dp=1, microbatch_size=1)
+    rows = {r.name: r.nbytes / (ctx.tp if r.where == "replicated" else 1) for r in head_saved(model, ctx)}
+    head = rows["final_norm_in"] + rows["head_in"] + rows["logits"]
+    if model.mtp_layers:
+        head += model.mtp_layers * (activation_bytes_per_layer(model, ctx, True) + rows["mtp_proj_in"] + head)
+    assert head == pytest.approx(head_activation_bytes(model, ctx))
