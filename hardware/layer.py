@@ -78,7 +78,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
-from .activations import RECOMPUTED_GEMMS, saved_bytes
+from .activations import RECOMPUTED_GEMMS, check_modules, saved_bytes
 from .context import Context, Recompute
 from .gemms import Gemm, check_mb, heads_per_gpu, kv_heads_per_gpu, layer_gemms, local_seq, routed_rows
 
@@ -327,6 +327,22 @@ def recompute_traffic(model: TransformerModel, ctx: Context, moe: bool = False) 
         return 0
     plain = ctx.replace(recompute_modules=())
     return 2 * (saved_bytes(model, plain, moe) - saved_bytes(model, ctx, moe))
+
+
+def module_choices(model: TransformerModel, ctx: Context, moe: bool = False) -> dict[str, tuple[float, float]]:
+    """Per recompute module the layer has, on top of ``ctx``'s techniques: (bytes it frees
+    per microbatch on one GPU, forward FLOPs it runs again in the backward) — what a
+    choice of recomputation or offload per module weighs (0 bytes: already dropped)."""
+    kept, out = saved_bytes(model, ctx, moe), {}
+    for name in RECOMPUTED_GEMMS:
+        one = ctx.replace(recompute_modules=(name,))
+        try:
+            check_modules(model, one)
+        except ValueError:
+            continue
+        more = ctx.replace(recompute_modules=(*ctx.recompute_modules, name))
+        out[name] = (kept - saved_bytes(model, more, moe), recompute_flops(model, one, moe))
+    return out
 
 
 def stage_recompute(model: TransformerModel, ctx: Context, layers: int, first_layer: int = 0) -> tuple[float, float]:

@@ -149,3 +149,15 @@ def test_the_head_rows_sum_to_the_last_stage_s_extra(name):
     if model.mtp_layers:
         head += model.mtp_layers * (activation_bytes_per_layer(model, ctx, True) + rows["mtp_proj_in"] + head)
     assert head == pytest.approx(head_activation_bytes(model, ctx))
+
+
+def test_each_module_s_bytes_freed_and_flops_again():
+    """What a per-module choice weighs on the dense layer: ``mlp`` frees 384 bytes for
+    3072 FLOPs, ``layernorm`` 128 bytes for none (a memory-bound pass), ``core_attn`` the
+    32-byte log-sum-exp for the attention core again (2*b*s*s*a*(d+d) = 256 FLOPs); the
+    MLA and MoE modules are not the dense model's."""
+    from pipetab.hardware.layer import module_choices
+
+    got = module_choices(DENSE, ONE)
+    assert got == {"core_attn": (32, 2 * 4 * 4 * 2 * 8), "layernorm": (128, 0), "mlp": (384, 3072)}
+    assert module_choices(DENSE, ONE.replace(recompute_modules=("mlp",)))["mlp"] == (0, 3072)
