@@ -109,6 +109,20 @@ def precision_of(value: object, what: str = "dispatch precision") -> Precision:
     return _choice(Precision, value, what)
 
 
+# Megatron-LM's ``--recompute-modules`` (with ``--recompute-granularity selective``): what
+# each drops and recomputes is ``hardware.activations``'s table
+RECOMPUTE_MODULES = ("core_attn", "layernorm", "mla_up_proj", "mlp", "moe", "moe_act", "shared_experts")
+
+
+def recompute_modules_of(value: object) -> tuple[str, ...]:
+    """``value`` (names, or one comma-separated string) as a sorted tuple of distinct
+    ``RECOMPUTE_MODULES``; ``ValueError`` naming the allowed ones otherwise."""
+    items = [v for v in value.split(",") if v] if isinstance(value, str) else value
+    if not isinstance(items, (list, tuple)) or any(v not in RECOMPUTE_MODULES for v in items):
+        raise ValueError(f"recompute modules must be among {', '.join(RECOMPUTE_MODULES)}, got {value!r}")
+    return tuple(sorted(set(items), key=RECOMPUTE_MODULES.index))
+
+
 def recompute_of(value: object) -> Recompute:
     """``value`` as a ``Recompute``; ``ValueError`` naming the choices otherwise."""
     return _choice(Recompute, value, "recompute")
@@ -160,6 +174,8 @@ class Context:
     reshard_after_forward: bool = True
     layout: Layout | None = None
     recompute_layers: tuple[int, ...] | None = None
+    recompute_modules: tuple[str, ...] = ()
+    activation_precision: Precision = Precision.BF16
 
     def __post_init__(self) -> None:
         for what in ("tp", "dp", "ep", "etp", "cp"):
@@ -201,6 +217,35 @@ class Context:
         if self.zero and self.replicas == 1:
             raise ValueError(f"ZeRO stage {self.zero} applies with dp > 1 (or cp > 1) only")
         object.__setattr__(self, "recompute", recompute_of(self.recompute))
+        self._check_memory_techniques()
+
+    def _check_memory_techniques(self) -> None:
+        """Recompute modules and FP8 activation caching, refused where they do not apply."""
+        object.__setattr__(self, "recompute_modules", recompute_modules_of(self.recompute_modules))
+        if self.recompute_modules and self.recompute is Recompute.FULL:
+            raise ValueError("recompute modules apply with selective or no recomputation, not with full")
+        object.__setattr__(self, "activation_precision", precision_of(self.activation_precision,
+                                                                      "activation precision"))
+        if self.activation_precision is Precision.FP8 and self.gemm_precision is not Precision.FP8:
+            raise ValueError("activation precision fp8 (GEMM inputs cached in fp8) applies with gemm precision "
+                             "fp8 only")
+
+    @property
+    def memory_techniques(self) -> tuple[str, ...]:
+        """The memory techniques this context uses, as a ranking row names them:
+        ``recompute=full``, ``recompute=core_attn+layernorm``, ``fp8-cache``, ``ZeRO-2``..."""
+        out = []
+        if self.recompute is Recompute.FULL:
+            out.append("recompute=full")
+        modules = self.recompute_modules + (("core_attn",) if self.recompute is Recompute.SELECTIVE
+                                            and "core_attn" not in self.recompute_modules else ())
+        if modules:
+            out.append("recompute=" + "+".join(sorted(modules, key=RECOMPUTE_MODULES.index)))
+        if self.recompute_layers and any(self.recompute_layers):
+            out.append("recompute-layers=" + ",".join(map(str, self.recompute_layers)))
+        if self.activation_precision is Precision.FP8:
+            out.append("fp8-cache")
+        return tuple(out)
 
     def replace(self, **changes) -> "Context":
         """A copy with ``changes``; derived defaults (``None``) are derived again."""
@@ -391,4 +436,6 @@ class Context:
                 "gemm_precision": str(self.gemm_precision),
                 "cp": self.cp, "cp_comm": str(self.cp_comm), "reshard_after_forward": self.reshard_after_forward,
                 "layout": None if self.layout is None else self.layout.megatron(),
-                "recompute_layers": None if self.recompute_layers is None else list(self.recompute_layers)}
+                "recompute_layers": None if self.recompute_layers is None else list(self.recompute_layers),
+                "recompute_modules": ",".join(self.recompute_modules),
+                "activation_precision": str(self.activation_precision)}

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Sequence
 from pipetab.schedules.checks import check_count
 from pipetab.schedules.ops import Kind
 
+from .activations import check_modules
 from .context import Context, Recompute
 from .cp import layer_cp_comm
 from .gemms import tokens
@@ -55,6 +56,7 @@ from .layer import (
     stage_activation_bytes,
     stage_expert_params_per_gpu,
     stage_params_per_gpu,
+    stage_recompute,
     stage_weight_memory_bytes,
     weight_memory_bytes_per_layer,
 )
@@ -281,6 +283,7 @@ def stage_cost(model: TransformerModel, device: Device, ctx: Context, layers: in
 def _check_stage(model: TransformerModel, ctx: Context, layers: int, links: StageLinks) -> None:
     check_count("layers", layers, 0)
     ctx.check_experts(model)
+    check_modules(model, ctx)
     if ctx.tp > 1 or ctx.cp > 1:
         ctx.check(model)
     for size, link, what in ((ctx.tp, links.tp, "tensor-parallel group"), (ctx.cp, links.cp, "context-parallel group")):
@@ -313,6 +316,8 @@ def _stage_work(model: TransformerModel, ctx: Context, spec: StageSpec) -> Stage
     traffic_f = (layer_v + (head_forward_traffic(model, ctx) if last else 0)
                  + (embedding_forward_traffic(model, ctx) if first else 0))
     extra_v = layer_v if recompute is Recompute.FULL else 0
+    modules_f, modules_v = stage_recompute(model, ctx, layers, spec.first_layer)
+    extra_f, extra_v = extra_f + modules_f, extra_v + modules_v
     if spec.split_backward:
         return StageWork(flops_f, gemm + 2 * core + flash_extra + head + extra_f, gemm + head,
                          traffic_f, traffic_f + extra_v, traffic_f)
@@ -330,7 +335,7 @@ def _stage_comm(model: TransformerModel, device: Device, ctx: Context, spec: Sta
     tp_b = one * ((4 if full else 2) * layers + (1 if last else 0))
     a2a_layers = model.moe_layers_in(spec.first_layer, spec.first_layer + layers) + (model.mtp_layers if last else 0)
     ep_f = a2a_layers * (links.moe_comm[0] + links.moe_comm[1])
-    ep_b = a2a_layers * 2 * links.moe_comm[1] + (ep_f if full else 0)
+    ep_b = a2a_layers * 2 * links.moe_comm[1] + (ep_f if full or "moe" in ctx.recompute_modules else 0)
     cp_f, cp_b = layer_cp_comm(model, device, ctx, links.cp, attention_core_flops(model, ctx), tokens(model, ctx),
                                model.attention == "flash")
     attention_layers = layers + (model.mtp_layers if last else 0)
@@ -365,7 +370,8 @@ def _stage_chains(model: TransformerModel, ctx: Context, spec: StageSpec, links:
                   seconds: tuple[float, float, float]) -> dict[Kind, tuple[Segment, ...]]:
     """Each op's parts on the compute and communication streams (``StageCost.chains``)."""
     moe_comm = links.moe_comm
-    again = moe_comm if ctx.recompute is Recompute.FULL else (0.0, 0.0)  # full recomputation: the all-to-alls again
+    # full recomputation or the moe recompute module: the all-to-alls again
+    again = moe_comm if ctx.recompute is Recompute.FULL or "moe" in ctx.recompute_modules else (0.0, 0.0)
     comm_bwd = (moe_comm[1] + again[0], moe_comm[1] + again[1])
     kernel: list[list[float] | None] = list(segments) if segments else [None, None]
     parts_f = _weighted(_moe_parts(model, ctx, spec.first_layer, spec.layers, spec.last, moe_comm), kernel[0])

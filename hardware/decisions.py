@@ -45,7 +45,8 @@ ALL_COMMANDS = RUN_COMMANDS | {"plan"}
 class Enumerate(StrEnum):
     """How ``plan`` takes a decision: ``candidates`` (a list to try; none given: every value
     that applies), ``choice`` (one value given, else the defaults ``plan`` tries), ``pinned``
-    (one value for every shape), ``derived`` (follows from the others or from refinement;
+    (one value for every shape), ``derived`` (follows from the others or from refinement,
+    or is a memory technique ``plan`` chooses where a shape does not fit without it;
     not an option of ``plan``)."""
 
     CANDIDATES = "candidates"
@@ -204,6 +205,14 @@ DECISIONS: tuple[Decision, ...] = (
     Decision("recompute_layers", "counts", "per stage, layers recomputed in full (Megatron's "
              "--recompute-num-layers), e.g. 4,2,0,0", "--recompute-layers", label="recompute layers",
              megatron="--recompute-num-layers"),
+    Decision("recompute_modules", "modules", "modules recomputed in the backward, Megatron's --recompute-modules "
+             "(comma-separated among core_attn, layernorm, mla_up_proj, mlp, moe, moe_act, shared_experts; "
+             "plan chooses them where a shape does not fit otherwise)", "--recompute-modules",
+             label="recompute modules", megatron="--recompute-modules"),
+    Decision("activation_precision", str, "precision GEMM inputs are kept in for the backward: fp8 caches them "
+             "as Transformer Engine and DeepSeek-V3 do (with --gemm-precision fp8; default bf16; plan chooses it "
+             "where a shape does not fit otherwise)", "--activation-precision", label="activation precision",
+             choices=tuple(Precision)),
     # the schedule's devices (--stages of the run commands) and the recomputation (their
     # --recompute), declared by the commands beside the schedule and the model
     _degree("pp", "pipeline stages", "--pipeline-model-parallel-size", "parallelism.pipeline_parallel_degree",

@@ -78,6 +78,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
+from .activations import RECOMPUTED_GEMMS, check_modules, saved_bytes
 from .context import Context, Recompute
 from .gemms import Gemm, check_mb, heads_per_gpu, kv_heads_per_gpu, layer_gemms, local_seq, routed_rows
 
@@ -285,17 +286,6 @@ def _experts(model: TransformerModel, ctx: Context) -> float:
     return routed_rows(model, ctx) * per_copy + router
 
 
-def _scores(model: TransformerModel, mb: int, tp: int, s: int) -> int:
-    """Score-related bytes: classic ``c*a*s^2*b`` (+``(c+1)*a*s^2*b`` with dropout),
-    fused ``4*a*s*b``, per GPU (``a/t`` heads; a context-parallel rank keeps the rows of
-    its ``s`` queries against every key)."""
-    heads, c = heads_per_gpu(model, tp), model.bytes_per_param_compute
-    if model.attention == "flash":
-        return 4 * heads * s * mb
-    per = c + (c + 1 if model.dropout else 0)
-    return per * heads * s * model.seq_len * mb
-
-
 def _kept(model: TransformerModel, ctx: Context, moe: bool) -> float:
     """Activation bytes of a layer without the score terms."""
     mb, seq = _mb(ctx), local_seq(model, ctx)
@@ -315,10 +305,52 @@ def activation_bytes_per_layer(model: TransformerModel, ctx: Context, moe: bool 
     mb = _mb(ctx)
     if ctx.recompute is Recompute.FULL:
         return _sp(model.bytes_per_param_compute * local_seq(model, ctx) * mb * model.hidden, ctx)
-    kept = _kept(model, ctx, moe)
-    if ctx.recompute is Recompute.NONE or model.attention == "flash":
-        kept += _scores(model, mb, ctx.tp, local_seq(model, ctx))
-    return _whole(kept)
+    return _whole(saved_bytes(model, ctx, moe))  # hardware.activations: the per-module table
+
+
+def recompute_flops(model: TransformerModel, ctx: Context, moe: bool = False) -> float:
+    """Forward FLOPs one layer runs again in its backward for ``ctx.recompute_modules``
+    (``hardware.activations``): their GEMMs, and the attention core for ``core_attn``
+    (beyond what ``Recompute.SELECTIVE`` already runs again on classic attention)."""
+    modules = set(ctx.recompute_modules)
+    names = {g for m in modules for g in RECOMPUTED_GEMMS[m]}
+    flops = sum(g.flops for g in _gemms(model, ctx, moe) if g.name in names)
+    if "core_attn" in modules and not (ctx.recompute is Recompute.SELECTIVE and model.attention == "classic"):
+        flops += attention_core_flops(model, ctx)
+    return flops
+
+
+def recompute_traffic(model: TransformerModel, ctx: Context, moe: bool = False) -> float:
+    """Bytes the recomputation of ``ctx.recompute_modules`` moves in the backward: the
+    dropped tensors written and read again (``2 x`` the bytes the modules save) [I]."""
+    if not ctx.recompute_modules:
+        return 0
+    plain = ctx.replace(recompute_modules=())
+    return 2 * (saved_bytes(model, plain, moe) - saved_bytes(model, ctx, moe))
+
+
+def module_choices(model: TransformerModel, ctx: Context, moe: bool = False) -> dict[str, tuple[float, float]]:
+    """Per recompute module the layer has, on top of ``ctx``'s techniques: (bytes it frees
+    per microbatch on one GPU, forward FLOPs it runs again in the backward) — what a
+    choice of recomputation or offload per module weighs (0 bytes: already dropped)."""
+    kept, out = saved_bytes(model, ctx, moe), {}
+    for name in RECOMPUTED_GEMMS:
+        one = ctx.replace(recompute_modules=(name,))
+        try:
+            check_modules(model, one)
+        except ValueError:
+            continue
+        more = ctx.replace(recompute_modules=(*ctx.recompute_modules, name))
+        out[name] = (kept - saved_bytes(model, more, moe), recompute_flops(model, one, moe))
+    return out
+
+
+def stage_recompute(model: TransformerModel, ctx: Context, layers: int, first_layer: int = 0) -> tuple[float, float]:
+    """(FLOPs, traffic) of a stage's layers' recompute modules in one backward."""
+    if not ctx.recompute_modules:
+        return 0, 0
+    return (_per_stage(model, first_layer, layers, lambda moe: recompute_flops(model, ctx, moe)),
+            _per_stage(model, first_layer, layers, lambda moe: recompute_traffic(model, ctx, moe)))
 
 
 def weight_memory_bytes_per_layer(model: TransformerModel, ctx: Context, moe: bool = False) -> float:

@@ -50,6 +50,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from pipetab.schedules.ops import Kind
 
+from .activations import RECOMPUTED_GEMMS, RECOMPUTED_PARTS
 from .context import Precision, Recompute
 from .gemms import (
     Gemm,
@@ -210,7 +211,24 @@ def layer_parts(model: TransformerModel, ctx: Context, moe: bool, kind: Kind) ->
         parts += layer_parts(model, ctx.replace(recompute=Recompute.NONE), moe, Kind.F)
     elif kind is Kind.B and ctx.recompute is Recompute.SELECTIVE and model.attention == "classic":
         parts += core_parts(model, ctx, Kind.F)
+    if kind is Kind.B and ctx.recompute_modules:
+        parts += _recomputed_parts(model, ctx, moe)
     return parts
+
+
+def _recomputed_parts(model: TransformerModel, ctx: Context, moe: bool) -> list[Part]:
+    """The forward kernels the recompute modules run again in the backward
+    (``hardware.activations``: their GEMMs with their fp8 casts, their memory-bound
+    kernels, the attention core for ``core_attn``)."""
+    modules = ctx.recompute_modules
+    gemms = {g for m in modules for g in RECOMPUTED_GEMMS[m]}
+    names = {p for m in modules for p in RECOMPUTED_PARTS[m]}
+    names |= {f"{g}_f" for g in gemms} | {f"{g}_fp8_cast" for g in gemms}
+    plain = ctx.replace(recompute=Recompute.NONE, recompute_modules=())
+    out = [p for p in layer_parts(model, plain, moe, Kind.F) if p.name in names]
+    if "core_attn" in modules and not (ctx.recompute is Recompute.SELECTIVE and model.attention == "classic"):
+        out += core_parts(model, ctx, Kind.F)
+    return out
 
 
 def head_parts(model: TransformerModel, ctx: Context, kind: Kind) -> list[Part]:

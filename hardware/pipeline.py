@@ -255,7 +255,11 @@ def _stage_costs(schedule: Schedule, system: System, model: TransformerModel, ct
                  parts: list[list[Part]], links: DeviceLinks) -> list[tuple[StageCost, ...]]:
     """Every stage's ``StageCost`` (per-stage recomputation blended in: ``blend``)."""
     plain = ctx.even  # the same stage costs whatever the layout
-    full = plain.replace(recompute=Recompute.FULL)
+    recomputed = ctx.recompute_layers
+    if not (recomputed and any(recomputed)) or ctx.recompute is Recompute.FULL:  # no full layers to blend in
+        full = plain
+    else:
+        full = plain.replace(recompute=Recompute.FULL, recompute_modules=())
     recomputed = ctx.recompute_layers
     stages = []
     for p, row in enumerate(parts):

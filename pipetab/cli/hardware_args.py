@@ -93,7 +93,7 @@ def add_decision(p, d: Decision, plan: bool = False, required: bool = False) -> 
     elif d.kind is int:
         kw["type"] = common.positive_int(d.label, maximum=d.maximum)
     else:
-        kw["type"] = {float: _number_from(d), "layout": _layout, "counts": _counts}[d.kind]
+        kw["type"] = {float: _number_from(d), "layout": _layout, "counts": _counts, "modules": _modules}[d.kind]
     if d.name == "global_batch":
         kw.update(required=required, help=d.help + ("" if required else " (default: the model's)"))
     p.add_argument(flag, **{k: v for k, v in kw.items() if v is not None or k == "default"})
@@ -122,6 +122,17 @@ def _layout(text: str):
 
     try:
         return Layout.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _modules(text: str) -> tuple[str, ...]:
+    import argparse
+
+    from pipetab.hardware.context import recompute_modules_of
+
+    try:
+        return recompute_modules_of(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
@@ -200,7 +211,8 @@ class CostSource:
 # the context's fields in the ``context`` of ``evaluate --format json``, in its order
 _SOURCE_KEYS = ("tp", "dp", "sequence_parallel", "zero", "overlap", "microbatch_size", "seq_len", "global_batch",
                 "ep", "etp", "dispatch_precision", "routing_imbalance", "node_limit", "gemm_precision", "cp",
-                "cp_comm", "reshard_after_forward", "layout", "recompute_layers")
+                "cp_comm", "reshard_after_forward", "layout", "recompute_layers", "recompute_modules",
+                "activation_precision")
 
 
 def given_cluster_options(args) -> list[str]:

@@ -75,7 +75,8 @@ def cpsat_outcome(space: PlanSpace, shape: Context, answer, ranked: list[Configu
     from pipetab.solver.cpsat.result import gap_of
     from pipetab.solver.levels import evaluate_levels
 
-    where = f"{shape.label} recompute {shape.recompute}"
+    techniques = " ".join(t.removeprefix("recompute=") for t in shape.memory_techniques)
+    where = f"{shape.label} recompute {techniques or shape.recompute}"
     if answer.schedule is None:
         return None, f"{where}: no schedule within {space.cpsat_time_s:g} s ({answer.status})"
     costs = costs_of(space, answer.schedule, shape)

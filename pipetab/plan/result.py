@@ -70,7 +70,15 @@ class Configuration:
             return "profiled"
         if self.shape.recompute_layers is not None:
             return "layers " + runs(self.shape.recompute_layers)
-        return str(self.shape.recompute)
+        techniques = [t.removeprefix("recompute=") for t in self.shape.memory_techniques]
+        return " ".join(techniques) if techniques else str(self.shape.recompute)
+
+    @property
+    def techniques(self) -> tuple[str, ...]:
+        """The memory techniques of the configuration (``Context.memory_techniques``, and
+        ``ZeRO-2``): what ``plan`` added to a shape that did not fit without them, or the
+        recomputation the space enumerates or pins."""
+        return self.shape.memory_techniques + (("ZeRO-2",) if self.shape.zero == 2 else ())
 
     @property
     def layers_per_stage(self) -> tuple[int, ...]:
@@ -92,6 +100,8 @@ class Configuration:
             "cp": s.cp, "cp_comm": str(s.cp_comm), "zero": s.zero, "layout": self.layout,
             "layers_per_stage": list(self.layers_per_stage),
             "recompute_layers": None if s.recompute_layers is None else list(s.recompute_layers),
+            "recompute_modules": list(s.recompute_modules), "activation_precision": str(s.activation_precision),
+            "techniques": list(self.techniques),
         }
 
 

@@ -15,7 +15,7 @@ from .cpsat import cpsat_outcome, cpsat_search, cpsat_shapes
 from .periodic import activation_peaks
 from .refine import refine
 from .result import Configuration, Plan, configuration, rank
-from .space import PlanSpace, costs_of, schedule_label, shapes
+from .space import PlanSpace, costs_of, rescues, schedule_label, shapes
 from .workers import Workers
 
 if TYPE_CHECKING:
@@ -78,14 +78,18 @@ class _BestFirst:
             heapq.heappush(self.heap, (bounds.shape_time(shape), i, shape))
         self.tiebreak = len(all_shapes)
         self.pruned_time = 0
+        self.ladders: dict[Context, list[Context]] = {}  # a rescued shape -> the techniques after it
         say(f"{len(all_shapes)} shapes x {len(self.variants)} schedules = {self.total} candidates")
 
-    def _open(self, shape: Context) -> None:
+    def _open(self, shape: Context, time_bound: float) -> None:
+        """Bound ``shape``'s schedules (class docstring); ``time_bound``: the shape's."""
         cap = self.space.system.device.usable_memory_bytes
         need = self.bounds.shape_memory(shape)
         if need > cap:  # no schedule fits: none is bounded on its own (the shape's bound is theirs)
             self.misfits += [_Candidate(need, name, opts, shape) for name, opts in self.variants]
+            self._rescue(shape, time_bound)
             return
+        fitting = 0
         for name, opts in self.variants:
             bound = self.bounds.memory(name, opts, shape)
             if bound is None:
@@ -93,10 +97,33 @@ class _BestFirst:
             if bound > cap:
                 self.misfits.append(_Candidate(bound, name, opts, shape))
             else:
+                fitting += 1
                 quick = self.bounds.quick(name, opts, shape)
                 if quick is None:
                     continue
                 self._push(_Candidate(quick[0], name, opts, shape, quick[1]))
+        if not fitting:
+            self._rescue(shape, time_bound)
+
+    def _rescue(self, shape: Context, bound: float) -> None:
+        """A shape none of whose schedules fits: its next memory technique (``rescues``: the
+        plain shape's first; a rescued shape's the next on its ladder) whose memory bound
+        can fit enters as a shape of its own (rungs whose ``shape_memory`` exceeds the
+        capacity are skipped: no schedule of theirs fits), so each shape gets the cheapest
+        technique that fits it. ZeRO-2 and FP8 caching leave ``shape_time`` as it is (it
+        counts no optimizer step and no stored bytes): such a rung keeps ``bound``."""
+        ladder = self.ladders.pop(shape, None)
+        if ladder is None:
+            ladder = rescues(self.space, shape)
+        cap = self.space.system.device.usable_memory_bytes
+        for i, nxt in enumerate(ladder):
+            if self.bounds.shape_memory(nxt) <= cap:
+                self.ladders[nxt] = ladder[i + 1:]
+                self.total += len(self.variants)
+                self.tiebreak += 1
+                time_bound = self.bounds.shape_time(nxt) if nxt.recompute_modules else bound
+                heapq.heappush(self.heap, (time_bound, self.tiebreak, nxt))
+                return
 
     def _push(self, cand: _Candidate) -> None:
         self.tiebreak += 1
@@ -114,7 +141,7 @@ class _BestFirst:
                 heapq.heappush(self.heap, (bound, 0, item))
                 break
             if isinstance(item, Context):
-                self._open(item)
+                self._open(item, bound)
                 continue
             cand = item
             if not cand.exact:  # its run next: it enters again with its step time

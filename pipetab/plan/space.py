@@ -196,6 +196,11 @@ class PlanSpace(ContextSpace):
         if not self.schedules:
             out.append(f"{' and '.join(NOT_BY_DEFAULT)} not considered: their generator's time grows with "
                        "stages^2 x microbatches (give --schedules to try them)")
+        free = [t for t, on in (("ZeRO-2", self.zero is None), ("FP8 caching of GEMM inputs",
+                                                                self.gemm_precision == "fp8")) if on]
+        out.append("memory techniques where no schedule of a shape fits without them, cheapest first: "
+                   + ", ".join(free) + (", then " if free else "")
+                   + f"recompute modules one by one (those of {', '.join(MODULE_LADDER)} the model has)")
         out.append("layouts: even split; uneven ones (end stages lighter) and per-stage recomputation tried on "
                    "the 3 best" if self.refine else "layouts: even split only")
         return tuple(out)
@@ -302,6 +307,40 @@ def shapes(space: PlanSpace) -> list[Context]:
                     for rc in space.recomputes():
                         out.append(shape(space, pp, tp, dp, b, rc, ep, etp, cp, zero))
     return out
+
+
+# recompute modules in the order plan adds them where a shape does not fit: the cheapest
+# recomputation per byte freed first (norms are memory-bound passes; MLA's up-projections
+# and the experts' activation small GEMMs or elementwise work; then the attention core, the
+# shared experts, a dense MLP and a whole MoE block)
+MODULE_LADDER = ("layernorm", "mla_up_proj", "moe_act", "core_attn", "shared_experts", "mlp", "moe")
+
+
+def rescues(space: PlanSpace, shape: Context) -> list[Context]:
+    """The memory techniques ``plan`` tries, cheapest first, on a shape none of whose
+    schedules fits without them (``search``): ZeRO-2 in place of ZeRO-1 and FP8 caching of
+    the GEMM inputs (with fp8 GEMMs), free in step time, alone and together; then both with
+    the recompute modules of ``MODULE_LADDER`` added one by one (those the model has).
+    Only from a shape with no recomputation and no technique of its own; ZeRO and the
+    recomputation the space pins are kept."""
+    m = space.model
+    if shape.recompute is not Recompute.NONE or shape.memory_techniques:
+        return []
+    free: list[dict] = []
+    if shape.zero == 1 and space.zero is None:
+        free.append({"zero": 2})
+    if shape.gemm_precision == "fp8":
+        free.append({"activation_precision": "fp8"})
+    rungs = free + ([{**free[0], **free[1]}] if len(free) == 2 else [])
+    both = {k: v for r in free for k, v in r.items()}
+    has = {"mla_up_proj": m.mla, "moe_act": m.moe, "shared_experts": m.moe and m.shared_experts > 0,
+           "mlp": m.num_layers > m.moe_layers_in(0, m.num_layers), "moe": m.moe}
+    modules: list[str] = []
+    for name in MODULE_LADDER:
+        if has.get(name, True):
+            modules.append(name)
+            rungs.append({**both, "recompute_modules": tuple(modules)})
+    return [shape.replace(**r) for r in rungs]
 
 
 def costs_of(space: PlanSpace, sched: Schedule, shape: Context):

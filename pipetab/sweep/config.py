@@ -516,6 +516,14 @@ def _parse_cluster_extras(doc: dict) -> dict:
         if any(v < 0 for v in counts):
             raise ConfigError(f"grid.cluster.recompute_layers must list integers >= 0 (one per stage), got {counts!r}")
         out["recompute_layers"] = tuple(counts)
+    if "recompute_modules" in doc:
+        from pipetab.hardware.context import recompute_modules_of
+
+        try:
+            out["recompute_modules"] = recompute_modules_of(_list(doc["recompute_modules"],
+                                                                  "grid.cluster.recompute_modules", str))
+        except ValueError as exc:
+            raise ConfigError(str(exc).replace("recompute modules", "grid.cluster.recompute_modules", 1)) from None
     if "reshard_after_forward" in doc:
         if not isinstance(doc["reshard_after_forward"], bool) or doc.get("zero") != 3:
             raise ConfigError("grid.cluster.reshard_after_forward must be true or false, with zero = 3")

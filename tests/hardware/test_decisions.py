@@ -24,7 +24,8 @@ def test_the_context_space_holds_what_plan_enumerates():
     assert {f.name for f in fields(ContextSpace)} == {d.space for d in PLAN_DECISIONS}
     assert DECISION["microbatch_size"].space == "microbatch_sizes"
     assert {d.name for d in DECISIONS if d.plan is Enumerate.DERIVED} == {"global_batch", "seq_len", "layout",
-                                                                          "recompute_layers"}
+                                                                          "recompute_layers", "recompute_modules",
+                                                                          "activation_precision"}
 
 
 @pytest.mark.parametrize("command", ["evaluate", "view", "search", "bound", "plan"])
@@ -35,8 +36,8 @@ def test_every_declared_option_is_on_its_command(capsys, command):
     text = capsys.readouterr().out
     flags = [d.plan_flag if command == "plan" and d.plan_flag else d.flag for d in decisions_for(command)]
     assert flags and all(f"{flag} " in text or f"{flag}\n" in text for flag in flags)
-    if command != "plan":  # one value each: 19 real-cluster options
-        assert len(flags) == 19
+    if command != "plan":  # one value each: 21 real-cluster options
+        assert len(flags) == 21
 
 
 def test_the_resolved_context_derives_concrete_switches():

@@ -24,10 +24,27 @@ def space(memory_bytes: float, **kw) -> PlanSpace:
     return PlanSpace(MODEL, system, 32, **{"cpsat_shapes": 0, "top": 8, **kw})
 
 
+def _with_rescues(sp: PlanSpace) -> list[Context]:
+    """Every shape and the memory techniques plan tries on it (``plan.space.rescues``): the
+    next rung wherever no schedule's memory bound fits the capacity."""
+    from pipetab.plan.bounds import Bounds
+    from pipetab.plan.space import rescues
+
+    bounds, cap, out = Bounds(sp), sp.system.device.usable_memory_bytes, []
+    for shape in shapes(sp):
+        ladder = [shape, *rescues(sp, shape)]
+        for rung in ladder:
+            out.append(rung)
+            memory = [bounds.memory(n, o, rung) for n, o in sp.variants()]
+            if bounds.shape_memory(rung) <= cap and any(m is not None and m <= cap for m in memory):
+                break
+    return out
+
+
 def brute_force(sp: PlanSpace) -> list[tuple]:
     """Every candidate simulated, no bound: (not fits, step, schedule label, shape)."""
     rows = []
-    for shape in shapes(sp):
+    for shape in _with_rescues(sp):
         for name, opts in sp.variants():
             try:
                 sched = registry.generate(name, shape.pp, shape.microbatches, **opts)
