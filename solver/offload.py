@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 import numpy as np
 
@@ -81,11 +81,13 @@ class CopyRates:
 class Offload:
     """Which activations go to host memory: ``fraction[(p, s, m)]`` of the activation of
     stage (p, s), microbatch m (missing: 0), over a link of ``rates``; the H2D is prefetched
-    ``prefetch`` ops before its backward."""
+    ``prefetch`` ops before its backward — or, with ``issue`` (a time for every offloaded
+    activation, as CP-SAT chose it), at that time (the H2D queue in order of it)."""
 
     rates: CopyRates
     fraction: Mapping[tuple[int, int, int], float] = field(default_factory=dict)
     prefetch: int = 1
+    issue: Mapping[tuple[int, int, int], float] | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.prefetch, bool) or not isinstance(self.prefetch, int) or self.prefetch < 1:
@@ -93,6 +95,8 @@ class Offload:
         for key, f in self.fraction.items():
             if isinstance(f, bool) or not isinstance(f, (int, float)) or not 0 <= f <= 1:
                 raise ValueError(f"offload fraction of {key} must be between 0 and 1, got {f!r}")
+        if self.issue is not None and {k for k, f in self.fraction.items() if f} - set(self.issue):
+            raise ValueError("offload issue must give a time for every offloaded activation")
 
     @classmethod
     def every(cls, schedule: Schedule, rates: CopyRates, fraction: float = 1.0, prefetch: int = 1) -> "Offload":
@@ -169,16 +173,19 @@ class OffloadSimulation(Simulation):
         return self.makespan - simulate(self.schedule, self.costs).makespan
 
 
-def simulate_offload(schedule: Schedule, costs: Costs, offload: Offload) -> OffloadSimulation:
+def simulate_offload(schedule: Schedule, costs: Costs, offload: Offload,
+                     not_before: Sequence[float] | np.ndarray | None = None) -> OffloadSimulation:
     """Simulate one training step of ``schedule`` under ``costs`` with the activations of
-    ``offload`` on each device's copy stream (module docstring). Raises ``ValueError`` for
-    blocks or link contention (not modelled with offload) and ``DeadlockError`` as
-    ``simulate`` does."""
+    ``offload`` on each device's copy stream (module docstring); ``not_before``: per op (in
+    ``schedule.ops`` order) a time it may not start before (a timed table's, e.g. CP-SAT's:
+    moving a forward earlier than its table time could allocate before a D2H frees memory).
+    Raises ``ValueError`` for blocks or link contention (not modelled with offload) and
+    ``DeadlockError`` as ``simulate`` does."""
     if schedule.blocks:
         raise ValueError("offload: schedules with blocks (overlapped pairs) are not supported")
     if costs.contention:
         raise ValueError("offload: link contention between devices is not supported with offload")
-    run = _Run(schedule, costs, offload)
+    run = _Run(schedule, costs, offload, not_before)
     run.go()
     allreduces, optimizer = _tails(schedule, costs, run.end)
     pred = schedule.pred
@@ -194,8 +201,9 @@ class _Run:
     """The event loop: each device runs its next op as soon as its input and, for an
     offloaded backward, its H2D are in; copy engines are replayed per device on demand."""
 
-    def __init__(self, schedule: Schedule, costs: Costs, offload: Offload) -> None:
+    def __init__(self, schedule: Schedule, costs: Costs, offload: Offload, not_before=None) -> None:
         self.schedule, self.offload = schedule, offload
+        self.not_before = np.zeros(schedule.num_ops) if not_before is None else np.asarray(not_before, float)
         codes = schedule.codes
         op_time = costs.op_time
         self.dur = stage_kind_table(schedule, lambda k, p, s: op_time[(k, p, s)])[codes]
@@ -210,6 +218,7 @@ class _Run:
         self.h2d_at: dict[int, list] = {}  # trigger op index -> keys prefetched at its start
         self.wait_of: dict[int, tuple] = {}  # B index -> key
         offsets = schedule.offsets.tolist()
+        issued: list[tuple] = []
         for i in range(n):
             key = (pipe[i], stage[i], mb[i])
             f = offload.fraction.get(key, 0.0)
@@ -218,9 +227,14 @@ class _Run:
             if kind[i] == 0:
                 self.d2h_of[i] = (key, f * costs.activation[key[:2]])
             elif kind[i] == 1:
-                first = offsets[self.dev[i]]
-                self.h2d_at.setdefault(max(first, i - offload.prefetch), []).append(key)
                 self.wait_of[i] = key
+                if offload.issue is None:
+                    first = offsets[self.dev[i]]
+                    self.h2d_at.setdefault(max(first, i - offload.prefetch), []).append(key)
+                else:
+                    issued.append((offload.issue[key], self.dev[i], key, f * costs.activation[key[:2]]))
+        for t, d, key, size in sorted(issued):
+            self.engines[d].h2d(key, t, size)
 
     def go(self) -> None:
         from pipetab.schedules.evaluate import deadlock_error
@@ -242,7 +256,7 @@ class _Run:
 
     def _run(self, i: int, d: int, p: int, free: list[float]) -> bool:
         """Run op ``i`` on device ``d`` if its input is in; False if not yet."""
-        ready = free[d]
+        ready = max(free[d], self.not_before[i])
         if p >= 0:
             if np.isnan(self.end[p]):
                 return False
@@ -284,8 +298,8 @@ class _Engine:
         self.down.append((key, size, t))
         self.size[key] = size
 
-    def h2d(self, key: tuple, t: float) -> None:
-        self.up.append((key, self.size.get(key, 0.0), t))
+    def h2d(self, key: tuple, t: float, size: float | None = None) -> None:
+        self.up.append((key, self.size.get(key, 0.0) if size is None else size, t))
 
     def h2d_end(self, key: tuple) -> float:
         times = self.replay()

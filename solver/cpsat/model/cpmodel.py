@@ -219,7 +219,7 @@ class CpSatModel:
         wall-clock stop would make irreproducible. ``stop``: an event that ends the solve
         early when set (from another thread or a stop rule); ``on_solution``: called with
         the objective of each improving solution."""
-        solver = self.parameters(time_limit, det_limit, workers)
+        solver = self.solver = self.parameters(time_limit, det_limit, workers)  # its values stay readable
         cb = _Progress(time.perf_counter(), on_solution)
         if det_limit is not None:
             stall_s = None
