@@ -82,12 +82,15 @@ class Offload:
     """Which activations go to host memory: ``fraction[(p, s, m)]`` of the activation of
     stage (p, s), microbatch m (missing: 0), over a link of ``rates``; the H2D is prefetched
     ``prefetch`` ops before its backward — or, with ``issue`` (a time for every offloaded
-    activation, as CP-SAT chose it), at that time (the H2D queue in order of it)."""
+    activation, as CP-SAT chose it), at that time (the H2D queue in order of it). The
+    activations in ``recompute`` are freed at their F's end and held again from their B's
+    start, which runs the stage's forward again first (B lasts F + B)."""
 
     rates: CopyRates
     fraction: Mapping[tuple[int, int, int], float] = field(default_factory=dict)
     prefetch: int = 1
     issue: Mapping[tuple[int, int, int], float] | None = None
+    recompute: frozenset[tuple[int, int, int]] = frozenset()  # freed after F, its forward run again before B
 
     def __post_init__(self) -> None:
         if isinstance(self.prefetch, bool) or not isinstance(self.prefetch, int) or self.prefetch < 1:
@@ -95,6 +98,8 @@ class Offload:
         for key, f in self.fraction.items():
             if isinstance(f, bool) or not isinstance(f, (int, float)) or not 0 <= f <= 1:
                 raise ValueError(f"offload fraction of {key} must be between 0 and 1, got {f!r}")
+        if any(self.fraction.get(k) for k in self.recompute):
+            raise ValueError("an activation is either offloaded or recomputed, not both")
         if self.issue is not None and {k for k, f in self.fraction.items() if f} - set(self.issue):
             raise ValueError("offload issue must give a time for every offloaded activation")
 
@@ -127,11 +132,15 @@ class OffloadSimulation(Simulation):
 
     offload: Offload | None = None
     copies: tuple[Copy, ...] = ()
+    recomputed: tuple[tuple[int, float, float, float], ...] = ()  # (device, F's end, B's start, size)
 
     def _copy_events(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        dev = np.array([c.device for c in self.copies], np.int64)
-        time = np.array([c.end if c.direction == D2H else c.start for c in self.copies], float)
-        delta = np.array([-c.size if c.direction == D2H else c.size for c in self.copies], float)
+        rc = self.recomputed
+        dev = np.array([c.device for c in self.copies] + [r[0] for r in rc] * 2, np.int64)
+        time = np.array([c.end if c.direction == D2H else c.start for c in self.copies]
+                        + [r[1] for r in rc] + [r[2] for r in rc], float)
+        delta = np.array([-c.size if c.direction == D2H else c.size for c in self.copies]
+                         + [-r[3] for r in rc] + [r[3] for r in rc], float)
         return dev, time, delta
 
     @cached_property
@@ -194,7 +203,7 @@ def simulate_offload(schedule: Schedule, costs: Costs, offload: Offload,
     t0 = run.end[pred[crosses]]
     return OffloadSimulation(schedule, costs, run.start, run.end, allreduces, optimizer,
                              (pred[crosses], crosses, t0, t0 + run.lag[crosses]), offload,
-                             tuple(run.copies()))
+                             tuple(run.copies()), run.recomputed())
 
 
 class _Run:
@@ -219,8 +228,13 @@ class _Run:
         self.wait_of: dict[int, tuple] = {}  # B index -> key
         offsets = schedule.offsets.tolist()
         issued: list[tuple] = []
+        self.again: dict[int, tuple[int, float]] = {}  # recomputed B index -> (F index, size)
+        fwd = {(pipe[i], stage[i], mb[i]): i for i in range(n) if kind[i] == 0}
         for i in range(n):
             key = (pipe[i], stage[i], mb[i])
+            if kind[i] == 1 and key in offload.recompute:
+                self.again[i] = (fwd[key], costs.activation[key[:2]])
+                self.dur[i] += self.dur[fwd[key]]
             f = offload.fraction.get(key, 0.0)
             if not f:
                 continue
@@ -272,6 +286,10 @@ class _Run:
             key, size = self.d2h_of[i]
             engine.d2h(key, size, float(self.end[i]))
         return True
+
+    def recomputed(self) -> tuple[tuple[int, float, float, float], ...]:
+        return tuple((self.dev[i], float(self.end[f]), float(self.start[i]), size)
+                     for i, (f, size) in self.again.items())
 
     def copies(self) -> list[Copy]:
         out = []

@@ -92,6 +92,19 @@ def test_infinitely_fast_link_costs_nothing(name, S, mb):
     assert len(every.copies) == 2 * len(schedule.stage_keys) * mb
 
 
+def test_recompute_frees_after_the_forward_and_lengthens_the_backward():
+    """m0 recomputed: F0 [0,1] F1 [1,2] F2 [2,3] B2 [3,5] B1 [5,7] B0 [7,10] (F + B);
+    memory 1, 0 at F0's end, 1, 2 at F2's start, 1 at B2's end, 0 at B1's end and 1 again at
+    B0's start, 0 at its end: peak 2."""
+    schedule, costs = _one_stage()
+    sim = simulate_offload(schedule, costs, Offload(FAST, recompute=frozenset({(0, 0, 0)})))
+    assert (sim.start[B(0, 0)], sim.end[B(0, 0)], sim.makespan) == (7.0, 10.0, 10.0)
+    assert sim.memory_timeline(0) == [(0.0, 0.0), (0.0, 1.0), (1.0, 0.0), (1.0, 1.0), (2.0, 2.0),
+                                      (5.0, 1.0), (7.0, 0.0), (7.0, 1.0), (10.0, 0.0)]
+    with pytest.raises(ValueError, match="either offloaded or recomputed"):
+        Offload(FAST, {(0, 0, 0): 1.0}, recompute=frozenset({(0, 0, 0)}))
+
+
 def test_offload_refuses_what_it_does_not_model():
     schedule, costs = _one_stage()
     with pytest.raises(ValueError, match="prefetch"):

@@ -15,8 +15,8 @@ CONFIG = CpSatConfig(time_limit_s=30.0, workers=1)
 FREE = CopyRates(math.inf, math.inf)
 
 
-def _solve(problem, rates, choices=None):
-    return search_offload(problem, rates, CONFIG, choices, workers=1, det_limit=30.0)
+def _solve(problem, rates, choices=None, recompute=True):
+    return search_offload(problem, rates, CONFIG, choices, workers=1, det_limit=30.0, recompute=recompute)
 
 
 @pytest.mark.parametrize("S,B,cap,rate", [(2, 3, 1, 1.0), (2, 2, 1, 0.5), (3, 2, 1, 1.0)])
@@ -26,12 +26,12 @@ def test_free_choices_equal_the_best_fixed_choice(S, B, cap, rate):
     copies of 1/rate slots); every answer re-simulated with its choices, within the cap."""
     problem = idealized_problem(S, B, activation_cap=cap)
     rates = CopyRates(rate, rate)
-    free = _solve(problem, rates)
+    free = _solve(problem, rates, recompute=False)
     assert free.status is Status.OPTIMAL
     keys = [(0, s, m) for s in range(S) for m in range(B)]
     best = None
     for bits in itertools.product((False, True), repeat=len(keys)):
-        fixed = _solve(problem, rates, dict(zip(keys, bits)))
+        fixed = _solve(problem, rates, {k: "offload" if b else "keep" for k, b in zip(keys, bits)})
         assert fixed.status in (Status.OPTIMAL, Status.INFEASIBLE)
         if fixed.status is Status.OPTIMAL:
             assert fixed.sim.makespan <= fixed.makespan and all(fixed.sim.fits_memory)
@@ -39,7 +39,7 @@ def test_free_choices_equal_the_best_fixed_choice(S, B, cap, rate):
             best = fixed.makespan if best is None else min(best, fixed.makespan)
     assert free.makespan == best
     assert free.sim.makespan == free.makespan and all(free.sim.fits_memory)
-    no_offload = _solve(problem, rates, dict.fromkeys(keys, False))
+    no_offload = _solve(problem, rates, dict.fromkeys(keys, "keep"))
     assert no_offload.makespan >= free.makespan
 
 
@@ -51,12 +51,31 @@ def test_free_link_offload_reaches_the_uncapped_step():
     reached; copies of 1 slot cost some of it back (between the two, proven optimal)."""
     problem = idealized_problem(2, 4, activation_cap=1)
     keys = [(0, s, m) for s in range(2) for m in range(4)]
-    assert _solve(problem, FREE, dict.fromkeys(keys, False)).makespan == 24
-    free = _solve(problem, FREE)
+    assert _solve(problem, FREE, dict.fromkeys(keys, "keep")).makespan == 24
+    free = _solve(problem, FREE, recompute=False)
     assert free.makespan == 15 and free.status is Status.OPTIMAL and free.sim.makespan == 15
-    slow = _solve(problem, CopyRates(1.0, 1.0))
+    slow = _solve(problem, CopyRates(1.0, 1.0), recompute=False)
     assert slow.status is Status.OPTIMAL and 15 < slow.makespan < 24 and slow.bound == slow.makespan
     assert free.assumptions and "relaxation" in free.assumptions[1]
+
+
+@pytest.mark.parametrize("rate", [1.0, 0.5])
+def test_offload_and_recompute_equal_the_enumeration(rate):
+    """Keep, offload or recompute each of 2 stages x 2 microbatches' activations (3^4
+    fixed-choice models) at cap 1: the free model's optimum is the least of them; each
+    answer simulated with its recomputed backwards (B lasts F + B) at CP-SAT's times."""
+    problem = idealized_problem(2, 2, activation_cap=1)
+    rates = CopyRates(rate, rate)
+    keys = [(0, s, m) for s in range(2) for m in range(2)]
+    best = None
+    for picks in itertools.product(("keep", "offload", "recompute"), repeat=len(keys)):
+        fixed = _solve(problem, rates, dict(zip(keys, picks)))
+        if fixed.status is Status.OPTIMAL:
+            assert fixed.offload.recompute == {k for k, c in zip(keys, picks) if c == "recompute"}
+            assert fixed.sim.makespan == fixed.makespan and all(fixed.sim.fits_memory)
+            best = fixed.makespan if best is None else min(best, fixed.makespan)
+    free = _solve(problem, rates)
+    assert free.status is Status.OPTIMAL and free.makespan == best
 
 
 def test_offload_search_refuses_free_placement():
