@@ -59,11 +59,12 @@ class OffloadAnswer:
 
 def search_offload(problem: Problem, rates: CopyRates, config: CpSatConfig | None = None,
                    choices: Mapping[Key, str] | None = None, workers: int | None = None,
-                   det_limit: float | None = None, recompute: bool = True) -> OffloadAnswer:
+                   det_limit: float | None = None, recompute: bool = True, offload: bool = True) -> OffloadAnswer:
     """Least objective of ``problem`` (a fixed placement, orders free, its caps kept) when
-    CP-SAT also chooses which activations to offload over ``rates`` (ticks) and, with
-    ``recompute``, which to recompute; ``choices`` fixes some of them ("keep", "offload",
-    "recompute"; every one: the fixed-choice model)."""
+    CP-SAT also chooses which activations to offload over ``rates`` (ticks; not with
+    ``offload`` False: no host link) and, with ``recompute``, which to recompute;
+    ``choices`` fixes some of them ("keep", "offload", "recompute"; every one: the
+    fixed-choice model)."""
     placement = problem.fixed_placement
     if placement is None:
         raise ValueError("offload search needs a fixed placement")
@@ -74,27 +75,27 @@ def search_offload(problem: Problem, rates: CopyRates, config: CpSatConfig | Non
     config = config or CpSatConfig()
     base = problem.with_costs(replace(problem.costs, capacity=(None,) * problem.num_devices))
     model = CpSatModel(base, config, placement, _horizon(problem, placement, rates))
-    decisions = _add_offload(model, problem, placement, rates, choices or {}, recompute)
+    decisions = _add_offload(model, problem, placement, rates, choices or {}, (offload, recompute))
     raw = model.solve(config.time_limit_s, det_limit, workers)
     if raw.starts is None or raw.makespan is None:
         return OffloadAnswer(raw.status, None, raw.bound, None, None)
     solver = model.solver
     chosen = {k: float(solver.value(h2d)) for k, (o, _, h2d) in decisions.items() if solver.boolean_value(o)}
     again = frozenset(k for k, (_, r, _) in decisions.items() if solver.boolean_value(r))
-    offload = Offload(rates, dict.fromkeys(chosen, 1.0), issue=chosen, recompute=again)
+    plan = Offload(rates, dict.fromkeys(chosen, 1.0), issue=chosen, recompute=again)
     schedule = model.schedule_from(raw, "cpsat-offload")
     starts = [raw.starts[op] - (problem.duration(op._replace(kind=Kind.F)) if op.kind is Kind.B
                                 and op[1:] in again else 0) for op in schedule.ops.to_ops()]
-    sim = simulate_offload(schedule, problem.costs, offload, starts)
+    sim = simulate_offload(schedule, problem.costs, plan, starts)
     validate(timed_table(schedule, sim.start_times, sim.end_times), schedule)
     if sim.makespan > raw.makespan + 1e-9 or not all(sim.fits_memory):
         raise RuntimeError(f"offload: the simulator gives {sim.makespan} (fits: {sim.fits_memory}) "
                            f"for CP-SAT's schedule of {raw.makespan}")
-    return OffloadAnswer(raw.status, raw.makespan, raw.bound, offload, sim)
+    return OffloadAnswer(raw.status, raw.makespan, raw.bound, plan, sim)
 
 
 def _add_offload(model: CpSatModel, problem: Problem, placement: Placement, rates: CopyRates,
-                 choices: Mapping[Key, str], recompute: bool) -> dict[Key, tuple]:
+                 choices: Mapping[Key, str], allowed: tuple[bool, bool]) -> dict[Key, tuple]:
     """The offload and recompute literals and the H2D start of every activation; copy
     engines, recomputed forwards (right before their B, after its input) and memory."""
     m, v, H = model.model, model.vars, model.horizon
@@ -110,9 +111,9 @@ def _add_offload(model: CpSatModel, problem: Problem, placement: Placement, rate
         key, d = (op.pipeline, op.stage, op.microbatch), placement.device(op.pipeline, op.stage)
         o, r = m.new_bool_var(f"off_{key}"), m.new_bool_var(f"rc_{key}")
         m.add(o + r <= 1)
-        if key in choices:
-            m.add(o == int(choices[key] == "offload"))
-        if key in choices or not recompute:
+        if key in choices or not allowed[0]:
+            m.add(o == int(choices.get(key) == "offload"))
+        if key in choices or not allowed[1]:
             m.add(r == int(choices.get(key) == "recompute"))
         f_start, f_end = v.op_start(op), v.end(v.index[op])
         b = op._replace(kind=Kind.B)
