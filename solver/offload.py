@@ -28,8 +28,6 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 
 import numpy as np
 
-from pipetab.schedules.memory import event_times, live_levels, memory_deltas
-
 from .simulate import Simulation, _messages, _tails, stage_kind_table
 
 if TYPE_CHECKING:
@@ -134,7 +132,7 @@ class OffloadSimulation(Simulation):
     copies: tuple[Copy, ...] = ()
     recomputed: tuple[tuple[int, float, float, float], ...] = ()  # (device, F's end, B's start, size)
 
-    def _copy_events(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _memory_events(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         rc = self.recomputed
         dev = np.array([c.device for c in self.copies] + [r[0] for r in rc] * 2, np.int64)
         time = np.array([c.end if c.direction == D2H else c.start for c in self.copies]
@@ -142,24 +140,6 @@ class OffloadSimulation(Simulation):
         delta = np.array([-c.size if c.direction == D2H else c.size for c in self.copies]
                          + [-r[3] for r in rc] + [r[3] for r in rc], float)
         return dev, time, delta
-
-    @cached_property
-    def _memory(self):
-        sched, costs = self.schedule, self.costs
-        keys = sched.stage_keys
-        size = np.array([costs.activation[k] for k in keys], float)[sched.stage_ids]
-        part = np.array([costs.weight_part(*k) for k in keys], float)[sched.stage_ids]
-        delta = memory_deltas(sched.ops.kind, size, part, sched.split_backward)
-        time = event_times(sched.ops.kind, self.start_times, self.end_times)
-        cdev, ctime, cdelta = self._copy_events()
-        delta = np.concatenate([delta, cdelta])
-        time = np.concatenate([time, ctime])
-        device = np.concatenate([sched.device, cdev])
-        changes = delta != 0
-        time, delta, device = time[changes], delta[changes], device[changes]
-        order, offsets, (levels,) = live_levels(device, time, [delta], sched.num_devices,
-                                                np.array(costs.persistent, float))
-        return time[order], offsets, levels
 
     def host_peaks(self, devices_per_node: int | None = None) -> tuple[float, ...]:
         """Largest amount of offloaded activation held in host memory at once, per node of
