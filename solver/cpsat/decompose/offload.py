@@ -127,7 +127,7 @@ def _add_offload(model: CpSatModel, problem: Problem, placement: Placement, rate
         m.add(h2d >= d2h + cd).only_enforce_if(o)
         m.add(h2d + ch <= b_start).only_enforce_if(o)
         m.add(rc + dur_f == b_start).only_enforce_if(r)
-        pred = predecessor(b, problem.num_stages[op.pipeline])
+        pred = predecessor(b, problem.num_stages[op.pipeline]) or op  # a backward always has one
         m.add(rc >= v.end(v.index[pred]) + min_lag(problem, placement, pred, b)).only_enforce_if(r)
         away, back_start = m.new_bool_var(f"away_{key}"), m.new_int_var(0, H, f"bs_{key}")
         m.add(away == o + r)
