@@ -134,3 +134,16 @@ def test_host_link_preset_and_optimizer_offload():
     assert host_fits(sim, link, 8, (12e9,)) and not host_fits(sim, replace(link, host_memory_bytes=1e10), 8, (12e9,))
     with pytest.raises(ValueError, match="adam_params_per_s"):
         offload_optimizer(costs, (1.0,), (1.0,), replace(link, adam_params_per_s=0.0))
+
+
+def test_copy_rates_in_the_costs_units():
+    """Bytes/s as they are on costs in seconds, x tick_s bytes per tick on quantized costs;
+    idealized slot costs have no bytes per second and are refused."""
+    link = load_system("dgx_h100_ib").host_link
+    _, costs = _one_stage()
+    assert CopyRates.of(link, costs) == CopyRates(54.8e9, 52.7e9, 96e9)
+    ticks = CopyRates.of(link, costs.quantized(0.5))
+    assert (ticks.d2h, ticks.h2d, ticks.duplex) == (27.4e9, 26.35e9, 48e9)
+    schedule = registry.generate("1f1b", 2, 2)
+    with pytest.raises(ValueError, match="costs in slots"):
+        CopyRates.of(link, slot_costs(schedule))

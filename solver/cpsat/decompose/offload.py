@@ -30,7 +30,7 @@ from ..model.bounds import activation_scale
 from ..model.cpmodel import CpSatModel
 from ..model.variables import min_lag, predecessor
 from ..params import CpSatConfig
-from ..problem import TIME_OBJECTIVES
+from ..problem import Objective
 
 if TYPE_CHECKING:
     from pipetab.schedules.schedule import Placement
@@ -68,8 +68,8 @@ def search_offload(problem: Problem, rates: CopyRates, config: CpSatConfig | Non
     placement = problem.fixed_placement
     if placement is None:
         raise ValueError("offload search needs a fixed placement")
-    if problem.objective not in TIME_OBJECTIVES or problem.blocks or problem.overlap_pairs:
-        raise ValueError("offload search takes a time objective and no blocks or overlapped pairs")
+    if problem.objective is not Objective.MAKESPAN or problem.blocks or problem.overlap_pairs:
+        raise ValueError("offload search minimizes the makespan, without blocks or overlapped pairs")
     if not problem.costs.integral:
         raise ValueError("offload search needs integral costs (ticks or slots)")
     config = config or CpSatConfig()
@@ -78,7 +78,7 @@ def search_offload(problem: Problem, rates: CopyRates, config: CpSatConfig | Non
     decisions = _add_offload(model, problem, placement, rates, choices or {}, (offload, recompute))
     raw = model.solve(config.time_limit_s, det_limit, workers)
     if raw.starts is None or raw.makespan is None:
-        return OffloadAnswer(raw.status, None, raw.bound, None, None)
+        return OffloadAnswer(raw.status, None, raw.bound, None, None, _assumed(model))
     solver = model.solver
     chosen = {k: float(solver.value(h2d)) for k, (o, _, h2d) in decisions.items() if solver.boolean_value(o)}
     again = frozenset(k for k, (_, r, _) in decisions.items() if solver.boolean_value(r))
@@ -91,7 +91,12 @@ def search_offload(problem: Problem, rates: CopyRates, config: CpSatConfig | Non
     if sim.makespan > raw.makespan + 1e-9 or not all(sim.fits_memory):
         raise RuntimeError(f"offload: the simulator gives {sim.makespan} (fits: {sim.fits_memory}) "
                            f"for CP-SAT's schedule of {raw.makespan}")
-    return OffloadAnswer(raw.status, raw.makespan, raw.bound, plan, sim)
+    return OffloadAnswer(raw.status, raw.makespan, raw.bound, plan, sim, _assumed(model))
+
+
+def _assumed(model: CpSatModel) -> tuple[str, ...]:
+    fifo = "FIFO on every stage with these decisions: equal optima without it on small instances, not proven"
+    return ASSUMPTIONS + ((fifo,) if model.fifo else ())
 
 
 def _add_offload(model: CpSatModel, problem: Problem, placement: Placement, rates: CopyRates,

@@ -78,6 +78,21 @@ def test_offload_and_recompute_equal_the_enumeration(rate):
     assert free.status is Status.OPTIMAL and free.makespan == best
 
 
+@pytest.mark.parametrize("S,B,cap,rate", [(2, 4, 1, 0.5), (3, 4, 1, 0.5), (3, 3, 1, 1.0)])
+def test_fifo_loses_nothing_on_small_instances(S, B, cap, rate):
+    """The base model's FIFO per stage (proven for identical microbatches without offload
+    decisions) gives the same optimum as the model without it (and without the last-stage
+    dominance) on small instances; the answer names it as an assumption."""
+    problem = idealized_problem(S, B, activation_cap=cap)
+    plain = _solve(problem, CopyRates(rate, rate))
+    config = CpSatConfig(time_limit_s=60.0, workers=1, ablate=frozenset({"fifo", "dominance"}))
+    free = search_offload(problem, CopyRates(rate, rate), config, workers=1, det_limit=60.0)
+    assert plain.status is free.status is Status.OPTIMAL and plain.makespan == free.makespan
+    assert any("FIFO" in a for a in plain.assumptions) and not any("FIFO" in a for a in free.assumptions)
+
+
 def test_offload_search_refuses_free_placement():
     with pytest.raises(ValueError, match="fixed placement"):
         search_offload(idealized_problem(2, 2, "free", activation_cap=1), CopyRates(1.0, 1.0), CONFIG)
+    with pytest.raises(ValueError, match="minimizes the makespan"):
+        search_offload(idealized_problem(2, 2, objective="period", activation_cap=1), CopyRates(1.0, 1.0), CONFIG)
