@@ -59,7 +59,7 @@ from .model import TransformerModel, partition
 from .parallel import Topology
 from .pipeline import AllReduce, ScheduleCosts, schedule_costs
 from .profile import Profile, StageProfile, load_profile, profile_to_toml
-from .system import Device, Link, System
+from .system import Device, HostLink, Link, System
 
 __all__ = [
     "DECISIONS",
@@ -69,6 +69,7 @@ __all__ = [
     "ContextSpace",
     "Decision",
     "Device",
+    "HostLink",
     "Layout",
     "Link",
     "PresetInfo",

@@ -30,6 +30,8 @@ System file::
     latency_s = 500e-9                # s
     [intra_node_link]                 # optional: within a node
     [[links]]                         # optional per-pair overrides: src, dst, bandwidth, latency_s
+    [host_link]                       # optional: d2h, h2d, duplex (bytes/s), host_memory_bytes per node,
+                                      # adam_params_per_s (optional): offload to host memory
 
 Model file: ``summary``, ``num_layers``, ``hidden``, ``heads``, ``seq_len``, ``vocab``,
 ``global_batch`` (required); ``ffn_hidden``, ``kv_heads``, ``bytes_per_param_compute``,
@@ -54,7 +56,7 @@ from typing import NamedTuple
 from pipetab.schedules.formats import read_text_file
 
 from .model import TransformerModel
-from .system import Device, Link, System
+from .system import Device, HostLink, Link, System
 
 PRESET_DIR = Path(__file__).resolve().parent / "presets"
 
@@ -176,6 +178,7 @@ _DEVICE_OPTIONAL = {"reserved_bytes": float, "efficiency_half_tokens": float, "s
                     "attention_backend": str, "ep_kernels": str,
                     "fp8_compute_efficiency": float, "run_overhead": float}
 _LINK_KEYS = {"bandwidth": float, "latency_s": float}
+_HOST_KEYS = {"d2h": float, "h2d": float, "duplex": float, "host_memory_bytes": float}
 
 
 def _link(f: _File) -> Link:
@@ -189,13 +192,19 @@ def system_from_file(path: str | Path) -> System:
     f = _File(path, _parse(path))
     f.check_keys(
         {"summary": str, "device": dict, "link": dict},
-        {"num_devices": int, "devices_per_node": int, "intra_node_link": dict, "links": list},
+        {"num_devices": int, "devices_per_node": int, "intra_node_link": dict, "links": list,
+         "host_link": dict},
     )
     dev = f.sub("device")
     dev.check_keys(_DEVICE_KEYS, _DEVICE_OPTIONAL)
     device = dev.build(Device, **dev.table)
     default = _link(f.sub("link"))
     intra = _link(f.sub("intra_node_link")) if "intra_node_link" in f.table else None
+    host = None
+    if "host_link" in f.table:
+        h = f.sub("host_link")
+        h.check_keys(_HOST_KEYS, {"adam_params_per_s": float})
+        host = h.build(HostLink, **h.table)
     overrides = {}
     for i, entry in enumerate(f.table.get("links", [])):
         e = _File(path, entry, f"links[{i}].")
@@ -206,7 +215,7 @@ def system_from_file(path: str | Path) -> System:
         System, name=path.stem, device=device, default_link=default,
         num_devices=f.table.get("num_devices"), links=overrides,
         devices_per_node=f.table.get("devices_per_node"), intra_node_link=intra,
-        summary=f.table["summary"],
+        summary=f.table["summary"], host_link=host,
     )
 
 

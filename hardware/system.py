@@ -237,6 +237,38 @@ class Link:
 
 
 @dataclass(frozen=True)
+class HostLink:
+    """One GPU's link to its host's memory (PCIe, or the GH200's NVLink-C2C) and what the
+    host offers offload: ``d2h`` and ``h2d`` bandwidth (bytes/s) each direction alone,
+    ``duplex`` both directions at once in total (bytes/s; two copies running together
+    share it), ``host_memory_bytes`` per node (pinned buffers of offloaded activations and
+    optimizer state must fit in it), ``adam_params_per_s`` the host's optimizer update rate
+    per GPU (parameters per second; 0: not known, optimizer offload is refused)."""
+
+    d2h: float
+    h2d: float
+    duplex: float
+    host_memory_bytes: float
+    adam_params_per_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        for what in ("d2h", "h2d", "duplex"):
+            _positive(f"host link {what}", getattr(self, what), "bytes/s")
+            _in_range(f"host link {what}", getattr(self, what), "bytes/s")
+        if self.duplex > self.d2h + self.h2d:
+            raise ValueError(f"host link duplex ({self.duplex:g}) must not exceed d2h + h2d "
+                             f"({self.d2h + self.h2d:g}) bytes/s")
+        _positive("host_memory_bytes", self.host_memory_bytes, "bytes")
+        _in_range("host_memory_bytes", self.host_memory_bytes, "bytes")
+        _non_negative("adam_params_per_s", self.adam_params_per_s, "parameters/s")
+
+    @property
+    def description(self) -> str:
+        return (f"host link {si(self.d2h, 'B/s')} D2H, {si(self.h2d, 'B/s')} H2D, "
+                f"{si(self.duplex, 'B/s')} both ways; {si(self.host_memory_bytes, 'B')} host memory per node")
+
+
+@dataclass(frozen=True)
 class System:
     """Identical devices and the links between them.
 
@@ -256,6 +288,7 @@ class System:
     devices_per_node: int | None = None
     intra_node_link: Link | None = None
     summary: str = ""
+    host_link: HostLink | None = None  # None: no offload to host memory is modelled
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -292,6 +325,8 @@ class System:
                 raise ValueError(f"links: pair {key} is given twice")
             pairs[key] = link
         object.__setattr__(self, "links", tuple(sorted(pairs.items())))
+        if self.host_link is not None and not isinstance(self.host_link, HostLink):
+            raise ValueError(f"system host_link must be a HostLink, got {type(self.host_link).__name__}")
 
     def _check_device(self, what: str, device: object) -> None:
         if not isinstance(device, int) or isinstance(device, bool) or device < 0:

@@ -152,11 +152,19 @@ class Simulation:
         part = np.array([costs.weight_part(*k) for k in keys], float)[sched.stage_ids]
         delta = memory_deltas(sched.ops.kind, size, part, sched.split_backward)
         time = event_times(sched.ops.kind, self.start_times, self.end_times)
+        device = sched.device
+        extra = self._memory_events()
+        if extra is not None:  # copies to and from the host, recomputation (``solver.offload``)
+            device, time, delta = (np.concatenate([a, b]) for a, b in zip((device, time, delta), extra))
         changes = delta != 0  # ops that change nothing make no step
-        time, delta, device = time[changes], delta[changes], sched.device[changes]
+        time, delta, device = time[changes], delta[changes], device[changes]
         order, offsets, (levels,) = live_levels(device, time, [delta], sched.num_devices,
                                                 np.array(costs.persistent, float))
         return time[order], offsets, levels
+
+    def _memory_events(self) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """(device, time, change) of memory events besides the ops' own (None: none)."""
+        return None
 
     def memory_timeline(self, device: int) -> list[tuple[float, float]]:
         """(time, bytes held) steps of ``device``: persistent memory plus live activations

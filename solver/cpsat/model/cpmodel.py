@@ -211,7 +211,7 @@ class CpSatModel:
         stop once no better solution came for that long (``RawSolve.stalled``; not under a
         deterministic limit: irreproducible); ``stop``: an event ending the solve when set;
         ``on_solution``: called with each improving objective."""
-        solver = self.parameters(time_limit, det_limit, workers)
+        solver = self.solver = self.parameters(time_limit, det_limit, workers)  # its values stay readable
         cb = _Progress(time.perf_counter(), on_solution)
         if det_limit is not None:
             stall_s = None

@@ -1,0 +1,175 @@
+"""CP-SAT chooses which activations go to host memory (issue 40, item 6).
+
+Beside the orders of a fixed placement, one literal per activation (p, s, m) says whether it
+is recomputed (freed at its F's end; the forward runs again right before its B, after B's
+input has arrived: B takes F + B), another whether it is offloaded whole: then its D2H
+(``ceil(M / d2h)`` ticks) starts after its F ends, its H2D (``ceil(M / h2d)``) starts
+after the D2H ends and ends before its B starts, each on its
+device's copy engine of that direction (a no-overlap each), and its memory is held from F's
+start to the D2H's end (F's, recomputed) and from the H2D's start (the recomputation's) to
+its release (``Problem.lifetimes``), one cumulative per device against the cap. The base
+model (``CpSatModel``: orders, precedences, the objective from the registry) is built with
+the caps lifted; this module adds the memory. Results go back through the simulator
+(``solver.offload``, each op and H2D not before CP-SAT started it: the schedule is a timed
+table, since an ASAP forward could allocate before a D2H has freed memory) and the table
+validator.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Mapping
+
+from pipetab.schedules.ops import Kind
+from pipetab.schedules.table import timed_table
+from pipetab.schedules.validate import validate
+
+from ...offload import CopyRates, Offload, OffloadSimulation, simulate_offload
+from ..model.bounds import activation_scale
+from ..model.cpmodel import CpSatModel
+from ..model.variables import min_lag, predecessor
+from ..params import CpSatConfig
+from ..problem import Objective
+
+if TYPE_CHECKING:
+    from pipetab.schedules.schedule import Placement
+
+    from ..problem import Problem
+    from ..result import Status
+
+Key = tuple[int, int, int]
+ASSUMPTIONS = ("an offloaded or recomputed activation is the whole of it (fraction 1; no stage input kept)",
+               "each device's two copy engines run at their directions' rates alone "
+               "(both ways at once not slowed: a relaxation where the link's duplex is lower)")
+
+
+@dataclass(frozen=True)
+class OffloadAnswer:
+    """The best schedule found with its offload choices, CP-SAT's objective and bound (model
+    ticks), and its simulation (``sim.makespan`` at most ``makespan``, memory within caps)."""
+
+    status: Status
+    makespan: int | None
+    bound: int | None
+    offload: Offload | None
+    sim: OffloadSimulation | None
+    assumptions: tuple[str, ...] = ASSUMPTIONS
+
+
+def search_offload(problem: Problem, rates: CopyRates, config: CpSatConfig | None = None,
+                   choices: Mapping[Key, str] | None = None, workers: int | None = None,
+                   det_limit: float | None = None, recompute: bool = True, offload: bool = True) -> OffloadAnswer:
+    """Least objective of ``problem`` (a fixed placement, orders free, its caps kept) when
+    CP-SAT also chooses which activations to offload over ``rates`` (ticks; not with
+    ``offload`` False: no host link) and, with ``recompute``, which to recompute;
+    ``choices`` fixes some of them ("keep", "offload", "recompute"; every one: the
+    fixed-choice model)."""
+    placement = problem.fixed_placement
+    if placement is None:
+        raise ValueError("offload search needs a fixed placement")
+    if problem.objective is not Objective.MAKESPAN or problem.blocks or problem.overlap_pairs:
+        raise ValueError("offload search minimizes the makespan, without blocks or overlapped pairs")
+    if not problem.costs.integral:
+        raise ValueError("offload search needs integral costs (ticks or slots)")
+    config = config or CpSatConfig()
+    base = problem.with_costs(replace(problem.costs, capacity=(None,) * problem.num_devices))
+    model = CpSatModel(base, config, placement, _horizon(problem, placement, rates))
+    decisions = _add_offload(model, problem, placement, rates, choices or {}, (offload, recompute))
+    raw = model.solve(config.time_limit_s, det_limit, workers)
+    if raw.starts is None or raw.makespan is None:
+        return OffloadAnswer(raw.status, None, raw.bound, None, None, _assumed(model))
+    solver = model.solver
+    chosen = {k: float(solver.value(h2d)) for k, (o, _, h2d) in decisions.items() if solver.boolean_value(o)}
+    again = frozenset(k for k, (_, r, _) in decisions.items() if solver.boolean_value(r))
+    plan = Offload(rates, dict.fromkeys(chosen, 1.0), issue=chosen, recompute=again)
+    schedule = model.schedule_from(raw, "cpsat-offload")
+    starts = [raw.starts[op] - (problem.duration(op._replace(kind=Kind.F)) if op.kind is Kind.B
+                                and op[1:] in again else 0) for op in schedule.ops.to_ops()]
+    sim = simulate_offload(schedule, problem.costs, plan, starts)
+    validate(timed_table(schedule, sim.start_times, sim.end_times), schedule)
+    if sim.makespan > raw.makespan + 1e-9 or not all(sim.fits_memory):
+        raise RuntimeError(f"offload: the simulator gives {sim.makespan} (fits: {sim.fits_memory}) "
+                           f"for CP-SAT's schedule of {raw.makespan}")
+    return OffloadAnswer(raw.status, raw.makespan, raw.bound, plan, sim, _assumed(model))
+
+
+def _assumed(model: CpSatModel) -> tuple[str, ...]:
+    fifo = "FIFO on every stage with these decisions: equal optima without it on small instances, not proven"
+    return ASSUMPTIONS + ((fifo,) if model.fifo else ())
+
+
+def _add_offload(model: CpSatModel, problem: Problem, placement: Placement, rates: CopyRates,
+                 choices: Mapping[Key, str], allowed: tuple[bool, bool]) -> dict[Key, tuple]:
+    """The offload and recompute literals and the H2D start of every activation; copy
+    engines, recomputed forwards (right before their B, after its input) and memory."""
+    m, v, H = model.model, model.vars, model.horizon
+    scale = activation_scale(problem)
+    copies: dict[tuple[int, int], list] = {(d, 2): [v.interval[i] for i in v.device_ops(d)]
+                                           for d in range(problem.num_devices)}
+    memory: dict[int, list] = {}
+    out = {}
+    for op in v.ops:
+        size = problem.costs.activation[(op.pipeline, op.stage)]
+        if op.kind is not Kind.F or size <= 0:
+            continue
+        key, d = (op.pipeline, op.stage, op.microbatch), placement.device(op.pipeline, op.stage)
+        o, r = m.new_bool_var(f"off_{key}"), m.new_bool_var(f"rc_{key}")
+        m.add(o + r <= 1)
+        if key in choices or not allowed[0]:
+            m.add(o == int(choices.get(key) == "offload"))
+        if key in choices or not allowed[1]:
+            m.add(r == int(choices.get(key) == "recompute"))
+        f_start, f_end = v.op_start(op), v.end(v.index[op])
+        b = op._replace(kind=Kind.B)
+        b_start, dur_f = v.op_start(b), problem.duration(op)
+        cd, ch = _copy_ticks(size, rates.d2h), _copy_ticks(size, rates.h2d)
+        d2h, h2d, rc = (m.new_int_var(0, H, f"{x}_{key}") for x in ("d2h", "h2d", "rcs"))
+        copies.setdefault((d, 0), []).append(m.new_optional_fixed_size_interval_var(d2h, cd, o, f"cd_{key}"))
+        copies.setdefault((d, 1), []).append(m.new_optional_fixed_size_interval_var(h2d, ch, o, f"ch_{key}"))
+        copies[(d, 2)].append(m.new_optional_fixed_size_interval_var(rc, dur_f, r, f"rc_{key}"))
+        m.add(d2h >= f_end).only_enforce_if(o)
+        m.add(h2d >= d2h + cd).only_enforce_if(o)
+        m.add(h2d + ch <= b_start).only_enforce_if(o)
+        m.add(rc + dur_f == b_start).only_enforce_if(r)
+        pred = predecessor(b, problem.num_stages[op.pipeline]) or op  # a backward always has one
+        m.add(rc >= v.end(v.index[pred]) + min_lag(problem, placement, pred, b)).only_enforce_if(r)
+        away, back_start = m.new_bool_var(f"away_{key}"), m.new_int_var(0, H, f"bs_{key}")
+        m.add(away == o + r)
+        m.add(back_start == h2d).only_enforce_if(o)
+        m.add(back_start == rc).only_enforce_if(r)
+        for kind, part in problem.lifetimes(op.pipeline, op.stage):
+            release = v.end(v.index[op._replace(kind=kind)])
+            held, front, back = (m.new_int_var(0, H, f"{x}_{key}_{kind}") for x in ("held", "front", "back"))
+            m.add(held == d2h + cd).only_enforce_if(o)
+            m.add(held == f_end).only_enforce_if(r)
+            m.add(held == release).only_enforce_if(~away)
+            demand = round(part * scale)
+            memory.setdefault(d, []).append((m.new_interval_var(f_start, front, held, ""), demand))
+            memory[d].append((m.new_optional_interval_var(back_start, back, release, away, ""), demand))
+        out[key] = (o, r, h2d)
+    for ivs in copies.values():
+        m.add_no_overlap(ivs)
+    for d, items in memory.items():
+        cap = problem.cap(d)
+        if cap is not None:
+            m.add_cumulative([i for i, _ in items], [x for _, x in items], math.floor(cap * scale + 1e-9))
+    return out
+
+
+def _copy_ticks(size: float, rate: float) -> int:
+    return 0 if math.isinf(rate) else math.ceil(size / rate - 1e-9)
+
+
+def _horizon(problem: Problem, placement: Placement, rates: CopyRates) -> int:
+    """Every op, message, copy, all-reduce and optimizer one after another: a schedule
+    running one microbatch at a time fits any cap that holds one activation per stage."""
+    costs, total = problem.costs, 1
+    for op in problem.ops:
+        pred = predecessor(op, problem.num_stages[op.pipeline])
+        total += problem.duration(op) + (0 if pred is None else min_lag(problem, placement, pred, op))
+        if op.kind is Kind.F:
+            size = costs.activation[(op.pipeline, op.stage)]
+            total += _copy_ticks(size, rates.d2h) + _copy_ticks(size, rates.h2d)
+    return (total + max(problem.optimizer(d) for d in range(problem.num_devices))
+            + sum(round(g.allreduce_time) for g in costs.replica_groups))
