@@ -161,7 +161,7 @@ def _overlap_moe(conf: Configuration, model: TransformerModel, args: list[str], 
     if not (model.moe and dict(conf.options).get("overlap")):
         return []
     s = conf.shape
-    chunks = dict(conf.options).get("chunks", 1)
+    chunks = int(str(dict(conf.options).get("chunks", 1)))
     why = ("EP 1" if s.ep < 2 else "no virtual stages" if s.stages > 1 and chunks < 2
            else "full recomputation" if "full" in args else "MTP depth over 1" if model.mtp_layers > 1 else "")
     if why:
@@ -270,10 +270,12 @@ def read_megatron(text: str, gpus: int) -> dict:
     argv, _ = argv_of(text)
     a, _rest = _parser().parse_known_args(argv)
     pp, tp, cp = a.pipeline_model_parallel_size, a.tensor_model_parallel_size, a.context_parallel_size
-    layout = Layout.parse(a.pipeline_model_parallel_layout or Layout.even(a.num_layers, num_stages=pp).megatron())
-    chunks = layout.num_stages // pp
+    layout = Layout.parse(a.pipeline_model_parallel_layout) if a.pipeline_model_parallel_layout else None
+    chunks = layout.num_stages // pp if layout else 1
     recompute: object = a.recompute_granularity or "none"
-    if a.recompute_granularity == "full":
+    if a.recompute_granularity == "full" and layout is None:
+        recompute = (a.recompute_num_layers,) if a.recompute_method == "block" else "full"
+    elif a.recompute_granularity == "full" and layout is not None:
         per = a.recompute_num_layers if a.recompute_method == "block" else max(layout.layers)
         recompute = tuple(min(per, n) for n in layout.layers)
     zero = 1 if a.use_distributed_optimizer else 0
@@ -281,7 +283,7 @@ def read_megatron(text: str, gpus: int) -> dict:
         zero = 3 if a.data_parallel_sharding_strategy == "optim_grads_params" else 2
     return {"pp": pp, "tp": tp, "cp": cp, "dp": gpus // (pp * tp * cp), "ep": a.expert_model_parallel_size or 1,
             "etp": a.expert_tensor_parallel_size or 1, "microbatch_size": a.micro_batch_size,
-            "global_batch": a.global_batch_size, "seq_len": a.seq_length, "layout": layout.megatron(),
+            "global_batch": a.global_batch_size, "seq_len": a.seq_length, "layout": layout.megatron() if layout else "",
             "schedule": "interleaved" if chunks > 1 else "1f1b", "chunks": chunks, "recompute": recompute,
             "zero": zero, "sequence_parallel": a.sequence_parallel}
 
@@ -290,10 +292,10 @@ def megatron_view(conf: Configuration, gpus: int) -> dict:
     """What Megatron runs of ``conf`` (``read_megatron``'s words): the plan, with per-stage
     recomputation as Megatron's uniform count."""
     s = conf.shape
-    layout = Layout.parse(conf.layout) if conf.layout else None
+    layout = Layout.parse(conf.layout) if conf.layout and s.stages > 1 else None
     layers = layout.layers if layout else ()
     recompute = planned_recompute(conf, layers)
-    if s.recompute_layers is not None:
+    if s.recompute_layers is not None and layers:
         top = max(s.recompute_layers)
         recompute = tuple(min(top, n) for n in layers) if top else "none"
     chunks = layout.num_stages // s.stages if layout else 1

@@ -41,6 +41,10 @@ def planned_recompute(conf, layers: tuple[int, ...]) -> object:
     from pipetab.hardware.context import Recompute
 
     s = conf.shape
+    if not layers:  # one stage, no layout: what each stage holds is the whole model
+        if s.recompute_layers is not None:
+            return tuple(s.recompute_layers) if max(s.recompute_layers) else "none"
+        return "full" if s.recompute is Recompute.FULL else str(s.recompute)
     if s.recompute_layers is not None:
         counts = list(s.recompute_layers)
         if len(counts) < len(layers):  # one count per device: each virtual stage of it

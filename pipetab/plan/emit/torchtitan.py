@@ -167,7 +167,7 @@ def torchtitan_command(conf: Configuration, model_name: str, gpus: int, csv_path
     lines = ["  " + shlex.join(g) for g in groups]
     launch = f"torchrun --nnodes {max(1, gpus // gpus_per_node)} --nproc-per-node {min(gpus, gpus_per_node)} " \
              "-m torchtitan.train \\"
-    return "\n".join(_head(conf, gpus, TORCHTITAN, notes, header) + [launch]) + "\n" + " \\\n".join(lines) + "\n"
+    return "\n".join([*_head(conf, gpus, TORCHTITAN, notes, header), launch]) + "\n" + " \\\n".join(lines) + "\n"
 
 
 def _cli_values(value: object) -> list[str]:
@@ -234,7 +234,7 @@ def _read_command(text: str) -> tuple[dict, dict, str]:
             section, key = token[2:].split(".", 1)
             values = []
             for v in argv[i + 1:]:
-                if v.startswith("-") and not v.lstrip("-").isdigit() or v.startswith("activation-checkpoint:"):
+                if (v.startswith("-") and not v.lstrip("-").isdigit()) or v.startswith("activation-checkpoint:"):
                     break
                 values.append(v)
             (par if section == "parallelism" else train)[key] = _parsed(key, values)
@@ -282,7 +282,7 @@ def torchtitan_view(conf: Configuration, gpus: int, csv_path: str = "") -> dict:
     recompute = tuple(layers) if mode == "full" else mode
     size = sizes_of(conf, gpus)
     size.pop("etp")
-    return {**size, "layout": layout.megatron() if layout else "", "schedule": schedule,
+    return {**size, "layout": Layout.of_layers(layers).megatron() if layout else "", "schedule": schedule,
             "chunks": layout.num_stages // s.stages if layout else 1, "recompute": recompute, "shard": shard,
             "csv": csv_path if csv else ""}
 
