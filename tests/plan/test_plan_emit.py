@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from experiments.emit_clients import hand_made
 from pipetab.cli import main
-from pipetab.hardware.context import Context, Recompute
+from pipetab.hardware.context import Recompute
 from pipetab.hardware.layout import Layout
-from pipetab.hardware.loaders import load_model
 from pipetab.plan import plan, plan_question
 from pipetab.plan.emit import (
     TORCHTITAN,
@@ -30,7 +30,6 @@ from pipetab.plan.emit import (
     torchtitan_toml,
     torchtitan_view,
 )
-from pipetab.plan.result import Configuration
 from pipetab.schedules import registry
 from pipetab.schedules.formats import from_torch_csv
 
@@ -61,28 +60,11 @@ def variants(result):
     return out
 
 
-def by_hand(schedule, shape, layout, options=()):
-    return Configuration(schedule, options, shape, 1.0, 1.0, 0.5, 1, 2, True, 0.1, layout=layout)
-
-
 def fixed_set():
-    """Hand-made plans: DeepSeek-V3's 61 layers on PP 16 (uneven), per-stage recompute,
-    MoE interleaved with overlapped pairs, long context with CP and ZeRO-3, PP 1."""
-    ds = load_model("deepseek_v3")
-    ds_layout = Layout.even(61, num_stages=16, mtp=1).megatron()
-    llama = load_model("llama3_8b")
-    return [
-        (ds, 256, by_hand("1f1b", Context(tp=2, dp=8, pp=16, ep=8, zero=1, microbatch_size=1, global_batch=256,
-                                          seq_len=4096, layout=ds_layout), ds_layout)),
-        (llama, 64, by_hand("1f1b", Context(tp=8, dp=2, pp=4, cp=2, zero=3, microbatch_size=1, global_batch=64,
-                                            seq_len=32768, recompute_layers=(3, 2, 1, 0),
-                                            layout="E|t*11|t*11|t*10L"), "E|t*11|t*11|t*10L")),
-        (ds, 256, by_hand("interleaved", Context(tp=1, dp=8, pp=8, ep=8, zero=1, microbatch_size=1,
-                                                 global_batch=256, seq_len=4096),
-                          Layout.even(61, num_stages=16, mtp=1).megatron(), (("chunks", 2), ("overlap", True)))),
-        (llama, 64, by_hand("1f1b", Context(tp=8, dp=8, pp=1, zero=2, microbatch_size=1, global_batch=64,
-                                            seq_len=8192, recompute="full"), "")),
-    ]
+    """The hand-made plans of ``make clients-frameworks``' fixed set: DeepSeek-V3's 61 layers
+    on PP 16 (uneven), per-stage recompute with CP and ZeRO-3, MoE interleaved with
+    overlapped pairs, ZeRO-2 on PP 1."""
+    return [(model, gpus, conf) for _, model, gpus, conf in hand_made()]
 
 
 def test_megatron_names_come_from_its_source_and_read_back(result):

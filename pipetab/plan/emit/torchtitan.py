@@ -137,9 +137,9 @@ def _settings(conf: Configuration, gpus: int, csv_path: str, notes: Notes) -> di
            t["sequence_parallel"]: bool(s.sequence_parallel) or s.tp == 1, t["pp"]: s.stages,
            t["cp"]: s.cp, t["ep"]: s.ep}
     if s.stages > 1:
-        par.update({"pipeline_parallel_schedule": schedule, "pipeline_parallel_schedule_csv": csv_path if csv else "",
-                    "pipeline_parallel_microbatch_size": mb,
+        par.update({"pipeline_parallel_schedule": schedule, "pipeline_parallel_microbatch_size": mb,
                     t["layout"]: module_fqns(Layout.parse(conf.layout))})
+        par.update({"pipeline_parallel_schedule_csv": csv_path} if csv else {})
     if s.etp > 1:
         notes.differ(f"expert tensor parallelism {s.etp} planned: torchtitan {TORCHTITAN} has no expert "
                      "tensor-parallel degree (its experts are split by tensor parallelism only)")
@@ -160,9 +160,11 @@ def torchtitan_command(conf: Configuration, model_name: str, gpus: int, csv_path
     notes = Notes() if notes is None else notes
     module, config, _ = model_of(model_name)
     cfg = _settings(conf, gpus, csv_path, notes)
+    if conf.shape.stages > 1:  # its configs capture CUDA graphs, which it runs with no pipeline
+        cfg["training"]["disable_cuda_graphs"] = True
     groups = [["--module", module], ["--config", config]]
     for section in ("training", "parallelism"):
-        groups += [[f"--{section}.{key}", *_cli_values(value)] for key, value in cfg[section].items()]
+        groups += [_cli_group(section, key, value) for key, value in cfg[section].items()]
     groups.append([f"activation-checkpoint:{cfg['activation_checkpoint']}"])
     lines = ["  " + shlex.join(g) for g in groups]
     launch = f"torchrun --nnodes {max(1, gpus // gpus_per_node)} --nproc-per-node {min(gpus, gpus_per_node)} " \
@@ -170,14 +172,15 @@ def torchtitan_command(conf: Configuration, model_name: str, gpus: int, csv_path
     return "\n".join([*_head(conf, gpus, TORCHTITAN, notes, header), launch]) + "\n" + " \\\n".join(lines) + "\n"
 
 
-def _cli_values(value: object) -> list[str]:
-    """A field's value as torchtitan's command line takes it (tyro: booleans as True/False,
-    a list of lists as one argument per part, its names joined by commas)."""
+def _cli_group(section: str, key: str, value: object) -> list[str]:
+    """A field as torchtitan's command line (tyro) takes it: a boolean as ``--s.key`` or
+    ``--s.no-key``, a list of lists as one argument per part with its names joined by
+    commas, anything else as one value."""
     if isinstance(value, bool):
-        return ["True" if value else "False"]
+        return [f"--{section}.{key}" if value else f"--{section}.no-{key}"]
     if isinstance(value, list):
-        return [",".join(part) for part in value]
-    return [str(value)]
+        return [f"--{section}.{key}", *(",".join(part) for part in value)]
+    return [f"--{section}.{key}", str(value)]
 
 
 def _toml_value(v: object) -> str:
@@ -232,6 +235,9 @@ def _read_command(text: str) -> tuple[dict, dict, str]:
     for i, token in enumerate(argv):
         if token.startswith(("--parallelism.", "--training.")):
             section, key = token[2:].split(".", 1)
+            if key.startswith("no-"):
+                (par if section == "parallelism" else train)[key[3:]] = False
+                continue
             values = []
             for v in argv[i + 1:]:
                 if (v.startswith("-") and not v.lstrip("-").isdigit()) or v.startswith("activation-checkpoint:"):
@@ -246,9 +252,9 @@ def _read_command(text: str) -> tuple[dict, dict, str]:
 def _parsed(key: str, values: list[str]) -> object:
     if key == NAMES["layout"]:
         return [v.split(",") for v in values]
+    if not values:  # a boolean flag
+        return True
     (value,) = values
-    if value in ("True", "False"):
-        return value == "True"
     if value.lstrip("-").isdigit():
         return int(value)
     return value
