@@ -42,7 +42,7 @@ clients-frameworks: $(STAMP)
 	$(CLIENTS)/megatron/bin/pip install -qq torch==2.13.0 megatron-core==0.16.1
 	$(CLIENTS)/megatron/bin/python -m experiments.emit_clients check-megatron $(CLIENTS)
 	python3 -m venv $(CLIENTS)/torchtitan
-	$(CLIENTS)/torchtitan/bin/pip install -qq torch==2.13.0 torchtitan==0.3.0
+	$(CLIENTS)/torchtitan/bin/pip install -qq torch==2.13.0 torchtitan==0.3.0 triton==3.9.0  # its models import triton
 	$(CLIENTS)/torchtitan/bin/python -m experiments.emit_clients check-torchtitan $(CLIENTS)
 	python3 -m venv $(CLIENTS)/torchtitan-toml
 	$(CLIENTS)/torchtitan-toml/bin/pip install -qq torch==2.13.0 torchtitan==0.2.2

@@ -248,3 +248,22 @@ def test_cli_emit_with_html(capsys, tmp_path):
     page = tmp_path / "p.html"
     assert main([*BASE, "--emit", "megatron", "--html", str(page)]) == 0
     assert page.stat().st_size > 0 and "pretrain_gpt.py" in capsys.readouterr().out
+
+
+def test_torchtitan_schedule_as_planned_or_refused():
+    """A schedule torchtitan has no class of runs from the CSV with the class of its
+    placement (said); without --emit-csv, or with two pipelines, refused with the reason."""
+    from dataclasses import replace
+
+    model, gpus, base = fixed_set()[1]
+    zb = replace(base, schedule="zb-h1", options=())
+    notes = Notes()
+    text = torchtitan_command(zb, model.name, gpus, "s.csv", notes)
+    back = read_torchtitan(text, gpus)
+    assert back["schedule"] == "1F1B" and back["csv"] == "s.csv"
+    assert any("stage -> rank" in line for line in notes.assumes)
+    with pytest.raises(ValueError, match="give --emit-csv FILE.csv"):
+        torchtitan_command(zb, model.name, gpus)
+    chimera = replace(base, schedule="chimera", options=())
+    with pytest.raises(ValueError, match="torchtitan runs one"):
+        torchtitan_toml(chimera, model.name, gpus, "s.csv")

@@ -16,8 +16,9 @@ divide ``dp_shard * cp * tp`` (torchtitan's rule): a replicated plan whose EP do
 run as HSDP with the smallest shard degree that makes it legal. Recomputation is
 torchtitan's activation checkpointing (full, selective per op, none; per-stage counts as
 full on every stage). The schedule is torchtitan's class of that name, or the CSV
-``pipeline_parallel_schedule_csv`` reads with the class of its placement; a schedule of
-two pipelines is refused (``ValueError``: torchtitan runs one).
+``pipeline_parallel_schedule_csv`` reads with the class whose stage -> rank placement it
+has (``schedules.formats.torch_layout``, said in the text); a schedule of two pipelines,
+or of a placement no torchtitan class builds, is refused (``ValueError`` with the reason).
 """
 
 from __future__ import annotations
@@ -30,7 +31,6 @@ from typing import TYPE_CHECKING
 from pipetab.hardware.context import Recompute
 from pipetab.hardware.decisions import DECISION
 from pipetab.hardware.layout import Layout
-from pipetab.schedules.placements import PlacementFamily
 from pipetab.schedules.registry import REGISTRY, schedule_traits
 
 from .notes import Notes, sizes_of
@@ -41,9 +41,6 @@ if TYPE_CHECKING:
 TORCHTITAN = "0.3.0"
 TORCHTITAN_TOML = "0.2.2"
 TORCH_NAMES = {name: spec.torchtitan for name, spec in REGISTRY.items() if spec.torchtitan}
-# the class that runs a CSV of each one-pipeline placement (its stages per rank)
-CSV_CLASS = {PlacementFamily.LINEAR: "1F1B", PlacementFamily.INTERLEAVED: "Interleaved1F1B",
-             PlacementFamily.V: "ZBVZeroBubble"}
 # pipetab's model presets torchtitan defines: module, config function (current), flavor (TOML)
 MODELS = {"llama3_8b": ("llama3", "llama3_8b", "8B"), "llama3_70b": ("llama3", "llama3_70b", "70B"),
           "llama3_405b": ("llama3", "llama3_405b", "405B"), "deepseek_v3": ("deepseek_v3", "deepseek_v3_671b", "671B")}
@@ -71,7 +68,7 @@ def model_of(conf_model_name: str) -> tuple[str, str, str]:
     return MODELS[conf_model_name]
 
 
-def schedule_of(conf: Configuration, csv_path: str) -> tuple[str, bool]:
+def schedule_of(conf: Configuration, csv_path: str, notes: Notes | None = None) -> tuple[str, bool]:
     """torchtitan's schedule class for ``conf`` and whether it runs the CSV; ``ValueError``
     with the reason where torchtitan cannot run it."""
     if conf.shape.stages == 1:
@@ -82,13 +79,18 @@ def schedule_of(conf: Configuration, csv_path: str) -> tuple[str, bool]:
                          "torchtitan runs one (give --schedules with one-pipeline schedules)")
     if conf.schedule in TORCH_NAMES and conf.source != "cpsat":
         return str(TORCH_NAMES[conf.schedule]), False
-    family = REGISTRY[conf.schedule].family if conf.schedule in REGISTRY else PlacementFamily.LINEAR
-    if family not in CSV_CLASS:
-        raise ValueError(f"--emit torchtitan: {conf.label} places stages as no torchtitan schedule class does")
     if not csv_path:
         raise ValueError(f"--emit torchtitan: {conf.label} is not a torchtitan schedule class: it runs from the "
                          "CSV pipeline_parallel_schedule_csv reads; give --emit-csv FILE.csv")
-    return CSV_CLASS[family], True
+    from pipetab.schedules.formats import torch_layout, torch_layout_lines
+
+    sched = conf.full_schedule()
+    lay = torch_layout(sched)
+    if lay["warning"]:
+        raise ValueError(f"--emit torchtitan: {conf.label}: {lay['warning']}")
+    if notes is not None:
+        notes.assume(f"the schedule from {csv_path} on {torch_layout_lines(sched)[0]}")
+    return str(lay["torchtitan"]["parallelism.pipeline_parallel_schedule"]), True
 
 
 def data_parallel(conf: Configuration, gpus: int, notes: Notes) -> tuple[int, int, str]:
@@ -130,7 +132,7 @@ def _settings(conf: Configuration, gpus: int, csv_path: str, notes: Notes) -> di
     s = conf.shape
     size = sizes_of(conf, gpus)
     replicate, shard, reshard = data_parallel(conf, gpus, notes)
-    schedule, csv = schedule_of(conf, csv_path)
+    schedule, csv = schedule_of(conf, csv_path, notes)
     mb, m = size["microbatch_size"], s.sizes.microbatches
     t = NAMES
     par = {t["dp"]: replicate, t["zero"]: shard, t["reshard_after_forward"]: reshard, t["tp"]: s.tp,
