@@ -21,6 +21,7 @@ framework holds with what was planned; one line per case, exit 1 on any failure.
 
 from __future__ import annotations
 
+import inspect
 import json
 import shlex
 import sys
@@ -211,9 +212,12 @@ def titan_mesh(par, world: int) -> str:
     if not dist.is_initialized():
         dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world)
     try:
-        dims = ParallelDims(dp_replicate=par.data_parallel_replicate_degree, dp_shard=par.data_parallel_shard_degree,
-                            cp=par.context_parallel_degree, tp=par.tensor_parallel_degree,
-                            pp=par.pipeline_parallel_degree, ep=par.expert_parallel_degree, world_size=world)
+        kw = {"dp_replicate": par.data_parallel_replicate_degree, "dp_shard": par.data_parallel_shard_degree,
+              "cp": par.context_parallel_degree, "tp": par.tensor_parallel_degree, "pp": par.pipeline_parallel_degree,
+              "ep": par.expert_parallel_degree, "world_size": world}
+        if "etp" in inspect.signature(ParallelDims).parameters:  # 0.2.2 has expert tensor parallelism
+            kw["etp"] = par.expert_tensor_parallel_degree
+        dims = ParallelDims(**kw)
         dims.build_mesh()
     except Exception as exc:  # the framework's refusal, reported
         return f"parallel dims: {exc}"

@@ -262,7 +262,7 @@ def test_torchtitan_schedule_as_planned_or_refused():
     back = read_torchtitan(text, gpus)
     assert back["schedule"] == "1F1B" and back["csv"] == "s.csv"
     assert any("stage -> rank" in line for line in notes.assumes)
-    with pytest.raises(ValueError, match="give --emit-csv FILE.csv"):
+    with pytest.raises(ValueError, match=r"give --emit-csv FILE\.csv"):
         torchtitan_command(zb, model.name, gpus)
     chimera = replace(base, schedule="chimera", options=())
     with pytest.raises(ValueError, match="torchtitan runs one"):
