@@ -47,6 +47,11 @@ clients-frameworks: $(STAMP)
 	python3 -m venv $(CLIENTS)/torchtitan-toml
 	$(CLIENTS)/torchtitan-toml/bin/pip install -qq torch==2.13.0 torchtitan==0.2.2
 	$(CLIENTS)/torchtitan-toml/bin/python -m experiments.emit_clients check-torchtitan $(CLIENTS)
+	# Megatron-LM's own parse_args/validate_args: MEGATRON_LM=a checkout at d98e8a64 (Python 3.12)
+	if [ -n "$(MEGATRON_LM)" ]; then python3.12 -m venv $(CLIENTS)/megatron-lm && \
+	  $(CLIENTS)/megatron-lm/bin/pip install -qq torch==2.13.0 megatron-core==0.16.1 && \
+	  PYTHONPATH=$(MEGATRON_LM):. $(CLIENTS)/megatron-lm/bin/python -m experiments.emit_clients \
+	    check-megatron-lm $(CLIENTS); fi
 
 clients: clients-frameworks
 

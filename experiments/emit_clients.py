@@ -4,6 +4,8 @@ of ``make test``: it installs torch).
     python -m experiments.emit_clients emit DIR              # pipetab's venv: the fixed set's texts
     python -m experiments.emit_clients check-megatron DIR    # a venv with megatron-core 0.16.1
     python -m experiments.emit_clients check-torchtitan DIR  # a venv with torchtitan 0.3.0 or 0.2.2
+    PYTHONPATH=MEGATRON_LM python -m experiments.emit_clients check-megatron-lm DIR
+                                                             # Python 3.12, Megatron-LM d98e8a64's source
 
 ``emit`` writes, for every configuration of ``CASES`` (hand-made plans: DeepSeek-V3's 61
 layers on PP 16, per-stage recompute, MoE interleaved with overlapped pairs, long context
@@ -13,7 +15,10 @@ TOML job file, with what each framework should run of it (``megatron_view``,
 ``torchtitan_view``) into ``DIR/cases.json``. The ``check-*`` modes import no pipetab: they
 build Megatron-Core's ``TransformerConfig`` (``MLATransformerConfig`` for MLA) from the
 arguments, whose ``__post_init__`` runs Megatron's checks (layout, MoE dispatcher, overlap,
-recomputation); and run torchtitan's ``ConfigManager`` on the command line (0.3.0) or the
+recomputation); ``check-megatron-lm`` runs Megatron-LM's own ``parse_args``,
+``validate_args`` and ``core_transformer_config_from_args`` at the commit of
+``tests/data/megatron_arguments.txt`` (with ``--no-rope-fusion``, as Transformer Engine is
+not on a CPU machine, a mock tokenizer and data, and an H100's compute capability); and run torchtitan's ``ConfigManager`` on the command line (0.3.0) or the
 job file (0.2.2), then its ``ParallelDims`` checks and, on a fake process group, its device
 mesh (where expert parallelism must divide ``dp_shard x cp x tp``). Each compares what the
 framework holds with what was planned; one line per case, exit 1 on any failure.
@@ -166,14 +171,24 @@ def _typed(field, values: list[str]):
 
 
 def check_megatron(row: dict) -> str:
-    cfg = megatron_config(megatron_argv(row["megatron"]))
-    want = row["megatron_view"]
+    return _compare_megatron(megatron_config(megatron_argv(row["megatron"])), row["megatron_view"])
+
+
+def _compare_megatron(cfg, want: dict) -> str:
     got = {"pp": cfg.pipeline_model_parallel_size, "tp": cfg.tensor_model_parallel_size,
            "cp": cfg.context_parallel_size, "ep": cfg.expert_model_parallel_size,
            "etp": cfg.expert_tensor_parallel_size or 1}
     if not cfg.num_moe_experts:  # Megatron sets ETP to TP when it is not given; no experts to split
         got.pop("etp")
     bad = [f"{k} {got[k]} != {want[k]}" for k in got if got[k] != want[k]]
+    recompute = want["recompute"]
+    granularity = None if recompute == "none" else recompute if isinstance(recompute, str) else "full"
+    if cfg.recompute_granularity != granularity:
+        bad.append(f"recompute {cfg.recompute_granularity} != {granularity}")
+    if cfg.recompute_method == "block" and isinstance(recompute, list) and cfg.recompute_num_layers != max(recompute):
+        bad.append(f"recompute layers {cfg.recompute_num_layers} != {max(recompute)}")
+    if cfg.num_moe_experts and cfg.moe_token_dispatcher_type not in ("alltoall", "flex"):
+        bad.append(f"dispatcher {cfg.moe_token_dispatcher_type}")
     layout = cfg.pipeline_model_parallel_layout
     if want["pp"] > 1 and layout is None:
         bad.append("no layout")
@@ -182,6 +197,32 @@ def check_megatron(row: dict) -> str:
         if vpp != want["chunks"]:
             bad.append(f"virtual stages {vpp} != {want['chunks']}")
     return "; ".join(bad)
+
+
+def check_megatron_lm(row: dict) -> str:
+    """Megatron-LM's own ``parse_args``, ``validate_args`` (on a Hopper GPU's rules: the arch
+    is the one thing asked of CUDA) and ``core_transformer_config_from_args`` on the launch,
+    with its environment and ``WORLD_SIZE``; then ``check_megatron``'s comparisons."""
+    import os
+
+    from megatron.training import arguments, argument_utils
+    from megatron.training.utils import common_utils
+
+    import torch
+
+    common_utils.get_device_arch_version = lambda: 9  # an H100, what the plans are for
+    arguments.get_device_arch_version = lambda: 9
+    torch.cuda.get_device_capability = lambda *_: (9, 0)
+    argv = megatron_argv(row["megatron"])
+    env = dict(line[len("export "):].split("=", 1) for line in row["megatron"].splitlines()
+               if line.startswith("export "))
+    os.environ.update(env, WORLD_SIZE=str(row["gpus"]), RANK="0")
+    # what the CPU machine lacks (Transformer Engine) switched off; the data and tokenizer are mock
+    sys.argv = ["pretrain_gpt.py", *argv, "--tokenizer-type", "NullTokenizer", "--mock-data", "--no-rope-fusion"]
+    args = arguments.parse_args()
+    arguments.validate_args(args)
+    cfg = argument_utils.core_transformer_config_from_args(args)
+    return _compare_megatron(cfg, row["megatron_view"])
 
 
 # ---- torchtitan (no pipetab below) -----------------------------------------------------
@@ -249,7 +290,8 @@ def check(kind: str, folder: Path) -> int:
     failed = 0
     for row in rows:
         try:
-            why = check_megatron(row) if kind == "megatron" else check_torchtitan(row, folder)
+            check = {"megatron": check_megatron, "megatron-lm": check_megatron_lm}.get(kind)
+            why = check(row) if check else check_torchtitan(row, folder)
         except (Exception, SystemExit) as exc:  # the framework's refusal (tyro exits), reported
             why = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
         failed += bool(why)
@@ -260,8 +302,9 @@ def check(kind: str, folder: Path) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 2 or argv[0] not in ("emit", "check-megatron", "check-torchtitan"):
-        print("usage: python -m experiments.emit_clients emit|check-megatron|check-torchtitan DIR", file=sys.stderr)
+    if len(argv) != 2 or argv[0] not in ("emit", "check-megatron", "check-megatron-lm", "check-torchtitan"):
+        print("usage: python -m experiments.emit_clients emit|check-megatron|check-megatron-lm|check-torchtitan DIR",
+              file=sys.stderr)
         return 2
     folder = Path(argv[1])
     if argv[0] == "emit":
