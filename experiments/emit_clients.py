@@ -18,8 +18,8 @@ arguments, whose ``__post_init__`` runs Megatron's checks (layout, MoE dispatche
 recomputation); ``check-megatron-lm`` runs Megatron-LM's own ``parse_args``,
 ``validate_args`` and ``core_transformer_config_from_args`` at the commit of
 ``tests/data/megatron_arguments.txt`` (with ``--no-rope-fusion``, as Transformer Engine is
-not on a CPU machine, a mock tokenizer and data, and an H100's compute capability); and run torchtitan's ``ConfigManager`` on the command line (0.3.0) or the
-job file (0.2.2), then its ``ParallelDims`` checks and, on a fake process group, its device
+not on a CPU machine, a mock tokenizer and data, and an H100's compute capability); and run
+torchtitan's ``ConfigManager`` on the command line (0.3.0) or the job file (0.2.2), then its ``ParallelDims`` checks and, on a fake process group, its device
 mesh (where expert parallelism must divide ``dp_shard x cp x tp``). Each compares what the
 framework holds with what was planned; one line per case, exit 1 on any failure.
 """
@@ -205,10 +205,9 @@ def check_megatron_lm(row: dict) -> str:
     with its environment and ``WORLD_SIZE``; then ``check_megatron``'s comparisons."""
     import os
 
-    from megatron.training import arguments, argument_utils
-    from megatron.training.utils import common_utils
-
     import torch
+    from megatron.training import argument_utils, arguments
+    from megatron.training.utils import common_utils
 
     common_utils.get_device_arch_version = lambda: 9  # an H100, what the plans are for
     arguments.get_device_arch_version = lambda: 9
