@@ -19,9 +19,10 @@ recomputation); ``check-megatron-lm`` runs Megatron-LM's own ``parse_args``,
 ``validate_args`` and ``core_transformer_config_from_args`` at the commit of
 ``tests/data/megatron_arguments.txt`` (with ``--no-rope-fusion``, as Transformer Engine is
 not on a CPU machine, a mock tokenizer and data, and an H100's compute capability); and run
-torchtitan's ``ConfigManager`` on the command line (0.3.0) or the job file (0.2.2), then its ``ParallelDims`` checks and, on a fake process group, its device
-mesh (where expert parallelism must divide ``dp_shard x cp x tp``). Each compares what the
-framework holds with what was planned; one line per case, exit 1 on any failure.
+torchtitan's ``ConfigManager`` on the command line (0.3.0) or the job file (0.2.2), then
+its ``ParallelDims`` checks and, on a fake process group, its device mesh (where expert
+parallelism must divide ``dp_shard x cp x tp``). Each compares what the framework holds
+with what was planned; one line per case, exit 1 on any failure.
 """
 
 from __future__ import annotations
