@@ -63,7 +63,7 @@ def variants(result):
 def fixed_set():
     """The hand-made plans of ``make clients-frameworks``' fixed set: DeepSeek-V3's 61 layers
     on PP 16 (uneven), per-stage recompute with CP and ZeRO-3, MoE interleaved with
-    overlapped pairs, ZeRO-2 on PP 1."""
+    overlapped pairs, FP8 with DeepEP and a node limit, ZeRO-2 on PP 1."""
     return [(model, gpus, conf) for _, model, gpus, conf in hand_made()]
 
 
@@ -90,7 +90,7 @@ def test_megatron_names_come_from_its_source_and_read_back(result):
     assert seen >= 2
 
 
-@pytest.mark.parametrize("case", range(4))
+@pytest.mark.parametrize("case", range(5))
 def test_fixed_set_megatron(case):
     """The fixed set: names from Megatron's source, the layout always with PP > 1 (61 layers
     on 16 stages included), the dispatcher alltoall, FSDP with fsdp_dtensor, read back."""
@@ -107,7 +107,8 @@ def test_fixed_set_megatron(case):
     if conf.shape.pp > 1:
         assert back["layout"] == want["layout"]
     if model.moe:
-        assert args[args.index("--moe-token-dispatcher-type") + 1] == "alltoall"
+        fp8 = str(conf.shape.dispatch_precision) == "fp8"  # DeepSeek's FP8 dispatch: DeepEP
+        assert args[args.index("--moe-token-dispatcher-type") + 1] == ("flex" if fp8 else "alltoall")
         assert args[args.index("--moe-layer-freq") + 1] == "([0]*3+[1]*58)"
     if conf.shape.zero >= 2:
         assert args[args.index("--ckpt-format") + 1] == "fsdp_dtensor"
@@ -118,6 +119,9 @@ def test_fixed_set_megatron(case):
         assert "# DIFFERS FROM THE PLAN: per-stage recomputation" in text
     else:
         assert back["recompute"] == want["recompute"] and not notes.differs
+    if case == 3:  # node limit 2 on an EP group over 4 nodes: Megatron's group-limited routing
+        assert args[args.index("--moe-router-num-groups") + 1] == "4"
+        assert args[args.index("--moe-router-group-topk") + 1] == "2" and "--fp8-format" in args
     if case == 2:  # overlapped pairs on an interleaved MoE plan: Megatron's EP overlap
         assert "--overlap-moe-expert-parallel-comm" in args and back["schedule"] == "interleaved"
 
@@ -134,7 +138,7 @@ def test_megatron_overlap_refused_with_full_recompute_is_said():
     assert any("refuses full recomputation" in n for n in notes.differs)
 
 
-@pytest.mark.parametrize("case", range(4))
+@pytest.mark.parametrize("case", range(5))
 def test_fixed_set_torchtitan(case):
     """The fixed set in both torchtitan forms: fields of the targeted release, read back to
     what torchtitan runs; EP legal for torchtitan (it divides dp_shard x cp x tp)."""
@@ -179,7 +183,7 @@ def test_torchtitan_reads_back(result):
 
 
 def test_torchtitan_refuses_an_unknown_model():
-    _, gpus, conf = fixed_set()[3]
+    _, gpus, conf = fixed_set()[4]
     with pytest.raises(ValueError, match=r"--model gpt3_175b: torchtitan 0\.3\.0 defines no configuration"):
         torchtitan_command(conf, "gpt3_175b", gpus)
 
@@ -267,3 +271,20 @@ def test_torchtitan_schedule_as_planned_or_refused():
     chimera = replace(base, schedule="chimera", options=())
     with pytest.raises(ValueError, match="torchtitan runs one"):
         torchtitan_toml(chimera, model.name, gpus, "s.csv")
+
+
+def test_cli_emit_torchtitan_of_a_model_it_lacks(capsys):
+    """A model torchtitan defines no configuration of: one line naming it, exit 2."""
+    args = ["plan", "--model", "gpt3_2p7b", "--nodes", "1", "--gpus-per-node", "8", "--global-batch", "32",
+            "--cpsat-shapes", "0", "--quiet", "--emit", "torchtitan"]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "--model gpt3_2p7b: torchtitan 0.3.0 defines no configuration of it" in err and len(err.splitlines()) == 1
+
+
+def test_torchtitan_fp8_and_node_limit_are_said():
+    model, gpus, conf = fixed_set()[3]
+    notes = Notes()
+    torchtitan_command(conf, model.name, gpus, "", notes)
+    assert any("FP8 GEMMs or dispatch planned" in n for n in notes.differs)
+    assert any("at most 2 nodes" in n for n in notes.differs)

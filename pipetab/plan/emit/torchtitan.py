@@ -28,7 +28,7 @@ import shlex
 import tomllib
 from typing import TYPE_CHECKING
 
-from pipetab.hardware.context import Recompute
+from pipetab.hardware.context import Precision, Recompute
 from pipetab.hardware.decisions import DECISION
 from pipetab.hardware.layout import Layout
 from pipetab.schedules.registry import REGISTRY, schedule_traits
@@ -145,6 +145,11 @@ def _settings(conf: Configuration, gpus: int, csv_path: str, notes: Notes) -> di
     if s.etp > 1:
         notes.differ(f"expert tensor parallelism {s.etp} planned: torchtitan {TORCHTITAN} has no expert "
                      "tensor-parallel degree (its experts are split by tensor parallelism only)")
+    if s.gemm_precision is Precision.FP8 or s.dispatch_precision is Precision.FP8:
+        notes.differ("FP8 GEMMs or dispatch planned: written in bf16 (torchtitan's float8 converters and DeepEP "
+                     "are model settings pipetab does not write)")
+    if s.node_limit is not None:
+        notes.differ(f"routing to at most {s.node_limit} nodes planned: torchtitan's router has no node limit")
     local = mb * m if s.stages > 1 else mb
     train = {"local_batch_size": local, "global_batch_size": size["global_batch"], "seq_len": size["seq_len"]}
     return {"training": train, "parallelism": par, "activation_checkpoint": activation_checkpoint(conf, notes)}
