@@ -288,3 +288,15 @@ def test_torchtitan_fp8_and_node_limit_are_said():
     torchtitan_command(conf, model.name, gpus, "", notes)
     assert any("FP8 GEMMs or dispatch planned" in n for n in notes.differs)
     assert any("at most 2 nodes" in n for n in notes.differs)
+
+
+def test_declared_names_are_the_frameworks():
+    """Every context decision's Megatron-LM name is an argument of its source, and every
+    torchtitan name but the recomputation's (a subcommand in 0.3.0) a field of the current
+    release (the names the emitters write come from these declarations)."""
+    from pipetab.hardware.decisions import DECISIONS
+
+    assert {d.megatron for d in DECISIONS if d.megatron} <= MEGATRON
+    titan = {d.torchtitan for d in DECISIONS if d.torchtitan and d.name != "recompute"}
+    assert titan <= TITAN[TORCHTITAN], titan - TITAN[TORCHTITAN]
+    assert "activation_checkpoint.mode" in TITAN[TORCHTITAN_TOML]

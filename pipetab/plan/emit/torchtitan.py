@@ -45,7 +45,8 @@ TORCH_NAMES = {name: spec.torchtitan for name, spec in REGISTRY.items() if spec.
 MODELS = {"llama3_8b": ("llama3", "llama3_8b", "8B"), "llama3_70b": ("llama3", "llama3_70b", "70B"),
           "llama3_405b": ("llama3", "llama3_405b", "405B"), "deepseek_v3": ("deepseek_v3", "deepseek_v3_671b", "671B")}
 NAMES = {name: str(DECISION[name].torchtitan).split(".")[1]
-         for name in ("dp", "zero", "reshard_after_forward", "tp", "sequence_parallel", "pp", "layout", "cp", "ep")}
+         for name in ("dp", "zero", "reshard_after_forward", "tp", "sequence_parallel", "pp", "layout", "cp", "ep",
+                      "microbatch_size", "global_batch", "seq_len")}
 
 
 def module_fqns(layout: Layout) -> list[list[str]]:
@@ -139,7 +140,7 @@ def _settings(conf: Configuration, gpus: int, csv_path: str, notes: Notes) -> di
            t["sequence_parallel"]: bool(s.sequence_parallel) or s.tp == 1, t["pp"]: s.stages,
            t["cp"]: s.cp, t["ep"]: s.ep}
     if s.stages > 1:
-        par.update({"pipeline_parallel_schedule": schedule, "pipeline_parallel_microbatch_size": mb,
+        par.update({"pipeline_parallel_schedule": schedule, t["microbatch_size"]: mb,
                     t["layout"]: module_fqns(Layout.parse(conf.layout))})
         par.update({"pipeline_parallel_schedule_csv": csv_path} if csv else {})
     if s.etp > 1:
@@ -151,7 +152,7 @@ def _settings(conf: Configuration, gpus: int, csv_path: str, notes: Notes) -> di
     if s.node_limit is not None:
         notes.differ(f"routing to at most {s.node_limit} nodes planned: torchtitan's router has no node limit")
     local = mb * m if s.stages > 1 else mb
-    train = {"local_batch_size": local, "global_batch_size": size["global_batch"], "seq_len": size["seq_len"]}
+    train = {"local_batch_size": local, t["global_batch"]: size["global_batch"], t["seq_len"]: size["seq_len"]}
     return {"training": train, "parallelism": par, "activation_checkpoint": activation_checkpoint(conf, notes)}
 
 
