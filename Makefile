@@ -45,7 +45,7 @@ clients-frameworks: $(STAMP)
 	$(CLIENTS)/torchtitan/bin/pip install -qq torch==2.13.0 torchtitan==0.3.0 triton==3.9.0  # its models import triton
 	$(CLIENTS)/torchtitan/bin/python -m experiments.emit_clients check-torchtitan $(CLIENTS)
 	python3 -m venv $(CLIENTS)/torchtitan-toml
-	$(CLIENTS)/torchtitan-toml/bin/pip install -qq torch==2.13.0 torchtitan==0.2.2
+	$(CLIENTS)/torchtitan-toml/bin/pip install -qq torch==2.13.0 torchtitan==0.2.2 triton==3.9.0
 	$(CLIENTS)/torchtitan-toml/bin/python -m experiments.emit_clients check-torchtitan $(CLIENTS)
 	# Megatron-LM's own parse_args/validate_args: MEGATRON_LM=a checkout at d98e8a64 (Python 3.12)
 	if [ -n "$(MEGATRON_LM)" ]; then python3.12 -m venv $(CLIENTS)/megatron-lm && \
