@@ -2,7 +2,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast lint venv clean bench
+.PHONY: demo test test-fast lint venv clean bench clients clients-frameworks
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -32,6 +32,28 @@ bench: $(STAMP)
 	$(PY) -m experiments.bench_simulator
 	$(PY) -m experiments.bench_sweep
 	$(PY) -m experiments.bench_cpsat
+
+# plan --emit checked by Megatron-Core's and torchtitan's own code (not part of test or CI:
+# it installs CPU torch); venvs of their own, pinned versions (experiments/emit_clients.py)
+CLIENTS := build/clients
+clients-frameworks: $(STAMP)
+	$(PY) -m experiments.emit_clients emit $(CLIENTS)
+	python3 -m venv $(CLIENTS)/megatron
+	$(CLIENTS)/megatron/bin/pip install -qq torch==2.13.0 megatron-core==0.16.1
+	$(CLIENTS)/megatron/bin/python -m experiments.emit_clients check-megatron $(CLIENTS)
+	python3 -m venv $(CLIENTS)/torchtitan
+	$(CLIENTS)/torchtitan/bin/pip install -qq torch==2.13.0 torchtitan==0.3.0 triton==3.9.0  # its models import triton
+	$(CLIENTS)/torchtitan/bin/python -m experiments.emit_clients check-torchtitan $(CLIENTS)
+	python3 -m venv $(CLIENTS)/torchtitan-toml
+	$(CLIENTS)/torchtitan-toml/bin/pip install -qq torch==2.13.0 torchtitan==0.2.2 triton==3.9.0
+	$(CLIENTS)/torchtitan-toml/bin/python -m experiments.emit_clients check-torchtitan $(CLIENTS)
+	# Megatron-LM's own parse_args/validate_args: MEGATRON_LM=a checkout at d98e8a64 (Python 3.12)
+	if [ -n "$(MEGATRON_LM)" ]; then python3.12 -m venv $(CLIENTS)/megatron-lm && \
+	  $(CLIENTS)/megatron-lm/bin/pip install -qq torch==2.13.0 megatron-core==0.16.1 && \
+	  PYTHONPATH=$(MEGATRON_LM):. $(CLIENTS)/megatron-lm/bin/python -m experiments.emit_clients \
+	    check-megatron-lm $(CLIENTS); fi
+
+clients: clients-frameworks
 
 clean:
 	rm -rf $(VENV) .pytest_cache results

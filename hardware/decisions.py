@@ -74,9 +74,9 @@ class Decision:
     attribute on the parsed command line; ``plan_flag``/``space``: ``plan``'s flag and
     ``ContextSpace`` field ("": not ``plan``'s); ``sweep``: its key in a sweep file;
     ``megatron``: the argument of Megatron-LM's training script, ``torchtitan``: the
-    ``section.field`` of torchtitan's TOML that ``pipetab.plan.emit`` writes (the batch and
-    sequence in tokens there), None where the framework has none; ``needs``: when it
-    applies."""
+    ``section.field`` of torchtitan's configuration that ``pipetab.plan.emit`` writes (the
+    releases it targets: ``tests/data/torchtitan_fields.txt``), None where the framework has
+    none; ``needs``: when it applies."""
 
     name: str
     kind: type | str
@@ -162,12 +162,12 @@ DECISIONS: tuple[Decision, ...] = (
              "--microbatch-size", maximum=MAX_MICROBATCH_SIZE, plan=Enumerate.CANDIDATES,
              plan_flag="--microbatch-sizes", space="microbatch_sizes",
              plan_help="sequences per microbatch to try, e.g. 1,2,4 (default: powers of two up to 32768 tokens)",
-             megatron="--micro-batch-size", torchtitan="training.num_tokens_per_microbatch_per_dp_rank"),
+             megatron="--micro-batch-size", torchtitan="parallelism.pipeline_parallel_microbatch_size"),
     Decision("global_batch", int, "sequences per training step", "--global-batch", maximum=MAX_GLOBAL_BATCH,
-             commands=ALL_COMMANDS, megatron="--global-batch-size", torchtitan="training.num_tokens_per_train_step"),
+             commands=ALL_COMMANDS, megatron="--global-batch-size", torchtitan="training.global_batch_size"),
     Decision("seq_len", int, "tokens per sequence (default: the model's)", "--seq", label="sequence length",
              dest="seq", maximum=MAX_SEQ, commands=ALL_COMMANDS, sweep="grid.cluster.seq",
-             megatron="--seq-length", torchtitan="training.max_context_length"),
+             megatron="--seq-length", torchtitan="training.seq_len"),
     _degree("ep", "expert parallelism (MoE models): GPUs of a stage sharing the experts (default 1)",
             "--expert-model-parallel-size", "parallelism.expert_parallel_degree",
             "expert-parallel sizes to try for a MoE model, e.g. 8,16 (default: every divisor of the expert count "

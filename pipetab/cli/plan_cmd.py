@@ -120,12 +120,18 @@ def register(sub) -> None:
     p.add_argument("--html", metavar="FILE.html",
                    help="one self-contained page: the ranked configurations (sortable), the Pareto plot, the "
                         "winner's and runner-up's timelines and memory, the levels, the assumptions")
-    p.add_argument("--emit", choices=["megatron", "torchtitan"], default=None,
-                   help="print the best configuration as Megatron-LM arguments or a torchtitan TOML section "
-                        "instead of the table (Megatron: the best it can run)")
+    p.add_argument("--emit", choices=["megatron", "torchtitan", "torchtitan-toml"], default=None,
+                   help="print the best configuration that fits instead of the table: Megatron-LM's launch and "
+                        "arguments (the best it can run), the current torchtitan's command line, or the last "
+                        "TOML release's job file; what differs from the plan is named on stderr and in the text")
     p.add_argument("--emit-csv", metavar="FILE.csv", default=None,
-                   help="with --emit torchtitan: write the schedule as the CSV that "
+                   help="with --emit torchtitan or torchtitan-toml: write the schedule as the CSV that "
                         "pipeline_parallel_schedule_csv reads")
+    p.add_argument("--force", action="store_true",
+                   help="with --emit: write the best configuration even when none fits the GPU memory "
+                        "(the text says so)")
+    p.add_argument("--no-substitute", action="store_true",
+                   help="with --emit: refuse instead of writing a configuration that differs from the plan")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.add_argument("--format", choices=["text", "json", "torch-csv"], default="text",
                    help="text (default), json, or torch-csv: the winner's schedule for PyTorch's pipelining "
@@ -162,8 +168,11 @@ def run(args) -> None:
         raise UsageError(f"--global-batch must be at most {MAX_OPS} sequences (a schedule holds "
                          f"at most {MAX_OPS} ops; see docs/limits.md), got {args.global_batch}")
     plot = common.check_plot_path(args.plot)
-    if args.emit_csv is not None and args.emit != "torchtitan":
-        raise UsageError("--emit-csv applies with --emit torchtitan only")
+    if args.emit_csv is not None and args.emit not in ("torchtitan", "torchtitan-toml"):
+        raise UsageError("--emit-csv applies with --emit torchtitan or torchtitan-toml only")
+    for flag, given in (("--force", args.force), ("--no-substitute", args.no_substitute)):
+        if given and args.emit is None:
+            raise UsageError(f"{flag} applies with --emit only")
     if args.emit is not None and args.format != "text":
         raise UsageError(f"--emit prints a framework's configuration: it does not combine with --format {args.format}")
     emit_csv = common.output_path(args.emit_csv, "--emit-csv", (".csv",)) if args.emit_csv else None
@@ -201,13 +210,17 @@ def run(args) -> None:
         from pipetab.plan.plot import plot_plan
 
         common.save_plot(plot_plan, plot, result, rows=10)
-    if args.emit is not None:
-        print(emitted(result, space, args.emit, emit_csv), end="")
-        return
     if page:
         from pipetab.view.plan_page import write_plan_page
 
         common.write_output(page, "--html", lambda p: write_plan_page(p, result))
+    if args.emit is not None:
+        print(emitted(result, space, args, emit_csv), end="")
+        if args.html:
+            import sys
+
+            print(f"page: {args.html}", file=sys.stderr)
+        return
     if args.format == "json":
         emit_json(result.as_dict())
         return
@@ -256,25 +269,29 @@ def compact_labels(configurations) -> list[str]:
     return out
 
 
-def emitted(result, space, framework: str, csv_path: Path | None) -> str:
-    """The best configuration (for Megatron, the best it runs) in ``framework``'s form;
-    the schedule written to ``csv_path`` for torchtitan."""
+def emitted(result, space, args, csv_path: Path | None) -> str:
+    """The configuration ``pipetab.plan.emit`` picks in ``args.emit``'s form, what differs
+    from the plan on stderr; the schedule written to ``csv_path`` for torchtitan."""
+    import sys
+
     from pipetab.plan import emit
 
-    fits = [c for c in result.evaluated if c.fits] or list(result.configurations)
-    if framework == "megatron":
-        runnable = [c for c in fits if c.schedule in emit.MEGATRON_SCHEDULES]
-        if not runnable:
-            raise UsageError("--emit megatron: no configuration found runs a schedule Megatron-LM runs "
-                             f"({', '.join(emit.MEGATRON_SCHEDULES)}); give --schedules 1f1b,interleaved")
-        conf = runnable[0]
-        note = "" if conf is fits[0] else f"# the best configuration, {fits[0].label}, is not a Megatron schedule\n"
-        return note + emit.megatron_text(conf, space.model, space.num_gpus)
-    conf = fits[0]
+    try:
+        out = emit.emit(result, space, args.emit, str(csv_path) if csv_path else "", force=args.force,
+                        no_substitute=args.no_substitute)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    for line in out.differs:
+        print(f"differs from the plan: {line}", file=sys.stderr)
     if csv_path:
+        conf = out.configuration
         sched = conf.full_schedule()
-        common.write_output(csv_path, "--emit-csv", lambda p: p.write_text(emit.torch_csv(conf, sched)))
-    return emit.torchtitan_toml(conf, space.num_gpus, str(csv_path) if csv_path else "")
+        try:
+            text = emit.torch_csv(conf, sched)
+        except ValueError as exc:
+            raise UsageError(f"--emit-csv: {exc}") from None
+        common.write_output(csv_path, "--emit-csv", lambda p: p.write_text(text))
+    return out.text
 
 
 def _rows(result) -> tuple[tuple, list[tuple]]:

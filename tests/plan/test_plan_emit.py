@@ -1,34 +1,44 @@
-"""``plan --emit``: Megatron-LM arguments whose names Megatron's source defines and
-torchtitan TOML that ``tomllib`` reads, both read back to the planned configuration; the
-schedule CSV read back to the planned orders."""
+"""``plan --emit``: Megatron-LM arguments and torchtitan fields whose names the pinned
+frameworks define (lists made from their source: ``experiments/megatron_args.py``,
+``experiments/torchtitan_fields.py``), every configuration of a fixed set read back to
+what was planned (or to what the framework runs, with a DIFFERS line naming the
+difference), the schedule CSV read back to the planned orders."""
 
 import itertools
 from pathlib import Path
 
 import pytest
 
+from experiments.emit_clients import hand_made
 from pipetab.cli import main
 from pipetab.hardware.context import Recompute
 from pipetab.hardware.layout import Layout
-from pipetab.hardware.loaders import load_model
 from pipetab.plan import plan, plan_question
 from pipetab.plan.emit import (
-    describe,
+    TORCHTITAN,
+    TORCHTITAN_TOML,
+    Notes,
     megatron_args,
     megatron_text,
+    megatron_view,
     module_fqns,
+    planned,
     read_megatron,
     read_torchtitan,
     torch_csv,
+    torchtitan_command,
     torchtitan_toml,
+    torchtitan_view,
 )
 from pipetab.schedules import registry
 from pipetab.schedules.formats import from_torch_csv
 
 DATA = Path(__file__).parents[1] / "data"
 MEGATRON = {line for line in (DATA / "megatron_arguments.txt").read_text().splitlines() if line.startswith("--")}
-TORCHTITAN = {line for line in (DATA / "torchtitan_fields.txt").read_text().splitlines()
-              if line and not line.startswith("#")}
+FIELDS = [line.split(":", 1) for line in (DATA / "torchtitan_fields.txt").read_text().splitlines()
+          if line and not line.startswith("#")]
+TITAN = {version: {f for v, f in FIELDS if v == version} for version in (TORCHTITAN, TORCHTITAN_TOML)}
+KEYS = ("pp", "tp", "cp", "dp", "ep", "microbatch_size", "global_batch", "seq_len", "layout", "chunks", "recompute")
 
 
 @pytest.fixture(scope="module")
@@ -43,14 +53,23 @@ def variants(result):
     out = [confs[0]]
     for pick in (lambda c: c.schedule == "interleaved", lambda c: c.schedule == "1f1b" and c.shape.zero == 3,
                  lambda c: c.shape.layout is not None, lambda c: c.shape.recompute is Recompute.FULL,
-                 lambda c: c.shape.pp == 1):
+                 lambda c: c.shape.recompute_layers is not None, lambda c: c.shape.pp == 1):
         found = next((c for c in confs if pick(c)), None)
         if found is not None and found not in out:
             out.append(found)
     return out
 
 
+def fixed_set():
+    """The hand-made plans of ``make clients-frameworks``' fixed set: DeepSeek-V3's 61 layers
+    on PP 16 (uneven), per-stage recompute with CP and ZeRO-3, MoE interleaved with
+    overlapped pairs, FP8 with DeepEP and a node limit, ZeRO-2 on PP 1."""
+    return [(model, gpus, conf) for _, model, gpus, conf in hand_made()]
+
+
 def test_megatron_names_come_from_its_source_and_read_back(result):
+    """Every variant: names Megatron-LM defines; read back equal to what Megatron runs,
+    which is the plan unless a DIFFERS line names the recomputation."""
     sp, _ = result
     seen = 0
     for conf in variants(result):
@@ -58,47 +77,115 @@ def test_megatron_names_come_from_its_source_and_read_back(result):
             with pytest.raises(ValueError, match="Megatron-LM runs 1f1b and interleaved"):
                 megatron_args(conf, sp.model)
             continue
-        args = megatron_args(conf, sp.model)
+        notes = Notes()
+        args = megatron_args(conf, sp.model, notes)
         assert {a for a in args if a.startswith("--")} <= MEGATRON
-        text = megatron_text(conf, sp.model, sp.num_gpus)
-        assert read_megatron(text, sp.num_gpus) == describe(conf, sp.num_gpus, "megatron")
+        back = read_megatron(megatron_text(conf, sp.model, sp.num_gpus), sp.num_gpus)
+        assert back == megatron_view(conf, sp.num_gpus)
+        plan_view = planned(conf, sp.num_gpus)
+        same = {k for k in KEYS if k != "layout" or conf.shape.pp > 1}
+        differs = {k for k in same if back[k] != plan_view[k]}
+        assert differs <= ({"recompute"} if any("recomputation" in n for n in notes.differs) else set())
         seen += 1
     assert seen >= 2
 
 
-def test_megatron_by_hand():
-    from pipetab.hardware.context import Context
-    from pipetab.plan.result import Configuration
+@pytest.mark.parametrize("case", range(5))
+def test_fixed_set_megatron(case):
+    """The fixed set: names from Megatron's source, the layout always with PP > 1 (61 layers
+    on 16 stages included), the dispatcher alltoall, FSDP with fsdp_dtensor, read back."""
+    model, gpus, conf = fixed_set()[case]
+    notes = Notes()
+    text = megatron_text(conf, model, gpus, notes)
+    args = megatron_args(conf, model)
+    assert {a for a in args if a.startswith("--")} <= MEGATRON
+    back = read_megatron(text, gpus)
+    assert back == megatron_view(conf, gpus)
+    want = planned(conf, gpus)
+    for key in ("pp", "tp", "cp", "dp", "ep", "etp", "microbatch_size", "global_batch", "chunks"):
+        assert back[key] == want[key], key
+    if conf.shape.pp > 1:
+        assert back["layout"] == want["layout"]
+    if model.moe:
+        fp8 = str(conf.shape.dispatch_precision) == "fp8"  # DeepSeek's FP8 dispatch: DeepEP
+        assert args[args.index("--moe-token-dispatcher-type") + 1] == ("flex" if fp8 else "alltoall")
+        assert args[args.index("--moe-layer-freq") + 1] == "([0]*3+[1]*58)"
+    if conf.shape.zero >= 2:
+        assert args[args.index("--ckpt-format") + 1] == "fsdp_dtensor"
+        assert "export CUDA_DEVICE_MAX_CONNECTIONS=32" in text
+    if case == 1:  # per-stage recompute: Megatron's uniform count, said
+        assert back["recompute"] == (0, 3, 3, 3) and want["recompute"] == (0, 2, 1, 0)  # E holds no layer
+        assert any("per-stage recomputation [3, 2, 1, 0]" in n for n in notes.differs)
+        assert "# DIFFERS FROM THE PLAN: per-stage recomputation" in text
+    else:
+        assert back["recompute"] == want["recompute"] and not notes.differs
+    if case == 3:  # node limit 2 on an EP group over 4 nodes: Megatron's group-limited routing
+        assert args[args.index("--moe-router-num-groups") + 1] == "4"
+        assert args[args.index("--moe-router-group-topk") + 1] == "2" and "--fp8-format" in args
+    if case == 2:  # overlapped pairs on an interleaved MoE plan: Megatron's EP overlap
+        assert "--overlap-moe-expert-parallel-comm" in args and back["schedule"] == "interleaved"
 
-    shape = Context(tp=8, dp=2, pp=4, cp=2, zero=3, microbatch_size=1, global_batch=64, seq_len=32768,
-                    recompute="none", recompute_layers=(3, 2, 1, 0), layout="E|t*11|t*11|t*10L")
-    conf = Configuration("1f1b", (), shape, 1.0, 1.0, 0.5, 1, 2, True, 0.1, layout=shape.layout.megatron())
-    args = megatron_args(conf, load_model("llama3_8b"))
-    assert args == ["--num-layers", "32", "--seq-length", "32768", "--micro-batch-size", "1",
-                    "--global-batch-size", "64", "--tensor-model-parallel-size", "8",
-                    "--pipeline-model-parallel-size", "4", "--context-parallel-size", "2", "--cp-comm-type", "p2p",
-                    "--sequence-parallel", "--pipeline-model-parallel-layout", "E|t*11|t*11|t*10L",
-                    "--recompute-granularity", "full", "--recompute-method", "block", "--recompute-num-layers", "3",
-                    "--use-megatron-fsdp", "--data-parallel-sharding-strategy", "optim_grads_params",
-                    "--overlap-grad-reduce", "--overlap-param-gather"]
-    assert set(a for a in args if a.startswith("--")) <= MEGATRON
+
+def test_megatron_overlap_refused_with_full_recompute_is_said():
+    """Megatron refuses the EP overlap with full recomputation: the flag is left out, said."""
+    model, _, conf = fixed_set()[2]
+    from dataclasses import replace
+
+    conf = replace(conf, shape=conf.shape.replace(recompute="full"))
+    notes = Notes()
+    args = megatron_args(conf, model, notes)
+    assert "--overlap-moe-expert-parallel-comm" not in args
+    assert any("refuses full recomputation" in n for n in notes.differs)
 
 
-def test_torchtitan_toml_reads_back(result):
+@pytest.mark.parametrize("case", range(5))
+def test_fixed_set_torchtitan(case):
+    """The fixed set in both torchtitan forms: fields of the targeted release, read back to
+    what torchtitan runs; EP legal for torchtitan (it divides dp_shard x cp x tp)."""
+    model, gpus, conf = fixed_set()[case]
+    if model.name not in ("llama3_8b", "deepseek_v3"):
+        pytest.skip("not a torchtitan model")
+    for form, version in ((torchtitan_command, TORCHTITAN), (torchtitan_toml, TORCHTITAN_TOML)):
+        notes = Notes()
+        text = form(conf, model.name, gpus, "s.csv", notes)
+        back = read_torchtitan(text, gpus)
+        assert back == torchtitan_view(conf, gpus, "s.csv")
+        s = conf.shape
+        assert s.ep == 1 or (back["shard"] * s.cp * s.tp) % s.ep == 0
+        if s.zero in (1, 2):
+            assert any(f"ZeRO-{s.zero} planned" in n for n in notes.differs)
+        names = _fields(text, form is torchtitan_toml)
+        assert names <= TITAN[version], names - TITAN[version]
+
+
+def _fields(text: str, toml: bool) -> set[str]:
     import tomllib
 
+    if toml:
+        return {f"{sec}.{key}" for sec, table in tomllib.loads(text).items() for key in table}
+    return {tok[2:] for tok in text.split() if tok.startswith(("--parallelism.", "--training."))}
+
+
+def test_torchtitan_reads_back(result):
+    """The variants in the current form: sizes, layout, microbatch, schedule read back."""
     sp, _ = result
     for conf in variants(result):
-        text = torchtitan_toml(conf, sp.num_gpus, "schedule.csv")
-        doc = tomllib.loads(text)
-        assert {f"{section}.{key}" for section, table in doc.items() for key in table} <= TORCHTITAN
+        if registry.schedule_traits(conf.schedule).pipelines != 1:
+            with pytest.raises(ValueError, match="torchtitan runs one"):
+                torchtitan_command(conf, "llama3_8b", sp.num_gpus, "s.csv")
+            continue
+        text = torchtitan_command(conf, "llama3_8b", sp.num_gpus, "s.csv")
         back = read_torchtitan(text, sp.num_gpus)
-        want = describe(conf, sp.num_gpus, "torchtitan")
-        # what the reader does not take back is named: it compared only the keys both held,
-        # which passed however little was read
-        assert set(want) - set(back) == {"etp", "recompute"}
-        assert {k: back[k] for k in want if k in back} == {k: want[k] for k in want if k not in ("etp", "recompute")}
-        assert back["microbatches"] == conf.shape.microbatches and back["csv"] == "schedule.csv"
+        assert back == torchtitan_view(conf, sp.num_gpus, "s.csv")
+        want = planned(conf, sp.num_gpus)
+        for key in ("pp", "tp", "cp", "dp", "microbatch_size", "global_batch", "seq_len", "chunks"):
+            assert back[key] == want[key], key
+
+
+def test_torchtitan_refuses_an_unknown_model():
+    _, gpus, conf = fixed_set()[4]
+    with pytest.raises(ValueError, match=r"--model gpt3_175b: torchtitan 0\.3\.0 defines no configuration"):
+        torchtitan_command(conf, "gpt3_175b", gpus)
 
 
 def test_module_names_of_a_layout():
@@ -117,29 +204,110 @@ def test_schedule_csv_reads_back_to_the_orders(result):
         assert back == [tuple(order) for order in sched.orders]
 
 
+BASE = ["plan", "--model", "llama3_8b", "--nodes", "1", "--gpus-per-node", "8", "--global-batch", "32",
+        "--cpsat-shapes", "0", "--quiet"]
+
+
 def test_cli_emit(capsys, tmp_path):
-    base = ["plan", "--model", "llama3_8b", "--nodes", "1", "--gpus-per-node", "8", "--global-batch", "32",
-            "--cpsat-shapes", "0", "--quiet"]
-    assert main([*base, "--emit", "megatron", "--schedules", "1f1b,interleaved"]) == 0
+    assert main([*BASE, "--emit", "megatron", "--schedules", "1f1b,interleaved"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("# pipetab plan:") and "--tensor-model-parallel-size" in out
     csv = tmp_path / "s.csv"
-    assert main([*base, "--emit", "torchtitan", "--emit-csv", str(csv)]) == 0
+    assert main([*BASE, "--emit", "torchtitan", "--emit-csv", str(csv)]) == 0
     out = capsys.readouterr().out
-    assert "[parallelism]" in out and csv.stat().st_size > 0
-    assert main([*base, "--emit-csv", str(csv)]) == 2
-    assert "--emit-csv applies with --emit torchtitan only" in capsys.readouterr().err
-    assert main([*base, "--emit", "megatron", "--schedules", "zbv"]) == 2
-    assert "no configuration found runs a schedule Megatron-LM runs" in capsys.readouterr().err
+    assert "--module llama3" in out and csv.stat().st_size > 0
+    assert main([*BASE, "--emit", "torchtitan-toml"]) == 0
+    assert "[parallelism]" in capsys.readouterr().out
+    assert main([*BASE, "--emit-csv", str(csv)]) == 2
+    assert "--emit-csv applies with --emit torchtitan" in capsys.readouterr().err
+    assert main([*BASE, "--force"]) == 2
+    assert "--force applies with --emit only" in capsys.readouterr().err
 
 
-def test_torchtitan_csv_path_with_controls_parses(result):
+def test_cli_emit_substitutes_and_says_so(capsys):
+    """A winner Megatron cannot run: the best row it runs, named on stderr and in the text;
+    --no-substitute refuses."""
+    args = [*BASE, "--emit", "megatron", "--schedules", "zbv,1f1b"]
+    assert main(args) == 0
+    out, err = capsys.readouterr()
+    if "substituted" in err:
+        assert "# DIFFERS FROM THE PLAN: the best configuration" in out
+        assert main([*args, "--no-substitute"]) == 2
+        assert "--no-substitute" in capsys.readouterr().err
+    assert main([*BASE, "--emit", "megatron", "--schedules", "zbv"]) == 0
+    out, err = capsys.readouterr()
+    assert "substituted its best row it runs" in err and "--pipeline-model-parallel-size" in out
+
+
+def test_cli_emit_refuses_what_does_not_fit(capsys):
+    args = ["plan", "--model", "llama3_70b", "--nodes", "1", "--gpus-per-node", "1", "--global-batch", "8",
+            "--cpsat-shapes", "0", "--quiet", "--emit", "megatron"]
+    assert main(args) == 2
+    assert "no configuration fits the GPU memory" in capsys.readouterr().err
+    assert main([*args, "--force"]) == 0
+    assert "# DOES NOT FIT" in capsys.readouterr().out
+
+
+def test_cli_emit_with_html(capsys, tmp_path):
+    page = tmp_path / "p.html"
+    assert main([*BASE, "--emit", "megatron", "--html", str(page)]) == 0
+    assert page.stat().st_size > 0 and "pretrain_gpt.py" in capsys.readouterr().out
+
+
+def test_torchtitan_schedule_as_planned_or_refused():
+    """A schedule torchtitan has no class of runs from the CSV with the class of its
+    placement (said); without --emit-csv, or with two pipelines, refused with the reason."""
+    from dataclasses import replace
+
+    model, gpus, base = fixed_set()[1]
+    zb = replace(base, schedule="zb-h1", options=())
+    notes = Notes()
+    text = torchtitan_command(zb, model.name, gpus, "s.csv", notes)
+    back = read_torchtitan(text, gpus)
+    assert back["schedule"] == "1F1B" and back["csv"] == "s.csv"
+    assert any("stage -> rank" in line for line in notes.assumes)
+    with pytest.raises(ValueError, match=r"give --emit-csv FILE\.csv"):
+        torchtitan_command(zb, model.name, gpus)
+    chimera = replace(base, schedule="chimera", options=())
+    with pytest.raises(ValueError, match="torchtitan runs one"):
+        torchtitan_toml(chimera, model.name, gpus, "s.csv")
+
+
+def test_cli_emit_torchtitan_of_a_model_it_lacks(capsys):
+    """A model torchtitan defines no configuration of: one line naming it, exit 2."""
+    args = ["plan", "--model", "gpt3_2p7b", "--nodes", "1", "--gpus-per-node", "8", "--global-batch", "32",
+            "--cpsat-shapes", "0", "--quiet", "--emit", "torchtitan"]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "--model gpt3_2p7b: torchtitan 0.3.0 defines no configuration of it" in err and len(err.splitlines()) == 1
+
+
+def test_torchtitan_fp8_and_node_limit_are_said():
+    model, gpus, conf = fixed_set()[3]
+    notes = Notes()
+    torchtitan_command(conf, model.name, gpus, "", notes)
+    assert any("FP8 GEMMs or dispatch planned" in n for n in notes.differs)
+    assert any("at most 2 nodes" in n for n in notes.differs)
+
+
+def test_declared_names_are_the_frameworks():
+    """Every context decision's Megatron-LM name is an argument of its source, and every
+    torchtitan name but the recomputation's (a subcommand in 0.3.0) a field of the current
+    release (the names the emitters write come from these declarations)."""
+    from pipetab.hardware.decisions import DECISIONS
+
+    assert {d.megatron for d in DECISIONS if d.megatron} <= MEGATRON
+    titan = {d.torchtitan for d in DECISIONS if d.torchtitan and d.name != "recompute"}
+    assert titan <= TITAN[TORCHTITAN], titan - TITAN[TORCHTITAN]
+    assert "activation_checkpoint.mode" in TITAN[TORCHTITAN_TOML]
+
+
+def test_torchtitan_csv_path_with_controls_parses():
     """A CSV file name holding a newline, CR, ESC, DEL or a bidi override is escaped
-    (``schedules.text.toml_string``): the TOML parses and names the same path."""
+    (``schedules.text.toml_string``): the TOML value parses back to the same path."""
     import tomllib
 
-    sp, _ = result
+    from pipetab.plan.emit.torchtitan import _toml_value
+
     path = "dir\nname\r\x1b[2J\x7f\u202e.csv"
-    doc = tomllib.loads(torchtitan_toml(variants(result)[0], sp.num_gpus, path))
-    assert [t["pipeline_parallel_schedule_csv"] for t in doc.values()
-            if "pipeline_parallel_schedule_csv" in t] == [path]
+    assert tomllib.loads(f"v = {_toml_value(path)}")["v"] == path
