@@ -107,6 +107,7 @@ class _BestFirst:
         results: list[Configuration] = []
         best: list[float] = []  # max-heap (negated) of the top fitting steps
         misfit_runs: list[_Candidate] = []
+        single: set[Context] = set()  # shapes of one stage counted among the best (``distinct``)
         last_note = time.perf_counter()
         while self.heap:
             bound, _, item = heapq.heappop(self.heap)
@@ -128,6 +129,9 @@ class _BestFirst:
                     misfit_runs.append(cand)
                 continue
             results.append(conf)
+            if conf.shape.stages == 1 and conf.shape in single:  # one stage: another schedule of the same run
+                continue
+            single.add(conf.shape)
             heapq.heappush(best, -conf.step_time_s)
             if len(best) > self.space.top:
                 heapq.heappop(best)
@@ -206,11 +210,12 @@ def _search_and_validate(space: PlanSpace, bounds: Bounds, ranked: list[Configur
 def distinct(ranked: list[Configuration]) -> list[Configuration]:
     """``ranked`` with each configuration once: of the layouts and per-stage recomputations
     tried for one (schedule, options, shape), only the best (the first) stays, so the rows
-    shown differ in more than a layer moved between stages."""
+    shown differ in more than a layer moved between stages; on one stage every schedule
+    is the same run (its microbatches are gradient accumulation), so only the best stays."""
     seen: set = set()
     out = []
     for c in ranked:
-        key = (c.schedule, c.options, c.shape.even)
+        key = ("no pipeline", c.shape.even) if c.shape.stages == 1 else (c.schedule, c.options, c.shape.even)
         if key not in seen:
             seen.add(key)
             out.append(c)
@@ -220,7 +225,8 @@ def distinct(ranked: list[Configuration]) -> list[Configuration]:
 def _question(space: PlanSpace, profile=None) -> dict:
     out = {"model": space.model.name, "gpus": space.num_gpus,
            "gpus_per_node": space.system.devices_per_node, "system": space.system.name,
-           "global_batch": space.global_batch, "seq_len": space.model.seq_len}
+           "global_batch": space.global_batch, "seq_len": space.model.seq_len,
+           "gpu_memory_bytes": space.system.device.memory_bytes, "reserved_bytes": space.system.device.reserved_bytes}
     if profile is not None:
         out["profile"] = profile.name
     return out

@@ -39,12 +39,24 @@ def brute_force(sp: PlanSpace) -> list[tuple]:
     return sorted(rows, key=lambda r: (r[0], r[1], r[2]))
 
 
+def distinct_runs(rows: list[tuple]) -> list[tuple]:
+    """``rows`` with one stage's shapes once (every schedule on one stage is the same run:
+    gradient accumulation; ``plan`` shows it once, the fastest)."""
+    seen, out = set(), []
+    for r in rows:
+        if r[3].pp == 1 and r[3] in seen:
+            continue
+        seen.add(r[3])
+        out.append(r)
+    return out
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("memory", [1e9, 3e8, 2.2e8])
 def test_plan_ranks_exactly_what_brute_force_ranks(memory):
     sp = space(memory, refine=False)  # brute force knows even layouts only
     result = plan(sp)
-    truth = [r for r in brute_force(sp) if not r[0]][:sp.top]
+    truth = distinct_runs([r for r in brute_force(sp) if not r[0]])[:sp.top]
     got = [(not c.fits, c.step_time_s, c.label, c.shape) for c in result.configurations if c.fits]
     assert len(got) == len(truth)
     for g, t in zip(got, truth):
@@ -168,7 +180,7 @@ def test_plan_space_errors():
 def test_cpsat_on_the_best_shape():
     result = plan(space(3e8, cpsat_shapes=1, cpsat_time_s=2.0, top=3, pp=(2, 4)))
     assert len(result.cpsat_notes) == 1 and "PP" in result.cpsat_notes[0]
-    unpiped = plan(space(3e8, cpsat_shapes=1, cpsat_time_s=2.0, top=3))  # PP 1 wins: nothing to order
+    unpiped = plan(space(3e8, cpsat_shapes=1, cpsat_time_s=2.0, top=1))  # PP 1 wins: nothing to order
     assert all(c.shape.pp == 1 for c in unpiped.configurations[:1])
     assert unpiped.cpsat_notes == ("not run: no configuration simulated has a pipeline (CP-SAT orders a pipeline's "
                                    "ops; pin --pp to search one)",)
