@@ -190,21 +190,45 @@ def _search_and_validate(space: PlanSpace, bounds: Bounds, ranked: list[Configur
     # CP-SAT needs a pipeline; it searches a shape's even layout (a refined layout is the registry schedule's)
     even = [replace(c, shape=c.shape.even) for c in ranked if c.shape.stages > 1]
     searched, skipped = cpsat_shapes(space, even)
+    if searched:  # imported once here, not in each forked worker on its budget (about 1 s of OR-Tools)
+        import pipetab.solver.cpsat.fixed
+        import pipetab.solver.seconds  # noqa: F401
     jobs = []
-    for shape, best in searched:
+    for i, (shape, best) in enumerate(searched):
         say(f"CP-SAT: searching {shape.label} m={shape.microbatches} on {best.label}'s placement for "
             f"{space.cpsat_time_s:g} s")
-        jobs.append((shape, best, pool.submit(cpsat_search, space, shape, best) if pool else None))
+        t0 = time.perf_counter() if pool is None or i < pool.workers else None  # queued: its budget starts later
+        jobs.append((shape, best, t0, pool.submit(cpsat_search, space, shape, best, t0) if pool else None))
     say(f"validating the {min(len(ranked), space.top)} best configurations")
     checked = {id(c): _validated(space, c, bounds) for c in distinct(ranked)[:space.top]}
-    outcomes = [cpsat_outcome(space, shape, job.result() if job else cpsat_search(space, shape, best), ranked)
-                for shape, best, job in jobs] + [(None, note) for note in skipped]
+    outcomes = [_cpsat_answer(space, shape, best, t0, job, ranked) for shape, best, t0, job in jobs]
+    outcomes += [(None, note) for note in skipped]
     if space.cpsat_shapes and not searched and not skipped and ranked:
         outcomes.append((None, "not run: no configuration simulated has a pipeline (CP-SAT orders a pipeline's ops; "
                                "pin --pp to search one)"))
     ranked = rank(ranked + [c for c, _ in outcomes if c is not None])
     shown = [checked.get(id(c)) or _validated(space, c, bounds) for c in distinct(ranked)[:space.top]]
     return shown, [note for _, note in outcomes], ranked
+
+
+# seconds past its budget a CP-SAT worker may take to answer before plan stops it: the solver's
+# own deadline keeps a safety margin inside the budget, so only a stalled build reaches this
+CPSAT_GRACE_S = 0.5
+
+
+def _cpsat_answer(space: PlanSpace, shape: Context, best: Configuration, t0: float | None, job, ranked):
+    """(configuration or None, note) of one CP-SAT search: its worker's answer, or a note
+    that it was stopped at its budget (``t0`` plus ``space.cpsat_time_s`` and
+    ``CPSAT_GRACE_S``) without one."""
+    if job is None:
+        return cpsat_outcome(space, shape, cpsat_search(space, shape, best, t0), ranked)
+    budget = space.cpsat_time_s + CPSAT_GRACE_S
+    try:
+        answer = job.result(timeout=None if t0 is None else t0 + budget - time.perf_counter())
+    except TimeoutError:
+        return None, (f"{shape.label} recompute {shape.recompute}: stopped at its {space.cpsat_time_s:g} s budget "
+                      "before it answered (building the model of this shape takes longer; give --cpsat-time)")
+    return cpsat_outcome(space, shape, answer, ranked)
 
 
 def distinct(ranked: list[Configuration]) -> list[Configuration]:
