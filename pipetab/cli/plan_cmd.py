@@ -401,3 +401,8 @@ def print_plan(result) -> None:
         say(f"note: {note}", "  ")
     for note in result.cpsat_notes:
         say(f"CP-SAT {note}", "    ")
+    cert = result.certificate
+    if cert is not None:
+        say(f"certificate: {cert.text()}")
+        for line in cert.assumes:
+            say(f"  assumes: {line}", "    ")

@@ -13,6 +13,7 @@ from .space import PlanSpace, schedule_label
 if TYPE_CHECKING:
     from pipetab.hardware.context import Context
     from pipetab.hardware.model import TransformerModel
+    from pipetab.plan.certificate import Certificate
     from pipetab.schedules.schedule import Schedule
     from pipetab.solver.levels import Levels
 
@@ -122,6 +123,7 @@ class Plan:
     evaluated: tuple[Configuration, ...] = ()  # every simulated candidate, ranked (for plots)
     notes: tuple[str, ...] = ()  # what the space left out and why, what plan added
     refined: int = 0  # of ``simulated``: uneven layouts and per-stage recomputation of the best, not candidates
+    certificate: Certificate | None = None  # how much faster than #1 anything in the space could be
 
     @property
     def unbuilt(self) -> int:
@@ -136,6 +138,7 @@ class Plan:
             "pruned_by_time_bound": self.pruned_time, "simulated": self.simulated, "refinements": self.refined,
             "cpsat": list(self.cpsat_notes), "notes": list(self.notes), "runtime_s": round(self.runtime_s, 3),
             "configurations": [c.as_dict() for c in self.configurations],
+            "certificate": None if self.certificate is None else self.certificate.as_dict(),
         }
 
 

@@ -11,6 +11,7 @@ from pipetab.hardware.context import Context
 from pipetab.schedules import registry
 
 from .bounds import Bounds
+from .certificate import certify
 from .cpsat import cpsat_outcome, cpsat_search, cpsat_shapes
 from .periodic import activation_peaks
 from .refine import refine
@@ -51,12 +52,14 @@ def plan(space: PlanSpace, progress: Callable[[str], None] | None = None, profil
         closest = _closest_misfits(space, bounds, misfit_runs, search.misfits, space.top - len(results))
         refined = refine(space, bounds, rank(results), _refined(space, bounds)) if space.refine else []
         simulated = sum(c.fits for c in results) + len(closest) + len(refined)
-        shown, notes, ranked = _search_and_validate(space, bounds, rank(results + closest + refined), pool, say)
+        shown, notes, ranked, proofs = _search_and_validate(space, bounds, rank(results + closest + refined), pool,
+                                                            say)
     finally:
         if pool:  # interrupted or failed: ends the searches still running
             pool.close()
     return Plan(tuple(shown), search.total, pruned_memory - len(closest), search.pruned_time, simulated,
-                tuple(notes), time.perf_counter() - t0, _question(space), tuple(ranked), space.notes(), len(refined))
+                tuple(notes), time.perf_counter() - t0, _question(space), tuple(ranked), space.notes(), len(refined),
+                certify(shown, ranked, search.least_pruned, proofs))
 
 
 class _BestFirst:
@@ -78,6 +81,7 @@ class _BestFirst:
             heapq.heappush(self.heap, (bounds.shape_time(shape), i, shape))
         self.tiebreak = len(all_shapes)
         self.pruned_time = 0
+        self.least_pruned = float("inf")  # the least bound left in the queue when the search stops
         say(f"{len(all_shapes)} shapes x {len(self.variants)} schedules = {self.total} candidates")
 
     def _open(self, shape: Context) -> None:
@@ -138,6 +142,7 @@ class _BestFirst:
             if time.perf_counter() - last_note > 2:
                 self.say(f"simulated {len(results)} configurations")
                 last_note = time.perf_counter()
+        self.least_pruned = self.heap[0][0] if self.heap else float("inf")
         for _, _, item in self.heap:  # never reached: their bounds cannot beat the top
             self.pruned_time += len(self.variants) if isinstance(item, Context) else 1
         return results, misfit_runs
@@ -186,7 +191,8 @@ def _closest_misfits(space: PlanSpace, bounds: Bounds, runs: list[_Candidate], m
 def _search_and_validate(space: PlanSpace, bounds: Bounds, ranked: list[Configuration], pool, say):
     """CP-SAT on the best shapes (in ``pool``'s workers while this process validates the
     best configurations): (the ``top`` shown, validated; CP-SAT's notes; everything
-    ranked, with what CP-SAT found)."""
+    ranked, with what CP-SAT found; each searched shape with CP-SAT's bound and its
+    assumptions)."""
     # CP-SAT needs a pipeline; it searches a shape's even layout (a refined layout is the registry schedule's)
     even = [replace(c, shape=c.shape.even) for c in ranked if c.shape.stages > 1]
     searched, skipped = cpsat_shapes(space, even)
@@ -201,14 +207,14 @@ def _search_and_validate(space: PlanSpace, bounds: Bounds, ranked: list[Configur
         jobs.append((shape, best, t0, pool.submit(cpsat_search, space, shape, best, t0) if pool else None))
     say(f"validating the {min(len(ranked), space.top)} best configurations")
     checked = {id(c): _validated(space, c, bounds) for c in distinct(ranked)[:space.top]}
-    outcomes = [_cpsat_answer(space, shape, best, t0, job, ranked) for shape, best, t0, job in jobs]
-    outcomes += [(None, note) for note in skipped]
+    answers = [_cpsat_answer(space, shape, best, t0, job, ranked) for shape, best, t0, job in jobs]
+    outcomes = [(conf, note) for conf, note, _ in answers] + [(None, note) for note in skipped]
     if space.cpsat_shapes and not searched and not skipped and ranked:
         outcomes.append((None, "not run: no configuration simulated has a pipeline (CP-SAT orders a pipeline's ops; "
                                "pin --pp to search one)"))
     ranked = rank(ranked + [c for c, _ in outcomes if c is not None])
     shown = [checked.get(id(c)) or _validated(space, c, bounds) for c in distinct(ranked)[:space.top]]
-    return shown, [note for _, note in outcomes], ranked
+    return shown, [note for _, note in outcomes], ranked, [proof for _, _, proof in answers]
 
 
 # seconds past its budget a CP-SAT worker may take to answer before plan stops it: the solver's
@@ -217,18 +223,22 @@ CPSAT_GRACE_S = 0.5
 
 
 def _cpsat_answer(space: PlanSpace, shape: Context, best: Configuration, t0: float | None, job, ranked):
-    """(configuration or None, note) of one CP-SAT search: its worker's answer, or a note
-    that it was stopped at its budget (``t0`` plus ``space.cpsat_time_s`` and
-    ``CPSAT_GRACE_S``) without one."""
+    """(configuration or None, note, (shape, CP-SAT's lower bound or None, its
+    assumptions)) of one CP-SAT search: its worker's answer, or a note that it was
+    stopped at its budget (``t0`` plus ``space.cpsat_time_s`` and ``CPSAT_GRACE_S``)
+    without one."""
     if job is None:
-        return cpsat_outcome(space, shape, cpsat_search(space, shape, best, t0), ranked)
-    budget = space.cpsat_time_s + CPSAT_GRACE_S
-    try:
-        answer = job.result(timeout=None if t0 is None else t0 + budget - time.perf_counter())
-    except TimeoutError:
-        return None, (f"{shape.label} recompute {shape.recompute}: stopped at its {space.cpsat_time_s:g} s budget "
-                      "before it answered (building the model of this shape takes longer; give --cpsat-time)")
-    return cpsat_outcome(space, shape, answer, ranked)
+        answer = cpsat_search(space, shape, best, t0)
+    else:
+        budget = space.cpsat_time_s + CPSAT_GRACE_S
+        try:
+            answer = job.result(timeout=None if t0 is None else t0 + budget - time.perf_counter())
+        except TimeoutError:
+            return None, (f"{shape.label} recompute {shape.recompute}: stopped at its {space.cpsat_time_s:g} s "
+                          "budget before it answered (building the model of this shape takes longer; give "
+                          "--cpsat-time)"), (shape, None, ())
+    conf, note = cpsat_outcome(space, shape, answer, ranked)
+    return conf, note, (shape, answer.lower_bound_s, tuple(answer.assumptions))
 
 
 def distinct(ranked: list[Configuration]) -> list[Configuration]:
@@ -300,7 +310,8 @@ def plan_profiled(space: PlanSpace, profile, say, t0: float) -> Plan:
     total = len(space.variants())
     return Plan(tuple(validated), total, 0, 0, len(results),
                 (f"not run: the profile fixes the op times of one shape ({skipped} schedules do not apply)",),
-                time.perf_counter() - t0, _question(space, profile), tuple(rank(results)))
+                time.perf_counter() - t0, _question(space, profile), tuple(rank(results)),
+                certificate=certify(validated, results, float("inf"), []))
 
 
 def _validated(space: PlanSpace, conf: Configuration, bounds: Bounds | None, costs=None,

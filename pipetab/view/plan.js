@@ -27,6 +27,9 @@
     (c.refined ? ` (and ${c.refined} refinements of the best: uneven layouts, per-stage recomputation)` : "") +
     (c.outside ? `, ${c.outside} outside their schedule's regime (the schedule does not exist for that ` +
       `number of stages and microbatches)` : "") + `; ${c.runtime_s} s.`;
+  document.getElementById("certificate").textContent = PLAN.certificate
+    ? `Certificate: ${PLAN.certificate.text}. It assumes: ${PLAN.certificate.assumes.join("; ")}.`
+    : "No certificate: no configuration fits the GPU memory.";
 
   // ---- the ranked table ------------------------------------------------------------------
   // columns marked true are shown only where the rows differ in them (CP, EP, ZeRO, SP, layout,

@@ -101,6 +101,8 @@ def plan_data(result: Plan) -> tuple[dict, list[dict]]:
         "front": front,
         "capacity": ranked[0].capacity_bytes / gib if ranked else None,
         "cpsat": list(result.cpsat_notes),
+        "certificate": None if result.certificate is None else {
+            "text": result.certificate.text(), "assumes": list(result.certificate.assumes)},
         "assumptions": list(ASSUMPTIONS),
         "not_considered": list(result.notes) + list(NEVER_MODELLED),
         "panels": names,

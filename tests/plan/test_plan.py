@@ -209,3 +209,25 @@ def test_each_configuration_is_shown_once_with_its_best_layout():
         result.candidates
     for c in result.configurations:
         assert c.step_time_s == min(e.step_time_s for e in result.evaluated if key(e) == key(c))
+
+
+@pytest.mark.parametrize("memory, cpsat", [(1e9, 0), (3e8, 0), (2.2e8, 0), (3e8, 1)])
+def test_the_certificate_never_claims_less_than_the_truth(memory, cpsat):
+    """Every candidate simulated (brute force, no bound): none that fits is faster than the
+    certificate's least step time, so none beats #1 by more than its gap. Without CP-SAT
+    the plan's pruning is exact and the gap is 0 (the truth's best is #1); with CP-SAT on a
+    pinned pipeline its proven bound sets the gap, below every schedule it ranked."""
+    sp = space(memory, refine=False, cpsat_shapes=cpsat, cpsat_time_s=2.0, **({"pp": (2, 4)} if cpsat else {}))
+    result = plan(sp)
+    cert = result.certificate
+    best = result.configurations[0]
+    assert cert is not None and best.fits and cert.best_s == best.step_time_s
+    truth = min(r[1] for r in brute_force(sp) if not r[0])
+    assert truth >= cert.least_s * (1 - 1e-12)
+    assert truth >= best.step_time_s * (1 - cert.gap) * (1 - 1e-12)
+    assert all(c.step_time_s >= cert.least_s * (1 - 1e-12) for c in result.evaluated if c.fits)
+    if not cpsat:
+        assert cert.gap == 0 and truth == pytest.approx(best.step_time_s, rel=1e-12)
+    else:
+        assert "CP-SAT" in cert.basis and 0 < cert.gap < 0.05
+        assert any("CP-SAT's bound on PP" in a for a in cert.assumes)

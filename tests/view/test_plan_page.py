@@ -22,3 +22,12 @@ def test_page_rows_differ_in_a_column_the_page_shows():
     assert len(set(printed)) == len(printed)
     single = [(r["tp"], r["dp"], r["zero"], r["mb"], r["recompute"]) for r in rows if r["pp"] == 1]
     assert single and len(set(single)) == len(single)
+
+
+def test_page_carries_the_certificate():
+    """The page states the plan's certificate as the terminal does."""
+    result = plan(plan_question("llama3_8b", 1, 8, 64, "H100", 8192, top=5, cpsat_shapes=0))
+    data, _ = plan_data(result)
+    assert result.certificate is not None
+    assert data["certificate"]["text"] == result.certificate.text()
+    assert "no configuration in the searched space is more than 0.00 % faster than #1" in data["certificate"]["text"]
