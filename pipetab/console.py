@@ -141,19 +141,36 @@ def table(head: Sequence[str], rows: Sequence[Sequence[object]], right: Abstract
 
 
 class Progress:
-    """The stages of a long command on stderr: ``update(message)`` replaces a rich status
-    line on a terminal, prints ``PREFIX [  1.2 s] message`` lines otherwise, and nothing
-    with ``quiet``. Use as a context manager (the status line ends with it)."""
+    """The phases of a long command on a terminal: a live rich line on stderr, ``PREFIX
+    [  1.2 s] message``, whose clock ticks while the phase runs (``update(message)`` starts
+    the next phase; ``budget_s`` adds ``of N s``). Nothing at all when stderr is no
+    terminal (piped, a log) or with ``quiet``. Use as a context manager (the line goes
+    with it)."""
 
-    def __init__(self, prefix: str, quiet: bool = False) -> None:
-        self.prefix, self.quiet, self.t0 = prefix, quiet, time.perf_counter()
+    def __init__(self, prefix: str, quiet: bool = False, stream=None) -> None:
+        self.prefix, self.t0 = prefix, time.perf_counter()
+        self.stream = stream or sys.stderr
+        self.quiet = quiet or not _terminal(self.stream)
+        self.message, self.phase_t0 = "starting", self.t0
+        self.budget_s: float | None = None
         self._status: Any = None
 
+    def line(self) -> str:
+        now = time.perf_counter()
+        budget = "" if self.budget_s is None else f" ({now - self.phase_t0:.0f} of {self.budget_s:g} s)"
+        return f"{self.prefix} [{now - self.t0:5.1f} s] {self.message}{budget}"
+
+    def __rich__(self):
+        from rich.text import Text
+
+        return Text(printable(self.line())[:max(20, min(WIDTH, terminal_width(self.stream)) - 4)])
+
     def __enter__(self) -> Self:
-        if not self.quiet and _terminal(sys.stderr):
+        if not self.quiet:
             from rich.console import Console
 
-            self._status = Console(stderr=True, width=WIDTH).status(f"{self.prefix}: starting")
+            console = Console(file=self.stream, width=min(WIDTH, terminal_width(self.stream)), highlight=False)
+            self._status = console.status(self, refresh_per_second=4)
             self._status.__enter__()
         return self
 
@@ -162,14 +179,10 @@ class Progress:
             self._status.__exit__(*exc)
             self._status = None
 
-    def update(self, message: str) -> None:
-        if self.quiet:
-            return
-        line = f"{self.prefix} [{time.perf_counter() - self.t0:5.1f} s] {printable(message)}"
+    def update(self, message: str, budget_s: float | None = None) -> None:
+        self.message, self.budget_s, self.phase_t0 = printable(message), budget_s, time.perf_counter()
         if self._status is not None:
-            self._status.update(line[:WIDTH])
-        else:
-            print(wrap(line, " " * 4), file=sys.stderr, flush=True)
+            self._status.update(self)
 
     __call__ = update
 

@@ -115,6 +115,7 @@ def register(sub) -> None:
         p.add_argument("--no-fifo", dest="fifo", action="store_false",
                        help="do not fix every stage to one microbatch order (ablation: FIFO loses nothing for "
                             "identical microbatches and makes proofs much faster)")
+        p.add_argument("--quiet", action="store_true", help="no live progress line on a terminal")
         p.add_argument("--format", choices=["text", "json", "torch-csv"], default="text",
                        help="text (default); json: the result and the schedule's ops as columns in integer ticks "
                             "(pipetab check reads it); torch-csv: the schedule in PyTorch's pipelining CSV")
@@ -406,12 +407,17 @@ def run(args) -> None:
                          ablate=frozenset() if args.fifo else {"fifo"})
     limit = max(0.05 * args.time_limit, args.time_limit - OutputBudget().seconds(args, shape.num_ops))
     deadline = config.replace(time_limit_s=limit).deadline(t0=started)
-    if args.layers is not None or (args.system and args.partition and args.partition.mode != "even"):
-        doc, schedule, ops_costs = _partition_doc(args, shape, config, deadline)
-    elif real is not None:
-        doc, schedule, ops_costs = _seconds_doc(args, shape, real, config, deadline)
-    else:
-        doc, schedule, ops_costs = _slots_doc(args, shape, config, deadline)
+    from pipetab.console import Progress
+
+    with Progress(args.mode, quiet=getattr(args, "quiet", False)) as progress:
+        progress(f"CP-SAT {'searching' if args.mode == 'search' else 'bounding'} {shape.num_ops} ops",
+                 budget_s=args.time_limit)
+        if args.layers is not None or (args.system and args.partition and args.partition.mode != "even"):
+            doc, schedule, ops_costs = _partition_doc(args, shape, config, deadline)
+        elif real is not None:
+            doc, schedule, ops_costs = _seconds_doc(args, shape, real, config, deadline)
+        else:
+            doc, schedule, ops_costs = _slots_doc(args, shape, config, deadline)
     real_costs = doc.pop("_real", None)  # the schedule's costs in seconds (hardware, a profile)
     if args.format == "json":
         _emit_json(doc, None if args.no_ops else schedule, ops_costs, real_costs)
