@@ -16,7 +16,7 @@ def test_cluster_md_quotes_a_fresh_run_of_the_default_question():
     result = plan(plan_question("llama3_70b", 4, 8, 1024, "H100", 8192, cpsat_shapes=0))
     best = result.configurations[0]
     text = " ".join(CLUSTER.read_text(encoding="utf-8").split())
-    quoted = re.search(r"interleaved 1F1B with (\d+) chunks on PP (\d+) × TP (\d+) × DP (\d+) .*?"
+    quoted = re.search(r"interleaved 1F1B with (\d+) chunks on PP (\d+) \u00d7 TP (\d+) \u00d7 DP (\d+) .*?"
                        r"([\d.]+) s per step, ([\d,]+) tokens/s, \*\*([\d.]+) % MFU\*\*, ([\d.]+) GiB peak per GPU of "
                        r"the ([\d.]+) GiB usable", text)
     assert quoted is not None, "docs/cluster.md no longer quotes the default question's answer"
