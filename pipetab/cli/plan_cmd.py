@@ -126,6 +126,13 @@ def register(sub) -> None:
     p.add_argument("--emit-csv", metavar="FILE.csv", default=None,
                    help="with --emit torchtitan: write the schedule as the CSV that "
                         "pipeline_parallel_schedule_csv reads")
+    p.add_argument("--executor", choices=["local", "dask"], default="local",
+                   help="where shapes are bounded side by side: a local process pool (default) or a Dask cluster "
+                        "(the same answer as one process)")
+    p.add_argument("--scheduler", metavar="ADDRESS",
+                   help="Dask scheduler address (default with --executor dask: a LocalCluster)")
+    p.add_argument("--workers", type=common.positive_int("workers", maximum=4096), default=None,
+                   help="worker processes (default: CPU count; 1 runs in this process)")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.add_argument("--format", choices=["text", "json", "torch-csv"], default="text",
                    help="text (default), json, or torch-csv: the winner's schedule for PyTorch's pipelining "
@@ -194,9 +201,24 @@ def run(args) -> None:
 
         check_recompute("selective", space.model)
     from pipetab.console import Progress
+    from pipetab.sweep import make_executor
 
+    if args.scheduler and args.executor != "dask":
+        raise UsageError("--scheduler needs --executor dask")
+    if profile is not None and (args.executor != "local" or args.workers is not None):
+        raise UsageError(f"--{'workers' if args.executor == 'local' else 'executor'} does not apply with --profile "
+                         "(the profile fixes the shape: nothing to bound side by side)")
+    try:
+        executor = make_executor(args.executor, args.workers, args.scheduler)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     with Progress("plan", quiet=args.quiet or args.format != "text") as progress:
-        result = plan(space, progress=progress, profile=profile)
+        try:
+            result = plan(space, progress=progress, profile=profile, executor=executor)
+        except ValueError as exc:
+            if args.scheduler and "Dask scheduler" in str(exc):
+                raise UsageError(str(exc)) from None
+            raise
     if plot:
         from pipetab.plan.plot import plot_plan
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import heapq
+import os
 import time
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Callable
@@ -13,6 +14,7 @@ from pipetab.schedules import registry
 from .bounds import Bounds
 from .certificate import certify
 from .cpsat import cpsat_outcome, cpsat_search, cpsat_shapes
+from .parallel import Opening, open_shapes, opening
 from .periodic import activation_peaks
 from .refine import refine
 from .result import Configuration, Plan, configuration, rank
@@ -35,19 +37,25 @@ class _Candidate:
     exact: bool = True  # the bound is the candidate's step time (else ``Bounds.quick``'s)
 
 
-def plan(space: PlanSpace, progress: Callable[[str], None] | None = None, profile=None) -> Plan:
+def plan(space: PlanSpace, progress: Callable[[str], None] | None = None, profile=None, executor=None) -> Plan:
     """Search ``space`` (package docstring) and rank what fits by simulated step time.
     With a ``profile`` (``hardware.Profile``) the split, microbatch size and op costs are
-    the profiled run's, and only the schedules vary (``plan_profiled``)."""
+    the profiled run's, and only the schedules vary (``plan_profiled``). ``executor``: a
+    sweep executor (``pipetab.sweep.make_executor``) that opens shapes side by side
+    (``parallel``; the same answer as without)."""
     t0 = time.perf_counter()
     say = progress or (lambda _msg: None)
     if profile is not None:
         return plan_profiled(space, profile, say, t0)
     bounds = Bounds(space)
     pool = Workers(min(2, space.cpsat_shapes)) if space.cpsat_shapes else None
+    search = _BestFirst(space, bounds, say, executor)
     try:
-        search = _BestFirst(space, bounds, say)
-        results, misfit_runs = search.run()
+        try:
+            results, misfit_runs = search.run()
+        finally:
+            if search.entered:
+                executor.__exit__(None, None, None)
         pruned_memory = len(search.misfits) + len(misfit_runs)
         closest = _closest_misfits(space, bounds, misfit_runs, search.misfits, space.top - len(results))
         refined = refine(space, bounds, rank(results), _refined(space, bounds)) if space.refine else []
@@ -70,8 +78,13 @@ class _BestFirst:
     the next bound reaches the ``top``-th best step that fits: nothing left can beat the
     configurations found, and the shapes never opened need no bound of their own."""
 
-    def __init__(self, space: PlanSpace, bounds: Bounds, say) -> None:
+    def __init__(self, space: PlanSpace, bounds: Bounds, say, executor=None) -> None:
         self.space, self.bounds, self.say = space, bounds, say
+        # shapes opened side by side on a sweep executor (``parallel``), entered when first needed
+        self.executor = executor if getattr(executor, "workers", 1) > 1 else None
+        self.entered = False
+        self.batch = 4 * getattr(executor, "workers", 1)
+        self.token = f"{os.getpid()}-{id(self)}-{time.time_ns()}"
         self.variants = space.variants()
         all_shapes = shapes(space)
         self.total = len(all_shapes) * len(self.variants)
@@ -84,23 +97,30 @@ class _BestFirst:
         self.least_pruned = float("inf")  # the least bound left in the queue when the search stops
         say(f"{len(all_shapes)} shapes x {len(self.variants)} schedules = {self.total} candidates")
 
-    def _open(self, shape: Context) -> None:
-        cap = self.space.system.device.usable_memory_bytes
-        need = self.bounds.shape_memory(shape)
-        if need > cap:  # no schedule fits: none is bounded on its own (the shape's bound is theirs)
-            self.misfits += [_Candidate(need, name, opts, shape) for name, opts in self.variants]
+    def _open(self, shape: Context, found: Opening | None = None) -> None:
+        """Push the candidates of ``shape`` (its ``opening``, computed here unless given)."""
+        fits, misfits = found if found is not None else opening(self.space, self.bounds, shape)
+        self.misfits += [_Candidate(bound, name, opts, shape) for bound, name, opts in misfits]
+        for bound, name, opts, exact in fits:
+            self._push(_Candidate(bound, name, opts, shape, exact))
+
+    def _open_batch(self, first: Context, limit: float) -> None:
+        """Open ``first`` and the shapes after it at the top of the queue whose bounds are
+        below ``limit`` (at most ``batch``), on the executor when there are several."""
+        batch = [first]
+        while (self.executor is not None and len(batch) < self.batch and self.heap
+               and isinstance(self.heap[0][2], Context) and self.heap[0][0] < limit):
+            nxt = heapq.heappop(self.heap)[2]
+            assert isinstance(nxt, Context)
+            batch.append(nxt)
+        if len(batch) == 1 or self.executor is None:
+            self._open(first)
             return
-        for name, opts in self.variants:
-            bound = self.bounds.memory(name, opts, shape)
-            if bound is None:
-                continue
-            if bound > cap:
-                self.misfits.append(_Candidate(bound, name, opts, shape))
-            else:
-                quick = self.bounds.quick(name, opts, shape)
-                if quick is None:
-                    continue
-                self._push(_Candidate(quick[0], name, opts, shape, quick[1]))
+        if not self.entered:
+            self.executor.__enter__()
+            self.entered = True
+        for shape, found in zip(batch, open_shapes(self.executor, self.token, self.space, batch)):
+            self._open(shape, found)
 
     def _push(self, cand: _Candidate) -> None:
         self.tiebreak += 1
@@ -119,7 +139,7 @@ class _BestFirst:
                 heapq.heappush(self.heap, (bound, 0, item))
                 break
             if isinstance(item, Context):
-                self._open(item)
+                self._open_batch(item, -best[0] if len(best) >= self.space.top else float("inf"))
                 continue
             cand = item
             if not cand.exact:  # its run next: it enters again with its step time
