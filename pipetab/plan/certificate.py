@@ -74,6 +74,8 @@ def certify(shown: list[Configuration], simulated: list[Configuration], least_pr
     assumes = list(ASSUMES)
     for shape, lb, assumptions in cpsat:
         if lb is None:
+            assumes.append(f"CP-SAT proved no bound on {shape.label}: orders on it other than the registry "
+                           "schedules' are outside the searched space")
             continue
         terms.append((lb, f"CP-SAT's lower bound of the orders on {shape.label} recompute {shape.recompute}"))
         if assumptions:
