@@ -44,3 +44,13 @@ def test_search_and_bound_add_nothing_when_piped(capsys, argv):
     assert main(argv) == 0
     out, err = capsys.readouterr()
     assert err == "" and "lower bound" in out
+
+
+def test_a_piped_sweep_prints_no_progress(tmp_path, capsys):
+    """Without ``--quiet`` but piped: the summary on stdout, nothing on stderr."""
+    cfg = tmp_path / "tiny.toml"
+    cfg.write_text('name = "tiny"\n[grid]\nschedules = ["1f1b", "gpipe"]\nstages = [2]\nmicrobatches = [4]\n'
+                   'systems = ["mid_nw_mid_cp"]\n')
+    assert main(["sweep", str(cfg), "--db", str(tmp_path / "t.sqlite"), "--workers", "1"]) == 0
+    out, err = capsys.readouterr()
+    assert "tiny" in out and err == ""
