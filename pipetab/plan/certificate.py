@@ -25,9 +25,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from pipetab.hardware.context import Context
+    from collections.abc import Sequence
 
-    from .result import Configuration
+    from pipetab.hardware.context import Context
 
 # what every bound of the certificate assumes (the cost model is the simulator's)
 ASSUMES = ("op times and messages as the simulator prices them (the same costs for every candidate)",
@@ -56,9 +56,10 @@ class Certificate:
                 "assumes": list(self.assumes)}
 
 
-def certify(shown: list[Configuration], simulated: list[Configuration], least_pruned: float,
+def certify(shown: Sequence, simulated: Sequence, least_pruned: float,
             cpsat: list[tuple[Context, float | None, tuple[str, ...]]]) -> Certificate | None:
-    """The certificate of a plan whose ranked rows are ``shown`` (None when none fits):
+    """The certificate of a plan whose ranked rows are ``shown`` (``Configuration``
+    values; None when none fits):
     ``simulated`` every configuration simulated that fits, ``least_pruned`` the least bound
     of the candidates never taken out of the search's queue (inf: none), ``cpsat`` each
     searched shape with CP-SAT's lower bound (None: no bound) and its assumptions."""
