@@ -5,6 +5,7 @@ counts, and the answer (best configuration, MFU, memory, layers per stage). Writ
     python -m experiments.bench_plan            # every question
     python -m experiments.bench_plan --quick    # the default question only (issue 16's target)
     python -m experiments.bench_plan --scale    # issue 26's: 8B to 405B, 1 to 2,048 nodes
+    python -m experiments.bench_plan --frontier --repeat 3 [--workers 2]   # issue 43's
 
 Issue 26's targets: each ``--scale`` question at most 5 s on 2 cores; the 16,384-GPU plan
 (405B on 2,048 nodes) at most 3x the 32-GPU plan's time of the same model in the same run
@@ -45,22 +46,37 @@ SCALE = [
     ("llama3_405b", 1024, 8, "H100", 2048, 8192),
     ("llama3_405b", 2048, 8, "H100", 2048, 8192),
 ]
+# issue 43: the frontier questions (targets: 10 s for the MoE ones, 5 s for dense up to 1,024 GPUs, CP-SAT on,
+# at load <= 2 on 2 cores); the last item is plan_question's extra options (docs/moe.md's DeepSeek-V3 command)
+FRONTIER = [
+    ("llama3_405b", 2048, 8, "H100", 2048, 8192, {}),
+    ("qwen3_235b_a22b", 32, 8, "dgx_h100_ib", 2048, None, {}),
+    ("deepseek_v3", 256, 8, "h800_ib", 15360, None,
+     {"dispatch_precision": "fp8", "node_limit": 4, "microbatch_sizes": (1,), "gemm_precision": "fp8"}),
+]
 COLUMNS = ["model", "gpus", "gpu", "global_batch", "seq", "cpsat_shapes", "candidates", "pruned_memory",
            "pruned_time", "simulated", "wall_s", "cpu_s", "load_avg_1min", "ratio_to_32_gpus", "best", "pp", "tp",
            "cp", "dp", "zero", "microbatch_size", "microbatches", "recompute", "step_s", "mfu", "peak_gib",
-           "capacity_gib", "layout"]
+           "capacity_gib", "layout", "certificate_pct", "workers"]
 
 
-def run(question, cpsat_shapes: int) -> dict:
-    model, nodes, gpn, gpu, batch, seq = question
+def run(question, cpsat_shapes: int, workers: int = 1) -> dict:
+    model, nodes, gpn, gpu, batch, seq, *extra = question
     load = os.getloadavg()[0]
+    executor = None
+    if workers > 1:
+        from pipetab.sweep import make_executor
+
+        executor = make_executor("local", workers)
     wall, cpu = time.perf_counter(), time.process_time()
-    result = plan(plan_question(model, nodes, gpn, batch, gpu, seq, cpsat_shapes=cpsat_shapes))
+    result = plan(plan_question(model, nodes, gpn, batch, gpu, seq, cpsat_shapes=cpsat_shapes,
+                                **(extra[0] if extra else {})), executor=executor)
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     row = {"model": model, "gpus": nodes * gpn, "gpu": gpu, "global_batch": batch, "seq": seq,
            "cpsat_shapes": cpsat_shapes, "candidates": result.candidates, "pruned_memory": result.pruned_memory,
            "pruned_time": result.pruned_time, "simulated": result.simulated, "wall_s": round(wall, 2),
-           "cpu_s": round(cpu, 2), "load_avg_1min": round(load, 2)}
+           "cpu_s": round(cpu, 2), "load_avg_1min": round(load, 2), "workers": workers,
+           "certificate_pct": "" if result.certificate is None else round(100 * result.certificate.gap, 3)}
     if result.configurations:
         c = result.configurations[0]
         s = c.shape
@@ -77,19 +93,26 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="the default question only")
     ap.add_argument("--scale", action="store_true", help="issue 26's questions (8B to 405B, 1 to 2,048 nodes)")
     ap.add_argument("--repeat", type=int, default=1, help="runs per question (default 1)")
+    ap.add_argument("--frontier", action="store_true",
+                    help="issue 43's questions: Llama 3 405B on 16,384 H100, Qwen3-235B on 256 H100, DeepSeek-V3 "
+                         "on 2,048 H800 (minutes on 2 cores: the MoE ones take about a minute each)")
+    ap.add_argument("--only", type=int, default=None, help="with --frontier: only the first N questions")
+    ap.add_argument("--workers", type=int, default=1, help="a local process pool of this many workers (default 1: "
+                                                           "in this process)")
     ap.add_argument("--cpsat-shapes", type=int, default=2)
     ap.add_argument("--out", default="results/bench_plan.csv")
     args = ap.parse_args(argv)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    questions = QUESTIONS[:1] if args.quick else SCALE if args.scale else QUESTIONS
+    questions = (QUESTIONS[:1] if args.quick else SCALE if args.scale else
+                 FRONTIER[:args.only] if args.frontier else QUESTIONS)
     base: dict[str, float] = {}  # per model, the 32-GPU plan's wall time in this run
     with out.open("w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=COLUMNS)
         writer.writeheader()
         for q in questions:
             for _ in range(args.repeat):
-                row = run(q, args.cpsat_shapes)
+                row = run(q, args.cpsat_shapes, args.workers)
                 if row["gpus"] == 32:
                     base.setdefault(row["model"], row["wall_s"])
                 b = base.get(row["model"])

@@ -3,7 +3,7 @@
 -- every number and every verdict computed here from the CSVs, by the rules printed in the
 report -- plus the CP-SAT results and every assumed parameter.
 
-    python -m experiments.report [--results results] [--out experiments/REPORT.md]
+    python -m experiments.report [--results results] [--out results/REPORT.md]
 """
 
 from __future__ import annotations
@@ -913,7 +913,29 @@ def render(data: dict, results: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
+def tracked(path: Path) -> bool:
+    """Whether ``path`` is a file git tracks in this repository (False without git)."""
+    import subprocess
+
+    path = Path(path).resolve()
+    try:
+        done = subprocess.run(["git", "ls-files", "--error-unmatch", path.name], cwd=path.parent,
+                              capture_output=True, check=False, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return path.parent.exists() and done.returncode == 0
+
+
+def check_untracked(out: Path, flag: str) -> None:
+    """``ValueError`` when ``out`` is a tracked file: a regenerated report goes under
+    results/, and a person compares it with the committed one before copying it over."""
+    if tracked(out):
+        raise ValueError(f"{flag} {out} is a file the repository tracks: write the report under results/ and "
+                         "compare it with the committed one (diff) before replacing it")
+
+
 def write_report(results: Path, out: Path) -> Path:
+    check_untracked(out, "--out")
     data = load(Path(results))
     text = render(data, Path(results))
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -924,9 +946,14 @@ def write_report(results: Path, out: Path) -> Path:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m experiments.report", description=__doc__.split("\n")[0])
     ap.add_argument("--results", default="results", type=Path)
-    ap.add_argument("--out", default=HERE / "REPORT.md", type=Path)
+    ap.add_argument("--out", default=None, type=Path, help="report file (default RESULTS/REPORT.md; never a "
+                                                            "tracked file)")
     args = ap.parse_args(argv)
-    print(write_report(args.results, args.out))
+    try:
+        print(write_report(args.results, args.out or args.results / "REPORT.md"))
+    except ValueError as exc:
+        print(f"report: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 

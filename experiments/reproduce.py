@@ -1,14 +1,15 @@
 """Run every reproduction: the sweeps of ``experiments/configs/*.toml`` into one results
 store, their CSVs, the figures, and REPORT.md.
 
-    python -m experiments.reproduce            # full: results/, experiments/REPORT.md
+    python -m experiments.reproduce            # full: results/, results/REPORT.md
     python -m experiments.reproduce --quick    # small: results/quick/, results/quick/REPORT.md
     python -m experiments.reproduce --executor dask [--scheduler tcp://host:8786]
 
 Re-running resumes: configurations already in the store are not evaluated again (rows are
 keyed by configuration, not by code version: after changing pipetab, add ``--fresh``).
 ``--quick`` keeps B in {8, 16, 64, 256} and runs the CP-SAT part on fewer, shorter
-instances; it writes its report beside its results so the committed full report stays.
+instances. The report goes beside the results, never over a tracked file (the committed
+experiments/REPORT.md is replaced by hand, after comparing it with a fresh one).
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--results", type=Path, default=None,
                     help="results folder (default results/, quick: results/quick/)")
     ap.add_argument("--report", type=Path, default=None,
-                    help="report file (default experiments/REPORT.md, quick: <results>/REPORT.md)")
+                    help="report file (default <results>/REPORT.md; never a tracked file)")
     ap.add_argument("--only", nargs="+", choices=ORDER, metavar="NAME", help=f"run only these of: {' '.join(ORDER)}")
     ap.add_argument("--skip-cpsat", action="store_true", help="leave out the CP-SAT sweep")
     ap.add_argument("--executor", choices=["local", "dask"], default="local")
@@ -58,7 +59,12 @@ def main(argv: list[str] | None = None) -> int:
                          "keyed by configuration, not by code version)")
     args = ap.parse_args(argv)
     results = args.results or Path("results/quick" if args.quick else "results")
-    out = args.report or (results / "REPORT.md" if args.quick else HERE / "REPORT.md")
+    out = args.report or results / "REPORT.md"
+    try:
+        report.check_untracked(out, "--report")
+    except ValueError as exc:
+        print(f"reproduce: {exc}", file=sys.stderr)
+        return 2
     names = [n for n in ORDER if n in (args.only or ORDER) and not (args.skip_cpsat and n == "cpsat_fig4")]
     results.mkdir(parents=True, exist_ok=True)
     try:

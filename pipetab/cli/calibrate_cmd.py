@@ -19,6 +19,7 @@ def register(sub) -> None:
     p.add_argument("--out", metavar="FILE.toml", default=None,
                    help="where to write the fitted system (default: SYSTEM_calibrated.toml)")
     p.add_argument("--format", choices=["text", "json"], default="text")
+    p.add_argument("--quiet", action="store_true", help="no live progress line on a terminal")
     p.set_defaults(func=run)
 
 
@@ -33,7 +34,11 @@ def run(args) -> None:
     from .hardware_args import check_recompute
 
     check_recompute(args.recompute, model)
-    fit = calibrate(profile, model, system, recompute=args.recompute)
+    from pipetab.console import Progress
+
+    with Progress("calibrate", quiet=args.quiet) as progress:
+        progress(f"fitting {system.name}'s efficiencies to profile {profile.name}")
+        fit = calibrate(profile, model, system, recompute=args.recompute)
     out = out or common.output_path(f"{system.name}_calibrated.toml", "--out", (".toml",))
     note = (printable(f"{fit.system.name}: {system.name} with efficiencies fitted by 'pipetab calibrate' to profile "
                       f"{args.profile} for model {model.name}") + "\n[F] fitted: compute_efficiency"

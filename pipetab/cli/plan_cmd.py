@@ -132,6 +132,13 @@ def register(sub) -> None:
                         "(the text says so)")
     p.add_argument("--no-substitute", action="store_true",
                    help="with --emit: refuse instead of writing a configuration that differs from the plan")
+    p.add_argument("--executor", choices=["local", "dask"], default="local",
+                   help="where shapes are bounded side by side: a local process pool (default) or a Dask cluster "
+                        "(the same answer as one process)")
+    p.add_argument("--scheduler", metavar="ADDRESS",
+                   help="Dask scheduler address (default with --executor dask: a LocalCluster)")
+    p.add_argument("--workers", type=common.positive_int("workers", maximum=4096), default=None,
+                   help="worker processes (default: CPU count; 1 runs in this process)")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.add_argument("--format", choices=["text", "json", "torch-csv"], default="text",
                    help="text (default), json, or torch-csv: the winner's schedule for PyTorch's pipelining "
@@ -203,9 +210,24 @@ def run(args) -> None:
 
         check_recompute("selective", space.model)
     from pipetab.console import Progress
+    from pipetab.sweep import make_executor
 
+    if args.scheduler and args.executor != "dask":
+        raise UsageError("--scheduler needs --executor dask")
+    if profile is not None and (args.executor != "local" or args.workers is not None):
+        raise UsageError(f"--{'workers' if args.executor == 'local' else 'executor'} does not apply with --profile "
+                         "(the profile fixes the shape: nothing to bound side by side)")
+    try:
+        executor = make_executor(args.executor, args.workers, args.scheduler)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     with Progress("plan", quiet=args.quiet or args.format != "text") as progress:
-        result = plan(space, progress=progress, profile=profile)
+        try:
+            result = plan(space, progress=progress, profile=profile, executor=executor)
+        except ValueError as exc:
+            if args.scheduler and "Dask scheduler" in str(exc):
+                raise UsageError(str(exc)) from None
+            raise
     if plot:
         from pipetab.plan.plot import plot_plan
 
@@ -294,17 +316,27 @@ def emitted(result, space, args, csv_path: Path | None) -> str:
     return out.text
 
 
-def _rows(result) -> tuple[tuple, list[tuple]]:
-    """The table's header and rows (100 columns at most): the split as ``PPxTPxDP`` (or
-    ``PPxTPxCPxDP`` when a configuration shown uses context parallelism), the EP and ZeRO
-    columns only when one of them uses them."""
+# decisions of a shape that no column of the table shows: named in an "also" column where rows
+# would otherwise print alike (``_distinguish``)
+_OTHER = ("sequence_parallel", "overlap", "cp_comm", "dispatch_precision", "gemm_precision", "node_limit",
+          "routing_imbalance", "reshard_after_forward", "layout")
+
+
+def _rows(result) -> tuple[tuple, list[tuple], list[int], set[int]]:
+    """The table's header and rows, the columns a narrow terminal may leave out (in that
+    order) and those whose labels may wrap: the split as ``PPxTPxDP`` (or ``PPxTPxCPxDP``
+    when a configuration shown uses context parallelism), EP and ZeRO where a row uses or
+    differs in them, MFU with causal attention beside the frameworks' MFU where attention
+    is a fifth of the FLOPs or more, and an ``also`` column naming what else tells two rows
+    apart."""
     confs = result.configurations
     moe = any(c.ep_links for c in confs)
     cp = any(c.shape.cp > 1 for c in confs)
-    zero = any(c.shape.zero == 3 for c in confs)
+    zero = len({c.shape.zero for c in confs}) > 1 or any(c.shape.zero != 1 for c in confs)
+    causal = any(c.attention_share >= 0.2 for c in confs)
     split = "PPxTPxCPxDP" if cp else "PPxTPxDP"
     head = ("#", "schedule", split, *(("EP",) if moe else ()), *(("ZeRO",) if zero else ()), "b x m", "recompute",
-            "step (s)", "tokens/s", "MFU", "peak GiB", "fits")
+            "step (s)", "tokens/s", "MFU", *(("MFU causal",) if causal else ()), "peak GiB", "fits")
     rows = []
     labels = compact_labels(confs)
     for i, c in enumerate(confs, 1):
@@ -312,10 +344,31 @@ def _rows(result) -> tuple[tuple, list[tuple]]:
         shape = f"{s.pp}x{s.tp}x{s.cp}x{s.dp}" if cp else f"{s.pp}x{s.tp}x{s.dp}"
         ep = ((f"{s.ep}" + (f"x{s.etp}" if s.etp > 1 else "")),) if moe else ()
         z = (str(s.zero),) if zero else ()
+        mfu_c = (f"{100 * c.mfu_causal:.1f}%",) if causal else ()
         rows.append((str(i), labels[i - 1], shape, *ep, *z, f"{s.microbatch_size} x {s.microbatches}",
                      c.recompute_label, f"{c.step_time_s:#.4g}".rstrip("."), f"{c.tokens_per_s:,.0f}",
-                     f"{100 * c.mfu:.1f}%", f"{c.peak_memory_bytes / 2**30:.1f}", "yes" if c.fits else "NO"))
-    return head, rows
+                     f"{100 * c.mfu:.1f}%", *mfu_c, f"{c.peak_memory_bytes / 2**30:.1f}", "yes" if c.fits else "NO"))
+    head, rows = _distinguish(confs, head, rows)
+    drop = [head.index(h) for h in ("tokens/s", "fits", "also") if h in head and (h != "fits" or
+                                                                                  all(c.fits for c in confs))]
+    wrap = {head.index(h) for h in ("schedule", "recompute", "also") if h in head}
+    return head, rows, drop, wrap
+
+
+def _distinguish(confs, head: tuple, rows: list[tuple]) -> tuple[tuple, list[tuple]]:
+    """``head`` and ``rows`` with an ``also`` column naming the decisions (``_OTHER``) in
+    which rows that would print alike differ; unchanged when every row is distinct."""
+    groups: dict[tuple, list[int]] = {}
+    for i, r in enumerate(rows):
+        groups.setdefault(r[1:], []).append(i)
+    alike = [g for g in groups.values() if len(g) > 1]
+    if not alike:
+        return head, rows
+    values = [{**{k: confs[i].shape.as_dict()[k] for k in _OTHER if k != "layout"}, "layout": confs[i].layout}
+              for i in range(len(rows))]
+    keys = [k for k in _OTHER if any(len({str(values[i][k]) for i in g}) > 1 for g in alike)]
+    also = [" ".join(f"{k}={values[i][k]}" for k in keys) for i in range(len(rows))]
+    return (*head, "also"), [(*r, a) for r, a in zip(rows, also)]
 
 
 def _best_lines(result) -> list[str]:
@@ -341,6 +394,24 @@ def _best_lines(result) -> list[str]:
     return out
 
 
+def numeric_columns(head: tuple) -> set[int]:
+    """The right-aligned columns of the plan table."""
+    numbers = ("#", "PPxTPxDP", "PPxTPxCPxDP", "EP", "ZeRO", "b x m", "step (s)", "tokens/s", "MFU", "MFU causal",
+               "peak GiB")
+    return {i for i, h in enumerate(head) if h in numbers}
+
+
+def _memory_line(result) -> str:
+    """The usable memory per GPU, how it follows from the GPU's, and the same figure as
+    ``search`` and ``bound`` take it (their ``--memory-cap`` is usable memory too)."""
+    q, usable = result.question, result.configurations[0].capacity_bytes
+    if result.configurations[0].profiled or "gpu_memory_bytes" not in q:
+        return f"usable GPU memory {usable / 2**30:.1f} GiB"
+    return (f"usable GPU memory {usable / 2**30:.1f} GiB (the GPU's {q['gpu_memory_bytes'] / 2**30:.1f} GiB less a "
+            f"{q['reserved_bytes'] / 2**30:.1f} GiB reserve; search and bound: --memory-cap "
+            f"{usable / 2**30:.1f}GiB)")
+
+
 def print_plan(result) -> None:
     """The ranked configurations as an aligned table (a rich table on a terminal), then what
     the search did, every line at most 100 columns (``pipetab.console``)."""
@@ -349,14 +420,12 @@ def print_plan(result) -> None:
     q = result.question
     say(f"plan: {q['model']} on {q['gpus']} GPUs ({q['gpus_per_node']} per node, {q['system']}), "
         f"global batch {q['global_batch']} x {q['seq_len']} tokens")
-    head, rows = _rows(result)
+    head, rows, drop, wrap = _rows(result)
     if not rows:
         say("no configuration: no split of the GPUs, microbatch size and schedule fits the question")
     else:
-        numbers = ("#", head[2], "EP", "ZeRO", "b x m", "step (s)", "tokens/s", "MFU", "peak GiB")
-        table(head, rows, right={i for i, h in enumerate(head) if h in numbers})
-        say(f"usable GPU memory {result.configurations[0].capacity_bytes / 2**30:.1f} GiB; columns: "
-            "'pipetab plan --help'")
+        table(head, rows, right=numeric_columns(head), drop=drop, wrap=wrap)
+        say(_memory_line(result) + "; columns: 'pipetab plan --help'")
         if not result.configurations[0].fits:
             say("none of these fits the GPU memory: the closest are shown")
         for line in _best_lines(result):
@@ -371,3 +440,8 @@ def print_plan(result) -> None:
         say(f"note: {note}", "  ")
     for note in result.cpsat_notes:
         say(f"CP-SAT {note}", "    ")
+    cert = result.certificate
+    if cert is not None:
+        say(f"certificate: {cert.text()}")
+        for line in cert.assumes:
+            say(f"  assumes: {line}", "    ")

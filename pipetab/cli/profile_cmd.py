@@ -40,6 +40,7 @@ def register(sub) -> None:
                    help="transformer layers of each rank's stages (calibrate needs them)")
     p.add_argument("--time-unit", choices=["s", "ms", "us"], default="ms", help="unit of the written times (ms)")
     p.add_argument("--format", choices=["text", "json"], default="text")
+    p.add_argument("--quiet", action="store_true", help="no live progress line on a terminal")
     p.set_defaults(func=run)
 
 
@@ -48,9 +49,13 @@ def run(args) -> None:
     from pipetab.hardware.trace import profile_from_traces
 
     out = common.output_path(args.out, "--out", (".toml",))
+    from pipetab.console import Progress
+
     try:
-        prof = profile_from_traces(args.traces, args.stages, microbatch_size=args.microbatch_size, tp=args.tp,
-                                   dp=args.dp, layers=args.layers)
+        with Progress("profile", quiet=args.quiet) as progress:
+            progress(f"reading {len(args.traces)} trace{'s' if len(args.traces) > 1 else ''}")
+            prof = profile_from_traces(args.traces, args.stages, microbatch_size=args.microbatch_size, tp=args.tp,
+                                       dp=args.dp, layers=args.layers)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     common.write_output(out, "--out", lambda p: p.write_text(profile_to_toml(prof, args.time_unit)))

@@ -119,8 +119,9 @@ def register(sub) -> None:
                          help="at most this many activations of a stage holding 1/S of the model (M_B) live on "
                               "any device (idealized costs)")
         cap.add_argument("--memory-cap", type=parse_bytes, default=None,
-                         help="device memory in bytes (e.g. 80GB; default: the system's device memory); "
-                              "activations get what persistent memory leaves")
+                         help="usable memory per device in bytes (e.g. 76.6GiB; default: the system's usable "
+                              "memory, its device memory less its reserve, the figure plan prints); activations "
+                              "get what persistent memory leaves")
         p.add_argument("--time-limit", type=_positive_float("time-limit"), default=30.0, help="seconds (default 30)")
         p.add_argument("--workers", type=common.positive_int("workers"), default=2, help="CP-SAT workers (default 2)")
         p.add_argument("--no-known", dest="known_generators", action="store_false",
@@ -128,6 +129,7 @@ def register(sub) -> None:
         p.add_argument("--no-fifo", dest="fifo", action="store_false",
                        help="do not fix every stage to one microbatch order (ablation: FIFO loses nothing for "
                             "identical microbatches and makes proofs much faster)")
+        p.add_argument("--quiet", action="store_true", help="no live progress line on a terminal")
         p.add_argument("--format", choices=["text", "json", "torch-csv"], default="text",
                        help="text (default); json: the result and the schedule's ops as columns in integer ticks "
                             "(pipetab check reads it); torch-csv: the schedule in PyTorch's pipelining CSV")
@@ -406,12 +408,17 @@ def run(args) -> None:
                          ablate=frozenset() if args.fifo else {"fifo"})
     limit = max(0.05 * args.time_limit, args.time_limit - OutputBudget().seconds(args, shape.num_ops))
     deadline = config.replace(time_limit_s=limit).deadline(t0=started)
-    if args.layers is not None or (args.system and args.partition and args.partition.mode != "even"):
-        doc, schedule, ops_costs = _partition_doc(args, shape, config, deadline)
-    elif real is not None:
-        doc, schedule, ops_costs = _seconds_doc(args, shape, real, config, deadline)
-    else:
-        doc, schedule, ops_costs = _slots_doc(args, shape, config, deadline)
+    from pipetab.console import Progress
+
+    with Progress(args.mode, quiet=getattr(args, "quiet", False)) as progress:
+        progress(f"CP-SAT {'searching' if args.mode == 'search' else 'bounding'} {shape.num_ops} ops",
+                 budget_s=args.time_limit)
+        if args.layers is not None or (args.system and args.partition and args.partition.mode != "even"):
+            doc, schedule, ops_costs = _partition_doc(args, shape, config, deadline)
+        elif real is not None:
+            doc, schedule, ops_costs = _seconds_doc(args, shape, real, config, deadline)
+        else:
+            doc, schedule, ops_costs = _slots_doc(args, shape, config, deadline)
     real_costs = doc.pop("_real", None)  # the schedule's costs in seconds (hardware, a profile)
     if args.format == "json":
         _emit_json(doc, None if args.no_ops else schedule, ops_costs, real_costs)
@@ -504,16 +511,17 @@ def _print(args, doc: dict, schedule, ops_costs) -> None:
              + (f" W={args.weight_slots or 1} M_W/M={1.0 if args.weight_memory is None else args.weight_memory:g}"
                 if args.split_backward else "") + f" C={args.comm_slots or 0} slots")
     cap = (f", activation cap {args.activation_cap:g} M_B" if args.activation_cap else
-           f", memory cap {args.memory_cap:.4g} B" if args.memory_cap else
-           ", device memory" if args.system or args.profile else ", no memory cap")
+           f", usable memory {args.memory_cap / 2**30:.1f} GiB per device (--memory-cap {args.memory_cap:.4g} B)"
+           if args.memory_cap else
+           ", the system's usable memory" if args.system or args.profile else ", no memory cap")
     print(f"{args.mode}: {where}; {costs}{cap}; objective {args.objective}")
     gap = "-" if doc["gap"] is None else f"{100 * doc['gap']:.2f}%"
     if doc.get("rounding") is not None and doc["gap"]:
         gap += (f" (rounding to ticks of {doc['tick_s']:.3g} s moves the schedule's time by "
                 f"{100 * doc['rounding']:.2f}%)")
     value = "-" if doc["makespan"] is None else f"{f(doc['makespan'])} {unit}"
-    print(f"status {doc['status']}, {args.objective} {value}, lower bound "
-          f"{f(doc['lower_bound'])}, gap {gap}, {doc['runtime_s']} s")
+    bound = "-" if doc["lower_bound"] is None else f"{f(doc['lower_bound'])} {unit}"
+    print(f"status {doc['status']}, {args.objective} {value}, lower bound {bound}, gap {gap}, {doc['runtime_s']} s")
     if doc.get("min_feasible_cap") is not None:
         print(f"smallest feasible cap: {f(doc['min_feasible_cap'])}")
     if doc.get("partition"):

@@ -29,7 +29,7 @@ def register(sub) -> None:
     p.add_argument("--limit", type=positive_int("limit"), default=None,
                    help="run at most N new configurations now (the rest on a later run)")
     p.add_argument("--dry-run", action="store_true", help="only count what would run, skip and is done")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--quiet", action="store_true", help="no progress bar on a terminal (piped: none either way)")
     p.set_defaults(func=run)
 
 
@@ -66,7 +66,7 @@ def run(args) -> None:
             return
         try:
             summary = run_sweep(config, store, executor, limit=args.limit,
-                                progress=not args.quiet, export=args.export)
+                                progress=not args.quiet and sys.stderr.isatty(), export=args.export)
         except KeyboardInterrupt:
             print(("" if args.quiet else "\n") + f"pipetab sweep: interrupted; finished configurations are kept in "
                   f"{db} — run the same command to resume", file=sys.stderr)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from pipetab.hardware.layer import model_flops_per_sequence
+from pipetab.hardware.layer import attention_flops_share, model_flops_per_sequence
 from pipetab.hardware.moe import ep_span
 
 from .space import PlanSpace, schedule_label
@@ -13,6 +13,7 @@ from .space import PlanSpace, schedule_label
 if TYPE_CHECKING:
     from pipetab.hardware.context import Context
     from pipetab.hardware.model import TransformerModel
+    from pipetab.plan.certificate import Certificate
     from pipetab.schedules.schedule import Schedule
     from pipetab.solver.levels import Levels
 
@@ -43,6 +44,7 @@ class Configuration:
     ep_links: str = ""
     sample_microbatches: int | None = None
     layout: str = ""
+    attention_share: float = 0.0  # of the model FLOPs MFU counts: the attention core, unmasked
     levels: Levels | None = field(default=None, compare=False, repr=False)
     searched: Schedule | None = field(default=None, compare=False, repr=False)
 
@@ -55,6 +57,13 @@ class Configuration:
 
         return registry.generate(self.schedule, self.shape.stages, self.shape.sizes.microbatches,
                                  **dict(self.options))
+
+    @property
+    def mfu_causal(self) -> float:
+        """MFU with causal attention counted as half its unmasked FLOPs (what the model
+        computes with a causal mask; ``mfu`` counts it unmasked, as Megatron-LM and
+        torchtitan do)."""
+        return self.mfu * (1 - self.attention_share / 2)
 
     @property
     def headroom_bytes(self) -> int:
@@ -94,7 +103,8 @@ class Configuration:
             "pp": s.pp, "tp": s.tp, "dp": s.dp, "ep": s.ep, "etp": s.etp, "microbatch_size": s.microbatch_size,
             "microbatches": s.microbatches, "recompute": self.recompute_label,
             "step_time_s": self.step_time_s, "tokens_per_s": self.tokens_per_s, "mfu": self.mfu,
-            "peak_memory_bytes": self.peak_memory_bytes, "capacity_bytes": self.capacity_bytes,
+            "mfu_causal": self.mfu_causal, "peak_memory_bytes": self.peak_memory_bytes,
+            "capacity_bytes": self.capacity_bytes,
             "headroom_bytes": self.headroom_bytes, "fits": self.fits, "idle_ratio": self.idle_ratio,
             "all_to_all_s": self.a2a_s, "all_to_all_hidden_s": self.a2a_hidden_s, "all_to_all_links": self.ep_links,
             "cp": s.cp, "cp_comm": str(s.cp_comm), "zero": s.zero, "layout": self.layout,
@@ -123,6 +133,7 @@ class Plan:
     evaluated: tuple[Configuration, ...] = ()  # every simulated candidate, ranked (for plots)
     notes: tuple[str, ...] = ()  # what the space left out and why, what plan added
     refined: int = 0  # of ``simulated``: uneven layouts and per-stage recomputation of the best, not candidates
+    certificate: Certificate | None = None  # how much faster than #1 anything in the space could be
 
     @property
     def unbuilt(self) -> int:
@@ -137,6 +148,7 @@ class Plan:
             "pruned_by_time_bound": self.pruned_time, "simulated": self.simulated, "refinements": self.refined,
             "cpsat": list(self.cpsat_notes), "notes": list(self.notes), "runtime_s": round(self.runtime_s, 3),
             "configurations": [c.as_dict() for c in self.configurations],
+            "certificate": None if self.certificate is None else self.certificate.as_dict(),
         }
 
 
@@ -168,7 +180,7 @@ def configuration(space: PlanSpace, name: str, opts: dict, shape: Context, sched
         round(peak), int(capacity or system.device.usable_memory_bytes), fits,
         1 - busy / (sched.num_devices * step), "registry" if searched is None else "cpsat",
         profiled=profiled, searched=searched, a2a_s=a2a, a2a_hidden_s=hidden, ep_links=links,
-        layout=layout_text(model, shape, sched))
+        layout=layout_text(model, shape, sched), attention_share=attention_flops_share(model))
 
 
 def runs(values) -> str:

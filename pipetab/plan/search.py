@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import heapq
+import os
 import time
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Callable
@@ -11,7 +12,9 @@ from pipetab.hardware.context import Context
 from pipetab.schedules import registry
 
 from .bounds import Bounds
+from .certificate import certify
 from .cpsat import cpsat_outcome, cpsat_search, cpsat_shapes
+from .parallel import Opening, open_shapes, opening
 from .periodic import activation_peaks
 from .refine import refine
 from .result import Configuration, Plan, configuration, rank
@@ -34,29 +37,37 @@ class _Candidate:
     exact: bool = True  # the bound is the candidate's step time (else ``Bounds.quick``'s)
 
 
-def plan(space: PlanSpace, progress: Callable[[str], None] | None = None, profile=None) -> Plan:
+def plan(space: PlanSpace, progress: Callable[[str], None] | None = None, profile=None, executor=None) -> Plan:
     """Search ``space`` (package docstring) and rank what fits by simulated step time.
     With a ``profile`` (``hardware.Profile``) the split, microbatch size and op costs are
-    the profiled run's, and only the schedules vary (``plan_profiled``)."""
+    the profiled run's, and only the schedules vary (``plan_profiled``). ``executor``: a
+    sweep executor (``pipetab.sweep.make_executor``) that opens shapes side by side
+    (``parallel``; the same answer as without)."""
     t0 = time.perf_counter()
     say = progress or (lambda _msg: None)
     if profile is not None:
         return plan_profiled(space, profile, say, t0)
     bounds = Bounds(space)
     pool = Workers(min(2, space.cpsat_shapes)) if space.cpsat_shapes else None
+    search = _BestFirst(space, bounds, say, executor)
     try:
-        search = _BestFirst(space, bounds, say)
-        results, misfit_runs = search.run()
+        try:
+            results, misfit_runs = search.run()
+        finally:
+            if search.entered:
+                executor.__exit__(None, None, None)
         pruned_memory = len(search.misfits) + len(misfit_runs)
         closest = _closest_misfits(space, bounds, misfit_runs, search.misfits, space.top - len(results))
         refined = refine(space, bounds, rank(results), _refined(space, bounds)) if space.refine else []
         simulated = sum(c.fits for c in results) + len(closest) + len(refined)
-        shown, notes, ranked = _search_and_validate(space, bounds, rank(results + closest + refined), pool, say)
+        shown, notes, ranked, proofs = _search_and_validate(space, bounds, rank(results + closest + refined), pool,
+                                                            say)
     finally:
         if pool:  # interrupted or failed: ends the searches still running
             pool.close()
     return Plan(tuple(shown), search.total, pruned_memory - len(closest), search.pruned_time, simulated,
-                tuple(notes), time.perf_counter() - t0, _question(space), tuple(ranked), space.notes(), len(refined))
+                tuple(notes), time.perf_counter() - t0, _question(space), tuple(ranked), space.notes(), len(refined),
+                certify(shown, ranked, search.least_pruned, proofs))
 
 
 class _BestFirst:
@@ -67,42 +78,34 @@ class _BestFirst:
     the next bound reaches the ``top``-th best step that fits: nothing left can beat the
     configurations found, and the shapes never opened need no bound of their own."""
 
-    def __init__(self, space: PlanSpace, bounds: Bounds, say) -> None:
+    def __init__(self, space: PlanSpace, bounds: Bounds, say, executor=None) -> None:
         self.space, self.bounds, self.say = space, bounds, say
+        # shapes opened side by side on a sweep executor (``parallel``), entered when first needed
+        self.executor = executor if getattr(executor, "workers", 1) > 1 else None
+        self.entered = False
+        self.batch = 4 * getattr(executor, "workers", 1)
+        self.token = f"{os.getpid()}-{id(self)}-{time.time_ns()}"
         self.variants = space.variants()
         all_shapes = shapes(space)
         self.total = len(all_shapes) * len(self.variants)
         self.misfits: list[_Candidate] = []
+        self.ladders: dict[Context, list[Context]] = {}  # a rescued shape -> the techniques after it
         self.heap: list[tuple[float, int, Context | _Candidate]] = []
         for i, shape in enumerate(all_shapes):
             heapq.heappush(self.heap, (bounds.shape_time(shape), i, shape))
         self.tiebreak = len(all_shapes)
         self.pruned_time = 0
-        self.ladders: dict[Context, list[Context]] = {}  # a rescued shape -> the techniques after it
+        self.least_pruned = float("inf")  # the least bound left in the queue when the search stops
         say(f"{len(all_shapes)} shapes x {len(self.variants)} schedules = {self.total} candidates")
 
-    def _open(self, shape: Context, time_bound: float) -> None:
-        """Bound ``shape``'s schedules (class docstring); ``time_bound``: the shape's."""
-        cap = self.space.system.device.usable_memory_bytes
-        need = self.bounds.shape_memory(shape)
-        if need > cap:  # no schedule fits: none is bounded on its own (the shape's bound is theirs)
-            self.misfits += [_Candidate(need, name, opts, shape) for name, opts in self.variants]
-            self._rescue(shape, time_bound)
-            return
-        fitting = 0
-        for name, opts in self.variants:
-            bound = self.bounds.memory(name, opts, shape)
-            if bound is None:
-                continue
-            if bound > cap:
-                self.misfits.append(_Candidate(bound, name, opts, shape))
-            else:
-                fitting += 1
-                quick = self.bounds.quick(name, opts, shape)
-                if quick is None:
-                    continue
-                self._push(_Candidate(quick[0], name, opts, shape, quick[1]))
-        if not fitting:
+    def _open(self, shape: Context, time_bound: float, found: Opening | None = None) -> None:
+        """Push the candidates of ``shape`` (its ``opening``, computed here unless given);
+        a shape none of whose schedules fits is rescued (``_rescue``; ``time_bound``: the shape's)."""
+        fits, misfits = found if found is not None else opening(self.space, self.bounds, shape)
+        self.misfits += [_Candidate(bound, name, opts, shape) for bound, name, opts in misfits]
+        for bound, name, opts, exact in fits:
+            self._push(_Candidate(bound, name, opts, shape, exact))
+        if not fits:
             self._rescue(shape, time_bound)
 
     def _rescue(self, shape: Context, bound: float) -> None:
@@ -125,6 +128,26 @@ class _BestFirst:
                 heapq.heappush(self.heap, (time_bound, self.tiebreak, nxt))
                 return
 
+    def _open_batch(self, first: Context, bound: float, limit: float) -> None:
+        """Open ``first`` (its time bound ``bound``) and the shapes after it at the top of the
+        queue whose bounds are below ``limit`` (at most ``batch``), on the executor when there
+        are several."""
+        batch = [(bound, first)]
+        while (self.executor is not None and len(batch) < self.batch and self.heap
+               and isinstance(self.heap[0][2], Context) and self.heap[0][0] < limit):
+            b, _, nxt = heapq.heappop(self.heap)
+            assert isinstance(nxt, Context)
+            batch.append((b, nxt))
+        if len(batch) == 1 or self.executor is None:
+            self._open(first, bound)
+            return
+        if not self.entered:
+            self.executor.__enter__()
+            self.entered = True
+        found = open_shapes(self.executor, self.token, self.space, [s for _, s in batch])
+        for (b, shape), opened in zip(batch, found):
+            self._open(shape, b, opened)
+
     def _push(self, cand: _Candidate) -> None:
         self.tiebreak += 1
         heapq.heappush(self.heap, (cand.bound, self.tiebreak, cand))
@@ -134,6 +157,7 @@ class _BestFirst:
         results: list[Configuration] = []
         best: list[float] = []  # max-heap (negated) of the top fitting steps
         misfit_runs: list[_Candidate] = []
+        single: set[Context] = set()  # shapes of one stage counted among the best (``distinct``)
         last_note = time.perf_counter()
         while self.heap:
             bound, _, item = heapq.heappop(self.heap)
@@ -141,7 +165,7 @@ class _BestFirst:
                 heapq.heappush(self.heap, (bound, 0, item))
                 break
             if isinstance(item, Context):
-                self._open(item, bound)
+                self._open_batch(item, bound, -best[0] if len(best) >= self.space.top else float("inf"))
                 continue
             cand = item
             if not cand.exact:  # its run next: it enters again with its step time
@@ -155,12 +179,16 @@ class _BestFirst:
                     misfit_runs.append(cand)
                 continue
             results.append(conf)
+            if conf.shape.stages == 1 and conf.shape in single:  # one stage: another schedule of the same run
+                continue
+            single.add(conf.shape)
             heapq.heappush(best, -conf.step_time_s)
             if len(best) > self.space.top:
                 heapq.heappop(best)
             if time.perf_counter() - last_note > 2:
                 self.say(f"simulated {len(results)} configurations")
                 last_note = time.perf_counter()
+        self.least_pruned = self.heap[0][0] if self.heap else float("inf")
         for _, _, item in self.heap:  # never reached: their bounds cannot beat the top
             self.pruned_time += len(self.variants) if isinstance(item, Context) else 1
         return results, misfit_runs
@@ -209,35 +237,65 @@ def _closest_misfits(space: PlanSpace, bounds: Bounds, runs: list[_Candidate], m
 def _search_and_validate(space: PlanSpace, bounds: Bounds, ranked: list[Configuration], pool, say):
     """CP-SAT on the best shapes (in ``pool``'s workers while this process validates the
     best configurations): (the ``top`` shown, validated; CP-SAT's notes; everything
-    ranked, with what CP-SAT found)."""
+    ranked, with what CP-SAT found; each searched shape with CP-SAT's bound and its
+    assumptions)."""
     # CP-SAT needs a pipeline; it searches a shape's even layout (a refined layout is the registry schedule's)
     even = [replace(c, shape=c.shape.even) for c in ranked if c.shape.stages > 1]
     searched, skipped = cpsat_shapes(space, even)
+    if searched:  # imported once here, not in each forked worker on its budget (about 1 s of OR-Tools)
+        import pipetab.solver.cpsat.fixed
+        import pipetab.solver.seconds  # noqa: F401
     jobs = []
-    for shape, best in searched:
+    for i, (shape, best) in enumerate(searched):
         say(f"CP-SAT: searching {shape.label} m={shape.microbatches} on {best.label}'s placement for "
             f"{space.cpsat_time_s:g} s")
-        jobs.append((shape, best, pool.submit(cpsat_search, space, shape, best) if pool else None))
+        t0 = time.perf_counter() if pool is None or i < pool.workers else None  # queued: its budget starts later
+        jobs.append((shape, best, t0, pool.submit(cpsat_search, space, shape, best, t0) if pool else None))
     say(f"validating the {min(len(ranked), space.top)} best configurations")
     checked = {id(c): _validated(space, c, bounds) for c in distinct(ranked)[:space.top]}
-    outcomes = [cpsat_outcome(space, shape, job.result() if job else cpsat_search(space, shape, best), ranked)
-                for shape, best, job in jobs] + [(None, note) for note in skipped]
+    answers = [_cpsat_answer(space, shape, best, t0, job, ranked) for shape, best, t0, job in jobs]
+    outcomes = [(conf, note) for conf, note, _ in answers] + [(None, note) for note in skipped]
     if space.cpsat_shapes and not searched and not skipped and ranked:
         outcomes.append((None, "not run: no configuration simulated has a pipeline (CP-SAT orders a pipeline's ops; "
                                "pin --pp to search one)"))
     ranked = rank(ranked + [c for c, _ in outcomes if c is not None])
     shown = [checked.get(id(c)) or _validated(space, c, bounds) for c in distinct(ranked)[:space.top]]
-    return shown, [note for _, note in outcomes], ranked
+    return shown, [note for _, note in outcomes], ranked, [proof for _, _, proof in answers]
+
+
+# seconds past its budget a CP-SAT worker may take to answer before plan stops it: the solver's
+# own deadline keeps a safety margin inside the budget, so only a stalled build reaches this
+CPSAT_GRACE_S = 0.5
+
+
+def _cpsat_answer(space: PlanSpace, shape: Context, best: Configuration, t0: float | None, job, ranked):
+    """(configuration or None, note, (shape, CP-SAT's lower bound or None, its
+    assumptions)) of one CP-SAT search: its worker's answer, or a note that it was
+    stopped at its budget (``t0`` plus ``space.cpsat_time_s`` and ``CPSAT_GRACE_S``)
+    without one."""
+    if job is None:
+        answer = cpsat_search(space, shape, best, t0)
+    else:
+        budget = space.cpsat_time_s + CPSAT_GRACE_S
+        try:
+            answer = job.result(timeout=None if t0 is None else t0 + budget - time.perf_counter())
+        except TimeoutError:
+            return None, (f"{shape.label} recompute {shape.recompute}: stopped at its {space.cpsat_time_s:g} s "
+                          "budget before it answered (building the model of this shape takes longer; give "
+                          "--cpsat-time)"), (shape, None, ())
+    conf, note = cpsat_outcome(space, shape, answer, ranked)
+    return conf, note, (shape, answer.lower_bound_s, tuple(answer.assumptions))
 
 
 def distinct(ranked: list[Configuration]) -> list[Configuration]:
     """``ranked`` with each configuration once: of the layouts and per-stage recomputations
     tried for one (schedule, options, shape), only the best (the first) stays, so the rows
-    shown differ in more than a layer moved between stages."""
+    shown differ in more than a layer moved between stages; on one stage every schedule
+    is the same run (its microbatches are gradient accumulation), so only the best stays."""
     seen: set = set()
     out = []
     for c in ranked:
-        key = (c.schedule, c.options, c.shape.even)
+        key = ("no pipeline", c.shape.even) if c.shape.stages == 1 else (c.schedule, c.options, c.shape.even)
         if key not in seen:
             seen.add(key)
             out.append(c)
@@ -247,7 +305,8 @@ def distinct(ranked: list[Configuration]) -> list[Configuration]:
 def _question(space: PlanSpace, profile=None) -> dict:
     out = {"model": space.model.name, "gpus": space.num_gpus,
            "gpus_per_node": space.system.devices_per_node, "system": space.system.name,
-           "global_batch": space.global_batch, "seq_len": space.model.seq_len}
+           "global_batch": space.global_batch, "seq_len": space.model.seq_len,
+           "gpu_memory_bytes": space.system.device.memory_bytes, "reserved_bytes": space.system.device.reserved_bytes}
     if profile is not None:
         out["profile"] = profile.name
     return out
@@ -297,7 +356,8 @@ def plan_profiled(space: PlanSpace, profile, say, t0: float) -> Plan:
     total = len(space.variants())
     return Plan(tuple(validated), total, 0, 0, len(results),
                 (f"not run: the profile fixes the op times of one shape ({skipped} schedules do not apply)",),
-                time.perf_counter() - t0, _question(space, profile), tuple(rank(results)))
+                time.perf_counter() - t0, _question(space, profile), tuple(rank(results)),
+                certificate=certify(validated, results, float("inf"), []))
 
 
 def _validated(space: PlanSpace, conf: Configuration, bounds: Bounds | None, costs=None,

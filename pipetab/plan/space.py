@@ -175,9 +175,9 @@ class PlanSpace(ContextSpace):
         m, out = self.model, []
         share = attention_flops_share(m)
         if share >= 0.2:
-            out.append(f"MFU counts attention unmasked (Megatron's convention): at {m.seq_len} tokens attention is "
-                       f"{share:.0%} of the model FLOPs; counting causal attention as half would scale every MFU "
-                       f"by {1 - share / 2:.2f}")
+            out.append(f"MFU counts attention unmasked (Megatron-LM's and torchtitan's convention): at {m.seq_len} "
+                       f"tokens attention is {share:.0%} of the model FLOPs; 'MFU causal' counts causal attention "
+                       f"as half (every MFU times {1 - share / 2:.2f})")
         for what in ("pp", "tp", "cp", "dp"):
             if getattr(self, what):
                 out.append(f"{what.upper()} pinned to {', '.join(map(str, getattr(self, what)))}")

@@ -55,9 +55,17 @@ class Job:
         there.close()
         self.proc, self.conn, self.ends = proc, here, (here, there)
 
-    def result(self):
+    def result(self, timeout: float | None = None):
+        """The job's value; ``TimeoutError`` (the worker terminated) when it has not
+        answered within ``timeout`` seconds of this call."""
         if self.proc is None:
             self.start()
+        if timeout is not None and not self.conn.poll(max(0.0, timeout)):
+            self.proc.terminate()
+            self.proc.join()
+            self.done = True
+            self.workers.fill()
+            raise TimeoutError(f"no answer within {timeout:.1f} s")
         try:
             ok, value = self.conn.recv()
         except EOFError:

@@ -27,17 +27,27 @@
     (c.refined ? ` (and ${c.refined} refinements of the best: uneven layouts, per-stage recomputation)` : "") +
     (c.outside ? `, ${c.outside} outside their schedule's regime (the schedule does not exist for that ` +
       `number of stages and microbatches)` : "") + `; ${c.runtime_s} s.`;
+  document.getElementById("certificate").textContent = PLAN.certificate
+    ? `Certificate: ${PLAN.certificate.text}. It assumes: ${PLAN.certificate.assumes.join("; ")}.`
+    : "No certificate: no configuration fits the GPU memory.";
 
   // ---- the ranked table ------------------------------------------------------------------
-  const COLUMNS = [
+  // columns marked true are shown only where the rows differ in them (CP, EP, ZeRO, SP, layout,
+  // causal MFU), so rows that read alike differ in a column shown
+  const ALL_COLUMNS = [
     ["rank", "#", (r) => r.rank], ["schedule", "schedule", (r) => r.schedule], ["pp", "PP", (r) => r.pp],
-    ["tp", "TP", (r) => r.tp], ["dp", "DP", (r) => r.dp], ["mb", "mb", (r) => r.mb],
+    ["tp", "TP", (r) => r.tp], ["cp", "CP", (r) => r.cp, true], ["dp", "DP", (r) => r.dp],
+    ["ep", "EP", (r) => r.ep, true], ["zero", "ZeRO", (r) => r.zero, true], ["sp", "SP", (r) => (r.sp ? "yes" : "no"), true],
+    ["layers", "layers per stage", (r) => r.layers, true], ["mb", "mb", (r) => r.mb],
     ["micro", "micro", (r) => r.micro], ["recompute", "recompute", (r) => r.recompute],
     ["step", "step (s)", (r) => num(r.step, 4)], ["tokens", "tokens/s", (r) => num(r.tokens, 6)],
-    ["mfu", "MFU", (r) => `${(100 * r.mfu).toFixed(1)}%`], ["peak", "peak GiB", (r) => r.peak.toFixed(1)],
+    ["mfu", "MFU", (r) => `${(100 * r.mfu).toFixed(1)}%`],
+    ["mfu_causal", "MFU causal", (r) => `${(100 * r.mfu_causal).toFixed(1)}%`, true],
+    ["peak", "peak GiB", (r) => r.peak.toFixed(1)],
     ["free", "free GiB", (r) => r.free.toFixed(1)], ["fits", "fits", (r) => (r.fits ? "yes" : "NO")],
     ["source", "found by", (r) => r.source],
   ];
+  const COLUMNS = ALL_COLUMNS.filter(([, , f, optional]) => !optional || new Set(PLAN.rows.map(f)).size > 1);
   const table = document.getElementById("ranked");
   const rows = PLAN.rows.slice();
   const sort = { key: "rank", dir: 1 };

@@ -41,11 +41,29 @@ NEVER_MODELLED = (
 
 
 def _row(rank: int, c: Configuration) -> dict:
+    from pipetab.plan.result import runs
+
     s = c.shape
-    return {"rank": rank, "schedule": c.label, "source": c.source, "pp": s.pp, "tp": s.tp, "dp": s.dp,
-            "mb": s.microbatch_size, "micro": s.microbatches, "recompute": c.recompute_label,
-            "step": c.step_time_s, "tokens": c.tokens_per_s, "mfu": c.mfu, "peak": c.peak_memory_bytes / 2**30,
-            "free": c.headroom_bytes / 2**30, "fits": c.fits, "shape": shape_name(c)}
+    return {"rank": rank, "schedule": c.label, "source": c.source, "pp": s.pp, "tp": s.tp, "cp": s.cp, "dp": s.dp,
+            "ep": f"{s.ep}" + (f"x{s.etp}" if s.etp > 1 else ""), "zero": s.zero, "sp": s.sequence_parallel,
+            "layers": runs(c.layers_per_stage), "mb": s.microbatch_size, "micro": s.microbatches,
+            "recompute": c.recompute_label, "step": c.step_time_s, "tokens": c.tokens_per_s, "mfu": c.mfu,
+            "mfu_causal": c.mfu_causal, "peak": c.peak_memory_bytes / 2**30, "free": c.headroom_bytes / 2**30,
+            "fits": c.fits, "shape": shape_name(c)}
+
+
+def one_run_per_shape(ranked: list[Configuration]) -> list[Configuration]:
+    """``ranked`` with each shape of one stage once (the fastest): every schedule on one
+    stage is the same run, its microbatches gradient accumulation."""
+    seen: set = set()
+    out = []
+    for c in ranked:
+        if c.shape.stages == 1:
+            if c.shape in seen:
+                continue
+            seen.add(c.shape)
+        out.append(c)
+    return out
 
 
 def shape_name(c: Configuration) -> str:
@@ -59,7 +77,7 @@ def plan_data(result: Plan) -> tuple[dict, list[dict]]:
     panels (``page_data``)."""
     from pipetab.plan.plot import pareto_front
 
-    ranked = list(result.evaluated or result.configurations)
+    ranked = one_run_per_shape(list(result.evaluated or result.configurations))
     gib = 2**30
     front = pareto_front([(c.peak_memory_bytes / gib, c.step_time_s) for c in ranked if c.fits])
     panels, names = [], []
@@ -83,6 +101,8 @@ def plan_data(result: Plan) -> tuple[dict, list[dict]]:
         "front": front,
         "capacity": ranked[0].capacity_bytes / gib if ranked else None,
         "cpsat": list(result.cpsat_notes),
+        "certificate": None if result.certificate is None else {
+            "text": result.certificate.text(), "assumes": list(result.certificate.assumes)},
         "assumptions": list(ASSUMPTIONS),
         "not_considered": list(result.notes) + list(NEVER_MODELLED),
         "panels": names,

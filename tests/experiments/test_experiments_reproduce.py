@@ -43,3 +43,18 @@ def test_every_experiment_config_is_valid():
         assert config.export and config.export.endswith(".csv"), path
     for name in reproduce.ORDER:
         assert (reproduce.CONFIGS / f"{name}.toml").exists()
+
+
+def test_reproduce_and_report_never_write_over_a_tracked_file(tmp_path, capsys):
+    """The committed experiments/REPORT.md is refused as a target (exit 2, one line); a
+    report under results/ (untracked) is where a regeneration goes."""
+    from experiments import report
+
+    committed = reproduce.HERE / "REPORT.md"
+    before = committed.read_bytes()
+    assert report.tracked(committed) and not report.tracked(tmp_path / "REPORT.md")
+    assert reproduce.main(["--quick", "--results", str(tmp_path), "--report", str(committed), "--quiet"]) == 2
+    assert report.main(["--results", str(tmp_path), "--out", str(committed)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and all("is a file the repository tracks" in line for line in err)
+    assert committed.read_bytes() == before

@@ -57,7 +57,46 @@ def test_the_search_takes_the_best_schedules_placement_and_split():
     (note,) = result.cpsat_notes
     best = min((c for c in result.evaluated if c.fits and c.source == "registry"), key=lambda c: c.step_time_s)
     assert f"on the placement of {best.label}" in note
-    assert "the shape's best registry schedule" in note
+    assert "the shape's best in the table" in note
+
+
+def test_the_note_cites_the_time_the_table_shows_for_the_shape():
+    """With refinements on, the shape's best in the table may be an uneven layout: the note
+    compares CP-SAT's schedule with that row (its time as the table has it), not with the
+    even layout's registry schedule."""
+    import re
+
+    from pipetab.plan.result import runs
+
+    base = cluster("H100", 1, 8)
+    system = replace(base, device=replace(base.device, memory_bytes=3e8, reserved_bytes=0.0))
+    result = plan(PlanSpace(MODEL, system, 32, cpsat_shapes=1, cpsat_time_s=2.0, top=3, pp=(2,)))
+    (note,) = result.cpsat_notes
+    searched = next(c.shape.even for c in result.evaluated if c.fits and f"{c.shape.even.label} recompute" in note)
+    table = min((c for c in result.evaluated if c.fits and c.source != "cpsat" and c.shape.even == searched),
+                key=lambda c: c.step_time_s)
+    cited = re.search(r"best in the table \((.+), ([0-9.e+-]+) s\)", note)
+    assert cited is not None and float(cited[2]) == pytest.approx(table.step_time_s, rel=1e-5)
+    assert cited[1].startswith(table.label)
+    assert table.source == "refined" and f"layers {runs(table.layers_per_stage)}" in cited[1]  # an uneven layout
+
+
+def test_a_worker_past_its_budget_is_stopped():
+    """A CP-SAT worker that has not answered by its budget is terminated and plan goes on."""
+    import time
+
+    from pipetab.plan.workers import Workers
+
+    pool = Workers(1)
+    try:
+        job = pool.submit(time.sleep, 30)
+        t0 = time.perf_counter()
+        with pytest.raises(TimeoutError):
+            job.result(timeout=0.3)
+        assert time.perf_counter() - t0 < 5 and not job.proc.is_alive()
+        assert pool.submit(abs, -3).result(timeout=30) == 3
+    finally:
+        pool.close()
 
 
 def test_pairs_of_cpsats_order_are_overlapped_when_the_all_to_all_crosses_nodes():

@@ -6,7 +6,8 @@ Generic over whatever README.md holds:
 * every ```` ```console ```` block is a transcript: each ``$ pipetab ...`` line is run (in
   this process, in a scratch folder that sees the repository's ``experiments``), must exit 0,
   and must print exactly the lines that follow it up to the next ``$`` (trailing spaces
-  ignored) -- unless the command ends with ``# output not compared`` (times, solver logs);
+  ignored) -- unless the command ends with ``# output not compared`` (times, solver logs),
+  followed by the date the output shown was taken;
 * other fences (plain ```` ``` ````, ``sh``) are prose and are not run.
 """
 
@@ -42,8 +43,8 @@ def transcript(text: str) -> list[tuple[str, list[str] | None]]:
     for line in text.splitlines():
         if line.startswith("$ "):
             command = line[2:].strip()
-            compared = not command.endswith(NOT_COMPARED)
-            steps.append((command.removesuffix(NOT_COMPARED).strip(), [] if compared else None))
+            compared = NOT_COMPARED not in command  # "# output not compared[, taken DATE]"
+            steps.append((command.split(NOT_COMPARED)[0].strip(), [] if compared else None))
         elif steps and steps[-1][1] is not None:
             steps[-1][1].append(line.rstrip())
     for _, expected in steps:

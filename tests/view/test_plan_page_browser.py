@@ -23,21 +23,25 @@ def plan_page(tmp_path: Path, capsys, model: str = "tiny_gpt") -> tuple[Path, di
 
 def test_plan_page_rows_sorting_hover_and_panels(browser, tmp_path, capsys):  # noqa: F811
     from pipetab.plan import plan, plan_question
+    from pipetab.view.plan_page import one_run_per_shape
 
     path, doc = plan_page(tmp_path, capsys)
     page = open_page(browser, path)
     assert page.problems == []
-    # one row per simulated configuration, the shown ones first and in plan's order
+    # one row per simulated configuration (a shape of one stage once), the shown ones first and in plan's order
     result = plan(plan_question("tiny_gpt", 1, 8, 64, cpsat_shapes=0, top=5))
+    evaluated = one_run_per_shape(list(result.evaluated))
     rows = page.locator("#ranked tbody tr")
-    assert rows.count() == len(result.evaluated) >= len(doc["configurations"]) == 5
+    assert rows.count() == len(evaluated) >= len(doc["configurations"]) == 5
     first = rows.nth(0).locator("td")
     best = doc["configurations"][0]
     assert first.nth(1).inner_text() == result.configurations[0].label
     assert [first.nth(i).inner_text() for i in (2, 3, 4)] == [str(best["pp"]), str(best["tp"]), str(best["dp"])]
     # sorting by peak memory puts the least memory first
     page.click("#ranked th[data-key='peak']")
-    peaks = [float(t) for t in page.locator("#ranked tbody tr td:nth-child(12)").all_inner_texts()]
+    keys = [th.get_attribute("data-key") for th in page.locator("#ranked th").all()]
+    peaks = [float(t) for t in page.locator(f"#ranked tbody tr td:nth-child({keys.index('peak') + 1})")
+             .all_inner_texts()]
     assert peaks == sorted(peaks) and len(peaks) == rows.count()
     # the winner's point names its shape on hover
     winner = result.configurations[0]
@@ -47,7 +51,7 @@ def test_plan_page_rows_sorting_hover_and_panels(browser, tmp_path, capsys):  # 
     point.hover()
     page.wait_for_selector("#tip:not([hidden])", timeout=5_000)
     assert want in page.inner_text("#tip")
-    assert page.locator("#pareto circle").count() == len(result.evaluated)
+    assert page.locator("#pareto circle").count() == len(evaluated)
     # the winner's and runner-up's panels: every op drawn in table and timeline, a memory legend
     for i, conf in enumerate(result.configurations[:2]):
         panel = page.locator(f"#schedule-{i}")

@@ -1,0 +1,29 @@
+"""Numbers docs/cluster.md quotes from a run of ``pipetab plan`` equal a fresh run's (the
+default question with CP-SAT off: CP-SAT's result does not change the winner here)."""
+
+import re
+from pathlib import Path
+
+import pytest
+
+from pipetab.plan import plan, plan_question
+
+CLUSTER = Path(__file__).resolve().parents[2] / "docs" / "cluster.md"
+
+
+@pytest.mark.slow
+def test_cluster_md_quotes_a_fresh_run_of_the_default_question():
+    result = plan(plan_question("llama3_70b", 4, 8, 1024, "H100", 8192, cpsat_shapes=0))
+    best = result.configurations[0]
+    text = " ".join(CLUSTER.read_text(encoding="utf-8").split())
+    quoted = re.search(r"Its answer on this code .*?: (\S+) on PP (\d+) \u00d7 TP (\d+) \u00d7 DP (\d+) with ZeRO-(\d) "
+                       r".*? microbatches of (\d+) sequences?, .*?([\d.]+) s per step, ([\d,]+) tokens/s, "
+                       r"\*\*([\d.]+) % MFU\*\*, ([\d.]+) GiB peak per GPU of the ([\d.]+) GiB usable", text)
+    assert quoted is not None, "docs/cluster.md no longer quotes the default question's answer"
+    label, pp, tp, dp, zero, b, step, tokens, mfu, peak, usable = quoted.groups()
+    assert best.label == label and best.shape.zero == int(zero) and best.shape.microbatch_size == int(b)
+    assert (best.shape.pp, best.shape.tp, best.shape.dp) == (int(pp), int(tp), int(dp))
+    assert step == f"{best.step_time_s:.1f}" and tokens == f"{best.tokens_per_s:,.0f}"
+    assert mfu == f"{100 * best.mfu:.1f}" and peak == f"{best.peak_memory_bytes / 2**30:.1f}"
+    assert usable == f"{best.capacity_bytes / 2**30:.1f}"
+    assert f"({best.step_time_s:.1f} s for the winner above" in text
