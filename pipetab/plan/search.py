@@ -243,8 +243,8 @@ def _search_and_validate(space: PlanSpace, bounds: Bounds, ranked: list[Configur
     even = [replace(c, shape=c.shape.even) for c in ranked if c.shape.stages > 1]
     searched, skipped = cpsat_shapes(space, even)
     if searched:  # imported once here, not in each forked worker on its budget (about 1 s of OR-Tools)
-        import pipetab.solver.cpsat.fixed
-        import pipetab.solver.seconds  # noqa: F401
+        import pipetab.solver.cpsat.api
+        import pipetab.solver.cpsat.phases.fixed  # noqa: F401
     jobs = []
     for i, (shape, best) in enumerate(searched):
         say(f"CP-SAT: searching {shape.label} m={shape.microbatches} on {best.label}'s placement for "
