@@ -48,6 +48,8 @@ from pipetab.schedules.checks import check_count
 
 from .layout import Layout, layout_of
 
+MAX_IMBALANCE = 1024  # routing imbalance: the busiest EP rank's tokens / the mean is at most the EP degree
+
 if TYPE_CHECKING:
     from .model import TransformerModel
 
@@ -189,9 +191,10 @@ class Context:
         if self.node_limit is not None:
             check_count("node_limit", self.node_limit)
         imbalance = self.routing_imbalance
-        if isinstance(imbalance, bool) or not isinstance(imbalance, (int, float)) or not 1 <= imbalance < math.inf:
-            raise ValueError(f"routing_imbalance must be a number >= 1 (busiest rank's tokens / mean), "
-                             f"got {imbalance!r}")
+        if isinstance(imbalance, bool) or not isinstance(imbalance, (int, float)) or \
+                not 1 <= imbalance <= MAX_IMBALANCE:
+            raise ValueError(f"routing_imbalance must be a number from 1 to {MAX_IMBALANCE} (busiest rank's tokens "
+                             f"/ mean: at most the EP degree), got {imbalance!r}")
         if (self.tp * self.cp * self.dp) % (self.ep * self.etp):
             what = f"tp x cp x dp ({self.tp} x {self.cp} x {self.dp})" if self.cp > 1 else \
                 f"tp x dp ({self.tp} x {self.dp})"

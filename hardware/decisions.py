@@ -23,19 +23,21 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from pipetab.schedules.checks import check_count
+from pipetab.schedules.limits import SIZE_LIMITS
 
-from .context import Context, CpComm, Precision, Recompute, cp_comm_of, precision_of
+from .context import MAX_IMBALANCE, Context, CpComm, Precision, Recompute, cp_comm_of, precision_of
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
 # sizes of the real-cluster options (docs/limits.md): beyond them no cluster exists, and the
 # arithmetic of a step would only hang or overflow
-MAX_TP = 1024
-MAX_GPUS = 2**20  # GPUs of one run (stages x tp x dp)
-MAX_MICROBATCH_SIZE = 2**20  # sequences
-MAX_GLOBAL_BATCH = 2**24  # sequences
-MAX_SEQ = 2**24  # tokens per sequence
+# the command line's caps: schedules.limits' one table of sizes, read wherever a size is
+MAX_TP = SIZE_LIMITS["tp"]
+MAX_GPUS = SIZE_LIMITS["gpus"]  # GPUs of one run (stages x tp x dp)
+MAX_MICROBATCH_SIZE = SIZE_LIMITS["microbatch_size"]  # sequences
+MAX_GLOBAL_BATCH = SIZE_LIMITS["global_batch"]  # sequences
+MAX_SEQ = SIZE_LIMITS["seq_len"]  # tokens per sequence
 
 _CONTEXT_DEFAULTS = {f.name: f.default for f in fields(Context)}
 RUN_COMMANDS = frozenset({"evaluate", "view", "search", "bound"})  # one schedule, one context
@@ -179,7 +181,8 @@ DECISIONS: tuple[Decision, ...] = (
              "--dispatch", label="dispatch precision", choices=tuple(Precision),
              plan=Enumerate.PINNED),
     Decision("routing_imbalance", float, "busiest EP rank's tokens / the mean, scaling expert compute and "
-             "all-to-all (default 1.0)", "--routing-imbalance", minimum=1.0, plan=Enumerate.PINNED),
+             "all-to-all (default 1.0; at most 1024, the EP degree at the most)", "--routing-imbalance", minimum=1.0,
+             maximum=MAX_IMBALANCE, plan=Enumerate.PINNED),
     Decision("node_limit", int, "route each token to experts on at most this many nodes (DeepSeek-V3: 4; default "
              "none)", "--node-limit", plan=Enumerate.PINNED),
     Decision("gemm_precision", str, "GEMM precision: fp8 runs the GEMMs at the GPU's fp8 peak with their input "

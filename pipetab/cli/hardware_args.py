@@ -107,8 +107,10 @@ def _number_from(d: Decision):
             value = float(text)
         except ValueError:
             value = float("nan")
-        if not (d.minimum or 0) <= value < float("inf"):
-            raise argparse.ArgumentTypeError(f"{d.label} must be a number >= {d.minimum:g}, got {text!r}")
+        top = float("inf") if d.maximum is None else d.maximum
+        if not ((d.minimum or 0) <= value < float("inf") and value <= top):
+            upper = "" if d.maximum is None else f" and <= {d.maximum:g}"
+            raise argparse.ArgumentTypeError(f"{d.label} must be a number >= {d.minimum:g}{upper}, got {text!r}")
         return value
 
     parse.__name__ = d.name

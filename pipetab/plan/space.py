@@ -103,12 +103,25 @@ class PlanSpace(ContextSpace):
         for e in self.ep:
             if self.model.num_experts % e:
                 raise ValueError(f"ep {e} must divide the {self.model.num_experts} experts of {self.model.name!r}")
+            if self.system.num_devices is not None and self.system.num_devices % e:
+                raise ValueError(f"--ep {e} must divide the cluster's {self.system.num_devices} GPUs (ep x etp "
+                                 "divides the GPUs of a pipeline stage)")
+        for t in self.etp:
+            if (self.model.expert_ffn_hidden or 0) % t:
+                raise ValueError(f"--etp {t} must divide the expert MLP size ({self.model.expert_ffn_hidden}) of "
+                                 f"{self.model.name!r}")
         if self.system.num_devices is None or self.system.devices_per_node is None:
             raise ValueError("plan needs a cluster with a number of GPUs and GPUs per node (use plan.cluster)")
         for name in self.schedules:
             registry.spec(name)
         self._check_pins()
         no_cp = self.cp == (1,) or (not self.cp and self.model.seq_len < CP_FROM_TOKENS)
+        if not self.reshard_after_forward and self.zero is not None and self.zero != 3:
+            raise ValueError(f"--no-reshard-after-forward applies with ZeRO-3 only, and --zero {self.zero} is pinned")
+        if self.cp_comm != "p2p" and no_cp:
+            raise ValueError("--cp-comm applies with context parallelism only: " +
+                             ("--cp 1 is pinned" if self.cp else f"CP is not tried on sequences of "
+                              f"{self.model.seq_len} tokens (from {CP_FROM_TOKENS}); give --cp"))
         if self.zero is not None and self.dp == (1,) and no_cp:
             raise ValueError("--zero applies with --dp > 1 or --cp > 1 only: --dp 1 leaves no replicas, and CP "
                              + ("is pinned to 1" if self.cp else f"is not tried on sequences of {self.model.seq_len} "
