@@ -97,6 +97,22 @@ def relaxation_rows(limit: float, quick: bool):
                "seconds": round(time.perf_counter() - t, 1)}
 
 
+def write_rows(out: Path, made, fields: list[str] | None = None) -> None:
+    """Write ``made``'s rows to ``out`` as they come, each with the load average, printing
+    each (``fields``: the columns, else the first row's keys and the load)."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with out.open("w", newline="") as fh:
+        w = None
+        for row in made:
+            row["load_1min"] = round(os.getloadavg()[0], 2)
+            if w is None:
+                w = csv.DictWriter(fh, fieldnames=fields or list(row))
+                w.writeheader()
+            w.writerow(row)
+            fh.flush()
+            print(row, flush=True)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--time-limit", type=float, default=20.0, help="seconds per block size (default 20)")
@@ -106,21 +122,12 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.quick and not args.relaxation:
         ap.error("--quick applies only with --relaxation")
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
     fields = ["S", "what", "B", "little", "load", "period", "bound", "analytic", "seconds", "load_1min"]
     if args.relaxation:
         fields = ["S", "B", "best", "analytic", "relaxation", "gap_before", "gap_after", "seconds", "load_1min"]
-    with out.open("w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=fields)
-        w.writeheader()
-        made = relaxation_rows(args.time_limit, args.quick) if args.relaxation else \
-            rows(args.time_limit, (1, 2, 3, 4), (4, 8, 16))
-        for row in made:
-            row["load_1min"] = round(os.getloadavg()[0], 2)
-            w.writerow(row)
-            fh.flush()
-            print(row, flush=True)
+    made = relaxation_rows(args.time_limit, args.quick) if args.relaxation else \
+        rows(args.time_limit, (1, 2, 3, 4), (4, 8, 16))
+    write_rows(Path(args.out), made, fields)
     return 0
 
 

@@ -2,7 +2,9 @@
 Little's law allows 7 ticks per microbatch at S=4, and worked by hand no periodic schedule of
 block 1 reaches it; the cyclic model proves the least period is 8."""
 
-from experiments.interleaved_pace import little_and_load, problem
+import pytest
+
+from experiments.interleaved_pace import little_and_load, problem, relaxation_rows
 from pipetab.schedules.ops import Kind, Op
 from pipetab.solver.cpsat import CpSatConfig
 from pipetab.solver.cpsat.model.cyclic import Kernel, check_kernel
@@ -39,3 +41,14 @@ def test_block_1_cannot_run_at_littles_pace():
     out = block_period(p, p.fixed_placement, 1, cfg, cfg.deadline())
     assert out.period == out.bound == 8
     assert check_kernel(out.kernel) is None
+
+
+@pytest.mark.slow
+def test_relaxation_rows_quick():
+    """``--relaxation --quick``: S = 4, B = 16 and 32; at B = 16 the device relaxation lies
+    above the analytic bound (125) and not above the optimum the full model proves (140)."""
+    rows = list(relaxation_rows(10.0, quick=True))
+    assert [(r["S"], r["B"]) for r in rows] == [(4, 16), (4, 32)]
+    first = rows[0]
+    assert first["analytic"] == 125 and 125 < first["relaxation"] <= 140
+    assert all(max(r["analytic"], r["relaxation"]) <= r["best"] for r in rows)
