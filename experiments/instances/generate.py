@@ -195,7 +195,7 @@ def main(argv=None) -> int:
     SET.mkdir(exist_ok=True)
     t0 = time.perf_counter()
     for spec in todo:
-        path = SET / f"{spec.name}.json"
+        path = SET / f"{spec.name.replace(':', '-')}.json"  # no colons: portable file names
         if path.exists():
             continue
         if args.budget is not None and time.perf_counter() - t0 > args.budget:
