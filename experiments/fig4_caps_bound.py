@@ -2,7 +2,9 @@
 item 3): for Chimera's bidirectional placement at S = 16 (``experiments/configs/cpsat_fig4.toml``
 and ``pipetab.sweep``'s cap: persistent memory plus 4 of the largest activation per device),
 on the quantized problem (``default_tick(20)``), the analytic bound, the device relaxation's
-(``model.device_relaxation``) on a few devices, and the full search's schedule and bound.
+(``model.device_relaxation``) on a few devices one at a time and on the middle pair (devices
+7 and 8) together, and the full search's schedule and bound at the time limit and at six times
+it (which side moves with more time).
 
 Run: python -m experiments.fig4_caps_bound [--time-limit 20] [--out docs/bench/fig4_caps_bound.csv]
 """
@@ -47,6 +49,15 @@ def rows(limit: float, quick: bool):
                                      lower=analytic[0]) for d in devices}
         row.update({"relaxation": max(relax.values()), "relaxation_by_device": " ".join(
             f"{d}:{b}" for d, b in relax.items()), "relaxation_s": round(time.perf_counter() - t, 1)})
+        t = time.perf_counter()
+        row["relaxation_pair_7_8"] = relaxation_bound(p, pl, (7, 8), CpSatConfig(time_limit_s=3 * limit, workers=2),
+                                                      3 * limit, lower=analytic[0])
+        row["relaxation_pair_s"] = round(time.perf_counter() - t, 1)
+        if not quick:
+            t = time.perf_counter()
+            long = search(p, CpSatConfig(time_limit_s=6 * limit, workers=2))
+            row.update({"long_search_makespan": long.makespan, "long_search_bound": long.lower_bound,
+                        "long_search_s": round(time.perf_counter() - t, 1)})
         yield row
 
 
