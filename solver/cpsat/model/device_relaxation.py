@@ -36,6 +36,8 @@ def relaxation_bound(problem: Problem, placement: Placement, devices: tuple[int,
     0 where the relaxation ends without a bound. Makespan objective, ops one at a time."""
     if problem.overlap_pairs or problem.blocks or problem.objective != "makespan":
         raise ValueError("problem: the device relaxation bounds the makespan of ops run one at a time")
+    if placement is None:
+        raise ValueError("placement: the device relaxation needs a fixed placement")
     if not devices or not all(0 <= d < problem.num_devices for d in devices):
         raise ValueError(f"devices: give devices in 0..{problem.num_devices - 1}, got {devices!r}")
     head, tail = heads_tails(problem, placement)

@@ -47,7 +47,7 @@ def test_linear_without_cap_by_hand():
     assert (res.status, res.makespan) == ("optimal", 12)
 
 
-def test_refuses_pairs_and_bad_devices():
+def test_refuses_bad_devices():
     problem = idealized_problem(2, 2, "linear", forward=1, backward=2, comm=0)
     with pytest.raises(ValueError, match="devices"):
         relaxation_bound(problem, problem.fixed_placement, (2,), CFG, 1.0)
@@ -83,3 +83,9 @@ def test_never_above_an_optimum_or_a_registry_schedule(S, extra, placement, spli
         ev = evaluate_known(problem, sched)
         if ev.fits:
             assert max(bounds) <= ev.makespan, (sched.name, bounds, ev.makespan)
+
+
+def test_refuses_free_placement():
+    problem = idealized_problem(2, 2, "linear", forward=1, backward=2, comm=0)
+    with pytest.raises(ValueError, match="placement"):
+        relaxation_bound(problem, None, (0,), CFG, 1.0)
