@@ -18,7 +18,15 @@ schedule of that block beats, not what every schedule needs. Where CP-SAT proves
 optimum, it is ``little`` x B plus the fill and drain at a pace above ``little``: the bound
 misses the waits that colliding microbatches force.
 
+With ``--relaxation`` (issue 45 item 1) it writes instead, per instance (S = 4, B = 16 and
+32; issue 28's misses S = 16/32, B = 8S/16S), the analytic bound, the device relaxation's
+(``model.device_relaxation``: device 0's ops whole under its cap, every other device free,
+proven by CP-SAT in ``--time-limit`` seconds), and the gaps before and after against
+``best``, the best makespan known (S = 4: the full model's; else
+docs/bench/cpsat_placements_mixed.csv), all in ticks.
+
 Run: python -m experiments.interleaved_pace [--out docs/bench/interleaved_pace.csv]
+     python -m experiments.interleaved_pace --relaxation [--quick] --out docs/bench/interleaved_relaxation.csv
 """
 
 from __future__ import annotations
@@ -32,6 +40,7 @@ from pathlib import Path
 from pipetab.solver.cpsat import CpSatConfig, idealized_problem, search
 from pipetab.solver.cpsat.model.bounds import makespan_lower_bound
 from pipetab.solver.cpsat.model.cyclic import per_microbatch_work
+from pipetab.solver.cpsat.model.device_relaxation import relaxation_bound
 from pipetab.solver.cpsat.phases.cyclic import block_period
 
 
@@ -69,22 +78,56 @@ def rows(limit: float, blocks: tuple[int, ...], sizes: tuple[int, ...]):
                "seconds": round(time.perf_counter() - t, 1)}
 
 
+# the best makespan known, in ticks: S = 4 from the full model (interleaved_pace.csv; B = 32:
+# 134 slots found in 120 s, docs/cpsat.md), else cpsat_placements_mixed.csv's schedules
+BEST = {(4, 16): 140, (4, 32): 268, (16, 128): 1173, (16, 256): 2198, (32, 256): 2411, (32, 512): 4539}
+
+
+def relaxation_rows(limit: float, quick: bool):
+    for S, B in list(BEST)[:2] if quick else BEST:
+        p = problem(S, B)
+        before = makespan_lower_bound(p, p.fixed_placement)[0]
+        t = time.perf_counter()
+        after = relaxation_bound(p, p.fixed_placement, (0,), CpSatConfig(time_limit_s=limit, workers=2), limit,
+                                 lower=before)
+        best = BEST[(S, B)]
+        yield {"S": S, "B": B, "best": best, "analytic": before, "relaxation": after,
+               "gap_before": round((best - before) / best, 4),
+               "gap_after": round((best - max(before, after)) / best, 4),
+               "seconds": round(time.perf_counter() - t, 1)}
+
+
+def write_rows(out: Path, made, fields: list[str] | None = None) -> None:
+    """Write ``made``'s rows to ``out`` as they come, each with the load average, printing
+    each (``fields``: the columns, else the first row's keys and the load)."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with out.open("w", newline="") as fh:
+        w = None
+        for row in made:
+            row["load_1min"] = round(os.getloadavg()[0], 2)
+            if w is None:
+                w = csv.DictWriter(fh, fieldnames=fields or list(row))
+                w.writeheader()
+            w.writerow(row)
+            fh.flush()
+            print(row, flush=True)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--time-limit", type=float, default=20.0, help="seconds per block size (default 20)")
     ap.add_argument("--out", default="results/interleaved_pace.csv")
+    ap.add_argument("--relaxation", action="store_true", help="the device relaxation's rows (issue 45)")
+    ap.add_argument("--quick", action="store_true", help="with --relaxation: S = 4 only")
     args = ap.parse_args(argv)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
+    if args.quick and not args.relaxation:
+        ap.error("--quick applies only with --relaxation")
     fields = ["S", "what", "B", "little", "load", "period", "bound", "analytic", "seconds", "load_1min"]
-    with out.open("w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=fields)
-        w.writeheader()
-        for row in rows(args.time_limit, (1, 2, 3, 4), (4, 8, 16)):
-            row["load_1min"] = round(os.getloadavg()[0], 2)
-            w.writerow(row)
-            fh.flush()
-            print(row, flush=True)
+    if args.relaxation:
+        fields = ["S", "B", "best", "analytic", "relaxation", "gap_before", "gap_after", "seconds", "load_1min"]
+    made = relaxation_rows(args.time_limit, args.quick) if args.relaxation else \
+        rows(args.time_limit, (1, 2, 3, 4), (4, 8, 16))
+    write_rows(Path(args.out), made, fields)
     return 0
 
 

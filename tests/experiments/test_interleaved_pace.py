@@ -5,7 +5,9 @@ the least whole period above it (10), and the cyclic model proves 10 all the sam
 waits). Before messages were priced at their stated size (issue 44, item 0) a message was
 1 tick, Little's pace 7 and the proven period 8."""
 
-from experiments.interleaved_pace import little_and_load, problem
+import pytest
+
+from experiments.interleaved_pace import little_and_load, problem, relaxation_rows
 from pipetab.schedules.ops import Kind, Op
 from pipetab.solver.cpsat import CpSatConfig
 from pipetab.solver.cpsat.model.cyclic import Kernel, check_kernel
@@ -42,3 +44,14 @@ def test_block_1_at_the_least_whole_period_above_littles_pace():
     out = block_period(p, p.fixed_placement, 1, cfg, cfg.deadline())
     assert out.period == out.bound == 10
     assert check_kernel(out.kernel) is None
+
+
+@pytest.mark.slow
+def test_relaxation_rows_quick():
+    """``--relaxation --quick``: S = 4, B = 16 and 32; at B = 16 the device relaxation lies
+    above the analytic bound (125) and not above the optimum the full model proves (140)."""
+    rows = list(relaxation_rows(10.0, quick=True))
+    assert [(r["S"], r["B"]) for r in rows] == [(4, 16), (4, 32)]
+    first = rows[0]
+    assert first["analytic"] == 125 and 125 < first["relaxation"] <= 140
+    assert all(max(r["analytic"], r["relaxation"]) <= r["best"] for r in rows)
