@@ -22,6 +22,7 @@ def test_cluster_md_quotes_a_fresh_run_of_the_default_question():
     assert quoted is not None, "docs/cluster.md no longer quotes the default question's answer"
     label, pp, tp, dp, zero, b, step, tokens, mfu, peak, usable = quoted.groups()
     assert best.label == label and best.shape.zero == int(zero) and best.shape.microbatch_size == int(b)
+    assert best.shape.recompute_modules == ("layernorm",) and "the layer norms recomputed" in text
     assert (best.shape.pp, best.shape.tp, best.shape.dp) == (int(pp), int(tp), int(dp))
     assert step == f"{best.step_time_s:.1f}" and tokens == f"{best.tokens_per_s:,.0f}"
     assert mfu == f"{100 * best.mfu:.1f}" and peak == f"{best.peak_memory_bytes / 2**30:.1f}"
