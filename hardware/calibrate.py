@@ -276,13 +276,16 @@ def _calibrate_kernels(profile: Profile, model: TransformerModel, system: System
             a, v, fixed = (sum(col) for col in zip(*terms)) if terms else (0.0, 0.0, 0.0)
             rows.append((t - fixed - comm, a, v, t))
         x, z = _solve(rows, 1 / e_c, 1 / e_m)
-        raw = (1 / max(x, 1e-9), 1 / max(z, 1e-9))
+        # a memory coefficient the profile cannot identify (<= 0) keeps the preset's, as the roofline fit does
+        mem_identified = z > 0
+        raw = (1 / max(x, 1e-9), 1 / z if mem_identified else dev.mem_efficiency)
         new = (min(raw[0], 1.0), min(raw[1], 1.0))
         if abs(new[0] - e_c) < 1e-9 and abs(new[1] - e_m) < 1e-9:
             break
         e_c, e_m = new
     _check_efficiency(profile, system, "compute", raw[0])
-    _check_efficiency(profile, system, "memory", raw[1])
+    if mem_identified:
+        _check_efficiency(profile, system, "memory", raw[1])
     fitted_dev = replace(dev, compute_efficiency=e_c, mem_efficiency=e_m)
     kinds = []
     for name in ("F", "B", "W") if split else ("F", "B"):
@@ -292,4 +295,4 @@ def _calibrate_kernels(profile: Profile, model: TransformerModel, system: System
     bound = sum(1 for _, _, parts, _ in ops for p, _ in parts if p.terms(fitted_dev)[1] > 0)
     fitted_system = replace(system, device=fitted_dev, name=f"{system.name}_calibrated",
                             summary=f"{system.summary} (efficiencies fitted to profile {profile.name})")
-    return Calibration(fitted_system, e_c, e_m, bound > 0, tuple(kinds), bound, len(ops))
+    return Calibration(fitted_system, e_c, e_m, mem_identified and bound > 0, tuple(kinds), bound, len(ops))

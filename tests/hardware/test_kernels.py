@@ -161,6 +161,29 @@ def test_kernel_calibration_recovers_the_efficiencies_that_made_the_profile():
     assert all(abs(o.error) < 1e-6 for o in fit.ops)
 
 
+def test_kernel_calibration_keeps_a_memory_efficiency_the_profile_cannot_identify():
+    """Issue 44: on a kernel-priced system a profile many times slower than the GPU's peak
+    (real runs measured from outside are) was refused as "faster than the system can", its
+    memory coefficient coming out <= 0 and read as an efficiency of 1e+09. Forwards 2 (7) x and
+    backwards 8 (10) x the priced ones: the GEMM efficiency is fitted, the memory one kept from
+    the preset and reported as not identified; nothing is refused."""
+    from pipetab.hardware.calibrate import calibrate
+    from pipetab.schedules import registry
+    from pipetab.solver.pricing import costs_profile, hardware_costs
+
+    base = load_system("dgx_h100_ib")
+    model = load_model("llama3_8b")
+    sched = registry.generate("1f1b", 4, 8)
+    ctx = Context(microbatch_size=1, seq_len=model.seq_len)
+    prof = costs_profile(sched, hardware_costs(sched, base, model, ctx), microbatch_size=1)
+    for f, b in ((2, 8), (7, 10)):  # the two that had been refused
+        slow = replace(prof, stages=tuple(replace(s, forward_s=f * s.forward_s, backward_s=b * s.backward_s,
+                                                  layers=8) for s in prof.stages))
+        fit = calibrate(slow, model, base)
+        assert 0 < fit.compute_efficiency < base.device.compute_efficiency
+        assert not fit.mem_identified and fit.mem_efficiency == base.device.mem_efficiency
+
+
 # ---- memory per GPU, hand-worked (Korthikanti et al. 2022's per-layer counts) --------------------
 DENSE = TransformerModel("dense", num_layers=4, hidden=8, heads=2, seq_len=4, vocab=16, global_batch=4,
                          attention="classic", logit_bytes=0)
