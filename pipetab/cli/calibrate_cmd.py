@@ -42,7 +42,7 @@ def run(args) -> None:
     out = out or common.output_path(f"{system.name}_calibrated.toml", "--out", (".toml",))
     note = (printable(f"{fit.system.name}: {system.name} with efficiencies fitted by 'pipetab calibrate' to profile "
                       f"{args.profile} for model {model.name}") + "\n[F] fitted: compute_efficiency"
-            + (", mem_efficiency" if fit.mem_identified else " (mem_efficiency kept: no memory-bound op)"))
+            + (", mem_efficiency" if fit.mem_identified else " (mem_efficiency kept: not identified)"))
     common.write_output(out, "--out", lambda p: p.write_text(system_to_toml(fit.system, note)))
     if args.format == "json":
         emit_json({**fit.as_dict(), "written": str(out)})
@@ -51,7 +51,7 @@ def run(args) -> None:
                     f"microbatch {profile.microbatch_size}):"))
     print(f"  compute efficiency {fit.compute_efficiency:.3f} (was {system.device.compute_efficiency:g}), "
           f"memory efficiency {fit.mem_efficiency:.3f}"
-          + ("" if fit.mem_identified else " (kept: every op is compute-bound)"))
+          + ("" if fit.mem_identified else " (kept: the profile does not identify it)"))
     print(f"  {'op':<3} {'measured':>12} {'fitted':>12} {'error':>8} {'efficiency alone':>17}")
     for o in fit.ops:
         print(f"  {o.kind:<3} {o.measured_s * 1e3:>10.3f}ms {o.fitted_s * 1e3:>10.3f}ms "
