@@ -5,6 +5,7 @@ what was planned (or to what the framework runs, with a DIFFERS line naming the
 difference), the schedule CSV read back to the planned orders."""
 
 import itertools
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -311,3 +312,25 @@ def test_torchtitan_csv_path_with_controls_parses():
 
     path = "dir\nname\r\x1b[2J\x7f\u202e.csv"
     assert tomllib.loads(f"v = {_toml_value(path)}")["v"] == path
+
+
+def test_memory_techniques_reach_the_emitted_configuration(result):
+    """Issue 40's rows name their techniques; what a row names is in what is emitted:
+    recompute modules as Megatron's --recompute-modules (selective), and what a framework
+    cannot express (FP8 activation caching; module lists in torchtitan) as a DIFFERS line."""
+    from pipetab.hardware.context import Precision
+    from pipetab.plan.emit.notes import Notes
+
+    sp, _ = result
+    conf = next(c for c in variants(result) if c.schedule in ("1f1b", "interleaved"))
+    shaped = replace(conf, shape=conf.shape.replace(recompute_modules=("layernorm", "mlp")))
+    args = megatron_args(shaped, sp.model)
+    at = args.index("--recompute-modules")
+    assert args[at - 2:at] == ["--recompute-granularity", "selective"] and args[at + 1:at + 3] == ["layernorm", "mlp"]
+    notes = Notes()
+    fp8 = conf.shape.replace(activation_precision=Precision.FP8, gemm_precision=Precision.FP8)
+    megatron_args(replace(conf, shape=fp8), sp.model, notes)
+    assert any("FP8 activation caching" in line for line in notes.differs)
+    notes = Notes()
+    torchtitan_command(shaped, "llama3_8b", sp.num_gpus, "s.csv", notes)
+    assert any("recompute modules layernorm,mlp" in line for line in notes.differs)

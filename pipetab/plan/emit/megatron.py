@@ -118,8 +118,18 @@ def _freq(flags: list[int]) -> str:
 
 
 def _recompute(conf: Configuration, notes: Notes) -> list[str]:
-    """Recomputation as planned, or Megatron's nearest with a ``DIFFERS`` line."""
+    """Recomputation as planned, or Megatron's nearest with a ``DIFFERS`` line; recompute
+    modules as ``--recompute-modules`` (selective granularity); FP8 activation caching, which
+    Megatron-LM has no flag for, as a ``DIFFERS`` line."""
     s, m = conf.shape, MEGATRON
+    if s.activation_precision is Precision.FP8:
+        notes.differ("FP8 activation caching planned: Megatron-LM has no flag for it (Transformer Engine keeps "
+                     "what its FP8 recipe keeps), so the GEMM inputs may stay in bf16: more memory than planned")
+    if s.recompute_modules:
+        if s.recompute_layers is not None or s.recompute is not Recompute.NONE:
+            notes.differ(f"recompute modules {','.join(s.recompute_modules)} planned beside layer recomputation: "
+                         "Megatron takes one granularity, the modules are written")
+        return [m["recompute"], "selective", "--recompute-modules", *s.recompute_modules]
     if s.recompute_layers is not None:
         top = max(s.recompute_layers)
         if top == 0:

@@ -117,6 +117,12 @@ def data_parallel(conf: Configuration, gpus: int, notes: Notes) -> tuple[int, in
 def activation_checkpoint(conf: Configuration, notes: Notes) -> str:
     """torchtitan's mode: ``full``, ``selective`` or ``none``."""
     s = conf.shape
+    if s.activation_precision is Precision.FP8:
+        notes.differ("FP8 activation caching planned: torchtitan keeps bf16 activations (more memory than planned)")
+    if s.recompute_modules:
+        notes.differ(f"recompute modules {','.join(s.recompute_modules)} planned: torchtitan has no module lists; "
+                     "its per-op selective checkpointing runs instead (what it recomputes differs)")
+        return "selective"
     if s.recompute_layers is not None:
         if max(s.recompute_layers) == 0:
             return "none"
