@@ -49,14 +49,16 @@ Any problem (bad TOML, unknown / missing key, wrong type, out-of-range value) ra
 
 from __future__ import annotations
 
+import dataclasses
 import tomllib
+import typing
 from pathlib import Path
 from typing import NamedTuple
 
 from pipetab.schedules.formats import read_text_file
 
 from .model import TransformerModel
-from .system import Device, HostLink, Link, System
+from .system import Device, Link, System
 
 PRESET_DIR = Path(__file__).resolve().parent / "presets"
 
@@ -178,7 +180,31 @@ _DEVICE_OPTIONAL = {"reserved_bytes": float, "efficiency_half_tokens": float, "s
                     "attention_backend": str, "ep_kernels": str,
                     "fp8_compute_efficiency": float, "run_overhead": float}
 _LINK_KEYS = {"bandwidth": float, "latency_s": float}
-_HOST_KEYS = {"d2h": float, "h2d": float, "duplex": float, "host_memory_bytes": float}
+_READ_APART = ("device", "default_link", "intra_node_link")  # tables with rules of their own (below)
+
+
+def _system_tables() -> dict[str, type]:
+    """The optional tables of a system file: every other ``System`` field typed as a
+    dataclass (``host_link``: ``HostLink``), read with that dataclass's fields as its keys
+    (required: those without a default) — a new table is one field of ``System``."""
+    hints = typing.get_type_hints(System)
+    out = {}
+    for name, hint in hints.items():
+        found = [t for t in (hint, *typing.get_args(hint)) if isinstance(t, type) and dataclasses.is_dataclass(t)]
+        if found and name not in _READ_APART:
+            out[name] = found[0]
+    return out
+
+
+def _table_of(f: _File, name: str, cls: type):
+    """``System``'s field ``name`` from the file's table of that name (None when absent)."""
+    if name not in f.table:
+        return None
+    types = typing.get_type_hints(cls)
+    t = f.sub(name)
+    t.check_keys({x.name: types[x.name] for x in dataclasses.fields(cls) if x.default is dataclasses.MISSING},
+                 {x.name: types[x.name] for x in dataclasses.fields(cls) if x.default is not dataclasses.MISSING})
+    return t.build(cls, **t.table)
 
 
 def _link(f: _File) -> Link:
@@ -193,18 +219,13 @@ def system_from_file(path: str | Path) -> System:
     f.check_keys(
         {"summary": str, "device": dict, "link": dict},
         {"num_devices": int, "devices_per_node": int, "intra_node_link": dict, "links": list,
-         "host_link": dict},
+         **dict.fromkeys(_system_tables(), dict)},
     )
     dev = f.sub("device")
     dev.check_keys(_DEVICE_KEYS, _DEVICE_OPTIONAL)
     device = dev.build(Device, **dev.table)
     default = _link(f.sub("link"))
     intra = _link(f.sub("intra_node_link")) if "intra_node_link" in f.table else None
-    host = None
-    if "host_link" in f.table:
-        h = f.sub("host_link")
-        h.check_keys(_HOST_KEYS, {"adam_params_per_s": float})
-        host = h.build(HostLink, **h.table)
     overrides = {}
     for i, entry in enumerate(f.table.get("links", [])):
         e = _File(path, entry, f"links[{i}].")
@@ -215,7 +236,7 @@ def system_from_file(path: str | Path) -> System:
         System, name=path.stem, device=device, default_link=default,
         num_devices=f.table.get("num_devices"), links=overrides,
         devices_per_node=f.table.get("devices_per_node"), intra_node_link=intra,
-        summary=f.table["summary"], host_link=host,
+        summary=f.table["summary"], **{name: _table_of(f, name, cls) for name, cls in _system_tables().items()},
     )
 
 

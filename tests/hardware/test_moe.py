@@ -153,7 +153,8 @@ def test_routed_activation_scales_with_imbalance():
 
 @pytest.mark.parametrize("ctx, message", [
     (dict(dp=2, ep=3), r"ep x etp \(3 x 1\) must divide tp x dp \(1 x 2\)"),
-    (dict(routing_imbalance=0.5), "routing_imbalance must be a number >= 1"),
+    (dict(routing_imbalance=0.5), "routing_imbalance must be a number from 1 to 1024"),
+    (dict(routing_imbalance=1e308), "routing_imbalance must be a number from 1 to 1024"),
     (dict(dispatch_precision="fp4"), "dispatch precision must be one of bf16, fp8"),
 ])
 def test_context_refuses(ctx, message):
