@@ -1,10 +1,6 @@
-"""The CP-SAT public entry points (the CLI, sweeps and ``plan`` all call them): ``evaluate``,
-``search``, ``bound``, ``least_peak_memory``, ``memory_front``, ``solve_partition``, and the
-answers in seconds ``solve_seconds`` (search on durations rounded up to ticks, the
-memory-aware CP-SAT bound on durations rounded down, the schedule re-simulated on the
-real-valued costs) and ``partition_seconds``. Each makes one ``Deadline`` from its config
-(or takes a caller's slice); every schedule returned was re-timed by the solver-free
-evaluator, memory-checked and its table validated (``oracle.checked``).
+"""The CP-SAT public entry points (the CLI, sweeps and ``plan`` call them); each makes one
+``Deadline`` from its config (or takes a caller's slice), and every schedule returned was
+re-timed by the evaluator, memory-checked and validated (``oracle.checked``).
 """
 
 from __future__ import annotations

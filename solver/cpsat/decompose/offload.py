@@ -1,18 +1,7 @@
-"""CP-SAT chooses which activations go to host memory (issue 40, item 6).
-
-Beside the orders of a fixed placement, one literal per activation (p, s, m) says whether it
-is recomputed (freed at its F's end; the forward runs again right before its B, after B's
-input has arrived: B takes F + B), another whether it is offloaded whole: then its D2H
-(``ceil(M / d2h)`` ticks) starts after its F ends, its H2D (``ceil(M / h2d)``) starts
-after the D2H ends and ends before its B starts, each on its
-device's copy engine of that direction (a no-overlap each), and its memory is held from F's
-start to the D2H's end (F's, recomputed) and from the H2D's start (the recomputation's) to
-its release (``Problem.lifetimes``), one cumulative per device against the cap. The base
-model (``CpSatModel``: orders, precedences, the objective from the registry) is built with
-the caps lifted; this module adds the memory. Results go back through the simulator
-(``solver.offload``, each op and H2D not before CP-SAT started it: the schedule is a timed
-table, since an ASAP forward could allocate before a D2H has freed memory) and the table
-validator.
+"""CP-SAT chooses which activations go to host memory or are recomputed (issue 40, item 6;
+the model, its assumptions and the simulator check: docs/offload.md, "CP-SAT chooses"): the
+base model (``CpSatModel``) is built with the caps lifted and this module adds the literals,
+the copy engines and the memory; answers are re-simulated as timed tables and validated.
 """
 
 from __future__ import annotations

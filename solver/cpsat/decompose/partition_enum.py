@@ -9,7 +9,7 @@ import functools
 import math
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from ortools.sat.python import cp_model
 
@@ -26,11 +26,9 @@ if TYPE_CHECKING:
 _DEFAULTS = DecomposeParams()
 
 
-def _counts(shape: Problem) -> list[int]:
-    out = [0] * shape.num_pipelines
-    for p in shape.microbatch2pipeline:
-        out[p] += 1
-    return out
+def _stage_work(shape: Problem, layer_costs: LayerCosts, p: int, s: int, n: int) -> int:
+    """A device's work from stage (p, s) holding n layers (monotone in n)."""
+    return shape.pipeline_counts.get(p, 0) * sum(layer_costs.op_ticks(k, p, s, n) for k in shape.kinds)
 
 
 def quick_bound(shape: Problem, layer_costs: LayerCosts, layers: Layers) -> int:
@@ -38,7 +36,6 @@ def quick_bound(shape: Problem, layer_costs: LayerCosts, layers: Layers) -> int:
     and per stage alone, the work plus the least forward chain before and backward chain after
     (0 with a split backward) — messages and optimizer left out."""
     placement = shape.placed
-    counts = _counts(shape)
     work = [0] * shape.num_devices
     heads: dict[int, int] = {}
     tails: dict[int, int] = {}
@@ -47,7 +44,7 @@ def quick_bound(shape: Problem, layer_costs: LayerCosts, layers: Layers) -> int:
         fsum = bsum = 0
         for s, n in enumerate(row):
             d = placement.device(p, s)
-            mine = counts[p] * sum(layer_costs.op_ticks(k, p, s, n) for k in shape.kinds)
+            mine = _stage_work(shape, layer_costs, p, s, n)
             tail = 0 if shape.split_backward else bsum
             work[d] += mine
             heads[d] = min(heads.get(d, fsum), fsum)
@@ -102,7 +99,7 @@ def _quick_bound_model(shape: Problem, layer_costs: LayerCosts, deadline: float)
     the model's, op times looked up per count): (model, count variables per pipeline), or None
     past ``deadline``."""
     placement = shape.placed
-    counts = _counts(shape)
+    count = shape.pipeline_counts
     L = layer_costs.num_layers
     m = cp_model.CpModel()
     loads: dict[int, list] = {}
@@ -130,7 +127,7 @@ def _quick_bound_model(shape: Problem, layer_costs: LayerCosts, deadline: float)
             index = m.new_int_var(0, hi - 1, f"i{p}_{s}")
             m.add(index == n[s] - 1)
             ticks = {k: [layer_costs.op_ticks(k, p, s, c) for c in range(1, hi + 1)] for k in shape.kinds}
-            mine = lookup(f"w{p}_{s}", [counts[p] * sum(t[c] for t in ticks.values()) for c in range(hi)], index)
+            mine = lookup(f"w{p}_{s}", [count.get(p, 0) * sum(t[c] for t in ticks.values()) for c in range(hi)], index)
             tail = 0 if shape.split_backward else bsum
             loads.setdefault(d, []).append(mine)
             heads.setdefault(d, []).append(fsum)
@@ -170,10 +167,9 @@ def enumerate_partitions(shape: Problem, layer_costs: LayerCosts, threshold: flo
     rest = None
     if walk.stopped:
         # what was not enumerated: some device does at least the average of the least
-        # total work of any split (per pipeline by dynamic programming over its stages)
-        L = layer_costs.num_layers
-        total = sum(_least_work(shape.num_stages[p], L, lambda s, n, p=p: walk.work(p, s, n))  # type: ignore[misc]
-                    for p in range(shape.num_pipelines))
+        # total work of any split (per pipeline over all its stages)
+        total = int(sum(walk.least_rest(p, tuple(range(n)), layer_costs.num_layers)
+                        for p, n in enumerate(shape.num_stages)))
         rest = max(1, -(-total // shape.num_devices))
     walk.out.sort(key=lambda x: x[0])
     return Enumeration(tuple(walk.out), walk.enumerated, rest)
@@ -187,7 +183,7 @@ class _Walk:
         self.shape, self.layer_costs, self.threshold = shape, layer_costs, threshold
         self.limit, self.deadline, self.max_nodes = limit, deadline, nodes_per_candidate * limit
         self.placement = placement = shape.placed
-        L, self.counts = layer_costs.num_layers, _counts(shape)
+        L = layer_costs.num_layers
         self.keys = keys = sorted(shape.stages, key=lambda k: (placement.device(*k), k))  # type: ignore[union-attr]
         self.left_after = {}  # stages of each pipeline still to assign after key i
         seen = [0] * shape.num_pipelines
@@ -220,10 +216,9 @@ class _Walk:
         self.least_rest = functools.lru_cache(maxsize=None)(self._least_rest)
 
     def work(self, p: int, s: int, n: int) -> int:
-        """A device's work from one of its stages of n layers (monotone in n)."""
         key = (p, s, n)
         if key not in self.memo:
-            self.memo[key] = self.counts[p] * sum(self.layer_costs.op_ticks(k, p, s, n) for k in self.shape.kinds)
+            self.memo[key] = _stage_work(self.shape, self.layer_costs, p, s, n)
         return self.memo[key]
 
     def _least_rest(self, p: int, stages: tuple[int, ...], n: int) -> float:
@@ -273,19 +268,3 @@ class _Walk:
             self.load[d] -= w
             self.remaining[p] += n
 
-
-def _least_work(num_stages: int, num_layers: int, work: Callable[[int, int], int]) -> int:
-    """The least sum of ``work(s, n_s)`` over splits of the layers into stages of >= 1 layer."""
-    best = {0: 0}  # layers used so far -> least work
-    for s in range(num_stages):
-        left = num_stages - s - 1
-        nxt: dict[int, int] = {}
-        for used, w in best.items():
-            for n in range(1, num_layers - used - left + 1):
-                if left == 0 and used + n != num_layers:
-                    continue
-                v = w + work(s, n)
-                if v < nxt.get(used + n, math.inf):
-                    nxt[used + n] = v
-        best = nxt
-    return best[num_layers]

@@ -1,10 +1,6 @@
-"""Solver-free first kernels of a block, the cyclic phase's upper bounds and hints
-(``phases.cyclic.block_period``), memory checked afterwards (``cyclic.check_kernel``): a
-list scheduler of one period (modulo scheduling: the template's ops in chain order, each at
-the earliest time whose phases modulo the period are free on its device, FIFO kept), and
-regular kernels (each template microbatch's chain at fixed waits, the microbatches at
-offsets within the period: on bidirectional placements with messages one slot of wait per
-forward hop interleaves the two directions, docs/cpsat.md, "The cyclic model").
+"""Solver-free first kernels of a block (the cyclic phase's upper bounds and hints; docs/cpsat.md,
+"The cyclic model"), memory checked afterwards (``cyclic.check_kernel``): a modulo list
+scheduler of one period, and regular kernels (each microbatch's chain at fixed waits).
 """
 
 from __future__ import annotations

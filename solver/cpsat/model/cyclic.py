@@ -1,9 +1,6 @@
-"""Periodic schedules, solver-free (docs/cpsat.md, "The cyclic model"): a **kernel** is a
-block of k template microbatches whose ops start at given times, repeated every ``period``
-(microbatch j + q k runs each op q periods after j). Here: a problem's blocks, the template's
-ops and windows, the period bound per block, the kernel check, the least period of a
-kernel's cyclic orders and its expansion into a schedule. ``cyclic_kernel`` is the CP-SAT
-model of one period, ``phases.cyclic`` the search.
+"""Periodic schedules, solver-free (docs/cpsat.md, "The cyclic model"): a **kernel** is a block
+of k template microbatches whose ops start at given times, repeated every ``period``
+(microbatch j + q k runs each op q periods after j); its check, least period and expansion.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
-"""The CP-SAT model of one period of a periodic schedule (``cyclic``; docs/cpsat.md, "The
-cyclic model"): the template's ops of a block of k microbatches at a fixed period P, each
-op's start phase + P * q (phase in [0, P)); one op at a time per device modulo P (each op
-and its copy one period later in one no-overlap); the dependencies with their lags; FIFO
-across the block with the wrap to the next; the memory cap over the cyclic window (a part
-living n periods plus r: n copies at every phase, one more on an arc of length r), or as
-windows on a one-stage device. The objective is the makespan of the first B microbatches.
+"""The CP-SAT model of one period of a periodic schedule (docs/cpsat.md, "The cyclic model"):
+a block of k template microbatches at a fixed period P, each op at phase + P * q; one op at a
+time per device modulo P, the lags, FIFO with the wrap, the memory cap over the cyclic window.
+The objective is the makespan of the first B microbatches.
 """
 
 from __future__ import annotations

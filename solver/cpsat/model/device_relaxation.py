@@ -1,12 +1,7 @@
 """A bound of all schedules that counts the waits colliding microbatches force (issue 45):
-CP-SAT's proven bound of a relaxation that keeps some devices' ops whole and every other
-device free. The kept ops keep their durations, their no-overlap, their activation cap and
-FIFO; the ops of the devices left out are contracted into each chain's least lag (a kept
-op starts at least its nearest kept predecessor's end plus the least path between them, or
-its least head), and the makespan is at least each kept op's end plus its least tail.
-Valid: an optimal schedule may be taken FIFO (the relabelling argument of docs/cpsat.md);
-restricted to the kept devices it satisfies every constraint kept, so the relaxation's
-optimum, and any bound CP-SAT proves of it, is at most the problem's optimum."""
+CP-SAT's proven bound of a relaxation keeping some devices' ops whole and contracting every
+other device into each chain's least lag. Why it holds for every schedule (FIFO without loss,
+the kept devices' restriction feasible): docs/cpsat.md, "The device relaxation"."""
 
 from __future__ import annotations
 

@@ -135,13 +135,9 @@ def add_symmetry_break(model: cp_model.CpModel, v: Variables) -> None:
 
 def add_fifo(model: cp_model.CpModel, v: Variables) -> None:
     """Every stage runs each kind of op (F, B, W) of a pipeline's microbatches in microbatch
-    order — WITHOUT LOSS OF GENERALITY (the jobs are identical): relabel, on every stage and for
-    every kind, the k-th op by start time as microbatch k. Times and devices are unchanged; the
-    k-th op on stage s+1 has k distinct predecessors on stage s, so it starts at least ``lag``
-    after the k-th predecessor's end (the lag depends only on kind, pipeline, stage and the two
-    devices); a device's live memory depends only on the multisets of F starts and release
-    ends per stage, which are kept. So some optimal schedule is FIFO and FIFO bounds are bounds
-    (``tests/solver/cpsat/test_cpsat_fifo.py``: equal optima on random instances)."""
+    order — WITHOUT LOSS OF GENERALITY: relabelling the k-th op by start time as microbatch k
+    keeps every time, lag and memory profile (docs/cpsat.md gives the argument), so FIFO bounds
+    are bounds (``tests/solver/cpsat/test_cpsat_fifo.py``: equal optima on random instances)."""
     problem = v.problem
     for p, mbs in problem.pipeline_microbatches.items():
         for s in range(problem.num_stages[p]):

@@ -1,19 +1,8 @@
 """Overlapped forward-backward pairs chosen by the CP-SAT model (``Problem.overlap_pairs``;
-docs/cpsat.md, "Overlapped pairs").
-
-Where the costs hold an op's communication (``Costs.chains``), a forward and a backward of
-different microbatches on one device may run as one block taking ``Costs.block_time``: one
-literal per candidate pair; the two ops then share their start and end with the block, and
-the device's no-overlap holds the block's interval instead of theirs.
-
-The candidates are every pair an optimal schedule can use: under FIFO (a block's cost depends
-only on its ops' stages, so the relabelling keeps blocks) F(x, a) pairs with B(y, c) of one
-pipeline only if c < a, and on the earlier stage u = min(x, y) the activations of c..a are
-all live when the block starts, so a - c + 1 is at most ``Problem.activations_fit`` of u.
-Two pipelines' ops pair at any distance. Above the limit only candidates near the
-incumbent's pairs are kept: that model searches a restriction, so its bounds and proofs are
-dropped. Blocks with a W are no candidates: a bound here holds over schedules whose blocks
-are forward-backward pairs.
+docs/cpsat.md, "Overlapped pairs", gives the candidate argument): one literal per candidate
+pair, the pair then one block of ``Costs.block_time`` on the device's no-overlap. Above the
+limit only candidates near the incumbent's pairs are kept, a restriction whose bounds and
+proofs are dropped; blocks with a W are no candidates (bounds hold over F-B blocks only).
 """
 
 from __future__ import annotations

@@ -1,17 +1,6 @@
-"""A lower bound on the makespan by one sweep over the microbatches (solver-free; the
-argument in docs/cpsat.md, "Bounds that are bounds").
-
-Under FIFO (``families.add_fifo``: no loss of generality), with i a microbatch's rank in its
-pipeline, the starts of F and the ends of B and W obey the chain (with messages), FIFO, the
-memory windows (``Problem.window_shifts``: F(s, i) after the release op of i - c) and each
-device's load: every F and B of microbatches j..i on a device lie between the start of
-F(s0, j) and the end of B(s0, i), s0 its first stage; on a one-stage device F(s, i) starts
-at least the F's of j..i-1 and the releases of j..i-c after F(s, j), and the F's of
-j+c..i-1 with those releases after B(s, j) (all follow it). The earliest time each rule
-allows, microbatch by microbatch, bounds every time; the makespan is at least the last
-release plus what follows it. Several pipelines are swept one at a time (the others' ops
-left out: still a bound); a chain over the stages is a running maximum of times less prefix
-sums.
+"""A lower bound on the makespan by one sweep over the microbatches, solver-free, under FIFO
+(the rules and why they bound every schedule: docs/cpsat.md, "Bounds that are bounds").
+Several pipelines are swept one at a time, the others' ops left out: still a bound.
 """
 
 from __future__ import annotations

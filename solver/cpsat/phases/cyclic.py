@@ -1,9 +1,7 @@
-"""The cyclic phase on a fixed placement (docs/cpsat.md, "The cyclic model"): per block size
-k the least period of block-k periodic schedules, proven by probing ``model.cyclic_kernel``
-up from the bound (galloping, then bisection: an infeasible P proves P + 1), then the
-expansion's makespan minimized at it; the best kernels expanded (with warm-up and
-cool-down), checked by ``oracle.checked`` and justified where time allows. Its bound is on
-the period among periodic schedules of block k; the step's bound stays the model's.
+"""The cyclic phase on a fixed placement (docs/cpsat.md, "The cyclic model"): per block size k
+the least period proven by probing ``model.cyclic_kernel`` up from the bound, the expansion's
+makespan minimized at it, the best kernels expanded and checked. Its bound is on the period
+among block-k periodic schedules; the step's bound stays the model's.
 """
 
 from __future__ import annotations
