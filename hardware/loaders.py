@@ -32,6 +32,8 @@ System file::
     [[links]]                         # optional per-pair overrides: src, dst, bandwidth, latency_s
     [host_link]                       # optional: d2h, h2d, duplex (bytes/s), host_memory_bytes per node,
                                       # adam_params_per_s (optional): offload to host memory
+    [fabric]                          # optional (needs devices_per_node): nics_per_node (int; each a [link]),
+                                      # nvls, sharp (bool): collectives as NCCL runs them (hardware.collectives)
 
 Model file: ``summary``, ``num_layers``, ``hidden``, ``heads``, ``seq_len``, ``vocab``,
 ``global_batch`` (required); ``ffn_hidden``, ``kv_heads``, ``bytes_per_param_compute``,
@@ -55,6 +57,7 @@ from typing import NamedTuple
 
 from pipetab.schedules.formats import read_text_file
 
+from .collectives import Fabric
 from .model import TransformerModel
 from .system import Device, HostLink, Link, System
 
@@ -193,7 +196,7 @@ def system_from_file(path: str | Path) -> System:
     f.check_keys(
         {"summary": str, "device": dict, "link": dict},
         {"num_devices": int, "devices_per_node": int, "intra_node_link": dict, "links": list,
-         "host_link": dict},
+         "host_link": dict, "fabric": dict},
     )
     dev = f.sub("device")
     dev.check_keys(_DEVICE_KEYS, _DEVICE_OPTIONAL)
@@ -205,6 +208,11 @@ def system_from_file(path: str | Path) -> System:
         h = f.sub("host_link")
         h.check_keys(_HOST_KEYS, {"adam_params_per_s": float})
         host = h.build(HostLink, **h.table)
+    fabric = None
+    if "fabric" in f.table:
+        fb = f.sub("fabric")
+        fb.check_keys({"nics_per_node": int}, {"nvls": bool, "sharp": bool})
+        fabric = fb.build(Fabric, **fb.table)
     overrides = {}
     for i, entry in enumerate(f.table.get("links", [])):
         e = _File(path, entry, f"links[{i}].")
@@ -215,7 +223,7 @@ def system_from_file(path: str | Path) -> System:
         System, name=path.stem, device=device, default_link=default,
         num_devices=f.table.get("num_devices"), links=overrides,
         devices_per_node=f.table.get("devices_per_node"), intra_node_link=intra,
-        summary=f.table["summary"], host_link=host,
+        summary=f.table["summary"], host_link=host, fabric=fabric,
     )
 
 

@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Sequence
 
 from pipetab.schedules.checks import check_count
 
+from .collectives import collective_time, placement
 from .system import Link, System
 
 if TYPE_CHECKING:
@@ -196,6 +197,21 @@ class Topology:
                 inverse_bw += (t - 1) / (t * c * gather.bandwidth)
                 latency += (t - 1) * gather.latency_s
         return Link(1 / inverse_bw, latency)
+
+    def collective(self, gpus: list[int], nbytes: float, steps: int = 2) -> float:
+        """Seconds of a collective of ``nbytes`` per GPU among ``gpus`` (``steps`` 2: all-reduce;
+        1: reduce-scatter or all-gather): as NCCL runs it on the system's ``fabric``
+        (``hardware.collectives``), or without one a ring at its slowest hop."""
+        fabric, intra, node = self.system.fabric, self.system.intra_node_link, self.system.devices_per_node
+        if fabric is None or intra is None or node is None:
+            return ring_time(nbytes, len(set(gpus)), self.ring_link(gpus), steps)
+        self.system.check_devices(max(gpus) + 1)
+        return collective_time(nbytes, placement(gpus, node), fabric, intra, self.system.default_link, steps)
+
+    def dp_collective(self, nbytes: float, pp_rank: int = 0, steps: int = 2) -> float:
+        """The slowest over tensor ranks of ``collective`` on device ``pp_rank``'s
+        data-parallel groups (the ``dp x cp`` GPUs holding the same weights)."""
+        return max(self.collective(self.dp_group(pp_rank, i), nbytes, steps) for i in range(self.context.tp))
 
     @cached_property
     def pipeline_system(self) -> System:
