@@ -151,5 +151,5 @@ def test_fabric_from_toml(tmp_path):
     assert system_from_file(good).fabric == Fabric(8, sharp=True)
     bad = tmp_path / "bad.toml"
     bad.write_text(text + "\n[fabric]\nnics_per_node = 8\nrails = 8\n")
-    with pytest.raises(ValueError, match="unknown key 'fabric.rails'"):
+    with pytest.raises(ValueError, match=r"unknown key 'fabric\.rails'"):
         system_from_file(bad)
