@@ -191,3 +191,19 @@ def bucketed_exposed(total: float, window: float, count: int) -> float:
     exposed remainder is ``max(T/k, T - W*(k-1)/k)``."""
     k = max(count, 1)
     return max(total / k, total - window * (k - 1) / k)
+
+
+@dataclass(frozen=True)
+class FabricGroup:
+    """A group's collectives on a ``Fabric`` (what ``Topology.fabric_group`` finds), small
+    and hashable so stage costs can be cached by it."""
+
+    where: Placement
+    fabric: Fabric
+    nvlink: Link
+    net: Link
+
+    def time(self, nbytes: float, steps: int = 2, pieces: int = 1) -> float:
+        """``pieces`` collectives of ``nbytes / pieces`` each (one per FSDP unit or bucket)."""
+        k = max(pieces, 1)
+        return k * collective_time(nbytes / k, self.where, self.fabric, self.nvlink, self.net, steps)

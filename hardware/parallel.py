@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Sequence
 
 from pipetab.schedules.checks import check_count
 
-from .collectives import collective_time, placement
+from .collectives import FabricGroup, collective_time, placement
 from .system import Link, System
 
 if TYPE_CHECKING:
@@ -207,6 +207,17 @@ class Topology:
             return ring_time(nbytes, len(set(gpus)), self.ring_link(gpus), steps)
         self.system.check_devices(max(gpus) + 1)
         return collective_time(nbytes, placement(gpus, node), fabric, intra, self.system.default_link, steps)
+
+    def fabric_group(self, gpus: list[int]) -> FabricGroup | Link | None:
+        """What ``gpus``' collectives run over: a ``FabricGroup`` on a system with a fabric,
+        else the ring link (None for one GPU)."""
+        fabric, intra, node = self.system.fabric, self.system.intra_node_link, self.system.devices_per_node
+        if fabric is None or intra is None or node is None:
+            return self.ring_link(gpus)
+        if len(set(gpus)) < 2:
+            return None
+        self.system.check_devices(max(gpus) + 1)
+        return FabricGroup(placement(gpus, node), fabric, intra, self.system.default_link)
 
     def dp_collective(self, nbytes: float, pp_rank: int = 0, steps: int = 2) -> float:
         """The slowest over tensor ranks of ``collective`` on device ``pp_rank``'s

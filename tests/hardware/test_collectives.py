@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
+from experiments.costs_fingerprint import CASES, costs_of, fingerprint
 from pipetab.hardware.collectives import (
     Fabric,
     algorithm_times,
@@ -15,6 +18,7 @@ from pipetab.hardware.collectives import (
     placement,
 )
 from pipetab.hardware.context import Context
+from pipetab.hardware.loaders import load_system
 from pipetab.hardware.parallel import Topology, ring_time
 from pipetab.hardware.pipeline import schedule_costs
 from pipetab.hardware.system import Link, System
@@ -143,9 +147,13 @@ def test_fabric_validation():
 
 
 def test_fabric_from_toml(tmp_path):
+    import re
+
     from pipetab.hardware.loaders import _resolve, system_from_file
 
-    text = _resolve("system", "a100_cluster").read_text()
+    assert load_system("a100_cluster").fabric == Fabric(8)  # the preset's, with its sources
+    text = re.sub(r"^\[fabric\].*?(?=^\[|\Z)", "", _resolve("system", "a100_cluster").read_text(),
+                  flags=re.MULTILINE | re.DOTALL)  # the preset less its [fabric] table
     good = tmp_path / "railed.toml"
     good.write_text(text + "\n[fabric]\nnics_per_node = 8\nsharp = true\n")
     assert system_from_file(good).fabric == Fabric(8, sharp=True)
@@ -153,3 +161,33 @@ def test_fabric_from_toml(tmp_path):
     bad.write_text(text + "\n[fabric]\nnics_per_node = 8\nrails = 8\n")
     with pytest.raises(ValueError, match=r"unknown key 'fabric\.rails'"):
         system_from_file(bad)
+
+
+BEFORE_FABRIC = json.loads((Path(__file__).parent.parent / "data" / "costs_baseline_before_fabric.json").read_text())
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_without_fabric_the_costs_of_before_exactly(case):
+    """The regression configurations on their presets less the [fabric] table (and with
+    dgx_h100_ib's run overhead as fitted before it, 0.276) cost exactly what they cost
+    before the fabric existed (tests/data/costs_baseline_before_fabric.json, made by
+    experiments/costs_fingerprint.py at commit 9241c55)."""
+    base = load_system(case[5])
+    device = replace(base.device, run_overhead=0.276) if base.device.run_overhead else base.device
+    old = replace(base, fabric=None, device=device)
+    assert fingerprint(costs_of((*case[:5], old, *case[6:]))) == BEFORE_FABRIC[case[0]]
+
+
+def test_fsdp_gathers_one_per_unit_on_a_fabric():
+    """ZeRO-3 over 4 replicas, one GPU on each of 4 nodes of 4 with a NIC per GPU: the
+    stage's 1872 parameters (3744 B) gathered in 3 units of 1248 B, each a ring of 4 on
+    its own rail (25 GB/s, 5 us a hop): 3 x (3/4 x 1248 / 25e9 + 3 x 5e-6)."""
+    from pipetab.hardware.collectives import FabricGroup
+    from pipetab.hardware.zero3 import op_collectives
+
+    group = FabricGroup(placement([0, 4, 8, 12], 4), Fabric(4), NVLINK, NIC)
+    ctx = Context(dp=4, zero=3, microbatch_size=1)
+    ag, rs = op_collectives(MINI, ctx, 1872, 0, (group, None), units=3)
+    one = 0.75 * 1248 / 25e9 + 3 * 5e-6
+    assert ag == pytest.approx(3 * one) and rs == pytest.approx(3 * one)
+    assert op_collectives(MINI, ctx, 1872, 0, (NIC, None), units=3)[0] == pytest.approx(0.75 * 3744 / 25e9 + 3 * 5e-6)
