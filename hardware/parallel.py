@@ -31,6 +31,12 @@ hop, ``hardware.costs.allreduce_time``):
   during the device's last backward op and the gather during the next step's first
   forward; at least the share of one layer stays exposed.
 
+On a system with a ``Fabric`` (NICs per node, NVLS, SHARP) the data-parallel and ZeRO-3
+collectives are priced as NCCL runs them instead (``hardware.collectives``: ring, tree or
+hierarchical, whichever is fastest for the size, on the node's shared NICs;
+``Topology.collective``, ``fabric_group``), the DP reduction in Megatron's buckets overlapped
+with the last backward (``hardware.pipeline``). Without one, every number is as above.
+
 Memory per GPU (``Context.persistent_bytes``): weights ``bytes_per_param_compute`` per
 parameter it holds (``/(dp cp)`` with ZeRO-3); gradients ``bytes_per_grad`` (``/(dp cp)``
 from ZeRO-2); optimizer state the rest of ``bytes_per_param_state`` (``/(dp cp)`` from ZeRO-1).
