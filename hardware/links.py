@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from .collectives import FabricGroup
 from .moe import edp_group, moe_layer_comm
 from .parallel import Topology
 from .system import Link
@@ -34,7 +35,7 @@ class StageLinks:
 
     tp: Link | None = None
     cp: Link | None = None
-    shard: tuple[Link | None, Link | None] = (None, None)
+    shard: tuple[Link | FabricGroup | None, Link | FabricGroup | None] = (None, None)
     moe_comm: tuple[float, float] = (0.0, 0.0)
 
 
@@ -53,11 +54,21 @@ class DeviceLinks:
     def of(self, device: int) -> StageLinks:
         if device not in self.memo:
             t, ctx, moe = self.topology, self.topology.context, self.model.moe
-            shard = (t.dp_link(device), t.ring_link(edp_group(t, device)) if moe else None) if ctx.zero == 3 \
-                else (None, None)
+            shard = (self._shard(device), t.fabric_group(edp_group(t, device)) if moe else None) \
+                if ctx.zero == 3 else (None, None)
             self.memo[device] = StageLinks(t.tp_link(device), t.cp_link(device), shard,
                                            moe_layer_comm(self.model, ctx, t, device) if moe else (0.0, 0.0))
         return self.memo[device]
+
+
+    def _shard(self, device: int) -> Link | FabricGroup | None:
+        """The ZeRO-3 link of the dense parameters: the DP ring link, or on a fabric the
+        slowest tensor rank's group (``Topology.fabric_group``)."""
+        t = self.topology
+        if t.system.fabric is None:
+            return t.dp_link(device)
+        groups = [t.fabric_group(t.dp_group(device, i)) for i in range(t.context.tp)]
+        return max(groups, key=lambda g: g.time(1e9) if isinstance(g, FabricGroup) else 0.0)
 
 
 def fastest_link(system: System) -> Link:

@@ -32,6 +32,8 @@ System file::
     [[links]]                         # optional per-pair overrides: src, dst, bandwidth, latency_s
     [host_link]                       # optional: d2h, h2d, duplex (bytes/s), host_memory_bytes per node,
                                       # adam_params_per_s (optional): offload to host memory
+    [fabric]                          # optional (needs devices_per_node): nics_per_node (int; each a [link]),
+                                      # nvls, sharp (bool): collectives as NCCL runs them (hardware.collectives)
 
 Model file: ``summary``, ``num_layers``, ``hidden``, ``heads``, ``seq_len``, ``vocab``,
 ``global_batch`` (required); ``ffn_hidden``, ``kv_heads``, ``bytes_per_param_compute``,

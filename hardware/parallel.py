@@ -31,6 +31,12 @@ hop, ``hardware.costs.allreduce_time``):
   during the device's last backward op and the gather during the next step's first
   forward; at least the share of one layer stays exposed.
 
+On a system with a ``Fabric`` (NICs per node, NVLS, SHARP) the data-parallel and ZeRO-3
+collectives are priced as NCCL runs them instead (``hardware.collectives``: ring, tree or
+hierarchical, whichever is fastest for the size, on the node's shared NICs;
+``Topology.collective``, ``fabric_group``), the DP reduction in Megatron's buckets overlapped
+with the last backward (``hardware.pipeline``). Without one, every number is as above.
+
 Memory per GPU (``Context.persistent_bytes``): weights ``bytes_per_param_compute`` per
 parameter it holds (``/(dp cp)`` with ZeRO-3); gradients ``bytes_per_grad`` (``/(dp cp)``
 from ZeRO-2); optimizer state the rest of ``bytes_per_param_state`` (``/(dp cp)`` from ZeRO-1).
@@ -45,6 +51,7 @@ from typing import TYPE_CHECKING, Sequence
 
 from pipetab.schedules.checks import check_count
 
+from .collectives import FabricGroup, collective_time, placement
 from .system import Link, System
 
 if TYPE_CHECKING:
@@ -196,6 +203,32 @@ class Topology:
                 inverse_bw += (t - 1) / (t * c * gather.bandwidth)
                 latency += (t - 1) * gather.latency_s
         return Link(1 / inverse_bw, latency)
+
+    def collective(self, gpus: list[int], nbytes: float, steps: int = 2) -> float:
+        """Seconds of a collective of ``nbytes`` per GPU among ``gpus`` (``steps`` 2: all-reduce;
+        1: reduce-scatter or all-gather): as NCCL runs it on the system's ``fabric``
+        (``hardware.collectives``), or without one a ring at its slowest hop."""
+        fabric, intra, node = self.system.fabric, self.system.intra_node_link, self.system.devices_per_node
+        if fabric is None or intra is None or node is None:
+            return ring_time(nbytes, len(set(gpus)), self.ring_link(gpus), steps)
+        self.system.check_devices(max(gpus) + 1)
+        return collective_time(nbytes, placement(gpus, node), fabric, intra, self.system.default_link, steps)
+
+    def fabric_group(self, gpus: list[int]) -> FabricGroup | Link | None:
+        """What ``gpus``' collectives run over: a ``FabricGroup`` on a system with a fabric,
+        else the ring link (None for one GPU)."""
+        fabric, intra, node = self.system.fabric, self.system.intra_node_link, self.system.devices_per_node
+        if fabric is None or intra is None or node is None:
+            return self.ring_link(gpus)
+        if len(set(gpus)) < 2:
+            return None
+        self.system.check_devices(max(gpus) + 1)
+        return FabricGroup(placement(gpus, node), fabric, intra, self.system.default_link)
+
+    def dp_collective(self, nbytes: float, pp_rank: int = 0, steps: int = 2) -> float:
+        """The slowest over tensor ranks of ``collective`` on device ``pp_rank``'s
+        data-parallel groups (the ``dp x cp`` GPUs holding the same weights)."""
+        return max(self.collective(self.dp_group(pp_rank, i), nbytes, steps) for i in range(self.context.tp))
 
     @cached_property
     def pipeline_system(self) -> System:

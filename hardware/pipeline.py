@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from pipetab.schedules.ops import Kind
 
+from .collectives import bucketed_exposed, buckets
 from .context import Context, Recompute
 from .costs import StageCost, allreduce_time, optimizer_time, stage_cost
 from .gemms import check_mb
@@ -196,6 +197,9 @@ def _device_tail(layout: Topology, model: TransformerModel, device: int, params:
         opt += end_of_step_s(layout)
     if par.tp * par.replicas == 1 or not stage_costs or par.zero == 3:
         return 0.0, opt
+    if layout.system.fabric is not None:
+        sync = _fabric_sync(layout, model, device, params, expert_params, stage_costs, split)
+        return sync, sync + opt
     reduce, gather = _sync(model, par, params - expert_params, par.replicas,
                            layout.dp_link(device) if par.replicas > 1 else None)
     if expert_params:
@@ -207,6 +211,37 @@ def _device_tail(layout: Topology, model: TransformerModel, device: int, params:
     first_fwd = min(c.forward_s for c in stage_costs)
     sync = exposed(reduce, last_bwd, layers, par.overlap) + exposed(gather, first_fwd, layers, par.overlap)
     return sync, sync + opt
+
+
+def _fabric_sync(layout: Topology, model: TransformerModel, device: int, params: int, expert_params: int,
+                 stage_costs: list[StageCost], split: bool) -> float:
+    """Exposed data-parallel sync seconds on a system with a ``Fabric``: dense and expert
+    gradients in Megatron's buckets (``collectives.buckets``), each bucket a collective as
+    NCCL runs it (``Topology.collective``), overlapped with the last backward
+    (``collectives.bucketed_exposed``); with ZeRO the weights' all-gather likewise with the
+    first forward. Without ``overlap`` all of it is exposed."""
+    par = layout.context
+    groups = [(params - expert_params, par.replicas, lambda n, k: layout.dp_collective(n, device, k))]
+    if expert_params:
+        group = edp_group(layout, device)
+        groups.append((expert_params, par.edp, lambda n, k: layout.collective(group, n, k)))
+    reduce = gather = 0.0
+    count = 0
+    for p, members, run in groups:
+        if p <= 0 or members < 2:
+            continue
+        k = buckets(p, members) if par.overlap else 1
+        count += k
+        if par.zero:
+            reduce += k * run(p * model.bytes_per_grad / k, 1)
+            gather += k * run(p * model.bytes_per_param_compute / k, 1)
+        else:
+            reduce += k * run(p * model.bytes_per_grad / k, 2)
+    if not par.overlap:
+        return reduce + gather
+    last_bwd = min(c.weight_s if split else c.backward_s for c in stage_costs)
+    first_fwd = min(c.forward_s for c in stage_costs)
+    return bucketed_exposed(reduce, last_bwd, count) + bucketed_exposed(gather, first_fwd, count)
 
 
 Part = tuple[int, int, bool, bool]  # (first layer, layers, embedding, head) of a stage

@@ -20,6 +20,7 @@ from typing import Mapping, TypeGuard
 from pipetab.schedules.checks import check_count
 
 from .attention import check_backend
+from .collectives import Fabric
 from .overlap import check_ep_kernels
 
 
@@ -289,6 +290,7 @@ class System:
     intra_node_link: Link | None = None
     summary: str = ""
     host_link: HostLink | None = None  # None: no offload to host memory is modelled
+    fabric: Fabric | None = None  # None: every collective one ring, each GPU on its own link (hardware.collectives)
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -327,6 +329,11 @@ class System:
         object.__setattr__(self, "links", tuple(sorted(pairs.items())))
         if self.host_link is not None and not isinstance(self.host_link, HostLink):
             raise ValueError(f"system host_link must be a HostLink, got {type(self.host_link).__name__}")
+        if self.fabric is not None:
+            if not isinstance(self.fabric, Fabric):
+                raise ValueError(f"system fabric must be a Fabric, got {type(self.fabric).__name__}")
+            if self.devices_per_node is None or self.links:
+                raise ValueError("system fabric needs devices_per_node and no per-pair links")
 
     def _check_device(self, what: str, device: object) -> None:
         if not isinstance(device, int) or isinstance(device, bool) or device < 0:

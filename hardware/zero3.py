@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Sequence
 
+from .collectives import FabricGroup
 from .layer import layer_params_per_gpu, mtp_params_per_gpu
 from .parallel import ring_time
 
@@ -50,27 +51,37 @@ def gather_bytes(model: TransformerModel, params: int) -> int:
     return params * model.bytes_per_param_compute
 
 
+def _one(nbytes: float, members: int, link: Link | FabricGroup | None, units: int) -> float:
+    """A gather or reduce-scatter of ``nbytes``: one ring, or on a fabric one collective per
+    unit as FSDP runs them (``hardware.collectives``)."""
+    if isinstance(link, FabricGroup):
+        return link.time(nbytes, 1, units)
+    return ring_time(nbytes, members, link, steps=1)
+
+
 def op_collectives(model: TransformerModel, ctx: Context, params: int, expert_params: int,
-                   links: tuple[Link | None, Link | None]) -> tuple[float, float]:
+                   links: tuple[Link | FabricGroup | None, Link | FabricGroup | None],
+                   units: int = 1) -> tuple[float, float]:
     """(all-gather, reduce-scatter) seconds of ``params`` parameters on one GPU (of them
     ``expert_params`` routed experts, over ``edp`` GPUs and ``links[1]``; the rest over
-    ``dp x cp`` and ``links[0]``)."""
+    ``dp x cp`` and ``links[0]``); on a fabric in ``units`` collectives."""
     dense = params - expert_params
-    gather = (ring_time(gather_bytes(model, dense), ctx.replicas, links[0], steps=1)
-              + ring_time(gather_bytes(model, expert_params), ctx.edp, links[1], steps=1))
-    reduce = (ring_time(dense * model.bytes_per_grad, ctx.replicas, links[0], steps=1)
-              + ring_time(expert_params * model.bytes_per_grad, ctx.edp, links[1], steps=1))
+    gather = (_one(gather_bytes(model, dense), ctx.replicas, links[0], units)
+              + _one(gather_bytes(model, expert_params), ctx.edp, links[1], units))
+    reduce = (_one(dense * model.bytes_per_grad, ctx.replicas, links[0], units)
+              + _one(expert_params * model.bytes_per_grad, ctx.edp, links[1], units))
     return gather, reduce
 
 
 def zero3_op_comm(model: TransformerModel, ctx: Context, params: int, expert_params: int,
-                  links: tuple[Link | None, Link | None], units: int, windows: tuple[float, float, float],
+                  links: tuple[Link | FabricGroup | None, Link | FabricGroup | None], units: int,
+                  windows: tuple[float, float, float],
                   split_backward: bool) -> tuple[float, float, float]:
     """Exposed seconds of ZeRO-3 collectives added to a stage's (F, B, W) per microbatch
     (module docstring); ``windows`` their compute seconds, ``units`` the stage's units."""
     if ctx.zero != 3:
         return 0.0, 0.0, 0.0
-    gather, reduce = op_collectives(model, ctx, params, expert_params, links)
+    gather, reduce = op_collectives(model, ctx, params, expert_params, links, units)
     again = gather if ctx.reshard_after_forward else 0.0
     fwd = exposed(gather, windows[0], units, ctx.overlap)
     if split_backward:

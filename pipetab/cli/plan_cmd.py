@@ -60,7 +60,9 @@ what the output says:
   PPxTPxDP     pipeline stages x tensor-parallel GPUs per stage x data-parallel replicas
   b x m        sequences per microbatch x microbatches per replica in one step
   recompute    activations recomputed in the backward: none, selective (attention scores), full
-  step (s)     simulated time of one training step; tokens/s: global batch x sequence / step
+  step (s)     simulated time of one training step, +- the band of the development set's error
+               (docs/fidelity.md); tokens/s: global batch x sequence / step
+  # with ~     its step time differs from #1's by less than that band: indistinguishable
   MFU          model FLOPs utilisation: the model's FLOPs of the step (3 x forward, no
                recomputation, attention unmasked as Megatron counts it) / (step x GPUs x
                peak FLOP/s); never above 100 %
@@ -342,14 +344,18 @@ def _rows(result) -> tuple[tuple, list[tuple], list[int], set[int]]:
             "step (s)", "tokens/s", "MFU", *(("MFU causal",) if causal else ()), "peak GiB", "fits")
     rows = []
     labels = compact_labels(confs)
+    from pipetab.plan.result import fidelity_band, indistinguishable
+
+    band, tied = fidelity_band(), indistinguishable(confs)
     for i, c in enumerate(confs, 1):
         s = c.shape
         shape = f"{s.pp}x{s.tp}x{s.cp}x{s.dp}" if cp else f"{s.pp}x{s.tp}x{s.dp}"
         ep = ((f"{s.ep}" + (f"x{s.etp}" if s.etp > 1 else "")),) if moe else ()
         z = (str(s.zero),) if zero else ()
         mfu_c = (f"{100 * c.mfu_causal:.1f}%",) if causal else ()
-        rows.append((str(i), labels[i - 1], shape, *ep, *z, f"{s.microbatch_size} x {s.microbatches}",
-                     c.recompute_label, f"{c.step_time_s:#.4g}".rstrip("."), f"{c.tokens_per_s:,.0f}",
+        step = f"{c.step_time_s:#.4g}".rstrip(".") + "\u00b1" + f"{band * c.step_time_s:#.2g}".rstrip(".")
+        rows.append((f"{i}~" if tied[i - 1] else str(i), labels[i - 1], shape, *ep, *z,
+                     f"{s.microbatch_size} x {s.microbatches}", c.recompute_label, step, f"{c.tokens_per_s:,.0f}",
                      f"{100 * c.mfu:.1f}%", *mfu_c, f"{c.peak_memory_bytes / 2**30:.1f}", "yes" if c.fits else "NO"))
     head, rows = _distinguish(confs, head, rows)
     drop = [head.index(h) for h in ("tokens/s", "fits", "also") if h in head and (h != "fits" or
@@ -404,6 +410,16 @@ def numeric_columns(head: tuple) -> set[int]:
     return {i for i, h in enumerate(head) if h in numbers}
 
 
+def _band_line(result) -> str:
+    """How far a step time may be off, and which rows it cannot tell from #1."""
+    from pipetab.plan.result import fidelity_band, indistinguishable
+
+    tied = sum(indistinguishable(result.configurations))
+    which = f"; {tied} marked ~ differ from #1 by less: indistinguishable from it" if tied else ""
+    return (f"step times \u00b1{100 * fidelity_band():.1f} %: the development set's error (90th percentile, "
+            f"docs/fidelity.md){which}")
+
+
 def _memory_line(result) -> str:
     """The usable memory per GPU, how it follows from the GPU's, and the same figure as
     ``search`` and ``bound`` take it (their ``--memory-cap`` is usable memory too)."""
@@ -429,6 +445,7 @@ def print_plan(result) -> None:
     else:
         table(head, rows, right=numeric_columns(head), drop=drop, wrap=wrap)
         say(_memory_line(result) + "; columns: 'pipetab plan --help'")
+        say(_band_line(result))
         if not result.configurations[0].fits:
             say("none of these fits the GPU memory: the closest are shown")
         for line in _best_lines(result):

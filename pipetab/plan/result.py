@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import tomllib
 from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pipetab.hardware.layer import attention_flops_share, model_flops_per_sequence
@@ -227,3 +230,26 @@ def all_to_all_summary(sched: Schedule, costs) -> tuple[float, float]:
 
 def rank(configs) -> list[Configuration]:
     return sorted(configs, key=lambda c: (not c.fits, c.step_time_s, c.schedule))
+
+
+_BAND = Path(__file__).with_name("fidelity_band.toml")
+
+
+@lru_cache(maxsize=1)
+def fidelity_band() -> float:
+    """The relative error band of a step time (0.1038 for +-10.38 %): the development set's
+    cross-checked error (``pipetab/plan/fidelity_band.toml``, written by
+    ``python -m experiments.fidelity_band`` from docs/bench/fidelity.csv)."""
+    with _BAND.open("rb") as f:
+        return float(tomllib.load(f)["band_pct"]) / 100
+
+
+def indistinguishable(configs, band: float | None = None) -> list[bool]:
+    """Per ranked configuration, whether its step time differs from #1's by less than the
+    band (``t_i <= t_1 * (1 + band)``, both fitting or both not); #1 is False."""
+    b = fidelity_band() if band is None else band
+    if not configs:
+        return []
+    first = configs[0].step_time_s
+    return [i > 0 and c.fits == configs[0].fits and c.step_time_s <= first * (1 + b)
+            for i, c in enumerate(configs)]

@@ -60,15 +60,20 @@ def schedule_label(name: str, options: dict) -> str:
 
 def cluster(gpu_or_system: str | System, nodes: int, gpus_per_node: int) -> System:
     """``nodes`` nodes of ``gpus_per_node`` GPUs: the device, intra-node and inter-node links
-    of a GPU name (``GPUS``), a system preset or file; ``num_devices = nodes x gpus_per_node``."""
+    of a GPU name (``GPUS``), a system preset or file, and its ``fabric`` (as many NICs per GPU);
+    ``num_devices = nodes x gpus_per_node``."""
     check_count("nodes", nodes)
     check_count("gpus per node", gpus_per_node)
     if isinstance(gpu_or_system, str) and gpu_or_system.upper() in GPUS:
         gpu_or_system = GPUS[gpu_or_system.upper()]
     base = load_system(gpu_or_system)
     intra = base.intra_node_link or base.default_link
+    fabric = base.fabric
+    if fabric is not None and base.devices_per_node != gpus_per_node:  # as many NICs per GPU as the preset
+        fabric = replace(fabric, nics_per_node=max(1, fabric.nics_per_node * gpus_per_node
+                                                   // (base.devices_per_node or gpus_per_node)))
     return System(f"{nodes}x{gpus_per_node} {base.name}", base.device, base.default_link,
-                  nodes * gpus_per_node, (), gpus_per_node, intra, base.summary)
+                  nodes * gpus_per_node, (), gpus_per_node, intra, base.summary, fabric=fabric)
 
 
 @dataclass(frozen=True)
