@@ -77,7 +77,8 @@ def paired_on_order(schedule: Schedule, costs: Costs, rounds: int = 32, until: f
 
     if schedule.blocks or not costs.chains:
         return []
-    out, seen, longest = [], set(), 0.0
+    out: list[Schedule] = []
+    seen, longest = set(), 0.0
     for swap, how in ((False, "forward-backward"), (True, "forward-backward and backward-forward")):
         allowed = None
         for _ in range(rounds):
