@@ -138,6 +138,11 @@ def run_time_limits(out: Path) -> None:
 
 # issue 28 / 29: whole commands at 5 s, S up to 128, B up to 4,096, with JSON output, split
 # backward, V, hardware costs and a free partition
+_QWEN = "--system dgx_h100_ib --model qwen3_235b_a22b --tp 2 --ep 8 --dp 8 --zero 1 --recompute full"
+_QWEN32 = "--system dgx_h100_ib --model qwen3_235b_a22b --ep 32 --dp 32 --zero 1 --recompute full"
+_DSV3 = ("--system h800_ib --model deepseek_v3 --ep 64 --dp 64 --zero 1 --node-limit 4 --dispatch fp8 "
+         "--gemm-precision fp8 --recompute full")
+_MIXTRAL = "--system dgx_h100_ib --model mixtral_8x22b --tp 2 --ep 8 --dp 8 --zero 1 --recompute full"
 WHOLE_COMMANDS = (
     ["search", "-S", "128", "-B", "1024", "--format", "json"],
     ["search", "-S", "128", "-B", "4096", "--format", "json"],
@@ -155,6 +160,18 @@ WHOLE_COMMANDS = (
     ["search", "-S", "16", "-B", "128", "--placement", "free", "--activation-cap", "16", "--comm-slots", "1"],
     ["bound", "-S", "32", "-B", "256", "--placement", "free", "--activation-cap", "32", "--comm-slots", "1"],
     ["search", "-S", "128", "-B", "1024", "--placement", "free", "--format", "json"],
+    # issue 44: MoE searches and bounds with expert parallelism (S 8-16, B 512-1,024, EP 8-64)
+    *(argv.split() for argv in (
+        f"search -S 16 -B 1024 {_QWEN} --global-batch 65536",
+        f"bound -S 16 -B 1024 {_QWEN} --global-batch 65536",
+        f"search -S 8 -B 512 --placement v {_QWEN} --global-batch 32768",
+        f"search -S 16 -B 512 {_QWEN32} --global-batch 32768",
+        f"search -S 16 -B 1024 {_DSV3} --global-batch 65536",
+        f"bound -S 16 -B 1024 {_DSV3} --global-batch 65536",
+        f"bound -S 16 -B 1024 --placement v {_DSV3} --global-batch 65536",
+        f"search -S 8 -B 512 {_MIXTRAL} --global-batch 32768",
+        f"bound -S 8 -B 512 --placement v {_MIXTRAL} --global-batch 32768",
+    )),
 )
 
 

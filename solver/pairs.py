@@ -14,12 +14,15 @@ to the block's end, and a swapped pair holds one more activation while it runs.
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING
 
 from pipetab.schedules.ops import Kind, Op
 from pipetab.schedules.schedule import Schedule
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from .costs import Costs
 
 
@@ -59,22 +62,29 @@ def _paired(schedule: Schedule, costs: Costs, swap: bool,
     return orders, blocks
 
 
-def paired_on_order(schedule: Schedule, costs: Costs, rounds: int = 32) -> list[Schedule]:
+def paired_on_order(schedule: Schedule, costs: Costs, rounds: int = 32, until: float | None = None,
+                    clock: Callable[[], float] = time.perf_counter) -> list[Schedule]:
     """``schedule`` (no blocks of its own) with overlapped pairs chosen on its order, as
     the module docstring says: at most two candidates, none when no adjacent pair gains.
     A pair's forward hands its output on only when the block ends, so pairs on two devices
     may wait for each other: each of up to ``rounds`` simulations unpairs the pair whose
-    device is stuck (the other op's pair where that one is alone) until the orders run."""
+    device is stuck (the other op's pair where that one is alone) until the orders run.
+    With ``until`` (a ``clock`` time), a round begins only while the longest round so far
+    (each builds a schedule and simulates it) is predicted to end before it."""
     from pipetab.schedules.evaluate import DeadlockError
 
     from .simulate import simulate
 
     if schedule.blocks or not costs.chains:
         return []
-    out, seen = [], set()
+    out: list[Schedule] = []
+    seen, longest = set(), 0.0
     for swap, how in ((False, "forward-backward"), (True, "forward-backward and backward-forward")):
         allowed = None
         for _ in range(rounds):
+            if until is not None and clock() + longest >= until:
+                return out
+            t = clock()
             orders, blocks = _paired(schedule, costs, swap, allowed)
             if not blocks or tuple(blocks) in seen:
                 break
@@ -88,8 +98,10 @@ def paired_on_order(schedule: Schedule, costs: Costs, rounds: int = 32) -> list[
                 missing = {q for _, _, q in exc.cycle}
                 stuck = [b for b in blocks if waiting.intersection(b)] or [b for b in blocks if missing.intersection(b)]
                 allowed = set(blocks) - set(stuck)
+                longest = max(longest, clock() - t)
                 continue
             seen.add(tuple(blocks))
             out.append(candidate)
+            longest = max(longest, clock() - t)
             break
     return out

@@ -91,3 +91,35 @@ def test_a_search_on_costs_with_an_all_to_all_says_its_bound_excludes_pairs():
     for costs, said in ((_costs(2), True), (idealized_costs(2, (2,)), False)):
         result = search(Problem.from_schedule(sched, costs), config)
         assert any("no overlapped forward-backward pairs" in a for a in result.bound_assumptions) is said
+
+
+def test_the_pairing_rounds_stop_where_the_longest_round_would_pass_until(monkeypatch):
+    """The budget rule with a fake clock that advances 1 s per reading: a round reads it
+    three times (its check, its start, its end), so round k is checked at 3(k-1) s and the
+    longest round lasts 1 s; a round begins only while check + longest < until. On 1F1B
+    (S=2, 4 microbatches) the unbudgeted search runs 1 round for the plain pairs and at
+    least one more for the swapped ones (test above)."""
+    import pipetab.solver.pairs as pairs
+
+    rounds = []
+    real = pairs._paired
+
+    def counted(*args, **kwargs):
+        rounds.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(pairs, "_paired", counted)
+    sched, costs = registry.generate("1f1b", 2, 4), _costs(2)
+
+    def run(until):
+        rounds.clear()
+        ticks = iter(range(10_000))
+        out = paired_on_order(sched, costs, until=until, clock=lambda: float(next(ticks)))
+        return len(rounds), out
+
+    unbudgeted = run(None)
+    assert unbudgeted[0] >= 2
+    assert run(0.0) == (0, [])  # the first check at 0 s: nothing begins
+    n, out = run(4.0)  # round 2 checked at 3 s, predicted to end at 4 s: not begun
+    assert n == 1 and [s.blocks for s in out] == [s.blocks for s in unbudgeted[1]]
+    assert run(5.0)[0] == 2  # round 2 predicted at 4 s < 5 s; round 3 at 6 + 1 s > 5 s

@@ -207,9 +207,10 @@ class _Fixed:
         orders = {s.name: s for s in (alone.schedule, *(e.schedule for e in plain[:1]))}
         judged = {e.name for e in self.start.evals}
         found = [] if alone.schedule.name in judged else [alone.schedule]  # a start kept is judged already
+        each = (self.pace.unit or 0.0) * self.pace.params.cost("evaluate")  # the judging of each found
         for sched in orders.values():
             if self.pace.fits("evaluate", self.deadline.end, 8):
-                found += paired_on_order(sched, self.problem.costs)
+                found += paired_on_order(sched, self.problem.costs, until=self.deadline.end - each * (len(found) + 3))
         evals, _ = judge(self.problem, found, self.pace)
         self.start.adopt(evals)
         best = best_of(evals)
