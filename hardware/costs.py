@@ -427,6 +427,7 @@ class _StageCore:
     activation: float
     weight_memory: float
     parts: tuple[list[tuple[float, float]], list[tuple[float, float]]] | None
+    chains: dict[Kind, tuple[Segment, ...]] | None  # with ``compute`` (no exposed ZeRO-3 collective)
 
 
 @lru_cache(maxsize=65536)
@@ -442,11 +443,12 @@ def _stage_core(model: TransformerModel, device: Device, reads: _ByReads, spec: 
     activation = stage_activation_bytes(model, ctx, layers, first_layer)
     if last:
         activation += head_activation_bytes(model, ctx)
-    return _StageCore(work, comm, _op_seconds(model, device, ctx, spec, work, comm, segments),
+    compute = _op_seconds(model, device, ctx, spec, work, comm, segments)
+    return _StageCore(work, comm, compute,
                       stage_params_per_gpu(model, layers, first, last, ctx, first_layer),
                       stage_expert_params_per_gpu(model, layers, last, ctx, first_layer),
                       message_bytes(model, ctx), activation, stage_weight_memory_bytes(model, ctx, layers, first_layer),
-                      parts)
+                      parts, None if parts is None else _stage_chains(parts, spec, compute))
 
 
 @lru_cache(maxsize=65536)
@@ -463,7 +465,7 @@ def _stage_cost(model: TransformerModel, device: Device, ctx: Context, spec: Sta
     zero3 = zero3_op_comm(model, ctx, params, expert_params, links.shard, layers + first + last,
                           (compute_f, compute_b, weight_s), spec.split_backward)
     seconds = (compute_f + zero3[0], compute_b + zero3[1], weight_s + zero3[2])
-    chains = None if core.parts is None else _stage_chains(core.parts, spec, seconds)
+    chains = core.chains if core.parts is None or not any(zero3) else _stage_chains(core.parts, spec, seconds)
     msg = core.message
     return StageCost(
         layers=layers, forward_s=seconds[0] + comm.ep_f, backward_s=seconds[1] + comm.ep_b, weight_s=seconds[2],
