@@ -270,10 +270,9 @@ def stage_cost(model: TransformerModel, device: Device, ctx: Context, layers: in
     head (and the MTP modules). Formulas: ``hardware.layer`` and the module docstring.
     Where every layer is of one kind the first layer's index changes nothing, so stages of
     equal size share one computation."""
-    given = StageLinks(tp_link, cp_link, shard_links, moe_comm)
     if links is None:
-        links = given
-    elif given != NO_LINKS:
+        links = StageLinks(tp_link, cp_link, shard_links, moe_comm)
+    elif (tp_link, cp_link, shard_links, moe_comm) != (NO_LINKS.tp, NO_LINKS.cp, NO_LINKS.shard, NO_LINKS.moe_comm):
         raise ValueError("give a stage's links either as links or one by one, not both")
     spec = StageSpec(layers, first, last, 0 if model.one_layer_kind else first_layer, split_backward)
     cost = _stage_cost(model, device, ctx, spec, links)

@@ -88,3 +88,11 @@ def test_persistent_bytes_stay_per_context():
     assert a.persistent_bytes > b.persistent_bytes  # sharded over more replicas
     info = costs._stage_core.cache_info()
     assert (info.hits, info.misses) == (1, 1)
+
+
+def test_links_given_twice_refused():
+    links = fastest_links(SYSTEM, MODEL, BASE, 2)
+    with pytest.raises(ValueError, match="either as links or one by one"):
+        stage_cost(MODEL, SYSTEM.device, BASE, 4, first=False, last=False, links=links, tp_link=links.tp)
+    with pytest.raises(ValueError, match="either as links or one by one"):
+        stage_cost(MODEL, SYSTEM.device, BASE, 4, first=False, last=False, links=links, moe_comm=(1.0, 1.0))
