@@ -270,10 +270,9 @@ def stage_cost(model: TransformerModel, device: Device, ctx: Context, layers: in
     head (and the MTP modules). Formulas: ``hardware.layer`` and the module docstring.
     Where every layer is of one kind the first layer's index changes nothing, so stages of
     equal size share one computation."""
-    given = StageLinks(tp_link, cp_link, shard_links, moe_comm)
     if links is None:
-        links = given
-    elif given != NO_LINKS:
+        links = StageLinks(tp_link, cp_link, shard_links, moe_comm)
+    elif (tp_link, cp_link, shard_links, moe_comm) != (NO_LINKS.tp, NO_LINKS.cp, NO_LINKS.shard, NO_LINKS.moe_comm):
         raise ValueError("give a stage's links either as links or one by one, not both")
     spec = StageSpec(layers, first, last, 0 if model.one_layer_kind else first_layer, split_backward)
     cost = _stage_cost(model, device, ctx, spec, links)
@@ -365,51 +364,116 @@ def _op_seconds(model: TransformerModel, device: Device, ctx: Context, spec: Sta
     return compute_f + comm.cp_f, compute_b + comm.cp_b, weight_s
 
 
-def _stage_chains(model: TransformerModel, ctx: Context, spec: StageSpec, links: StageLinks,
-                  segments: list[list[float]] | None,
-                  seconds: tuple[float, float, float]) -> dict[Kind, tuple[Segment, ...]]:
-    """Each op's parts on the compute and communication streams (``StageCost.chains``)."""
+def _stage_parts(model: TransformerModel, ctx: Context, spec: StageSpec, links: StageLinks,
+                 segments: list[list[float]] | None) -> tuple[list[tuple[float, float]], list[tuple[float, float]]]:
+    """The forward's and the backward's parts (``_moe_parts``, weighted by kernel seconds
+    when ``segments``) for ``_stage_chains``."""
     moe_comm = links.moe_comm
     # full recomputation or the moe recompute module: the all-to-alls again
     again = moe_comm if ctx.recompute is Recompute.FULL or "moe" in ctx.recompute_modules else (0.0, 0.0)
     comm_bwd = (moe_comm[1] + again[0], moe_comm[1] + again[1])
     kernel: list[list[float] | None] = list(segments) if segments else [None, None]
-    parts_f = _weighted(_moe_parts(model, ctx, spec.first_layer, spec.layers, spec.last, moe_comm), kernel[0])
-    parts_b = _weighted(_moe_parts(model, ctx, spec.first_layer, spec.layers, spec.last, comm_bwd), kernel[1])
-    chains = {Kind.F: _chain(parts_f, seconds[0], reverse=False), Kind.B: _chain(parts_b, seconds[1], reverse=True)}
+    return (_weighted(_moe_parts(model, ctx, spec.first_layer, spec.layers, spec.last, moe_comm), kernel[0]),
+            _weighted(_moe_parts(model, ctx, spec.first_layer, spec.layers, spec.last, comm_bwd), kernel[1]))
+
+
+def _stage_chains(parts: tuple[list[tuple[float, float]], list[tuple[float, float]]], spec: StageSpec,
+                  seconds: tuple[float, float, float]) -> dict[Kind, tuple[Segment, ...]]:
+    """Each op's parts on the compute and communication streams (``StageCost.chains``)."""
+    chains = {Kind.F: _chain(parts[0], seconds[0], reverse=False), Kind.B: _chain(parts[1], seconds[1], reverse=True)}
     if spec.split_backward:
         chains[Kind.W] = ((False, seconds[2]),)
     return chains
+
+
+# The Context fields a stage's work, kernels, activations, parameters and collectives inside its
+# ops read: all but the replica and batch fields (dp, pp, global_batch, zero, overlap,
+# reshard_after_forward), which enter only its persistent bytes and ZeRO-3's collectives. Shapes
+# that differ in those alone share one ``_StageCore``.
+STAGE_READS = ("tp", "sequence_parallel", "microbatch_size", "seq_len", "recompute", "ep", "etp",
+               "dispatch_precision", "routing_imbalance", "node_limit", "gemm_precision", "cp", "cp_comm", "layout",
+               "recompute_layers", "recompute_modules", "activation_precision")
+
+
+class _ByReads:
+    """A context as the key of what reads only ``STAGE_READS`` of it (equal when those are)."""
+
+    __slots__ = ("ctx", "key")
+
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self.key = tuple(getattr(ctx, f) for f in STAGE_READS)
+
+    def __hash__(self) -> int:
+        return hash(self.key)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _ByReads) and self.key == other.key
+
+
+@dataclass(frozen=True)
+class _StageCore:
+    """What ``_stage_cost`` computes from ``STAGE_READS`` alone: work, collectives, op seconds
+    before ZeRO-3, parameters, memory, and the parts of the chains (with expert-parallel
+    communication)."""
+
+    work: StageWork
+    comm: StageComm
+    compute: tuple[float, float, float]
+    params: int
+    expert_params: int
+    message: int
+    activation: float
+    weight_memory: float
+    parts: tuple[list[tuple[float, float]], list[tuple[float, float]]] | None
+    chains: dict[Kind, tuple[Segment, ...]] | None  # with ``compute`` (no exposed ZeRO-3 collective)
+
+
+@lru_cache(maxsize=65536)
+def _stage_core(model: TransformerModel, device: Device, reads: _ByReads, spec: StageSpec,
+                links: StageLinks) -> _StageCore:
+    """``_stage_cost``'s part that depends on the context's ``STAGE_READS`` and the stage's
+    tensor-parallel, context-parallel and expert-parallel links only."""
+    ctx = reads.ctx
+    layers, first, last, first_layer = spec.layers, spec.first, spec.last, spec.first_layer
+    work, comm = _stage_work(model, ctx, spec), _stage_comm(model, device, ctx, spec, links)
+    segments = _kernel_segments(model, device, ctx, spec) if device.kernels else None
+    parts = _stage_parts(model, ctx, spec, links, segments) if comm.ep_f > 0 else None
+    activation = stage_activation_bytes(model, ctx, layers, first_layer)
+    if last:
+        activation += head_activation_bytes(model, ctx)
+    compute = _op_seconds(model, device, ctx, spec, work, comm, segments)
+    return _StageCore(work, comm, compute,
+                      stage_params_per_gpu(model, layers, first, last, ctx, first_layer),
+                      stage_expert_params_per_gpu(model, layers, last, ctx, first_layer),
+                      message_bytes(model, ctx), activation, stage_weight_memory_bytes(model, ctx, layers, first_layer),
+                      parts, None if parts is None else _stage_chains(parts, spec, compute))
 
 
 @lru_cache(maxsize=65536)
 def _stage_cost(model: TransformerModel, device: Device, ctx: Context, spec: StageSpec,
                 links: StageLinks) -> StageCost:
     """``stage_cost`` of ``spec``: its work, collectives, op seconds (ZeRO-3's exposed
-    gathers and reductions added), chains and memory."""
+    gathers and reductions added), chains and memory; the part that reads only
+    ``STAGE_READS`` shared (``_stage_core``)."""
     _check_stage(model, ctx, spec.layers, links)
     layers, first, last, first_layer = spec.layers, spec.first, spec.last, spec.first_layer
-    work, comm = _stage_work(model, ctx, spec), _stage_comm(model, device, ctx, spec, links)
-    segments = _kernel_segments(model, device, ctx, spec) if device.kernels else None
-    compute_f, compute_b, weight_s = _op_seconds(model, device, ctx, spec, work, comm, segments)
-    params = stage_params_per_gpu(model, layers, first, last, ctx, first_layer)
-    expert_params = stage_expert_params_per_gpu(model, layers, last, ctx, first_layer)
+    core = _stage_core(model, device, _ByReads(ctx), spec, replace(links, shard=(None, None)))
+    work, comm, (compute_f, compute_b, weight_s) = core.work, core.comm, core.compute
+    params, expert_params = core.params, core.expert_params
     zero3 = zero3_op_comm(model, ctx, params, expert_params, links.shard, layers + first + last,
                           (compute_f, compute_b, weight_s), spec.split_backward)
     seconds = (compute_f + zero3[0], compute_b + zero3[1], weight_s + zero3[2])
-    chains = _stage_chains(model, ctx, spec, links, segments, seconds) if comm.ep_f > 0 else None
-    msg = message_bytes(model, ctx)
-    activation = stage_activation_bytes(model, ctx, layers, first_layer)
-    if last:
-        activation += head_activation_bytes(model, ctx)
+    chains = core.chains if core.parts is None or not any(zero3) else _stage_chains(core.parts, spec, seconds)
+    msg = core.message
     return StageCost(
         layers=layers, forward_s=seconds[0] + comm.ep_f, backward_s=seconds[1] + comm.ep_b, weight_s=seconds[2],
-        fwd_message_bytes=0 if last else msg, bwd_message_bytes=0 if first else msg, activation_bytes=activation,
-        persistent_bytes=ctx.persistent_bytes(model, params, expert_params),
+        fwd_message_bytes=0 if last else msg, bwd_message_bytes=0 if first else msg,
+        activation_bytes=core.activation, persistent_bytes=ctx.persistent_bytes(model, params, expert_params),
         flops_forward=work.flops_f, flops_backward=work.flops_b, flops_weight=work.flops_w,
         traffic_forward=work.traffic_f, traffic_backward=work.traffic_b, traffic_weight=work.traffic_w,
         params=params, first_layer=first_layer, has_embedding=first, has_head=last,
-        weight_memory_bytes=stage_weight_memory_bytes(model, ctx, layers, first_layer),
+        weight_memory_bytes=core.weight_memory,
         tp_comm_forward_s=comm.tp_f, tp_comm_backward_s=comm.tp_b, ep_comm_forward_s=comm.ep_f,
         ep_comm_backward_s=comm.ep_b, expert_params=expert_params, chains=chains,
         cp_comm_forward_s=comm.cp_f, cp_comm_backward_s=comm.cp_b, zero3_comm_s=zero3,

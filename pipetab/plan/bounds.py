@@ -49,6 +49,7 @@ class Bounds:
         self.deep: dict = {}  # (name, options, pp) -> more stages than layers
         self.params: dict = {}
         self.op_costs: dict = {}
+        self.activations: dict = {}  # shape -> ``_layer_activation``
 
     def schedule(self, name: str, opts: dict, pp: int, m: int) -> Schedule | None:
         """The named schedule of ``pp`` devices and ``m`` microbatches, or None when the
@@ -111,7 +112,12 @@ class Bounds:
         return self.params[key]
 
     def _layer_activation(self, shape: Context) -> tuple[float, float]:
-        """(activation, its weight part) of the lighter layer kind on ``shape``."""
+        """(activation, its weight part) of the lighter layer kind on ``shape``; cached."""
+        if shape not in self.activations:
+            self.activations[shape] = self._lightest_layer(shape)
+        return self.activations[shape]
+
+    def _lightest_layer(self, shape: Context) -> tuple[float, float]:
         model = self.space.model
         kinds = {model.is_moe_layer(i) for i in range(model.num_layers)}  # the lighter kind bounds every layer
         act = min(activation_bytes_per_layer(model, shape, moe) for moe in kinds)
@@ -173,11 +179,12 @@ class Bounds:
         per schedule structure."""
         from pipetab.solver.pricing import hardware_costs
 
-        # schedules of one structure (placement, stage work, split backward) cost the same
-        key = (sched.placement.stage2device, sched.stage_work, sched.split_backward, shape)
+        # schedules of one structure (placement, stage work, split backward) cost the same, and
+        # shapes that differ in the global batch alone (priced without it) too
+        ctx = shape.replace(global_batch=None)
+        key = (sched.placement.stage2device, sched.stage_work, sched.split_backward, ctx)
         if key not in self.op_costs:
-            self.op_costs[key] = hardware_costs(sched, self.space.system, self.space.model,
-                                                shape.replace(global_batch=None))
+            self.op_costs[key] = hardware_costs(sched, self.space.system, self.space.model, ctx)
         return self.op_costs[key]
 
     def run(self, name: str, opts: dict, shape: Context):
