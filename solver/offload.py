@@ -204,7 +204,7 @@ class _Run:
         self.engines = [_Engine(offload.rates) for _ in range(schedule.num_devices)]
         self.dev = schedule.device.tolist()
         self.d2h_of: dict[int, tuple] = {}  # F index -> (key, size)
-        self.h2d_at: dict[int, list] = {}  # trigger op index -> keys prefetched at its start
+        self.h2d_at: dict[int, list] = {}  # trigger op index -> (key, size) prefetched at its start
         self.wait_of: dict[int, tuple] = {}  # B index -> key
         offsets = schedule.offsets.tolist()
         issued: list[tuple] = []
@@ -224,7 +224,8 @@ class _Run:
                 self.wait_of[i] = key
                 if offload.issue is None:
                     first = offsets[self.dev[i]]
-                    self.h2d_at.setdefault(max(first, i - offload.prefetch), []).append(key)
+                    size = f * costs.activation[key[:2]]  # the size is known here: the trigger may precede the F
+                    self.h2d_at.setdefault(max(first, i - offload.prefetch), []).append((key, size))
                 else:
                     issued.append((offload.issue[key], self.dev[i], key, f * costs.activation[key[:2]]))
         for t, d, key, size in sorted(issued):
@@ -258,8 +259,8 @@ class _Run:
         engine = self.engines[d]
         if i in self.wait_of:  # an offloaded backward waits for its H2D
             ready = max(ready, engine.h2d_end(self.wait_of[i]))
-        for key in self.h2d_at.get(i, ()):  # prefetches issued at this op's start
-            engine.h2d(key, ready)
+        for key, size in self.h2d_at.get(i, ()):  # prefetches issued at this op's start
+            engine.h2d(key, ready, size)
         self.start[i], self.end[i] = ready, ready + self.dur[i]
         free[d] = self.end[i]
         if i in self.d2h_of:
@@ -290,14 +291,15 @@ class _Engine:
         self.rates = rates
         self.down: list[tuple] = []  # (key, size, issue time)
         self.up: list[tuple] = []  # (key, size, trigger time)
-        self.size: dict[tuple, float] = {}
+        self._times: tuple[list, list] | None = None  # the replay of the requests so far
 
     def d2h(self, key: tuple, size: float, t: float) -> None:
         self.down.append((key, size, t))
-        self.size[key] = size
+        self._times = None
 
-    def h2d(self, key: tuple, t: float, size: float | None = None) -> None:
-        self.up.append((key, self.size.get(key, 0.0) if size is None else size, t))
+    def h2d(self, key: tuple, t: float, size: float) -> None:
+        self.up.append((key, size, t))
+        self._times = None
 
     def h2d_end(self, key: tuple) -> float:
         times = self.replay()
@@ -305,7 +307,13 @@ class _Engine:
         return times[H2D][j][1]
 
     def replay(self) -> tuple[list, list]:
-        """(start, end) of every D2H and every H2D requested so far."""
+        """(start, end) of every D2H and every H2D requested so far (computed once per new
+        request)."""
+        if self._times is None:
+            self._times = self._replay()
+        return self._times
+
+    def _replay(self) -> tuple[list, list]:
         queues = (self.down, self.up)
         times: tuple[list, list] = ([], [])
         done: dict[tuple, float] = {}  # D2H end per key

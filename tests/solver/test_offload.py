@@ -67,7 +67,7 @@ def test_both_directions_share_the_duplex_rate():
     unit left and runs alone at 1: ends at 4."""
     engine = _Engine(CopyRates(1.0, 1.0, 1.0))
     engine.d2h((0, 0, 1), 1.0, 0.0)
-    engine.h2d((0, 0, 1), 0.0)
+    engine.h2d((0, 0, 1), 0.0, 1.0)
     engine.d2h((0, 0, 2), 2.0, 1.0)
     down, up = engine.replay()
     assert down == [[0.0, 1.0], [1.0, 4.0]] and up == [[1.0, 3.0]]
@@ -147,3 +147,17 @@ def test_copy_rates_in_the_costs_units():
     schedule = registry.generate("1f1b", 2, 2)
     with pytest.raises(ValueError, match="costs in slots"):
         CopyRates.of(link, slot_costs(schedule))
+
+
+def test_a_prefetch_issued_before_its_forward_brings_the_whole_activation_back():
+    """1F1B, S=2, B=3, every activation offloaded, prefetch 1: on the last stage (F0 B0 F1
+    B1 F2 B2) each backward's H2D is issued at the start of its own forward, before that
+    forward's D2H exists. Each H2D still carries the activation (1 unit, as its D2H), and
+    the device's memory never goes below zero (it had: the H2D copied 0 units back, -3)."""
+    schedule = registry.generate("1f1b", 2, 3)
+    sim = simulate_offload(schedule, slot_costs(schedule), Offload.every(schedule, CopyRates(1.0, 1.0)))
+    sizes = {(c.key, c.direction): c.size for c in sim.copies}
+    assert len(sizes) == 12 and set(sizes.values()) == {1.0}
+    assert all(sizes[(key, H2D)] == sizes[(key, D2H)] for key, _ in sizes)
+    for d in range(2):
+        assert min(level for _, level in sim.memory_timeline(d)) >= 0
