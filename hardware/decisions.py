@@ -125,14 +125,18 @@ class Decision:
         ``among``: a candidate of a list)."""
         if self.kind is int and not self.choices:
             check_count(self.label, value, int(self.minimum or 1))
+            if self.maximum is not None and isinstance(value, int) and value > self.maximum:
+                raise ValueError(f"{self.label} must be at most {self.maximum:,}, got {value!r}")
         elif self.kind is bool and not isinstance(value, bool):
             raise ValueError(f"{self.name} must be true or false, got {value!r}")
         elif self.choices and (isinstance(value, bool) or value not in self.choices):
             raise ValueError(f"{self.label} must be {'among' if among else 'one of'} "
                              f"{', '.join(map(str, self.choices))}, got {value!r}")
         elif self.kind is float and (isinstance(value, bool) or not isinstance(value, (int, float))
-                                     or not (self.minimum or 0) <= value < float("inf")):
-            raise ValueError(f"{self.label} must be a number >= {self.minimum:g}, got {value!r}")
+                                     or not (self.minimum or 0) <= value < float("inf")
+                                     or (self.maximum is not None and value > self.maximum)):
+            upper = "" if self.maximum is None else f" and <= {self.maximum:g}"
+            raise ValueError(f"{self.label} must be a number >= {self.minimum:g}{upper}, got {value!r}")
 
 
 def _degree(name: str, what: str, megatron: str | None, torchtitan: str | None, plan_help: str, **kw) -> Decision:

@@ -106,11 +106,11 @@ def _number_from(d: Decision):
         try:
             value = float(text)
         except ValueError:
-            value = float("nan")
-        top = float("inf") if d.maximum is None else d.maximum
-        if not ((d.minimum or 0) <= value < float("inf") and value <= top):
-            upper = "" if d.maximum is None else f" and <= {d.maximum:g}"
-            raise argparse.ArgumentTypeError(f"{d.label} must be a number >= {d.minimum:g}{upper}, got {text!r}")
+            value = float("nan")  # refused by the declaration's check below, with its message
+        try:
+            d.check(value)
+        except ValueError as exc:  # the declaration's own message, with the text as given
+            raise argparse.ArgumentTypeError(str(exc).rsplit(", got ", 1)[0] + f", got {text!r}") from None
         return value
 
     parse.__name__ = d.name

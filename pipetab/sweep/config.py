@@ -471,6 +471,9 @@ def _parse_cluster(doc: object, run: RunSettings) -> dict:
         out[key] = _list(doc.get(key, [1]), f"grid.cluster.{key}", int)
         if any(v < 1 for v in out[key]) or len(set(out[key])) != len(out[key]):
             raise ConfigError(f"grid.cluster.{key} must list different integers >= 1, got {out[key]!r}")
+        top = _CLUSTER_DECISIONS[key].maximum
+        if top is not None and max(out[key]) > top:
+            raise ConfigError(f"grid.cluster.{key} must be at most {top:,}, got {max(out[key])}")
     for key in _COUNTS:  # gpus, global_batch, microbatch_size, seq, node_limit
         if key in doc:
             v = doc[key]

@@ -69,3 +69,16 @@ def test_a_sweep_crosses_expert_parallelism_as_evaluate_takes_it(capsys):
         assert row["simulation_makespan_s"] == pytest.approx(doc["simulation"]["makespan_s"], rel=1e-12)
         makespans.append(row["simulation_makespan_s"])
     assert len(set(makespans)) == 3  # the degree reaches the pricing: each prices its own all-to-all
+
+
+@pytest.mark.parametrize("cluster, message", [
+    ({"routing_imbalance": 5000.0}, "routing_imbalance must be a number >= 1 and <= 1024, got 5000.0"),
+    ({"tp": [2048]}, "must be at most 1,024"),
+])
+def test_a_value_beyond_its_declared_range_is_refused_when_the_file_is_read(cluster, message):
+    """The declaration's range holds in a sweep file as on the command line (it had parsed and
+    then failed row by row at run time)."""
+    from pipetab.sweep import ConfigError
+
+    with pytest.raises(ConfigError, match=message):
+        moe_config(cluster, stages=[4])
