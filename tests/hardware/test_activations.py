@@ -69,13 +69,23 @@ def test_an_mla_layer_by_hand():
 
 @pytest.mark.parametrize("name", ["deepseek_v3", "llama3_405b", "mixtral_8x7b", "gpt3_175b"])
 def test_the_table_sums_to_the_layer_s_activation(name):
-    """With no technique the table's rows add up to ``activation_bytes_per_layer`` (the
-    per-layer formula the costs fingerprint pins)."""
+    """With no technique the table's rows add up to the per-layer formula as it stood before
+    the table (``layer._kept``, the formula's terms without scores, plus the scores term
+    written out here: ``4 a s b`` per GPU for fused attention, ``(c [+ c + 1 with dropout])
+    a s^2 b`` classic) -- the number the costs fingerprint pins."""
+    from pipetab.hardware.gemms import heads_per_gpu, local_seq
+    from pipetab.hardware.layer import _kept
+
     model = load_model(name)
     for ctx in (Context(tp=8, dp=8, ep=8 if model.moe else 1, microbatch_size=1), Context(microbatch_size=2)):
+        mb, seq, heads = ctx.microbatch_size, local_seq(model, ctx), heads_per_gpu(model, ctx.tp)
+        c = model.bytes_per_param_compute
+        scores = 4 * heads * seq * mb if model.attention == "flash" else \
+            (c + (c + 1 if model.dropout else 0)) * heads * seq * model.seq_len * mb
         for moe in (False, True) if model.moe else (False,):
             rows = module_table(model, ctx, moe)
-            assert sum(r["bytes"] for r in rows) == pytest.approx(activation_bytes_per_layer(model, ctx, moe))
+            assert sum(r["bytes"] for r in rows) == pytest.approx(_kept(model, ctx, moe) + scores)
+            assert activation_bytes_per_layer(model, ctx, moe) == pytest.approx(_kept(model, ctx, moe) + scores)
 
 
 def test_recompute_modules_cost_their_forward_gemms():

@@ -20,15 +20,15 @@ BASE = Context(tp=2, dp=8, ep=8, zero=1, microbatch_size=1, global_batch=64, seq
 # the fields a stage's shared part never reads: the replica and batch ones
 UNREAD = {"dp": 16, "pp": 4, "global_batch": 128, "zero": 2, "overlap": False, "reshard_after_forward": False}
 # a second value of each read field (one that the model and BASE accept)
-READ = {"tp": 4, "sequence_parallel": True, "microbatch_size": 2, "seq_len": 2048, "recompute": "full", "ep": 16,
+READ = {"tp": 4, "sequence_parallel": False, "microbatch_size": 2, "seq_len": 2048, "recompute": "full", "ep": 16,
         "etp": 2, "dispatch_precision": "fp8", "routing_imbalance": 1.5, "node_limit": 2, "gemm_precision": "fp8",
         "cp": 2, "cp_comm": "allgather", "layout": "Et*31|t*30mL", "recompute_layers": (1, 1),
-        "recompute_modules": ("layernorm",), "activation_precision": "bf16"}
+        "recompute_modules": ("layernorm",), "activation_precision": "fp8"}
 
 
-def _cost(ctx: Context):
-    links = fastest_links(SYSTEM, MODEL, ctx, 2)
-    return stage_cost(MODEL, SYSTEM.device, ctx, 4, first=False, last=False, first_layer=8, links=links)
+def _cost(ctx: Context, model=MODEL):
+    links = fastest_links(SYSTEM, model, ctx, 2)
+    return stage_cost(model, SYSTEM.device, ctx, 4, first=False, last=False, first_layer=8, links=links)
 
 
 def _core_fields(cost) -> tuple:
@@ -62,18 +62,21 @@ def test_unread_field_shares_an_entry(field):
     assert (after.hits - before.hits, after.misses - before.misses) == (1, 0)
 
 
-@pytest.mark.parametrize("field", sorted(set(READ) - {"sequence_parallel", "activation_precision"}))
+@pytest.mark.parametrize("field", sorted(READ))
 def test_read_field_gets_its_own_entry(field):
     change = {field: READ[field]}
-    if field in ("gemm_precision",):
-        change["activation_precision"] = "fp8"  # and its cached activations, which fp8 GEMMs allow
+    if field in ("gemm_precision", "activation_precision"):  # fp8 caching needs fp8 GEMMs: both change
+        change.update(gemm_precision="fp8", activation_precision="fp8" if field == "activation_precision" else "bf16")
     if field == "recompute_layers":
         change["pp"] = 2
-    other = BASE.replace(**change)
+    base, model = BASE, MODEL
+    if field == "sequence_parallel":  # MoE layers at tp > 1 need it: a dense model turns it off
+        base, model = Context(tp=2, dp=8, microbatch_size=1, global_batch=64, seq_len=4096), load_model("llama3_8b")
+    other = base.replace(**change)
     costs._stage_core.cache_clear()
     costs._stage_cost.cache_clear()
-    _cost(BASE)
-    _cost(other)
+    _cost(base, model)
+    _cost(other, model)
     info = costs._stage_core.cache_info()
     assert (info.hits, info.misses) == (0, 2)
 
