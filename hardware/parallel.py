@@ -51,7 +51,7 @@ from typing import TYPE_CHECKING, Sequence
 
 from pipetab.schedules.checks import check_count
 
-from .collectives import FabricGroup, collective_time, placement
+from .collectives import FabricGroup, placement
 from .system import Link, System
 
 if TYPE_CHECKING:
@@ -208,11 +208,10 @@ class Topology:
         """Seconds of a collective of ``nbytes`` per GPU among ``gpus`` (``steps`` 2: all-reduce;
         1: reduce-scatter or all-gather): as NCCL runs it on the system's ``fabric``
         (``hardware.collectives``), or without one a ring at its slowest hop."""
-        fabric, intra, node = self.system.fabric, self.system.intra_node_link, self.system.devices_per_node
-        if fabric is None or intra is None or node is None:
-            return ring_time(nbytes, len(set(gpus)), self.ring_link(gpus), steps)
-        self.system.check_devices(max(gpus) + 1)
-        return collective_time(nbytes, placement(gpus, node), fabric, intra, self.system.default_link, steps)
+        group = self.fabric_group(gpus)
+        if isinstance(group, FabricGroup):
+            return group.time(nbytes, steps)
+        return ring_time(nbytes, len(set(gpus)), group, steps)  # group None: one GPU, 0 s
 
     def fabric_group(self, gpus: list[int]) -> FabricGroup | Link | None:
         """What ``gpus``' collectives run over: a ``FabricGroup`` on a system with a fabric,

@@ -290,22 +290,21 @@ def _stage_costs(schedule: Schedule, system: System, model: TransformerModel, ct
                  parts: list[list[Part]], links: DeviceLinks) -> list[tuple[StageCost, ...]]:
     """Every stage's ``StageCost`` (per-stage recomputation blended in: ``blend``)."""
     plain = ctx.even  # the same stage costs whatever the layout
-    recomputed = ctx.recompute_layers
-    if not (recomputed and any(recomputed)) or ctx.recompute is Recompute.FULL:  # no full layers to blend in
-        full = plain
-    else:
-        full = plain.replace(recompute=Recompute.FULL, recompute_modules=())
-    recomputed = ctx.recompute_layers
+    recomputed = ctx.recompute_layers if ctx.recompute is not Recompute.FULL else None
+    full = plain.replace(recompute=Recompute.FULL, recompute_modules=())  # what a recomputed layer costs
     stages = []
     for p, row in enumerate(parts):
         out = []
         for s, (first_layer, n, emb, head) in enumerate(row):
             link = links.of(schedule.placement.device(p, s))
-            priced = (stage_cost(model, system.device, c, n, first=emb, last=head, first_layer=first_layer,
-                                 split_backward=schedule.split_backward, links=link) for c in (plain, full))
-            cost = next(priced)
-            if recomputed is not None and recomputed[s] and ctx.recompute is not Recompute.FULL:
-                cost = blend(cost, next(priced), recomputed[s])
+
+            def priced(c: Context) -> StageCost:
+                return stage_cost(model, system.device, c, n, first=emb, last=head,
+                                  first_layer=first_layer, split_backward=schedule.split_backward, links=link)
+
+            cost = priced(plain)
+            if recomputed is not None and recomputed[s]:
+                cost = blend(cost, priced(full), recomputed[s])
             out.append(cost)
         stages.append(tuple(out))
     return stages
