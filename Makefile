@@ -2,7 +2,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast lint venv clean bench clients clients-frameworks
+.PHONY: demo test test-fast lint venv clean bench clients clients-frameworks clients-hf
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -53,7 +53,7 @@ clients-frameworks: $(STAMP)
 	  PYTHONPATH=$(MEGATRON_LM):. $(CLIENTS)/megatron-lm/bin/python -m experiments.emit_clients \
 	    check-megatron-lm $(CLIENTS); fi
 
-clients: clients-frameworks
+clients: clients-frameworks clients-hf
 
 clean:
 	rm -rf $(VENV) .pytest_cache results
@@ -61,13 +61,9 @@ clean:
 # Checks against the frameworks' own code (not part of `make test` or CI: it installs torch).
 # clients-hf: parameter counts of tests/data/hf/ as transformers builds them (on the meta
 # device), in a virtual environment of its own, against tests/data/hf/param_counts.json.
-HF_VENV ?= /tmp/hfvenv
+HF_VENV ?= $(CLIENTS)/hf
 TRANSFORMERS_PIN ?= 5.24.0
 TORCH_PIN ?= 2.13.0
-
-.PHONY: clients clients-hf
-
-clients: clients-hf
 
 $(HF_VENV)/.installed:
 	python3 -m venv $(HF_VENV)

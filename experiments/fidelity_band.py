@@ -25,6 +25,8 @@ import hashlib
 import math
 from pathlib import Path
 
+from pipetab.schedules.text import toml_string
+
 ROOT = Path(__file__).resolve().parents[1]
 CSV = ROOT / "docs" / "bench" / "fidelity.csv"
 OUT = ROOT / "pipetab" / "plan" / "fidelity_band.toml"
@@ -76,12 +78,12 @@ def to_toml(data: dict) -> str:
         if key != "folds":
             lines.append(f"{key} = {_value(value)}")
     for source, fold in data["folds"].items():
-        lines += ["", f'[folds."{source}"]', *(f"{k} = {_value(v)}" for k, v in fold.items())]
+        lines += ["", f"[folds.{toml_string(source)}]", *(f"{k} = {_value(v)}" for k, v in fold.items())]
     return "\n".join(lines) + "\n"
 
 
 def _value(value: object) -> str:
-    return f'"{value}"' if isinstance(value, str) else repr(value)
+    return toml_string(value) if isinstance(value, str) else repr(value)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -22,8 +22,7 @@ With ``--relaxation`` (issue 45 item 1) it writes instead, per instance (S = 4, 
 32; issue 28's misses S = 16/32, B = 8S/16S), the analytic bound, the device relaxation's
 (``model.device_relaxation``: device 0's ops whole under its cap, every other device free,
 proven by CP-SAT in ``--time-limit`` seconds), and the gaps before and after against
-``best``, the best makespan known (S = 4: the full model's; else
-docs/bench/cpsat_placements_mixed.csv), all in ticks.
+``best``, the best makespan a search finds in the same time, all in ticks.
 
 Run: python -m experiments.interleaved_pace [--out docs/bench/interleaved_pace.csv]
      python -m experiments.interleaved_pace --relaxation [--quick] --out docs/bench/interleaved_relaxation.csv
@@ -78,8 +77,6 @@ def rows(limit: float, blocks: tuple[int, ...], sizes: tuple[int, ...]):
                "seconds": round(time.perf_counter() - t, 1)}
 
 
-# the best makespan known, in ticks: S = 4 from the full model (interleaved_pace.csv; B = 32:
-# 134 slots found in 120 s, docs/cpsat.md), else cpsat_placements_mixed.csv's schedules
 SIZES = ((4, 16), (4, 32), (16, 128), (16, 256), (32, 256), (32, 512))
 
 

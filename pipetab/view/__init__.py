@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import replace
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -33,7 +32,7 @@ if TYPE_CHECKING:
     from pipetab.solver.levels import Levels
     from pipetab.solver.simulate import Simulation
 
-__all__ = ["page_data", "render_page", "timeline", "with_timeline", "write_page"]
+__all__ = ["page_data", "render_page", "timeline", "write_page"]
 
 
 def timeline(levels: Levels) -> Simulation:
@@ -42,14 +41,6 @@ def timeline(levels: Levels) -> Simulation:
     if levels.simulation is not None:
         return levels.simulation
     return check_finite(simulate(levels.schedule, slot_costs(levels.schedule, levels.slots)))
-
-
-def with_timeline(levels: Levels) -> Levels:
-    """``levels`` with a simulation to draw (``timeline``; a new one drops the CP-SAT level,
-    as ``Levels.simulated`` does)."""
-    if levels.simulation is not None:
-        return levels
-    return replace(levels, simulation=timeline(levels), cpsat=None)
 
 
 def _times(values, integral: bool) -> list:

@@ -14,6 +14,7 @@ from ortools.sat.python import cp_model
 from pipetab.schedules.ops import Kind, Op
 
 from ..engine import SolverSetup, run_solver
+from ..problem import Objective
 from .bounds import activation_scale
 from .variables import heads_tails, predecessor
 
@@ -29,7 +30,7 @@ def relaxation_bound(problem: Problem, placement: Placement, devices: tuple[int,
     """The least makespan CP-SAT proves within ``seconds`` for the relaxation that keeps
     ``devices`` (module doc), at least ``lower`` (a bound of the problem already known);
     0 where the relaxation ends without a bound. Makespan objective, ops one at a time."""
-    if problem.overlap_pairs or problem.blocks or problem.objective != "makespan":
+    if problem.overlap_pairs or problem.blocks or problem.objective is not Objective.MAKESPAN:
         raise ValueError("problem: the device relaxation bounds the makespan of ops run one at a time")
     if placement is None:
         raise ValueError("placement: the device relaxation needs a fixed placement")
@@ -47,7 +48,7 @@ def relaxation_bound(problem: Problem, placement: Placement, devices: tuple[int,
         model.add(s + problem.duration(op) + max(tail[_first(op)] + least_opt, problem.optimizer(d)) <= T)
     for d in kept:
         model.add_no_overlap([iv for op, iv in ivs.items() if placement.device(op.pipeline, op.stage) == d])
-    _memory(model, problem, placement, kept, start)
+    _memory(model, problem, placement, kept, start, horizon)
     model.minimize(T)
     setup = SolverSetup.of(config, seconds, config.deterministic_time)
     solved = run_solver(model, setup)
@@ -91,7 +92,7 @@ def _ops(model, problem: Problem, placement: Placement, kept: set[int], head, ta
     return start, ivs
 
 
-def _memory(model, problem: Problem, placement: Placement, kept: set[int], start) -> None:
+def _memory(model, problem: Problem, placement: Placement, kept: set[int], start, horizon: int) -> None:
     """One cumulative per kept device with a cap: each activation part from its forward's
     start to its release op's end (``Problem.lifetimes``)."""
     scale = activation_scale(problem)
@@ -106,7 +107,7 @@ def _memory(model, problem: Problem, placement: Placement, kept: set[int], start
             for kind, size in problem.lifetimes(op.pipeline, op.stage):
                 rel = Op(kind, op.pipeline, op.stage, op.microbatch)
                 end = start[rel] + problem.duration(rel)
-                size_end = model.new_int_var(0, 10**9, "")
+                size_end = model.new_int_var(0, horizon, "")
                 model.add(size_end == end - sv)
                 items.append((model.new_interval_var(sv, size_end, end, ""), round(size * scale)))
         if items:
