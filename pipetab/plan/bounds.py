@@ -30,14 +30,6 @@ def small_microbatches(pp: int, m: int) -> int:
     return 4 * pp if m > 4 * pp and m % (2 * pp) == 0 else m
 
 
-
-def _microbatches(shape: Context) -> int:
-    """The microbatches per replica of one of plan's shapes (resolved: always known)."""
-    m = shape.microbatches
-    if m is None:
-        raise ValueError(f"shape {shape.label} has no microbatch count")
-    return m
-
 class Bounds:
     """Cached generation and per-candidate lower bounds."""
 
@@ -138,7 +130,7 @@ class Bounds:
         """Lower bound of the peak memory per GPU (bytes); None when the generator refuses."""
         model = self.space.model
         act, part = self._layer_activation(shape)
-        sched = self.short(name, opts, shape.stages, _microbatches(shape))
+        sched = self.short(name, opts, shape.stages, shape.sizes.microbatches)
         if sched is None:
             return None
         units = self.layer_units(sched, part / act if sched.split_backward else 1.0)
@@ -169,8 +161,8 @@ class Bounds:
         whole, chain = (stage_cost(model, system.device, ctx, model.num_layers, first=True, last=True,
                                    split_backward=split, links=links) for split in (False, True))
         comm = whole.ep_comm_forward_s + whole.ep_comm_backward_s
-        work = (whole.forward_s + whole.backward_s - comm) * _microbatches(shape) / shape.stages
-        all_to_all = comm * _microbatches(shape) / shape.stages
+        work = (whole.forward_s + whole.backward_s - comm) * shape.sizes.microbatches / shape.stages
+        all_to_all = comm * shape.sizes.microbatches / shape.stages
         return (1 - 1e-9) * max(work, all_to_all, chain.forward_s + chain.backward_s)
 
     def costs(self, name: str, opts: dict, shape: Context, sched: Schedule):
@@ -194,7 +186,7 @@ class Bounds:
 
         key = (name, tuple(sorted(opts.items())), shape)
         if key not in self.runs:
-            pp, m = shape.stages, _microbatches(shape)
+            pp, m = shape.stages, shape.sizes.microbatches
             try:
                 registry.check_request(name, pp, m, **opts)
             except ValueError:
@@ -215,7 +207,7 @@ class Bounds:
         when the generator refuses."""
         from pipetab.solver.simulate import simulate, stage_kind_table
 
-        m = _microbatches(shape)
+        m = shape.sizes.microbatches
         sched = self.short(name, opts, shape.stages, m)
         if sched is None:
             return None
