@@ -65,55 +65,6 @@ def assert_every_op_once(table, schedule) -> None:
 
 
 @pytest.fixture(scope="session")
-def mini():
-    """``tests.hardware.units.MINI``: the hand-worked transformer (4 layers, h=8, 2 heads,
-    s=4, V=16, classic attention; 872 parameters a layer)."""
-    from tests.hardware.units import MINI
-
-    return MINI
-
-
-@pytest.fixture(scope="session")
-def unit_device():
-    """``tests.hardware.units.UNIT``: 1 MFLOP/s, 1 MB/s, no latencies, efficiency 1."""
-    from tests.hardware.units import UNIT
-
-    return UNIT
-
-
-@pytest.fixture(scope="session")
-def slow_link():
-    """``tests.hardware.units.LINK``: 1 kB/s with 1 ms latency."""
-    from tests.hardware.units import LINK
-
-    return LINK
-
-
-@pytest.fixture(scope="session")
-def tiny_gpt():
-    """The ``tiny_gpt`` preset model: 16 layers, h=256, 4 heads, s=128."""
-    from pipetab.hardware import load_model
-
-    return load_model("tiny_gpt")
-
-
-@pytest.fixture(scope="session")
-def llama3_8b():
-    """The ``llama3_8b`` preset model: 32 dense layers, h=4096, GQA 32/8, s=8192."""
-    from pipetab.hardware import load_model
-
-    return load_model("llama3_8b")
-
-
-@pytest.fixture(scope="session")
-def mixtral_8x7b():
-    """The ``mixtral_8x7b`` preset model: 32 MoE layers of 8 experts (top 2), h=4096, s=4096."""
-    from pipetab.hardware import load_model
-
-    return load_model("mixtral_8x7b")
-
-
-@pytest.fixture(scope="session")
 def dgx_h100_ib():
     """The ``dgx_h100_ib`` preset system: 8 H100 SXM a node on NVLink 4, 400 Gb/s InfiniBand between."""
     from pipetab.hardware import load_system
