@@ -80,10 +80,12 @@ class _BestFirst:
 
     def __init__(self, space: PlanSpace, bounds: Bounds, say, executor=None) -> None:
         self.space, self.bounds, self.say = space, bounds, say
-        # shapes opened side by side on a sweep executor (``parallel``), entered when first needed
-        self.executor = executor if getattr(executor, "workers", 1) > 1 else None
+        # shapes opened side by side on a sweep executor (``parallel``), entered when first needed:
+        # a Dask cluster's workers are known only then (``batch``: 4 shapes per worker)
+        several = executor is not None and (getattr(executor, "name", "") == "dask" or executor.workers > 1)
+        self.executor = executor if several else None
         self.entered = False
-        self.batch = 4 * getattr(executor, "workers", 1)
+        self.batch = 1
         self.token = f"{os.getpid()}-{id(self)}-{time.time_ns()}"
         self.variants = space.variants()
         all_shapes = shapes(space)
@@ -132,6 +134,10 @@ class _BestFirst:
         """Open ``first`` (its time bound ``bound``) and the shapes after it at the top of the
         queue whose bounds are below ``limit`` (at most ``batch``), on the executor when there
         are several."""
+        if self.executor is not None and not self.entered:
+            self.executor.__enter__()
+            self.entered = True
+            self.batch = 4 * self.executor.workers
         batch = [(bound, first)]
         while (self.executor is not None and len(batch) < self.batch and self.heap
                and isinstance(self.heap[0][2], Context) and self.heap[0][0] < limit):
@@ -141,9 +147,6 @@ class _BestFirst:
         if len(batch) == 1 or self.executor is None:
             self._open(first, bound)
             return
-        if not self.entered:
-            self.executor.__enter__()
-            self.entered = True
         found = open_shapes(self.executor, self.token, self.space, [s for _, s in batch])
         for (b, shape), opened in zip(batch, found):
             self._open(shape, b, opened)
