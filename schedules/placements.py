@@ -144,11 +144,6 @@ class FamilyTraits:
         """Whether the family has a stage -> device map (``family_placement``); free has none."""
         return self.family is not PlacementFamily.FREE
 
-    @property
-    def several_per_device(self) -> bool:
-        """Whether a device holds several stages of one pipeline (virtual stages)."""
-        return self.per_device(1, 2) > 1
-
     def num_pipelines(self, pipelines: int = 1) -> int:
         """Its pipelines (``pipelines`` where the family leaves it open: free)."""
         return pipelines if self.pipelines is None else self.pipelines

@@ -153,7 +153,7 @@ def _refuse_options(args) -> None:
          "--waves applies to --placement wave only"),
         (args.chunks is not None and family.size_option != "chunks",
          "--chunks applies to --placement interleaved only"),
-        ((args.devices or args.pipelines) and family.pipelines is not None,
+        ((args.devices or args.pipelines) and family.fixed,
          "--devices and --pipelines apply to --placement free only"),
         (args.devices is not None and args.devices > args.stages * (args.pipelines or 1),
          f"--devices must be at most the stages of the pipelines, {args.stages * (args.pipelines or 1)}: each "

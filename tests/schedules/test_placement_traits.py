@@ -61,7 +61,7 @@ def test_size_options_and_stages_per_device():
     assert traits(INT).stages_per_device(chunks=5) == 5
     assert traits(V).stages_per_device(waves=3, chunks=5) == 2
     assert traits(L).stages_per_device(waves=3, chunks=5) == 1
-    assert {f for f, t in TRAITS.items() if t.several_per_device} == {WAVE, V, INT}
+    assert {f for f, t in TRAITS.items() if t.stages_per_device(waves=1, chunks=2) > 1} == {WAVE, V, INT}
     assert {f for f, t in TRAITS.items() if not t.fixed} == {FREE}
 
 
