@@ -50,7 +50,17 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, NamedTuple
 
 from .context import Context, Precision, Recompute
-from .gemms import check_mb, heads_per_gpu, kv_heads_per_gpu, local_seq, routed_rows
+from .gemms import (
+    ceil_share,
+    check_mb,
+    filled,
+    heads_per_gpu,
+    kv_heads_per_gpu,
+    local_seq,
+    routed_rows,
+    sp_share,
+    whole,
+)
 
 if TYPE_CHECKING:
     from .model import TransformerModel
@@ -82,24 +92,14 @@ class Saved(NamedTuple):
     gemm_input: bool = False
 
 
-def _filled(value: int | None) -> int:
-    if value is None:
-        raise ValueError("a model size that TransformerModel derives on construction is missing")
-    return value
-
-
-def _split(value: int, tp: int) -> int:
-    return -(-value // tp)
-
-
 def _attention(model: TransformerModel, ctx: Context, csb: int) -> list[Saved]:
     """Q, K, V and the attention output (TP split), MLA's latents (replicated)."""
     a = heads_per_gpu(model, ctx.tp)
     if not model.mla:
-        d, kv = _filled(model.head_dim), kv_heads_per_gpu(model, ctx.tp) * _filled(model.head_dim)
+        d, kv = filled(model.head_dim), kv_heads_per_gpu(model, ctx.tp) * filled(model.head_dim)
         return [Saved("q", csb * a * d, "split"), Saved("k", csb * kv, "split"), Saved("v", csb * kv, "split"),
                 Saved("attn_out", csb * a * d, "split", (), True)]
-    qk, dv, up = model.qk_head_dim, _filled(model.v_head_dim), ("mla_up_proj",)
+    qk, dv, up = model.qk_head_dim, filled(model.v_head_dim), ("mla_up_proj",)
     qr, kvr, r = model.q_lora_rank, model.kv_lora_rank, model.qk_rope_head_dim
     return [Saved("mla_latents", csb * (qr + kvr + r), "replicated"),
             Saved("mla_latents_normed", csb * (qr + kvr), "replicated", (), True),
@@ -110,12 +110,12 @@ def _attention(model: TransformerModel, ctx: Context, csb: int) -> list[Saved]:
 def _mlp(model: TransformerModel, ctx: Context, csb: int, moe: bool) -> list[Saved]:
     """A dense MLP's intermediates, or a MoE layer's shared experts' (as an MLP of ``S*f_e``)."""
     n = model.mlp_matrices
-    ffn = model.shared_experts * _filled(model.expert_ffn_hidden) if moe else _filled(model.ffn_hidden)
+    ffn = model.shared_experts * filled(model.expert_ffn_hidden) if moe else filled(model.ffn_hidden)
     if ffn == 0:
         return []
     modules = ("shared_experts", "moe") if moe else ("mlp",)
     name = "shared" if moe else "mlp"
-    whole, out = _split(n * ffn, ctx.tp), _split(ffn, ctx.tp)
+    whole, out = ceil_share(n * ffn, ctx.tp), ceil_share(ffn, ctx.tp)
     return [Saved(f"{name}_act_in", csb * (whole - out), "split", modules),
             Saved(f"{name}_act_out", csb * out, "split", modules, True)]
 
@@ -124,7 +124,7 @@ def _experts(model: TransformerModel, ctx: Context) -> list[Saved]:
     """Per routed token copy: its dispatched input, intermediates and output; the router's
     fp32 probabilities."""
     c, h, n = model.bytes_per_param_compute, model.hidden, model.mlp_matrices
-    f = _split(_filled(model.expert_ffn_hidden), ctx.etp)
+    f = ceil_share(filled(model.expert_ffn_hidden), ctx.etp)
     router = 4 * check_mb(ctx.microbatch_size) * local_seq(model, ctx) / ctx.tp * model.num_experts
     return [Saved("dispatched", ctx.dispatch_precision.bytes_per_element * h, "routed", ("moe",), True),
             Saved("expert_act_in", c * (n - 1) * f, "routed", ("moe",), True),
@@ -172,7 +172,7 @@ def head_saved(model: TransformerModel, ctx: Context) -> tuple[Saved, ...]:
     c, sb = model.bytes_per_param_compute, local_seq(model, ctx) * check_mb(ctx.microbatch_size)
     rows = [Saved("final_norm_in", c * sb * model.hidden, "replicated"),
             Saved("head_in", c * sb * model.hidden, "replicated"),
-            Saved("logits", model.logit_bytes * sb * _split(model.vocab, ctx.tp), "split")]
+            Saved("logits", model.logit_bytes * sb * ceil_share(model.vocab, ctx.tp), "split")]
     if model.mtp_layers:
         rows.append(Saved("mtp_proj_in", 2 * c * sb * model.hidden, "replicated"))
     return tuple(rows)
@@ -194,12 +194,6 @@ def kept_bytes(model: TransformerModel, row: Saved, ctx: Context) -> float:
     return row.nbytes * FP8_CACHE / model.bytes_per_param_compute
 
 
-def _sp(value: float, ctx: Context) -> float:
-    if not ctx.sequence_parallel:
-        return value
-    return _split(value, ctx.tp) if isinstance(value, int) else value / ctx.tp
-
-
 def saved_bytes(model: TransformerModel, ctx: Context, moe: bool = False) -> float:
     """Bytes one layer keeps (not full recomputation): the table's rows that no recompute
     module in effect drops, in their kept precision, summed as ``hardware.layer`` sums
@@ -210,11 +204,11 @@ def saved_bytes(model: TransformerModel, ctx: Context, moe: bool = False) -> flo
     for row in layer_saved(model, ctx, moe):
         if not dropped.intersection(row.dropped_by):
             sums[row.where] += kept_bytes(model, row, ctx)
-    whole = {k: int(v) if float(v).is_integer() else v for k, v in sums.items()}
-    kept = _sp(whole["replicated"], ctx) + whole["split"]
+    whole_sums = {k: whole(v) for k, v in sums.items()}
+    kept = sp_share(whole_sums["replicated"], ctx) + whole_sums["split"]
     if moe:
-        kept += routed_rows(model, ctx) * whole["routed"] + whole["router"]
-    return kept + whole["scores"]
+        kept += routed_rows(model, ctx) * whole_sums["routed"] + whole_sums["router"]
+    return kept + whole_sums["scores"]
 
 
 def module_table(model: TransformerModel, ctx: Context, moe: bool = False) -> list[dict]:

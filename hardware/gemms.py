@@ -53,12 +53,35 @@ class Gemm(NamedTuple):
         return 2 * self.rows * self.k * self.n
 
 
-def _split(value: int, tp: int) -> int:
-    return -(-value // tp)  # ceil: what the busiest GPU holds
+def ceil_share(value: int, tp: int) -> int:
+    """One of ``tp`` GPUs' share of ``value``, rounded up: what the busiest GPU holds."""
+    return -(-value // tp)
+
+
+def filled(value: int | None) -> int:
+    """A size ``TransformerModel`` derives on construction where not given (``head_dim``,
+    ``v_head_dim``, ``ffn_hidden``; ``expert_ffn_hidden`` of a mixture-of-experts model):
+    an integer on every model built."""
+    if value is None:
+        raise ValueError("a model size that TransformerModel derives on construction is missing")
+    return value
+
+
+def sp_share(value: float, ctx: Context) -> float:
+    """One GPU's share of ``value`` bytes kept once per tensor group: ``1/tp`` of it with
+    sequence parallelism (rounded up when whole), all of it without."""
+    if not ctx.sequence_parallel:
+        return value
+    return ceil_share(value, ctx.tp) if isinstance(value, int) else value / ctx.tp
+
+
+def whole(value: float) -> float:
+    """``value`` as an int when it is one (byte counts print and compare as integers)."""
+    return int(value) if float(value).is_integer() else value
 
 
 def heads_per_gpu(model: TransformerModel, tp: int) -> int:
-    return _split(model.heads, tp)
+    return ceil_share(model.heads, tp)
 
 
 def kv_heads_per_gpu(model: TransformerModel, tp: int) -> int:
@@ -125,7 +148,7 @@ def attention_gemms(model: TransformerModel, ctx: Context) -> list[Gemm]:
 def mlp_gemms(model: TransformerModel, ctx: Context, ffn: int, prefix: str = "") -> list[Gemm]:
     """A dense MLP of hidden size ``ffn`` split by TP: up/gate and down."""
     h, t, m, n = model.hidden, ctx.tp, tokens(model, ctx), model.mlp_matrices
-    f = _split(ffn, t)
+    f = ceil_share(ffn, t)
     bias = bool(model.mlp_bias)
     return [_column(f"{prefix}up", m, h, (n - 1) * f, bias), _row(f"{prefix}down", m, f, h, bias)]
 
@@ -135,7 +158,7 @@ def expert_gemms(model: TransformerModel, ctx: Context) -> list[Gemm]:
     h, n = model.hidden, model.mlp_matrices
     local = model.num_experts // ctx.ep
     ffn = model.expert_ffn_hidden or 0  # set on every mixture-of-experts model
-    f = _split(ffn, ctx.etp)
+    f = ceil_share(ffn, ctx.etp)
     rows = routed_rows(model, ctx)
     bias = model.mlp_bias
     out = [Gemm("router", own_tokens(model, ctx), h, model.num_experts, h * model.num_experts, 0, False, False)]

@@ -80,19 +80,23 @@ from typing import TYPE_CHECKING
 
 from .activations import RECOMPUTED_GEMMS, check_modules, saved_bytes
 from .context import Context, Recompute
-from .gemms import Gemm, check_mb, heads_per_gpu, kv_heads_per_gpu, layer_gemms, local_seq, routed_rows
+from .gemms import (
+    Gemm,
+    ceil_share,
+    check_mb,
+    filled,
+    heads_per_gpu,
+    kv_heads_per_gpu,
+    layer_gemms,
+    local_seq,
+    routed_rows,
+    sp_share,
+    whole,
+)
 
 if TYPE_CHECKING:
     from .model import TransformerModel
 
-
-def filled(value: int | None) -> int:
-    """A size ``TransformerModel`` derives on construction where not given (``head_dim``,
-    ``v_head_dim``, ``ffn_hidden``; ``expert_ffn_hidden`` of a mixture-of-experts model):
-    an integer on every model built."""
-    if value is None:
-        raise ValueError("a model size that TransformerModel derives on construction is missing")
-    return value
 
 
 def kv_width_per_gpu(model: TransformerModel, tp: int = 1) -> int:
@@ -101,17 +105,8 @@ def kv_width_per_gpu(model: TransformerModel, tp: int = 1) -> int:
     return kv_heads_per_gpu(model, tp) * filled(model.head_dim)
 
 
-def _split(value: int, tp: int) -> int:
-    return -(-value // tp)  # ceil: what the busiest GPU holds
-
-
 def _mb(ctx: Context) -> int:
     return check_mb(ctx.microbatch_size)
-
-
-def _sp(value: float, ctx: Context) -> float:
-    return _split(value, ctx.tp) if ctx.sequence_parallel and isinstance(value, int) else (
-        value / ctx.tp if ctx.sequence_parallel else value)
 
 
 @lru_cache(maxsize=8192)
@@ -164,7 +159,7 @@ def mtp_params_per_gpu(model: TransformerModel, ctx: Context) -> tuple[int, int]
     MoE layer, the ``2h x h`` projection (split by TP) and three norms each."""
     if not model.mtp_layers:
         return 0, 0
-    one = _split(2 * model.hidden * model.hidden, ctx.tp) + 3 * model.norm_params
+    one = ceil_share(2 * model.hidden * model.hidden, ctx.tp) + 3 * model.norm_params
     layer = layer_params_per_gpu(model, ctx, True)
     return (model.mtp_layers * (one + layer),
             model.mtp_layers * layer_expert_params_per_gpu(model, ctx))
@@ -174,7 +169,7 @@ def stage_params_per_gpu(model: TransformerModel, layers: int, first: bool, last
                          ctx: Context = Context(), first_layer: int = 0) -> int:
     """Parameters of a stage on one GPU (embedding and head split by vocabulary; the MTP
     modules on the last stage)."""
-    table = _split(model.vocab, ctx.tp) * model.hidden
+    table = ceil_share(model.vocab, ctx.tp) * model.hidden
     body = _per_stage(model, first_layer, layers, lambda moe: layer_params_per_gpu(model, ctx, moe))
     end = (table + mtp_params_per_gpu(model, ctx)[0]) if last else 0
     return body + (table if first else 0) + end
@@ -216,7 +211,7 @@ def layer_forward_flops(model: TransformerModel, ctx: Context, moe: bool = False
 
 def head_forward_flops(model: TransformerModel, ctx: Context) -> int:
     """LM head ``2bshV/t``."""
-    return 2 * _mb(ctx) * local_seq(model, ctx) * model.hidden * _split(model.vocab, ctx.tp)
+    return 2 * _mb(ctx) * local_seq(model, ctx) * model.hidden * ceil_share(model.vocab, ctx.tp)
 
 
 def mtp_forward_flops(model: TransformerModel, ctx: Context) -> float:
@@ -224,7 +219,7 @@ def mtp_forward_flops(model: TransformerModel, ctx: Context) -> float:
     an LM head."""
     if not model.mtp_layers:
         return 0
-    proj = 2 * _mb(ctx) * local_seq(model, ctx) * _split(2 * model.hidden * model.hidden, ctx.tp)
+    proj = 2 * _mb(ctx) * local_seq(model, ctx) * ceil_share(2 * model.hidden * model.hidden, ctx.tp)
     return model.mtp_layers * (layer_forward_flops(model, ctx, True) + proj + head_forward_flops(model, ctx))
 
 
@@ -273,7 +268,7 @@ def _tp_split(model: TransformerModel, mb: int, tp: int, moe: bool, s: int) -> i
     """Bytes per layer that TP splits (Q, K, V, attention output, MLP intermediates)."""
     c, f = model.bytes_per_param_compute, filled(model.ffn_hidden)
     ffn = model.shared_experts * filled(model.expert_ffn_hidden) if moe else f
-    return c * s * mb * (_split(model.mlp_matrices * ffn, tp) + _attention_split(model, tp))
+    return c * s * mb * (ceil_share(model.mlp_matrices * ffn, tp) + _attention_split(model, tp))
 
 
 def _experts(model: TransformerModel, ctx: Context) -> float:
@@ -281,7 +276,7 @@ def _experts(model: TransformerModel, ctx: Context) -> float:
     dispatched copies are kept in the dispatch precision (DeepSeek-V3 caches them in FP8)."""
     c = model.bytes_per_param_compute
     kept = ctx.dispatch_precision.bytes_per_element * model.hidden
-    per_copy = kept + c * (model.hidden + model.mlp_matrices * _split(filled(model.expert_ffn_hidden), ctx.etp))
+    per_copy = kept + c * (model.hidden + model.mlp_matrices * ceil_share(filled(model.expert_ffn_hidden), ctx.etp))
     router = 4 * _mb(ctx) * local_seq(model, ctx) / ctx.tp * model.num_experts
     return routed_rows(model, ctx) * per_copy + router
 
@@ -291,12 +286,8 @@ def _kept(model: TransformerModel, ctx: Context, moe: bool) -> float:
     mb, seq = _mb(ctx), local_seq(model, ctx)
     c = model.bytes_per_param_compute
     replicated = _replicated(model, mb, seq) + c * seq * mb * _latents(model)
-    kept = _sp(replicated, ctx) + _tp_split(model, mb, ctx.tp, moe, seq)
+    kept = sp_share(replicated, ctx) + _tp_split(model, mb, ctx.tp, moe, seq)
     return kept + (_experts(model, ctx) if moe else 0)
-
-
-def _whole(value: float) -> float:
-    return int(value) if float(value).is_integer() else value
 
 
 def activation_bytes_per_layer(model: TransformerModel, ctx: Context, moe: bool = False) -> float:
@@ -304,8 +295,8 @@ def activation_bytes_per_layer(model: TransformerModel, ctx: Context, moe: bool 
     docstring); ``sbh(34 + 5as/h)`` for GPT with classic attention at t = 1."""
     mb = _mb(ctx)
     if ctx.recompute is Recompute.FULL:
-        return _sp(model.bytes_per_param_compute * local_seq(model, ctx) * mb * model.hidden, ctx)
-    return _whole(saved_bytes(model, ctx, moe))  # hardware.activations: the per-module table
+        return sp_share(model.bytes_per_param_compute * local_seq(model, ctx) * mb * model.hidden, ctx)
+    return whole(saved_bytes(model, ctx, moe))  # hardware.activations: the per-module table
 
 
 def recompute_flops(model: TransformerModel, ctx: Context, moe: bool = False) -> float:
@@ -358,10 +349,10 @@ def weight_memory_bytes_per_layer(model: TransformerModel, ctx: Context, moe: bo
     most its activation (module docstring); ``c*s*b*(8h + 2f)`` for GPT at t = 1."""
     elements = 0.0
     for g in _gemms(model, ctx, moe):
-        elements += (_sp(g.rows * g.k, ctx) if g.x_replicated else g.rows * g.k)
-        elements += (_sp(g.rows * g.n, ctx) if g.dy_replicated else g.rows * g.n)
+        elements += (sp_share(g.rows * g.k, ctx) if g.x_replicated else g.rows * g.k)
+        elements += (sp_share(g.rows * g.n, ctx) if g.dy_replicated else g.rows * g.n)
     part = model.bytes_per_param_compute * elements
-    return _whole(min(part, activation_bytes_per_layer(model, ctx, moe)))
+    return whole(min(part, activation_bytes_per_layer(model, ctx, moe)))
 
 
 def stage_activation_bytes(model: TransformerModel, ctx: Context, layers: int, first_layer: int = 0) -> float:
@@ -382,23 +373,23 @@ def head_activation_bytes(model: TransformerModel, ctx: Context) -> float:
     if model.logit_bytes == 0:
         return 0
     sb = local_seq(model, ctx) * mb
-    inputs = _sp(2 * model.bytes_per_param_compute * sb * model.hidden, ctx)
-    head = inputs + model.logit_bytes * sb * _split(model.vocab, ctx.tp)
+    inputs = sp_share(2 * model.bytes_per_param_compute * sb * model.hidden, ctx)
+    head = inputs + model.logit_bytes * sb * ceil_share(model.vocab, ctx.tp)
     if model.mtp_layers:
-        proj = _sp(2 * model.bytes_per_param_compute * sb * model.hidden, ctx)
+        proj = sp_share(2 * model.bytes_per_param_compute * sb * model.hidden, ctx)
         head += model.mtp_layers * (activation_bytes_per_layer(model, ctx, True) + proj + head)
-    return _whole(head)
+    return whole(head)
 
 
 def layer_forward_traffic(model: TransformerModel, ctx: Context, moe: bool = False) -> float:
     """``c*P_layer/t + 2*(activation without scores)`` bytes (module docstring)."""
     params = layer_params_per_gpu(model, ctx, moe)
-    return _whole(model.bytes_per_param_compute * params + 2 * _kept(model, ctx, moe))
+    return whole(model.bytes_per_param_compute * params + 2 * _kept(model, ctx, moe))
 
 
 def head_forward_traffic(model: TransformerModel, ctx: Context) -> int:
     """``c*V*h/t + 2*c*b*s*V/t`` bytes (weights read; logits written and read)."""
-    c, v = model.bytes_per_param_compute, _split(model.vocab, ctx.tp)
+    c, v = model.bytes_per_param_compute, ceil_share(model.vocab, ctx.tp)
     return c * v * model.hidden + 2 * c * _mb(ctx) * local_seq(model, ctx) * v
 
 

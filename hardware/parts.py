@@ -55,6 +55,7 @@ from .context import Precision, Recompute
 from .gemms import (
     Gemm,
     check_mb,
+    filled,
     heads_per_gpu,
     kv_heads_per_gpu,
     layer_gemms,
@@ -64,7 +65,7 @@ from .gemms import (
     tokens,
 )
 from .kernels import attention_time, gemm_terms, gemm_time, memory_time
-from .layer import attention_core_flops, filled
+from .layer import attention_core_flops
 from .overheads import run_factor
 
 if TYPE_CHECKING:
