@@ -11,12 +11,14 @@ per GPU type (the presets' [F] values; cells they were fitted to are marked ``fi
   calibrate`` to the Zero Bubble paper's 6.2B profile (Table 6, p = 8, m = 24, interior
   stage). Predicted: the other three models' op times, every Table 4 step time, ratio,
   ranking and memory, Megatron SC'21 Table 1, Korthikanti et al. 2022.
-* H100 (``dgx_h100_ib``): the GEMM efficiency fitted to Llama 3 405B's 430 TFLOP/s per GPU
-  on 8,192 GPUs; predicted: the 16,384-GPU run.
+* H100 (``dgx_h100_ib``): kernels as measured on an H200, the run overhead fitted to Llama 3
+  405B's 430 TFLOP/s per GPU on 8,192 GPUs; predicted: the 16,384-GPU run.
 
 Sources: experiments/zero_bubble_data.py (Zero Bubble Tables 3, 4, 6) and
 experiments/fidelity_data.py (Megatron, Korthikanti, Llama 3).
 Run: python -m experiments.bench_fidelity [--csv docs/bench/fidelity.csv] [--md docs/fidelity.md]
+[--band pipetab/plan/fidelity_band.toml] (it runs ``experiments.fidelity_band`` too: the
+leave-one-source-out folds, written beside the CSV, and plan's band).
 """
 
 from __future__ import annotations
@@ -273,8 +275,9 @@ def llama3(h100) -> list[dict]:
     return rows
 
 
-def run() -> list[dict]:
-    a100, h100 = load_system("a100_cluster"), load_system("dgx_h100_ib")
+def run(a100=None, h100=None) -> list[dict]:
+    """Every cell, on the presets (or the given A100 and H100 systems: a refit of their constants)."""
+    a100, h100 = a100 or load_system("a100_cluster"), h100 or load_system("dgx_h100_ib")
     return zero_bubble_ops(a100) + zero_bubble_steps(a100) + megatron(a100) + korthikanti(a100) + llama3(h100)
 
 
@@ -291,11 +294,18 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--csv", default=str(ROOT / "docs" / "bench" / "fidelity.csv"))
     parser.add_argument("--md", default=str(ROOT / "docs" / "fidelity.md"))
+    parser.add_argument("--band", default=str(ROOT / "pipetab" / "plan" / "fidelity_band.toml"),
+                        help="where the band plan prints goes (the folds' CSVs go beside --csv)")
     args = parser.parse_args(argv)
     rows = run()
     write_csv(rows, Path(args.csv))
+    from . import fidelity_band
+
+    loso, constants = (str(Path(args.csv).with_name(n)) for n in ("fidelity_loso.csv", "fidelity_loso_constants.csv"))
+    fidelity_band.main(["--loso-csv", loso, "--constants-csv", constants, "--out", args.band])
+    band = fidelity_band.band(Path(loso), Path(constants))
     write_markdown(rows, Path(args.md), {"zb": REFERENCE, "megatron": MEGATRON_REF, "korthikanti": KORTHIKANTI_REF,
-                                         "llama3": LLAMA3_REF})
+                                         "llama3": LLAMA3_REF}, band)
     misses = [r for r in rows if r["status"] == "miss"]
     print(f"{len(rows)} cells: {sum(r['status'] == 'ok' for r in rows)} within target, {len(misses)} missed, "
           f"{sum(r['status'] == 'fitted' for r in rows)} fitted; wrote {args.csv} and {args.md}")

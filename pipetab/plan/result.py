@@ -152,8 +152,8 @@ class Plan:
             "cpsat": list(self.cpsat_notes), "notes": list(self.notes), "runtime_s": round(self.runtime_s, 3),
             "configurations": self._configurations_with_band(),
             "band": {"relative": fidelity_band(), "source": "pipetab/plan/fidelity_band.toml",
-                     "meaning": "step times +-relative: the development set's error (90th percentile, "
-                                "docs/fidelity.md)"},
+                     "meaning": "step times +-relative: the development set's error, each source left out "
+                                "of the fit (90th percentile, docs/fidelity.md)"},
             "certificate": None if self.certificate is None else self.certificate.as_dict(),
         }
 
@@ -247,9 +247,9 @@ _BAND = Path(__file__).with_name("fidelity_band.toml")
 
 @lru_cache(maxsize=1)
 def fidelity_band() -> float:
-    """The relative error band of a step time (0.1038 for +-10.38 %): the development set's
-    cross-checked error (``pipetab/plan/fidelity_band.toml``, written by
-    ``python -m experiments.fidelity_band`` from docs/bench/fidelity.csv)."""
+    """The relative error band of a step time (0.127 for +-12.7 %): the development set's
+    leave-one-source-out error (``pipetab/plan/fidelity_band.toml``, written by
+    ``python -m experiments.fidelity_band`` from refits without each source)."""
     with _BAND.open("rb") as f:
         return float(tomllib.load(f)["band_pct"]) / 100
 

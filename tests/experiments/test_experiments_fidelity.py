@@ -16,13 +16,28 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.fixture(scope="module")
 def fresh(tmp_path_factory):
     out = tmp_path_factory.mktemp("fidelity")
-    assert bench_fidelity.main(["--csv", str(out / "f.csv"), "--md", str(out / "f.md")]) == 0
+    assert bench_fidelity.main(["--csv", str(out / "f.csv"), "--md", str(out / "f.md"),
+                                "--band", str(out / "band.toml")]) == 0
     return out
 
 
 def test_committed_csv_and_page_are_current(fresh):
     assert (fresh / "f.csv").read_text() == (ROOT / "docs" / "bench" / "fidelity.csv").read_text()
     assert (fresh / "f.md").read_text() == (ROOT / "docs" / "fidelity.md").read_text()
+
+
+def test_committed_folds_and_band_are_current(fresh):
+    """The leave-one-source-out refits (experiments.fidelity_band) as committed; only the
+    sources a constant is fitted to change any constant in their fold."""
+    import csv
+
+    for name in ("fidelity_loso.csv", "fidelity_loso_constants.csv"):
+        assert (fresh / name).read_text() == (ROOT / "docs" / "bench" / name).read_text(), name
+    stored = (ROOT / "pipetab" / "plan" / "fidelity_band.toml").read_text()
+    assert (fresh / "band.toml").read_text() == stored
+    refits = list(csv.DictReader((fresh / "fidelity_loso_constants.csv").open()))
+    assert {r["left_out"] for r in refits} == {"Zero Bubble", "Llama 3"}
+    assert {r["status"] for r in csv.DictReader((fresh / "fidelity_loso.csv").open())} <= {"ok", "miss"}
 
 
 def test_every_cell_has_a_verdict_and_the_fits_are_named(fresh):
