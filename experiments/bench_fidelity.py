@@ -9,8 +9,9 @@ per GPU type (the presets' [F] values; cells they were fitted to are marked ``fi
 
 * A100 (``a100_cluster``): GEMM and memory-bound efficiencies fitted by ``pipetab
   calibrate`` to the Zero Bubble paper's 6.2B profile (Table 6, p = 8, m = 24, interior
-  stage). Predicted: the other three models' op times, every Table 4 step time, ratio,
-  ranking and memory, Megatron SC'21 Table 1, Korthikanti et al. 2022.
+  stage), NVLink's share for pipeline messages to its T_comm inside a node. Predicted:
+  the other three models' op times, every Table 4 step time, ratio, ranking and memory,
+  Megatron SC'21 Table 1, Korthikanti et al. 2022.
 * H100 (``dgx_h100_ib``): kernels as measured on an H200, the run overhead fitted to Llama 3
   405B's 430 TFLOP/s per GPU on 8,192 GPUs; predicted: the 16,384-GPU run.
 
@@ -25,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-from dataclasses import replace
 from pathlib import Path
 
 from pipetab.hardware import Context, TransformerModel, load_model, load_system
@@ -58,6 +58,7 @@ ZB_PRESET = {"1.5B": "zb_1p5b", "6.2B": "zb_6p2b", "14.6B": "zb_14p6b", "28.3B":
 ZB_SCHEDULES = {"1F1B": ("1f1b", False), "1F1B-I": ("interleaved", True), "ZB-1p": ("zb-h1", False),
                 "ZB-2p": ("zb-h2", False)}
 ZB_CALIBRATION = ("6.2B", 24)
+MEGATRON_RUNTIME = ("1F1B", "1F1B-I")  # Zero Bubble's baselines: Megatron-LM's schedules, blocking sends
 
 
 def cell(study: str, table: str, config: str, quantity: str, unit: str, measured: float, predicted: float,
@@ -103,19 +104,18 @@ def zero_bubble_ops(a100) -> list[dict]:
 
 
 def _zb_run(key: str, m: int, column: str, a100) -> tuple[float, float, bool]:
-    """One Table 4 run. 1F1B-I: ``layers // p`` chunks per device (every chunk a whole
-    layer); 28.3B has fewer layers (62) than 2 x 32 chunks, so it runs the authors' 64
-    chunk layers (its two extra layers stand for the end stages' embedding and head)."""
+    """One Table 4 run. 1F1B-I as the paper ran it: "each transformer layer serves as a
+    chunk", the embedding and the LM head with the loss a chunk each (v = (L + 2) / p; the
+    layout ``E|t|...|t|L``). 1F1B and 1F1B-I are Megatron-LM's schedules, whose sends block
+    (``overlap_p2p`` False); ZB-1p and ZB-2p run the authors' own runtime."""
     spec = MODELS[key]
     name, chunked = ZB_SCHEDULES[column]
     model = load_model(ZB_PRESET[key])
-    opts = {}
+    opts, layout = {}, None
     if chunked:
-        v = spec.layers // spec.pipelines
-        if v < 2:
-            v, model = spec.chunks, replace(model, num_layers=spec.chunk_layers)
-        opts = {"chunks": v}
-    ctx = Context(microbatch_size=spec.microbatch_size, seq_len=spec.sequence)
+        opts, layout = {"chunks": spec.chunks}, "E|" + "t|" * model.num_layers + "L"
+    ctx = Context(microbatch_size=spec.microbatch_size, seq_len=spec.sequence, layout=layout,
+                  overlap_p2p=column not in MEGATRON_RUNTIME)
     return _simulate(name, opts, spec.pipelines, m, a100, model, ctx)
 
 
@@ -184,7 +184,7 @@ def megatron(a100) -> list[dict]:
         dp = r.gpus // (r.tp * r.pp)
         m = r.batch // (dp * r.microbatch)
         ctx = Context(tp=r.tp, dp=dp, sequence_parallel=False, zero=0, overlap=False, microbatch_size=r.microbatch,
-                      recompute="full")
+                      recompute="full", overlap_p2p=False)
         name, opts = ("interleaved", {"chunks": r.chunks}) if r.chunks > 1 else ("1f1b", {})
         step, _, fits = _simulate(name, opts, r.pp, m, a100, model, ctx)
         s, h, v, n = 2048, r.hidden, 51200, r.layers
@@ -212,7 +212,7 @@ def _korthikanti_step(r, present: bool, a100) -> tuple[float, bool]:
     model = _gpt(r.name, r.layers, r.hidden, r.heads, r.batch)
     m = r.batch // r.microbatch
     ctx = Context(tp=r.tp, sequence_parallel=present, microbatch_size=r.microbatch,
-                  recompute="selective" if present else "full")
+                  recompute="selective" if present else "full", overlap_p2p=False)
     if r.pp > 1:
         step, _, fits = _simulate("1f1b", {}, r.pp, m, a100, model, ctx)
         return step, fits

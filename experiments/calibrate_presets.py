@@ -34,6 +34,11 @@ What it produces (``python -m experiments.calibrate_presets``; the presets and
   term fitted to a cluster run — the stretch of its ops' kernel time Llama 3 405B's 8,192-GPU run
   (430 TFLOP/s per GPU, Dubey et al. 2024, Table 4) loses beyond its kernels and messages
   as modelled, the kernels at the values above. ``h800_ib`` has no run to fit and none.
+* ``a100_cluster``'s ``p2p_efficiency``: the share of NVLink a pipeline message reaches,
+  from the Zero Bubble paper's measured message times (T_comm, Table 6) inside one node
+  (``a100_p2p_efficiency``); no other source measures it, so the fold without Zero Bubble
+  keeps the link's bandwidth (1). The Hopper presets keep 1: no message time of theirs is
+  in the development set.
 * ``a100_cluster``'s ``compute_efficiency`` and ``mem_efficiency``: ``pipetab calibrate``
   of the Zero Bubble paper's 6.2B profile (Table 6, p = 8, m = 24; A100 op times); the
   Hopper presets' ``mem_efficiency`` is the same value (no Hopper memory-bound kernel is
@@ -156,6 +161,32 @@ def a100_efficiencies() -> tuple[float, float]:
     return round(fit.compute_efficiency, 3), round(fit.mem_efficiency, 3)
 
 
+def a100_p2p_efficiency() -> float:
+    """``a100_cluster``'s ``p2p_efficiency``: the share of NVLink's bandwidth a pipeline
+    message reaches, from the Zero Bubble paper's measured T_comm (Table 6) of the runs
+    inside one node (p = 8: the 1.5B and 6.2B models, three m each): the median over them
+    of ``bytes / (T_comm - latency)`` over the link's bandwidth, 3 decimals; ``bytes`` is the
+    activation an interior stage sends (``stage_cost``)."""
+    from pipetab.hardware import Context, load_model
+    from pipetab.hardware.costs import stage_cost
+    from pipetab.hardware.loaders import load_system
+
+    from .bench_fidelity import ZB_PRESET
+    from .zero_bubble_data import MODELS, PROFILES
+
+    a100 = load_system("a100_cluster")
+    link, rates = a100.intra_node_link, []
+    assert link is not None and a100.devices_per_node == 8
+    for prof in PROFILES:
+        spec = MODELS[prof.model]
+        if spec.pipelines > a100.devices_per_node:
+            continue  # hops between nodes too: not NVLink's rate alone
+        ctx = Context(microbatch_size=spec.microbatch_size, seq_len=spec.sequence)
+        cost = stage_cost(load_model(ZB_PRESET[prof.model]), a100.device, ctx, spec.chunks, first=False, last=False)
+        rates.append(cost.fwd_message_bytes / (prof.t_comm / 1e3 - link.latency_s))
+    return round(statistics.median(rates) / link.bandwidth, 3)
+
+
 def a100_efficiencies_from_layers() -> tuple[float, float]:
     """``a100_cluster``'s GEMM and memory-bound efficiencies fitted to Korthikanti et al.'s
     per-layer forward and backward times of the 22B model (Table 4; module docstring), 3 decimals."""
@@ -241,8 +272,9 @@ def preset_values(without: str | None = None) -> dict[str, dict[str, float]]:
               "fp8_compute_efficiency": gemm_efficiency(True, launch), "compute_latency_s": launch,
               "mem_efficiency": a100_m}
     overhead = run_overhead_from_mixtral(hopper) if without == "Llama 3" else run_overhead(hopper)
+    a100_p2p = 1.0 if without == "Zero Bubble" else a100_p2p_efficiency()  # no other source measures it
     return {"dgx_h100_ib": {**hopper, "run_overhead": overhead}, "h800_ib": dict(hopper),
-            "a100_cluster": {"compute_efficiency": a100_c, "mem_efficiency": a100_m}}
+            "a100_cluster": {"compute_efficiency": a100_c, "mem_efficiency": a100_m, "p2p_efficiency": a100_p2p}}
 
 
 def fitted_system(preset: str, values: dict[str, dict[str, float]]):

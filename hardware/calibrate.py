@@ -212,7 +212,7 @@ def system_to_toml(system: System, note: str = "") -> str:
     for key in ("peak_flops", "compute_efficiency", "compute_latency_s", "mem_bandwidth",
                 "mem_efficiency", "mem_latency_s", "memory_bytes", "reserved_bytes",
                 "efficiency_half_tokens", "fp8_peak_flops", "attention_efficiency", "fp8_compute_efficiency",
-                "run_overhead"):
+                "run_overhead", "p2p_efficiency"):
         lines.append(f"{key} = {toml_value(float(getattr(d, key)))}")
     if d.kernels:
         lines += [f"sm_count = {d.sm_count}", f"tile_m = {d.tile_m}", f"tile_n = {d.tile_n}"]

@@ -93,6 +93,9 @@ class Device:
     seconds stretched by ``1 + run_overhead`` (``hardware.overheads``).
     ``ep_kernels`` names the expert-parallel all-to-all kernels (``hardware.overlap``:
     the SMs they hold slow the compute they overlap in a pair; empty: they hold none).
+    ``p2p_efficiency`` is the share of the intra-node link's bandwidth a pipeline message
+    reaches (NCCL's send/receive runs on a few channels, well below what its collectives
+    draw from NVLink; ``Topology.pipeline_link``); 1 (default): the link's bandwidth.
     """
 
     peak_flops: float
@@ -113,9 +116,11 @@ class Device:
     ep_kernels: str = ""
     fp8_compute_efficiency: float = 0.0
     run_overhead: float = 0.0
+    p2p_efficiency: float = 1.0
 
     def __post_init__(self) -> None:
         _positive("peak_flops", self.peak_flops, "FLOP/s")
+        _fraction("p2p_efficiency", self.p2p_efficiency)
         _fraction("compute_efficiency", self.compute_efficiency)
         _non_negative("compute_latency_s", self.compute_latency_s)
         _positive("mem_bandwidth", self.mem_bandwidth, "bytes/s")
