@@ -304,8 +304,10 @@ def main(argv: list[str] | None = None) -> int:
     loso, constants = (str(Path(args.csv).with_name(n)) for n in ("fidelity_loso.csv", "fidelity_loso_constants.csv"))
     fidelity_band.main(["--loso-csv", loso, "--constants-csv", constants, "--out", args.band])
     band = fidelity_band.band(Path(loso), Path(constants))
+    with open(loso, encoding="utf-8") as fh:
+        loso_rows = list(csv.DictReader(fh))
     write_markdown(rows, Path(args.md), {"zb": REFERENCE, "megatron": MEGATRON_REF, "korthikanti": KORTHIKANTI_REF,
-                                         "llama3": LLAMA3_REF}, band)
+                                         "llama3": LLAMA3_REF}, band, loso_rows)
     misses = [r for r in rows if r["status"] == "miss"]
     print(f"{len(rows)} cells: {sum(r['status'] == 'ok' for r in rows)} within target, {len(misses)} missed, "
           f"{sum(r['status'] == 'fitted' for r in rows)} fitted; wrote {args.csv} and {args.md}")

@@ -160,10 +160,17 @@ def _intro(band: dict) -> str:
                         time_cells=band["time_cells"])
 
 
-def write_markdown(rows: list[dict], path: Path, refs: dict[str, str], band: dict) -> None:
-    """The page: intro, summary, one table per study and table, why cells miss, sources
-    (``band``: ``experiments.fidelity_band.band()``, the leave-one-source-out folds)."""
-    lines = [_intro(band), "## Summary", "", *_summary(rows, band), ""]
+def write_markdown(rows: list[dict], path: Path, refs: dict[str, str], band: dict, loso: list[dict]) -> None:
+    """The page: intro, summary, error classes, one table per study and table, why cells
+    miss, sources (``band``: ``experiments.fidelity_band.band()``; ``loso``: the
+    leave-one-source-out cells)."""
+    from .fidelity_classes import class_table
+
+    lines = [_intro(band), "## Summary", "", *_summary(rows, band), "", "## Error classes", "",
+             "Every cell outside its target, by what the model lacks (`experiments/fidelity_classes.py`), "
+             "priced on the presets and with its source left out of the fit; fast / slow: a time or "
+             "throughput predicted too fast / too slow, high / low: a ratio or memory.", "",
+             *class_table(rows, loso), ""]
     for study in dict.fromkeys(r["study"] for r in rows):
         for table in dict.fromkeys(r["table"] for r in rows if r["study"] == study):
             mine = [r for r in rows if (r["study"], r["table"]) == (study, table)]
