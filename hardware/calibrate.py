@@ -215,7 +215,8 @@ def system_to_toml(system: System, note: str = "") -> str:
                 "run_overhead", "p2p_efficiency"):
         lines.append(f"{key} = {toml_value(float(getattr(d, key)))}")
     if d.kernels:
-        lines += [f"sm_count = {d.sm_count}", f"tile_m = {d.tile_m}", f"tile_n = {d.tile_n}"]
+        lines += [f"sm_count = {d.sm_count}", f"tile_m = {d.tile_m}", f"tile_n = {d.tile_n}",
+                  f"collective_sms = {d.collective_sms}"]
     for key in ("attention_backend", "ep_kernels"):
         if getattr(d, key):
             lines.append(f"{key} = {toml_value(getattr(d, key))}")

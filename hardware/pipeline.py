@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from pipetab.schedules.ops import Kind
 
-from .collectives import bucketed_exposed, buckets
+from .collectives import buckets, sm_shared_exposed
 from .context import Context, Recompute
 from .costs import StageCost, allreduce_time, optimizer_time, stage_cost
 from .gemms import check_mb
@@ -218,8 +218,9 @@ def _fabric_sync(layout: Topology, model: TransformerModel, device: int, params:
     """Exposed data-parallel sync seconds on a system with a ``Fabric``: dense and expert
     gradients in Megatron's buckets (``collectives.buckets``), each bucket a collective as
     NCCL runs it (``Topology.collective``), overlapped with the last backward
-    (``collectives.bucketed_exposed``); with ZeRO the weights' all-gather likewise with the
-    first forward. Without ``overlap`` all of it is exposed."""
+    (``collectives.sm_shared_exposed``: the compute they overlap slowed by the SMs NCCL's
+    kernels hold, ``Device.collective_sms``); with ZeRO the weights' all-gather likewise
+    with the first forward. Without ``overlap`` all of it is exposed."""
     par = layout.context
     groups = [(params - expert_params, par.replicas, lambda n, k: layout.dp_collective(n, device, k))]
     if expert_params:
@@ -241,7 +242,9 @@ def _fabric_sync(layout: Topology, model: TransformerModel, device: int, params:
         return reduce + gather
     last_bwd = min(c.weight_s if split else c.backward_s for c in stage_costs)
     first_fwd = min(c.forward_s for c in stage_costs)
-    return bucketed_exposed(reduce, last_bwd, count) + bucketed_exposed(gather, first_fwd, count)
+    dev = layout.system.device
+    share = dev.collective_sms / dev.sm_count if dev.sm_count else 0.0  # NCCL's kernels' SMs
+    return sm_shared_exposed(reduce, last_bwd, count, share) + sm_shared_exposed(gather, first_fwd, count, share)
 
 
 Part = tuple[int, int, bool, bool]  # (first layer, layers, embedding, head) of a stage
