@@ -444,4 +444,4 @@ class Context:
                 "layout": None if self.layout is None else self.layout.megatron(),
                 "recompute_layers": None if self.recompute_layers is None else list(self.recompute_layers),
                 "recompute_modules": ",".join(self.recompute_modules),
-                "activation_precision": str(self.activation_precision)}
+                "activation_precision": str(self.activation_precision), "overlap_p2p": self.overlap_p2p}
