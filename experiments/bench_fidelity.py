@@ -9,21 +9,23 @@ per GPU type (the presets' [F] values; cells they were fitted to are marked ``fi
 
 * A100 (``a100_cluster``): GEMM and memory-bound efficiencies fitted by ``pipetab
   calibrate`` to the Zero Bubble paper's 6.2B profile (Table 6, p = 8, m = 24, interior
-  stage). Predicted: the other three models' op times, every Table 4 step time, ratio,
-  ranking and memory, Megatron SC'21 Table 1, Korthikanti et al. 2022.
-* H100 (``dgx_h100_ib``): the GEMM efficiency fitted to Llama 3 405B's 430 TFLOP/s per GPU
-  on 8,192 GPUs; predicted: the 16,384-GPU run.
+  stage), NVLink's share for pipeline messages to its T_comm inside a node. Predicted:
+  the other three models' op times, every Table 4 step time, ratio, ranking and memory,
+  Megatron SC'21 Table 1, Korthikanti et al. 2022.
+* H100 (``dgx_h100_ib``): kernels as measured on an H200, the run overhead fitted to Llama 3
+  405B's 430 TFLOP/s per GPU on 8,192 GPUs; predicted: the 16,384-GPU run.
 
 Sources: experiments/zero_bubble_data.py (Zero Bubble Tables 3, 4, 6) and
 experiments/fidelity_data.py (Megatron, Korthikanti, Llama 3).
 Run: python -m experiments.bench_fidelity [--csv docs/bench/fidelity.csv] [--md docs/fidelity.md]
+[--band pipetab/plan/fidelity_band.toml] (it runs ``experiments.fidelity_band`` too: the
+leave-one-source-out folds, written beside the CSV, and plan's band).
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
-from dataclasses import replace
 from pathlib import Path
 
 from pipetab.hardware import Context, TransformerModel, load_model, load_system
@@ -56,6 +58,7 @@ ZB_PRESET = {"1.5B": "zb_1p5b", "6.2B": "zb_6p2b", "14.6B": "zb_14p6b", "28.3B":
 ZB_SCHEDULES = {"1F1B": ("1f1b", False), "1F1B-I": ("interleaved", True), "ZB-1p": ("zb-h1", False),
                 "ZB-2p": ("zb-h2", False)}
 ZB_CALIBRATION = ("6.2B", 24)
+MEGATRON_RUNTIME = ("1F1B", "1F1B-I")  # Zero Bubble's baselines: Megatron-LM's schedules, blocking sends
 
 
 def cell(study: str, table: str, config: str, quantity: str, unit: str, measured: float, predicted: float,
@@ -101,19 +104,18 @@ def zero_bubble_ops(a100) -> list[dict]:
 
 
 def _zb_run(key: str, m: int, column: str, a100) -> tuple[float, float, bool]:
-    """One Table 4 run. 1F1B-I: ``layers // p`` chunks per device (every chunk a whole
-    layer); 28.3B has fewer layers (62) than 2 x 32 chunks, so it runs the authors' 64
-    chunk layers (its two extra layers stand for the end stages' embedding and head)."""
+    """One Table 4 run. 1F1B-I as the paper ran it: "each transformer layer serves as a
+    chunk", the embedding and the LM head with the loss a chunk each (v = (L + 2) / p; the
+    layout ``E|t|...|t|L``). 1F1B and 1F1B-I are Megatron-LM's schedules, whose sends block
+    (``overlap_p2p`` False); ZB-1p and ZB-2p run the authors' own runtime."""
     spec = MODELS[key]
     name, chunked = ZB_SCHEDULES[column]
     model = load_model(ZB_PRESET[key])
-    opts = {}
+    opts, layout = {}, None
     if chunked:
-        v = spec.layers // spec.pipelines
-        if v < 2:
-            v, model = spec.chunks, replace(model, num_layers=spec.chunk_layers)
-        opts = {"chunks": v}
-    ctx = Context(microbatch_size=spec.microbatch_size, seq_len=spec.sequence)
+        opts, layout = {"chunks": spec.chunks}, "E|" + "t|" * model.num_layers + "L"
+    ctx = Context(microbatch_size=spec.microbatch_size, seq_len=spec.sequence, layout=layout,
+                  overlap_p2p=column not in MEGATRON_RUNTIME)
     return _simulate(name, opts, spec.pipelines, m, a100, model, ctx)
 
 
@@ -182,7 +184,7 @@ def megatron(a100) -> list[dict]:
         dp = r.gpus // (r.tp * r.pp)
         m = r.batch // (dp * r.microbatch)
         ctx = Context(tp=r.tp, dp=dp, sequence_parallel=False, zero=0, overlap=False, microbatch_size=r.microbatch,
-                      recompute="full")
+                      recompute="full", overlap_p2p=False)
         name, opts = ("interleaved", {"chunks": r.chunks}) if r.chunks > 1 else ("1f1b", {})
         step, _, fits = _simulate(name, opts, r.pp, m, a100, model, ctx)
         s, h, v, n = 2048, r.hidden, 51200, r.layers
@@ -210,7 +212,7 @@ def _korthikanti_step(r, present: bool, a100) -> tuple[float, bool]:
     model = _gpt(r.name, r.layers, r.hidden, r.heads, r.batch)
     m = r.batch // r.microbatch
     ctx = Context(tp=r.tp, sequence_parallel=present, microbatch_size=r.microbatch,
-                  recompute="selective" if present else "full")
+                  recompute="selective" if present else "full", overlap_p2p=False)
     if r.pp > 1:
         step, _, fits = _simulate("1f1b", {}, r.pp, m, a100, model, ctx)
         return step, fits
@@ -273,8 +275,9 @@ def llama3(h100) -> list[dict]:
     return rows
 
 
-def run() -> list[dict]:
-    a100, h100 = load_system("a100_cluster"), load_system("dgx_h100_ib")
+def run(a100=None, h100=None) -> list[dict]:
+    """Every cell, on the presets (or the given A100 and H100 systems: a refit of their constants)."""
+    a100, h100 = a100 or load_system("a100_cluster"), h100 or load_system("dgx_h100_ib")
     return zero_bubble_ops(a100) + zero_bubble_steps(a100) + megatron(a100) + korthikanti(a100) + llama3(h100)
 
 
@@ -291,11 +294,20 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--csv", default=str(ROOT / "docs" / "bench" / "fidelity.csv"))
     parser.add_argument("--md", default=str(ROOT / "docs" / "fidelity.md"))
+    parser.add_argument("--band", default=str(ROOT / "pipetab" / "plan" / "fidelity_band.toml"),
+                        help="where the band plan prints goes (the folds' CSVs go beside --csv)")
     args = parser.parse_args(argv)
     rows = run()
     write_csv(rows, Path(args.csv))
+    from . import fidelity_band
+
+    loso, constants = (str(Path(args.csv).with_name(n)) for n in ("fidelity_loso.csv", "fidelity_loso_constants.csv"))
+    fidelity_band.main(["--loso-csv", loso, "--constants-csv", constants, "--out", args.band])
+    band = fidelity_band.band(Path(loso), Path(constants))
+    with open(loso, encoding="utf-8") as fh:
+        loso_rows = list(csv.DictReader(fh))
     write_markdown(rows, Path(args.md), {"zb": REFERENCE, "megatron": MEGATRON_REF, "korthikanti": KORTHIKANTI_REF,
-                                         "llama3": LLAMA3_REF})
+                                         "llama3": LLAMA3_REF}, band, loso_rows)
     misses = [r for r in rows if r["status"] == "miss"]
     print(f"{len(rows)} cells: {sum(r['status'] == 'ok' for r in rows)} within target, {len(misses)} missed, "
           f"{sum(r['status'] == 'fitted' for r in rows)} fitted; wrote {args.csv} and {args.md}")

@@ -121,9 +121,10 @@ def _err(predicted: float, measured: float | None) -> float | None:
     return None if measured is None else round(100 * (predicted / measured - 1), 1)
 
 
-def run_published(p: tuple) -> dict:
+def run_published(p: tuple, system_override=None) -> dict:
+    """One published run priced as run (on ``system_override`` instead of its preset when given)."""
     label, model, nodes, gpn, system, batch, ctx_args, name, opts, precision, step, tokens, tflops, source = p
-    m, sys_ = load_model(model), cluster(system, nodes, gpn)
+    m, sys_ = load_model(model), cluster(system_override or system, nodes, gpn)
     pp = ctx_args["pp"]
     ctx = Context(global_batch=batch, seq_len=m.seq_len, gemm_precision=precision, **ctx_args)
     ctx = ctx.resolved(m, batch // (ctx.dp * ctx.microbatch_size))  # type: ignore[operator]

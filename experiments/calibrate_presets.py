@@ -34,10 +34,25 @@ What it produces (``python -m experiments.calibrate_presets``; the presets and
   term fitted to a cluster run — the stretch of its ops' kernel time Llama 3 405B's 8,192-GPU run
   (430 TFLOP/s per GPU, Dubey et al. 2024, Table 4) loses beyond its kernels and messages
   as modelled, the kernels at the values above. ``h800_ib`` has no run to fit and none.
+* ``a100_cluster``'s ``p2p_efficiency``: the share of NVLink a pipeline message reaches,
+  from the Zero Bubble paper's measured message times (T_comm, Table 6) inside one node
+  (``a100_p2p_efficiency``); no other source measures it, so the fold without Zero Bubble
+  keeps the link's bandwidth (1). The Hopper presets keep 1: no message time of theirs is
+  in the development set.
 * ``a100_cluster``'s ``compute_efficiency`` and ``mem_efficiency``: ``pipetab calibrate``
   of the Zero Bubble paper's 6.2B profile (Table 6, p = 8, m = 24; A100 op times); the
   Hopper presets' ``mem_efficiency`` is the same value (no Hopper memory-bound kernel is
   fitted: the H200's HBM is faster than the H100's).
+
+**Leave one source out** (``preset_values(without=study)``, ``experiments.fidelity_band``):
+every value above refitted without one study of ``bench_fidelity``. A constant whose source
+is left out is fitted to the development set's next source of the same kind instead: the
+A100 efficiencies to Korthikanti et al.'s ten per-layer times of the 22B model (Table 4, one
+layer, TP 8, with and without sequence parallelism and recomputation; the same least squares
+as ``pipetab calibrate``, ``hardware.calibrate.fit_kernel_ops``), the H100 run overhead to
+Mixtral 8x7B on 64 H100s (468 TFLOP/s per GPU, the Megatron-LM MoE README run of
+``docs/moe.md``, priced as ``experiments.bench_moe`` prices it). The GPU measurements are
+no study's cells and stay in every fold.
 """
 
 from __future__ import annotations
@@ -146,6 +161,87 @@ def a100_efficiencies() -> tuple[float, float]:
     return round(fit.compute_efficiency, 3), round(fit.mem_efficiency, 3)
 
 
+def a100_p2p_efficiency() -> float:
+    """``a100_cluster``'s ``p2p_efficiency``: the share of NVLink's bandwidth a pipeline
+    message reaches, from the Zero Bubble paper's measured T_comm (Table 6) of the runs
+    inside one node (p = 8: the 1.5B and 6.2B models, three m each): the median over them
+    of ``bytes / (T_comm - latency)`` over the link's bandwidth, 3 decimals; ``bytes`` is the
+    activation an interior stage sends (``stage_cost``)."""
+    from pipetab.hardware import Context, load_model
+    from pipetab.hardware.costs import stage_cost
+    from pipetab.hardware.loaders import load_system
+
+    from .bench_fidelity import ZB_PRESET
+    from .zero_bubble_data import MODELS, PROFILES
+
+    a100 = load_system("a100_cluster")
+    link, rates = a100.intra_node_link, []
+    assert link is not None and a100.devices_per_node == 8
+    for prof in PROFILES:
+        spec = MODELS[prof.model]
+        if spec.pipelines > a100.devices_per_node:
+            continue  # hops between nodes too: not NVLink's rate alone
+        ctx = Context(microbatch_size=spec.microbatch_size, seq_len=spec.sequence)
+        cost = stage_cost(load_model(ZB_PRESET[prof.model]), a100.device, ctx, spec.chunks, first=False, last=False)
+        rates.append(cost.fwd_message_bytes / (prof.t_comm / 1e3 - link.latency_s))
+    return round(statistics.median(rates) / link.bandwidth, 3)
+
+
+def a100_efficiencies_from_layers() -> tuple[float, float]:
+    """``a100_cluster``'s GEMM and memory-bound efficiencies fitted to Korthikanti et al.'s
+    per-layer forward and backward times of the 22B model (Table 4; module docstring), 3 decimals."""
+    from pipetab.hardware import Context
+    from pipetab.hardware.calibrate import fit_kernel_ops
+    from pipetab.hardware.costs import stage_cost
+    from pipetab.hardware.loaders import load_system
+    from pipetab.hardware.parts import stage_parts
+    from pipetab.schedules.ops import Kind
+
+    from .bench_fidelity import _gpt
+    from .fidelity_data import KORTHIKANTI, KORTHIKANTI_LAYER
+
+    a100, r = load_system("a100_cluster"), KORTHIKANTI[0]
+    model = _gpt(r.name, r.layers, r.hidden, r.heads, r.batch)
+    ops = []
+    for (sp, recompute), (f_ms, b_ms) in KORTHIKANTI_LAYER.items():
+        ctx = Context(tp=8, sequence_parallel=sp, microbatch_size=r.microbatch, recompute=recompute, seq_len=2048)
+        cost = stage_cost(model, a100.device, ctx, 1, first=False, last=False, tp_link=a100.intra_node_link)
+        for kind, ms, comm in ((Kind.F, f_ms, cost.tp_comm_forward_s), (Kind.B, b_ms, cost.tp_comm_backward_s)):
+            parts = stage_parts(model, ctx, 1, first=False, last=False, first_layer=0, kind=kind, split_backward=False)
+            ops.append((kind.name, ms / 1e3, parts, comm))
+    e_c, e_m, _, _ = fit_kernel_ops(ops, a100.device)
+    return round(e_c, 3), round(e_m, 3)
+
+
+def _bisect(tflops, target: float) -> float:
+    """The run overhead in [0, 1] at which ``tflops(overhead)`` (falling with it) meets
+    ``target``; bisection, 3 decimals."""
+    low, high = 0.0, 1.0
+    for _ in range(40):
+        mid = (low + high) / 2
+        low, high = (mid, high) if tflops(mid) > target else (low, mid)
+    return round((low + high) / 2, 3)
+
+
+def run_overhead_from_mixtral(kernel_values: dict[str, float]) -> float:
+    """``dgx_h100_ib``'s run overhead fitted to Mixtral 8x7B on 64 H100s instead of Llama 3
+    (468 TFLOP/s per GPU; module docstring), the kernels at ``kernel_values``."""
+    from dataclasses import replace
+
+    from pipetab.hardware.loaders import load_system
+
+    from . import bench_moe
+
+    run = next(p for p in bench_moe.PUBLISHED if p[0] == "mixtral-8x7b 64 H100")
+    base = load_system("dgx_h100_ib")
+
+    def tflops(x: float) -> float:
+        device = replace(base.device, **kernel_values, run_overhead=x)
+        return float(bench_moe.run_published(run, replace(base, device=device))["predicted_tflops"])
+
+    return _bisect(tflops, run[12])
+
+
 def run_overhead(kernel_values: dict[str, float]) -> float:
     """``dgx_h100_ib``'s run overhead: the stretch of every op's kernel seconds
     (``hardware.overheads``) at which Llama 3 405B on 8,192 H100s reaches the 430 TFLOP/s per GPU Meta measured
@@ -164,23 +260,31 @@ def run_overhead(kernel_values: dict[str, float]) -> float:
         device = replace(base.device, **kernel_values, run_overhead=x)
         return float(llama3(replace(base, device=device))[0]["predicted"])
 
-    target = next(r.tflops for r in LLAMA3 if r.gpus == 8192)
-    low, high = 0.0, 1.0
-    for _ in range(40):
-        mid = (low + high) / 2
-        low, high = (mid, high) if tflops(mid) > target else (low, mid)
-    return round((low + high) / 2, 3)
+    return _bisect(tflops, next(r.tflops for r in LLAMA3 if r.gpus == 8192))
 
 
-def preset_values() -> dict[str, dict[str, float]]:
-    """Every [F] value of the system presets, by preset and key (module docstring)."""
+def preset_values(without: str | None = None) -> dict[str, dict[str, float]]:
+    """Every [F] value of the system presets, by preset and key (module docstring); with
+    ``without`` (a study of ``bench_fidelity``), fitted without that study's cells."""
     launch = launch_s()
-    a100_c, a100_m = a100_efficiencies()
+    a100_c, a100_m = a100_efficiencies_from_layers() if without == "Zero Bubble" else a100_efficiencies()
     hopper = {"compute_efficiency": gemm_efficiency(False, launch),
               "fp8_compute_efficiency": gemm_efficiency(True, launch), "compute_latency_s": launch,
               "mem_efficiency": a100_m}
-    return {"dgx_h100_ib": {**hopper, "run_overhead": run_overhead(hopper)}, "h800_ib": dict(hopper),
-            "a100_cluster": {"compute_efficiency": a100_c, "mem_efficiency": a100_m}}
+    overhead = run_overhead_from_mixtral(hopper) if without == "Llama 3" else run_overhead(hopper)
+    a100_p2p = 1.0 if without == "Zero Bubble" else a100_p2p_efficiency()  # no other source measures it
+    return {"dgx_h100_ib": {**hopper, "run_overhead": overhead}, "h800_ib": dict(hopper),
+            "a100_cluster": {"compute_efficiency": a100_c, "mem_efficiency": a100_m, "p2p_efficiency": a100_p2p}}
+
+
+def fitted_system(preset: str, values: dict[str, dict[str, float]]):
+    """The system ``preset`` with its fitted device values replaced by ``values[preset]``."""
+    from dataclasses import replace
+
+    from pipetab.hardware.loaders import load_system
+
+    system = load_system(preset)
+    return replace(system, device=replace(system.device, **values.get(preset, {})))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -212,10 +212,11 @@ def system_to_toml(system: System, note: str = "") -> str:
     for key in ("peak_flops", "compute_efficiency", "compute_latency_s", "mem_bandwidth",
                 "mem_efficiency", "mem_latency_s", "memory_bytes", "reserved_bytes",
                 "efficiency_half_tokens", "fp8_peak_flops", "attention_efficiency", "fp8_compute_efficiency",
-                "run_overhead"):
+                "run_overhead", "p2p_efficiency"):
         lines.append(f"{key} = {toml_value(float(getattr(d, key)))}")
     if d.kernels:
-        lines += [f"sm_count = {d.sm_count}", f"tile_m = {d.tile_m}", f"tile_n = {d.tile_n}"]
+        lines += [f"sm_count = {d.sm_count}", f"tile_m = {d.tile_m}", f"tile_n = {d.tile_n}",
+                  f"collective_sms = {d.collective_sms}"]
     for key in ("attention_backend", "ep_kernels"):
         if getattr(d, key):
             lines.append(f"{key} = {toml_value(getattr(d, key))}")
@@ -267,7 +268,33 @@ def _calibrate_kernels(profile: Profile, model: TransformerModel, system: System
                                 split_backward=split)
             ops.append((kind.name, t, parts, comm))
     dev = system.device
+    e_c, e_m, raw, mem_identified = fit_kernel_ops(ops, dev)
+    _check_efficiency(profile, system, "compute", raw[0])
+    if mem_identified:
+        _check_efficiency(profile, system, "memory", raw[1])
+    fitted_dev = replace(dev, compute_efficiency=e_c, mem_efficiency=e_m)
+    kinds = []
+    for name in ("F", "B", "W") if split else ("F", "B"):
+        mine = [o for o in ops if o[0] == name]
+        fitted_s = sum(sum(p.time(fitted_dev) * n for p, n in parts) + comm for _, _, parts, comm in mine)
+        kinds.append(OpFit(name, sum(o[1] for o in mine), fitted_s, e_c))
+    bound = sum(1 for _, _, parts, _ in ops for p, _ in parts if p.terms(fitted_dev)[1] > 0)
+    fitted_system = replace(system, device=fitted_dev, name=f"{system.name}_calibrated",
+                            summary=f"{system.summary} (efficiencies fitted to profile {profile.name})")
+    return Calibration(fitted_system, e_c, e_m, mem_identified and bound > 0, tuple(kinds), bound, len(ops))
+
+
+KernelOp = tuple[str, float, list, float]
+"""A measured op for the kernel model's fit: (kind, measured seconds, its parts with counts
+(``parts.stage_parts``), tensor-parallel collective seconds)."""
+
+
+def fit_kernel_ops(ops: list[KernelOp], dev: Device) -> tuple[float, float, tuple[float, float], bool]:
+    """The kernel model's least-squares fit of ``ops`` (module docstring), starting from
+    ``dev``'s efficiencies: (compute, memory efficiency, both before the cap at 1, whether
+    the memory efficiency was identified)."""
     e_c, e_m = dev.compute_efficiency, dev.mem_efficiency
+    raw, mem_identified = (e_c, e_m), False
     for _ in range(30):
         now = replace(dev, compute_efficiency=e_c, mem_efficiency=e_m)
         rows = []
@@ -283,16 +310,4 @@ def _calibrate_kernels(profile: Profile, model: TransformerModel, system: System
         if abs(new[0] - e_c) < 1e-9 and abs(new[1] - e_m) < 1e-9:
             break
         e_c, e_m = new
-    _check_efficiency(profile, system, "compute", raw[0])
-    if mem_identified:
-        _check_efficiency(profile, system, "memory", raw[1])
-    fitted_dev = replace(dev, compute_efficiency=e_c, mem_efficiency=e_m)
-    kinds = []
-    for name in ("F", "B", "W") if split else ("F", "B"):
-        mine = [o for o in ops if o[0] == name]
-        fitted_s = sum(sum(p.time(fitted_dev) * n for p, n in parts) + comm for _, _, parts, comm in mine)
-        kinds.append(OpFit(name, sum(o[1] for o in mine), fitted_s, e_c))
-    bound = sum(1 for _, _, parts, _ in ops for p, _ in parts if p.terms(fitted_dev)[1] > 0)
-    fitted_system = replace(system, device=fitted_dev, name=f"{system.name}_calibrated",
-                            summary=f"{system.summary} (efficiencies fitted to profile {profile.name})")
-    return Calibration(fitted_system, e_c, e_m, mem_identified and bound > 0, tuple(kinds), bound, len(ops))
+    return e_c, e_m, raw, mem_identified

@@ -193,6 +193,19 @@ def bucketed_exposed(total: float, window: float, count: int) -> float:
     return max(total / k, total - window * (k - 1) / k)
 
 
+def sm_shared_exposed(total: float, window: float, count: int, share: float) -> float:
+    """``bucketed_exposed`` with the collective's kernels holding ``share`` of the SMs while
+    they run (``Device.collective_sms / sm_count``): the compute they overlap runs at ``1 -
+    share`` meanwhile, so a window doing ``W`` seconds of full-speed work beside ``T_ov``
+    seconds of overlapped reduction lasts ``W + share * T_ov``; that stretch adds to what
+    stays exposed, ``share * (T - exposed)`` (the buckets' readiness is kept as at full
+    speed). ``share`` 0: ``bucketed_exposed``."""
+    if not 0 <= share < 1:
+        raise ValueError(f"the collective's share of the SMs must be in [0, 1), got {share!r}")
+    bare = bucketed_exposed(total, window, count)
+    return bare + share * (total - bare)
+
+
 @dataclass(frozen=True)
 class FabricGroup:
     """A group's collectives on a ``Fabric`` (what ``Topology.fabric_group`` finds), small

@@ -152,8 +152,10 @@ class Context:
     stage 3), ``overlap`` of the data-parallel reduction with the last backward,
     ``microbatch_size`` and ``global_batch`` in sequences, ``seq_len`` in tokens,
     ``recompute``, ``cp_comm``, ``layout``, ``recompute_layers``, ``gemm_precision`` (bf16,
-    or fp8 GEMMs at the GPU's fp8 peak: ``hardware.kernels``). ``Context()`` is one GPU per
-    stage and one replica."""
+    or fp8 GEMMs at the GPU's fp8 peak: ``hardware.kernels``), ``overlap_p2p`` (False: each
+    pipeline send blocks its sender's compute, as Megatron-LM runs its send/receive pairs
+    without ``--overlap-p2p-communication``; ``hardware.pipeline``). ``Context()`` is one
+    GPU per stage and one replica."""
 
     tp: int = 1
     dp: int = 1
@@ -178,6 +180,7 @@ class Context:
     recompute_layers: tuple[int, ...] | None = None
     recompute_modules: tuple[str, ...] = ()
     activation_precision: Precision = Precision.BF16
+    overlap_p2p: bool = True
 
     def __post_init__(self) -> None:
         for what in ("tp", "dp", "ep", "etp", "cp"):
@@ -210,7 +213,7 @@ class Context:
             object.__setattr__(self, "sequence_parallel", self.tp > 1)
         if self.zero is None:
             object.__setattr__(self, "zero", 1 if self.replicas > 1 else 0)
-        for what in ("sequence_parallel", "overlap", "reshard_after_forward"):
+        for what in ("sequence_parallel", "overlap", "reshard_after_forward", "overlap_p2p"):
             if not isinstance(getattr(self, what), bool):
                 raise ValueError(f"{what} must be true or false, got {getattr(self, what)!r}")
         if self.zero not in ZERO_STAGES or isinstance(self.zero, bool):
@@ -441,4 +444,4 @@ class Context:
                 "layout": None if self.layout is None else self.layout.megatron(),
                 "recompute_layers": None if self.recompute_layers is None else list(self.recompute_layers),
                 "recompute_modules": ",".join(self.recompute_modules),
-                "activation_precision": str(self.activation_precision)}
+                "activation_precision": str(self.activation_precision), "overlap_p2p": self.overlap_p2p}

@@ -164,6 +164,9 @@ DECISIONS: tuple[Decision, ...] = (
     Decision("overlap", bool, "do not overlap the data-parallel gradient reduction with the last backward",
              "--no-overlap", plan=Enumerate.PINNED, megatron="--overlap-grad-reduce",
              needs=Needs(lambda v: v["dp"] > 1, "--dp > 1", "data")),
+    Decision("overlap_p2p", bool, "pipeline sends block their sender until they are through, as Megatron-LM runs "
+             "its send/receive pairs without --overlap-p2p-comm (default: a message only delays its receiver)",
+             "--no-overlap-p2p", plan=Enumerate.PINNED, megatron="--overlap-p2p-comm"),
     Decision("microbatch_size", int, "sequences per microbatch (default: global batch / (dp x microbatches))",
              "--microbatch-size", maximum=MAX_MICROBATCH_SIZE, plan=Enumerate.CANDIDATES,
              plan_flag="--microbatch-sizes", space="microbatch_sizes",
@@ -261,6 +264,7 @@ class ContextSpace:
     zero: int | None = None
     sequence_parallel: bool = True
     overlap: bool = True
+    overlap_p2p: bool = True
     dispatch_precision: str = "bf16"
     routing_imbalance: float = 1.0
     node_limit: int | None = None

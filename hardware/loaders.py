@@ -180,7 +180,8 @@ _DEVICE_KEYS = {k: float for k in (
 _DEVICE_OPTIONAL = {"reserved_bytes": float, "efficiency_half_tokens": float, "sm_count": int, "tile_m": int,
                     "tile_n": int, "fp8_peak_flops": float, "attention_efficiency": float,
                     "attention_backend": str, "ep_kernels": str,
-                    "fp8_compute_efficiency": float, "run_overhead": float}
+                    "fp8_compute_efficiency": float, "run_overhead": float, "p2p_efficiency": float,
+                    "collective_sms": int}
 _LINK_KEYS = {"bandwidth": float, "latency_s": float}
 _READ_APART = ("device", "default_link", "intra_node_link")  # tables with rules of their own (below)
 

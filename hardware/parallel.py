@@ -192,9 +192,12 @@ class Topology:
         """One Hockney link for a message of a whole activation between pipeline devices
         ``a`` and ``b``: each of the ``tp x cp`` GPU pairs carries ``1/(tp cp)`` of it in
         parallel over the slowest of their links; without sequence parallelism each
-        receiving tensor group then all-gathers its ``1/cp`` (module docstring)."""
+        receiving tensor group then all-gathers its ``1/cp`` (module docstring). A pair inside
+        a node sends at ``p2p_efficiency`` of the intra-node link."""
         t, c = self.context.tp, self.context.cp
-        pairs = self._pair_links(a, b)
+        intra, share = self.system.intra_node_link, self.system.device.p2p_efficiency
+        # NCCL's send/receive reaches only a share of NVLink (Device.p2p_efficiency)
+        pairs = [Link(p.bandwidth * share, p.latency_s) if p == intra else p for p in self._pair_links(a, b)]
         slow = Link(min(p.bandwidth for p in pairs), max(p.latency_s for p in pairs))
         inverse_bw, latency = 1 / (t * c * slow.bandwidth), slow.latency_s
         if t > 1 and not self.context.sequence_parallel:
@@ -234,8 +237,8 @@ class Topology:
         """The ``pp`` pipeline devices as a ``System`` whose links are ``pipeline_link``
         (its device is the cluster's GPU: op costs are per GPU)."""
         c = self.context
-        if c.tp == 1 and c.dp == 1 and c.cp == 1:
-            return self.system  # GPU r is pipeline device r
+        if c.tp == 1 and c.dp == 1 and c.cp == 1 and self.system.device.p2p_efficiency == 1.0:
+            return self.system  # GPU r is pipeline device r, messages at the links' rates
         return _pipeline_system(self.system, c.tp, c.dp, bool(c.sequence_parallel), self.pp, c.parallel_label,
                                 c.cp)
 

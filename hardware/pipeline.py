@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from pipetab.schedules.ops import Kind
 
-from .collectives import bucketed_exposed, buckets
+from .collectives import buckets, sm_shared_exposed
 from .context import Context, Recompute
 from .costs import StageCost, allreduce_time, optimizer_time, stage_cost
 from .gemms import check_mb
@@ -218,8 +218,9 @@ def _fabric_sync(layout: Topology, model: TransformerModel, device: int, params:
     """Exposed data-parallel sync seconds on a system with a ``Fabric``: dense and expert
     gradients in Megatron's buckets (``collectives.buckets``), each bucket a collective as
     NCCL runs it (``Topology.collective``), overlapped with the last backward
-    (``collectives.bucketed_exposed``); with ZeRO the weights' all-gather likewise with the
-    first forward. Without ``overlap`` all of it is exposed."""
+    (``collectives.sm_shared_exposed``: the compute they overlap slowed by the SMs NCCL's
+    kernels hold, ``Device.collective_sms``); with ZeRO the weights' all-gather likewise
+    with the first forward. Without ``overlap`` all of it is exposed."""
     par = layout.context
     groups = [(params - expert_params, par.replicas, lambda n, k: layout.dp_collective(n, device, k))]
     if expert_params:
@@ -241,7 +242,9 @@ def _fabric_sync(layout: Topology, model: TransformerModel, device: int, params:
         return reduce + gather
     last_bwd = min(c.weight_s if split else c.backward_s for c in stage_costs)
     first_fwd = min(c.forward_s for c in stage_costs)
-    return bucketed_exposed(reduce, last_bwd, count) + bucketed_exposed(gather, first_fwd, count)
+    dev = layout.system.device
+    share = dev.collective_sms / dev.sm_count if dev.sm_count else 0.0  # NCCL's kernels' SMs
+    return sm_shared_exposed(reduce, last_bwd, count, share) + sm_shared_exposed(gather, first_fwd, count, share)
 
 
 Part = tuple[int, int, bool, bool]  # (first layer, layers, embedding, head) of a stage
@@ -287,8 +290,9 @@ def _blend_chains(base: StageCost, full: StageCost, x: float):
 
 
 def _stage_costs(schedule: Schedule, system: System, model: TransformerModel, ctx: Context,
-                 parts: list[list[Part]], links: DeviceLinks) -> list[tuple[StageCost, ...]]:
-    """Every stage's ``StageCost`` (per-stage recomputation blended in: ``blend``)."""
+                 parts: list[list[Part]], links: DeviceLinks, pipeline_system: System) -> list[tuple[StageCost, ...]]:
+    """Every stage's ``StageCost`` (per-stage recomputation blended in: ``blend``; blocking
+    sends: ``_blocking_sends`` on ``pipeline_system``, whose devices are the schedule's)."""
     plain = ctx.even  # the same stage costs whatever the layout
     recomputed = ctx.recompute_layers if ctx.recompute is not Recompute.FULL else None
     full = plain.replace(recompute=Recompute.FULL, recompute_modules=())  # what a recomputed layer costs
@@ -305,9 +309,27 @@ def _stage_costs(schedule: Schedule, system: System, model: TransformerModel, ct
             cost = priced(plain)
             if recomputed is not None and recomputed[s]:
                 cost = blend(cost, priced(full), recomputed[s])
-            out.append(cost)
+            out.append(cost if ctx.overlap_p2p else _blocking_sends(schedule, pipeline_system, p, s, cost))
         stages.append(tuple(out))
     return stages
+
+
+def _blocking_sends(schedule: Schedule, system: System, p: int, s: int, cost: StageCost) -> StageCost:
+    """``cost`` with its sends blocking (``Context.overlap_p2p`` False): Megatron-LM's
+    blocking send/receive pairs hold the sender until its message is through, so a forward
+    lasts its compute plus the Hockney time of its output to the next stage's device, a
+    backward its compute plus its input gradient's to the previous one; the message is then
+    part of the op, and what is left on the link is its latency (the bytes are zeroed). A
+    stage whose neighbour is on its own device sends nothing."""
+    device, last = schedule.placement.device, schedule.num_stages(p) - 1
+    here = device(p, s)
+    forward = system.message_time(here, device(p, s + 1), cost.fwd_message_bytes) if s < last else 0.0
+    backward = system.message_time(here, device(p, s - 1), cost.bwd_message_bytes) if s > 0 else 0.0
+    if forward == 0.0 and backward == 0.0:
+        return cost
+    return replace(cost, forward_s=cost.forward_s + forward, backward_s=cost.backward_s + backward,
+                   fwd_message_bytes=0 if forward else cost.fwd_message_bytes,
+                   bwd_message_bytes=0 if backward else cost.bwd_message_bytes)
 
 
 def schedule_costs(schedule: Schedule, system: System, model: TransformerModel,
@@ -336,7 +358,7 @@ def schedule_costs(schedule: Schedule, system: System, model: TransformerModel,
     for s, (r, (_, n, _, _)) in enumerate(zip(ctx.recompute_layers or (), parts[0])):
         if r > n:
             raise ValueError(f"recompute layers: stage {s} holds {n} layers, so at most {n} can recompute, got {r}")
-    stages = _stage_costs(schedule, system, model, ctx, parts, DeviceLinks(topology, model))
+    stages = _stage_costs(schedule, system, model, ctx, parts, DeviceLinks(topology, model), topology.pipeline_system)
     n = schedule.num_devices
     params, experts = [0] * n, [0] * n
     held: list[list[StageCost]] = [[] for _ in range(n)]

@@ -93,6 +93,12 @@ class Device:
     seconds stretched by ``1 + run_overhead`` (``hardware.overheads``).
     ``ep_kernels`` names the expert-parallel all-to-all kernels (``hardware.overlap``:
     the SMs they hold slow the compute they overlap in a pair; empty: they hold none).
+    ``p2p_efficiency`` is the share of the intra-node link's bandwidth a pipeline message
+    reaches (NCCL's send/receive runs on a few channels, well below what its collectives
+    draw from NVLink; ``Topology.pipeline_link``); 1 (default): the link's bandwidth.
+    ``collective_sms`` is how many SMs NCCL's collective kernels hold while a data-parallel
+    reduction or gather runs beside the compute it overlaps (``hardware.collectives
+    .sm_shared_exposed``); 0 (default): none.
     """
 
     peak_flops: float
@@ -113,9 +119,12 @@ class Device:
     ep_kernels: str = ""
     fp8_compute_efficiency: float = 0.0
     run_overhead: float = 0.0
+    p2p_efficiency: float = 1.0
+    collective_sms: int = 0
 
     def __post_init__(self) -> None:
         _positive("peak_flops", self.peak_flops, "FLOP/s")
+        _fraction("p2p_efficiency", self.p2p_efficiency)
         _fraction("compute_efficiency", self.compute_efficiency)
         _non_negative("compute_latency_s", self.compute_latency_s)
         _positive("mem_bandwidth", self.mem_bandwidth, "bytes/s")
@@ -127,10 +136,14 @@ class Device:
         for what, unit in (("peak_flops", "FLOP/s"), ("mem_bandwidth", "bytes/s"), ("memory_bytes", "bytes"),
                            ("compute_latency_s", "s"), ("mem_latency_s", "s")):
             _in_range(what, getattr(self, what), unit)
-        for what in ("sm_count", "tile_m", "tile_n"):
+        for what in ("sm_count", "tile_m", "tile_n", "collective_sms"):
             value = getattr(self, what)
-            if isinstance(value, bool) or not isinstance(value, int) or value < (0 if what == "sm_count" else 1):
-                raise ValueError(f"{what} must be an integer >= {0 if what == 'sm_count' else 1}, got {value!r}")
+            least = 0 if what in ("sm_count", "collective_sms") else 1
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise ValueError(f"{what} must be an integer >= {least}, got {value!r}")
+        if self.collective_sms and not self.collective_sms < self.sm_count:
+            raise ValueError(f"collective_sms must be below sm_count ({self.sm_count}): NCCL's kernels leave the "
+                             f"compute some SMs, got {self.collective_sms!r}")
         _non_negative("fp8_peak_flops", self.fp8_peak_flops, "FLOP/s")
         if not isinstance(self.attention_backend, str):
             raise ValueError(f"attention_backend must be a string, got {self.attention_backend!r}")

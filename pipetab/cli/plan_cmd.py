@@ -60,8 +60,8 @@ what the output says:
   PPxTPxDP     pipeline stages x tensor-parallel GPUs per stage x data-parallel replicas
   b x m        sequences per microbatch x microbatches per replica in one step
   recompute    activations recomputed in the backward: none, selective (attention scores), full
-  step (s)     simulated time of one training step, +- the band of the development set's error
-               (docs/fidelity.md); tokens/s: global batch x sequence / step
+  step (s)     simulated time of one training step, +- the band of the development set's error,
+               each source left out of the fit (docs/fidelity.md); tokens/s: global batch x sequence / step
   # with ~     its step time differs from #1's by less than that band: indistinguishable
   MFU          model FLOPs utilisation: the model's FLOPs of the step (3 x forward, no
                recomputation, attention unmasked as Megatron counts it) / (step x GPUs x
@@ -416,8 +416,8 @@ def _band_line(result) -> str:
 
     tied = sum(indistinguishable(result.configurations))
     which = f"; {tied} marked ~ differ from #1 by less: indistinguishable from it" if tied else ""
-    return (f"step times \u00b1{100 * fidelity_band():.1f} %: the development set's error (90th percentile, "
-            f"docs/fidelity.md){which}")
+    return (f"step times \u00b1{100 * fidelity_band():.1f} %: the development set's error with each source left "
+            f"out of the fit (90th percentile, docs/fidelity.md){which}")
 
 
 def _memory_line(result) -> str:

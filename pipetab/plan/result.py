@@ -150,9 +150,19 @@ class Plan:
             "candidates": self.candidates, "pruned_by_memory_bound": self.pruned_memory,
             "pruned_by_time_bound": self.pruned_time, "simulated": self.simulated, "refinements": self.refined,
             "cpsat": list(self.cpsat_notes), "notes": list(self.notes), "runtime_s": round(self.runtime_s, 3),
-            "configurations": [c.as_dict() for c in self.configurations],
+            "configurations": self._configurations_with_band(),
+            "band": {"relative": fidelity_band(), "source": "pipetab/plan/fidelity_band.toml",
+                     "meaning": "step times +-relative: the development set's error, each source left out "
+                                "of the fit (90th percentile, docs/fidelity.md)"},
             "certificate": None if self.certificate is None else self.certificate.as_dict(),
         }
+
+    def _configurations_with_band(self) -> list[dict]:
+        """Each configuration's dict with its band (low and high seconds) and whether its step
+        time is indistinguishable from #1's, as the terminal marks it ``~``."""
+        b, tied = fidelity_band(), indistinguishable(self.configurations)
+        return [{**c.as_dict(), "step_time_low_s": c.step_time_s * (1 - b), "step_time_high_s": c.step_time_s * (1 + b),
+                 "indistinguishable_from_first": t} for c, t in zip(self.configurations, tied)]
 
 
 def configuration(space: PlanSpace, name: str, opts: dict, shape: Context, sched: Schedule, costs,
@@ -237,9 +247,9 @@ _BAND = Path(__file__).with_name("fidelity_band.toml")
 
 @lru_cache(maxsize=1)
 def fidelity_band() -> float:
-    """The relative error band of a step time (0.1038 for +-10.38 %): the development set's
-    cross-checked error (``pipetab/plan/fidelity_band.toml``, written by
-    ``python -m experiments.fidelity_band`` from docs/bench/fidelity.csv)."""
+    """The relative error band of a step time (0.135 for +-13.5 %): the development set's
+    leave-one-source-out error (``pipetab/plan/fidelity_band.toml``, written by
+    ``python -m experiments.fidelity_band`` from refits without each source)."""
     with _BAND.open("rb") as f:
         return float(tomllib.load(f)["band_pct"]) / 100
 

@@ -280,7 +280,8 @@ def shape(space: PlanSpace, pp: int, tp: int, dp: int, microbatch_size: int, rec
     options with a mixture-of-experts model); ``zero`` None: the space's (or its default)."""
     zero = space.zeros(dp * cp)[0] if zero is None else zero
     ctx = Context(tp=tp, dp=dp, pp=pp, cp=cp, sequence_parallel=tp > 1 and space.sequence_parallel,
-                  zero=zero if dp * cp > 1 else 0, overlap=space.overlap, microbatch_size=microbatch_size,
+                  zero=zero if dp * cp > 1 else 0, overlap=space.overlap, overlap_p2p=space.overlap_p2p,
+                  microbatch_size=microbatch_size,
                   global_batch=space.global_batch, seq_len=space.model.seq_len, recompute=recompute_of(recompute),
                   cp_comm=cp_comm_of(space.cp_comm if cp > 1 else "p2p"),
                   reshard_after_forward=space.reshard_after_forward if zero == 3 else True,

@@ -33,6 +33,7 @@ File format (every key optional unless marked)::
     routing_imbalance = 1.2                 #   (gemm_precision, node_limit, recompute_layers):
                                             #   every decision of hardware.decisions.DECISIONS
     overlap = true                          #   overlap the DP reduction (default true)
+    overlap_p2p = false                     #   pipeline sends block their sender (default true)
     global_batch = 1024                     #   sequences per step (default: the model's); the
     microbatch_size = 1                     #   microbatch is global_batch / (dp x B), or fixed
     seq = 8192                              #   tokens per sequence (default: the model's)
@@ -527,6 +528,10 @@ def _parse_cluster_extras(doc: dict) -> dict:
                                                                   "grid.cluster.recompute_modules", str))
         except ValueError as exc:
             raise ConfigError(str(exc).replace("recompute modules", "grid.cluster.recompute_modules", 1)) from None
+    if "overlap_p2p" in doc:
+        if not isinstance(doc["overlap_p2p"], bool):
+            raise ConfigError(f"grid.cluster.overlap_p2p must be true or false, got {doc['overlap_p2p']!r}")
+        out["overlap_p2p"] = doc["overlap_p2p"]
     if "reshard_after_forward" in doc:
         if not isinstance(doc["reshard_after_forward"], bool) or doc.get("zero") != 3:
             raise ConfigError("grid.cluster.reshard_after_forward must be true or false, with zero = 3")

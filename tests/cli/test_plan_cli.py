@@ -5,6 +5,7 @@ import json
 import pytest
 
 from pipetab.cli import main
+from pipetab.plan.result import fidelity_band
 
 QUICK = ["plan", "--model", "llama3_8b", "--nodes", "1", "--gpus-per-node", "8", "--global-batch", "32",
          "--cpsat-shapes", "0", "--top", "4", "--quiet"]
@@ -32,6 +33,14 @@ def test_plan_json_schema_and_ranking(capsys, tmp_path):
         assert c["tokens_per_s"] == pytest.approx(32 * 8192 / c["step_time_s"])
     assert [c["step_time_s"] for c in confs] == sorted(c["step_time_s"] for c in confs)
     assert (tmp_path / "p.png").stat().st_size > 10_000
+    band = doc["band"]["relative"]
+    assert band == fidelity_band()
+    for c in confs:  # the band the terminal prints as +-, and its ~ marks
+        assert c["step_time_low_s"] == pytest.approx(c["step_time_s"] * (1 - band))
+        assert c["step_time_high_s"] == pytest.approx(c["step_time_s"] * (1 + band))
+    first = confs[0]["step_time_s"]
+    assert [c["indistinguishable_from_first"] for c in confs] == \
+        [i > 0 and c["fits"] and c["step_time_s"] <= first * (1 + band) for i, c in enumerate(confs)]
 
 
 def test_plan_text_and_no_progress_when_piped(capsys):

@@ -4,6 +4,8 @@ attention tables exactly (issue 41, items 4-5)."""
 import re
 from pathlib import Path
 
+import pytest
+
 from experiments.calibrate_presets import attention_tables, main, preset_values
 from pipetab.hardware.attention import TABLES
 from pipetab.hardware.loaders import load_system
@@ -45,3 +47,24 @@ def test_the_script_prints_its_values(capsys):
     out = capsys.readouterr().out
     assert "dgx_h100_ib.device.compute_efficiency = 0.755" in out
     assert "attention hopper_cudnn: 28 points over 5 shapes" in out
+
+
+def test_the_a100_p2p_share_by_hand():
+    """Zero Bubble Table 6's T_comm inside one node (p = 8): 1.5B sends 6 x 1024 x 2304 x 2 =
+    28,311,552 bytes in 0.601, 0.626, 0.762 ms, 6.2B 3 x 1024 x 4096 x 2 = 25,165,824 bytes in
+    0.527, 0.577, 0.535 ms; less the link's 1 us: 47.19, 45.30, 37.20, 47.84, 43.69, 47.13 GB/s,
+    median (45.30 + 47.13) / 2 = 46.21 GB/s, 0.154 of NVLink's 300 GB/s."""
+    from experiments.calibrate_presets import a100_p2p_efficiency
+
+    rates = sorted([28_311_552 / (t - 1e-6) for t in (0.601e-3, 0.626e-3, 0.762e-3)]
+                   + [25_165_824 / (t - 1e-6) for t in (0.527e-3, 0.577e-3, 0.535e-3)])
+    assert (rates[2] + rates[3]) / 2 == pytest.approx(46.21e9, rel=1e-3)
+    assert a100_p2p_efficiency() == round((rates[2] + rates[3]) / 2 / 300e9, 3) == 0.154
+
+
+def test_a_fold_refits_only_what_its_source_fed():
+    """Leave one source out: without Megatron or Korthikanti nothing changes (no constant is
+    fitted to them); without Zero Bubble the A100's NVLink share has no source (1)."""
+    full = preset_values()
+    assert preset_values(without="Megatron SC'21") == full == preset_values(without="Korthikanti 2022")
+    assert preset_values(without="Zero Bubble")["a100_cluster"]["p2p_efficiency"] == 1.0

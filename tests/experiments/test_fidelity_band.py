@@ -1,5 +1,6 @@
-"""The step-time band plan prints (experiments/fidelity_band.py): the stored file is the
-script's output on docs/bench/fidelity.csv, and the band is worked by hand on a tiny CSV."""
+"""The step-time band plan prints (experiments/fidelity_band.py): the stored band is computed
+from the stored leave-one-source-out folds (test_experiments_fidelity.py checks the folds are
+the script's refits), and the band is worked by hand on a tiny CSV."""
 
 from __future__ import annotations
 
@@ -25,17 +26,22 @@ def test_nearest_rank_by_hand():
 
 
 def test_band_and_folds_by_hand(tmp_path):
-    """A: |errors| 1, 2, 3 (s, ms); B: 4, 20 (TFLOP/s); a fitted cell, a ratio and a memory
-    cell are not time cells. All five: 90 % -> rank ceil(4.5) = 5: 20. Leave A out: B's
-    {4, 20} -> 20, covering A's three; leave B out: A's {1, 2, 3} -> 3, covering none of B's."""
-    rows = [("A", "s", -1, "ok"), ("A", "ms", 2, "ok"), ("A", "s", 3, "ok"), ("A", "s", 50, "fitted"),
+    """A: |errors| 1, 2, 3, 50 (s, ms); B: 4, 20 (TFLOP/s); a ratio and a memory cell are not
+    time cells. All six: 90 % -> rank ceil(5.4) = 6: 50. A alone: rank ceil(3.6) = 4: 50,
+    three within 10 %; B alone: rank 2: 20, one within 10 %."""
+    rows = [("A", "s", -1, "ok"), ("A", "ms", 2, "ok"), ("A", "s", 3, "ok"), ("A", "s", 50, "miss"),
             ("A", "x", 40, "miss"), ("A", "GiB", 30, "miss"), ("B", "TFLOP/s", -4, "ok"), ("B", "TFLOP/s", 20, "miss")]
-    path = tmp_path / "f.csv"
+    path, constants = tmp_path / "f.csv", tmp_path / "c.csv"
     path.write_text(HEAD + "".join(f"{s},t,c,q,{u},1,1,{e},10,{st},\n" for s, u, e, st in rows))
-    got = band(path)
-    assert (got["band_pct"], got["cells"], got["covered_leave_one_source_out"]) == (20.0, 5, 3)
-    assert got["folds"] == {"A": {"band_pct": 20.0, "cells": 3, "covered": 3},
-                            "B": {"band_pct": 3.0, "cells": 2, "covered": 0}}
+    constants.write_text("left_out,preset,key,value\nB,p,k,0.5\n")
+    got = band(path, constants)
+    assert (got["band_pct"], got["time_cells"], got["time_within_10_pct"]) == (50.0, 6, 4)
+    assert (got["cells"], got["within_target"]) == (8, 4)
+    assert got["folds"] == {
+        "A": {"cells": 6, "within_target": 3, "time_cells": 4, "time_within_10_pct": 3, "band_pct": 50.0,
+              "refit": ""},
+        "B": {"cells": 2, "within_target": 1, "time_cells": 2, "time_within_10_pct": 1, "band_pct": 20.0,
+              "refit": "p.k=0.5"}}
 
 
 def _conf(step: float, fits: bool = True):

@@ -164,7 +164,7 @@ def test_pure_pipeline_reproduces_before(name, S, B, opts, system, model, rc, t_
     if system.name in ("dgx_h100_ib", "a100_cluster"):  # uncalibrated, as at d143b92
         system = replace(system, device=replace(system.device, compute_efficiency=0.7, efficiency_half_tokens=0.0,
                                                 reserved_bytes=0.0, sm_count=0, compute_latency_s=1e-6,
-                                                mem_efficiency=0.8))  # the op roofline of then
+                                                mem_efficiency=0.8, p2p_efficiency=1.0))  # the op roofline of then
     for par in (Context(recompute=rc), Context(tp=1, dp=1, zero=0, sequence_parallel=False, recompute=rc)):
         sim = simulate(sched, hardware_costs(sched, system, model, par))
         assert sim.makespan == t_sim
