@@ -12,13 +12,14 @@ from typing import TYPE_CHECKING, Sequence
 
 from pipetab.schedules import registry
 from pipetab.schedules.registry import REGISTRY
+from pipetab.schedules.rewrite import generator_of
 from pipetab.schedules.schedule import Placement, Schedule
 from pipetab.solver.costs import Costs, Rounding
 from pipetab.solver.simulate import simulate
 
-from .decompose.partition import Partition, PartitionSearch, search_partition
+from .decompose.partition import PartitionSearch, search_partition
 from .decompose.placement import search_free
-from .heuristics.starts import Pace, as_searched, generator_of, judge, registry_schedules
+from .heuristics.starts import Pace, as_searched, judge, registry_schedules
 from .model.bounds import safe_horizon
 from .model.cpmodel import CpSatModel
 from .model.objectives import analytic_lower_bound, objective
@@ -30,6 +31,7 @@ from .result import KnownGap, Mode, Result, Status, gap_of
 
 if TYPE_CHECKING:
     from pipetab.solver.deadline import Deadline
+    from pipetab.solver.partition import Partition
     from pipetab.solver.pricing import LayerCosts
 
     from .params import SecondsParams

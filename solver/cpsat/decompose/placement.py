@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Sequence
 
+from pipetab.schedules.rewrite import canonical_devices, relabel_microbatches
 from pipetab.schedules.schedule import Placement, Schedule
 
 from ..heuristics.starts import Pace, Start, best_of, judge, start_phase
@@ -19,7 +20,7 @@ from ..model.bounds import cap_violations, safe_horizon, stage_loads
 from ..model.cpmodel import CpSatModel
 from ..model.families import devices_identical
 from ..model.objectives import analytic_lower_bound, objective
-from ..model.oracle import KnownEval, checked, evaluate_known, relabel_microbatches
+from ..model.oracle import KnownEval, checked, evaluate_known
 from ..model.variables import BuildTimeout
 from ..phases.fixed import finish, infeasible_cap, search_assumptions, search_fixed
 from ..phases.strategy import solve_record
@@ -64,24 +65,6 @@ def canonical_placements(problem: Problem, limit: int) -> list[Placement] | None
     else:
         ok = all(emit(list(combo)) for combo in itertools.product(range(D), repeat=N))
     return out if ok else None
-
-
-def canonical_devices(schedule: Schedule) -> Schedule:
-    """The schedule with devices renumbered in order of first use by its stages."""
-    pl = schedule.placement
-    order: list[int] = []
-    for stages in pl.stage2device:
-        for d in stages:
-            if d not in order:
-                order.append(d)
-    order += [d for d in range(pl.num_devices) if d not in order]
-    new_of = {old: new for new, old in enumerate(order)}
-    placement = Placement(tuple(tuple(new_of[d] for d in st) for st in pl.stage2device), pl.num_devices)
-    orders: list = [()] * pl.num_devices
-    for old, ops in enumerate(schedule.orders):
-        orders[new_of[old]] = ops
-    return Schedule(schedule.name, placement, schedule.microbatch2pipeline, tuple(orders),
-                    schedule.stage_work, schedule.split_backward, schedule.params)
 
 
 @dataclass

@@ -10,9 +10,10 @@ import itertools
 from typing import TYPE_CHECKING
 
 from pipetab.schedules.ops import Kind, Op
+from pipetab.schedules.rewrite import relabel_microbatches
 from pipetab.solver.justification import Edge, PrecedenceGraph, double_justify
 
-from ..model.oracle import KnownEval, evaluate_known, relabel_microbatches
+from ..model.oracle import KnownEval, evaluate_known
 from ..model.variables import min_lag, successors
 
 if TYPE_CHECKING:

@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from pipetab.schedules.evaluate import DeadlockError, Timing
-from pipetab.schedules.ops import Kind, Op
+from pipetab.schedules.ops import Kind
+from pipetab.schedules.rewrite import relabel_microbatches
 from pipetab.schedules.schedule import Schedule
 from pipetab.schedules.table import Table, timed_table
 from pipetab.schedules.validate import validate
@@ -57,34 +58,6 @@ def evaluate_known(problem: Problem, schedule: Schedule, time_unfit: bool = True
     spent = time.perf_counter() - t
     value, timing = objective(problem).judge(problem, schedule, sim)
     return KnownEval(schedule, value, timing, mem, sim_s=spent)
-
-
-def relabel_microbatches(schedule: Schedule, timing: Timing) -> tuple[Schedule, Timing]:
-    """The timed schedule with op labels permuted to FIFO (the k-th op of a kind on (p, s) by
-    start becomes microbatch k's): times, devices and memory unchanged, every dependency kept
-    (``families.add_fifo``); stage-0 forwards ordered too."""
-    by_pipe: dict[int, list[int]] = {}
-    for m, p in enumerate(schedule.microbatch2pipeline):
-        by_pipe.setdefault(p, []).append(m)
-    groups: dict[tuple[Kind, int, int], list[Op]] = {}
-    for op in timing.start:
-        groups.setdefault((op.kind, op.pipeline, op.stage), []).append(op)
-    mapping: dict[Op, Op] = {}
-    for (k, p, s), ops in groups.items():
-        ops.sort(key=lambda o: timing.start[o])
-        for new_m, op in zip(by_pipe[p], ops):
-            mapping[op] = Op(k, p, s, new_m)
-    if all(a == b for a, b in mapping.items()):
-        return schedule, timing
-    orders = tuple(tuple(mapping[op] for op in order) for order in schedule.orders)
-    blocks = tuple(tuple(mapping[op] for op in b) for b in schedule.blocks)  # a block's cost is its stages'
-    new = Schedule(
-        schedule.name, schedule.placement, schedule.microbatch2pipeline, orders,
-        schedule.stage_work, schedule.split_backward, schedule.params, blocks,
-    )
-    return new, Timing(
-        {mapping[o]: t for o, t in timing.start.items()}, {mapping[o]: t for o, t in timing.end.items()}
-    )
 
 
 def glue_last_stages(problem: Problem, schedule: Schedule) -> Schedule:

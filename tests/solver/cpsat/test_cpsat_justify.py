@@ -7,10 +7,11 @@ import pytest
 
 from pipetab.schedules import registry
 from pipetab.schedules.ops import Kind, Op
+from pipetab.schedules.rewrite import relabel_microbatches
 from pipetab.solver.cpsat import CpSatConfig, NoImprovement, idealized_problem, search
 from pipetab.solver.cpsat.heuristics import starts
 from pipetab.solver.cpsat.heuristics.justify import justify, precedence_graph
-from pipetab.solver.cpsat.model.oracle import evaluate_known, relabel_microbatches
+from pipetab.solver.cpsat.model.oracle import evaluate_known
 from pipetab.solver.justification import _earliest_gap, _latest_gap, left_pass, right_pass
 from pipetab.solver.simulate import simulate
 
