@@ -15,7 +15,7 @@ from pipetab.schedules.registry import REGISTRY
 from pipetab.schedules.rewrite import generator_of
 from pipetab.schedules.schedule import Placement, Schedule
 from pipetab.solver.costs import Costs, Rounding
-from pipetab.solver.simulate import simulate
+from pipetab.solver.simulate import rounding_spread, simulate
 
 from .decompose.partition import PartitionSearch, search_partition
 from .decompose.placement import search_free
@@ -229,15 +229,6 @@ class Answer:
         if self.search is not None and (self.search.schedule is not None or self.schedule is None):
             return self.search
         return self.bound
-
-
-def rounding_spread(schedule: Schedule, real: Costs, tick: float) -> float:
-    """``schedule``'s simulated step on durations rounded up to ticks of ``tick`` less its step
-    on durations rounded down, as a share of its real-valued step: what ticks can hide of a gap."""
-    value = simulate(schedule, real).makespan
-    up = simulate(schedule, real.quantized(tick, Rounding.UP)).makespan * tick
-    down = simulate(schedule, real.quantized(tick, Rounding.DOWN)).makespan * tick
-    return max(0.0, up - down) / value if value > 0 else 0.0
 
 
 def choose_tick(shape: Problem, real: Costs, params: SecondsParams, known: Sequence[Schedule] = (),

@@ -7,15 +7,13 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 from ortools.sat.python import cp_model
 
-from pipetab.schedules.arrays import F_CODE
-from pipetab.schedules.memory import memory_deltas
 from pipetab.schedules.ops import Kind, Op
+from pipetab.solver.simulate import MemoryCheck, order_memory
 
 from ..engine import SolverSetup, run_solver
 from ..params import ModelParams
@@ -404,38 +402,6 @@ def min_feasible_cap(problem: Problem, seconds: float = 10.0) -> float:
     return max(memory_need(problem, problem.dealt))
 
 
-@dataclass(frozen=True)
-class MemoryCheck:
-    """Peak live activation memory per device and the first cap violation, if any."""
-
-    peaks: tuple[float, ...]
-    violation: str | None
-
-    @property
-    def fits(self) -> bool:
-        return self.violation is None
-
-
 def memory_check(problem: Problem, schedule: Schedule) -> MemoryCheck:
-    """Activation memory as ``schedules.memory`` defines it (F allocates at its start, B and W
-    release at their end): a prefix sum over each device's order (one cumsum per device)."""
-    costs = problem.costs
-    keys = schedule.stage_keys
-    size = np.array([costs.activation[k] for k in keys], float)[schedule.stage_ids]
-    part = np.array([costs.weight_part(*k) for k in keys], float)[schedule.stage_ids]
-    kind = schedule.ops.kind
-    delta = memory_deltas(kind, size, part, problem.split_backward)
-    offsets = schedule.offsets
-    peaks, violation = [], None
-    for d in range(schedule.num_devices):
-        a, b = int(offsets[d]), int(offsets[d + 1])
-        live = np.cumsum(delta[a:b])
-        forwards = kind[a:b] == F_CODE
-        peak = float(live[forwards].max()) if forwards.any() else 0.0
-        peaks.append(max(0.0, peak))
-        cap = problem.cap(d)
-        if violation is None and cap is not None and peak > cap + 1e-9:
-            i = int(np.flatnonzero(forwards & (live > cap + 1e-9))[0])
-            violation = (f"device {d} exceeds its activation capacity {cap:g} at op {schedule.ops.op(a + i)} "
-                         f"({float(live[i]):g} live)")
-    return MemoryCheck(tuple(peaks), violation)
+    """``schedule``'s activation memory under the problem's costs and caps (``simulate.order_memory``)."""
+    return order_memory(schedule, problem.costs, problem.split_backward)

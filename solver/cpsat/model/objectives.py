@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from pipetab.schedules.evaluate import Timing
 from pipetab.schedules.ops import Kind, Op
 from pipetab.solver import periodic
-from pipetab.solver.simulate import Simulation, simulate
+from pipetab.solver.simulate import SimTiming, Simulation, simulate
 
 from ..problem import Objective, Problem
 from . import bounds
@@ -95,31 +95,6 @@ def analytic_lower_bound(problem: Problem, placement: Placement | None) -> tuple
 
 
 # ---- makespan ------------------------------------------------------------------------------
-class SimTiming(Timing):
-    """A ``Timing`` read from a simulation: the op-keyed dictionaries are built only when
-    asked for (``start``, ``end``); ``arrays`` gives the times in the schedule's op order."""
-
-    sim: Simulation
-
-    def __init__(self, sim: Simulation) -> None:
-        object.__setattr__(self, "sim", sim)
-
-    @property  # type: ignore[override]
-    def start(self) -> dict[Op, float]:
-        return self.sim.start
-
-    @property  # type: ignore[override]
-    def end(self) -> dict[Op, float]:
-        return self.sim.end
-
-    @property
-    def makespan(self) -> float:
-        return float(self.sim.end_times.max()) if len(self.sim.end_times) else 0.0
-
-    def arrays(self):
-        return self.sim.start_times, self.sim.end_times
-
-
 class Makespan(ModelObjective):
     """One synchronous step: every device's end plus its optimizer time and every replica
     group's all-reduce (the ``makespan`` family bounds ``v.makespan`` below)."""

@@ -15,10 +15,10 @@ from pipetab.schedules.rewrite import relabel_microbatches
 from pipetab.schedules.schedule import Schedule
 from pipetab.schedules.table import Table, timed_table
 from pipetab.schedules.validate import validate
-from pipetab.solver.simulate import simulate
+from pipetab.solver.simulate import MemoryCheck, SimTiming, simulate
 
-from .bounds import MemoryCheck, memory_check
-from .objectives import SimTiming, objective
+from .bounds import memory_check
+from .objectives import objective
 
 if TYPE_CHECKING:
     from ..problem import Problem
