@@ -198,18 +198,18 @@ class KnownSeconds:
 
 @dataclass(frozen=True, kw_only=True)
 class Answer:
-    """``solve_seconds``'s answer: the ``schedule`` and its simulated objective in ``seconds``,
-    ``lower_bound_s`` a bound of the real-valued problem (proven on durations rounded down to
-    ticks of ``tick_s``), ``status`` (``optimal`` only when the two meet), ``rounding``
-    (``rounding_spread`` of the schedule), and the solves behind it (``search``: durations
-    rounded up; ``bound``: rounded down)."""
+    """``solve_seconds``'s (and ``partition_seconds``') answer: the ``schedule`` and its
+    simulated objective in ``seconds``, ``lower_bound_s`` a bound of the real-valued problem
+    (proven on durations rounded down to ticks of ``tick_s``), ``status`` (``optimal`` only when
+    the two meet), ``rounding`` (``rounding_spread`` of the schedule), and the solves behind it
+    (``search``: durations rounded up; ``bound``: rounded down)."""
 
     mode: Mode
     status: Status
     schedule: Schedule | None
     seconds: float | None
     lower_bound_s: float | None
-    tick_s: float
+    tick_s: float | None  # None: a partition search that solved no split
     objective: Objective
     search: Result | None
     bound: Result
@@ -339,28 +339,12 @@ def _known_seconds(shape: Problem, res: Result, known: Sequence[Schedule], costs
     return out
 
 
-@dataclass(frozen=True)
-class PartitionSeconds:
-    """``partition_seconds``'s answer: the chosen split's simulated time, a bound of the
-    real-valued problem, the status and message, and the registry's schedules in seconds."""
-
-    status: Status
-    seconds: float | None
-    lower_bound_s: float | None
-    tick_s: float | None
-    known: dict[str, KnownSeconds]
-    message: str
-
-    @property
-    def gap(self) -> float | None:
-        return gap_of(self.seconds, self.lower_bound_s)
-
-
 def partition_seconds(problem: Problem, result: Result, real: Costs, known_costs: Costs, num_stages: int,
-                      num_microbatches: int) -> PartitionSeconds:
-    """A partition search's ``result`` in seconds: its schedule simulated on ``real``, the
-    ``real_lower_bound``, the registry schedules it judged timed on ``known_costs`` (the even
-    split's), and ``optimal`` only where the bound meets the real-valued time."""
+                      num_microbatches: int) -> Answer:
+    """A partition search's ``result`` in seconds (its ``search`` and ``bound``): its schedule
+    simulated on ``real``, the ``real_lower_bound``, the registry schedules it judged timed on
+    ``known_costs`` (the even split's), and ``optimal`` only where the bound meets the
+    real-valued time."""
     value = None if result.schedule is None else simulate(result.schedule, real).makespan
     tick = problem.costs.tick_s
     lb = None if result.status is Status.INFEASIBLE else real_lower_bound(problem, real, result)
@@ -375,7 +359,9 @@ def partition_seconds(problem: Problem, result: Result, real: Costs, known_costs
         status = Status.FEASIBLE
         message = (f"optimal for durations rounded to ticks of {tick:.3g} s; the bound holds for durations "
                    "rounded down, below the real-valued time")
-    return PartitionSeconds(status, value, lb, tick, known, message)
+    return Answer(mode=result.mode, status=status, schedule=result.schedule, seconds=value, lower_bound_s=lb,
+                  tick_s=tick, objective=result.objective, search=result, bound=result, known=known, message=message,
+                  runtime_s=result.runtime_s)
 
 
 def real_lower_bound(problem: Problem, real: Costs, result: Result) -> float | None:
