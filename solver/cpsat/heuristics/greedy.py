@@ -12,10 +12,10 @@ from collections import defaultdict
 from typing import TYPE_CHECKING, Callable
 
 from pipetab.schedules.memory import memory_change
-from pipetab.schedules.ops import Kind, Op
+from pipetab.schedules.ops import Kind, Op, data_successors
 from pipetab.schedules.schedule import Placement
 
-from ..model.variables import heads_tails, successors
+from ..model.variables import heads_tails
 
 if TYPE_CHECKING:
     from pipetab.schedules.schedule import Schedule
@@ -105,7 +105,7 @@ class _ListScheduler:
                 op = Op(k, p, s, 0)
                 nxt = [(n.kind, n.stage, problem.lag(op, d, self.dev_of[(p, n.stage)])
                         if self.dev_of[(p, n.stage)] != d else 0)
-                       for n in successors(op, problem.num_stages[p], problem.split_backward)]
+                       for n in data_successors(op, problem.num_stages[p], problem.split_backward)]
                 freed = -memory_change(k, self.act[(p, s)], problem.weight_part(p, s), problem.split_backward)
                 self.chain[(k, p, s)] = (problem.duration(op), freed, nxt)
 

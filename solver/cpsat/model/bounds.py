@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from ortools.sat.python import cp_model
 
-from pipetab.schedules.ops import Kind, Op
+from pipetab.schedules.ops import Kind, Op, data_successors
 from pipetab.solver.simulate import MemoryCheck, order_memory
 
 from ..engine import SolverSetup, run_solver
@@ -20,7 +20,7 @@ from ..params import ModelParams
 from .cyclic import per_microbatch_work
 from .pairing import device_savings
 from .sweep import sweep_lower_bound
-from .variables import heads_tails, lifetime_min, successors
+from .variables import heads_tails, lifetime_min
 
 if TYPE_CHECKING:
     from pipetab.schedules.schedule import Placement, Schedule
@@ -287,7 +287,7 @@ def period_horizon(problem: Problem, placement: Placement, period: int | None = 
         for s in range(problem.num_stages[p]):
             for k in problem.kinds:
                 op = Op(k, p, s, mbs[0])
-                for nx in successors(op, problem.num_stages[p], problem.split_backward):
+                for nx in data_successors(op, problem.num_stages[p], problem.split_backward):
                     a, b = placement.device(p, s), placement.device(p, nx.stage)
                     if a != b:
                         lag = max(lag, problem.lag(op, a, b))
@@ -311,7 +311,7 @@ def safe_horizon(problem: Problem, placement: Placement | None) -> int:
         for s in range(problem.num_stages[p]):
             for k in problem.kinds:
                 op = Op(k, p, s, 0)
-                for nx in successors(op, problem.num_stages[p], problem.split_backward):
+                for nx in data_successors(op, problem.num_stages[p], problem.split_backward):
                     if placement is None:
                         size = problem.costs.message_bytes.get((k, p, s), 0.0)
                         if size not in widest:

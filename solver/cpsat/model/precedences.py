@@ -9,9 +9,9 @@ import itertools
 import math
 from typing import TYPE_CHECKING
 
-from pipetab.schedules.ops import Op
+from pipetab.schedules.ops import Op, data_successors
 
-from .variables import Variables, min_lag, predecessor, successors
+from .variables import Variables, min_lag, predecessor
 
 if TYPE_CHECKING:
     from ortools.sat.python import cp_model
@@ -123,7 +123,7 @@ def _chain_distances(v: Variables) -> dict:
     inf = math.inf
     dist = {a: {c: inf for c in nodes} for a in nodes}
     for k, p, s in nodes:
-        for nx in successors(Op(k, p, s, 0), problem.num_stages[p], problem.split_backward):
+        for nx in data_successors(Op(k, p, s, 0), problem.num_stages[p], problem.split_backward):
             dist[(k, p, s)][(nx.kind, p, nx.stage)] = 0
     for (a, c), shift in v.chain_shift.items():
         dist[a][c] = min(dist[a][c], shift)
