@@ -81,12 +81,7 @@ def search(problem: Problem, config: CpSatConfig | None = None, known: Sequence[
     """The best schedule found with the per-device orders (and a ``free`` placement) free under
     the memory caps — never worse than the best start that fits — its objective, the proven
     lower bound and the gap. An infeasible cap is ``infeasible`` with ``min_feasible_cap``."""
-    config = config or CpSatConfig()
-    deadline = deadline or config.deadline()
-    known = as_searched(_timed(problem), known)
-    if problem.is_free:
-        return search_free(problem, config, known, deadline, Mode.SEARCH)
-    return search_fixed(problem, problem.fixed_placement, config, known, deadline, Mode.SEARCH)  # type: ignore[arg-type]
+    return _solve(problem, config or CpSatConfig(), known, deadline, Mode.SEARCH)
 
 
 def bound(problem: Problem, config: CpSatConfig | None = None, known: Sequence[Schedule] = (), *,
@@ -94,12 +89,8 @@ def bound(problem: Problem, config: CpSatConfig | None = None, known: Sequence[S
     """The proven lower bound on the optimal objective (max of analytic and CP-SAT bounds),
     each known schedule's gap to it (``Result.known``) and the best schedule found on the way."""
     config = config or CpSatConfig()
-    deadline = deadline or config.deadline()
-    known = as_searched(_timed(problem), known)
-    if not problem.is_free:
-        return search_fixed(problem, problem.fixed_placement, config, known, deadline, Mode.BOUND)  # type: ignore[arg-type]
-    res = search_free(problem, config, known, deadline, Mode.BOUND)
-    if not res.known and problem.num_pipelines == 1 and problem.num_stages[0] == problem.num_devices:
+    res = _solve(problem, config, known, deadline, Mode.BOUND)
+    if problem.is_free and not res.known and problem.num_stages == (problem.num_devices,):
         # judge the linear known schedules against the free-placement bound too
         pl = Placement((tuple(range(problem.num_devices)),), problem.num_devices)
         evals, _ = judge(problem, registry_schedules(problem.with_placement(pl), pl, config.start.probe))
@@ -135,12 +126,17 @@ def least_peak_memory(problem: Problem, makespan: int, config: CpSatConfig | Non
                   solver=solver_info(config, model.applied), time_to_first_s=raw.first_solution_time)
 
 
-def _timed(problem: Problem) -> Problem:
-    """``problem``, whose objective ``search`` and ``bound`` take: a time."""
+def _solve(problem: Problem, config: CpSatConfig, known: Sequence[Schedule], deadline: Deadline | None,
+           mode: Mode) -> Result:
+    """``search`` or ``bound`` (``mode``) of a time objective, the placement fixed or free."""
     if problem.objective not in TIME_OBJECTIVES:
         raise ValueError(f"search and bound minimize {' or '.join(TIME_OBJECTIVES)}; the {problem.objective} "
                          "objective is least_peak_memory's")
-    return problem
+    deadline = deadline or config.deadline()
+    known = as_searched(problem, known)
+    if problem.is_free:
+        return search_free(problem, config, known, deadline, mode)
+    return search_fixed(problem, problem.placed, config, known, deadline, mode)
 
 
 @dataclass(frozen=True)
