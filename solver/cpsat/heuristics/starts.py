@@ -228,12 +228,6 @@ def slack_starts(problem: Problem, placement: Placement, capped: bool,
             inflight=inflight, slack={p: k * u for p, u in spacing.items()}, until=until())])
 
 
-def auto_known(problem: Problem, placement: Placement) -> list[Schedule]:
-    """The registry's schedules of the shape and placement and the greedy list schedules."""
-    return [*registry_schedules(problem, placement), *greedy_starts(problem, placement),
-            *wide_starts(problem, placement)]
-
-
 # ---- judging and pacing ---------------------------------------------------------------------
 class Pace:
     """Predicts the start's steps and a model build from one evaluation's measured time

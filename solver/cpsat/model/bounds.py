@@ -70,11 +70,7 @@ def makespan_lower_bound(problem: Problem, placement: Placement | None) -> tuple
             if counts.get(p):
                 op = Op(problem.release_kind, p, s, 0)
                 found.append((head[op] + problem.duration(op) + t + dev_opt(p, s), "all-reduce tail"))
-    best = found[0]
-    for value, label in found[1:]:
-        if value > best[0]:
-            best = (value, label)
-    return best
+    return max(found, key=lambda x: x[0])  # the first of the largest
 
 
 def _stage_device_bounds(problem: Problem, loads: dict[tuple[int, int], int], head: dict[Op, int],

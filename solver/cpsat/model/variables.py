@@ -49,10 +49,8 @@ def heads_tails(problem: Problem, placement: Placement | None) -> tuple[dict[Op,
             pr = predecessor(op, n)
             head[op] = 0 if pr is None else head[pr] + problem.duration(pr) + min_lag(problem, placement, pr, op)
         for op in reversed(order):
-            best = 0
-            for nx in data_successors(op, n, split):
-                best = max(best, min_lag(problem, placement, op, nx) + problem.duration(nx) + tail[nx])
-            tail[op] = best
+            tail[op] = max((min_lag(problem, placement, op, nx) + problem.duration(nx) + tail[nx]
+                            for nx in data_successors(op, n, split)), default=0)
     return head, tail
 
 

@@ -175,8 +175,12 @@ def search_phase(problem: Problem, placement: Placement, config: CpSatConfig, st
     the first ``mirror_share``: its schedules count, its bound does not."""
     params = config.strategy
     configs = search_configs(config, problem.num_ops)
-    if mirror and not state.should_stop() and deadline.room(state.build_s):
-        _mirror_solve(problem, placement, configs[0], state, deadline, rows, mirror)
+    if mirror and not state.should_stop() and deadline.room(state.build_s):  # its bound dropped
+        incumbent, bound = state.snapshot()
+        model = _built(state, lambda: build_model(problem, placement, configs[0], incumbent.makespan, bound,
+                                                  deadline=deadline.end, mirror=mirror, around=incumbent))
+        if model is not None:
+            _hinted_solve(problem, model, state, deadline, rows, "search (mirror)", params.mirror_share)
     stall_s = max(params.stall_min_s, deadline.left() * params.stall_share)
     attempt = 0
     while not state.should_stop() and deadline.room(state.build_s):
@@ -192,17 +196,6 @@ def search_phase(problem: Problem, placement: Placement, config: CpSatConfig, st
         if not raw.stalled or deadline.left() < stall_s / 2:
             break  # finished, or too little time for a restart to get past presolve
         attempt += 1
-
-
-def _mirror_solve(problem, placement, config, state, deadline: Deadline, rows, mirror) -> None:
-    """One solve of the mirror-restricted model for ``mirror_share`` of the deadline,
-    hinted with the incumbent; its schedule is offered (re-checked), its bound dropped."""
-    share = config.strategy.mirror_share
-    incumbent, bound = state.snapshot()
-    model = _built(state, lambda: build_model(problem, placement, config, incumbent.makespan, bound,
-                                              deadline=deadline.end, mirror=mirror, around=incumbent))
-    if model is not None:
-        _hinted_solve(problem, model, state, deadline, rows, "search (mirror)", share)
 
 
 def _hinted_solve(problem: Problem, model: CpSatModel, state: SearchState, deadline: Deadline, rows: list,
