@@ -1,8 +1,9 @@
 """Rewrites of a schedule that keep what its ops do: a split backward's W fused into its B
 (``fused_backward``), overlapped pairs run one op at a time (``ops_one_at_a_time``; a
 rewritten schedule's name carries a note in parentheses, ``generator_of`` drops it), devices
-renumbered in order of first use (``canonical_devices``) and op labels relabelled to FIFO
-(``relabel_microbatches``) — what the CP-SAT starts, hints and symmetry breaking use.
+renumbered in order of first use (``canonical_devices``), op labels relabelled to FIFO
+(``relabel_microbatches``) and last stages' backwards glued to their forwards
+(``glue_last_stages``) — what the CP-SAT starts, hints and symmetry breaking use.
 """
 
 from __future__ import annotations
@@ -90,3 +91,27 @@ def relabel_microbatches(schedule: Schedule, timing: Timing) -> tuple[Schedule, 
     return new, Timing(
         {mapping[o]: t for o, t in timing.start.items()}, {mapping[o]: t for o, t in timing.end.items()}
     )
+
+
+def glue_last_stages(schedule: Schedule) -> Schedule:
+    """A FIFO schedule with last-stage-only devices running each B right after its F (a whole
+    backward only: the CP-SAT model's last-stage dominance)."""
+    if schedule.split_backward:
+        return schedule
+    pl = schedule.placement
+    orders = list(schedule.orders)
+    changed = False
+    for p in range(schedule.num_pipelines):
+        last = schedule.num_stages(p) - 1
+        d = pl.device(p, last)
+        if pl.stages_on(d) != [(p, last)]:
+            continue
+        fwd = [op for op in orders[d] if op.kind is Kind.F]
+        glued = tuple(x for op in fwd for x in (op, op._replace(kind=Kind.B)))
+        if glued != orders[d]:
+            orders[d] = glued
+            changed = True
+    if not changed:
+        return schedule
+    return Schedule(schedule.name, pl, schedule.microbatch2pipeline, tuple(orders),
+                    schedule.stage_work, schedule.split_backward, schedule.params)

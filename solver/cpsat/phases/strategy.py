@@ -153,13 +153,6 @@ def build_model(problem: Problem, placement: Placement, config: CpSatConfig, cap
                       deadline=deadline, mirror=mirror, around=None if around is None else around.schedule)
 
 
-def hint_incumbent(model: CpSatModel, problem: Problem, known: KnownEval) -> None:
-    """Hint ``model`` (unless ablated) with a schedule in the form its families accept."""
-    if model.config.uses("hints"):
-        h = hint_form(problem, known, "last-stage glue" in model.applied)
-        model.hint(h.schedule, h.timing)
-
-
 def solution_of(problem: Problem, model: CpSatModel, raw: RawSolve) -> KnownEval | None:
     """The schedule of a solve, re-checked by the evaluator (None when none was found)."""
     if raw.starts is None:
@@ -175,12 +168,8 @@ def search_phase(problem: Problem, placement: Placement, config: CpSatConfig, st
     the first ``mirror_share``: its schedules count, its bound does not."""
     params = config.strategy
     configs = search_configs(config, problem.num_ops)
-    if mirror and not state.should_stop() and deadline.room(state.build_s):  # its bound dropped
-        incumbent, bound = state.snapshot()
-        model = _built(state, lambda: build_model(problem, placement, configs[0], incumbent.makespan, bound,
-                                                  deadline=deadline.end, mirror=mirror, around=incumbent))
-        if model is not None:
-            _hinted_solve(problem, model, state, deadline, rows, "search (mirror)", params.mirror_share)
+    if mirror and not state.should_stop() and deadline.room(state.build_s):
+        _mirror_solve(problem, placement, configs[0], state, deadline, rows, mirror)
     stall_s = max(params.stall_min_s, deadline.left() * params.stall_share)
     attempt = 0
     while not state.should_stop() and deadline.room(state.build_s):
@@ -198,10 +187,24 @@ def search_phase(problem: Problem, placement: Placement, config: CpSatConfig, st
         attempt += 1
 
 
+def _mirror_solve(problem, placement, config, state, deadline: Deadline, rows, mirror) -> None:
+    """One solve of the mirror-restricted model for ``mirror_share`` of the deadline,
+    hinted with the incumbent; its schedule is offered (re-checked), its bound dropped."""
+    share = config.strategy.mirror_share
+    incumbent, bound = state.snapshot()
+    model = _built(state, lambda: build_model(problem, placement, config, incumbent.makespan, bound,
+                                              deadline=deadline.end, mirror=mirror, around=incumbent))
+    if model is not None:
+        _hinted_solve(problem, model, state, deadline, rows, "search (mirror)", share)
+
+
 def _hinted_solve(problem: Problem, model: CpSatModel, state: SearchState, deadline: Deadline, rows: list,
                   phase: str, share: float, stall_s: float | None = None) -> RawSolve:
-    """``model`` hinted with the incumbent, solved on ``share`` of the limits; its schedule offered."""
-    hint_incumbent(model, problem, state.snapshot()[0])
+    """``model`` hinted (unless ablated) with the incumbent in the form its families accept,
+    solved on ``share`` of the limits; its schedule offered."""
+    if model.config.uses("hints"):
+        h = hint_form(problem, state.snapshot()[0], "last-stage glue" in model.applied)
+        model.hint(h.schedule, h.timing)
     wall, det = deadline.limits()
     raw = model.solve(wall * share, None if det is None else det * share, stall_s=stall_s,
                       stop=StopSignal(state, deadline=deadline.end), on_solution=state.improved)
