@@ -1,6 +1,7 @@
 """The stage partition as a question (docs/partition.md): ``Partition`` is ``even``, ``fixed``
 (layer counts per pipeline and stage, ``check_layers``) or ``free`` — parsed and checked here,
-solved by ``solver.cpsat.decompose.partition`` (the free one by enumeration).
+solved by ``solver.cpsat.decompose.partition`` (the free one by enumeration); a shape's stages
+are priced for it on ``shape_schedule``.
 """
 
 from __future__ import annotations
@@ -9,7 +10,12 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Sequence
 
+from pipetab.schedules.ops import Kind, Op
+from pipetab.solver.pricing import with_layers
+
 if TYPE_CHECKING:
+    from pipetab.schedules.schedule import Schedule
+    from pipetab.solver.cpsat.problem import Problem
     from pipetab.solver.pricing import Layers
 
 PARTITION_FORMS = "even, free, or layer counts per stage such as 8,8,8,8 (bidirectional: DOWN/UP, e.g. 9,8,8,7/7,8,8,9)"
@@ -77,3 +83,19 @@ def check_layers(layers: Layers, num_layers: int, num_stages: Sequence[int]) -> 
         if sum(row) != num_layers:
             raise ValueError(f"partition{where} sums to {sum(row)} layers, the model has {num_layers}")
     return rows
+
+
+def shape_schedule(problem: Problem, stage_work: Layers | None = None) -> Schedule:
+    """A schedule of the problem's shape (one microbatch at a time on a placement of it;
+    ``stage_work`` if given, else the problem's) for costing its stages on hardware."""
+    placement = problem.fixed_placement or problem.dealt
+    orders: list[list[Op]] = [[] for _ in range(problem.num_devices)]
+    for m, p in enumerate(problem.microbatch2pipeline):
+        n = problem.num_stages[p]
+        chain = [Op(Kind.F, p, s, m) for s in range(n)] + [Op(Kind.B, p, s, m) for s in reversed(range(n))]
+        if problem.split_backward:
+            chain += [Op(Kind.W, p, s, m) for s in reversed(range(n))]
+        for op in chain:
+            orders[placement.device(op.pipeline, op.stage)].append(op)
+    sched = problem.schedule("shape", placement, orders)
+    return sched if stage_work is None else with_layers(sched, stage_work)

@@ -56,7 +56,7 @@ def partition_rules(args) -> list:
 def _layer_costs(args, shape):
     """The costs of any layer split of ``shape`` (None when the partition is the default
     even split of the old path)."""
-    from pipetab.solver.cpsat.decompose.partition import shape_schedule
+    from pipetab.solver.partition import shape_schedule
     from pipetab.solver.pricing import HardwareLayers, IdealizedLayers
 
     part = args.partition

@@ -13,7 +13,6 @@ import time
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Callable, Sequence
 
-from pipetab.schedules.ops import Kind, Op
 from pipetab.solver.partition import Partition, PartitionMode, check_layers, format_layers
 from pipetab.solver.pricing import LayerCosts, Layers, even_layers, with_layers
 
@@ -28,22 +27,6 @@ if TYPE_CHECKING:
 
     from ..params import CpSatConfig
     from ..problem import Problem
-
-
-def shape_schedule(problem: Problem, stage_work: Layers | None = None) -> Schedule:
-    """A schedule of the problem's shape (one microbatch at a time on a placement of it;
-    ``stage_work`` if given, else the problem's) for costing its stages on hardware."""
-    placement = problem.fixed_placement or problem.dealt
-    orders: list[list[Op]] = [[] for _ in range(problem.num_devices)]
-    for m, p in enumerate(problem.microbatch2pipeline):
-        n = problem.num_stages[p]
-        chain = [Op(Kind.F, p, s, m) for s in range(n)] + [Op(Kind.B, p, s, m) for s in reversed(range(n))]
-        if problem.split_backward:
-            chain += [Op(Kind.W, p, s, m) for s in reversed(range(n))]
-        for op in chain:
-            orders[placement.device(op.pipeline, op.stage)].append(op)
-    sched = problem.schedule("shape", placement, orders)
-    return sched if stage_work is None else with_layers(sched, stage_work)
 
 
 def partition_problem(shape: Problem, layer_costs: LayerCosts, layers: Layers) -> Problem:
