@@ -24,7 +24,7 @@ import pandas as pd
 from pipetab.schedules import registry
 from pipetab.solver.cpsat import CpSatConfig, idealized_problem
 from pipetab.solver.cpsat.api import solve_partition
-from pipetab.solver.cpsat.decompose.partition import Partition, format_layers, shape_schedule
+from pipetab.solver.partition import Partition, format_layers, shape_schedule
 from pipetab.solver.pricing import HardwareLayers, hardware_costs
 from pipetab.solver.simulate import simulate
 

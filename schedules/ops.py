@@ -84,3 +84,17 @@ def data_predecessors(op: Op, num_stages: int) -> tuple[Op, ...]:
             return (Op(Kind.B, p, s + 1, m),)
         return (Op(Kind.F, p, s, m),)
     return (Op(Kind.B, p, s, m),)
+
+
+def data_successors(op: Op, num_stages: int, split: bool) -> list[Op]:
+    """The ops that consume ``op``'s result within its microbatch's chain (``split``: the
+    backward is split, so a B also feeds its W)."""
+    k, p, s, m = op
+    if k is Kind.F:
+        return [Op(Kind.F, p, s + 1, m) if s + 1 < num_stages else Op(Kind.B, p, s, m)]
+    if k is Kind.B:
+        out = [Op(Kind.B, p, s - 1, m)] if s > 0 else []
+        if split:
+            out.append(Op(Kind.W, p, s, m))
+        return out
+    return []

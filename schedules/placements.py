@@ -19,9 +19,10 @@ holds it, whether CP-SAT may choose its layer split, which option sizes it — i
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Callable
+from typing import Callable, Sequence
 
 from .schedule import Placement
 
@@ -191,3 +192,37 @@ FAMILY_LABELS = {f: t.label for f, t in TRAITS.items()}
 def traits(family: PlacementFamily | str) -> FamilyTraits:
     """The traits of ``family``; ``ValueError`` naming the families otherwise."""
     return TRAITS[family_of(family)]
+
+
+def canonical_placements(num_stages: Sequence[int], num_devices: int, limit: int,
+                         identical: bool = True) -> list[Placement] | None:
+    """Every placement of ``num_stages`` stages per pipeline on ``num_devices`` devices, up to
+    relabelling of the devices when they are ``identical`` (restricted growth strings); None
+    when more than ``limit`` (the CP-SAT free placement's decomposition visits them)."""
+    D, N = num_devices, sum(num_stages)
+    out: list[Placement] = []
+
+    def emit(assign: list[int]) -> bool:
+        per, i = [], 0
+        for n in num_stages:
+            per.append(tuple(assign[i:i + n]))
+            i += n
+        out.append(Placement(tuple(per), D))
+        return len(out) <= limit
+
+    if identical:
+        assign = [0] * N
+
+        def rec(i: int, top: int) -> bool:
+            if i == N:
+                return emit(assign)
+            for d in range(min(top + 2, D)):
+                assign[i] = d
+                if not rec(i + 1, max(top, d)):
+                    return False
+            return True
+
+        ok = rec(1, 0) if N > 1 else emit(assign)
+    else:
+        ok = all(emit(list(combo)) for combo in itertools.product(range(D), repeat=N))
+    return out if ok else None

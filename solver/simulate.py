@@ -23,13 +23,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from pipetab.schedules.arrays import LazyTuple
-from pipetab.schedules.evaluate import block_durations, run_orders
+from pipetab.schedules.arrays import F_CODE, LazyTuple
+from pipetab.schedules.evaluate import Timing, block_durations, run_orders
 from pipetab.schedules.memory import event_times, live_levels, memory_deltas, peaks
 from pipetab.schedules.ops import Kind, Op
 from pipetab.schedules.table import Table, timed_table
 
-from .costs import Costs, Links
+from .costs import Costs, Links, Rounding
 
 if TYPE_CHECKING:
     from pipetab.schedules.schedule import Schedule
@@ -300,3 +300,75 @@ def _tails(schedule: Schedule, costs: Costs, end: np.ndarray):
     opt = costs.optimizer_time or (0,) * num
     optimizer = tuple((r, r + opt[d]) for d, r in enumerate(ready))
     return tuple(allreduces), optimizer
+
+
+# ---- judging a schedule: its timing, its order's memory, what ticks hide -----------------
+class SimTiming(Timing):
+    """A ``Timing`` read from a simulation: the op-keyed dictionaries are built only when
+    asked for (``start``, ``end``); ``arrays`` gives the times in the schedule's op order."""
+
+    sim: Simulation
+
+    def __init__(self, sim: Simulation) -> None:
+        object.__setattr__(self, "sim", sim)
+
+    @property  # type: ignore[override]
+    def start(self) -> dict[Op, float]:
+        return self.sim.start
+
+    @property  # type: ignore[override]
+    def end(self) -> dict[Op, float]:
+        return self.sim.end
+
+    @property
+    def makespan(self) -> float:
+        return float(self.sim.end_times.max()) if len(self.sim.end_times) else 0.0
+
+    def arrays(self):
+        return self.sim.start_times, self.sim.end_times
+
+
+@dataclass(frozen=True)
+class MemoryCheck:
+    """Peak live activation memory per device and the first cap violation, if any."""
+
+    peaks: tuple[float, ...]
+    violation: str | None
+
+    @property
+    def fits(self) -> bool:
+        return self.violation is None
+
+
+def order_memory(schedule: Schedule, costs: Costs, split_backward: bool) -> MemoryCheck:
+    """Activation memory as ``schedules.memory`` defines it (F allocates at its start, B and W
+    release at their end): a prefix sum over each device's order (one cumsum per device),
+    against each device's activation capacity (the CP-SAT oracle's memory check)."""
+    keys = schedule.stage_keys
+    size = np.array([costs.activation[k] for k in keys], float)[schedule.stage_ids]
+    part = np.array([costs.weight_part(*k) for k in keys], float)[schedule.stage_ids]
+    kind = schedule.ops.kind
+    delta = memory_deltas(kind, size, part, split_backward)
+    offsets = schedule.offsets
+    found, violation = [], None
+    for d in range(schedule.num_devices):
+        a, b = int(offsets[d]), int(offsets[d + 1])
+        live = np.cumsum(delta[a:b])
+        forwards = kind[a:b] == F_CODE
+        peak = float(live[forwards].max()) if forwards.any() else 0.0
+        found.append(max(0.0, peak))
+        cap = costs.activation_capacity(d)
+        if violation is None and cap is not None and peak > cap + 1e-9:
+            i = int(np.flatnonzero(forwards & (live > cap + 1e-9))[0])
+            violation = (f"device {d} exceeds its activation capacity {cap:g} at op {schedule.ops.op(a + i)} "
+                         f"({float(live[i]):g} live)")
+    return MemoryCheck(tuple(found), violation)
+
+
+def rounding_spread(schedule: Schedule, real: Costs, tick: float) -> float:
+    """``schedule``'s simulated step on durations rounded up to ticks of ``tick`` less its step
+    on durations rounded down, as a share of its real-valued step: what ticks can hide of a gap."""
+    value = simulate(schedule, real).makespan
+    up = simulate(schedule, real.quantized(tick, Rounding.UP)).makespan * tick
+    down = simulate(schedule, real.quantized(tick, Rounding.DOWN)).makespan * tick
+    return max(0.0, up - down) / value if value > 0 else 0.0

@@ -10,7 +10,7 @@ from .common import UsageError
 
 
 def _partition_arg(text: str):
-    from pipetab.solver.cpsat.decompose.partition import Partition
+    from pipetab.solver.partition import Partition
 
     try:
         return Partition.parse(text)
@@ -56,7 +56,7 @@ def partition_rules(args) -> list:
 def _layer_costs(args, shape):
     """The costs of any layer split of ``shape`` (None when the partition is the default
     even split of the old path)."""
-    from pipetab.solver.cpsat.decompose.partition import shape_schedule
+    from pipetab.solver.partition import shape_schedule
     from pipetab.solver.pricing import HardwareLayers, IdealizedLayers
 
     part = args.partition
@@ -82,7 +82,7 @@ def even_layers_of(args, shape):
     """On hardware the default split is even over the model's layers: (the layers, the
     assumption that says which)."""
     from pipetab.hardware import load_model
-    from pipetab.solver.cpsat.decompose.partition import Partition
+    from pipetab.solver.partition import Partition
     from pipetab.solver.pricing import even_layers
 
     if getattr(args, "layout", None) is not None:  # every pipeline as --layout says
@@ -98,7 +98,8 @@ def solve_layers(args, shape, config, deadline=None):
     of the even split for known schedules — both None on idealized costs — layers),
     within the command's ``deadline``."""
     from pipetab.solver.cpsat.api import solve_partition
-    from pipetab.solver.cpsat.decompose.partition import PARTITION_FORMS, Partition, partition_problem
+    from pipetab.solver.cpsat.decompose.partition import partition_problem
+    from pipetab.solver.partition import PARTITION_FORMS, Partition
     from pipetab.solver.pricing import even_layers
 
     lc = _layer_costs(args, shape)

@@ -208,7 +208,7 @@ def build_problem(args):
     real-valued costs in seconds (None for idealized costs)."""
     from dataclasses import replace
 
-    from pipetab.solver.cpsat.decompose.partition import shape_schedule
+    from pipetab.solver.partition import shape_schedule
 
     _refuse_options(args)
     hardware_args.check_context(args, args.stages, args.microbatches)

@@ -18,11 +18,12 @@ _EXPORTS = {
     "min_feasible_cap": "model.bounds", "CpSatModel": "model.cpmodel",
     "OBJECTIVES": "model.objectives", "analytic_lower_bound": "model.objectives", "CpSatConfig": "params",
     "GapBelow": "params", "MaxRuntime": "params", "NoImprovement": "params",
-    "canonical_placements": "decompose.placement", "Objective": "problem", "Problem": "problem",
+    "Objective": "problem", "Problem": "problem",
     "idealized_problem": "problem", "KnownGap": "result", "Mode": "result", "PhaseRecord": "result",
     "Result": "result", "SolveLog": "result", "SolveRecord": "result", "SolverInfo": "result", "Status": "result",
 }
-_ELSEWHERE = {"Deadline": "pipetab.solver.deadline", "PlacementFamily": "pipetab.schedules.placements"}
+_ELSEWHERE = {"Deadline": "pipetab.solver.deadline", "PlacementFamily": "pipetab.schedules.placements",
+              "canonical_placements": "pipetab.schedules.placements"}
 
 __all__ = sorted({*_EXPORTS, *_ELSEWHERE})
 

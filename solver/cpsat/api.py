@@ -12,13 +12,14 @@ from typing import TYPE_CHECKING, Sequence
 
 from pipetab.schedules import registry
 from pipetab.schedules.registry import REGISTRY
+from pipetab.schedules.rewrite import generator_of
 from pipetab.schedules.schedule import Placement, Schedule
 from pipetab.solver.costs import Costs, Rounding
-from pipetab.solver.simulate import simulate
+from pipetab.solver.simulate import rounding_spread, simulate
 
-from .decompose.partition import Partition, PartitionSearch, search_partition
+from .decompose.partition import PartitionSearch, search_partition
 from .decompose.placement import search_free
-from .heuristics.starts import Pace, as_searched, generator_of, judge, registry_schedules
+from .heuristics.starts import Pace, as_searched, judge, registry_schedules
 from .model.bounds import safe_horizon
 from .model.cpmodel import CpSatModel
 from .model.objectives import analytic_lower_bound, objective
@@ -30,6 +31,7 @@ from .result import KnownGap, Mode, Result, Status, gap_of
 
 if TYPE_CHECKING:
     from pipetab.solver.deadline import Deadline
+    from pipetab.solver.partition import Partition
     from pipetab.solver.pricing import LayerCosts
 
     from .params import SecondsParams
@@ -79,12 +81,7 @@ def search(problem: Problem, config: CpSatConfig | None = None, known: Sequence[
     """The best schedule found with the per-device orders (and a ``free`` placement) free under
     the memory caps — never worse than the best start that fits — its objective, the proven
     lower bound and the gap. An infeasible cap is ``infeasible`` with ``min_feasible_cap``."""
-    config = config or CpSatConfig()
-    deadline = deadline or config.deadline()
-    known = as_searched(_timed(problem), known)
-    if problem.is_free:
-        return search_free(problem, config, known, deadline, Mode.SEARCH)
-    return search_fixed(problem, problem.fixed_placement, config, known, deadline, Mode.SEARCH)  # type: ignore[arg-type]
+    return _solve(problem, config or CpSatConfig(), known, deadline, Mode.SEARCH)
 
 
 def bound(problem: Problem, config: CpSatConfig | None = None, known: Sequence[Schedule] = (), *,
@@ -92,12 +89,8 @@ def bound(problem: Problem, config: CpSatConfig | None = None, known: Sequence[S
     """The proven lower bound on the optimal objective (max of analytic and CP-SAT bounds),
     each known schedule's gap to it (``Result.known``) and the best schedule found on the way."""
     config = config or CpSatConfig()
-    deadline = deadline or config.deadline()
-    known = as_searched(_timed(problem), known)
-    if not problem.is_free:
-        return search_fixed(problem, problem.fixed_placement, config, known, deadline, Mode.BOUND)  # type: ignore[arg-type]
-    res = search_free(problem, config, known, deadline, Mode.BOUND)
-    if not res.known and problem.num_pipelines == 1 and problem.num_stages[0] == problem.num_devices:
+    res = _solve(problem, config, known, deadline, Mode.BOUND)
+    if problem.is_free and not res.known and problem.num_stages == (problem.num_devices,):
         # judge the linear known schedules against the free-placement bound too
         pl = Placement((tuple(range(problem.num_devices)),), problem.num_devices)
         evals, _ = judge(problem, registry_schedules(problem.with_placement(pl), pl, config.start.probe))
@@ -133,12 +126,17 @@ def least_peak_memory(problem: Problem, makespan: int, config: CpSatConfig | Non
                   solver=solver_info(config, model.applied), time_to_first_s=raw.first_solution_time)
 
 
-def _timed(problem: Problem) -> Problem:
-    """``problem``, whose objective ``search`` and ``bound`` take: a time."""
+def _solve(problem: Problem, config: CpSatConfig, known: Sequence[Schedule], deadline: Deadline | None,
+           mode: Mode) -> Result:
+    """``search`` or ``bound`` (``mode``) of a time objective, the placement fixed or free."""
     if problem.objective not in TIME_OBJECTIVES:
         raise ValueError(f"search and bound minimize {' or '.join(TIME_OBJECTIVES)}; the {problem.objective} "
                          "objective is least_peak_memory's")
-    return problem
+    deadline = deadline or config.deadline()
+    known = as_searched(problem, known)
+    if problem.is_free:
+        return search_free(problem, config, known, deadline, mode)
+    return search_fixed(problem, problem.placed, config, known, deadline, mode)
 
 
 @dataclass(frozen=True)
@@ -196,18 +194,18 @@ class KnownSeconds:
 
 @dataclass(frozen=True, kw_only=True)
 class Answer:
-    """``solve_seconds``'s answer: the ``schedule`` and its simulated objective in ``seconds``,
-    ``lower_bound_s`` a bound of the real-valued problem (proven on durations rounded down to
-    ticks of ``tick_s``), ``status`` (``optimal`` only when the two meet), ``rounding``
-    (``rounding_spread`` of the schedule), and the solves behind it (``search``: durations
-    rounded up; ``bound``: rounded down)."""
+    """``solve_seconds``'s (and ``partition_seconds``') answer: the ``schedule`` and its
+    simulated objective in ``seconds``, ``lower_bound_s`` a bound of the real-valued problem
+    (proven on durations rounded down to ticks of ``tick_s``), ``status`` (``optimal`` only when
+    the two meet), ``rounding`` (``rounding_spread`` of the schedule), and the solves behind it
+    (``search``: durations rounded up; ``bound``: rounded down)."""
 
     mode: Mode
     status: Status
     schedule: Schedule | None
     seconds: float | None
     lower_bound_s: float | None
-    tick_s: float
+    tick_s: float | None  # None: a partition search that solved no split
     objective: Objective
     search: Result | None
     bound: Result
@@ -227,15 +225,6 @@ class Answer:
         if self.search is not None and (self.search.schedule is not None or self.schedule is None):
             return self.search
         return self.bound
-
-
-def rounding_spread(schedule: Schedule, real: Costs, tick: float) -> float:
-    """``schedule``'s simulated step on durations rounded up to ticks of ``tick`` less its step
-    on durations rounded down, as a share of its real-valued step: what ticks can hide of a gap."""
-    value = simulate(schedule, real).makespan
-    up = simulate(schedule, real.quantized(tick, Rounding.UP)).makespan * tick
-    down = simulate(schedule, real.quantized(tick, Rounding.DOWN)).makespan * tick
-    return max(0.0, up - down) / value if value > 0 else 0.0
 
 
 def choose_tick(shape: Problem, real: Costs, params: SecondsParams, known: Sequence[Schedule] = (),
@@ -346,28 +335,12 @@ def _known_seconds(shape: Problem, res: Result, known: Sequence[Schedule], costs
     return out
 
 
-@dataclass(frozen=True)
-class PartitionSeconds:
-    """``partition_seconds``'s answer: the chosen split's simulated time, a bound of the
-    real-valued problem, the status and message, and the registry's schedules in seconds."""
-
-    status: Status
-    seconds: float | None
-    lower_bound_s: float | None
-    tick_s: float | None
-    known: dict[str, KnownSeconds]
-    message: str
-
-    @property
-    def gap(self) -> float | None:
-        return gap_of(self.seconds, self.lower_bound_s)
-
-
 def partition_seconds(problem: Problem, result: Result, real: Costs, known_costs: Costs, num_stages: int,
-                      num_microbatches: int) -> PartitionSeconds:
-    """A partition search's ``result`` in seconds: its schedule simulated on ``real``, the
-    ``real_lower_bound``, the registry schedules it judged timed on ``known_costs`` (the even
-    split's), and ``optimal`` only where the bound meets the real-valued time."""
+                      num_microbatches: int) -> Answer:
+    """A partition search's ``result`` in seconds (its ``search`` and ``bound``): its schedule
+    simulated on ``real``, the ``real_lower_bound``, the registry schedules it judged timed on
+    ``known_costs`` (the even split's), and ``optimal`` only where the bound meets the
+    real-valued time."""
     value = None if result.schedule is None else simulate(result.schedule, real).makespan
     tick = problem.costs.tick_s
     lb = None if result.status is Status.INFEASIBLE else real_lower_bound(problem, real, result)
@@ -382,7 +355,9 @@ def partition_seconds(problem: Problem, result: Result, real: Costs, known_costs
         status = Status.FEASIBLE
         message = (f"optimal for durations rounded to ticks of {tick:.3g} s; the bound holds for durations "
                    "rounded down, below the real-valued time")
-    return PartitionSeconds(status, value, lb, tick, known, message)
+    return Answer(mode=result.mode, status=status, schedule=result.schedule, seconds=value, lower_bound_s=lb,
+                  tick_s=tick, objective=result.objective, search=result, bound=result, known=known, message=message,
+                  runtime_s=result.runtime_s)
 
 
 def real_lower_bound(problem: Problem, real: Costs, result: Result) -> float | None:

@@ -6,82 +6,32 @@ with placement literals. The free bound is the least over placements (proven or 
 
 from __future__ import annotations
 
-import itertools
 import math
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Sequence
 
-from pipetab.schedules.schedule import Placement, Schedule
+from pipetab.schedules.placements import canonical_placements
+from pipetab.schedules.rewrite import canonical_devices, relabel_microbatches
 
 from ..heuristics.starts import Pace, Start, best_of, judge, start_phase
 from ..model.bounds import cap_violations, safe_horizon, stage_loads
 from ..model.cpmodel import CpSatModel
 from ..model.families import devices_identical
 from ..model.objectives import analytic_lower_bound, objective
-from ..model.oracle import KnownEval, checked, evaluate_known, relabel_microbatches
+from ..model.oracle import KnownEval, checked, evaluate_known
 from ..model.variables import BuildTimeout
 from ..phases.fixed import finish, infeasible_cap, search_assumptions, search_fixed
 from ..phases.strategy import solve_record
 from ..result import Mode, PhaseRecord, Result, Status
 
 if TYPE_CHECKING:
+    from pipetab.schedules.schedule import Placement, Schedule
     from pipetab.solver.deadline import Deadline
 
     from ..model.cpmodel import RawSolve
     from ..params import CpSatConfig
     from ..problem import Problem
-
-
-def canonical_placements(problem: Problem, limit: int) -> list[Placement] | None:
-    """Every placement of the problem's stages on its devices, up to relabelling of
-    identical devices (restricted growth strings); None when more than ``limit``."""
-    keys = list(problem.stages)
-    D, N = problem.num_devices, len(keys)
-    out: list[Placement] = []
-
-    def emit(assign: list[int]) -> bool:
-        per, i = [], 0
-        for n in problem.num_stages:
-            per.append(tuple(assign[i:i + n]))
-            i += n
-        out.append(Placement(tuple(per), D))
-        return len(out) <= limit
-
-    if devices_identical(problem):
-        assign = [0] * N
-
-        def rec(i: int, top: int) -> bool:
-            if i == N:
-                return emit(assign)
-            for d in range(min(top + 2, D)):
-                assign[i] = d
-                if not rec(i + 1, max(top, d)):
-                    return False
-            return True
-
-        ok = rec(1, 0) if N > 1 else emit(assign)
-    else:
-        ok = all(emit(list(combo)) for combo in itertools.product(range(D), repeat=N))
-    return out if ok else None
-
-
-def canonical_devices(schedule: Schedule) -> Schedule:
-    """The schedule with devices renumbered in order of first use by its stages."""
-    pl = schedule.placement
-    order: list[int] = []
-    for stages in pl.stage2device:
-        for d in stages:
-            if d not in order:
-                order.append(d)
-    order += [d for d in range(pl.num_devices) if d not in order]
-    new_of = {old: new for new, old in enumerate(order)}
-    placement = Placement(tuple(tuple(new_of[d] for d in st) for st in pl.stage2device), pl.num_devices)
-    orders: list = [()] * pl.num_devices
-    for old, ops in enumerate(schedule.orders):
-        orders[new_of[old]] = ops
-    return Schedule(schedule.name, placement, schedule.microbatch2pipeline, tuple(orders),
-                    schedule.stage_work, schedule.split_backward, schedule.params)
 
 
 @dataclass
@@ -110,10 +60,11 @@ def search_free(problem: Problem, config: CpSatConfig, known: Sequence[Schedule]
     """``search`` or ``bound`` with the placement free (module docstring)."""
     evals, skipped = judge(problem, known)
     limit = config.decompose.max_placements
-    placements = canonical_placements(problem, limit) if config.uses("decompose") else None
+    identical = devices_identical(problem)
+    placements = (canonical_placements(problem.num_stages, problem.num_devices, limit, identical)
+                  if config.uses("decompose") else None)
     if placements is None:
         return _monolithic(problem, config, evals, deadline, mode)
-    identical = devices_identical(problem)
     label = (f"placement free: all {len(placements)} placements"
              + (" up to relabelling of identical devices" if identical else "")
              + " enumerated, each solved with its placement fixed, pruned by bound")

@@ -6,19 +6,19 @@ as devices become idle (event-driven), steered by ``warmup_depths``, ``stage_lim
 from __future__ import annotations
 
 import heapq
-import itertools
 import math
 import time
 from collections import defaultdict
 from typing import TYPE_CHECKING, Callable
 
 from pipetab.schedules.memory import memory_change
-from pipetab.schedules.ops import Kind, Op
+from pipetab.schedules.ops import Kind, Op, data_successors
+from pipetab.schedules.schedule import Placement
 
-from ..model.variables import heads_tails, successors
+from ..model.variables import heads_tails
 
 if TYPE_CHECKING:
-    from pipetab.schedules.schedule import Placement, Schedule
+    from pipetab.schedules.schedule import Schedule
 
     from ..problem import Problem
 
@@ -105,7 +105,7 @@ class _ListScheduler:
                 op = Op(k, p, s, 0)
                 nxt = [(n.kind, n.stage, problem.lag(op, d, self.dev_of[(p, n.stage)])
                         if self.dev_of[(p, n.stage)] != d else 0)
-                       for n in successors(op, problem.num_stages[p], problem.split_backward)]
+                       for n in data_successors(op, problem.num_stages[p], problem.split_backward)]
                 freed = -memory_change(k, self.act[(p, s)], problem.weight_part(p, s), problem.split_backward)
                 self.chain[(k, p, s)] = (problem.duration(op), freed, nxt)
 
@@ -211,47 +211,29 @@ def warmup_depths(problem: Problem) -> tuple[int, ...] | None:
     if problem.num_pipelines != 1 or problem.num_stages[0] != problem.num_devices:
         return None
     S = problem.num_devices
-    f = [problem.duration(Op(Kind.F, 0, s, 0)) for s in range(S)]
-    b = [problem.duration(Op(Kind.B, 0, s, 0)) for s in range(S)]
-    lag = [problem.lag(Op(Kind.F, 0, s, 0), s, s + 1) if s + 1 < S else 0 for s in range(S)]
-    back = [problem.lag(Op(Kind.B, 0, s, 0), s, s - 1) if s else 0 for s in range(S)]
-    f_start = [0] * S
-    for s in range(1, S):
-        f_start[s] = f_start[s - 1] + f[s - 1] + lag[s - 1]
-    b_start = [0] * S
-    b_start[S - 1] = f_start[S - 1] + f[S - 1]
-    for s in range(S - 2, -1, -1):
-        b_start[s] = b_start[s + 1] + b[s + 1] + back[s + 1]
+    head, _ = heads_tails(problem, Placement((tuple(range(S)),), S))  # stage d on device d
     out = []
     for d in range(S):
-        n = max(1, (b_start[d] - f_start[d]) // f[d])
+        f = Op(Kind.F, 0, d, 0)
+        n = max(1, (head[Op(Kind.B, 0, d, 0)] - head[f]) // problem.duration(f))
         fit = problem.activations_fit(problem.cap(d), 0, d)
         out.append(int(min(n, fit)) if fit else int(n))
     return tuple(out)
 
 
-def residency(problem: Problem, placement: Placement, p: int, s: int) -> int:
-    """The least time an activation of stage (p, s) lives: from its forward's start through
-    the later stages' forwards and backwards, with their messages, to its backward's end."""
-    n = problem.num_stages[p]
-    m = 0  # every microbatch of a pipeline has the same op times
-    chain = [Op(Kind.F, p, k, m) for k in range(s, n)] + [Op(Kind.B, p, k, m) for k in range(n - 1, s - 1, -1)]
-    t = sum(problem.duration(op) for op in chain)
-    for a, b in itertools.pairwise(chain):
-        src, dst = placement.device(a.pipeline, a.stage), placement.device(b.pipeline, b.stage)
-        t += problem.lag(a, src, dst) if src != dst else 0
-    return t
-
-
 def stage_limits(problem: Problem, placement: Placement, scale: float) -> dict[tuple[int, int], int]:
     """Per-stage warm-up depths for several stages per device (Little's law): ``scale`` x a
-    stage's lifetime over the time between two of its microbatches on a busy device, at least
-    1, shrunk in proportion where a device's depths together exceed its cap."""
+    stage's least lifetime (its forward's start to its backward's end, ``heads_tails``) over the
+    time between two of its microbatches on a busy device, at least 1, shrunk in proportion
+    where a device's depths together exceed its cap."""
     counts, work = problem.pipeline_counts, device_work(problem, placement)
+    head, _ = heads_tails(problem, placement)
     out = {}
     for p, s in problem.stages:
         gap = work[placement.device(p, s)] / counts[p]
-        out[(p, s)] = max(1, math.ceil(scale * residency(problem, placement, p, s) / gap))
+        back = Op(Kind.B, p, s, 0)
+        lifetime = head[back] + problem.duration(back) - head[Op(Kind.F, p, s, 0)]
+        out[(p, s)] = max(1, math.ceil(scale * lifetime / gap))
     act = problem.costs.activation
     for d in range(placement.num_devices):
         cap = problem.cap(d)

@@ -9,11 +9,12 @@ from __future__ import annotations
 import itertools
 from typing import TYPE_CHECKING
 
-from pipetab.schedules.ops import Kind, Op
+from pipetab.schedules.ops import Kind, Op, data_successors
+from pipetab.schedules.rewrite import relabel_microbatches
 from pipetab.solver.justification import Edge, PrecedenceGraph, double_justify
 
-from ..model.oracle import KnownEval, evaluate_known, relabel_microbatches
-from ..model.variables import min_lag, successors
+from ..model.oracle import KnownEval, evaluate_known
+from ..model.variables import min_lag
 
 if TYPE_CHECKING:
     from pipetab.schedules.schedule import Placement
@@ -35,7 +36,7 @@ def precedence_graph(problem: Problem, placement: Placement) -> PrecedenceGraph 
         pred[b].append((a, lag))
 
     for op in ops:
-        for nxt in successors(op, problem.num_stages[op.pipeline], problem.split_backward):
+        for nxt in data_successors(op, problem.num_stages[op.pipeline], problem.split_backward):
             edge(index[op], index[nxt], duration[index[op]] + min_lag(problem, placement, op, nxt))
     by_pipe = problem.pipeline_microbatches
     for p, s in problem.stages:

@@ -9,9 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pipetab.schedules.ops import Op
-
-from ..model.variables import successors
+from pipetab.schedules.ops import Op, data_successors
 
 if TYPE_CHECKING:
     from pipetab.schedules.schedule import Placement
@@ -47,7 +45,7 @@ def mirror_pairs(problem: Problem, placement: Placement) -> list[tuple[Op, Op]] 
             down, up = Op(k, 0, s, mbs[0][0]), Op(k, 1, s, mbs[1][0])
             if problem.duration(down) != problem.duration(up):
                 return None
-            for nx in successors(down, n, problem.split_backward):
+            for nx in data_successors(down, n, problem.split_backward):
                 a, b = placement.device(0, s), placement.device(0, nx.stage)
                 if a != b and problem.lag(down, a, b) != problem.lag(up, twin_device[a], twin_device[b]):
                     return None

@@ -11,13 +11,9 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Sequence
 
-import numpy as np
-
 from pipetab.schedules import registry
-from pipetab.schedules.arrays import KIND_CODES
-from pipetab.schedules.ops import Kind, Op
 from pipetab.schedules.placements import family_placement
-from pipetab.schedules.schedule import Schedule
+from pipetab.schedules.rewrite import fused_backward, ops_one_at_a_time
 
 from ..model.oracle import KnownEval, evaluate_known
 from ..model.pairing import pairs_only
@@ -26,7 +22,7 @@ from .greedy import greedy_schedule, microbatch_spacing, stage_limits, warmup_de
 from .justify import justify, precedence_graph
 
 if TYPE_CHECKING:
-    from pipetab.schedules.schedule import Placement
+    from pipetab.schedules.schedule import Placement, Schedule
     from pipetab.solver.deadline import Deadline
 
     from ..problem import Problem
@@ -96,24 +92,6 @@ def registry_schedules(problem: Problem, placement: Placement, probe: tuple[int,
             yield from as_searched(problem, [s])
 
 
-def fused_backward(schedule: Schedule, keep_pairs: bool = False) -> Schedule:
-    """A split-backward schedule with each W dropped, the whole backward where its B ran (an
-    activation freed no later: peak memory no higher), named '<name> (W fused into B)';
-    overlapped pairs kept only with ``keep_pairs`` (each block less its W, where two ops remain)."""
-    if not schedule.split_backward:
-        return schedule
-    blocks: tuple[tuple[Op, ...], ...] = ()
-    if keep_pairs:  # a forward opens its block: what is left of two ops is a forward-backward pair
-        kept = (tuple(op for op in b if op.kind is not Kind.W) for b in schedule.blocks)
-        blocks = tuple(b for b in kept if len(b) == 2)
-    # on the op arrays: 1.5M ops of ZB-H1 at S=128, B=4,096 took 3 s as Op objects
-    keep = schedule.ops.kind != KIND_CODES[Kind.W]
-    offsets = np.concatenate(([0], np.cumsum(keep)))[schedule.offsets]
-    return Schedule.from_arrays(f"{schedule.name} (W fused into B)", schedule.placement,
-                                schedule.microbatch2pipeline, schedule.ops.take(keep), offsets,
-                                schedule.stage_work, False, schedule.params, blocks)
-
-
 def as_searched(problem: Problem, known: Sequence[Schedule]) -> list[Schedule]:
     """``known`` as a search of ``problem`` judges them: without blocks each overlapped pair as
     two ops (``ops_one_at_a_time``); with blocks unchanged; where pairs may overlap, each with
@@ -128,19 +106,6 @@ def as_searched(problem: Problem, known: Sequence[Schedule]) -> list[Schedule]:
         if k.blocks:
             out.append(ops_one_at_a_time(k))
     return out
-
-
-def ops_one_at_a_time(schedule: Schedule) -> Schedule:
-    """``schedule`` with every op alone (the search orders ops one at a time), named so."""
-    if not schedule.blocks:
-        return schedule
-    return schedule.with_blocks((), f"{schedule.name} (pairs not overlapped)")
-
-
-def generator_of(name: str) -> str:
-    """The registry generator a start's schedule came from: its name less the notes in
-    parentheses the rewrites above add (no registry name holds " (")."""
-    return name.split(" (", 1)[0]
 
 
 def _generation_time(name: str, opts: dict, sizes: tuple[int, int], cells: int, devices: int = 8) -> float:
@@ -261,12 +226,6 @@ def slack_starts(problem: Problem, placement: Placement, capped: bool,
         yield from filter(None, [greedy_schedule(
             problem, placement, None, name=f"greedy-slack{k:.2f}" + (f"-d{depth:g}" if depth else ""),
             inflight=inflight, slack={p: k * u for p, u in spacing.items()}, until=until())])
-
-
-def auto_known(problem: Problem, placement: Placement) -> list[Schedule]:
-    """The registry's schedules of the shape and placement and the greedy list schedules."""
-    return [*registry_schedules(problem, placement), *greedy_starts(problem, placement),
-            *wide_starts(problem, placement)]
 
 
 # ---- judging and pacing ---------------------------------------------------------------------

@@ -7,22 +7,20 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 from ortools.sat.python import cp_model
 
-from pipetab.schedules.arrays import F_CODE
-from pipetab.schedules.memory import memory_deltas
-from pipetab.schedules.ops import Kind, Op
+from pipetab.schedules.ops import Kind, Op, data_successors
+from pipetab.solver.simulate import MemoryCheck, order_memory
 
 from ..engine import SolverSetup, run_solver
 from ..params import ModelParams
 from .cyclic import per_microbatch_work
 from .pairing import device_savings
 from .sweep import sweep_lower_bound
-from .variables import heads_tails, lifetime_min, successors
+from .variables import heads_tails, lifetime_min
 
 if TYPE_CHECKING:
     from pipetab.schedules.schedule import Placement, Schedule
@@ -72,11 +70,7 @@ def makespan_lower_bound(problem: Problem, placement: Placement | None) -> tuple
             if counts.get(p):
                 op = Op(problem.release_kind, p, s, 0)
                 found.append((head[op] + problem.duration(op) + t + dev_opt(p, s), "all-reduce tail"))
-    best = found[0]
-    for value, label in found[1:]:
-        if value > best[0]:
-            best = (value, label)
-    return best
+    return max(found, key=lambda x: x[0])  # the first of the largest
 
 
 def _stage_device_bounds(problem: Problem, loads: dict[tuple[int, int], int], head: dict[Op, int],
@@ -289,7 +283,7 @@ def period_horizon(problem: Problem, placement: Placement, period: int | None = 
         for s in range(problem.num_stages[p]):
             for k in problem.kinds:
                 op = Op(k, p, s, mbs[0])
-                for nx in successors(op, problem.num_stages[p], problem.split_backward):
+                for nx in data_successors(op, problem.num_stages[p], problem.split_backward):
                     a, b = placement.device(p, s), placement.device(p, nx.stage)
                     if a != b:
                         lag = max(lag, problem.lag(op, a, b))
@@ -313,7 +307,7 @@ def safe_horizon(problem: Problem, placement: Placement | None) -> int:
         for s in range(problem.num_stages[p]):
             for k in problem.kinds:
                 op = Op(k, p, s, 0)
-                for nx in successors(op, problem.num_stages[p], problem.split_backward):
+                for nx in data_successors(op, problem.num_stages[p], problem.split_backward):
                     if placement is None:
                         size = problem.costs.message_bytes.get((k, p, s), 0.0)
                         if size not in widest:
@@ -404,38 +398,6 @@ def min_feasible_cap(problem: Problem, seconds: float = 10.0) -> float:
     return max(memory_need(problem, problem.dealt))
 
 
-@dataclass(frozen=True)
-class MemoryCheck:
-    """Peak live activation memory per device and the first cap violation, if any."""
-
-    peaks: tuple[float, ...]
-    violation: str | None
-
-    @property
-    def fits(self) -> bool:
-        return self.violation is None
-
-
 def memory_check(problem: Problem, schedule: Schedule) -> MemoryCheck:
-    """Activation memory as ``schedules.memory`` defines it (F allocates at its start, B and W
-    release at their end): a prefix sum over each device's order (one cumsum per device)."""
-    costs = problem.costs
-    keys = schedule.stage_keys
-    size = np.array([costs.activation[k] for k in keys], float)[schedule.stage_ids]
-    part = np.array([costs.weight_part(*k) for k in keys], float)[schedule.stage_ids]
-    kind = schedule.ops.kind
-    delta = memory_deltas(kind, size, part, problem.split_backward)
-    offsets = schedule.offsets
-    peaks, violation = [], None
-    for d in range(schedule.num_devices):
-        a, b = int(offsets[d]), int(offsets[d + 1])
-        live = np.cumsum(delta[a:b])
-        forwards = kind[a:b] == F_CODE
-        peak = float(live[forwards].max()) if forwards.any() else 0.0
-        peaks.append(max(0.0, peak))
-        cap = problem.cap(d)
-        if violation is None and cap is not None and peak > cap + 1e-9:
-            i = int(np.flatnonzero(forwards & (live > cap + 1e-9))[0])
-            violation = (f"device {d} exceeds its activation capacity {cap:g} at op {schedule.ops.op(a + i)} "
-                         f"({float(live[i]):g} live)")
-    return MemoryCheck(tuple(peaks), violation)
+    """``schedule``'s activation memory under the problem's costs and caps (``simulate.order_memory``)."""
+    return order_memory(schedule, problem.costs, problem.split_backward)

@@ -15,10 +15,11 @@ from typing import TYPE_CHECKING
 from pipetab.schedules.evaluate import Timing
 from pipetab.schedules.ops import Kind, Op
 from pipetab.solver import periodic
-from pipetab.solver.simulate import Simulation, simulate
+from pipetab.solver.simulate import SimTiming, Simulation, simulate
 
 from ..problem import Objective, Problem
 from . import bounds
+from .sweep import PipelineArrays
 from .variables import heads_tails
 
 if TYPE_CHECKING:
@@ -95,31 +96,6 @@ def analytic_lower_bound(problem: Problem, placement: Placement | None) -> tuple
 
 
 # ---- makespan ------------------------------------------------------------------------------
-class SimTiming(Timing):
-    """A ``Timing`` read from a simulation: the op-keyed dictionaries are built only when
-    asked for (``start``, ``end``); ``arrays`` gives the times in the schedule's op order."""
-
-    sim: Simulation
-
-    def __init__(self, sim: Simulation) -> None:
-        object.__setattr__(self, "sim", sim)
-
-    @property  # type: ignore[override]
-    def start(self) -> dict[Op, float]:
-        return self.sim.start
-
-    @property  # type: ignore[override]
-    def end(self) -> dict[Op, float]:
-        return self.sim.end
-
-    @property
-    def makespan(self) -> float:
-        return float(self.sim.end_times.max()) if len(self.sim.end_times) else 0.0
-
-    def arrays(self):
-        return self.sim.start_times, self.sim.end_times
-
-
 class Makespan(ModelObjective):
     """One synchronous step: every device's end plus its optimizer time and every replica
     group's all-reduce (the ``makespan`` family bounds ``v.makespan`` below)."""
@@ -211,19 +187,13 @@ def _through_paths(problem: Problem, placement: Placement, counts: dict[int, int
     microbatch on d, whichever microbatches are first and last. Yields (value, label)."""
     if problem.num_pipelines != 1 or any(len(placement.stages_on(d)) != 1 for d in range(problem.num_devices)):
         return
-    n, count = problem.num_stages[0], counts[0]
-    dev = [placement.device(0, s) for s in range(n)]
-    f = [problem.duration(Op(Kind.F, 0, s, 0)) for s in range(n)]
-    b = [problem.duration(Op(Kind.B, 0, s, 0)) for s in range(n)]
-    w = [problem.duration(Op(Kind.W, 0, s, 0)) if problem.split_backward else 0 for s in range(n)]
-    lag_f = [problem.lag(Op(Kind.F, 0, s, 0), dev[s], dev[s + 1]) for s in range(n - 1)]
-    lag_b = [problem.lag(Op(Kind.B, 0, s + 1, 0), dev[s + 1], dev[s]) for s in range(n - 1)]
-    for d in range(n - 1):
-        down = up = 0
-        for e in range(d + 1, n):
-            down += f[e - 1] + lag_f[e - 1]
-            up += b[e - 1] + lag_b[e - 1]
-            yield (down + count * (f[e] + b[e]) + up + w[d],
+    pl, count, dev = PipelineArrays(problem, placement, 0), counts[0], placement.stage2device[0]
+    for d in range(pl.n - 1):
+        down = up = 0.0
+        for e in range(d + 1, pl.n):
+            down += pl.step_f[e - 1]
+            up += pl.b[e - 1] + pl.lag_b[e - 1]
+            yield (round(down + count * (pl.f[e] + pl.b[e]) + up + pl.w[d]),
                    f"device {dev[d]}'s span through all forwards and backwards of device {dev[e]}")
 
 

@@ -10,16 +10,17 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from pipetab.schedules.evaluate import DeadlockError, Timing
-from pipetab.schedules.ops import Kind, Op
-from pipetab.schedules.schedule import Schedule
+from pipetab.schedules.rewrite import glue_last_stages, relabel_microbatches
 from pipetab.schedules.table import Table, timed_table
 from pipetab.schedules.validate import validate
-from pipetab.solver.simulate import simulate
+from pipetab.solver.simulate import MemoryCheck, SimTiming, simulate
 
-from .bounds import MemoryCheck, memory_check
-from .objectives import SimTiming, objective
+from .bounds import memory_check
+from .objectives import objective
 
 if TYPE_CHECKING:
+    from pipetab.schedules.schedule import Schedule
+
     from ..problem import Problem
 
 
@@ -59,63 +60,12 @@ def evaluate_known(problem: Problem, schedule: Schedule, time_unfit: bool = True
     return KnownEval(schedule, value, timing, mem, sim_s=spent)
 
 
-def relabel_microbatches(schedule: Schedule, timing: Timing) -> tuple[Schedule, Timing]:
-    """The timed schedule with op labels permuted to FIFO (the k-th op of a kind on (p, s) by
-    start becomes microbatch k's): times, devices and memory unchanged, every dependency kept
-    (``families.add_fifo``); stage-0 forwards ordered too."""
-    by_pipe: dict[int, list[int]] = {}
-    for m, p in enumerate(schedule.microbatch2pipeline):
-        by_pipe.setdefault(p, []).append(m)
-    groups: dict[tuple[Kind, int, int], list[Op]] = {}
-    for op in timing.start:
-        groups.setdefault((op.kind, op.pipeline, op.stage), []).append(op)
-    mapping: dict[Op, Op] = {}
-    for (k, p, s), ops in groups.items():
-        ops.sort(key=lambda o: timing.start[o])
-        for new_m, op in zip(by_pipe[p], ops):
-            mapping[op] = Op(k, p, s, new_m)
-    if all(a == b for a, b in mapping.items()):
-        return schedule, timing
-    orders = tuple(tuple(mapping[op] for op in order) for order in schedule.orders)
-    blocks = tuple(tuple(mapping[op] for op in b) for b in schedule.blocks)  # a block's cost is its stages'
-    new = Schedule(
-        schedule.name, schedule.placement, schedule.microbatch2pipeline, orders,
-        schedule.stage_work, schedule.split_backward, schedule.params, blocks,
-    )
-    return new, Timing(
-        {mapping[o]: t for o, t in timing.start.items()}, {mapping[o]: t for o, t in timing.end.items()}
-    )
-
-
-def glue_last_stages(problem: Problem, schedule: Schedule) -> Schedule:
-    """A FIFO schedule with last-stage-only devices running each B right after its F."""
-    if problem.split_backward:
-        return schedule
-    pl = schedule.placement
-    orders = list(schedule.orders)
-    changed = False
-    for p in range(schedule.num_pipelines):
-        last = schedule.num_stages(p) - 1
-        d = pl.device(p, last)
-        if pl.stages_on(d) != [(p, last)]:
-            continue
-        fwd = [op for op in orders[d] if op.kind is Kind.F]
-        glued = tuple(x for op in fwd for x in (op, op._replace(kind=Kind.B)))
-        if glued != orders[d]:
-            orders[d] = glued
-            changed = True
-    if not changed:
-        return schedule
-    return Schedule(schedule.name, pl, schedule.microbatch2pipeline, tuple(orders),
-                    schedule.stage_work, schedule.split_backward, schedule.params)
-
-
 def hint_form(problem: Problem, known: KnownEval, glue: bool) -> KnownEval:
     """A known schedule in the form the model's symmetry and dominance constraints accept:
     FIFO-relabelled and (with ``glue``) last stages glued, re-timed; never slower."""
     sched, timing = relabel_microbatches(known.schedule, known.timing)
     if glue:
-        g = glue_last_stages(problem, sched)
+        g = glue_last_stages(sched)
         if g is not sched:
             ev = evaluate_known(problem, g)
             if ev.fits and ev.makespan <= known.makespan:

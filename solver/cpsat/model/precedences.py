@@ -9,9 +9,9 @@ import itertools
 import math
 from typing import TYPE_CHECKING
 
-from pipetab.schedules.ops import Op
+from pipetab.schedules.ops import Op, data_successors
 
-from .variables import Variables, min_lag, predecessor, successors
+from .variables import Variables, min_lag, predecessor
 
 if TYPE_CHECKING:
     from ortools.sat.python import cp_model
@@ -76,15 +76,12 @@ def add_precedences(model: cp_model.CpModel, v: Variables) -> None:
         pred = predecessor(op, problem.num_stages[op.pipeline])
         if pred is None:
             continue
-        j = v.index[pred]
-        if v.placement is not None or pred.stage == op.stage:
-            lag = min_lag(problem, v.placement, pred, op) if v.placement is not None else 0
-            model.add(v.start[i] >= v.end(j) + lag)
-            v.lag[(pred, op)] = lag
-        else:
+        if v.placement is None and pred.stage != op.stage:
             lag = _free_lag(model, v, pred, op)
-            model.add(v.start[i] >= v.end(j) + lag)
-            v.lag[(pred, op)] = lag
+        else:
+            lag = min_lag(problem, v.placement, pred, op)  # 0 under free placement: one stage, one device
+        model.add(v.start[i] >= v.end(v.index[pred]) + lag)
+        v.lag[(pred, op)] = lag
     for block in problem.blocks:  # fixed orders: a block starts once every input of its ops is there
         first = v.index[block[0]]
         for op in block[1:]:
@@ -126,7 +123,7 @@ def _chain_distances(v: Variables) -> dict:
     inf = math.inf
     dist = {a: {c: inf for c in nodes} for a in nodes}
     for k, p, s in nodes:
-        for nx in successors(Op(k, p, s, 0), problem.num_stages[p], problem.split_backward):
+        for nx in data_successors(Op(k, p, s, 0), problem.num_stages[p], problem.split_backward):
             dist[(k, p, s)][(nx.kind, p, nx.stage)] = 0
     for (a, c), shift in v.chain_shift.items():
         dist[a][c] = min(dist[a][c], shift)

@@ -23,8 +23,9 @@ def _chain(extra: np.ndarray, step: np.ndarray) -> np.ndarray:
     return np.maximum.accumulate(extra - q) + q
 
 
-class _Pipeline:
-    """One pipeline's per-stage durations, messages, windows and device groups."""
+class PipelineArrays:
+    """One pipeline's per-stage durations (``f``, ``b``, ``w``), messages (``step_f``: F(s)
+    start to F(s + 1) start; ``lag_b``), memory windows and device groups."""
 
     def __init__(self, problem: Problem, placement: Placement, p: int):
         n = problem.num_stages[p]
@@ -60,12 +61,12 @@ def sweep_lower_bound(problem: Problem, placement: Placement) -> int:
     best = 0.0
     opt = max((problem.optimizer(d) for d in range(problem.num_devices)), default=0)
     for p, count in problem.pipeline_counts.items():
-        pl = _Pipeline(problem, placement, p)
+        pl = PipelineArrays(problem, placement, p)
         best = max(best, _sweep(pl, count) + min(problem.optimizer(d) for d in pl.device_of))
     return int(np.ceil(best - 1e-9)) if best > 0 else 0 if opt == 0 else int(opt)
 
 
-def _sweep(pl: _Pipeline, count: int) -> float:
+def _sweep(pl: PipelineArrays, count: int) -> float:
     """The latest end any rule forces, microbatch by microbatch (module docstring)."""
     n = pl.n
     fs = np.zeros((count, n))
@@ -107,7 +108,7 @@ def _sweep(pl: _Pipeline, count: int) -> float:
     return float(max(we.max(), be.max()))
 
 
-def _b_chain(first: np.ndarray, pl: _Pipeline) -> np.ndarray:
+def _b_chain(first: np.ndarray, pl: PipelineArrays) -> np.ndarray:
     """B ends: be[s] = max(first[s], be[s + 1] + lag_b[s] + b[s]) from the last stage up."""
     rev = first[::-1]
     step = (pl.lag_b + pl.b[:-1])[::-1]

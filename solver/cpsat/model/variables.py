@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from pipetab.schedules.ops import Kind, Op
+from pipetab.schedules.ops import Kind, Op, data_predecessors, data_successors
 
 if TYPE_CHECKING:
     from ortools.sat.python import cp_model
@@ -19,27 +19,9 @@ if TYPE_CHECKING:
     from ..problem import Problem
 
 
-def successors(op: Op, num_stages: int, split: bool) -> list[Op]:
-    """Data successors of ``op`` in its microbatch's chain."""
-    k, p, s, m = op
-    if k is Kind.F:
-        return [Op(Kind.F, p, s + 1, m) if s + 1 < num_stages else Op(Kind.B, p, s, m)]
-    if k is Kind.B:
-        out = [Op(Kind.B, p, s - 1, m)] if s > 0 else []
-        if split:
-            out.append(Op(Kind.W, p, s, m))
-        return out
-    return []
-
-
 def predecessor(op: Op, num_stages: int) -> Op | None:
     """The single data predecessor of ``op`` (None for the first forward)."""
-    k, p, s, m = op
-    if k is Kind.F:
-        return Op(Kind.F, p, s - 1, m) if s > 0 else None
-    if k is Kind.B:
-        return Op(Kind.B, p, s + 1, m) if s < num_stages - 1 else Op(Kind.F, p, s, m)
-    return Op(Kind.B, p, s, m)
+    return next(iter(data_predecessors(op, num_stages)), None)
 
 
 def min_lag(problem: Problem, placement: Placement | None, pred: Op, op: Op) -> int:
@@ -67,10 +49,8 @@ def heads_tails(problem: Problem, placement: Placement | None) -> tuple[dict[Op,
             pr = predecessor(op, n)
             head[op] = 0 if pr is None else head[pr] + problem.duration(pr) + min_lag(problem, placement, pr, op)
         for op in reversed(order):
-            best = 0
-            for nx in successors(op, n, split):
-                best = max(best, min_lag(problem, placement, op, nx) + problem.duration(nx) + tail[nx])
-            tail[op] = best
+            tail[op] = max((min_lag(problem, placement, op, nx) + problem.duration(nx) + tail[nx]
+                            for nx in data_successors(op, n, split)), default=0)
     return head, tail
 
 

@@ -91,14 +91,10 @@ def infeasible_cap(problem: Problem, mode: Mode, deadline: Deadline, placement: 
     """The answer to a memory cap no schedule fits: which devices, and the least cap."""
     mfc = min_feasible_cap(problem, deadline.wall_left())
     shown = "; ".join(reasons[:2]) + (f" (and {len(reasons) - 2} more devices)" if len(reasons) > 2 else "")
-    return Result(
-        mode=mode, status=Status.INFEASIBLE, schedule=None, makespan=None, lower_bound=None,
-        unit=problem.costs.unit, runtime_s=time.perf_counter() - deadline.t0,
-        bound_assumptions=tuple(base_assumptions(problem, label or placement_label(problem, placement))),
-        message=shown + f"; the smallest feasible activation cap is {mfc:g}",
-        min_feasible_cap=mfc, tick_s=problem.costs.tick_s, objective=problem.objective,
-        tick_slots=problem.costs.tick_slots, solver=solver_info(config),
-    )
+    return replace(finish(problem, mode, Status.INFEASIBLE, None, None, None, deadline.t0, None,
+                          base_assumptions(problem, label or placement_label(problem, placement)),
+                          f"{shown}; the smallest feasible activation cap is {mfc:g}", (), config),
+                   min_feasible_cap=mfc)
 
 
 def finish(problem: Problem, mode: Mode, status: Status, schedule: Schedule | None, value, bound, t0: float,

@@ -153,13 +153,6 @@ def build_model(problem: Problem, placement: Placement, config: CpSatConfig, cap
                       deadline=deadline, mirror=mirror, around=None if around is None else around.schedule)
 
 
-def hint_incumbent(model: CpSatModel, problem: Problem, known: KnownEval) -> None:
-    """Hint ``model`` (unless ablated) with a schedule in the form its families accept."""
-    if model.config.uses("hints"):
-        h = hint_form(problem, known, "last-stage glue" in model.applied)
-        model.hint(h.schedule, h.timing)
-
-
 def solution_of(problem: Problem, model: CpSatModel, raw: RawSolve) -> KnownEval | None:
     """The schedule of a solve, re-checked by the evaluator (None when none was found)."""
     if raw.starts is None:
@@ -207,8 +200,11 @@ def _mirror_solve(problem, placement, config, state, deadline: Deadline, rows, m
 
 def _hinted_solve(problem: Problem, model: CpSatModel, state: SearchState, deadline: Deadline, rows: list,
                   phase: str, share: float, stall_s: float | None = None) -> RawSolve:
-    """``model`` hinted with the incumbent, solved on ``share`` of the limits; its schedule offered."""
-    hint_incumbent(model, problem, state.snapshot()[0])
+    """``model`` hinted (unless ablated) with the incumbent in the form its families accept,
+    solved on ``share`` of the limits; its schedule offered."""
+    if model.config.uses("hints"):
+        h = hint_form(problem, state.snapshot()[0], "last-stage glue" in model.applied)
+        model.hint(h.schedule, h.timing)
     wall, det = deadline.limits()
     raw = model.solve(wall * share, None if det is None else det * share, stall_s=stall_s,
                       stop=StopSignal(state, deadline=deadline.end), on_solution=state.improved)

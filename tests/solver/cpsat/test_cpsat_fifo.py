@@ -5,10 +5,11 @@ stages per device, two pipelines, split backward, tight caps, latencies)."""
 import pytest
 
 from pipetab.schedules import registry
+from pipetab.schedules.rewrite import relabel_microbatches
 from pipetab.solver.cpsat import CpSatConfig, idealized_problem
 from pipetab.solver.cpsat.model.bounds import safe_horizon
 from pipetab.solver.cpsat.model.cpmodel import CpSatModel
-from pipetab.solver.cpsat.model.oracle import evaluate_known, relabel_microbatches
+from pipetab.solver.cpsat.model.oracle import evaluate_known
 
 CASES = [
     # family, S, B, forward, backward, comm, cap, split

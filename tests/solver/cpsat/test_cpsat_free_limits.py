@@ -9,7 +9,7 @@ from dataclasses import replace
 from unittest.mock import patch
 
 from pipetab.schedules import registry
-from pipetab.schedules.ops import Kind
+from pipetab.schedules.ops import Kind, data_successors
 from pipetab.schedules.schedule import Placement
 from pipetab.solver.costs import Links
 from pipetab.solver.cpsat import CpSatConfig, bound, idealized_problem, search
@@ -18,7 +18,6 @@ from pipetab.solver.cpsat.heuristics.starts import Pace, best_of, greedy_starts,
 from pipetab.solver.cpsat.model.bounds import safe_horizon
 from pipetab.solver.cpsat.model.objectives import analytic_lower_bound
 from pipetab.solver.cpsat.model.oracle import evaluate_known
-from pipetab.solver.cpsat.model.variables import successors
 from pipetab.solver.cpsat.params import DecomposeParams
 from pipetab.solver.cpsat.result import Mode
 from pipetab.solver.deadline import Deadline
@@ -37,7 +36,7 @@ def test_free_horizon_equals_every_device_pair():
     total, largest = 0, set()
     for op in problem.ops:
         total += problem.duration(op)
-        for _ in successors(op, problem.num_stages[op.pipeline], problem.split_backward):
+        for _ in data_successors(op, problem.num_stages[op.pipeline], problem.split_backward):
             lag = max(problem.lag(op, a, b) for a in range(D) for b in range(D) if a != b)
             largest.add(lag)
             total += lag
@@ -55,7 +54,7 @@ def test_fixed_horizon_counts_each_transfer_between_devices():
     total = 0
     for op in problem.ops:
         total += problem.duration(op)
-        for nx in successors(op, problem.num_stages[op.pipeline], problem.split_backward):
+        for nx in data_successors(op, problem.num_stages[op.pipeline], problem.split_backward):
             src, dst = pl.device(op.pipeline, op.stage), pl.device(nx.pipeline, nx.stage)
             total += problem.lag(op, src, dst) if src != dst else 0
     assert safe_horizon(problem, pl) == total

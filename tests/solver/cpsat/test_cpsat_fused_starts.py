@@ -1,4 +1,4 @@
-"""Split-backward registry schedules fused into a whole backward (``starts.fused_backward``):
+"""Split-backward registry schedules fused into a whole backward (``schedules.rewrite.fused_backward``):
 valid whole-backward schedules of the same F and B orders, no more memory than the split
 schedule, offered as starts after the greedy ones; on V under a cap of S activations with
 messages they beat every other start (issue 28: ZB-V fused 1431 slots against 1503)."""
@@ -7,8 +7,9 @@ import pytest
 
 from pipetab.schedules import registry
 from pipetab.schedules.ops import Kind
+from pipetab.schedules.rewrite import fused_backward
 from pipetab.solver.cpsat import idealized_problem
-from pipetab.solver.cpsat.heuristics.starts import fused_backward, registry_schedules
+from pipetab.solver.cpsat.heuristics.starts import registry_schedules
 from pipetab.solver.cpsat.model.bounds import makespan_lower_bound
 from pipetab.solver.cpsat.model.oracle import evaluate_known
 

@@ -7,12 +7,19 @@ import pytest
 
 from pipetab.schedules import registry
 from pipetab.schedules.ops import Kind, Op
+from pipetab.schedules.rewrite import relabel_microbatches
 from pipetab.solver.cpsat import CpSatConfig, NoImprovement, idealized_problem, search
 from pipetab.solver.cpsat.heuristics import starts
 from pipetab.solver.cpsat.heuristics.justify import justify, precedence_graph
-from pipetab.solver.cpsat.model.oracle import evaluate_known, relabel_microbatches
+from pipetab.solver.cpsat.model.oracle import evaluate_known
 from pipetab.solver.justification import _earliest_gap, _latest_gap, left_pass, right_pass
 from pipetab.solver.simulate import simulate
+
+
+def _all_starts(fixed, placement):
+    """The registry's schedules of the shape and placement and the greedy list schedules."""
+    return [*starts.registry_schedules(fixed, placement), *starts.greedy_starts(fixed, placement),
+            *starts.wide_starts(fixed, placement)]
 
 
 def _fixed(problem):
@@ -97,7 +104,7 @@ def test_never_worse_than_input_nor_better_than_the_optimum(S, B_, comm, cap):
     optimum = search(problem, CpSatConfig(time_limit_s=20, workers=2, ablate={"justify"}))
     assert optimum.status == "optimal"
     graph = precedence_graph(fixed, placement)
-    evals, _ = starts.judge(fixed, starts.auto_known(fixed, placement))
+    evals, _ = starts.judge(fixed, _all_starts(fixed, placement))
     improved = 0
     for e in (e for e in evals if e.fits):
         better = justify(fixed, placement, e, graph)
@@ -118,7 +125,7 @@ def test_search_starts_from_the_justified_schedule(capped_16_64):
     simulator minimum."""
     problem = capped_16_64
     fixed, placement = _fixed(problem)
-    sims = [simulate(s, problem.costs) for s in starts.auto_known(fixed, placement)]
+    sims = [simulate(s, problem.costs) for s in _all_starts(fixed, placement)]
     best_known = min(r.makespan for r in sims if all(r.fits_memory))
     assert best_known == 378
     # deterministic time: the start is not cut short by a loaded machine's wall clock

@@ -3,8 +3,8 @@
 import pytest
 
 from pipetab.schedules import registry
+from pipetab.schedules.rewrite import canonical_devices
 from pipetab.solver.cpsat import CpSatConfig, idealized_problem
-from pipetab.solver.cpsat.decompose.placement import canonical_devices
 from pipetab.solver.cpsat.model.bounds import safe_horizon
 from pipetab.solver.cpsat.model.cpmodel import CpSatModel
 from pipetab.solver.cpsat.model.objectives import analytic_lower_bound

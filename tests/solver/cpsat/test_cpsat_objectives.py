@@ -141,8 +141,9 @@ def test_the_known_schedules_in_seconds_are_those_the_search_judged():
     again, found by their names)."""
     from pipetab.hardware.profile import Profile, StageProfile
     from pipetab.schedules import registry
+    from pipetab.schedules.rewrite import fused_backward
     from pipetab.solver.cpsat.api import solve_seconds
-    from pipetab.solver.cpsat.heuristics.starts import fused_backward, registry_schedules
+    from pipetab.solver.cpsat.heuristics.starts import registry_schedules
     from pipetab.solver.pricing import profile_costs
 
     profile = Profile("measured", (StageProfile(0.0185, 0.0376, None, 0.0006, activation_bytes=1.0),),

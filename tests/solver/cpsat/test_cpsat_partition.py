@@ -12,8 +12,9 @@ from pipetab.hardware.context import Context
 from pipetab.schedules.ops import Kind
 from pipetab.solver.cpsat import CpSatConfig, idealized_problem, search
 from pipetab.solver.cpsat.api import solve_partition
-from pipetab.solver.cpsat.decompose.partition import Partition, check_layers, partition_problem, shape_schedule
+from pipetab.solver.cpsat.decompose.partition import partition_problem
 from pipetab.solver.cpsat.decompose.partition_enum import enumerate_partitions, least_splits, quick_bound
+from pipetab.solver.partition import Partition, check_layers, shape_schedule
 from pipetab.solver.pricing import HardwareLayers, IdealizedLayers, hardware_costs
 from pipetab.solver.simulate import simulate
 

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import pytest
 
+from pipetab.schedules.ops import Kind
 from pipetab.schedules.validate import validate
 from pipetab.solver.cpsat import idealized_problem
-from pipetab.solver.cpsat.heuristics.greedy import greedy_schedule, residency, stage_limits
+from pipetab.solver.cpsat.heuristics.greedy import greedy_schedule, stage_limits
 from pipetab.solver.cpsat.heuristics.starts import greedy_starts
 from pipetab.solver.cpsat.model.oracle import evaluate_known, memory_check, table_of
+from pipetab.solver.cpsat.model.variables import lifetime_min
 
 
 def test_residency_and_limits_by_hand():
@@ -19,7 +21,7 @@ def test_residency_and_limits_by_hand():
     # Device 0 runs 2 microbatches of each direction x 3 = 12 slots: one per direction every 6.
     pr = idealized_problem(2, 4, "bidirectional", comm=1, activation_cap=4)
     pl = pr.fixed_placement
-    assert {k: residency(pr, pl, *k) for k in pr.stages} == {(0, 0): 8, (0, 1): 3, (1, 0): 8, (1, 1): 3}
+    assert {k: lifetime_min(pr, pl, *k, Kind.B) for k in pr.stages} == {(0, 0): 8, (0, 1): 3, (1, 0): 8, (1, 1): 3}
     assert stage_limits(pr, pl, 1) == {(0, 0): 2, (0, 1): 1, (1, 0): 2, (1, 1): 1}  # ceil(8/6), ceil(3/6)
     assert stage_limits(pr, pl, 2) == {(0, 0): 3, (0, 1): 1, (1, 0): 3, (1, 1): 1}  # ceil(16/6), 1: 4 <= cap 4
     # cap 2: 2 + 1 activations need 3 > 2, so both shrink by 2/3 (floor, at least 1)

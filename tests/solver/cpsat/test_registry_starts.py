@@ -103,7 +103,7 @@ def test_every_registry_start_names_its_generator():
     """``generator_of`` takes a start's name back to the registry generator that made it —
     plain, fused into a whole backward, or with its pairs run one at a time — on linear,
     V and bidirectional shapes, split and whole (``seconds`` finds the judged ones by it)."""
-    from pipetab.solver.cpsat.heuristics.starts import generator_of
+    from pipetab.schedules.rewrite import generator_of
 
     seen = set()
     for placement in ("linear", "v", "bidirectional"):
