@@ -45,7 +45,8 @@ def hand_made() -> list[tuple[str, object, int, object]]:
         return Configuration(schedule, options, shape, 1.0, 1.0, 0.5, 1, 2, True, 0.1, layout=layout)
 
     ds, llama = load_model("deepseek_v3"), load_model("llama3_8b")
-    ds16 = Layout.even(61, num_stages=16, mtp=1).megatron()
+    ds16, ds8 = (Layout.even(61, num_stages=n, mtp=1).megatron() for n in (16, 8))
+    ll8 = Layout.even(32, num_stages=8).megatron()
     return [
         ("deepseek-pp16-uneven", ds, 256, conf("1f1b", Context(tp=2, dp=8, pp=16, ep=8, zero=1, microbatch_size=1,
                                                                 global_batch=256, seq_len=4096, layout=ds16), ds16)),
@@ -58,10 +59,17 @@ def hand_made() -> list[tuple[str, object, int, object]]:
         ("deepseek-fp8-deepep-node-limit", ds, 256,
          conf("1f1b", Context(tp=1, dp=32, pp=8, ep=32, zero=1, microbatch_size=1, global_batch=256, seq_len=4096,
                               gemm_precision="fp8", dispatch_precision="fp8", node_limit=2),
-              Layout.even(61, num_stages=8, mtp=1).megatron())),
+              ds8)),
         ("llama-pp1-zero2-full", llama, 64,
          conf("1f1b", Context(tp=8, dp=8, pp=1, zero=2, microbatch_size=1, global_batch=64, seq_len=8192,
                               recompute="full"), "")),
+        ("deepseek-etp-recompute-modules", ds, 128,
+         conf("1f1b", Context(tp=2, dp=8, pp=8, ep=8, etp=2, zero=1, microbatch_size=1, global_batch=128,
+                              seq_len=4096, recompute_modules=("mla_up_proj", "moe_act"), layout=ds8), ds8)),
+        ("llama-selective-modules", llama, 16,
+         conf("interleaved", Context(tp=2, dp=2, pp=4, zero=1, microbatch_size=2, global_batch=64, seq_len=8192,
+                                     recompute="selective", recompute_modules=("layernorm",), layout=ll8),
+              ll8, (("chunks", 2),))),
     ]
 
 
@@ -96,7 +104,7 @@ def emit(folder: Path) -> int:
     rows = []
     for name, model, gpus, c in cases():
         row = {"name": name, "gpus": gpus, "megatron": megatron_text(c, model, gpus, Notes()),
-               "megatron_view": megatron_view(c, gpus), "torchtitan": torchtitan_command(c, model.name, gpus),
+               "megatron_view": megatron_view(c, gpus, model), "torchtitan": torchtitan_command(c, model.name, gpus),
                "torchtitan_toml": torchtitan_toml(c, model.name, gpus), "torchtitan_view": torchtitan_view(c, gpus)}
         rows.append(row)
     folder.mkdir(parents=True, exist_ok=True)
@@ -110,10 +118,11 @@ RENAMED = {"num_experts": "num_moe_experts", "fp8_format": "fp8"}
 NOT_CONFIG = {"seq_length", "micro_batch_size", "global_batch_size", "max_position_embeddings", "vocab_size",
               "position_embedding_type", "group_query_attention", "use_distributed_optimizer", "use_megatron_fsdp",
               "data_parallel_sharding_strategy", "ckpt_format", "overlap_grad_reduce", "overlap_param_gather",
-              "swiglu", "disable_bias_linear", "untie_embeddings_and_output_weights", "moe_grouped_gemm",
+              "swiglu", "disable_bias_linear", "untie_embeddings_and_output_weights",
               "mtp_num_layers_", "multi_latent_attention", "cp_comm_type_"}
 
 
+LISTS = {"recompute_modules"}  # nargs="+" in Megatron-LM
 FP8_ARGS = {"--fp8-format": 1, "--fp8-recipe": 1}  # need Transformer Engine, which a CPU machine lacks
 
 
@@ -184,6 +193,8 @@ def _typed(field, values: list[str]):
             return text
     if text.startswith("(") and "list" in kind.lower():  # --moe-layer-freq's list expression
         return eval(text, {"__builtins__": {}})  # Megatron evaluates it the same way
+    if field.name in LISTS:
+        return list(values)
     return text
 
 
@@ -199,13 +210,17 @@ def _compare_megatron(cfg, want: dict) -> str:
         got.pop("etp")
     bad = [f"{k} {got[k]} != {want[k]}" for k in got if got[k] != want[k]]
     recompute = want["recompute"]
-    granularity = None if recompute == "none" else recompute if isinstance(recompute, str) else "full"
+    modules = recompute[len("modules:"):].split(",") if str(recompute).startswith("modules:") else None
+    granularity = None if recompute == "none" else "selective" if modules else \
+        recompute if isinstance(recompute, str) else "full"
     if cfg.recompute_granularity != granularity:
         bad.append(f"recompute {cfg.recompute_granularity} != {granularity}")
+    if modules is not None and sorted(cfg.recompute_modules or ()) != sorted(modules):
+        bad.append(f"recompute modules {cfg.recompute_modules} != {modules}")
     if cfg.recompute_method == "block" and isinstance(recompute, list) and cfg.recompute_num_layers != max(recompute):
         bad.append(f"recompute layers {cfg.recompute_num_layers} != {max(recompute)}")
-    if cfg.num_moe_experts and cfg.moe_token_dispatcher_type not in ("alltoall", "flex"):
-        bad.append(f"dispatcher {cfg.moe_token_dispatcher_type}")
+    if cfg.num_moe_experts and cfg.moe_token_dispatcher_type != want["dispatcher"]:
+        bad.append(f"dispatcher {cfg.moe_token_dispatcher_type} != {want['dispatcher']}")
     layout = cfg.pipeline_model_parallel_layout
     if want["pp"] > 1 and layout is None:
         bad.append("no layout")

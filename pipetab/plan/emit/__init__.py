@@ -22,6 +22,7 @@ from .megatron import (
     MEGATRON_COMMIT,
     MEGATRON_CORE,
     MEGATRON_SCHEDULES,
+    dispatcher_of,
     megatron_args,
     megatron_text,
     megatron_view,
@@ -41,6 +42,8 @@ from .torchtitan import (
 )
 
 if TYPE_CHECKING:
+    from pipetab.hardware.model import TransformerModel
+
     from ..result import Configuration, Plan
     from ..space import PlanSpace
 
@@ -62,15 +65,17 @@ class Emitted:
     differs: tuple[str, ...]
 
 
-def planned(conf: Configuration, gpus: int) -> dict:
-    """The plan itself in the round trip's words (sizes, layout, recomputation per stage)."""
+def planned(conf: Configuration, gpus: int, model: TransformerModel | None = None) -> dict:
+    """The plan itself in the round trip's words (sizes, layout, schedule, recomputation per
+    stage or the modules recomputed, and with ``model`` the MoE dispatcher it prices)."""
     from pipetab.hardware.layout import Layout
 
     layout = Layout.parse(conf.layout) if conf.layout and conf.shape.stages > 1 else None
     layers = layout.layers if layout else ()
     return {**sizes_of(conf, gpus), "layout": layout.megatron() if layout else "",
+            "schedule": conf.schedule if conf.shape.stages > 1 else "1f1b",
             "chunks": layout.num_stages // conf.shape.stages if layout else 1,
-            "recompute": planned_recompute(conf, layers)}
+            "recompute": planned_recompute(conf, layers, model), "dispatcher": dispatcher_of(conf, model)}
 
 
 def recheck(space: PlanSpace, conf: Configuration, shape) -> tuple[bool, float, float]:
