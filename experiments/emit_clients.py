@@ -94,6 +94,7 @@ def cases() -> list[tuple[str, object, int, object]]:
 def emit(folder: Path) -> int:
     from pipetab.plan.emit import (
         Notes,
+        bridge_text,
         megatron_text,
         megatron_view,
         torchtitan_command,
@@ -104,6 +105,7 @@ def emit(folder: Path) -> int:
     rows = []
     for name, model, gpus, c in cases():
         row = {"name": name, "gpus": gpus, "megatron": megatron_text(c, model, gpus, Notes()),
+               "bridge": bridge_text(c, model, gpus),
                "megatron_view": megatron_view(c, gpus, model), "torchtitan": torchtitan_command(c, model.name, gpus),
                "torchtitan_toml": torchtitan_toml(c, model.name, gpus), "torchtitan_view": torchtitan_view(c, gpus)}
         rows.append(row)
@@ -228,7 +230,17 @@ def _compare_megatron(cfg, want: dict) -> str:
         vpp = layout.virtual_pipeline_model_parallel_size or 1
         if vpp != want["chunks"]:
             bad.append(f"virtual stages {vpp} != {want['chunks']}")
+    if layout is not None and want["layout"] and _layers(layout) != _layers(want["layout"]):
+        bad.append(f"layout {getattr(layout, 'input_data', layout)} != {want['layout']}")
     return "; ".join(bad)
+
+
+def _layers(layout) -> list:
+    """A layout (Megatron's object, its string or its list) as Megatron's list of stages."""
+    from megatron.core.transformer.pipeline_parallel_layer_layout import PipelineParallelLayerLayout
+
+    given = getattr(layout, "input_data", layout)
+    return PipelineParallelLayerLayout.parse_str_to_list(given) if isinstance(given, str) else given
 
 
 def check_megatron_lm(row: dict) -> str:
@@ -254,6 +266,108 @@ def check_megatron_lm(row: dict) -> str:
     arguments.validate_args(args)
     cfg = argument_utils.core_transformer_config_from_args(args)
     return _compare_megatron(cfg, row["megatron_view"])
+
+
+# ---- Megatron-Bridge (no pipetab below) ------------------------------------------------
+PROVIDERS = {"llama3_8b_pretrain_config": "Llama3ModelProvider8B",
+             "llama3_70b_pretrain_config": "Llama3ModelProvider70B",
+             "llama31_405b_pretrain_config": "Llama31ModelProvider405B",
+             "deepseek_v3_pretrain_config": "DeepSeekV3ModelProvider"}
+
+
+def _stub_transformer_engine() -> None:
+    """An importable ``transformer_engine`` whose every name is an inert class: Bridge
+    imports it at the top of its package, and it does not install without CUDA. Nothing
+    of it runs in the checks below (they build configurations, not models)."""
+    import importlib.abc
+    import importlib.machinery
+    import types
+
+    class Any(type):
+        def __getattr__(cls, name):
+            if name.startswith("__"):
+                raise AttributeError(name)
+            return Inert
+
+    class Inert(metaclass=Any):
+        def __init__(self, *args, **kwargs):
+            pass
+
+    class Module(types.ModuleType):
+        def __getattr__(self, name):
+            if name.startswith("__"):
+                raise AttributeError(name)
+            return Inert
+
+    class Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+        def find_spec(self, name, path, target=None):
+            if name.split(".")[0] == "transformer_engine":
+                return importlib.machinery.ModuleSpec(name, self, is_package=True)
+            return None
+
+        def create_module(self, spec):
+            module = Module(spec.name)
+            module.__path__ = []
+            module.__version__ = "2.12.0"  # within megatron-bridge 0.3.1's pin (>=2.10, <2.13)
+            return module
+
+        def exec_module(self, module):
+            pass
+
+    sys.meta_path.insert(0, Finder())
+
+
+def bridge_config(row: dict):
+    """Bridge's recipe of the row's launch with its overrides applied by Bridge's own
+    ``process_config_with_overrides``. The recipe's model comes from the Hugging Face hub
+    (``AutoBridge.from_hf_pretrained``), which is not reachable here: Bridge's provider
+    class of that model stands in for it (its architecture is overridden anyway)."""
+    import importlib
+    import types
+
+    import torch
+
+    _stub_transformer_engine()
+    torch.cuda.get_device_properties = lambda *_: types.SimpleNamespace(major=9, minor=0, name="NVIDIA H100",
+                                                                          total_memory=80 * 2**30)
+    torch.cuda.get_device_capability = lambda *_: (9, 0)
+    from megatron.bridge import models
+    from megatron.bridge.training.utils.omegaconf_utils import process_config_with_overrides
+
+    argv = shlex.split(" ".join(line for line in row["bridge"].replace("\\\n", " ").splitlines()
+                                if not line.lstrip().startswith(("#", "export "))))
+    recipe = argv[argv.index("--recipe") + 1]
+    provider = getattr(models, PROVIDERS[recipe])
+    module = importlib.import_module(next(line.split("overrides of ")[1].split(f".{recipe}")[0]
+                                          for line in row["bridge"].splitlines() if "overrides of " in line))
+    module.AutoBridge = types.SimpleNamespace(from_hf_pretrained=lambda *_, **__: types.SimpleNamespace(
+        to_megatron_provider=lambda **_: provider()))
+    cfg = getattr(module, recipe)()
+    return process_config_with_overrides(cfg, cli_overrides=argv[argv.index("--recipe") + 2:])
+
+
+def check_bridge(row: dict) -> str:
+    """Bridge's ``runtime_config_update`` (mixed precision applied, then
+    ``ConfigContainer.validate``: Megatron-Core's model, DDP, training and checkpoint
+    checks; the optimizer's left out, as they ask Transformer Engine's FusedAdam) on the
+    overridden recipe with the row's world size, then ``check_megatron``'s comparisons and
+    the batch, sequence, ZeRO and data parallelism."""
+    import os
+
+    cfg = bridge_config(row)
+    from megatron.bridge.training.config import runtime_config_update
+
+    os.environ.update(WORLD_SIZE=str(row["gpus"]), RANK="0", LOCAL_RANK="0")
+    type(cfg.optimizer).finalize = lambda self: None
+    runtime_config_update(cfg)
+    want = row["megatron_view"]
+    bad = [_compare_megatron(cfg.model, want)] if _compare_megatron(cfg.model, want) else []
+    zero = 1 if cfg.ddp.use_distributed_optimizer else 0
+    if cfg.ddp.use_megatron_fsdp:
+        zero = 3 if cfg.ddp.data_parallel_sharding_strategy == "optim_grads_params" else 2
+    got = {"microbatch_size": cfg.train.micro_batch_size, "global_batch": cfg.train.global_batch_size,
+           "seq_len": cfg.dataset.sequence_length, "zero": zero, "dp": cfg.data_parallel_size}
+    return "; ".join(bad + [f"{k} {got[k]} != {want[k]}" for k in got if got[k] != want[k]])
 
 
 # ---- torchtitan (no pipetab below) -----------------------------------------------------
@@ -321,7 +435,7 @@ def check(kind: str, folder: Path) -> int:
     failed = 0
     for row in rows:
         try:
-            check = {"megatron": check_megatron, "megatron-lm": check_megatron_lm}.get(kind)
+            check = {"megatron": check_megatron, "megatron-lm": check_megatron_lm, "bridge": check_bridge}.get(kind)
             why = check(row) if check else check_torchtitan(row, folder)
         except (Exception, SystemExit) as exc:  # the framework's refusal (tyro exits), reported
             why = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
@@ -335,9 +449,9 @@ def check(kind: str, folder: Path) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 2 or argv[0] not in ("emit", "check-megatron", "check-megatron-lm", "check-torchtitan"):
-        print("usage: python -m experiments.emit_clients emit|check-megatron|check-megatron-lm|check-torchtitan DIR",
-              file=sys.stderr)
+    kinds = ("emit", "check-megatron", "check-megatron-lm", "check-bridge", "check-torchtitan")
+    if len(argv) != 2 or argv[0] not in kinds:
+        print(f"usage: python -m experiments.emit_clients {'|'.join(kinds)} DIR", file=sys.stderr)
         return 2
     folder = Path(argv[1])
     if argv[0] == "emit":
