@@ -46,7 +46,7 @@ clients-frameworks: $(STAMP)
 	# is stood in for by an inert module (experiments/emit_clients.py, check_bridge)
 	python3 -m venv $(CLIENTS)/bridge
 	$(CLIENTS)/bridge/bin/pip install -qq torch==2.13.0 megatron-core==0.16.1 'transformers<5' \
-	  'huggingface-hub<1' 'datasets<4' einops triton==3.9.0 omegaconf 'hydra-core>1.3,<=1.3.2' megatron-energon
+	  'huggingface-hub<1' 'datasets<4' einops triton==3.9.0 omegaconf 'hydra-core>1.3,<=1.3.2' megatron-energon rich
 	$(CLIENTS)/bridge/bin/pip install -qq --no-deps megatron-bridge==0.3.1
 	$(CLIENTS)/bridge/bin/python -m experiments.emit_clients check-bridge $(CLIENTS)
 	python3 -m venv $(CLIENTS)/torchtitan
