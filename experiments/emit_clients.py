@@ -92,6 +92,7 @@ def cases() -> list[tuple[str, object, int, object]]:
 
 
 def emit(folder: Path) -> int:
+    from pipetab.hardware.layout import Layout
     from pipetab.plan.emit import (
         Notes,
         bridge_text,
@@ -106,6 +107,7 @@ def emit(folder: Path) -> int:
     for name, model, gpus, c in cases():
         row = {"name": name, "gpus": gpus, "megatron": megatron_text(c, model, gpus, Notes()),
                "bridge": bridge_text(c, model, gpus),
+               "layers": list(Layout.parse(c.layout).layers) if c.layout and c.shape.pp > 1 else [],
                "megatron_view": megatron_view(c, gpus, model), "torchtitan": torchtitan_command(c, model.name, gpus),
                "torchtitan_toml": torchtitan_toml(c, model.name, gpus), "torchtitan_view": torchtitan_view(c, gpus)}
         rows.append(row)
@@ -421,6 +423,9 @@ def check_torchtitan(row: dict, folder: Path) -> str:
     if want["pp"] > 1:
         got["microbatch_size"] = par.pipeline_parallel_microbatch_size
         got["schedule"] = par.pipeline_parallel_schedule
+        parts = par.module_fqns_per_model_part or []
+        got["layers"] = [sum(name.startswith("layers.") for name in part) for part in parts]
+        want = {**want, "layers": row["layers"]}
     bad = [f"{k} {got[k]} != {want[k]}" for k in got if got[k] != want[k]]
     ac = cfg.activation_checkpoint
     mode = getattr(ac, "mode", None) or ("none" if ac is None else type(ac).__qualname__.split(".")[0].lower())
