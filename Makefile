@@ -33,7 +33,7 @@ bench: $(STAMP)
 	$(PY) -m experiments.bench_sweep
 	$(PY) -m experiments.bench_cpsat
 
-# plan --emit checked by Megatron-Core's and torchtitan's own code (not part of test or CI:
+# plan --emit checked by Megatron-Core's, Megatron-Bridge's and torchtitan's own code (not part of test or CI:
 # it installs CPU torch); venvs of their own, pinned versions (experiments/emit_clients.py)
 CLIENTS := build/clients
 clients-frameworks: $(STAMP)
@@ -41,6 +41,14 @@ clients-frameworks: $(STAMP)
 	python3 -m venv $(CLIENTS)/megatron
 	$(CLIENTS)/megatron/bin/pip install -qq torch==2.13.0 megatron-core==0.16.1
 	$(CLIENTS)/megatron/bin/python -m experiments.emit_clients check-megatron $(CLIENTS)
+	# Megatron-Bridge: its own dependencies need CUDA (transformer-engine, mamba-ssm...), so it is
+	# installed without them beside what its config and recipe modules import; Transformer Engine
+	# is stood in for by an inert module (experiments/emit_clients.py, check_bridge)
+	python3 -m venv $(CLIENTS)/bridge
+	$(CLIENTS)/bridge/bin/pip install -qq torch==2.13.0 megatron-core==0.16.1 'transformers<5' \
+	  'huggingface-hub<1' 'datasets<4' einops triton==3.9.0 omegaconf 'hydra-core>1.3,<=1.3.2' megatron-energon rich
+	$(CLIENTS)/bridge/bin/pip install -qq --no-deps megatron-bridge==0.3.1
+	$(CLIENTS)/bridge/bin/python -m experiments.emit_clients check-bridge $(CLIENTS)
 	python3 -m venv $(CLIENTS)/torchtitan
 	$(CLIENTS)/torchtitan/bin/pip install -qq torch==2.13.0 torchtitan==0.3.0 triton==3.9.0  # its models import triton
 	$(CLIENTS)/torchtitan/bin/python -m experiments.emit_clients check-torchtitan $(CLIENTS)

@@ -45,7 +45,8 @@ def hand_made() -> list[tuple[str, object, int, object]]:
         return Configuration(schedule, options, shape, 1.0, 1.0, 0.5, 1, 2, True, 0.1, layout=layout)
 
     ds, llama = load_model("deepseek_v3"), load_model("llama3_8b")
-    ds16 = Layout.even(61, num_stages=16, mtp=1).megatron()
+    ds16, ds8 = (Layout.even(61, num_stages=n, mtp=1).megatron() for n in (16, 8))
+    ll8 = Layout.even(32, num_stages=8).megatron()
     return [
         ("deepseek-pp16-uneven", ds, 256, conf("1f1b", Context(tp=2, dp=8, pp=16, ep=8, zero=1, microbatch_size=1,
                                                                 global_batch=256, seq_len=4096, layout=ds16), ds16)),
@@ -58,10 +59,17 @@ def hand_made() -> list[tuple[str, object, int, object]]:
         ("deepseek-fp8-deepep-node-limit", ds, 256,
          conf("1f1b", Context(tp=1, dp=32, pp=8, ep=32, zero=1, microbatch_size=1, global_batch=256, seq_len=4096,
                               gemm_precision="fp8", dispatch_precision="fp8", node_limit=2),
-              Layout.even(61, num_stages=8, mtp=1).megatron())),
+              ds8)),
         ("llama-pp1-zero2-full", llama, 64,
          conf("1f1b", Context(tp=8, dp=8, pp=1, zero=2, microbatch_size=1, global_batch=64, seq_len=8192,
                               recompute="full"), "")),
+        ("deepseek-etp-recompute-modules", ds, 128,
+         conf("1f1b", Context(tp=2, dp=8, pp=8, ep=8, etp=2, zero=1, microbatch_size=1, global_batch=128,
+                              seq_len=4096, recompute_modules=("mla_up_proj", "moe_act"), layout=ds8), ds8)),
+        ("llama-selective-modules", llama, 16,
+         conf("interleaved", Context(tp=2, dp=2, pp=4, zero=1, microbatch_size=2, global_batch=64, seq_len=8192,
+                                     recompute="selective", recompute_modules=("layernorm",), layout=ll8),
+              ll8, (("chunks", 2),))),
     ]
 
 
@@ -84,8 +92,10 @@ def cases() -> list[tuple[str, object, int, object]]:
 
 
 def emit(folder: Path) -> int:
+    from pipetab.hardware.layout import Layout
     from pipetab.plan.emit import (
         Notes,
+        bridge_text,
         megatron_text,
         megatron_view,
         torchtitan_command,
@@ -96,7 +106,9 @@ def emit(folder: Path) -> int:
     rows = []
     for name, model, gpus, c in cases():
         row = {"name": name, "gpus": gpus, "megatron": megatron_text(c, model, gpus, Notes()),
-               "megatron_view": megatron_view(c, gpus), "torchtitan": torchtitan_command(c, model.name, gpus),
+               "bridge": bridge_text(c, model, gpus),
+               "layers": list(Layout.parse(c.layout).layers) if c.layout and c.shape.pp > 1 else [],
+               "megatron_view": megatron_view(c, gpus, model), "torchtitan": torchtitan_command(c, model.name, gpus),
                "torchtitan_toml": torchtitan_toml(c, model.name, gpus), "torchtitan_view": torchtitan_view(c, gpus)}
         rows.append(row)
     folder.mkdir(parents=True, exist_ok=True)
@@ -110,10 +122,11 @@ RENAMED = {"num_experts": "num_moe_experts", "fp8_format": "fp8"}
 NOT_CONFIG = {"seq_length", "micro_batch_size", "global_batch_size", "max_position_embeddings", "vocab_size",
               "position_embedding_type", "group_query_attention", "use_distributed_optimizer", "use_megatron_fsdp",
               "data_parallel_sharding_strategy", "ckpt_format", "overlap_grad_reduce", "overlap_param_gather",
-              "swiglu", "disable_bias_linear", "untie_embeddings_and_output_weights", "moe_grouped_gemm",
+              "swiglu", "disable_bias_linear", "untie_embeddings_and_output_weights",
               "mtp_num_layers_", "multi_latent_attention", "cp_comm_type_"}
 
 
+LISTS = {"recompute_modules"}  # nargs="+" in Megatron-LM
 FP8_ARGS = {"--fp8-format": 1, "--fp8-recipe": 1}  # need Transformer Engine, which a CPU machine lacks
 
 
@@ -184,6 +197,8 @@ def _typed(field, values: list[str]):
             return text
     if text.startswith("(") and "list" in kind.lower():  # --moe-layer-freq's list expression
         return eval(text, {"__builtins__": {}})  # Megatron evaluates it the same way
+    if field.name in LISTS:
+        return list(values)
     return text
 
 
@@ -199,13 +214,17 @@ def _compare_megatron(cfg, want: dict) -> str:
         got.pop("etp")
     bad = [f"{k} {got[k]} != {want[k]}" for k in got if got[k] != want[k]]
     recompute = want["recompute"]
-    granularity = None if recompute == "none" else recompute if isinstance(recompute, str) else "full"
+    modules = recompute[len("modules:"):].split(",") if str(recompute).startswith("modules:") else None
+    granularity = None if recompute == "none" else "selective" if modules else \
+        recompute if isinstance(recompute, str) else "full"
     if cfg.recompute_granularity != granularity:
         bad.append(f"recompute {cfg.recompute_granularity} != {granularity}")
+    if modules is not None and sorted(cfg.recompute_modules or ()) != sorted(modules):
+        bad.append(f"recompute modules {cfg.recompute_modules} != {modules}")
     if cfg.recompute_method == "block" and isinstance(recompute, list) and cfg.recompute_num_layers != max(recompute):
         bad.append(f"recompute layers {cfg.recompute_num_layers} != {max(recompute)}")
-    if cfg.num_moe_experts and cfg.moe_token_dispatcher_type not in ("alltoall", "flex"):
-        bad.append(f"dispatcher {cfg.moe_token_dispatcher_type}")
+    if cfg.num_moe_experts and cfg.moe_token_dispatcher_type != want["dispatcher"]:
+        bad.append(f"dispatcher {cfg.moe_token_dispatcher_type} != {want['dispatcher']}")
     layout = cfg.pipeline_model_parallel_layout
     if want["pp"] > 1 and layout is None:
         bad.append("no layout")
@@ -213,7 +232,17 @@ def _compare_megatron(cfg, want: dict) -> str:
         vpp = layout.virtual_pipeline_model_parallel_size or 1
         if vpp != want["chunks"]:
             bad.append(f"virtual stages {vpp} != {want['chunks']}")
+    if layout is not None and want["layout"] and _layers(layout) != _layers(want["layout"]):
+        bad.append(f"layout {getattr(layout, 'input_data', layout)} != {want['layout']}")
     return "; ".join(bad)
+
+
+def _layers(layout) -> list:
+    """A layout (Megatron's object, its string or its list) as Megatron's list of stages."""
+    from megatron.core.transformer.pipeline_parallel_layer_layout import PipelineParallelLayerLayout
+
+    given = getattr(layout, "input_data", layout)
+    return PipelineParallelLayerLayout.parse_str_to_list(given) if isinstance(given, str) else given
 
 
 def check_megatron_lm(row: dict) -> str:
@@ -239,6 +268,108 @@ def check_megatron_lm(row: dict) -> str:
     arguments.validate_args(args)
     cfg = argument_utils.core_transformer_config_from_args(args)
     return _compare_megatron(cfg, row["megatron_view"])
+
+
+# ---- Megatron-Bridge (no pipetab below) ------------------------------------------------
+PROVIDERS = {"llama3_8b_pretrain_config": "Llama3ModelProvider8B",
+             "llama3_70b_pretrain_config": "Llama3ModelProvider70B",
+             "llama31_405b_pretrain_config": "Llama31ModelProvider405B",
+             "deepseek_v3_pretrain_config": "DeepSeekV3ModelProvider"}
+
+
+def _stub_transformer_engine() -> None:
+    """An importable ``transformer_engine`` whose every name is an inert class: Bridge
+    imports it at the top of its package, and it does not install without CUDA. Nothing
+    of it runs in the checks below (they build configurations, not models)."""
+    import importlib.abc
+    import importlib.machinery
+    import types
+
+    class Any(type):
+        def __getattr__(cls, name):
+            if name.startswith("__"):
+                raise AttributeError(name)
+            return Inert
+
+    class Inert(metaclass=Any):
+        def __init__(self, *args, **kwargs):
+            pass
+
+    class Module(types.ModuleType):
+        def __getattr__(self, name):
+            if name.startswith("__"):
+                raise AttributeError(name)
+            return Inert
+
+    class Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+        def find_spec(self, name, path, target=None):
+            if name.split(".")[0] == "transformer_engine":
+                return importlib.machinery.ModuleSpec(name, self, is_package=True)
+            return None
+
+        def create_module(self, spec):
+            module = Module(spec.name)
+            module.__path__ = []
+            module.__version__ = "2.12.0"  # within megatron-bridge 0.3.1's pin (>=2.10, <2.13)
+            return module
+
+        def exec_module(self, module):
+            pass
+
+    sys.meta_path.insert(0, Finder())
+
+
+def bridge_config(row: dict):
+    """Bridge's recipe of the row's launch with its overrides applied by Bridge's own
+    ``process_config_with_overrides``. The recipe's model comes from the Hugging Face hub
+    (``AutoBridge.from_hf_pretrained``), which is not reachable here: Bridge's provider
+    class of that model stands in for it (its architecture is overridden anyway)."""
+    import importlib
+    import types
+
+    import torch
+
+    _stub_transformer_engine()
+    torch.cuda.get_device_properties = lambda *_: types.SimpleNamespace(major=9, minor=0, name="NVIDIA H100",
+                                                                          total_memory=80 * 2**30)
+    torch.cuda.get_device_capability = lambda *_: (9, 0)
+    from megatron.bridge import models
+    from megatron.bridge.training.utils.omegaconf_utils import process_config_with_overrides
+
+    argv = shlex.split(" ".join(line for line in row["bridge"].replace("\\\n", " ").splitlines()
+                                if not line.lstrip().startswith(("#", "export "))))
+    recipe = argv[argv.index("--recipe") + 1]
+    provider = getattr(models, PROVIDERS[recipe])
+    module = importlib.import_module(next(line.split("overrides of ")[1].split(f".{recipe}")[0]
+                                          for line in row["bridge"].splitlines() if "overrides of " in line))
+    module.AutoBridge = types.SimpleNamespace(from_hf_pretrained=lambda *_, **__: types.SimpleNamespace(
+        to_megatron_provider=lambda **_: provider()))
+    cfg = getattr(module, recipe)()
+    return process_config_with_overrides(cfg, cli_overrides=argv[argv.index("--recipe") + 2:])
+
+
+def check_bridge(row: dict) -> str:
+    """Bridge's ``runtime_config_update`` (mixed precision applied, then
+    ``ConfigContainer.validate``: Megatron-Core's model, DDP, training and checkpoint
+    checks; the optimizer's left out, as they ask Transformer Engine's FusedAdam) on the
+    overridden recipe with the row's world size, then ``check_megatron``'s comparisons and
+    the batch, sequence, ZeRO and data parallelism."""
+    import os
+
+    cfg = bridge_config(row)
+    from megatron.bridge.training.config import runtime_config_update
+
+    os.environ.update(WORLD_SIZE=str(row["gpus"]), RANK="0", LOCAL_RANK="0")
+    type(cfg.optimizer).finalize = lambda self: None
+    runtime_config_update(cfg)
+    want = row["megatron_view"]
+    bad = [_compare_megatron(cfg.model, want)] if _compare_megatron(cfg.model, want) else []
+    zero = 1 if cfg.ddp.use_distributed_optimizer else 0
+    if cfg.ddp.use_megatron_fsdp:
+        zero = 3 if cfg.ddp.data_parallel_sharding_strategy == "optim_grads_params" else 2
+    got = {"microbatch_size": cfg.train.micro_batch_size, "global_batch": cfg.train.global_batch_size,
+           "seq_len": cfg.dataset.sequence_length, "zero": zero, "dp": cfg.data_parallel_size}
+    return "; ".join(bad + [f"{k} {got[k]} != {want[k]}" for k in got if got[k] != want[k]])
 
 
 # ---- torchtitan (no pipetab below) -----------------------------------------------------
@@ -292,6 +423,9 @@ def check_torchtitan(row: dict, folder: Path) -> str:
     if want["pp"] > 1:
         got["microbatch_size"] = par.pipeline_parallel_microbatch_size
         got["schedule"] = par.pipeline_parallel_schedule
+        parts = par.module_fqns_per_model_part or []
+        got["layers"] = [sum(name.startswith("layers.") for name in part) for part in parts]
+        want = {**want, "layers": row["layers"]}
     bad = [f"{k} {got[k]} != {want[k]}" for k in got if got[k] != want[k]]
     ac = cfg.activation_checkpoint
     mode = getattr(ac, "mode", None) or ("none" if ac is None else type(ac).__qualname__.split(".")[0].lower())
@@ -306,7 +440,7 @@ def check(kind: str, folder: Path) -> int:
     failed = 0
     for row in rows:
         try:
-            check = {"megatron": check_megatron, "megatron-lm": check_megatron_lm}.get(kind)
+            check = {"megatron": check_megatron, "megatron-lm": check_megatron_lm, "bridge": check_bridge}.get(kind)
             why = check(row) if check else check_torchtitan(row, folder)
         except (Exception, SystemExit) as exc:  # the framework's refusal (tyro exits), reported
             why = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
@@ -320,9 +454,9 @@ def check(kind: str, folder: Path) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 2 or argv[0] not in ("emit", "check-megatron", "check-megatron-lm", "check-torchtitan"):
-        print("usage: python -m experiments.emit_clients emit|check-megatron|check-megatron-lm|check-torchtitan DIR",
-              file=sys.stderr)
+    kinds = ("emit", "check-megatron", "check-megatron-lm", "check-bridge", "check-torchtitan")
+    if len(argv) != 2 or argv[0] not in kinds:
+        print(f"usage: python -m experiments.emit_clients {'|'.join(kinds)} DIR", file=sys.stderr)
         return 2
     folder = Path(argv[1])
     if argv[0] == "emit":

@@ -122,10 +122,15 @@ def register(sub) -> None:
     p.add_argument("--html", metavar="FILE.html",
                    help="one self-contained page: the ranked configurations (sortable), the Pareto plot, the "
                         "winner's and runner-up's timelines and memory, the levels, the assumptions")
-    p.add_argument("--emit", choices=["megatron", "torchtitan", "torchtitan-toml"], default=None,
+    p.add_argument("--emit", choices=["megatron", "megatron-bridge", "torchtitan", "torchtitan-toml"], default=None,
                    help="print the best configuration that fits instead of the table: Megatron-LM's launch and "
-                        "arguments (the best it can run), the current torchtitan's command line, or the last "
-                        "TOML release's job file; what differs from the plan is named on stderr and in the text")
+                        "arguments (the best it can run), the same as overrides of Megatron-Bridge's recipe, the "
+                        "current torchtitan's command line, or the last TOML release's job file; what differs "
+                        "from the plan is named on stderr and in the text")
+    p.add_argument("--emit-version", metavar="VERSION", default=None,
+                   help="with --emit: the framework version to write for (megatron: Megatron-LM commit "
+                        "d98e8a64ddf3; megatron-bridge: 0.3.1; torchtitan: 0.3.0, or 0.2.2 for its TOML job "
+                        "file; torchtitan-toml: 0.2.2; default the first)")
     p.add_argument("--emit-csv", metavar="FILE.csv", default=None,
                    help="with --emit torchtitan or torchtitan-toml: write the schedule as the CSV that "
                         "pipeline_parallel_schedule_csv reads")
@@ -181,11 +186,19 @@ def run(args) -> None:
     plot = common.check_plot_path(args.plot)
     if args.emit_csv is not None and args.emit not in ("torchtitan", "torchtitan-toml"):
         raise UsageError("--emit-csv applies with --emit torchtitan or torchtitan-toml only")
-    for flag, given in (("--force", args.force), ("--no-substitute", args.no_substitute)):
+    for flag, given in (("--force", args.force), ("--no-substitute", args.no_substitute),
+                        ("--emit-version", args.emit_version is not None)):
         if given and args.emit is None:
             raise UsageError(f"{flag} applies with --emit only")
     if args.emit is not None and args.format != "text":
         raise UsageError(f"--emit prints a framework's configuration: it does not combine with --format {args.format}")
+    if args.emit is not None:  # an unsupported version refused before planning
+        from pipetab.plan.emit import target
+
+        try:
+            target(args.emit, args.emit_version or "")
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
     emit_csv = common.output_path(args.emit_csv, "--emit-csv", (".csv",)) if args.emit_csv else None
     page = args.html and common.output_path(args.html, "--html", (".html", ".htm"))
     profile = load_profile_arg(args)
@@ -305,7 +318,7 @@ def emitted(result, space, args, csv_path: Path | None) -> str:
 
     try:
         out = emit.emit(result, space, args.emit, str(csv_path) if csv_path else "", force=args.force,
-                        no_substitute=args.no_substitute)
+                        no_substitute=args.no_substitute, version=args.emit_version or "")
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     for line in out.differs:

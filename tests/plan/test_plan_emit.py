@@ -5,6 +5,7 @@ what was planned (or to what the framework runs, with a DIFFERS line naming the
 difference), the schedule CSV read back to the planned orders."""
 
 import itertools
+import shlex
 from dataclasses import replace
 from pathlib import Path
 
@@ -64,8 +65,63 @@ def variants(result):
 def fixed_set():
     """The hand-made plans of ``make clients-frameworks``' fixed set: DeepSeek-V3's 61 layers
     on PP 16 (uneven), per-stage recompute with CP and ZeRO-3, MoE interleaved with
-    overlapped pairs, FP8 with DeepEP and a node limit, ZeRO-2 on PP 1."""
+    overlapped pairs, FP8 with DeepEP and a node limit, ZeRO-2 on PP 1, ETP with recompute
+    modules, selective recomputation with a module list on an interleaved pipeline."""
     return [(model, gpus, conf) for _, model, gpus, conf in hand_made()]
+
+
+CASES = range(7)
+ROUND_TRIP = ("pp", "tp", "cp", "dp", "ep", "layout", "schedule", "recompute", "microbatch_size", "global_batch")
+
+
+def _said(key: str, differs: list[str]) -> bool:
+    """Whether a DIFFERS line names ``key`` (the differences a framework may have: the
+    recomputation, and MTP layers left out of the layout)."""
+    word = {"recompute": "recomput", "layout": "MTP layer"}.get(key)
+    return word is not None and any(word in line for line in differs)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_round_trip_to_the_plan(case):
+    """Emitted -> read back == planned for the sizes, layout, schedule, recomputation,
+    microbatch and global batch, in Megatron-LM's arguments (ETP and the dispatcher too)
+    and both torchtitan forms; where a DIFFERS line names the recomputation, it reads back
+    to what the framework runs instead, and that differs from the plan."""
+    model, gpus, conf = fixed_set()[case]
+    want = planned(conf, gpus, model)
+    notes = Notes()
+    back = read_megatron(megatron_text(conf, model, gpus, notes), gpus)
+    for key in (*ROUND_TRIP, "etp", "dispatcher"):
+        if _said(key, notes.differs):
+            assert back[key] == megatron_view(conf, gpus, model)[key] != want[key], key
+        else:
+            assert back[key] == want[key], key
+    for form in (torchtitan_command, torchtitan_toml):
+        notes = Notes()
+        back = read_torchtitan(form(conf, model.name, gpus, "s.csv", notes), gpus)
+        for key in ROUND_TRIP:
+            planned_value = registry.REGISTRY[want[key]].torchtitan if key == "schedule" else want[key]
+            if _said(key, notes.differs):
+                assert back[key] == torchtitan_view(conf, gpus, "s.csv")[key] != planned_value, key
+            else:
+                assert back[key] == planned_value, key
+
+
+def test_round_trip_reads_what_megatron_is_given():
+    """``read_megatron`` on hand-written arguments: the modules of a selective granularity,
+    a block count on an uneven layout (at most each stage's layers), Megatron's default
+    dispatcher (allgather) when none is given, EP and ETP."""
+    base = ["--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2", "--context-parallel-size", "1",
+            "--micro-batch-size", "1", "--global-batch-size", "8", "--seq-length", "4096"]
+    back = read_megatron(shlex.join([*base, "--recompute-granularity", "selective", "--recompute-modules", "mlp",
+                                     "layernorm", "--num-experts", "8", "--expert-model-parallel-size", "4",
+                                     "--expert-tensor-parallel-size", "2"]), 16)
+    assert back["recompute"] == "modules:layernorm,mlp" and back["dispatcher"] == "allgather"
+    assert (back["ep"], back["etp"], back["dp"]) == (4, 2, 4)
+    back = read_megatron(shlex.join([*base, "--recompute-granularity", "full", "--recompute-method", "block",
+                                     "--recompute-num-layers", "3", "--pipeline-model-parallel-layout", "Et|t*5L"]), 16)
+    assert back["recompute"] == (1, 3) and back["layout"] == "Et|t*5L" and back["dispatcher"] == ""
+    assert read_megatron(shlex.join([*base, "--recompute-granularity", "selective"]), 16)["recompute"] == "selective"
 
 
 def test_megatron_names_come_from_its_source_and_read_back(result):
@@ -82,8 +138,8 @@ def test_megatron_names_come_from_its_source_and_read_back(result):
         args = megatron_args(conf, sp.model, notes)
         assert {a for a in args if a.startswith("--")} <= MEGATRON
         back = read_megatron(megatron_text(conf, sp.model, sp.num_gpus), sp.num_gpus)
-        assert back == megatron_view(conf, sp.num_gpus)
-        plan_view = planned(conf, sp.num_gpus)
+        assert back == megatron_view(conf, sp.num_gpus, sp.model)
+        plan_view = planned(conf, sp.num_gpus, sp.model)
         same = {k for k in KEYS if k != "layout" or conf.shape.pp > 1}
         differs = {k for k in same if back[k] != plan_view[k]}
         assert differs <= ({"recompute"} if any("recomputation" in n for n in notes.differs) else set())
@@ -91,7 +147,7 @@ def test_megatron_names_come_from_its_source_and_read_back(result):
     assert seen >= 2
 
 
-@pytest.mark.parametrize("case", range(5))
+@pytest.mark.parametrize("case", CASES)
 def test_fixed_set_megatron(case):
     """The fixed set: names from Megatron's source, the layout always with PP > 1 (61 layers
     on 16 stages included), the dispatcher alltoall, FSDP with fsdp_dtensor, read back."""
@@ -101,8 +157,8 @@ def test_fixed_set_megatron(case):
     args = megatron_args(conf, model)
     assert {a for a in args if a.startswith("--")} <= MEGATRON
     back = read_megatron(text, gpus)
-    assert back == megatron_view(conf, gpus)
-    want = planned(conf, gpus)
+    assert back == megatron_view(conf, gpus, model)
+    want = planned(conf, gpus, model)
     for key in ("pp", "tp", "cp", "dp", "ep", "etp", "microbatch_size", "global_batch", "chunks"):
         assert back[key] == want[key], key
     if conf.shape.pp > 1:
@@ -139,7 +195,7 @@ def test_megatron_overlap_refused_with_full_recompute_is_said():
     assert any("refuses full recomputation" in n for n in notes.differs)
 
 
-@pytest.mark.parametrize("case", range(5))
+@pytest.mark.parametrize("case", CASES)
 def test_fixed_set_torchtitan(case):
     """The fixed set in both torchtitan forms: fields of the targeted release, read back to
     what torchtitan runs; EP legal for torchtitan (it divides dp_shard x cp x tp)."""

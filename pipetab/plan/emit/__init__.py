@@ -1,14 +1,16 @@
 """A planned configuration as the frameworks that would run it take it, and read back
-(``megatron``: Megatron-LM's arguments; ``torchtitan``: the current torchtitan's command
-line and the last TOML release's job file).
+(``megatron``: Megatron-LM's arguments; ``megatron-bridge``: the same as overrides of
+Megatron-Bridge's recipe; ``torchtitan``: the current torchtitan's command line and the
+last TOML release's job file).
 
 ``emit`` picks what to write: the best configuration that fits (one that does not fit is
 refused, or written with ``force`` and a header saying so); for Megatron-LM, when the best
-runs a schedule Megatron does not (Chimera, DualPipe...), the best row it can run, found
+runs a schedule Megatron does not (Chimera, DualPipe...), the best row it can run (Bridge
+runs Megatron's schedules too), found
 over the whole ranking (a plan of Megatron's schedules when none was simulated), named
 with its cost. Every substitution or approximation is one ``DIFFERS`` line of the text
-(``Notes``); ``no_substitute`` refuses them instead. ``read_megatron`` and
-``read_torchtitan`` parse what was emitted back; ``megatron_view`` and
+(``Notes``); ``no_substitute`` refuses them instead. ``read_megatron``, ``read_bridge``
+and ``read_torchtitan`` parse what was emitted back; ``megatron_view`` and
 ``torchtitan_view`` say what each framework runs of a plan (the round trip's targets).
 """
 
@@ -17,11 +19,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from .bridge import BRIDGE, RECIPES, bridge_overrides, bridge_text, read_bridge
 from .megatron import (
     MEGATRON,
     MEGATRON_COMMIT,
     MEGATRON_CORE,
     MEGATRON_SCHEDULES,
+    dispatcher_of,
     megatron_args,
     megatron_text,
     megatron_view,
@@ -41,15 +45,39 @@ from .torchtitan import (
 )
 
 if TYPE_CHECKING:
+    from pipetab.hardware.model import TransformerModel
+
     from ..result import Configuration, Plan
     from ..space import PlanSpace
 
-FORMATS = ("megatron", "torchtitan", "torchtitan-toml")
+FORMATS = ("megatron", "megatron-bridge", "torchtitan", "torchtitan-toml")
+# the versions each format is written for, the default first (the names of the test data:
+# tests/data/megatron_arguments.txt, megatron_bridge_fields.txt, torchtitan_fields.txt);
+# torchtitan's TOML release is the torchtitan-toml format
+VERSIONS = {"megatron": (MEGATRON_COMMIT[:12],), "megatron-bridge": (BRIDGE,),
+            "torchtitan": (TORCHTITAN, TORCHTITAN_TOML), "torchtitan-toml": (TORCHTITAN_TOML,)}
 
-__all__ = ["FORMATS", "MEGATRON", "MEGATRON_COMMIT", "MEGATRON_CORE", "MEGATRON_SCHEDULES", "MODELS", "TORCHTITAN",
-           "TORCHTITAN_TOML", "TORCH_NAMES", "Emitted", "Notes", "emit", "megatron_args", "megatron_text",
-           "megatron_view", "module_fqns", "planned", "read_megatron", "read_torchtitan", "recheck", "torch_csv",
-           "torchtitan_command", "torchtitan_toml", "torchtitan_view"]
+
+def target(framework: str, version: str = "") -> tuple[str, str]:
+    """The format and version ``--emit framework --emit-version version`` writes (the
+    default version when ``version`` is empty; a Megatron-LM commit by a prefix of at least
+    7 hex digits); ``ValueError`` naming the supported versions otherwise."""
+    if framework not in FORMATS:
+        raise ValueError(f"--emit must be one of {', '.join(FORMATS)}, got {framework!r}")
+    known = VERSIONS[framework]
+    if not version:
+        return framework, known[0]
+    if framework == "megatron" and len(version) >= 7 and MEGATRON_COMMIT.startswith(version.lower()):
+        return framework, known[0]
+    if version not in known:
+        raise ValueError(f"--emit-version {version!r}: --emit {framework} writes for {' or '.join(known)}")
+    return ("torchtitan-toml" if version == TORCHTITAN_TOML else framework), version
+
+__all__ = ["BRIDGE", "FORMATS", "MEGATRON", "MEGATRON_COMMIT", "MEGATRON_CORE", "MEGATRON_SCHEDULES", "MODELS",
+           "RECIPES", "TORCHTITAN", "TORCHTITAN_TOML", "TORCH_NAMES", "VERSIONS", "Emitted", "Notes",
+           "bridge_overrides", "bridge_text", "emit", "megatron_args", "megatron_text", "megatron_view",
+           "module_fqns", "planned", "read_bridge", "read_megatron", "read_torchtitan", "recheck", "target",
+           "torch_csv", "torchtitan_command", "torchtitan_toml", "torchtitan_view"]
 
 
 @dataclass(frozen=True)
@@ -62,15 +90,17 @@ class Emitted:
     differs: tuple[str, ...]
 
 
-def planned(conf: Configuration, gpus: int) -> dict:
-    """The plan itself in the round trip's words (sizes, layout, recomputation per stage)."""
+def planned(conf: Configuration, gpus: int, model: TransformerModel | None = None) -> dict:
+    """The plan itself in the round trip's words (sizes, layout, schedule, recomputation per
+    stage or the modules recomputed, and with ``model`` the MoE dispatcher it prices)."""
     from pipetab.hardware.layout import Layout
 
     layout = Layout.parse(conf.layout) if conf.layout and conf.shape.stages > 1 else None
     layers = layout.layers if layout else ()
     return {**sizes_of(conf, gpus), "layout": layout.megatron() if layout else "",
+            "schedule": conf.schedule if conf.shape.stages > 1 else "1f1b",
             "chunks": layout.num_stages // conf.shape.stages if layout else 1,
-            "recompute": planned_recompute(conf, layers)}
+            "recompute": planned_recompute(conf, layers, model), "dispatcher": dispatcher_of(conf, model)}
 
 
 def recheck(space: PlanSpace, conf: Configuration, shape) -> tuple[bool, float, float]:
@@ -120,11 +150,11 @@ def _choose(result: Plan, space: PlanSpace, framework: str, force: bool) -> tupl
     """The configuration to write and the substitution line, if any."""
     fits = _fitting(result, force)
     best = fits[0]
-    if framework != "megatron" or (best.schedule in MEGATRON_SCHEDULES and best.source != "cpsat"):
+    if not framework.startswith("megatron") or (best.schedule in MEGATRON_SCHEDULES and best.source != "cpsat"):
         return best, []
     row = _megatron_row(result, space, fits)
     if row is None:
-        raise ValueError(f"--emit megatron: no configuration that fits runs a schedule Megatron-LM runs "
+        raise ValueError(f"--emit {framework}: no configuration that fits runs a schedule Megatron-LM runs "
                          f"({', '.join(MEGATRON_SCHEDULES)}); the best is {best.label}")
     cost = 100 * (row.step_time_s / best.step_time_s - 1)
     return row, [f"the best configuration, {best.label} {best.shape.label} ({best.step_time_s:.4g} s per step), "
@@ -155,13 +185,12 @@ def _recheck_torchtitan(space: PlanSpace, conf: Configuration, notes: Notes, for
 
 
 def emit(result: Plan, space: PlanSpace, framework: str, csv_path: str = "", force: bool = False,
-         no_substitute: bool = False) -> Emitted:
+         no_substitute: bool = False, version: str = "") -> Emitted:
     """The best configuration of ``result`` in ``framework``'s form (``FORMATS``; module
-    docstring). ``ValueError`` with one line: nothing fits (without ``force``), no row the
-    framework runs, a model or schedule it cannot take, a difference refused by
-    ``no_substitute``."""
-    if framework not in FORMATS:
-        raise ValueError(f"--emit must be one of {', '.join(FORMATS)}, got {framework!r}")
+    docstring) for ``version`` (``target``). ``ValueError`` with one line: an unknown
+    format or version, nothing fits (without ``force``), no row the framework runs, a model
+    or schedule it cannot take, a difference refused by ``no_substitute``."""
+    framework, _ = target(framework, version)
     conf, swapped = _choose(result, space, framework, force)
     notes = Notes()
     for line in swapped:
@@ -170,6 +199,8 @@ def emit(result: Plan, space: PlanSpace, framework: str, csv_path: str = "", for
     gpus, per_node = space.num_gpus, space.gpus_per_node
     if framework == "megatron":
         text = megatron_text(conf, space.model, gpus, notes, per_node, header)
+    elif framework == "megatron-bridge":
+        text = bridge_text(conf, space.model, gpus, notes, per_node, header)
     else:
         _recheck_torchtitan(space, conf, notes, force)
         if framework == "torchtitan":

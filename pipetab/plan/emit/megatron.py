@@ -28,7 +28,7 @@ from pipetab.hardware.decisions import DECISION
 from pipetab.hardware.layout import Layout
 from pipetab.schedules.registry import REGISTRY
 
-from .notes import Notes, planned_recompute, sizes_of
+from .notes import Notes, dropped, modules_word, planned_recompute, sizes_of
 
 if TYPE_CHECKING:
     from pipetab.hardware.model import TransformerModel
@@ -117,19 +117,20 @@ def _freq(flags: list[int]) -> str:
     return "(" + "+".join(f"[{f}]*{n}" for f, n in runs) + ")"
 
 
-def _recompute(conf: Configuration, notes: Notes) -> list[str]:
+def _recompute(conf: Configuration, model: TransformerModel, notes: Notes) -> list[str]:
     """Recomputation as planned, or Megatron's nearest with a ``DIFFERS`` line; recompute
-    modules as ``--recompute-modules`` (selective granularity); FP8 activation caching, which
-    Megatron-LM has no flag for, as a ``DIFFERS`` line."""
+    modules as ``--recompute-modules`` (selective granularity: the modules pipetab drops,
+    ``core_attn`` among them with selective recomputation of classic attention); FP8
+    activation caching, which Megatron-LM has no flag for, as a ``DIFFERS`` line."""
     s, m = conf.shape, MEGATRON
     if s.activation_precision is Precision.FP8:
         notes.differ("FP8 activation caching planned: Megatron-LM has no flag for it (Transformer Engine keeps "
                      "what its FP8 recipe keeps), so the GEMM inputs may stay in bf16: more memory than planned")
     if s.recompute_modules:
-        if s.recompute_layers is not None or s.recompute is not Recompute.NONE:
+        if s.recompute_layers is not None or s.recompute is Recompute.FULL:
             notes.differ(f"recompute modules {','.join(s.recompute_modules)} planned beside layer recomputation: "
                          "Megatron takes one granularity, the modules are written")
-        return [m["recompute"], "selective", "--recompute-modules", *s.recompute_modules]
+        return [m["recompute"], "selective", "--recompute-modules", *dropped(conf, model)]
     if s.recompute_layers is not None:
         top = max(s.recompute_layers)
         if top == 0:
@@ -204,7 +205,7 @@ def megatron_args(conf: Configuration, model: TransformerModel, notes: Notes | N
         out += [m["layout"], conf.layout]
     if model.moe:
         out += _moe(conf, model, gpus_per_node, notes)
-    out += _recompute(conf, notes)
+    out += _recompute(conf, model, notes)
     out += _data_parallel(conf, notes)
     out += _overlap_moe(conf, model, out, notes)
     return out
@@ -250,6 +251,7 @@ def _parser() -> argparse.ArgumentParser:
     for name in ("cp-comm-type", "pipeline-model-parallel-layout", "recompute-granularity", "recompute-method",
                  "data-parallel-sharding-strategy", "moe-token-dispatcher-type", "ckpt-format"):
         p.add_argument(f"--{name}")
+    p.add_argument("--recompute-modules", nargs="*")
     for name in ("sequence-parallel", "use-distributed-optimizer", "use-megatron-fsdp", "overlap-grad-reduce",
                  "overlap-param-gather", "overlap-moe-expert-parallel-comm"):
         p.add_argument(f"--{name}", action="store_true")
@@ -275,40 +277,61 @@ def argv_of(text: str) -> tuple[list[str], dict[str, str]]:
     return argv, env
 
 
+def _read_recompute(a: argparse.Namespace, layout: Layout | None) -> object:
+    """Megatron's recomputation in the round trip's words (``planned_recompute``'s): its
+    selective granularity recomputes ``--recompute-modules``, by default ``core_attn``."""
+    if a.recompute_granularity == "selective":
+        return modules_word(a.recompute_modules) if a.recompute_modules else "selective"
+    if a.recompute_granularity != "full":
+        return "none"
+    if layout is None:
+        return (a.recompute_num_layers,) if a.recompute_method == "block" else "full"
+    per = a.recompute_num_layers if a.recompute_method == "block" else max(layout.layers)
+    return tuple(min(per, n) for n in layout.layers)
+
+
 def read_megatron(text: str, gpus: int) -> dict:
-    """What Megatron makes of ``megatron_text``'s output, in ``describe``'s words."""
+    """What Megatron makes of ``megatron_text``'s output (or of a bare argument list), in
+    the round trip's words: sizes, batch, layout, schedule, recomputation, ZeRO, dispatcher."""
     argv, _ = argv_of(text)
     a, _rest = _parser().parse_known_args(argv)
     pp, tp, cp = a.pipeline_model_parallel_size, a.tensor_model_parallel_size, a.context_parallel_size
     layout = Layout.parse(a.pipeline_model_parallel_layout) if a.pipeline_model_parallel_layout else None
     chunks = layout.num_stages // pp if layout else 1
-    recompute: object = a.recompute_granularity or "none"
-    if a.recompute_granularity == "full" and layout is None:
-        recompute = (a.recompute_num_layers,) if a.recompute_method == "block" else "full"
-    elif a.recompute_granularity == "full" and layout is not None:
-        per = a.recompute_num_layers if a.recompute_method == "block" else max(layout.layers)
-        recompute = tuple(min(per, n) for n in layout.layers)
     zero = 1 if a.use_distributed_optimizer else 0
     if a.use_megatron_fsdp:
         zero = 3 if a.data_parallel_sharding_strategy == "optim_grads_params" else 2
+    dispatcher = (a.moe_token_dispatcher_type or "allgather") if a.num_experts else ""  # Megatron's default
     return {"pp": pp, "tp": tp, "cp": cp, "dp": gpus // (pp * tp * cp), "ep": a.expert_model_parallel_size or 1,
             "etp": a.expert_tensor_parallel_size or 1, "microbatch_size": a.micro_batch_size,
             "global_batch": a.global_batch_size, "seq_len": a.seq_length, "layout": layout.megatron() if layout else "",
-            "schedule": "interleaved" if chunks > 1 else "1f1b", "chunks": chunks, "recompute": recompute,
-            "zero": zero, "sequence_parallel": a.sequence_parallel}
+            "schedule": "interleaved" if chunks > 1 else "1f1b", "chunks": chunks,
+            "recompute": _read_recompute(a, layout), "zero": zero, "sequence_parallel": a.sequence_parallel,
+            "dispatcher": dispatcher}
 
 
-def megatron_view(conf: Configuration, gpus: int) -> dict:
-    """What Megatron runs of ``conf`` (``read_megatron``'s words): the plan, with per-stage
-    recomputation as Megatron's uniform count."""
+def dispatcher_of(conf: Configuration, model: TransformerModel | None) -> str:
+    """The token dispatcher the plan prices: DeepEP's (``flex``) for an FP8 dispatch, else
+    the all-to-all; ``""`` for a dense model."""
+    if model is None or not model.moe:
+        return ""
+    return "flex" if conf.shape.dispatch_precision is Precision.FP8 else "alltoall"
+
+
+def megatron_view(conf: Configuration, gpus: int, model: TransformerModel) -> dict:
+    """What Megatron runs of ``conf`` on ``model`` (``read_megatron``'s words): the plan, with
+    per-stage recomputation as Megatron's uniform count and module lists beside layer
+    recomputation as the modules."""
     s = conf.shape
     layout = Layout.parse(conf.layout) if conf.layout and s.stages > 1 else None
     layers = layout.layers if layout else ()
-    recompute = planned_recompute(conf, layers)
-    if s.recompute_layers is not None and layers:
+    recompute = planned_recompute(conf, layers, model)
+    if s.recompute_modules:
+        recompute = modules_word(dropped(conf, model))
+    elif s.recompute_layers is not None and layers:
         top = max(s.recompute_layers)
         recompute = tuple(min(top, n) for n in layers) if top else "none"
     chunks = layout.num_stages // s.stages if layout else 1
     return {**sizes_of(conf, gpus), "layout": layout.megatron() if layout else "",
             "schedule": "interleaved" if chunks > 1 else "1f1b", "chunks": chunks, "recompute": recompute,
-            "zero": s.zero, "sequence_parallel": bool(s.sequence_parallel)}
+            "zero": s.zero, "sequence_parallel": bool(s.sequence_parallel), "dispatcher": dispatcher_of(conf, model)}

@@ -35,12 +35,34 @@ def sizes_of(conf, gpus: int) -> dict:
             "seq_len": s.sizes.seq_len}
 
 
-def planned_recompute(conf, layers: tuple[int, ...]) -> object:
-    """The plan's recomputation in the round trip's words: ``"none"``, ``"selective"`` or
-    the layers recomputed in full on each stage of the pipeline (``layers``: per stage)."""
+def modules_word(modules) -> str:
+    """Recompute modules in the round trip's words: ``"modules:a,b"`` in pipetab's order."""
+    from pipetab.hardware.context import recompute_modules_of
+
+    return "modules:" + ",".join(recompute_modules_of(tuple(modules)))
+
+
+def dropped(conf, model=None) -> tuple[str, ...]:
+    """The modules ``conf`` recomputes, as ``hardware.activations.dropped_modules`` counts
+    them: its recompute modules, and ``core_attn`` with selective recomputation of classic
+    attention (assumed when ``model`` is not given)."""
+    from pipetab.hardware.context import Recompute, recompute_modules_of
+
+    s = conf.shape
+    classic = model is None or model.attention == "classic"
+    extra = ("core_attn",) if s.recompute is Recompute.SELECTIVE and classic else ()
+    return recompute_modules_of((*s.recompute_modules, *extra))
+
+
+def planned_recompute(conf, layers: tuple[int, ...], model=None) -> object:
+    """The plan's recomputation in the round trip's words: ``"none"``, ``"selective"``,
+    ``modules_word`` of the modules it drops (``dropped``) or the layers recomputed in
+    full on each stage of the pipeline (``layers``: per stage)."""
     from pipetab.hardware.context import Recompute
 
     s = conf.shape
+    if s.recompute_modules and s.recompute_layers is None and s.recompute is not Recompute.FULL:
+        return modules_word(dropped(conf, model))
     if not layers:  # one stage, no layout: what each stage holds is the whole model
         if s.recompute_layers is not None:
             return tuple(s.recompute_layers) if max(s.recompute_layers) else "none"

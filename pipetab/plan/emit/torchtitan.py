@@ -158,6 +158,11 @@ def _settings(conf: Configuration, gpus: int, csv_path: str, notes: Notes) -> di
                      "are model settings pipetab does not write)")
     if s.node_limit is not None:
         notes.differ(f"routing to at most {s.node_limit} nodes planned: torchtitan's router has no node limit")
+    mtp = sum(part.mtp for part in Layout.parse(conf.layout).stages) if conf.layout and s.stages > 1 else 0
+    if mtp:
+        notes.differ(f"{mtp} MTP layer(s) planned in the layout: the configurations pipetab names build none "
+                     f"(torchtitan {TORCHTITAN_TOML} has no MTP; {TORCHTITAN}'s needs a model spec with num_mtp_layers "
+                     "and its MTP loss), so the last stage runs without them (less time and memory than planned)")
     local = mb * m if s.stages > 1 else mb
     train = {"local_batch_size": local, t["global_batch"]: size["global_batch"], t["seq_len"]: size["seq_len"]}
     return {"training": train, "parallelism": par, "activation_checkpoint": activation_checkpoint(conf, notes)}
@@ -287,7 +292,7 @@ def _described(par: dict, train: dict, ac: str, gpus: int) -> dict:
     return {"pp": pp, "tp": tp, "cp": cp, "dp": replicate * shard, "ep": par["expert_parallel_degree"],
             "microbatch_size": mb, "global_batch": train["global_batch_size"], "seq_len": train["seq_len"],
             "layout": layout, "schedule": schedule, "chunks": len(parts) // pp if parts else 1,
-            "recompute": tuple(layers) if ac == "full" else ac, "shard": shard,
+            "recompute": tuple(layers) if ac == "full" and layers else ac, "shard": shard,
             "csv": par.get("pipeline_parallel_schedule_csv", "")}
 
 
@@ -300,7 +305,7 @@ def torchtitan_view(conf: Configuration, gpus: int, csv_path: str = "") -> dict:
     _, shard, _ = data_parallel(conf, gpus, notes)
     schedule, csv = schedule_of(conf, csv_path)
     mode = activation_checkpoint(conf, notes)
-    recompute = tuple(layers) if mode == "full" else mode
+    recompute = tuple(layers) if mode == "full" and layers else mode
     size = sizes_of(conf, gpus)
     size.pop("etp")
     return {**size, "layout": Layout.of_layers(layers).megatron() if layout else "", "schedule": schedule,
