@@ -7,8 +7,8 @@ from pipetab.solver.cpsat import CpSatConfig
 
 def test_top_level_and_part_tables_with_overrides(tmp_path):
     path = tmp_path / "cpsat.toml"
-    path.write_text('time_limit_s = 7.5\nworkers = 1\n[start]\nshare = 0.2\nprobe = [2, 6]\n'
-                    '[model]\norder_literal_limit = 1000\n', encoding="utf-8")
+    path.write_text("time_limit_s = 7.5\nworkers = 1\n[start]\nshare = 0.2\nprobe = [2, 6]\n"
+                    "[model]\norder_literal_limit = 1000\n", encoding="utf-8")
     config = CpSatConfig.from_toml(path, workers=3)
     assert config.time_limit_s == 7.5
     assert config.workers == 3                       # the override wins over the file
