@@ -8,7 +8,8 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Mapping, Sequence
+from functools import cached_property
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -17,6 +18,7 @@ from pipetab.schedules.ops import Kind, Op
 from pipetab.schedules.schedule import Schedule
 from pipetab.solver.simulate import simulate
 
+from .pairing import block_ticks, device_savings
 from .variables import heads_tails, min_lag, predecessor
 
 if TYPE_CHECKING:
@@ -115,15 +117,16 @@ def period_lower_bound(problem: Problem, placement: Placement, block: int,
                        per_microbatch: tuple[dict, dict] | None = None) -> tuple[int, str]:
     """(bound, which one): the least period of any periodic schedule of ``block`` microbatches:
     each device's load, and under a cap the activations' least lifetimes over the cyclic window
-    (Little's law: sum of M x least lifetime / period is at most the cap). ``per_microbatch``:
-    ``per_microbatch_work``'s value when known."""
+    (Little's law: sum of M x least lifetime / period is at most the cap), a load less the most
+    overlapped pairs save (``Problem.overlap_pairs``). ``per_microbatch``: ``per_microbatch_work``'s value."""
     load, held = per_microbatch or per_microbatch_work(problem, placement)
     count: dict[int, int] = defaultdict(int)
     for j in range(block):
         count[problem.microbatch2pipeline[j]] += 1
+    saved = device_savings(problem, placement, count) if problem.overlap_pairs else {}
     best, why = 1, "one op"
     for d in range(problem.num_devices):
-        ld = sum(count[p] * load[p][d] for p in count)
+        ld = sum(count[p] * load[p][d] for p in count) - (saved[d].most if d in saved else 0)
         if ld > best:
             best, why = ld, f"load of device {d}"
         cap = problem.cap(d)
@@ -155,6 +158,15 @@ def per_microbatch_work(problem: Problem, placement: Placement) -> tuple[dict, d
 
 
 # ---- time windows of the template's ops ---------------------------------------------------
+def longest(problem: Problem, placement: Placement) -> Callable[[Op], int]:
+    """The most ticks an op can hold its device: its own time or its longest overlapped pair's."""
+    most: dict[tuple, int] = defaultdict(int)
+    for (f, b), t in (block_ticks(problem, placement) if problem.overlap_pairs else {}).items():
+        for key in ((Kind.F, *f), (Kind.B, *b)):
+            most[key] = max(most[key], t)
+    return lambda op: max(problem.duration(op), most[(op.kind, op.pipeline, op.stage)])
+
+
 def _fit(problem: Problem, placement: Placement, p: int, s: int) -> int | None:
     """Periods' worth of copies of an activation of (p, s) its device's cap holds; None uncapped."""
     cap = problem.cap(placement.device(p, s))
@@ -171,8 +183,10 @@ def op_windows(problem: Problem, placement: Placement, period: int) -> dict[Chai
     phase; B and W moved earlier only shorten lifetimes (each within a period of its input); a
     forward fed from an uncapped device moves later with its predecessor to within a period of
     it; one fed from a capped device starts before that input's activation is freed (live under
-    copies-the-cap-holds + 1 periods). FIFO relabelling keeps these windows."""
+    copies-the-cap-holds + 1 periods). FIFO relabelling keeps these windows. An op lasts at
+    most ``longest`` (moving a paired op by whole periods keeps it paired at its phase)."""
     head, _ = heads_tails(problem, placement)
+    span = longest(problem, placement)
     out: dict[ChainKey, tuple[int, int]] = {}
     for p, n in enumerate(problem.num_stages):
         order = [Op(Kind.F, p, s, 0) for s in range(n)] + [Op(Kind.B, p, s, 0) for s in reversed(range(n))]
@@ -189,7 +203,7 @@ def op_windows(problem: Problem, placement: Placement, period: int) -> dict[Chai
                 fit = _fit(problem, placement, p, pred.stage)
                 if fit is not None:
                     wait = (fit + 1) * period
-            hi[op] = hi[pred] + problem.duration(pred) + min_lag(problem, placement, pred, op) + wait
+            hi[op] = hi[pred] + span(pred) + min_lag(problem, placement, pred, op) + wait
             out_lo = head[op] - head[Op(Kind.F, p, 0, 0)]
             out[(op.kind, p, op.stage)] = (out_lo, max(out_lo, hi[op]))
         out[(Kind.F, p, 0)] = (0, 0)
@@ -198,12 +212,10 @@ def op_windows(problem: Problem, placement: Placement, period: int) -> dict[Chai
 
 def copies_bound(problem: Problem, placement: Placement, period: int, windows) -> dict[tuple[int, int], int]:
     """Per stage, the most whole periods an activation of it can be live (its n)."""
-    out = {}
+    out, most, rel = {}, longest(problem, placement), problem.release_kind
     for p, s in problem.stages:
         fit = _fit(problem, placement, p, s)
-        rel = problem.release_kind
-        span = windows[(rel, p, s)][1] + problem.duration(Op(rel, p, s, 0)) - windows[(Kind.F, p, s)][0]
-        n = span // period + 1
+        n = (windows[(rel, p, s)][1] + most(Op(rel, p, s, 0)) - windows[(Kind.F, p, s)][0]) // period + 1
         out[(p, s)] = n if fit is None else min(n, fit)
     return out
 
@@ -223,20 +235,39 @@ class Kernel:
     def per_microbatch(self) -> float:
         return self.period / self.block
 
+    @cached_property
+    def pairs(self) -> dict[Op, int]:
+        """The template ops in overlapped pairs (``Problem.overlap_pairs``), each to its block's
+        ticks: a forward and a backward of one device at one phase whose pair gains."""
+        ticks = block_ticks(self.problem, self.placement) if self.problem.overlap_pairs else {}
+        at = defaultdict(list)
+        for o, t in self.start.items():
+            at[(self.placement.device(o.pipeline, o.stage), t % self.period)].append(o)
+        out = {}
+        for f, b in (sorted(g, key=lambda o: o.kind is not Kind.F) for g in at.values() if len(g) == 2):
+            block = ticks.get(((f.pipeline, f.stage), (b.pipeline, b.stage)))
+            if f.kind is Kind.F and b.kind is Kind.B and block is not None:
+                out[f] = out[b] = block
+        return out
+
     def arrays(self):
-        """(ops, device, start, duration) of the template as arrays, in template order."""
+        """(ops, device, start, time held: a pair's block or the op's own) of the template, in order."""
         ops = template_ops(self.problem, self.block)
         pl, pr = self.placement, self.problem
         dev = np.array([pl.device(o.pipeline, o.stage) for o in ops], np.int64)
         st = np.array([self.start[o] for o in ops], np.int64)
-        du = np.array([pr.duration(o) for o in ops], np.int64)
+        du = np.array([self.pairs.get(o) or pr.duration(o) for o in ops], np.int64)
         return ops, dev, st, du
+
+    def shares(self, ops: Sequence[Op]) -> np.ndarray:
+        """Whether each op is a paired backward: its device time is its forward's."""
+        return np.array([o.kind is Kind.B and o in self.pairs for o in ops], bool)
 
     def expand(self, microbatches: int | None = None, name: str = "cyclic",
                labels: Sequence[int] | None = None) -> Schedule:
         """The schedule of the periodic schedule's first ``microbatches`` (default: the
-        problem's), each device's ops by start; ``labels``: microbatches renamed to those pipelines
-        (a ``mixed_twin``'s kernel expanded for the problem itself)."""
+        problem's), each device's ops by start, its pairs as blocks where both ops are in it;
+        ``labels``: microbatches renamed to those pipelines (a ``mixed_twin``'s kernel)."""
         B = self.problem.num_microbatches if microbatches is None else microbatches
         ops, dev, st, _ = self.arrays()
         k, P = self.block, self.period
@@ -249,15 +280,16 @@ class Kernel:
         kind = np.tile(np.array([KIND_CODES[o.kind] for o in ops], np.int8), len(q))[keep]
         pipe = np.tile(np.array([o.pipeline for o in ops], np.int64), len(q))[keep]
         stage = np.tile(np.array([o.stage for o in ops], np.int64), len(q))[keep]
-        mb = mb[keep]
-        order = np.lexsort((times, devs))
+        order = np.lexsort((kind, times, devs))
         offsets = np.concatenate([[0], np.cumsum(np.bincount(devs, minlength=self.placement.num_devices))])
-        pattern = self.problem.microbatch2pipeline
-        mb2p = tuple(pattern[m % self.block] for m in range(B))
-        arrays = OpArrays(kind[order], pipe[order], stage[order], mb[order])
+        mb2p = tuple(self.problem.microbatch2pipeline[m % self.block] for m in range(B))
+        arrays = OpArrays(kind[order], pipe[order], stage[order], mb[keep][order])
+        d, t = devs[order], times[order]
+        same = np.flatnonzero((d[1:] == d[:-1]) & (t[1:] == t[:-1])).tolist()  # a pair: one start
+        pairs = [(arrays.op(i), arrays.op(i + 1)) for i in same]
         out = Schedule.from_arrays(name, self.placement, mb2p, arrays, offsets, self.problem.stage_work,
                                    self.problem.split_backward,
-                                   {"source": "cpsat", "block": self.block, "period": self.period})
+                                   {"source": "cpsat", "block": self.block, "period": self.period}, pairs)
         return out if labels is None or tuple(labels) == mb2p else relabelled(out, labels)
 
 
@@ -274,9 +306,12 @@ def cyclic_order_edges(kernel: Kernel) -> tuple[list[Op], list[tuple[int, int, i
         if pred is not None:
             u = index[pred]
             edges.append((u, i, int(du[u]) + min_lag(pr, pl, pred, o), 0))
-    phase = st % P
+    phase, shares = st % P, kernel.shares(ops)
+    for b in np.flatnonzero(shares):  # a paired backward starts with its forward
+        f = next(i for i in np.flatnonzero((dev == dev[b]) & (phase == phase[b])) if i != b)
+        edges += [(int(f), int(b), 0, int(st[f] - st[b]) // P), (int(b), int(f), 0, int(st[b] - st[f]) // P)]
     for d in np.unique(dev):
-        members = np.flatnonzero(dev == d)
+        members = np.flatnonzero((dev == d) & ~shares)
         members = members[np.argsort(phase[members], kind="stable")]
         for a, b in zip(members, np.roll(members, -1)):
             w = int(du[a])
@@ -323,13 +358,14 @@ def check_kernel(kernel: Kernel) -> str | None:
     of a device overlapping modulo the period, or the cap broken at some phase."""
     ops, dev, st, du = kernel.arrays()
     P, pr, pl = kernel.period, kernel.problem, kernel.placement
-    start = dict(zip(ops, st.tolist()))
+    start, held = dict(zip(ops, st.tolist())), dict(zip(ops, du.tolist()))
     for o in ops:
         pred = predecessor(o, pr.num_stages[o.pipeline])
-        if pred is not None and start[o] < start[pred] + pr.duration(pred) + min_lag(pr, pl, pred, o):
+        if pred is not None and start[o] < start[pred] + held[pred] + min_lag(pr, pl, pred, o):
             return f"{o} starts at {start[o]} before its input from {pred} arrives"
+    shares = kernel.shares(ops)
     for d in np.unique(dev):
-        members = np.flatnonzero(dev == d)
+        members = np.flatnonzero((dev == d) & ~shares)
         if int(du[members].sum()) > P:
             return f"device {d} has more work than one period of {P}"
         busy = np.zeros(P, np.int64)
@@ -337,10 +373,10 @@ def check_kernel(kernel: Kernel) -> str | None:
             busy[(int(st[i]) + np.arange(int(du[i]))) % P] += 1
         if busy.max() > 1:
             return f"ops of device {d} overlap at phase {int(np.argmax(busy))} of the period {P}"
-    return _memory_violation(kernel, start)
+    return _memory_violation(kernel, start, held)
 
 
-def _memory_violation(kernel: Kernel, start: dict[Op, int]) -> str | None:
+def _memory_violation(kernel: Kernel, start: dict[Op, int], held: dict[Op, int]) -> str | None:
     P, pr, pl = kernel.period, kernel.problem, kernel.placement
     live: dict[int, list[tuple[int, int, float]]] = defaultdict(list)
     for j in range(kernel.block):
@@ -352,7 +388,7 @@ def _memory_violation(kernel: Kernel, start: dict[Op, int]) -> str | None:
             f = start[Op(Kind.F, p, s, j)]
             for kind, part in pr.lifetimes(p, s):
                 r = Op(kind, p, s, j)
-                live[d].append((f, start[r] + pr.duration(r), part))
+                live[d].append((f, start[r] + held[r], part))
     for d, parts in live.items():
         phases = sorted({a % P for a, _, _ in parts} | {b % P for _, b, _ in parts} | {0})
         cap = pr.cap(d) or 0.0  # only devices with a cap hold parts here

@@ -228,7 +228,7 @@ def _expanded(problem: Problem, placement: Placement, config: CpSatConfig, deadl
                                    labels=problem.microbatch2pipeline)
         ev = checked(problem, schedule, None)
         evals.append(ev)
-        if config.uses("justify") and problem.num_ops <= params.cyclic_justify_max_ops and \
+        if config.uses("justify") and problem.num_ops <= params.cyclic_justify_max_ops and not schedule.blocks and \
                 pace.fits("justify", deadline.end, 1.5):
             graph = precedence_graph(problem, placement)
             better = (justify(problem, placement, ev, graph, config.start.justify_rounds, deadline.end)
