@@ -32,11 +32,7 @@ ChainKey = tuple[Kind, int, int]  # (kind, pipeline, stage): one op of every mic
 def pattern_period(problem: Problem) -> int:
     """The least n with microbatch m on microbatch m mod n's pipeline (Chimera's split: S)."""
     mb2p = problem.microbatch2pipeline
-    B = len(mb2p)
-    for n in range(1, B + 1):
-        if all(mb2p[m] == mb2p[m % n] for m in range(n, B)):
-            return n
-    return B
+    return next(n for n in range(1, len(mb2p) + 1) if all(mb2p[m] == mb2p[m % n] for m in range(n, len(mb2p))))
 
 
 def pipeline_mix(problem: Problem) -> tuple[int, ...] | None:
@@ -59,9 +55,7 @@ def mixed_twin(problem: Problem) -> Problem | None:
     """The problem with its microbatches' pipelines in ``pipeline_mix`` (None where there
     is none): its schedules are the problem's, relabelled (``relabelled``)."""
     mix = pipeline_mix(problem)
-    if mix is None:
-        return None
-    return replace(problem, microbatch2pipeline=mix * (problem.num_microbatches // len(mix)))
+    return None if mix is None else replace(problem, microbatch2pipeline=mix * (problem.num_microbatches // len(mix)))
 
 
 def relabelled(schedule: Schedule, labels: Sequence[int]) -> Schedule:
@@ -93,8 +87,7 @@ def blocks(problem: Problem, largest: int) -> list[int]:
 
 def template_size(problem: Problem, block: int) -> int:
     """How many ops ``template_ops`` has (without making them)."""
-    per = [n * len(problem.kinds) for n in problem.num_stages]
-    return sum(per[problem.microbatch2pipeline[j]] for j in range(block))
+    return len(problem.kinds) * sum(problem.num_stages[problem.microbatch2pipeline[j]] for j in range(block))
 
 
 def template_ops(problem: Problem, block: int) -> tuple[Op, ...]:
@@ -106,10 +99,8 @@ def template_ops(problem: Problem, block: int) -> tuple[Op, ...]:
 
 def template_pipelines(problem: Problem, block: int) -> dict[int, list[int]]:
     """Each pipeline's template microbatches, in order."""
-    out: dict[int, list[int]] = defaultdict(list)
-    for j in range(block):
-        out[problem.microbatch2pipeline[j]].append(j)
-    return dict(out)
+    mb2p = problem.microbatch2pipeline[:block]
+    return {p: [j for j, x in enumerate(mb2p) if x == p] for p in dict.fromkeys(mb2p)}
 
 
 # ---- the period's lower bound -------------------------------------------------------------
@@ -120,9 +111,7 @@ def period_lower_bound(problem: Problem, placement: Placement, block: int,
     (Little's law: sum of M x least lifetime / period is at most the cap), a load less the most
     overlapped pairs save (``Problem.overlap_pairs``). ``per_microbatch``: ``per_microbatch_work``'s value."""
     load, held = per_microbatch or per_microbatch_work(problem, placement)
-    count: dict[int, int] = defaultdict(int)
-    for j in range(block):
-        count[problem.microbatch2pipeline[j]] += 1
+    count = defaultdict(int, {p: len(js) for p, js in template_pipelines(problem, block).items()})
     saved = device_savings(problem, placement, count) if problem.overlap_pairs else {}
     best, why = 1, "one op"
     for d in range(problem.num_devices):
@@ -141,16 +130,12 @@ def period_lower_bound(problem: Problem, placement: Placement, block: int,
 def per_microbatch_work(problem: Problem, placement: Placement) -> tuple[dict, dict]:
     """Per pipeline and device: a microbatch's load and its sum of size x least lifetime."""
     head, _ = heads_tails(problem, placement)
-    load: dict[int, list[int]] = {}
-    held: dict[int, list[float]] = {}
+    load = {p: [0] * problem.num_devices for p in range(problem.num_pipelines)}
+    held = {p: [0.0] * problem.num_devices for p in range(problem.num_pipelines)}
     for p, n in enumerate(problem.num_stages):
-        load[p] = [0] * problem.num_devices
-        held[p] = [0.0] * problem.num_devices
         for s in range(n):
-            d = placement.device(p, s)
-            f = Op(Kind.F, p, s, 0)
-            for k in problem.kinds:
-                load[p][d] += problem.duration(Op(k, p, s, 0))
+            d, f = placement.device(p, s), Op(Kind.F, p, s, 0)
+            load[p][d] += sum(problem.duration(Op(k, p, s, 0)) for k in problem.kinds)
             for kind, part in problem.lifetimes(p, s):
                 rel = Op(kind, p, s, 0)
                 held[p][d] += part * (head[rel] + problem.duration(rel) - head[f])
@@ -171,9 +156,7 @@ def _fit(problem: Problem, placement: Placement, p: int, s: int) -> int | None:
     """Periods' worth of copies of an activation of (p, s) its device's cap holds; None uncapped."""
     cap = problem.cap(placement.device(p, s))
     parts = [x for _, x in problem.lifetimes(p, s)]
-    if cap is None or not parts:
-        return None
-    return math.floor(cap / max(parts) + 1e-9)
+    return None if cap is None or not parts else math.floor(cap / max(parts) + 1e-9)
 
 
 def op_windows(problem: Problem, placement: Placement, period: int) -> dict[ChainKey, tuple[int, int]]:
@@ -192,17 +175,12 @@ def op_windows(problem: Problem, placement: Placement, period: int) -> dict[Chai
         order = [Op(Kind.F, p, s, 0) for s in range(n)] + [Op(Kind.B, p, s, 0) for s in reversed(range(n))]
         if problem.split_backward:
             order += [Op(Kind.W, p, s, 0) for s in range(n)]
-        hi: dict[Op, int] = {}
-        for op in order:
+        hi = {order[0]: 0}
+        for op in order[1:]:
             pred = predecessor(op, n)
-            if pred is None:
-                hi[op] = 0
-                continue
-            wait = period - 1
-            if op.kind is Kind.F:
-                fit = _fit(problem, placement, p, pred.stage)
-                if fit is not None:
-                    wait = (fit + 1) * period
+            assert pred is not None  # only F of stage 0 has none
+            fit = _fit(problem, placement, p, pred.stage) if op.kind is Kind.F else None
+            wait = period - 1 if fit is None else (fit + 1) * period
             hi[op] = hi[pred] + span(pred) + min_lag(problem, placement, pred, op) + wait
             out_lo = head[op] - head[Op(Kind.F, p, 0, 0)]
             out[(op.kind, p, op.stage)] = (out_lo, max(out_lo, hi[op]))
@@ -240,15 +218,12 @@ class Kernel:
         """The template ops in overlapped pairs (``Problem.overlap_pairs``), each to its block's
         ticks: a forward and a backward of one device at one phase whose pair gains."""
         ticks = block_ticks(self.problem, self.placement) if self.problem.overlap_pairs else {}
-        at = defaultdict(list)
-        for o, t in self.start.items():
+        at = defaultdict(list)  # (device, phase) -> its ops, forwards first
+        for o, t in sorted(self.start.items(), key=lambda x: x[0].kind is not Kind.F):
             at[(self.placement.device(o.pipeline, o.stage), t % self.period)].append(o)
-        out = {}
-        for f, b in (sorted(g, key=lambda o: o.kind is not Kind.F) for g in at.values() if len(g) == 2):
-            block = ticks.get(((f.pipeline, f.stage), (b.pipeline, b.stage)))
-            if f.kind is Kind.F and b.kind is Kind.B and block is not None:
-                out[f] = out[b] = block
-        return out
+        blocks = {(f, b): ticks.get(((f.pipeline, f.stage), (b.pipeline, b.stage))) for f, b in
+                  (g for g in at.values() if len(g) == 2) if f.kind is Kind.F and b.kind is Kind.B}
+        return {o: t for pair, t in blocks.items() if t is not None for o in pair}
 
     def arrays(self):
         """(ops, device, start, time held: a pair's block or the op's own) of the template, in order."""
@@ -258,10 +233,6 @@ class Kernel:
         st = np.array([self.start[o] for o in ops], np.int64)
         du = np.array([self.pairs.get(o) or pr.duration(o) for o in ops], np.int64)
         return ops, dev, st, du
-
-    def shares(self, ops: Sequence[Op]) -> np.ndarray:
-        """Whether each op is a paired backward: its device time is its forward's."""
-        return np.array([o.kind is Kind.B and o in self.pairs for o in ops], bool)
 
     def expand(self, microbatches: int | None = None, name: str = "cyclic",
                labels: Sequence[int] | None = None) -> Schedule:
@@ -278,8 +249,7 @@ class Kernel:
         times = (st[None, :] + P * q[:, None]).ravel()[keep]
         devs = np.tile(dev, len(q))[keep]
         kind = np.tile(np.array([KIND_CODES[o.kind] for o in ops], np.int8), len(q))[keep]
-        pipe = np.tile(np.array([o.pipeline for o in ops], np.int64), len(q))[keep]
-        stage = np.tile(np.array([o.stage for o in ops], np.int64), len(q))[keep]
+        pipe, stage = (np.tile(np.array([o[i] for o in ops], np.int64), len(q))[keep] for i in (1, 2))
         order = np.lexsort((kind, times, devs))
         offsets = np.concatenate([[0], np.cumsum(np.bincount(devs, minlength=self.placement.num_devices))])
         mb2p = tuple(self.problem.microbatch2pipeline[m % self.block] for m in range(B))
@@ -306,7 +276,8 @@ def cyclic_order_edges(kernel: Kernel) -> tuple[list[Op], list[tuple[int, int, i
         if pred is not None:
             u = index[pred]
             edges.append((u, i, int(du[u]) + min_lag(pr, pl, pred, o), 0))
-    phase, shares = st % P, kernel.shares(ops)
+    phase = st % P
+    shares = np.array([o.kind is Kind.B and o in kernel.pairs for o in ops], bool)  # its forward's time
     for b in np.flatnonzero(shares):  # a paired backward starts with its forward
         f = next(i for i in np.flatnonzero((dev == dev[b]) & (phase == phase[b])) if i != b)
         edges += [(int(f), int(b), 0, int(st[f] - st[b]) // P), (int(b), int(f), 0, int(st[b] - st[f]) // P)]
@@ -340,8 +311,7 @@ def least_period(kernel: Kernel, lower: int = 1) -> int:
             dist = new
         return False
 
-    lo = max(1, lower, max((kernel.problem.duration(o) for o in ops), default=1))
-    hi = kernel.period
+    lo, hi = max(1, lower, max((kernel.problem.duration(o) for o in ops), default=1)), kernel.period
     if not feasible(hi):
         raise ValueError(f"the kernel's orders cannot repeat every {hi}: an invalid kernel")
     while lo < hi:
@@ -363,7 +333,7 @@ def check_kernel(kernel: Kernel) -> str | None:
         pred = predecessor(o, pr.num_stages[o.pipeline])
         if pred is not None and start[o] < start[pred] + held[pred] + min_lag(pr, pl, pred, o):
             return f"{o} starts at {start[o]} before its input from {pred} arrives"
-    shares = kernel.shares(ops)
+    shares = np.array([o.kind is Kind.B and o in kernel.pairs for o in ops], bool)  # paired: its forward's time
     for d in np.unique(dev):
         members = np.flatnonzero((dev == d) & ~shares)
         if int(du[members].sum()) > P:
@@ -379,16 +349,10 @@ def check_kernel(kernel: Kernel) -> str | None:
 def _memory_violation(kernel: Kernel, start: dict[Op, int], held: dict[Op, int]) -> str | None:
     P, pr, pl = kernel.period, kernel.problem, kernel.placement
     live: dict[int, list[tuple[int, int, float]]] = defaultdict(list)
-    for j in range(kernel.block):
-        p = pr.microbatch2pipeline[j]
-        for s in range(pr.num_stages[p]):
-            d = pl.device(p, s)
-            if pr.cap(d) is None:
-                continue
-            f = start[Op(Kind.F, p, s, j)]
-            for kind, part in pr.lifetimes(p, s):
-                r = Op(kind, p, s, j)
-                live[d].append((f, start[r] + held[r], part))
+    for f in (o for o in start if o.kind is Kind.F and pr.cap(pl.device(o.pipeline, o.stage)) is not None):
+        for kind, part in pr.lifetimes(f.pipeline, f.stage):
+            r = f._replace(kind=kind)
+            live[pl.device(f.pipeline, f.stage)].append((start[f], start[r] + held[r], part))
     for d, parts in live.items():
         phases = sorted({a % P for a, _, _ in parts} | {b % P for _, b, _ in parts} | {0})
         cap = pr.cap(d) or 0.0  # only devices with a cap hold parts here
@@ -409,16 +373,11 @@ def steady_kernel(kernel: Kernel, factor: int = 16) -> Kernel | None:
     _, _, st, du = kernel.arrays()
     reach = int(st.max() + du.max() - st.min()) // kernel.period + 2
     count = 3 * (reach + 2 * factor) * kernel.block
-    schedule = kernel.expand(count)
-    problem = _with_microbatches(kernel.problem, count, kernel.block)
+    schedule = kernel.expand(count)  # its problem: the kernel's with ``count`` microbatches
+    problem = replace(kernel.problem, microbatch2pipeline=schedule.microbatch2pipeline)
     return kernel_of(problem, kernel.placement, schedule, simulate(schedule, problem.costs).start_times,
                      factor * kernel.block, kernel.problem)
 
-
-def _with_microbatches(problem: Problem, count: int, block: int) -> Problem:
-    """``problem`` with ``count`` microbatches in its pipelines' pattern."""
-    pattern = problem.microbatch2pipeline
-    return replace(problem, microbatch2pipeline=tuple(pattern[m % block] for m in range(count)))
 
 def kernel_of(problem: Problem, placement: Placement, schedule: Schedule, start_times: np.ndarray,
               largest: int, owner: Problem | None = None) -> Kernel | None:

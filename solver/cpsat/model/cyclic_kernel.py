@@ -94,9 +94,8 @@ class CyclicModel:
     def _anchor(self) -> None:
         """Time 0 is pipeline 0's first template start; every other pipeline's first starts
         within a period of it (moving a microbatch by a period relabels it as its next copy)."""
-        for p, mbs in self.pipes.items():
-            if p == min(self.pipes):
-                self.model.add(self.t(Op(Kind.F, p, 0, mbs[0])) == 0)
+        p = min(self.pipes)
+        self.model.add(self.t(Op(Kind.F, p, 0, self.pipes[p][0])) == 0)
 
     def _dependencies(self) -> None:
         pr, pl = self.problem, self.placement
@@ -144,12 +143,9 @@ class CyclicModel:
         scale = memory_scale(sizes + [c for c in caps if c is not None])
         per_device: dict[int, tuple[list, list, list]] = {}
         P = self.period
-        for op in self.ops:
-            if op.kind is not Kind.F:
-                continue
+        for op in (o for o in self.ops if o.kind is Kind.F):
             p, s, j = op.pipeline, op.stage, op.microbatch
-            d = pl.device(p, s)
-            if caps[d] is None or d in exact:
+            if caps[d := pl.device(p, s)] is None or d in exact:
                 continue
             ivs, dem, base = per_device.setdefault(d, ([], [], []))
             for kind, part in pr.lifetimes(p, s):
@@ -179,10 +175,8 @@ class CyclicModel:
         later). Returns the one-stage devices where these are the whole memory constraint."""
         pr, pl, P = self.problem, self.placement, self.period
         exact = set()
-        for d in range(pr.num_devices):
-            held, cap = pl.stages_on(d), pr.cap(d)
-            if cap is None:
-                continue
+        for d, cap in ((d, pr.cap(d)) for d in range(pr.num_devices) if pr.cap(d) is not None):
+            held = pl.stages_on(d)
             for p, s in held:
                 mbs = self.pipes.get(p, [])
                 shifts, is_exact = pr.window_shifts(p, s, cap)
@@ -226,5 +220,4 @@ class CyclicModel:
         if done.found:
             starts = {op: int(done.solver.value(t)) for op, t in zip(self.ops, self.start)}
             value = int(done.solver.value(self.makespan))
-        status, wall_s, solver = done.status, done.wall, done.solver
-        return CyclicSolve(status, starts, value, wall_s, solver.response_proto.deterministic_time)
+        return CyclicSolve(done.status, starts, value, done.wall, done.solver.response_proto.deterministic_time)

@@ -62,10 +62,6 @@ def _rank_pairs(f: StageKey, b: StageKey, nf: int, nb: int, window: int) -> Iter
     return ((a, c) for a in range(nf) for c in range(max(0, a - window), min(nb, a + window + 1)))
 
 
-def _offset(f: Op, b: Op, rank: dict[int, int]) -> int:
-    return rank[f.microbatch] - rank[b.microbatch]
-
-
 def pair_candidates(problem: Problem, placement: Placement, limit: int,
                     around: Schedule | None = None) -> PairCandidates | None:
     """The candidate pairs (module docstring); None when no pair gains. Above ``limit``, only
@@ -86,7 +82,7 @@ def pair_candidates(problem: Problem, placement: Placement, limit: int,
                 fo, bo = block
                 key = ((fo.pipeline, fo.stage), (bo.pipeline, bo.stage))
                 if key in near:
-                    o = _offset(fo, bo, rank)
+                    o = rank[fo.microbatch] - rank[bo.microbatch]
                     near[key] |= {o - 1, o, o + 1}
     pairs = []
     for (f, b), t in ticks.items():
