@@ -134,3 +134,34 @@ def test_a_pair_that_gains_nothing_is_an_overlap():
     flat = _problem(2, 6, chains=(((False, 2),), ((False, 2),)))
     kernel = Kernel(flat, flat.fixed_placement, 1, 8, start)
     assert not kernel.pairs and "overlap" in check_kernel(kernel)
+
+
+def test_dualpipev_steady_state_is_a_kernel_with_pairs():
+    """DualPipeV (W fused into B, its pairs kept), S=4, B=48, F = compute 1 + all-to-all 1,
+    B = all-to-all 1 + compute 2, a message of 1: its steady state is a kernel of block 4 and
+    period 36 with every op in a pair, valid, whose orders allow no shorter period and whose
+    expansion the simulator runs at 36 per block. A pair takes 3 (computes 1 + 2, each
+    all-to-all beside the other's compute) and a device runs two per microbatch, so without a
+    cap the cyclic model proves 6 per microbatch (block 1). Under DualPipeV's own peak of 4.5
+    activations it proves 9, which is DualPipeV's pace."""
+    from pipetab.schedules import registry
+    from pipetab.solver.cpsat.heuristics.starts import fused_backward
+    from pipetab.solver.cpsat.model.cyclic import kernel_of
+    from pipetab.solver.simulate import simulate
+
+    sched = fused_backward(registry.generate("dualpipev", 4, 48), keep_pairs=True)
+    f, b = ((False, 1), (True, 1)), ((True, 1), (False, 2))
+    base = idealized_costs(4, (8,), forward=2, backward=3, comm=1)
+    costs = replace(base, chains={(k, 0, s): c for s in range(8) for k, c in ((Kind.F, f), (Kind.B, b))})
+    problem = replace(Problem.from_schedule(sched, costs), overlap_pairs=True)
+    run = simulate(sched, costs)
+    kernel = kernel_of(problem, problem.fixed_placement, sched, run.start_times, 16)
+    assert (kernel.block, kernel.period) == (4, 36) and set(kernel.pairs) == set(template_ops(problem, 4))
+    assert check_kernel(kernel) is None and least_period(kernel) == 36
+    assert block_simulation(kernel.expand(48 * 4), costs, 4).period == 36
+    free = block_period(problem, problem.fixed_placement, 1, _config(), _config().deadline())
+    assert free.period == free.bound == 6
+    assert max(run.peak_activation) == 4.5
+    capped = problem.with_costs(costs.with_activation_cap(4.5))
+    out = block_period(capped, capped.fixed_placement, 1, _config(), _config().deadline())
+    assert out.period == out.bound == 9 and out.kernel.pairs
