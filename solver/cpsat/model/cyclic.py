@@ -218,9 +218,8 @@ class Kernel:
         """The template ops in overlapped pairs (``Problem.overlap_pairs``), each to its block's
         ticks: a forward and a backward of one device at one phase whose pair gains."""
         ticks = block_ticks(self.problem, self.placement) if self.problem.overlap_pairs else {}
-        at = defaultdict(list)  # (device, phase) -> its ops that take time, forwards first
-        for o, t in sorted((x for x in self.start.items() if self.problem.duration(x[0])),
-                           key=lambda x: x[0].kind is not Kind.F):
+        at = defaultdict(list)  # (device, phase) -> its ops, forwards first
+        for o, t in sorted(self.start.items(), key=lambda x: x[0].kind is not Kind.F):
             at[(self.placement.device(o.pipeline, o.stage), t % self.period)].append(o)
         blocks = {(f, b): ticks.get(((f.pipeline, f.stage), (b.pipeline, b.stage))) for f, b in
                   (g for g in at.values() if len(g) == 2) if f.kind is Kind.F and b.kind is Kind.B}
@@ -255,8 +254,7 @@ class Kernel:
         mb2p = tuple(self.problem.microbatch2pipeline[m % self.block] for m in range(B))
         arrays = OpArrays(kind[order], pipe[order], stage[order], mb[keep][order])
         d, t = devs[order], times[order]
-        paired = np.tile(np.array([o in self.pairs for o in ops], bool), len(q))[keep][order]
-        same = np.flatnonzero((d[1:] == d[:-1]) & (t[1:] == t[:-1]) & paired[1:]).tolist()  # a pair: one start
+        same = np.flatnonzero((d[1:] == d[:-1]) & (t[1:] == t[:-1])).tolist()  # a pair: one start (ops take >= 1 tick)
         pairs = [(arrays.op(i), arrays.op(i + 1)) for i in same]
         out = Schedule.from_arrays(name, self.placement, mb2p, arrays, offsets, self.problem.stage_work,
                                    self.problem.split_backward,
