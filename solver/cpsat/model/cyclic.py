@@ -8,7 +8,8 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Mapping, Sequence
+from functools import cached_property
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -17,6 +18,7 @@ from pipetab.schedules.ops import Kind, Op
 from pipetab.schedules.schedule import Schedule
 from pipetab.solver.simulate import simulate
 
+from .pairing import block_ticks, device_savings
 from .variables import heads_tails, min_lag, predecessor
 
 if TYPE_CHECKING:
@@ -30,11 +32,7 @@ ChainKey = tuple[Kind, int, int]  # (kind, pipeline, stage): one op of every mic
 def pattern_period(problem: Problem) -> int:
     """The least n with microbatch m on microbatch m mod n's pipeline (Chimera's split: S)."""
     mb2p = problem.microbatch2pipeline
-    B = len(mb2p)
-    for n in range(1, B + 1):
-        if all(mb2p[m] == mb2p[m % n] for m in range(n, B)):
-            return n
-    return B
+    return next(n for n in range(1, len(mb2p) + 1) if all(mb2p[m] == mb2p[m % n] for m in range(n, len(mb2p))))
 
 
 def pipeline_mix(problem: Problem) -> tuple[int, ...] | None:
@@ -57,9 +55,7 @@ def mixed_twin(problem: Problem) -> Problem | None:
     """The problem with its microbatches' pipelines in ``pipeline_mix`` (None where there
     is none): its schedules are the problem's, relabelled (``relabelled``)."""
     mix = pipeline_mix(problem)
-    if mix is None:
-        return None
-    return replace(problem, microbatch2pipeline=mix * (problem.num_microbatches // len(mix)))
+    return None if mix is None else replace(problem, microbatch2pipeline=mix * (problem.num_microbatches // len(mix)))
 
 
 def relabelled(schedule: Schedule, labels: Sequence[int]) -> Schedule:
@@ -91,8 +87,7 @@ def blocks(problem: Problem, largest: int) -> list[int]:
 
 def template_size(problem: Problem, block: int) -> int:
     """How many ops ``template_ops`` has (without making them)."""
-    per = [n * len(problem.kinds) for n in problem.num_stages]
-    return sum(per[problem.microbatch2pipeline[j]] for j in range(block))
+    return len(problem.kinds) * sum(problem.num_stages[problem.microbatch2pipeline[j]] for j in range(block))
 
 
 def template_ops(problem: Problem, block: int) -> tuple[Op, ...]:
@@ -104,10 +99,8 @@ def template_ops(problem: Problem, block: int) -> tuple[Op, ...]:
 
 def template_pipelines(problem: Problem, block: int) -> dict[int, list[int]]:
     """Each pipeline's template microbatches, in order."""
-    out: dict[int, list[int]] = defaultdict(list)
-    for j in range(block):
-        out[problem.microbatch2pipeline[j]].append(j)
-    return dict(out)
+    mb2p = problem.microbatch2pipeline[:block]
+    return {p: [j for j, x in enumerate(mb2p) if x == p] for p in dict.fromkeys(mb2p)}
 
 
 # ---- the period's lower bound -------------------------------------------------------------
@@ -115,15 +108,14 @@ def period_lower_bound(problem: Problem, placement: Placement, block: int,
                        per_microbatch: tuple[dict, dict] | None = None) -> tuple[int, str]:
     """(bound, which one): the least period of any periodic schedule of ``block`` microbatches:
     each device's load, and under a cap the activations' least lifetimes over the cyclic window
-    (Little's law: sum of M x least lifetime / period is at most the cap). ``per_microbatch``:
-    ``per_microbatch_work``'s value when known."""
+    (Little's law: sum of M x least lifetime / period is at most the cap), a load less the most
+    overlapped pairs save (``Problem.overlap_pairs``). ``per_microbatch``: ``per_microbatch_work``'s value."""
     load, held = per_microbatch or per_microbatch_work(problem, placement)
-    count: dict[int, int] = defaultdict(int)
-    for j in range(block):
-        count[problem.microbatch2pipeline[j]] += 1
+    count = defaultdict(int, {p: len(js) for p, js in template_pipelines(problem, block).items()})
+    saved = device_savings(problem, placement, count) if problem.overlap_pairs else {}
     best, why = 1, "one op"
     for d in range(problem.num_devices):
-        ld = sum(count[p] * load[p][d] for p in count)
+        ld = sum(count[p] * load[p][d] for p in count) - (saved[d].most if d in saved else 0)
         if ld > best:
             best, why = ld, f"load of device {d}"
         cap = problem.cap(d)
@@ -138,16 +130,12 @@ def period_lower_bound(problem: Problem, placement: Placement, block: int,
 def per_microbatch_work(problem: Problem, placement: Placement) -> tuple[dict, dict]:
     """Per pipeline and device: a microbatch's load and its sum of size x least lifetime."""
     head, _ = heads_tails(problem, placement)
-    load: dict[int, list[int]] = {}
-    held: dict[int, list[float]] = {}
+    load = {p: [0] * problem.num_devices for p in range(problem.num_pipelines)}
+    held = {p: [0.0] * problem.num_devices for p in range(problem.num_pipelines)}
     for p, n in enumerate(problem.num_stages):
-        load[p] = [0] * problem.num_devices
-        held[p] = [0.0] * problem.num_devices
         for s in range(n):
-            d = placement.device(p, s)
-            f = Op(Kind.F, p, s, 0)
-            for k in problem.kinds:
-                load[p][d] += problem.duration(Op(k, p, s, 0))
+            d, f = placement.device(p, s), Op(Kind.F, p, s, 0)
+            load[p][d] += sum(problem.duration(Op(k, p, s, 0)) for k in problem.kinds)
             for kind, part in problem.lifetimes(p, s):
                 rel = Op(kind, p, s, 0)
                 held[p][d] += part * (head[rel] + problem.duration(rel) - head[f])
@@ -155,13 +143,20 @@ def per_microbatch_work(problem: Problem, placement: Placement) -> tuple[dict, d
 
 
 # ---- time windows of the template's ops ---------------------------------------------------
+def longest(problem: Problem, placement: Placement) -> Callable[[Op], int]:
+    """The most ticks an op can hold its device: its own time or its longest overlapped pair's."""
+    most: dict[tuple, int] = defaultdict(int)
+    for (f, b), t in (block_ticks(problem, placement) if problem.overlap_pairs else {}).items():
+        for key in ((Kind.F, *f), (Kind.B, *b)):
+            most[key] = max(most[key], t)
+    return lambda op: max(problem.duration(op), most[(op.kind, op.pipeline, op.stage)])
+
+
 def _fit(problem: Problem, placement: Placement, p: int, s: int) -> int | None:
     """Periods' worth of copies of an activation of (p, s) its device's cap holds; None uncapped."""
     cap = problem.cap(placement.device(p, s))
     parts = [x for _, x in problem.lifetimes(p, s)]
-    if cap is None or not parts:
-        return None
-    return math.floor(cap / max(parts) + 1e-9)
+    return None if cap is None or not parts else math.floor(cap / max(parts) + 1e-9)
 
 
 def op_windows(problem: Problem, placement: Placement, period: int) -> dict[ChainKey, tuple[int, int]]:
@@ -171,25 +166,22 @@ def op_windows(problem: Problem, placement: Placement, period: int) -> dict[Chai
     phase; B and W moved earlier only shorten lifetimes (each within a period of its input); a
     forward fed from an uncapped device moves later with its predecessor to within a period of
     it; one fed from a capped device starts before that input's activation is freed (live under
-    copies-the-cap-holds + 1 periods). FIFO relabelling keeps these windows."""
+    copies-the-cap-holds + 1 periods). FIFO relabelling keeps these windows. An op lasts at
+    most ``longest`` (moving a paired op by whole periods keeps it paired at its phase)."""
     head, _ = heads_tails(problem, placement)
+    span = longest(problem, placement)
     out: dict[ChainKey, tuple[int, int]] = {}
     for p, n in enumerate(problem.num_stages):
         order = [Op(Kind.F, p, s, 0) for s in range(n)] + [Op(Kind.B, p, s, 0) for s in reversed(range(n))]
         if problem.split_backward:
             order += [Op(Kind.W, p, s, 0) for s in range(n)]
-        hi: dict[Op, int] = {}
-        for op in order:
+        hi = {order[0]: 0}
+        for op in order[1:]:
             pred = predecessor(op, n)
-            if pred is None:
-                hi[op] = 0
-                continue
-            wait = period - 1
-            if op.kind is Kind.F:
-                fit = _fit(problem, placement, p, pred.stage)
-                if fit is not None:
-                    wait = (fit + 1) * period
-            hi[op] = hi[pred] + problem.duration(pred) + min_lag(problem, placement, pred, op) + wait
+            assert pred is not None  # only F of stage 0 has none
+            fit = _fit(problem, placement, p, pred.stage) if op.kind is Kind.F else None
+            wait = period - 1 if fit is None else (fit + 1) * period
+            hi[op] = hi[pred] + span(pred) + min_lag(problem, placement, pred, op) + wait
             out_lo = head[op] - head[Op(Kind.F, p, 0, 0)]
             out[(op.kind, p, op.stage)] = (out_lo, max(out_lo, hi[op]))
         out[(Kind.F, p, 0)] = (0, 0)
@@ -198,12 +190,10 @@ def op_windows(problem: Problem, placement: Placement, period: int) -> dict[Chai
 
 def copies_bound(problem: Problem, placement: Placement, period: int, windows) -> dict[tuple[int, int], int]:
     """Per stage, the most whole periods an activation of it can be live (its n)."""
-    out = {}
+    out, most, rel = {}, longest(problem, placement), problem.release_kind
     for p, s in problem.stages:
         fit = _fit(problem, placement, p, s)
-        rel = problem.release_kind
-        span = windows[(rel, p, s)][1] + problem.duration(Op(rel, p, s, 0)) - windows[(Kind.F, p, s)][0]
-        n = span // period + 1
+        n = (windows[(rel, p, s)][1] + most(Op(rel, p, s, 0)) - windows[(Kind.F, p, s)][0]) // period + 1
         out[(p, s)] = n if fit is None else min(n, fit)
     return out
 
@@ -223,23 +213,34 @@ class Kernel:
     def per_microbatch(self) -> float:
         return self.period / self.block
 
+    @cached_property
+    def pairs(self) -> dict[Op, int]:
+        """The template ops in overlapped pairs (``Problem.overlap_pairs``), each to its block's
+        ticks: a forward and a backward of one device at one phase whose pair gains."""
+        ticks = block_ticks(self.problem, self.placement) if self.problem.overlap_pairs else {}
+        at = defaultdict(list)  # (device, phase) -> its ops, forwards first
+        for o, t in sorted(self.start.items(), key=lambda x: x[0].kind is not Kind.F):
+            at[(self.placement.device(o.pipeline, o.stage), t % self.period)].append(o)
+        blocks = {(f, b): ticks.get(((f.pipeline, f.stage), (b.pipeline, b.stage))) for f, b in
+                  (g for g in at.values() if len(g) == 2) if f.kind is Kind.F and b.kind is Kind.B}
+        return {o: t for pair, t in blocks.items() if t is not None for o in pair}
+
     def arrays(self):
-        """(ops, device, start, duration) of the template as arrays, in template order."""
+        """(ops, device, start, time held: a pair's block or the op's own) of the template, in order."""
         ops = template_ops(self.problem, self.block)
         pl, pr = self.placement, self.problem
         dev = np.array([pl.device(o.pipeline, o.stage) for o in ops], np.int64)
         st = np.array([self.start[o] for o in ops], np.int64)
-        du = np.array([pr.duration(o) for o in ops], np.int64)
+        du = np.array([self.pairs.get(o) or pr.duration(o) for o in ops], np.int64)
         return ops, dev, st, du
 
     def expand(self, microbatches: int | None = None, name: str = "cyclic",
                labels: Sequence[int] | None = None) -> Schedule:
         """The schedule of the periodic schedule's first ``microbatches`` (default: the
-        problem's), each device's ops by start; ``labels``: microbatches renamed to those pipelines
-        (a ``mixed_twin``'s kernel expanded for the problem itself)."""
-        B = self.problem.num_microbatches if microbatches is None else microbatches
+        problem's), each device's ops by start, its pairs as blocks where both ops are in it;
+        ``labels``: microbatches renamed to those pipelines (a ``mixed_twin``'s kernel)."""
+        B, k, P = self.problem.num_microbatches if microbatches is None else microbatches, self.block, self.period
         ops, dev, st, _ = self.arrays()
-        k, P = self.block, self.period
         q = np.arange(-(-B // k), dtype=np.int64)
         j = np.array([o.microbatch for o in ops], np.int64)
         mb = (j[None, :] + k * q[:, None]).ravel()
@@ -247,17 +248,17 @@ class Kernel:
         times = (st[None, :] + P * q[:, None]).ravel()[keep]
         devs = np.tile(dev, len(q))[keep]
         kind = np.tile(np.array([KIND_CODES[o.kind] for o in ops], np.int8), len(q))[keep]
-        pipe = np.tile(np.array([o.pipeline for o in ops], np.int64), len(q))[keep]
-        stage = np.tile(np.array([o.stage for o in ops], np.int64), len(q))[keep]
-        mb = mb[keep]
-        order = np.lexsort((times, devs))
+        pipe, stage = (np.tile(np.array([o[i] for o in ops], np.int64), len(q))[keep] for i in (1, 2))
+        order = np.lexsort((kind, times, devs))
         offsets = np.concatenate([[0], np.cumsum(np.bincount(devs, minlength=self.placement.num_devices))])
-        pattern = self.problem.microbatch2pipeline
-        mb2p = tuple(pattern[m % self.block] for m in range(B))
-        arrays = OpArrays(kind[order], pipe[order], stage[order], mb[order])
+        mb2p = tuple(self.problem.microbatch2pipeline[m % self.block] for m in range(B))
+        arrays = OpArrays(kind[order], pipe[order], stage[order], mb[keep][order])
+        d, t = devs[order], times[order]
+        same = np.flatnonzero((d[1:] == d[:-1]) & (t[1:] == t[:-1])).tolist()  # a pair: one start (ops take >= 1 tick)
+        pairs = [(arrays.op(i), arrays.op(i + 1)) for i in same]
         out = Schedule.from_arrays(name, self.placement, mb2p, arrays, offsets, self.problem.stage_work,
                                    self.problem.split_backward,
-                                   {"source": "cpsat", "block": self.block, "period": self.period})
+                                   {"source": "cpsat", "block": self.block, "period": self.period}, pairs)
         return out if labels is None or tuple(labels) == mb2p else relabelled(out, labels)
 
 
@@ -267,16 +268,19 @@ def cyclic_order_edges(kernel: Kernel) -> tuple[list[Op], list[tuple[int, int, i
     phase, h the periods between the two copies."""
     ops, dev, st, du = kernel.arrays()
     P, pr, pl = kernel.period, kernel.problem, kernel.placement
-    index = {o: i for i, o in enumerate(ops)}
-    edges = []
+    index, edges = {o: i for i, o in enumerate(ops)}, []
     for i, o in enumerate(ops):
         pred = predecessor(o, pr.num_stages[o.pipeline])
         if pred is not None:
             u = index[pred]
             edges.append((u, i, int(du[u]) + min_lag(pr, pl, pred, o), 0))
     phase = st % P
+    shares = np.array([o.kind is Kind.B and o in kernel.pairs for o in ops], bool)  # its forward's time
+    for b in np.flatnonzero(shares):  # a paired backward starts with its forward
+        f = next(i for i in np.flatnonzero((dev == dev[b]) & (phase == phase[b])) if i != b)
+        edges += [(int(f), int(b), 0, int(st[f] - st[b]) // P), (int(b), int(f), 0, int(st[b] - st[f]) // P)]
     for d in np.unique(dev):
-        members = np.flatnonzero(dev == d)
+        members = np.flatnonzero((dev == d) & ~shares)
         members = members[np.argsort(phase[members], kind="stable")]
         for a, b in zip(members, np.roll(members, -1)):
             w = int(du[a])
@@ -305,8 +309,7 @@ def least_period(kernel: Kernel, lower: int = 1) -> int:
             dist = new
         return False
 
-    lo = max(1, lower, max((kernel.problem.duration(o) for o in ops), default=1))
-    hi = kernel.period
+    lo, hi = max(1, lower, max((kernel.problem.duration(o) for o in ops), default=1)), kernel.period
     if not feasible(hi):
         raise ValueError(f"the kernel's orders cannot repeat every {hi}: an invalid kernel")
     while lo < hi:
@@ -323,13 +326,14 @@ def check_kernel(kernel: Kernel) -> str | None:
     of a device overlapping modulo the period, or the cap broken at some phase."""
     ops, dev, st, du = kernel.arrays()
     P, pr, pl = kernel.period, kernel.problem, kernel.placement
-    start = dict(zip(ops, st.tolist()))
+    start, held = dict(zip(ops, st.tolist())), dict(zip(ops, du.tolist()))
     for o in ops:
         pred = predecessor(o, pr.num_stages[o.pipeline])
-        if pred is not None and start[o] < start[pred] + pr.duration(pred) + min_lag(pr, pl, pred, o):
+        if pred is not None and start[o] < start[pred] + held[pred] + min_lag(pr, pl, pred, o):
             return f"{o} starts at {start[o]} before its input from {pred} arrives"
+    shares = np.array([o.kind is Kind.B and o in kernel.pairs for o in ops], bool)  # paired: its forward's time
     for d in np.unique(dev):
-        members = np.flatnonzero(dev == d)
+        members = np.flatnonzero((dev == d) & ~shares)
         if int(du[members].sum()) > P:
             return f"device {d} has more work than one period of {P}"
         busy = np.zeros(P, np.int64)
@@ -337,22 +341,16 @@ def check_kernel(kernel: Kernel) -> str | None:
             busy[(int(st[i]) + np.arange(int(du[i]))) % P] += 1
         if busy.max() > 1:
             return f"ops of device {d} overlap at phase {int(np.argmax(busy))} of the period {P}"
-    return _memory_violation(kernel, start)
+    return _memory_violation(kernel, start, held)
 
 
-def _memory_violation(kernel: Kernel, start: dict[Op, int]) -> str | None:
+def _memory_violation(kernel: Kernel, start: dict[Op, int], held: dict[Op, int]) -> str | None:
     P, pr, pl = kernel.period, kernel.problem, kernel.placement
     live: dict[int, list[tuple[int, int, float]]] = defaultdict(list)
-    for j in range(kernel.block):
-        p = pr.microbatch2pipeline[j]
-        for s in range(pr.num_stages[p]):
-            d = pl.device(p, s)
-            if pr.cap(d) is None:
-                continue
-            f = start[Op(Kind.F, p, s, j)]
-            for kind, part in pr.lifetimes(p, s):
-                r = Op(kind, p, s, j)
-                live[d].append((f, start[r] + pr.duration(r), part))
+    for f in (o for o in start if o.kind is Kind.F and pr.cap(pl.device(o.pipeline, o.stage)) is not None):
+        for kind, part in pr.lifetimes(f.pipeline, f.stage):
+            r = f._replace(kind=kind)
+            live[pl.device(f.pipeline, f.stage)].append((start[f], start[r] + held[r], part))
     for d, parts in live.items():
         phases = sorted({a % P for a, _, _ in parts} | {b % P for _, b, _ in parts} | {0})
         cap = pr.cap(d) or 0.0  # only devices with a cap hold parts here
@@ -373,16 +371,11 @@ def steady_kernel(kernel: Kernel, factor: int = 16) -> Kernel | None:
     _, _, st, du = kernel.arrays()
     reach = int(st.max() + du.max() - st.min()) // kernel.period + 2
     count = 3 * (reach + 2 * factor) * kernel.block
-    schedule = kernel.expand(count)
-    problem = _with_microbatches(kernel.problem, count, kernel.block)
+    schedule = kernel.expand(count)  # its problem: the kernel's with ``count`` microbatches
+    problem = replace(kernel.problem, microbatch2pipeline=schedule.microbatch2pipeline)
     return kernel_of(problem, kernel.placement, schedule, simulate(schedule, problem.costs).start_times,
                      factor * kernel.block, kernel.problem)
 
-
-def _with_microbatches(problem: Problem, count: int, block: int) -> Problem:
-    """``problem`` with ``count`` microbatches in its pipelines' pattern."""
-    pattern = problem.microbatch2pipeline
-    return replace(problem, microbatch2pipeline=tuple(pattern[m % block] for m in range(count)))
 
 def kernel_of(problem: Problem, placement: Placement, schedule: Schedule, start_times: np.ndarray,
               largest: int, owner: Problem | None = None) -> Kernel | None:

@@ -1,7 +1,8 @@
 """The CP-SAT model of one period of a periodic schedule (docs/cpsat.md, "The cyclic model"):
-a block of k template microbatches at a fixed period P, each op at phase + P * q; one op at a
-time per device modulo P, the lags, FIFO with the wrap, the memory cap over the cyclic window.
-The objective is the makespan of the first B microbatches.
+a block of k template microbatches at a fixed period P, each op at phase + P * q; one op (or
+overlapped pair: ``pairing``'s literals over the phases) at a time per device modulo P, the
+lags, FIFO with the wrap, the memory cap over the cyclic window. The objective is the makespan
+of the first B microbatches.
 """
 
 from __future__ import annotations
@@ -18,8 +19,9 @@ from pipetab.schedules.ops import Kind, Op
 
 from ..engine import SolverSetup, run_solver
 from .bounds import memory_scale
-from .cyclic import copies_bound, op_windows, template_ops, template_pipelines
-from .variables import min_lag, predecessor
+from .cyclic import copies_bound, longest, op_windows, template_ops, template_pipelines
+from .pairing import template_pairs
+from .variables import Variables, add_pair_variables, min_lag, predecessor
 
 if TYPE_CHECKING:
     from pipetab.schedules.schedule import Placement
@@ -43,7 +45,8 @@ class CyclicSolve:
 
 class CyclicModel:
     """The periodic schedules of ``block`` microbatches on ``placement`` every ``period``;
-    ``fifo``: the FIFO family (``CpSatConfig.uses("fifo")``)."""
+    ``fifo``: the FIFO family (``CpSatConfig.uses("fifo")``); with ``Problem.overlap_pairs``
+    ``v`` holds the pairs' literals and each op's end (``pairing``) in phase terms."""
 
     def __init__(self, problem: Problem, placement: Placement, block: int, period: int, config: CpSatConfig):
         t0 = time.perf_counter()
@@ -64,9 +67,12 @@ class CyclicModel:
             m.add(t == ph + P * q)
             self.start.append(t)
             self.phase.append(ph)
+        self.v = Variables(problem, placement, 2 * P, ops=self.ops, index=self.index, start=self.phase,
+                           dur=[self.dur(o) for o in self.ops], interval=[None] * len(self.ops),  # type: ignore[list-item]
+                           device=[placement.device(o.pipeline, o.stage) for o in self.ops])
+        self._devices()
         self._anchor()
         self._dependencies()
-        self._devices()
         if self.fifo:
             self._fifo()
         self._memory()
@@ -79,33 +85,42 @@ class CyclicModel:
     def t(self, op: Op):
         return self.start[self.index[op]]
 
+    def end(self, op: Op):
+        """Op's end: its start plus its own time, or its pair's block's end (``v.ends``)."""
+        i = self.index[op]
+        e = self.v.ends[i] if self.v.ends else None
+        return self.start[i] + self.dur(op) if e is None else self.start[i] + e - self.phase[i]
+
     def _anchor(self) -> None:
         """Time 0 is pipeline 0's first template start; every other pipeline's first starts
         within a period of it (moving a microbatch by a period relabels it as its next copy)."""
-        for p, mbs in self.pipes.items():
-            if p == min(self.pipes):
-                self.model.add(self.t(Op(Kind.F, p, 0, mbs[0])) == 0)
+        p = min(self.pipes)
+        self.model.add(self.t(Op(Kind.F, p, 0, self.pipes[p][0])) == 0)
 
     def _dependencies(self) -> None:
         pr, pl = self.problem, self.placement
         for op in self.ops:
             pred = predecessor(op, pr.num_stages[op.pipeline])
             if pred is not None:
-                self.model.add(self.t(op) >= self.t(pred) + self.dur(pred) + min_lag(pr, pl, pred, op))
+                self.model.add(self.t(op) >= self.end(pred) + min_lag(pr, pl, pred, op))
 
     def _devices(self) -> None:
-        """One op at a time per device modulo the period: each op and its next copy in one no-overlap."""
-        by_device: dict[int, list] = {}
-        P = self.period
-        for op, ph in zip(self.ops, self.phase):
-            d = self.placement.device(op.pipeline, op.stage)
-            dur = self.dur(op)
-            by_device.setdefault(d, []).extend([
-                self.model.new_fixed_size_interval_var(ph, dur, f"i_{op}"),
-                self.model.new_fixed_size_interval_var(ph + P, dur, f"j_{op}")])
-        for ivs in by_device.values():
-            if len(ivs) > 2:
-                self.model.add_no_overlap(ivs)
+        """One op or pair at a time per device modulo the period: each interval (``pairing``'s,
+        over the phases) and its next copy in one no-overlap; a pair's ops share a phase."""
+        m, P, v = self.model, self.period, self.v
+        pairs = template_pairs(self.problem, self.placement, self.ops) if self.problem.overlap_pairs else None
+        if pairs is not None:
+            add_pair_variables(m, v, pairs)
+        by_device: dict = {}
+        for i, (op, ph) in enumerate(zip(self.ops, self.phase)):
+            alone = v.alone.get(i, True)
+            by_device.setdefault(v.device[i], []).extend([
+                m.new_fixed_size_interval_var(ph, v.dur[i], f"i_{op}") if alone is True else v.interval[i],
+                m.new_optional_fixed_size_interval_var(ph + P, v.dur[i], alone, f"j_{op}")])
+        for (i, _), (y, t) in v.pair_lits.items():
+            by_device[v.device[i]] += [m.new_optional_fixed_size_interval_var(self.phase[i] + P, t, y, f"c{i}")]
+        for d, ivs in by_device.items():
+            m.add_no_overlap(ivs + v.block_intervals.get(d, []))
 
     def _fifo(self) -> None:
         """FIFO per stage and kind, the block's last before the next block's first (a period later)."""
@@ -115,8 +130,8 @@ class CyclicModel:
                 for k in self.problem.kinds:
                     chain = [Op(k, p, s, j) for j in mbs]
                     for a, b in itertools.pairwise(chain):
-                        self.model.add(self.t(b) >= self.t(a) + self.dur(a))
-                    self.model.add(self.t(chain[0]) + P >= self.t(chain[-1]) + self.dur(chain[-1]))
+                        self.model.add(self.t(b) >= self.end(a))
+                    self.model.add(self.t(chain[0]) + P >= self.end(chain[-1]))
 
     def _memory(self) -> None:
         """The cap over the cyclic window, per device with a cap (module docstring)."""
@@ -128,19 +143,16 @@ class CyclicModel:
         scale = memory_scale(sizes + [c for c in caps if c is not None])
         per_device: dict[int, tuple[list, list, list]] = {}
         P = self.period
-        for op in self.ops:
-            if op.kind is not Kind.F:
-                continue
+        for op in (o for o in self.ops if o.kind is Kind.F):
             p, s, j = op.pipeline, op.stage, op.microbatch
-            d = pl.device(p, s)
-            if caps[d] is None or d in exact:
+            if caps[d := pl.device(p, s)] is None or d in exact:
                 continue
             ivs, dem, base = per_device.setdefault(d, ([], [], []))
             for kind, part in pr.lifetimes(p, s):
                 r_op = Op(kind, p, s, j)
                 n = self.model.new_int_var(0, n_max[(p, s)], f"n_{r_op}")
                 r = self.model.new_int_var(0, P - 1, f"r_{r_op}")
-                self.model.add(self.t(r_op) + self.dur(r_op) - self.t(op) == P * n + r)
+                self.model.add(self.end(r_op) - self.t(op) == P * n + r)
                 ph = self.phase[self.index[op]]
                 end = self.model.new_int_var(0, 2 * P - 2, f"e_{r_op}")
                 self.model.add(end == ph + r)
@@ -163,10 +175,8 @@ class CyclicModel:
         later). Returns the one-stage devices where these are the whole memory constraint."""
         pr, pl, P = self.problem, self.placement, self.period
         exact = set()
-        for d in range(pr.num_devices):
-            held, cap = pl.stages_on(d), pr.cap(d)
-            if cap is None:
-                continue
+        for d, cap in ((d, pr.cap(d)) for d in range(pr.num_devices) if pr.cap(d) is not None):
+            held = pl.stages_on(d)
             for p, s in held:
                 mbs = self.pipes.get(p, [])
                 shifts, is_exact = pr.window_shifts(p, s, cap)
@@ -174,25 +184,21 @@ class CyclicModel:
                     for i, j in enumerate(mbs):
                         nxt = mbs[(i + c) % len(mbs)]
                         rel = Op(kind, p, s, j)
-                        self.model.add(self.t(Op(Kind.F, p, s, nxt)) + P * ((i + c) // len(mbs))
-                                       >= self.t(rel) + self.dur(rel))
+                        self.model.add(self.t(Op(Kind.F, p, s, nxt)) + P * ((i + c) // len(mbs)) >= self.end(rel))
                 if len(held) == 1 and is_exact:
                     exact.add(d)
         return exact
 
     def _objective(self):
         """The expansion's makespan: template j's last end (and optimizer) + (B - 1 - j) // k periods."""
-        pr, P, k = self.problem, self.period, self.block
+        pr, P, k, most = self.problem, self.period, self.block, longest(self.problem, self.placement)
         B = pr.num_microbatches
-        ends = []
-        for op in self.ops:
-            if op.kind is pr.release_kind:
-                d = self.placement.device(op.pipeline, op.stage)
-                ends.append((op, (B - 1 - op.microbatch) // k * P + self.dur(op) + pr.optimizer(d)))
-        hi = max(self.windows[(o.kind, o.pipeline, o.stage)][1] for o, _ in ends) + P + max(x for _, x in ends)
+        ends = [(op, (B - 1 - op.microbatch) // k * P + pr.optimizer(self.placement.device(op.pipeline, op.stage)))
+                for op in self.ops if op.kind is pr.release_kind]
+        hi = max(self.windows[(o.kind, o.pipeline, o.stage)][1] + most(o) + x for o, x in ends) + P
         makespan = self.model.new_int_var(0, hi, "makespan")
         for op, extra in ends:
-            self.model.add(makespan >= self.t(op) + extra)
+            self.model.add(makespan >= self.end(op) + extra)
         self.model.minimize(makespan)
         return makespan
 
@@ -203,6 +209,8 @@ class CyclicModel:
         for op, t, ph in zip(self.ops, self.start, self.phase):
             self.model.add_hint(t, starts[op])
             self.model.add_hint(ph, starts[op] % self.period)
+        for (i, j), (y, _) in self.v.pair_lits.items():
+            self.model.add_hint(y, (starts[self.ops[i]] - starts[self.ops[j]]) % self.period == 0)
 
     def solve(self, wall: float, det: float | None = None, first: bool = False) -> CyclicSolve:
         """Solve within ``wall`` s (``det`` deterministic); ``first``: stop at the first schedule."""
@@ -212,5 +220,4 @@ class CyclicModel:
         if done.found:
             starts = {op: int(done.solver.value(t)) for op, t in zip(self.ops, self.start)}
             value = int(done.solver.value(self.makespan))
-        status, wall_s, solver = done.status, done.wall, done.solver
-        return CyclicSolve(status, starts, value, wall_s, solver.response_proto.deterministic_time)
+        return CyclicSolve(done.status, starts, value, done.wall, done.solver.response_proto.deterministic_time)

@@ -8,7 +8,7 @@ proofs are dropped; blocks with a W are no candidates (bounds hold over F-B bloc
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Iterable, Mapping
 
 from pipetab.schedules.ops import Kind, Op
 
@@ -62,16 +62,6 @@ def _rank_pairs(f: StageKey, b: StageKey, nf: int, nb: int, window: int) -> Iter
     return ((a, c) for a in range(nf) for c in range(max(0, a - window), min(nb, a + window + 1)))
 
 
-def _count(f: StageKey, b: StageKey, nf: int, nb: int, window: int) -> int:
-    if f[0] == b[0]:
-        return sum(nf - o for o in range(1, window + 1))
-    return sum(min(nb, a + window + 1) - max(0, a - window) for a in range(nf))
-
-
-def _offset(f: Op, b: Op, rank: dict[int, int]) -> int:
-    return rank[f.microbatch] - rank[b.microbatch]
-
-
 def pair_candidates(problem: Problem, placement: Placement, limit: int,
                     around: Schedule | None = None) -> PairCandidates | None:
     """The candidate pairs (module docstring); None when no pair gains. Above ``limit``, only
@@ -83,7 +73,7 @@ def pair_candidates(problem: Problem, placement: Placement, limit: int,
     mbs = problem.pipeline_microbatches
     rank = {m: i for ms in mbs.values() for i, m in enumerate(ms)}
     widest = {k: _widest(problem, placement, *k) for k in ticks}
-    full = sum(_count(f, b, len(mbs[f[0]]), len(mbs[b[0]]), widest[(f, b)]) for f, b in ticks)
+    full = sum(sum(1 for _ in _rank_pairs(f, b, len(mbs[f[0]]), len(mbs[b[0]]), widest[(f, b)])) for f, b in ticks)
     near: dict[tuple[StageKey, StageKey], set[int]] | None = None
     if full > limit:
         near = {k: {1, 2} if k[0][0] == k[1][0] else {-1, 0, 1} for k in ticks}
@@ -92,7 +82,7 @@ def pair_candidates(problem: Problem, placement: Placement, limit: int,
                 fo, bo = block
                 key = ((fo.pipeline, fo.stage), (bo.pipeline, bo.stage))
                 if key in near:
-                    o = _offset(fo, bo, rank)
+                    o = rank[fo.microbatch] - rank[bo.microbatch]
                     near[key] |= {o - 1, o, o + 1}
     pairs = []
     for (f, b), t in ticks.items():
@@ -106,6 +96,15 @@ def pair_candidates(problem: Problem, placement: Placement, limit: int,
         for a, c in ranks:
             pairs.append((Op(Kind.F, *f, mbs[f[0]][a]), Op(Kind.B, *b, mbs[b[0]][c]), t))
     return PairCandidates(tuple(pairs), near is not None)
+
+
+def template_pairs(problem: Problem, placement: Placement, ops: Iterable[Op]) -> PairCandidates | None:
+    """The cyclic model's candidates: every forward with every backward of the template ``ops``
+    on one device whose pair gains (which copies pair is the phases' choice); None if none."""
+    ticks, ops = block_ticks(problem, placement), tuple(ops)
+    pairs = tuple((f, b, ticks[key]) for f in ops if f.kind is Kind.F for b in ops if b.kind is Kind.B
+                  and (key := ((f.pipeline, f.stage), (b.pipeline, b.stage))) in ticks)
+    return PairCandidates(pairs) if pairs else None
 
 
 @dataclass(frozen=True)
@@ -124,10 +123,12 @@ class DeviceSavings:
         return min(self.forwards, self.backwards)
 
 
-def device_savings(problem: Problem, placement: Placement) -> dict[int, DeviceSavings]:
-    """Per device with pairs that gain, what they can save (``DeviceSavings``)."""
+def device_savings(problem: Problem, placement: Placement, counts: Mapping[int, int] | None = None
+                   ) -> dict[int, DeviceSavings]:
+    """Per device with pairs that gain, what they can save (``DeviceSavings``) over ``counts``
+    microbatches per pipeline (default: the problem's)."""
     ticks = block_ticks(problem, placement)
-    counts = problem.pipeline_counts
+    counts = problem.pipeline_counts if counts is None else counts
     out: dict[int, DeviceSavings] = {}
     for d in range(problem.num_devices):
         by_f: dict[StageKey, int] = {}

@@ -56,11 +56,6 @@ class BlockOutcome:
         return self.period / self.block if self.period is not None else float("inf")
 
 
-def _record(what: str, period: int, raw) -> SolveRecord:
-    return SolveRecord(what, "cyclic", 0, period, raw.status, raw.value, None, round(raw.wall_time, 3),
-                       round(raw.det_time, 3))
-
-
 def _probe(problem, placement, block, period, config, deadline: Deadline, out: BlockOutcome, share: float,
            first: bool):
     """One solve at ``period`` on ``share`` of what the deadline has left."""
@@ -70,7 +65,8 @@ def _probe(problem, placement, block, period, config, deadline: Deadline, out: B
     wall, det = deadline.limits()
     raw = model.solve(wall * share, None if det is None else det * share, first=first)
     deadline.charge(raw, len(model.ops))
-    out.solves.append(_record("cyclic probe" if first else "cyclic makespan", period, raw))
+    out.solves.append(SolveRecord("cyclic probe" if first else "cyclic makespan", "cyclic", 0, period, raw.status,
+                                  raw.value, None, round(raw.wall_time, 3), round(raw.det_time, 3)))
     return raw
 
 
@@ -228,7 +224,7 @@ def _expanded(problem: Problem, placement: Placement, config: CpSatConfig, deadl
                                    labels=problem.microbatch2pipeline)
         ev = checked(problem, schedule, None)
         evals.append(ev)
-        if config.uses("justify") and problem.num_ops <= params.cyclic_justify_max_ops and \
+        if config.uses("justify") and problem.num_ops <= params.cyclic_justify_max_ops and not schedule.blocks and \
                 pace.fits("justify", deadline.end, 1.5):
             graph = precedence_graph(problem, placement)
             better = (justify(problem, placement, ev, graph, config.start.justify_rounds, deadline.end)
