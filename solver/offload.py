@@ -159,7 +159,29 @@ class OffloadSimulation(Simulation):
         """How much later the step ends than with the same orders and no offload."""
         from .simulate import simulate
 
-        return self.makespan - simulate(self.schedule, self.costs).makespan
+        return self.makespan - simulate(self.schedule, replace(self.costs, offload_fraction=0.0)).makespan
+
+    def _again(self, costs: Costs) -> Simulation:
+        if self.offload is None:  # pragma: no cover - every OffloadSimulation is made with one
+            raise ValueError("an offload simulation without its offload")
+        return simulate_offload(self.schedule, costs, self.offload)
+
+
+def simulated(schedule: Schedule, costs: Costs) -> Simulation:
+    """The level-3 simulation of ``schedule`` on ``costs``: ``simulate``'s, or, where the
+    costs offload a share of every activation (``Costs.offload_fraction``, from
+    ``hardware.Context.offload_activations``), ``simulate_offload``'s with that share of each
+    activation on its device's copy stream over the system's host link, prefetched one op
+    before its backward (``Offload.every``). Every front end times a schedule through it."""
+    from .simulate import simulate
+
+    if not costs.offload_fraction:
+        return simulate(schedule, costs)
+    system = costs.links.system
+    if system is None or system.host_link is None:
+        raise ValueError("offload activations needs costs of a system with a host link ([host_link])")
+    rates = CopyRates.of(system.host_link, costs)
+    return simulate_offload(schedule, costs, Offload.every(schedule, rates, costs.offload_fraction))
 
 
 def simulate_offload(schedule: Schedule, costs: Costs, offload: Offload,
@@ -388,4 +410,4 @@ def host_fits(sim: OffloadSimulation, link: HostLink, devices_per_node: int | No
 
 
 __all__ = ["Copy", "CopyRates", "Offload", "OffloadSimulation", "host_fits",
-           "offload_optimizer", "simulate_offload"]
+           "offload_optimizer", "simulate_offload", "simulated"]

@@ -18,7 +18,7 @@ SAMPLES = {"tp": [2], "dp": [2], "sequence_parallel": True, "zero": 2, "overlap"
            "global_batch": 32, "seq": 2048, "ep": [2], "etp": [1], "dispatch_precision": "fp8",
            "routing_imbalance": 1.5, "node_limit": 1, "gemm_precision": "bf16", "cp": [1], "cp_comm": "allgather",
            "reshard_after_forward": False, "layout": "E|(t*8|)*4L", "recompute_layers": [1, 0, 0, 0],
-           "recompute_modules": ["moe_act"], "activation_precision": "bf16"}
+           "recompute_modules": ["moe_act"], "activation_precision": "bf16", "offload_activations": 0.5}
 
 
 def moe_config(cluster: dict, **grid):
