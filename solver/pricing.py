@@ -206,6 +206,7 @@ def hardware_costs(schedule: Schedule, system, model, context: Context | None = 
         chains=chains,
         comm_share=comm_share(system.device.ep_kernels, system.device.sm_count),
         offload_fraction=ctx.offload_activations,
+        host_link=system.host_link,
     )
 
 

@@ -64,8 +64,8 @@ def levels_of(args):
                          "no copy streams; the simulation times the offload; 'pipetab search' chooses it)")
     schedule = common.build_schedule(args)
     if offload and schedule.blocks:
-        raise UsageError(f"--offload-activations does not apply to {args.name} with overlapped pairs (blocks): the "
-                         "copy streams are simulated for ops that run alone; give its overlap=false")
+        raise UsageError(f"--offload-activations does not apply to {args.name}: its ops run in pairs (blocks), and "
+                         "the copy streams are simulated for ops that run alone")
     costs = None if source is None else source.costs(schedule)
     if args.tick is not None and args.tick > costs.default_tick(MIN_TICKS_PER_OP):
         raise UsageError(f"--tick must be at most {costs.default_tick(MIN_TICKS_PER_OP):.3g} s "

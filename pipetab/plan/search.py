@@ -92,6 +92,9 @@ class _BestFirst:
         self.total = len(all_shapes) * len(self.variants)
         self.misfits: list[_Candidate] = []
         self.ladders: dict[Context, list[Context]] = {}  # a rescued shape -> the techniques after it
+        # a rescued shape with rungs after it -> [its candidates not yet simulated, its time bound]: when
+        # every one is simulated and none fits (its bounds were loose, e.g. offload's), the next rung enters
+        self.pending: dict[Context, list] = {}
         self.heap: list[tuple[float, int, Context | _Candidate]] = []
         for i, shape in enumerate(all_shapes):
             heapq.heappush(self.heap, (bounds.shape_time(shape), i, shape))
@@ -109,6 +112,20 @@ class _BestFirst:
             self._push(_Candidate(bound, name, opts, shape, exact))
         if not fits:
             self._rescue(shape, time_bound)
+        elif self.ladders.get(shape):
+            self.pending[shape] = [len(fits), time_bound]
+
+    def _simulated(self, shape: Context, fits: bool) -> None:
+        """One candidate of ``shape`` simulated: the next rung of its ladder when it was the
+        last of a rescued shape and none fitted."""
+        left = self.pending.get(shape)
+        if left is None:
+            return
+        left[0] -= 1
+        if fits or left[0] <= 0:
+            del self.pending[shape]
+            if not fits:
+                self._rescue(shape, left[1])
 
     def _rescue(self, shape: Context, bound: float) -> None:
         """A shape none of whose schedules fits: its next memory technique (``rescues``: the
@@ -177,6 +194,7 @@ class _BestFirst:
                     self._push(replace(cand, bound=step, exact=True))
                 continue
             conf = _evaluate(self.space, self.bounds, cand, simulate_misfit=False)
+            self._simulated(cand.shape, conf is not None)
             if conf is None:
                 if self.bounds.run(cand.name, cand.opts, cand.shape) is not None:
                     misfit_runs.append(cand)

@@ -146,6 +146,43 @@ def _recompute(conf: Configuration, notes: Notes) -> list[str]:
     return []
 
 
+# Megatron-LM's --offload-modules at MEGATRON_COMMIT (TransformerConfig's allowed modules; each
+# offloads its module's input, attn_proj only with core_attn) -> the rows of
+# hardware.activations' table that input is; the MoE ones only on a MoE model
+OFFLOAD_MODULES = {"attn_norm": ("input_norm_in",), "qkv_linear": ("qkv_in",), "core_attn": ("q", "k", "v"),
+                   "attn_proj": ("attn_out",), "mlp_norm": ("mlp_norm_in",), "expert_fc1": ("dispatched",),
+                   "moe_act": ("expert_act_in",)}
+
+
+def _offload(conf: Configuration, model: TransformerModel, notes: Notes) -> list[str]:
+    """Activation offload as Megatron's fine-grained activation offloading (its docs:
+    ``docs/user-guide/features/fine_grained_activation_offloading.md``): every module it can
+    offload whose input the model has, and ``--activation-offload-fraction`` the share of their
+    groups that makes the planned share of a layer's saved bytes (``hardware.activations``'
+    table; 1 where the modules hold less: a ``DIFFERS`` line). Megatron counts groups, not
+    bytes, and keeps the later layers' on the GPU: an ``assumes`` line says so."""
+    from pipetab.hardware.activations import module_table
+
+    s = conf.shape
+    if not s.offload_activations:
+        return []
+    modules = [m for m in OFFLOAD_MODULES if model.moe or m not in ("expert_fc1", "moe_act")]
+    rows = module_table(model, s, model.moe)
+    covered = sum(r["bytes"] for r in rows if any(r["name"] in OFFLOAD_MODULES[m] for m in modules))
+    share = covered / max(sum(r["bytes"] for r in rows), 1.0)
+    fraction = min(1.0, s.offload_activations / share) if share else 1.0
+    if share < s.offload_activations:
+        notes.differ(f"activation offload of {s.offload_activations:g} of every activation planned: the inputs of "
+                     f"Megatron's --offload-modules hold {share:.0%} of a layer's saved bytes on this shape, so it "
+                     "offloads less (more memory than planned)")
+    else:
+        notes.assume(f"--activation-offload-fraction {fraction:.3g} of the offload groups makes the planned "
+                     f"{s.offload_activations:g} of the bytes ({share:.0%} of a layer's in those modules); Megatron "
+                     "counts groups, not bytes, and keeps the later layers' groups on the GPU")
+    return [DECISION["offload_activations"].megatron or "", "--offload-modules", *modules,
+            "--activation-offload-fraction", f"{fraction:.3g}"]
+
+
 def _data_parallel(conf: Configuration, notes: Notes) -> list[str]:
     """ZeRO as the distributed optimizer or Megatron-FSDP, and the overlap flags."""
     s, m = conf.shape, MEGATRON
@@ -205,6 +242,7 @@ def megatron_args(conf: Configuration, model: TransformerModel, notes: Notes | N
     if model.moe:
         out += _moe(conf, model, gpus_per_node, notes)
     out += _recompute(conf, notes)
+    out += _offload(conf, model, notes)
     out += _data_parallel(conf, notes)
     out += _overlap_moe(conf, model, out, notes)
     return out
@@ -251,8 +289,9 @@ def _parser() -> argparse.ArgumentParser:
                  "data-parallel-sharding-strategy", "moe-token-dispatcher-type", "ckpt-format"):
         p.add_argument(f"--{name}")
     for name in ("sequence-parallel", "use-distributed-optimizer", "use-megatron-fsdp", "overlap-grad-reduce",
-                 "overlap-param-gather", "overlap-moe-expert-parallel-comm"):
+                 "overlap-param-gather", "overlap-moe-expert-parallel-comm", "fine-grained-activation-offloading"):
         p.add_argument(f"--{name}", action="store_true")
+    p.add_argument("--activation-offload-fraction", type=float, default=1.0)
     return p
 
 
@@ -295,7 +334,8 @@ def read_megatron(text: str, gpus: int) -> dict:
             "etp": a.expert_tensor_parallel_size or 1, "microbatch_size": a.micro_batch_size,
             "global_batch": a.global_batch_size, "seq_len": a.seq_length, "layout": layout.megatron() if layout else "",
             "schedule": "interleaved" if chunks > 1 else "1f1b", "chunks": chunks, "recompute": recompute,
-            "zero": zero, "sequence_parallel": a.sequence_parallel}
+            "zero": zero, "sequence_parallel": a.sequence_parallel,
+            "offload_activations": a.activation_offload_fraction if a.fine_grained_activation_offloading else 0.0}
 
 
 def megatron_view(conf: Configuration, gpus: int) -> dict:
@@ -311,4 +351,5 @@ def megatron_view(conf: Configuration, gpus: int) -> dict:
     chunks = layout.num_stages // s.stages if layout else 1
     return {**sizes_of(conf, gpus), "layout": layout.megatron() if layout else "",
             "schedule": "interleaved" if chunks > 1 else "1f1b", "chunks": chunks, "recompute": recompute,
-            "zero": s.zero, "sequence_parallel": bool(s.sequence_parallel)}
+            "zero": s.zero, "sequence_parallel": bool(s.sequence_parallel),
+            "offload_activations": s.offload_activations}

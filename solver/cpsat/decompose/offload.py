@@ -116,19 +116,19 @@ def offload_seconds(problem: Problem, real: Costs, config: CpSatConfig | None = 
     """``search_offload`` on ``real`` costs in seconds that offload activations (``Costs.offload_fraction``
     of each chosen one over the system's host link): half the time on durations rounded up
     (the schedule), half on durations rounded down (the bound)."""
-    system, config = real.links.system, config or CpSatConfig()
-    if system is None or system.host_link is None or not real.offload_fraction:
+    link, config = real.host_link, config or CpSatConfig()
+    if link is None or not real.offload_fraction:
         raise ValueError("offload seconds needs costs offloading activations over a system's host link")
     tick = tick_s or real.default_tick(config.seconds.ticks_per_op)
     half, det = config.replace(time_limit_s=config.time_limit_s / 2), config.deterministic_time
-    found, proof = (search_offload(problem.with_costs(q), CopyRates.of(system.host_link, q), half, recompute=False,
+    found, proof = (search_offload(problem.with_costs(q), CopyRates.of(link, q), half, recompute=False,
                                    det_limit=det and det / 2, share=real.offload_fraction)
                     for q in (real.quantized(tick, r) for r in (Rounding.UP, Rounding.DOWN)))
     lb = None if proof.bound is None or proof.status is Status.INFEASIBLE else proof.bound * tick
     sim = None
     if found.offload is not None and found.sim is not None:  # its choices and times on the real costs
         times = {k: t * tick for k, t in (found.offload.issue or {}).items()}
-        plan = replace(found.offload, rates=CopyRates.of(system.host_link, real), issue=times)
+        plan = replace(found.offload, rates=CopyRates.of(link, real), issue=times)
         sim = simulate_offload(found.sim.schedule, real, plan, found.sim.start_times * tick)
     seconds = None if sim is None else sim.makespan
     status = Status.INFEASIBLE if proof.status is Status.INFEASIBLE else Status.UNKNOWN if seconds is None else \
