@@ -378,20 +378,21 @@ def _offload_doc(args, shape, real, config):
 
     answer = offload_seconds(shape, real, config, args.tick)
     sim = answer.sim
-    gap = None if answer.seconds is None or answer.lower_bound_s is None else \
-        max(0.0, answer.seconds - answer.lower_bound_s) / answer.seconds
+    gap = None if answer.makespan is None or answer.bound is None else \
+        max(0.0, answer.makespan - answer.bound) / answer.makespan
     copies = [] if sim is None else sim.copies
     message = "" if sim is not None else "no schedule found within the time limit and the memory cap"
-    doc = {"status": str(answer.status), "objective": str(args.objective), "makespan": answer.seconds,
-           "lower_bound": answer.lower_bound_s, "gap": gap, "unit": "s", "tick_s": answer.tick_s,
+    doc = {"status": str(answer.status), "objective": str(args.objective), "makespan": answer.makespan,
+           "lower_bound": answer.bound, "gap": gap, "unit": "s", "tick_s": answer.tick_s,
            "bound_assumptions": list(answer.assumptions), "runtime_s": round(time.perf_counter() - _started(args), 3),
            "min_feasible_cap": None, "message": message, "known": {}, "partition": None, "phases": [],
            "devices": args.devices or args.stages, "cyclic": None,
            "offload": {"share": real.offload_fraction, "offloaded": len({c.key for c in copies}),
                        "copies": len(copies), "host_peak_bytes": [] if sim is None else list(sim.host_peaks(1))}}
-    ticks = real.quantized(answer.tick_s, Rounding.UP)
+    tick = answer.tick_s or 1.0  # offload_seconds gives its tick
+    ticks = real.quantized(tick, Rounding.UP)
     if sim is not None:
-        doc["_sims"] = (_tick_sim(sim, answer.tick_s), sim)
+        doc["_sims"] = (_tick_sim(sim, tick), sim)
     doc["_real"] = real
     return doc, None if sim is None else sim.schedule, ticks
 

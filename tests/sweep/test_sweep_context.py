@@ -82,3 +82,20 @@ def test_a_value_beyond_its_declared_range_is_refused_when_the_file_is_read(clus
 
     with pytest.raises(ConfigError, match=message):
         moe_config(cluster, stages=[4])
+
+
+def test_a_sweep_offloads_activations_as_evaluate_does(capsys):
+    """``offload_activations = 0.5`` on a system with a host link: the row's simulation is
+    ``evaluate --offload-activations 0.5``'s, its copies on the copy streams (later than without)."""
+    doc = {"grid": {"schedules": ["1f1b"], "stages": [2], "microbatches": [4], "systems": ["dgx_h100_ib"],
+                    "models": ["gpt3_2p7b"], "cluster": {"microbatch_size": 1, "offload_activations": 0.5}}}
+    (c,), _ = expand(parse_config(doc))
+    assert c.cluster_dict()["offload_activations"] == 0.5
+    row = evaluate(c)
+    assert main(["evaluate", "1f1b", "-S", "2", "-B", "4", "--system", "dgx_h100_ib", "--model", "gpt3_2p7b",
+                 "--microbatch-size", "1", "--offload-activations", "0.5", "--format", "json"]) == 0
+    offloaded = json.loads(capsys.readouterr().out)["simulation"]["makespan_s"]
+    assert row["simulation_makespan_s"] == pytest.approx(offloaded, rel=1e-12)
+    doc["grid"]["cluster"]["offload_activations"] = 0.0
+    (plain,), _ = expand(parse_config(doc))
+    assert evaluate(plain)["simulation_makespan_s"] < offloaded

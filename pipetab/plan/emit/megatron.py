@@ -291,7 +291,6 @@ def _parser() -> argparse.ArgumentParser:
     for name in ("sequence-parallel", "use-distributed-optimizer", "use-megatron-fsdp", "overlap-grad-reduce",
                  "overlap-param-gather", "overlap-moe-expert-parallel-comm", "fine-grained-activation-offloading"):
         p.add_argument(f"--{name}", action="store_true")
-    p.add_argument("--activation-offload-fraction", type=float, default=1.0)
     return p
 
 
@@ -335,7 +334,7 @@ def read_megatron(text: str, gpus: int) -> dict:
             "global_batch": a.global_batch_size, "seq_len": a.seq_length, "layout": layout.megatron() if layout else "",
             "schedule": "interleaved" if chunks > 1 else "1f1b", "chunks": chunks, "recompute": recompute,
             "zero": zero, "sequence_parallel": a.sequence_parallel,
-            "offload_activations": a.activation_offload_fraction if a.fine_grained_activation_offloading else 0.0}
+            "activation_offloading": a.fine_grained_activation_offloading}
 
 
 def megatron_view(conf: Configuration, gpus: int) -> dict:
@@ -352,4 +351,4 @@ def megatron_view(conf: Configuration, gpus: int) -> dict:
     return {**sizes_of(conf, gpus), "layout": layout.megatron() if layout else "",
             "schedule": "interleaved" if chunks > 1 else "1f1b", "chunks": chunks, "recompute": recompute,
             "zero": s.zero, "sequence_parallel": bool(s.sequence_parallel),
-            "offload_activations": s.offload_activations}
+            "activation_offloading": bool(s.offload_activations)}

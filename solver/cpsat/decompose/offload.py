@@ -40,14 +40,16 @@ class OffloadAnswer:
     """The best schedule found with its offload choices, its makespan (CP-SAT's, or the
     simulator's where a shared duplex makes it longer: then ``feasible``), CP-SAT's bound
     (model ticks; it assumes independent copy directions) and its simulation (memory within
-    caps)."""
+    caps); from ``offload_seconds``, seconds on the real-valued costs (the bound's proven on
+    durations and copies rounded down to ticks of ``tick_s``)."""
 
     status: Status
-    makespan: int | None
-    bound: int | None
+    makespan: float | None
+    bound: float | None
     offload: Offload | None
     sim: OffloadSimulation | None
     assumptions: tuple[str, ...] = ASSUMPTIONS
+    tick_s: float | None = None
 
 
 def search_offload(problem: Problem, rates: CopyRates, config: CpSatConfig | None = None,
@@ -96,23 +98,8 @@ def search_offload(problem: Problem, rates: CopyRates, config: CpSatConfig | Non
     return OffloadAnswer(raw.status, raw.makespan, raw.bound, plan, sim, _assumed(model))
 
 
-@dataclass(frozen=True)
-class OffloadSeconds:
-    """``offload_seconds``'s answer: the schedule with its offload choices timed by the
-    simulator on the real-valued costs (``sim``; ``seconds`` its step), a lower bound of the
-    real-valued problem (``lower_bound_s``, proven on durations and copies rounded down to
-    ticks of ``tick_s``, under ``assumptions``) and the status (``optimal`` where they meet)."""
-
-    status: Status
-    seconds: float | None
-    lower_bound_s: float | None
-    tick_s: float
-    sim: OffloadSimulation | None
-    assumptions: tuple[str, ...]
-
-
 def offload_seconds(problem: Problem, real: Costs, config: CpSatConfig | None = None,
-                    tick_s: float | None = None) -> OffloadSeconds:
+                    tick_s: float | None = None) -> OffloadAnswer:
     """``search_offload`` on ``real`` costs in seconds that offload activations (``Costs.offload_fraction``
     of each chosen one over the system's host link): half the time on durations rounded up
     (the schedule), half on durations rounded down (the bound)."""
@@ -125,7 +112,7 @@ def offload_seconds(problem: Problem, real: Costs, config: CpSatConfig | None = 
                                    det_limit=det and det / 2, share=real.offload_fraction)
                     for q in (real.quantized(tick, r) for r in (Rounding.UP, Rounding.DOWN)))
     lb = None if proof.bound is None or proof.status is Status.INFEASIBLE else proof.bound * tick
-    sim = None
+    sim = plan = None
     if found.offload is not None and found.sim is not None:  # its choices and times on the real costs
         times = {k: t * tick for k, t in (found.offload.issue or {}).items()}
         plan = replace(found.offload, rates=CopyRates.of(link, real), issue=times)
@@ -134,7 +121,7 @@ def offload_seconds(problem: Problem, real: Costs, config: CpSatConfig | None = 
     status = Status.INFEASIBLE if proof.status is Status.INFEASIBLE else Status.UNKNOWN if seconds is None else \
         Status.OPTIMAL if lb is not None and lb >= seconds * (1 - 1e-12) else Status.FEASIBLE
     rounded = "lower bound: durations and copies rounded down to ticks (a bound of the real-valued problem)"
-    return OffloadSeconds(status, seconds, lb, tick, sim, (*proof.assumptions, rounded))
+    return OffloadAnswer(status, seconds, lb, plan, sim, (*proof.assumptions, rounded), tick)
 
 
 def _assumed(model: CpSatModel) -> tuple[str, ...]:

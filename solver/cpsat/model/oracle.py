@@ -78,13 +78,10 @@ def relabel_microbatches(schedule: Schedule, timing: Timing) -> tuple[Schedule, 
         return schedule, timing
     orders = tuple(tuple(mapping[op] for op in order) for order in schedule.orders)
     blocks = tuple(tuple(mapping[op] for op in b) for b in schedule.blocks)  # a block's cost is its stages'
-    new = Schedule(
-        schedule.name, schedule.placement, schedule.microbatch2pipeline, orders,
-        schedule.stage_work, schedule.split_backward, schedule.params, blocks,
-    )
-    return new, Timing(
-        {mapping[o]: t for o, t in timing.start.items()}, {mapping[o]: t for o, t in timing.end.items()}
-    )
+    new = Schedule(schedule.name, schedule.placement, schedule.microbatch2pipeline, orders, schedule.stage_work,
+                   schedule.split_backward, schedule.params, blocks)
+    return new, Timing({mapping[o]: t for o, t in timing.start.items()},
+                       {mapping[o]: t for o, t in timing.end.items()})
 
 
 def glue_last_stages(problem: Problem, schedule: Schedule) -> Schedule:
@@ -139,8 +136,7 @@ def checked(problem: Problem, schedule: Schedule, claimed: int | None) -> KnownE
     if not ev.memory.fits:
         raise RuntimeError(f"solver returned a schedule that breaks memory: {ev.memory.violation}")
     if claimed is not None and ev.makespan > claimed:
-        raise RuntimeError(
-            f"evaluator gives makespan {ev.makespan} for the solver's schedule, solver claimed {claimed}"
-        )
+        raise RuntimeError(f"evaluator gives makespan {ev.makespan} for the solver's schedule, solver claimed "
+                           f"{claimed}")
     validate(table_of(problem, schedule, ev.timing), schedule)
     return ev

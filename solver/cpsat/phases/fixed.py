@@ -91,14 +91,12 @@ def infeasible_cap(problem: Problem, mode: Mode, deadline: Deadline, placement: 
     """The answer to a memory cap no schedule fits: which devices, and the least cap."""
     mfc = min_feasible_cap(problem, deadline.wall_left())
     shown = "; ".join(reasons[:2]) + (f" (and {len(reasons) - 2} more devices)" if len(reasons) > 2 else "")
-    return Result(
-        mode=mode, status=Status.INFEASIBLE, schedule=None, makespan=None, lower_bound=None,
-        unit=problem.costs.unit, runtime_s=time.perf_counter() - deadline.t0,
-        bound_assumptions=tuple(base_assumptions(problem, label or placement_label(problem, placement))),
-        message=shown + f"; the smallest feasible activation cap is {mfc:g}",
-        min_feasible_cap=mfc, tick_s=problem.costs.tick_s, objective=problem.objective,
-        tick_slots=problem.costs.tick_slots, solver=solver_info(config),
-    )
+    return Result(mode=mode, status=Status.INFEASIBLE, schedule=None, makespan=None, lower_bound=None,
+                  unit=problem.costs.unit, runtime_s=time.perf_counter() - deadline.t0,
+                  bound_assumptions=tuple(base_assumptions(problem, label or placement_label(problem, placement))),
+                  message=shown + f"; the smallest feasible activation cap is {mfc:g}", min_feasible_cap=mfc,
+                  tick_s=problem.costs.tick_s, objective=problem.objective, tick_slots=problem.costs.tick_slots,
+                  solver=solver_info(config))
 
 
 def finish(problem: Problem, mode: Mode, status: Status, schedule: Schedule | None, value, bound, t0: float,
@@ -115,13 +113,11 @@ def finish(problem: Problem, mode: Mode, status: Status, schedule: Schedule | No
         message = f"best schedule is {schedule.name!r}, a known schedule improved by double justification"
     elif schedule is not None and schedule.name != "cpsat" and not message:
         message = f"best schedule is the start {schedule.name!r}"
-    return Result(
-        mode=mode, status=status, schedule=schedule, makespan=value, lower_bound=bound, unit=problem.costs.unit,
-        runtime_s=time.perf_counter() - t0, time_to_first_s=t_first, bound_assumptions=tuple(assumptions),
-        message=message, known=known, tick_s=problem.costs.tick_s, objective=problem.objective,
-        tick_slots=problem.costs.tick_slots, log=SolveLog(tuple(phases)),
-        solver=solver_info(config, families, stopped_by), analytic_bound=analytic,
-    )
+    return Result(mode=mode, status=status, schedule=schedule, makespan=value, lower_bound=bound,
+                  unit=problem.costs.unit, runtime_s=time.perf_counter() - t0, time_to_first_s=t_first,
+                  bound_assumptions=tuple(assumptions), message=message, known=known, tick_s=problem.costs.tick_s,
+                  objective=problem.objective, tick_slots=problem.costs.tick_slots, log=SolveLog(tuple(phases)),
+                  solver=solver_info(config, families, stopped_by), analytic_bound=analytic)
 
 
 # ---- the search on one placement ------------------------------------------------------------
