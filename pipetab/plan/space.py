@@ -222,7 +222,7 @@ class PlanSpace(ContextSpace):
                                                                 self.gemm_precision == "fp8")) if on]
         if self.offloads():
             free.append(f"activation offload of {' then '.join(f'{f:g}' for f in self.offloads())} of each "
-                        "activation over the host link")
+                        "activation over the host link (beside the recompute modules: the faster step wins)")
         elif self.offload_activations is not None:
             out.append(f"activation offload pinned to {self.offload_activations:g} of each activation")
         out.append("memory techniques where no schedule of a shape fits without them, cheapest first: "
@@ -348,8 +348,8 @@ def shapes(space: PlanSpace) -> list[Context]:
 # shared experts, a dense MLP and a whole MoE block)
 MODULE_LADDER = ("layernorm", "mla_up_proj", "moe_act", "core_attn", "shared_experts", "mlp", "moe")
 # shares of each activation plan offloads to host memory where a shape does not fit otherwise
-# (after the free techniques, before recomputation: offload costs no compute, only the copies
-# the stream cannot hide, which the simulation of each candidate counts)
+# (after the free techniques; each enters beside the first recompute rung, since offload costs
+# no compute but the copies the stream cannot hide, which each candidate's simulation counts)
 OFFLOAD_LADDER = (0.5, 1.0)
 
 
