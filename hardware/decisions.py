@@ -222,7 +222,8 @@ DECISIONS: tuple[Decision, ...] = (
              choices=tuple(Precision)),
     Decision("offload_activations", float, "share of each stage's saved activations copied to host memory over "
              "the system's host link on a copy stream, after the forward and back before the backward (0 to 1; "
-             "a system with a [host_link]; default 0; plan chooses it where a shape does not fit otherwise)",
+             "a system with a [host_link]; default 0): every activation's share in evaluate and view, those "
+             "CP-SAT chooses in search and bound",
              "--offload-activations", label="offload activations", minimum=0.0, maximum=1,
              plan=Enumerate.PINNED, plan_help="share of each stage's saved activations every shape offloads to "
              "host memory, 0 to 1 (default: plan offloads where a shape fits only so, on a system with a host link)",
