@@ -404,6 +404,8 @@ CASES += [
     ("plan-offload-above-one", [*PLAN, "--offload-activations", "2"], "offload activations must be a number"),
     ("evaluate-offload-profile", ["evaluate", "1f1b", *S4, "--profile", "{d}/prof_ok.toml", "--offload-activations",
                                   "0.5"], "--offload-activations does not apply with --profile"),
+    ("plan-offload-profile", [*PLAN, "--profile", "{d}/prof_ok.toml", "--offload-activations", "0.5"],
+     "--offload-activations does not apply with --profile"),
     # unwritable outputs
     ("evaluate-plot-missing-folder", ["evaluate", "1f1b", *S4, *SYS, "--plot", "{d}/nowhere/t.png"], "--plot"),
     ("evaluate-plot-full-disk", ["evaluate", "1f1b", *S4, *SYS, "--plot", "/dev/full"], "--plot"),
