@@ -16,7 +16,7 @@ from pipetab.schedules.validate import validate
 
 from ...costs import Rounding, _ticks
 from ...offload import CopyRates, Offload, OffloadSimulation, simulate_offload
-from ..model.bounds import activation_scale
+from ..model.bounds import activation_scale, memory_scale
 from ..model.cpmodel import CpSatModel
 from ..model.variables import min_lag, predecessor
 from ..params import CpSatConfig
@@ -134,7 +134,7 @@ def _add_offload(model: CpSatModel, problem: Problem, placement: Placement, rate
     """The offload and recompute literals and the H2D start of every activation; copy
     engines, recomputed forwards (right before their B, after its input) and memory."""
     m, v, H = model.model, model.vars, model.horizon
-    scale = activation_scale(problem)
+    scale = activation_scale(problem) * min(memory_scale([share]), 100)  # the share kept integral too
     copies: dict[tuple[int, int], list] = {(d, 2): [v.interval[i] for i in v.device_ops(d)]
                                            for d in range(problem.num_devices)}
     memory: dict[int, list] = {}
@@ -178,7 +178,7 @@ def _add_offload(model: CpSatModel, problem: Problem, placement: Placement, rate
             memory.setdefault(d, []).append((m.new_interval_var(f_start, front, held, ""), demand))
             memory[d].append((m.new_optional_interval_var(back_start, back, release, away, ""), demand))
             memory[d].append((m.new_optional_interval_var(held, m.new_int_var(0, H, ""), back_start, o, ""),
-                              round((1 - share) * part * scale)))  # what an offload leaves on the device
+                              _ticks((1 - share) * part * scale, 1.0, problem.costs.rounding)))  # left behind
         out[key] = (o, r, h2d)
     for ivs in copies.values():
         m.add_no_overlap(ivs)
