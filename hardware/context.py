@@ -152,8 +152,10 @@ class Context:
     stage 3), ``overlap`` of the data-parallel reduction with the last backward,
     ``microbatch_size`` and ``global_batch`` in sequences, ``seq_len`` in tokens,
     ``recompute``, ``cp_comm``, ``layout``, ``recompute_layers``, ``gemm_precision`` (bf16,
-    or fp8 GEMMs at the GPU's fp8 peak: ``hardware.kernels``). ``Context()`` is one GPU per
-    stage and one replica."""
+    or fp8 GEMMs at the GPU's fp8 peak: ``hardware.kernels``), the memory techniques
+    (``recompute_modules``, ``activation_precision``, ``offload_activations``: the share of
+    each stage's saved activations moved to host memory and back). ``Context()`` is one GPU
+    per stage and one replica."""
 
     tp: int = 1
     dp: int = 1
