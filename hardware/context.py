@@ -40,7 +40,7 @@ size not dividing the sequence into ``2 cp`` chunks (``check``).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
@@ -154,8 +154,10 @@ class Context:
     ``recompute``, ``cp_comm``, ``layout``, ``recompute_layers``, ``gemm_precision`` (bf16,
     or fp8 GEMMs at the GPU's fp8 peak: ``hardware.kernels``), ``overlap_p2p`` (False: each
     pipeline send blocks its sender's compute, as Megatron-LM runs its send/receive pairs
-    without ``--overlap-p2p-communication``; ``hardware.pipeline``). ``Context()`` is one
-    GPU per stage and one replica."""
+    without ``--overlap-p2p-communication``; ``hardware.pipeline``), the memory techniques
+    (``recompute_modules``, ``activation_precision``, ``offload_activations``: the share of
+    each stage's saved activations moved to host memory and back). ``Context()`` is one GPU
+    per stage and one replica."""
 
     tp: int = 1
     dp: int = 1
@@ -181,6 +183,7 @@ class Context:
     recompute_modules: tuple[str, ...] = ()
     activation_precision: Precision = Precision.BF16
     overlap_p2p: bool = True
+    offload_activations: float = 0.0
 
     def __post_init__(self) -> None:
         for what in ("tp", "dp", "ep", "etp", "cp"):
@@ -226,7 +229,10 @@ class Context:
         self._check_memory_techniques()
 
     def _check_memory_techniques(self) -> None:
-        """Recompute modules and FP8 activation caching, refused where they do not apply."""
+        """Recompute modules, FP8 activation caching and activation offload (``offload_activations``:
+        the share of each stage's saved activations copied to host memory after its forward and
+        back before its backward, on a copy stream: ``solver.offload``), refused where they do
+        not apply."""
         object.__setattr__(self, "recompute_modules", recompute_modules_of(self.recompute_modules))
         if self.recompute_modules and self.recompute is Recompute.FULL:
             raise ValueError("recompute modules apply with selective or no recomputation, not with full")
@@ -235,6 +241,11 @@ class Context:
         if self.activation_precision is Precision.FP8 and self.gemm_precision is not Precision.FP8:
             raise ValueError("activation precision fp8 (GEMM inputs cached in fp8) applies with gemm precision "
                              "fp8 only")
+        f = self.offload_activations
+        if isinstance(f, bool) or not isinstance(f, (int, float)) or not 0 <= f <= 1:
+            raise ValueError(f"offload activations must be a fraction from 0 to 1 (of each stage's saved "
+                             f"activations), got {f!r}")
+        object.__setattr__(self, "offload_activations", float(f))
 
     @property
     def memory_techniques(self) -> tuple[str, ...]:
@@ -251,6 +262,8 @@ class Context:
             out.append("recompute-layers=" + ",".join(map(str, self.recompute_layers)))
         if self.activation_precision is Precision.FP8:
             out.append("fp8-cache")
+        if self.offload_activations:
+            out.append(f"offload={self.offload_activations:g}")
         return tuple(out)
 
     def replace(self, **changes) -> "Context":
@@ -433,15 +446,18 @@ class Context:
         return " ".join(parts)
 
     def as_dict(self) -> dict:
-        """Plain data (JSON, sweep rows)."""
-        return {"pp": self.pp, "tp": self.tp, "dp": self.dp, "sequence_parallel": self.sequence_parallel,
-                "zero": self.zero, "overlap": self.overlap, "microbatch_size": self.microbatch_size,
-                "global_batch": self.global_batch, "seq_len": self.seq_len, "recompute": str(self.recompute),
-                "ep": self.ep, "etp": self.etp, "dispatch_precision": str(self.dispatch_precision),
-                "routing_imbalance": self.routing_imbalance, "node_limit": self.node_limit,
-                "gemm_precision": str(self.gemm_precision),
-                "cp": self.cp, "cp_comm": str(self.cp_comm), "reshard_after_forward": self.reshard_after_forward,
-                "layout": None if self.layout is None else self.layout.megatron(),
-                "recompute_layers": None if self.recompute_layers is None else list(self.recompute_layers),
-                "recompute_modules": ",".join(self.recompute_modules),
-                "activation_precision": str(self.activation_precision), "overlap_p2p": self.overlap_p2p}
+        """Plain data (JSON, sweep rows): every field, enums as their strings, the layout as
+        Megatron's string, tuples as lists (``recompute_modules`` comma-separated)."""
+        out: dict = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, StrEnum):
+                value = str(value)
+            elif isinstance(value, Layout):
+                value = value.megatron()
+            elif f.name == "recompute_modules":
+                value = ",".join(value)
+            elif isinstance(value, tuple):
+                value = list(value)
+            out[f.name] = value
+        return {"pp": out.pop("pp"), **out}  # the pipeline first, as sweep rows have it

@@ -223,6 +223,14 @@ DECISIONS: tuple[Decision, ...] = (
              "as Transformer Engine and DeepSeek-V3 do (with --gemm-precision fp8; default bf16; plan chooses it "
              "where a shape does not fit otherwise)", "--activation-precision", label="activation precision",
              choices=tuple(Precision)),
+    Decision("offload_activations", float, "share of each stage's saved activations copied to host memory over "
+             "the system's host link on a copy stream, after the forward and back before the backward (0 to 1; "
+             "a system with a [host_link]; default 0): every activation's share in evaluate and view, those "
+             "CP-SAT chooses in search and bound",
+             "--offload-activations", label="offload activations", minimum=0.0, maximum=1,
+             plan=Enumerate.PINNED, plan_help="share of each stage's saved activations every shape offloads to "
+             "host memory, 0 to 1 (default: plan offloads where a shape fits only so, on a system with a host link)",
+             megatron="--fine-grained-activation-offloading"),
     # the schedule's devices (--stages of the run commands) and the recomputation (their
     # --recompute), declared by the commands beside the schedule and the model
     _degree("pp", "pipeline stages", "--pipeline-model-parallel-size", "parallelism.pipeline_parallel_degree",
@@ -271,6 +279,7 @@ class ContextSpace:
     gemm_precision: str = "bf16"
     cp_comm: str = "p2p"
     reshard_after_forward: bool = True
+    offload_activations: float | None = None  # None: plan chooses where a shape does not fit otherwise
 
     def __post_init__(self) -> None:
         for d in PLAN_DECISIONS:
@@ -282,7 +291,7 @@ class ContextSpace:
         # the pinned ones as a Context checks them (and with its messages)
         Context(dispatch_precision=precision_of(self.dispatch_precision), routing_imbalance=self.routing_imbalance,
                 node_limit=self.node_limit, cp_comm=cp_comm_of(self.cp_comm),
-                reshard_after_forward=self.reshard_after_forward)
+                reshard_after_forward=self.reshard_after_forward, offload_activations=self.offload_activations or 0.0)
 
     @property
     def expert_parallel(self) -> bool:

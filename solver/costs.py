@@ -17,7 +17,7 @@ from pipetab.schedules.memory import check_weight_fraction
 from pipetab.schedules.ops import Kind
 
 if TYPE_CHECKING:
-    from pipetab.hardware.system import System
+    from pipetab.hardware.system import HostLink, System
     from pipetab.schedules.ops import Op
 
 StageKey = tuple[int, int]  # (pipeline, stage)
@@ -95,6 +95,9 @@ class Costs:
     communicate inside (expert parallelism); ``block_time`` runs a block of ops on them,
     compute slowed by ``comm_share`` (the share of the SMs the communication kernels hold)
     while communication runs.
+    ``offload_fraction``: the share of every activation copied to host memory over each GPU's
+    ``host_link`` after its forward and back before its backward
+    (``hardware.Context.offload_activations``); ``solver.offload.simulated`` times it.
     """
 
     unit: str
@@ -113,6 +116,8 @@ class Costs:
     tick_slots: float = 1.0  # idealized costs: slots per integer time unit (the table's tick)
     chains: Mapping[tuple[Kind, int, int], tuple[tuple[bool, float], ...]] = field(default_factory=dict)
     comm_share: float = 0.0  # the SMs' share communication kernels hold (hardware.overlap)
+    offload_fraction: float = 0.0  # of each activation, to host memory on a copy stream (solver.offload)
+    host_link: HostLink | None = None  # each GPU's link to host memory (the system's)
     _blocks: dict = field(init=False, default_factory=dict, repr=False, compare=False)  # block_time's cache
 
     def duration(self, op: Op) -> float:

@@ -19,14 +19,15 @@ from pipetab.schedules.table import SlotDurations, Table, layout
 from pipetab.schedules.validate import validate
 
 from .costs import EVALUATE_TICKS_PER_OP, Costs
+from .offload import simulated
 from .pricing import slot_costs
-from .simulate import Simulation, simulate
 
 if TYPE_CHECKING:
     from pipetab.schedules.formulas import Formula
     from pipetab.schedules.schedule import Schedule
 
     from .cpsat.result import Status
+    from .simulate import Simulation
 
 
 @dataclass(frozen=True)
@@ -65,7 +66,7 @@ class Levels:
     def simulated(self, costs: Costs) -> "Levels":
         """The same schedule with level 3 on ``costs`` (levels 1 and 2 reused, no CP-SAT):
         one table, many systems."""
-        return replace(self, simulation=check_finite(simulate(self.schedule, costs)), cpsat=None)
+        return replace(self, simulation=check_finite(simulated(self.schedule, costs)), cpsat=None)
 
     def as_dict(self, exposed_comm: bool = True) -> dict:
         """Plain data: ``schedule``, ``stages``, ``microbatches``, ``devices``, then one
@@ -156,7 +157,7 @@ def evaluate_levels(
     table = layout(schedule, slots)
     validate(table, schedule)
     metrics = table_metrics(table, schedule, weight_memory=weight_memory)
-    sim = simulate(schedule, costs) if costs is not None else None
+    sim = simulated(schedule, costs) if costs is not None else None
     if sim is not None:
         check_finite(sim)
     cp = _cpsat(schedule, slots, weight_memory, costs, tick_s) if cpsat else None

@@ -159,7 +159,28 @@ class OffloadSimulation(Simulation):
         """How much later the step ends than with the same orders and no offload."""
         from .simulate import simulate
 
-        return self.makespan - simulate(self.schedule, self.costs).makespan
+        return self.makespan - simulate(self.schedule, replace(self.costs, offload_fraction=0.0)).makespan
+
+    def _again(self, costs: Costs) -> Simulation:
+        if self.offload is None:  # pragma: no cover - every OffloadSimulation is made with one
+            raise ValueError("an offload simulation without its offload")
+        return simulate_offload(self.schedule, costs, self.offload)
+
+
+def simulated(schedule: Schedule, costs: Costs) -> Simulation:
+    """The level-3 simulation of ``schedule`` on ``costs``: ``simulate``'s, or, where the
+    costs offload a share of every activation (``Costs.offload_fraction``, from
+    ``hardware.Context.offload_activations``), ``simulate_offload``'s with that share of each
+    activation on its device's copy stream over the system's host link, prefetched one op
+    before its backward (``Offload.every``). Every front end times a schedule through it."""
+    from .simulate import simulate
+
+    if not costs.offload_fraction:
+        return simulate(schedule, costs)
+    if costs.host_link is None:
+        raise ValueError("offload activations needs costs of a system with a host link ([host_link])")
+    rates = CopyRates.of(costs.host_link, costs)
+    return simulate_offload(schedule, costs, Offload.every(schedule, rates, costs.offload_fraction))
 
 
 def simulate_offload(schedule: Schedule, costs: Costs, offload: Offload,
@@ -276,7 +297,7 @@ class _Run:
         out = []
         for d, engine in enumerate(self.engines):
             times = engine.replay()
-            for direction, queue in enumerate((engine.down, engine.up)):
+            for direction, queue in enumerate(engine.queues):
                 for j, (key, size, _) in enumerate(queue):
                     s, e = times[direction][j]
                     out.append(Copy(key, d, direction, size, s, e))
@@ -284,57 +305,53 @@ class _Run:
 
 
 class _Engine:
-    """One device's two copy engines: requests in issue order per direction, replayed by a
-    fluid model (rates change when the other direction starts or stops)."""
+    """One device's two copy engines: requests in issue order per direction, run by a fluid
+    model (rates change when the other direction starts or stops) that resumes where it
+    stopped: a device asks for an H2D's end only when its backward is next, and every request
+    it makes later is issued at that time or after (its ops run in order), so the copies
+    already run keep their times."""
 
     def __init__(self, rates: CopyRates) -> None:
         self.rates = rates
-        self.down: list[tuple] = []  # (key, size, issue time)
-        self.up: list[tuple] = []  # (key, size, trigger time)
-        self._times: tuple[list, list] | None = None  # the replay of the requests so far
+        self.queues: tuple[list, list] = ([], [])  # (key, size, issue or trigger time) per direction
+        self.times: tuple[list, list] = ([], [])  # [start, end] of the copies started, per direction
+        self.done: dict[tuple, float] = {}  # D2H end per key
+        self.left, self.active, self.now = [0.0, 0.0], [False, False], 0.0
+        self.up_index: dict[tuple, int] = {}  # key -> its H2D's place in the queue
 
     def d2h(self, key: tuple, size: float, t: float) -> None:
-        self.down.append((key, size, t))
-        self._times = None
+        self.queues[D2H].append((key, size, t))
 
     def h2d(self, key: tuple, t: float, size: float) -> None:
-        self.up.append((key, size, t))
-        self._times = None
+        self.up_index.setdefault(key, len(self.queues[H2D]))
+        self.queues[H2D].append((key, size, t))
 
     def h2d_end(self, key: tuple) -> float:
-        times = self.replay()
-        j = next(j for j, q in enumerate(self.up) if q[0] == key)
-        return times[H2D][j][1]
+        j = self.up_index[key]
+        self._run(lambda: len(self.times[H2D]) > j and not math.isnan(self.times[H2D][j][1]))
+        if len(self.times[H2D]) <= j or math.isnan(self.times[H2D][j][1]):
+            raise ValueError(f"offload: the H2D of {key} waits for a D2H that is never issued")
+        return self.times[H2D][j][1]
 
     def replay(self) -> tuple[list, list]:
-        """(start, end) of every D2H and every H2D requested so far (computed once per new
-        request)."""
-        if self._times is None:
-            self._times = self._replay()
-        return self._times
+        """(start, end) of every D2H and every H2D requested (all run to their end)."""
+        self._run(lambda: False)
+        return self.times
 
-    def _replay(self) -> tuple[list, list]:
-        queues = (self.down, self.up)
-        times: tuple[list, list] = ([], [])
-        done: dict[tuple, float] = {}  # D2H end per key
-        left = [0.0, 0.0]
-        active = [False, False]
-        now = 0.0
-        while True:
+    def _run(self, reached) -> None:
+        """Advance the copies event by event until ``reached()`` or nothing is left to run."""
+        queues, times, left, active = self.queues, self.times, self.left, self.active
+        while not reached():
             for q in (D2H, H2D):
-                nxt = len(times[q])
-                if active[q] or nxt >= len(queues[q]):
-                    continue
-                size = queues[q][nxt][1]
-                if self._ready(queues, times, done, q) <= now:
-                    times[q].append([now, math.nan])
-                    left[q], active[q] = size, True
+                if not active[q] and len(times[q]) < len(queues[q]) and self._ready(q) <= self.now:
+                    times[q].append([self.now, math.nan])
+                    left[q], active[q] = queues[q][len(times[q]) - 1][1], True
             rate = self.rates.shared(active[D2H] and active[H2D])
-            finish = [now + left[q] / rate[q] if active[q] else math.inf for q in (D2H, H2D)]
-            wake = [self._ready(queues, times, done, q) if not active[q] else math.inf for q in (D2H, H2D)]
-            t_next = min(*finish, *(w for w in wake if w > now), math.inf)
+            finish = [self.now + left[q] / rate[q] if active[q] else math.inf for q in (D2H, H2D)]
+            wake = [self._ready(q) if not active[q] else math.inf for q in (D2H, H2D)]
+            t_next = min(*finish, *(w for w in wake if w > self.now), math.inf)
             if t_next == math.inf:
-                return times
+                return
             for q in (D2H, H2D):
                 if not active[q]:
                     continue
@@ -342,17 +359,17 @@ class _Engine:
                     times[q][-1][1] = finish[q]
                     active[q] = False
                     if q == D2H:
-                        done[queues[D2H][len(times[D2H]) - 1][0]] = finish[q]
+                        self.done[queues[D2H][len(times[D2H]) - 1][0]] = finish[q]
                 else:
-                    left[q] -= rate[q] * (t_next - now)
-            now = t_next
+                    left[q] -= rate[q] * (t_next - self.now)
+            self.now = t_next
 
-    def _ready(self, queues, times, done, q: int) -> float:
-        nxt = len(times[q])
-        if nxt >= len(queues[q]):
+    def _ready(self, q: int) -> float:
+        nxt = len(self.times[q])
+        if nxt >= len(self.queues[q]):
             return math.inf
-        key, _, t = queues[q][nxt]
-        return t if q == D2H else max(t, done.get(key, math.inf))
+        key, _, t = self.queues[q][nxt]
+        return t if q == D2H else max(t, self.done.get(key, math.inf))
 
 
 def offload_optimizer(costs: Costs, state_bytes: tuple[float, ...], params: tuple[float, ...],
@@ -388,4 +405,4 @@ def host_fits(sim: OffloadSimulation, link: HostLink, devices_per_node: int | No
 
 
 __all__ = ["Copy", "CopyRates", "Offload", "OffloadSimulation", "host_fits",
-           "offload_optimizer", "simulate_offload"]
+           "offload_optimizer", "simulate_offload", "simulated"]

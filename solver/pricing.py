@@ -155,6 +155,9 @@ def check_hardware(system, model, num_devices: int, num_microbatches: int,
     model = load_model(model)
     system.check_devices(num_devices)
     ctx = (context or Context()).resolved(model, num_microbatches)
+    if ctx.offload_activations and system.host_link is None:
+        raise ValueError(f"offload activations needs a system with a host link (a [host_link] table: PCIe or "
+                         f"NVLink-C2C to host memory); {system.name} has none")
     return system, ctx.apply(model), ctx
 
 
@@ -202,6 +205,8 @@ def hardware_costs(schedule: Schedule, system, model, context: Context | None = 
         contention=contention,
         chains=chains,
         comm_share=comm_share(system.device.ep_kernels, system.device.sm_count),
+        offload_fraction=ctx.offload_activations,
+        host_link=system.host_link,
     )
 
 

@@ -198,7 +198,11 @@ class Simulation:
         """How much later the step ends than with free point-to-point messages (same
         orders; gradient all-reduces keep their time)."""
         free = replace(self.costs, links=Links(constant=0), contention=False)
-        return self.makespan - simulate(self.schedule, free).makespan
+        return self.makespan - self._again(free).makespan
+
+    def _again(self, costs: Costs) -> "Simulation":
+        """The same schedule simulated on ``costs`` by the same rules (``solver.offload``'s copies too)."""
+        return simulate(self.schedule, costs)
 
     def table(self, name: str | None = None) -> Table:
         """The ops' times as a table (whole-number times only: slot or tick costs)."""
@@ -232,6 +236,9 @@ def simulate(schedule: Schedule, costs: Costs) -> Simulation:
     Raises ``DeadlockError`` (naming the devices and the ops that wait on each other) when
     the per-device orders cannot all run.
     """
+    if costs.offload_fraction:
+        raise ValueError("these costs offload activations to host memory: time them with "
+                         "solver.offload.simulated (the copy streams), not simulate")
     codes, pred = schedule.codes, schedule.pred
     op_time = costs.op_time
     dur = stage_kind_table(schedule, lambda k, p, s: op_time[(k, p, s)])[codes]

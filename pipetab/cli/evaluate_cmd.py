@@ -58,7 +58,14 @@ def levels_of(args):
     if args.tick is not None and (args.solver != "cpsat" or source is None):
         raise UsageError("--tick applies to --solver cpsat with --system or --profile only "
                          "(idealized costs are whole slots)")
+    offload = source is not None and source.context is not None and source.context.offload_activations
+    if offload and args.solver == "cpsat":
+        raise UsageError("--solver cpsat does not apply with --offload-activations (CP-SAT's fixed evaluation has "
+                         "no copy streams; the simulation times the offload; 'pipetab search' chooses it)")
     schedule = common.build_schedule(args)
+    if offload and schedule.blocks:
+        raise UsageError(f"--offload-activations does not apply to {args.name}: its ops run in pairs (blocks), and "
+                         "the copy streams are simulated for ops that run alone")
     costs = None if source is None else source.costs(schedule)
     if args.tick is not None and args.tick > costs.default_tick(MIN_TICKS_PER_OP):
         raise UsageError(f"--tick must be at most {costs.default_tick(MIN_TICKS_PER_OP):.3g} s "

@@ -210,11 +210,8 @@ class CostSource:
                 "contention": self.contention, **{k: values[k] for k in _SOURCE_KEYS}}
 
 
-# the context's fields in the ``context`` of ``evaluate --format json``, in its order
-_SOURCE_KEYS = ("tp", "dp", "sequence_parallel", "zero", "overlap", "microbatch_size", "seq_len", "global_batch",
-                "ep", "etp", "dispatch_precision", "routing_imbalance", "node_limit", "gemm_precision", "cp",
-                "cp_comm", "reshard_after_forward", "layout", "recompute_layers", "recompute_modules",
-                "activation_precision")
+# the context's fields in the ``context`` of ``evaluate --format json``: every real-cluster decision
+_SOURCE_KEYS = tuple(d.name for d in CLUSTER_DECISIONS)
 
 
 def given_cluster_options(args) -> list[str]:
@@ -379,6 +376,9 @@ def _system_source(args, stages: int, microbatches: int, recompute: str, content
     check_recompute(recompute, model)
     ctx.check(ctx.apply(model))
     system = load_system(args.system)
+    if ctx.offload_activations and system.host_link is None:
+        raise UsageError(f"--offload-activations needs a system with a host link (a [host_link] table: the GPU's "
+                         f"PCIe or NVLink-C2C to host memory); {system.name} has none")
     if str(ctx.gemm_precision) == "fp8" and not (system.device.kernels and system.device.fp8_peak_flops):
         raise UsageError(f"--gemm-precision fp8 needs a system priced by its kernels with an fp8 peak "
                          f"(sm_count and fp8_peak_flops); {system.name} has none")

@@ -225,7 +225,22 @@ def build_problem(args):
     if args.memory_cap is not None:
         costs = replace(costs, capacity=(args.memory_cap,) * len(costs.capacity))
     shape = replace(shape, name=f"{args.placement} on {hardware_args.costs_label(args)}")
-    return replace(shape, overlap_pairs=_overlap_pairs(args, bool(costs.chains))), costs
+    if costs.offload_fraction:
+        _refuse_with_offload(args)
+    return replace(shape, overlap_pairs=_overlap_pairs(args, bool(costs.chains) and not costs.offload_fraction)), costs
+
+
+def _refuse_with_offload(args) -> None:
+    """What CP-SAT's offload decisions (``cpsat.decompose.offload``) do not take, one line each."""
+    partitioned = args.layers is not None or (args.partition is not None and args.partition.mode != "even")
+    for bad, why in ((args.placement is PlacementFamily.FREE, "a fixed placement, not --placement free"),
+                     (partitioned, "the even partition, not --partition or --layers"),
+                     (args.objective is not Objective.MAKESPAN, "--objective makespan"),
+                     (args.overlap_pairs not in (None, "off"), "ops run alone, not --overlap-pairs on"),
+                     (getattr(args, "contention", False), "links without --contention")):
+        if bad:
+            raise UsageError(f"--offload-activations (CP-SAT choosing which activations go to host memory) needs "
+                             f"{why}")
 
 
 def _overlap_pairs(args, chains: bool) -> bool:
@@ -354,6 +369,41 @@ def _partition_doc(args, shape, config, deadline):
     return doc, result.schedule, real.quantized(tick, Rounding.UP) if tick else problem.costs
 
 
+def _offload_doc(args, shape, real, config):
+    """Costs that offload activations (``--offload-activations``): CP-SAT chooses which
+    activations move that share to host memory beside the orders (``offload_seconds``), the
+    schedule timed with its copies by the simulator on the real costs."""
+    from pipetab.solver.costs import Rounding
+    from pipetab.solver.cpsat.decompose.offload import offload_seconds
+
+    answer = offload_seconds(shape, real, config, args.tick)
+    sim = answer.sim
+    gap = None if answer.makespan is None or answer.bound is None else \
+        max(0.0, answer.makespan - answer.bound) / answer.makespan
+    copies = [] if sim is None else sim.copies
+    message = "" if sim is not None else "no schedule found within the time limit and the memory cap"
+    doc = {"status": str(answer.status), "objective": str(args.objective), "makespan": answer.makespan,
+           "lower_bound": answer.bound, "gap": gap, "unit": "s", "tick_s": answer.tick_s,
+           "bound_assumptions": list(answer.assumptions), "runtime_s": round(time.perf_counter() - _started(args), 3),
+           "min_feasible_cap": None, "message": message, "known": {}, "partition": None, "phases": [],
+           "devices": args.devices or args.stages, "cyclic": None,
+           "offload": {"share": real.offload_fraction, "offloaded": len({c.key for c in copies}),
+                       "copies": len(copies), "host_peak_bytes": [] if sim is None else list(sim.host_peaks(1))}}
+    tick = answer.tick_s or 1.0  # offload_seconds gives its tick
+    ticks = real.quantized(tick, Rounding.UP)
+    if sim is not None:
+        doc["_sims"] = (_tick_sim(sim, tick), sim)
+    doc["_real"] = real
+    return doc, None if sim is None else sim.schedule, ticks
+
+
+def _tick_sim(sim, tick: float):
+    """``sim`` with its times in ticks of ``tick`` (the JSON's integer columns)."""
+    from dataclasses import replace
+
+    return replace(sim, start_times=sim.start_times / tick, end_times=sim.end_times / tick)
+
+
 @dataclass(frozen=True)
 class OutputBudget:
     """What the command keeps back from ``--time-limit`` for its output: ``fixed_s``
@@ -415,32 +465,36 @@ def run(args) -> None:
                  budget_s=args.time_limit)
         if args.layers is not None or (args.system and args.partition and args.partition.mode != "even"):
             doc, schedule, ops_costs = _partition_doc(args, shape, config, deadline)
+        elif real is not None and real.offload_fraction:
+            doc, schedule, ops_costs = _offload_doc(args, shape, real, config)
         elif real is not None:
             doc, schedule, ops_costs = _seconds_doc(args, shape, real, config, deadline)
         else:
             doc, schedule, ops_costs = _slots_doc(args, shape, config, deadline)
     real_costs = doc.pop("_real", None)  # the schedule's costs in seconds (hardware, a profile)
+    sims = doc.pop("_sims", None)
     if args.format == "json":
-        _emit_json(doc, None if args.no_ops else schedule, ops_costs, real_costs)
+        _emit_json(doc, None if args.no_ops else schedule, ops_costs, real_costs, sims)
     elif args.format == "torch-csv":
         _emit_torch_csv(schedule)
     else:
         _print(args, doc, schedule, ops_costs)
 
 
-def ops_columns(schedule, costs, real=None) -> tuple[dict, dict | None]:
+def ops_columns(schedule, costs, real=None, sims=None) -> tuple[dict, dict | None]:
     """The schedule's ops as columns (``device``, ``start``, ``duration``, ``kind`` as one
     string of letters, ``pipeline``, ``stage``, ``microbatch``; ``device`` and
     ``pipeline``, long runs of equal values, as ``{"runs": [[value, count], ...]}`` where
     that is shorter, ``_runs``), by device and start,
     timed by the simulator on integer ``costs`` (ticks): the compact form of a table that
     ``schedules.formats.from_json`` reads; with ``real`` costs in seconds also the ops'
-    ``start`` and ``end`` there, in the same order."""
+    ``start`` and ``end`` there, in the same order; ``sims``: those two simulations, made
+    already (an offload search's, its copies in them)."""
     import numpy as np
 
     from pipetab.solver.simulate import simulate
 
-    sim = simulate(schedule, costs)
+    sim = sims[0] if sims else simulate(schedule, costs)
     start = np.rint(sim.start_times).astype(np.int64)
     duration = np.rint(sim.end_times).astype(np.int64) - start
     order = np.lexsort((start, schedule.device))
@@ -452,7 +506,7 @@ def ops_columns(schedule, costs, real=None) -> tuple[dict, dict | None]:
             "microbatch": ops.microbatch[order].tolist()}
     if real is None:
         return cols, None
-    timed = simulate(schedule, real)
+    timed = sims[1] if sims else simulate(schedule, real)
     return cols, {"start": timed.start_times[order].tolist(), "end": timed.end_times[order].tolist()}
 
 
@@ -469,14 +523,14 @@ def _runs(values) -> list | dict:
     return {"runs": np.stack([values[bounds[:-1]], np.diff(bounds)], axis=1).tolist()}
 
 
-def _emit_json(doc: dict, schedule, ops_costs, real=None) -> None:
+def _emit_json(doc: dict, schedule, ops_costs, real=None, sims=None) -> None:
     """The document with its ops as compact columns (``ops_columns``; an empty list
     without a schedule) and, in seconds, ``times_s``; indented except the columns."""
     head = json.dumps({k: v for k, v in doc.items()}, indent=1)
     if schedule is None:
         sys.stdout.write(head[:-2] + ',\n "ops": []\n}\n')
         return
-    cols, seconds = ops_columns(schedule, ops_costs, real)
+    cols, seconds = ops_columns(schedule, ops_costs, real, sims)
 
     def block(name: str, values: dict) -> str:
         body = ",\n".join(f'  "{k}": {json.dumps(v, separators=(",", ":"))}' for k, v in values.items())
@@ -524,6 +578,10 @@ def _print(args, doc: dict, schedule, ops_costs) -> None:
     print(f"status {doc['status']}, {args.objective} {value}, lower bound {bound}, gap {gap}, {doc['runtime_s']} s")
     if doc.get("min_feasible_cap") is not None:
         print(f"smallest feasible cap: {f(doc['min_feasible_cap'])}")
+    if doc.get("offload"):
+        off = doc["offload"]
+        print(f"offload: {off['offloaded']} activations move {off['share']:g} of themselves to host memory and back "
+              f"({off['copies']} copies on the copy streams)")
     if doc.get("partition"):
         print("partition (layers per stage): " + " / ".join(",".join(map(str, r)) for r in doc["partition"]))
         print(f"pipeline_model_parallel_layout: {_layout_text(doc['partition'][0])}")

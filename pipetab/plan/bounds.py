@@ -131,11 +131,19 @@ class Bounds:
         model = self.space.model
         act, part = self._layer_activation(shape)
         sched = self.short(name, opts, shape.stages, shape.sizes.microbatches)
-        if sched is None:
+        if sched is None or self.blocked(sched, shape):
             return None
         units = self.layer_units(sched, part / act if sched.split_backward else 1.0)
         params, experts = self._device_params(sched, shape)
-        return max(shape.persistent_bytes(model, n, e) + u * act for n, e, u in zip(params, experts, units))
+        f = shape.offload_activations  # offloaded: the running forward's whole, the others' share left
+        return max(shape.persistent_bytes(model, n, e) + ((1 - f) * u + f * min(u, 1.0)) * act
+                   for n, e, u in zip(params, experts, units))
+
+    @staticmethod
+    def blocked(sched: Schedule, shape: Context) -> bool:
+        """Whether ``sched`` cannot run on ``shape``: offloaded activations with overlapped pairs
+        (blocks), whose copy streams the simulator does not model (``solver.offload``)."""
+        return bool(shape.offload_activations) and bool(sched.blocks)
 
     def shape_time(self, shape: Context) -> float:
         """A lower bound of the step time of every schedule on ``shape``, the larger of
@@ -182,7 +190,7 @@ class Bounds:
     def run(self, name: str, opts: dict, shape: Context):
         """The candidate's run (``periodic.periodic_run``: its step time and peaks, from a
         few periods when it is long), or None when the generator refuses it; cached."""
-        from pipetab.solver.simulate import simulate
+        from pipetab.solver.offload import simulated
 
         key = (name, tuple(sorted(opts.items())), shape)
         if key not in self.runs:
@@ -192,9 +200,13 @@ class Bounds:
             except ValueError:
                 self.runs[key] = None
                 return None
+            short = self.short(name, opts, pp, m) if shape.offload_activations else None
+            if short is not None and self.blocked(short, shape):
+                self.runs[key] = None
+                return None
             self.runs[key] = periodic_run(
                 lambda n: self.schedule(name, opts, pp, n),
-                lambda s: self.costs(name, opts, shape, s), m, simulate, pp)
+                lambda s: self.costs(name, opts, shape, s), m, simulated, pp)
         return self.runs[key]
 
     def quick(self, name: str, opts: dict, shape: Context) -> tuple[float, bool] | None:
@@ -205,17 +217,18 @@ class Bounds:
         their ops') the short step plus, for each further microbatch, the average work of a
         device per microbatch (tested for every registry generator with blocks); None
         when the generator refuses."""
-        from pipetab.solver.simulate import simulate, stage_kind_table
+        from pipetab.solver.offload import simulated
+        from pipetab.solver.simulate import stage_kind_table
 
         m = shape.sizes.microbatches
         sched = self.short(name, opts, shape.stages, m)
-        if sched is None:
+        if sched is None or self.blocked(sched, shape):
             return None
         if sched.num_microbatches == m:
             run = self.run(name, opts, shape)
             return None if run is None else (run.makespan, True)
         costs = self.costs(name, opts, shape, sched)
-        step = simulate(sched, costs).makespan
+        step = simulated(sched, costs).makespan
         op_time = costs.op_time
         durations = stage_kind_table(sched, lambda k, p, s: op_time.get((k, p, s), 0.0))[sched.codes]
         n = sched.num_microbatches

@@ -21,18 +21,23 @@ if TYPE_CHECKING:
 def cpsat_shapes(space: PlanSpace,
                  ranked: list[Configuration]) -> tuple[list[tuple[Context, Configuration]], list[str]]:
     """The best ``space.cpsat_shapes`` distinct shapes that fit, each with its best
-    registry configuration (the placement and split CP-SAT searches), and notes (none:
-    every size is searched)."""
+    registry configuration (the placement and split CP-SAT searches), and notes (a shape
+    that offloads activations is left to ``pipetab search``; every size is searched)."""
     seen: list[Context] = []
     out: list[tuple[Context, Configuration]] = []
+    notes: list[str] = []
     for conf in ranked:
         if len(seen) >= space.cpsat_shapes or not conf.fits:
             break
         if conf.shape in seen or conf.source != "registry":
             continue
         seen.append(conf.shape)
+        if conf.shape.offload_activations:  # CP-SAT's offload decisions are 'pipetab search --offload-activations'
+            notes.append(f"{conf.shape.label}: not searched, it offloads activations (pipetab search "
+                         f"--offload-activations {conf.shape.offload_activations:g} chooses which, on one shape)")
+            continue
         out.append((conf.shape, conf))
-    return out, []
+    return out, notes
 
 
 def _schedule_of(conf: Configuration):

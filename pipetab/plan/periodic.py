@@ -94,6 +94,15 @@ def activation_peaks(sched: Schedule, costs) -> list[float]:
     return order_peaks(sched, costs.activation, {k: costs.weight_part(*k) for k in costs.activation})
 
 
+def run_peaks(sim: Simulation) -> list[float]:
+    """Each device's peak activation memory in ``sim``: ``activation_peaks`` of its orders (no
+    timing needed), or the simulation's own where its costs offload activations (the copies'
+    timing frees and refills memory: ``solver.offload``)."""
+    if sim.costs.offload_fraction:
+        return list(sim.peak_activation)
+    return activation_peaks(sim.schedule, sim.costs)
+
+
 def sample_sizes(m: int, stages: int) -> list[list[int]]:
     """For each period ``p`` of 1, 2, S, 2S, 4S, ``SAMPLES`` instance sizes ``m0 + i p``
     with ``m0 >= 2 stages + p``, ``m0 + 3p < m`` and ``m - m0`` a multiple of ``p``
@@ -163,7 +172,7 @@ def periodic_run(generate: Callable[[int], Schedule | None], costs_of: Callable[
             continue
         costs = costs or costs_of(scheds[0])
         sims = [simulate(s, costs) for s in scheds]
-        peaks = [activation_peaks(s, costs) for s in scheds]
+        peaks = [run_peaks(sim) for sim in sims]
         if _steady(sims, peaks):
             steps = (m - sizes[-1]) / (sizes[1] - sizes[0])
             return PeriodicRun(m, _extend([s.makespan for s in sims], steps),
@@ -173,5 +182,5 @@ def periodic_run(generate: Callable[[int], Schedule | None], costs_of: Callable[
     if full is None:
         return None
     costs = costs or costs_of(full)
-    step = simulate(full, costs).makespan
-    return PeriodicRun(m, step, tuple(activation_peaks(full, costs)), full, costs, False, step)
+    sim = simulate(full, costs)
+    return PeriodicRun(m, sim.makespan, tuple(run_peaks(sim)), full, costs, False, sim.makespan)

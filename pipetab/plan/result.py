@@ -114,7 +114,7 @@ class Configuration:
             "layers_per_stage": list(self.layers_per_stage),
             "recompute_layers": None if s.recompute_layers is None else list(s.recompute_layers),
             "recompute_modules": list(s.recompute_modules), "activation_precision": str(s.activation_precision),
-            "techniques": list(self.techniques),
+            "offload_activations": s.offload_activations, "techniques": list(self.techniques),
         }
 
 

@@ -92,6 +92,9 @@ class _BestFirst:
         self.total = len(all_shapes) * len(self.variants)
         self.misfits: list[_Candidate] = []
         self.ladders: dict[Context, list[Context]] = {}  # a rescued shape -> the techniques after it
+        # a rescued shape with rungs after it -> [its candidates not yet simulated, its time bound]: when
+        # every one is simulated and none fits (its bounds were loose, e.g. offload's), the next rung enters
+        self.pending: dict[Context, list] = {}
         self.heap: list[tuple[float, int, Context | _Candidate]] = []
         for i, shape in enumerate(all_shapes):
             heapq.heappush(self.heap, (bounds.shape_time(shape), i, shape))
@@ -109,6 +112,20 @@ class _BestFirst:
             self._push(_Candidate(bound, name, opts, shape, exact))
         if not fits:
             self._rescue(shape, time_bound)
+        elif self.ladders.get(shape):
+            self.pending[shape] = [len(fits), time_bound]
+
+    def _simulated(self, shape: Context, fits: bool) -> None:
+        """One candidate of ``shape`` simulated: the next rung of its ladder when it was the
+        last of a rescued shape and none fitted."""
+        left = self.pending.get(shape)
+        if left is None:
+            return
+        left[0] -= 1
+        if fits or left[0] <= 0:
+            del self.pending[shape]
+            if not fits:
+                self._rescue(shape, left[1])
 
     def _rescue(self, shape: Context, bound: float) -> None:
         """A shape none of whose schedules fits: its next memory technique (``rescues``: the
@@ -116,19 +133,35 @@ class _BestFirst:
         can fit enters as a shape of its own (rungs whose ``shape_memory`` exceeds the
         capacity are skipped: no schedule of theirs fits), so each shape gets the cheapest
         technique that fits it. ZeRO-2 and FP8 caching leave ``shape_time`` as it is (it
-        counts no optimizer step and no stored bytes): such a rung keeps ``bound``."""
+        counts no optimizer step and no stored bytes): such a rung keeps ``bound``. Offload
+        costs no compute but the copies a slow host link cannot hide, which may cost more than
+        recomputing: an offload rung enters beside the first rung after it that does not
+        offload, which carries the rest of the ladder (the offload rung keeps the other
+        offload shares), and their simulated steps decide."""
         ladder = self.ladders.pop(shape, None)
         if ladder is None:
             ladder = rescues(self.space, shape)
         cap = self.space.system.device.usable_memory_bytes
         for i, nxt in enumerate(ladder):
             if self.bounds.shape_memory(nxt) <= cap:
-                self.ladders[nxt] = ladder[i + 1:]
-                self.total += len(self.variants)
-                self.tiebreak += 1
-                time_bound = self.bounds.shape_time(nxt) if nxt.recompute_modules else bound
-                heapq.heappush(self.heap, (time_bound, self.tiebreak, nxt))
+                rest = ladder[i + 1:]
+                if not nxt.offload_activations or shape.offload_activations:
+                    self._enter(nxt, rest, bound)
+                    return
+                off = [r for r in rest if r.offload_activations]
+                self._enter(nxt, off, bound)
+                if len(off) < len(rest):
+                    self.ladders[shape] = rest[len(off):]
+                    self._rescue(shape, bound)
                 return
+
+    def _enter(self, shape: Context, ladder: list[Context], bound: float) -> None:
+        """A rung of a ladder enters the queue as a shape, ``ladder`` the rungs after it."""
+        self.ladders[shape] = ladder
+        self.total += len(self.variants)
+        self.tiebreak += 1
+        time_bound = self.bounds.shape_time(shape) if shape.recompute_modules else bound
+        heapq.heappush(self.heap, (time_bound, self.tiebreak, shape))
 
     def _open_batch(self, first: Context, bound: float, limit: float) -> None:
         """Open ``first`` (its time bound ``bound``) and the shapes after it at the top of the
@@ -177,6 +210,7 @@ class _BestFirst:
                     self._push(replace(cand, bound=step, exact=True))
                 continue
             conf = _evaluate(self.space, self.bounds, cand, simulate_misfit=False)
+            self._simulated(cand.shape, conf is not None)
             if conf is None:
                 if self.bounds.run(cand.name, cand.opts, cand.shape) is not None:
                     misfit_runs.append(cand)

@@ -73,7 +73,8 @@ def cluster(gpu_or_system: str | System, nodes: int, gpus_per_node: int) -> Syst
         fabric = replace(fabric, nics_per_node=max(1, fabric.nics_per_node * gpus_per_node
                                                    // (base.devices_per_node or gpus_per_node)))
     return System(f"{nodes}x{gpus_per_node} {base.name}", base.device, base.default_link,
-                  nodes * gpus_per_node, (), gpus_per_node, intra, base.summary, fabric=fabric)
+                  nodes * gpus_per_node, (), gpus_per_node, intra, base.summary, host_link=base.host_link,
+                  fabric=fabric)
 
 
 @dataclass(frozen=True)
@@ -131,6 +132,9 @@ class PlanSpace(ContextSpace):
             raise ValueError("--zero applies with --dp > 1 or --cp > 1 only: --dp 1 leaves no replicas, and CP "
                              + ("is pinned to 1" if self.cp else f"is not tried on sequences of {self.model.seq_len} "
                                 f"tokens (from {CP_FROM_TOKENS})"))
+        if self.offload_activations and self.system.host_link is None:
+            raise ValueError(f"--offload-activations needs a system with a host link (a [host_link] table); "
+                             f"{self.system.name!r} has none")
         if not (isinstance(self.cpsat_shapes, int) and self.cpsat_shapes >= 0):
             raise ValueError(f"cpsat shapes must be an integer >= 0, got {self.cpsat_shapes!r}")
         if not (math.isfinite(self.cpsat_time_s) and self.cpsat_time_s > 0):
@@ -216,12 +220,22 @@ class PlanSpace(ContextSpace):
                        "stages^2 x microbatches (give --schedules to try them)")
         free = [t for t, on in (("ZeRO-2", self.zero is None), ("FP8 caching of GEMM inputs",
                                                                 self.gemm_precision == "fp8")) if on]
+        if self.offloads():
+            free.append(f"activation offload of {' then '.join(f'{f:g}' for f in self.offloads())} of each "
+                        "activation over the host link (beside the recompute modules: the faster step wins)")
+        elif self.offload_activations is not None:
+            out.append(f"activation offload pinned to {self.offload_activations:g} of each activation")
         out.append("memory techniques where no schedule of a shape fits without them, cheapest first: "
                    + ", ".join(free) + (", then " if free else "")
                    + f"recompute modules one by one (those of {', '.join(MODULE_LADDER)} the model has)")
         out.append("layouts: even split; uneven ones (end stages lighter) and per-stage recomputation tried on "
                    "the 3 best" if self.refine else "layouts: even split only")
         return tuple(out)
+
+    def offloads(self) -> tuple[float, ...]:
+        """The shares of each activation the rescue ladder offloads (``OFFLOAD_LADDER``): none
+        when the space pins one (``offload_activations``) or the system has no host link."""
+        return OFFLOAD_LADDER if self.offload_activations is None and self.system.host_link is not None else ()
 
     def sizes(self) -> tuple[int, ...]:
         if self.microbatch_sizes:
@@ -285,7 +299,8 @@ def shape(space: PlanSpace, pp: int, tp: int, dp: int, microbatch_size: int, rec
                   global_batch=space.global_batch, seq_len=space.model.seq_len, recompute=recompute_of(recompute),
                   cp_comm=cp_comm_of(space.cp_comm if cp > 1 else "p2p"),
                   reshard_after_forward=space.reshard_after_forward if zero == 3 else True,
-                  gemm_precision=precision_of(space.gemm_precision, "gemm precision"))
+                  gemm_precision=precision_of(space.gemm_precision, "gemm precision"),
+                  offload_activations=space.offload_activations or 0.0)
     if not space.model.moe:
         return ctx
     return ctx.replace(ep=ep, etp=etp, dispatch_precision=precision_of(space.dispatch_precision),
@@ -333,17 +348,23 @@ def shapes(space: PlanSpace) -> list[Context]:
 # and the experts' activation small GEMMs or elementwise work; then the attention core, the
 # shared experts, a dense MLP and a whole MoE block)
 MODULE_LADDER = ("layernorm", "mla_up_proj", "moe_act", "core_attn", "shared_experts", "mlp", "moe")
+# shares of each activation plan offloads to host memory where a shape does not fit otherwise
+# (after the free techniques; each enters beside the first recompute rung, since offload costs
+# no compute but the copies the stream cannot hide, which each candidate's simulation counts)
+OFFLOAD_LADDER = (0.5, 1.0)
 
 
 def rescues(space: PlanSpace, shape: Context) -> list[Context]:
     """The memory techniques ``plan`` tries, cheapest first, on a shape none of whose
     schedules fits without them (``search``): ZeRO-2 in place of ZeRO-1 and FP8 caching of
     the GEMM inputs (with fp8 GEMMs), free in step time, alone and together; then both with
-    the recompute modules of ``MODULE_LADDER`` added one by one (those the model has).
-    Only from a shape with no recomputation and no technique of its own; ZeRO and the
-    recomputation the space pins are kept."""
+    activation offload of each share of ``OFFLOAD_LADDER`` (``PlanSpace.offloads``: on a
+    system with a host link, unless the space pins it); then both with the recompute modules
+    of ``MODULE_LADDER`` added one by one (those the model has). Only from a shape with no
+    recomputation and no technique of its own; ZeRO, the recomputation and the offload the
+    space pins are kept."""
     m = space.model
-    if shape.recompute is not Recompute.NONE or shape.memory_techniques:
+    if shape.recompute is not Recompute.NONE or shape.replace(offload_activations=0.0).memory_techniques:
         return []
     free: list[dict] = []
     if shape.zero == 1 and space.zero is None:
@@ -352,6 +373,7 @@ def rescues(space: PlanSpace, shape: Context) -> list[Context]:
         free.append({"activation_precision": "fp8"})
     rungs = free + ([{**free[0], **free[1]}] if len(free) == 2 else [])
     both = {k: v for r in free for k, v in r.items()}
+    rungs += [{**both, "offload_activations": f} for f in space.offloads()]
     has = {"mla_up_proj": m.mla, "moe_act": m.moe, "shared_experts": m.moe and m.shared_experts > 0,
            "mlp": m.num_layers > m.moe_layers_in(0, m.num_layers), "moe": m.moe}
     modules: list[str] = []

@@ -267,6 +267,9 @@ def _cpsat(c: Configuration, sched, costs) -> dict:
 
     if c.run.contention:
         raise ValueError("the CP-SAT model has no link contention; set run.contention = false")
+    if costs.offload_fraction:
+        raise ValueError("grid.cluster.offload_activations applies with run.mode = simulate: the sweep's CP-SAT runs "
+                         "have no offload decisions ('pipetab search --offload-activations' has them)")
     tick = tick_of(c, costs)
     q = costs.quantized(tick)
     config = cpsat.CpSatConfig(time_limit_s=c.run.time_limit, workers=c.run.workers)

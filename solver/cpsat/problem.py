@@ -42,10 +42,8 @@ def objective_of(value: object) -> Objective:
 
 def _int(value: float, what: str) -> int:
     if value is None or not math.isfinite(value) or abs(value - round(value)) > 1e-9:
-        raise ValueError(
-            f"{what} is {value!r}; the CP-SAT model needs integer times — quantize the costs "
-            "first (Costs.quantized(tick_s))"
-        )
+        raise ValueError(f"{what} is {value!r}; the CP-SAT model needs integer times — quantize the costs "
+                         "first (Costs.quantized(tick_s))")
     return round(value)
 
 
@@ -128,15 +126,11 @@ class Problem:
     def _check_costs(self) -> None:
         c, D = self.costs, self.num_devices
         if not c.integral:
-            raise ValueError(
-                f"costs are in {c.unit!r} without a tick; the CP-SAT model needs integer times — "
-                "use Costs.quantized(tick_s)"
-            )
+            raise ValueError(f"costs are in {c.unit!r} without a tick; the CP-SAT model needs integer times — "
+                             "use Costs.quantized(tick_s)")
         if c.contention:
-            raise ValueError(
-                "costs model link contention, which the CP-SAT model does not (yet): "
-                "build costs with contention=False"
-            )
+            raise ValueError("costs model link contention, which the CP-SAT model does not (yet): "
+                             "build costs with contention=False")
         if len(c.persistent) != D or len(c.capacity) != D:
             raise ValueError(f"costs describe {len(c.capacity)} devices, problem has {D}")
         for p, s in self.stages:
@@ -144,10 +138,8 @@ class Problem:
                 if (k, p, s) not in c.op_time:
                     raise ValueError(f"costs have no time for {k} of stage {s} of pipeline {p}")
                 if _int(c.op_time[(k, p, s)], f"time of {k} on stage {s} of pipeline {p}") < 1:
-                    raise ValueError(
-                        f"time of {k} on stage {s} of pipeline {p} is 0 ticks; the CP-SAT model "
-                        "needs every op to take >= 1 tick — quantize with a smaller tick"
-                    )
+                    raise ValueError(f"time of {k} on stage {s} of pipeline {p} is 0 ticks; the CP-SAT model "
+                                     "needs every op to take >= 1 tick — quantize with a smaller tick")
             if (p, s) not in c.activation:
                 raise ValueError(f"costs have no activation size for stage {s} of pipeline {p}")
         for g in c.replica_groups:
@@ -188,12 +180,8 @@ class Problem:
 
     @cached_property
     def ops(self) -> tuple[Op, ...]:
-        return tuple(
-            Op(k, p, s, m)
-            for m, p in enumerate(self.microbatch2pipeline)
-            for s in range(self.num_stages[p])
-            for k in self.kinds
-        )
+        return tuple(Op(k, p, s, m) for m, p in enumerate(self.microbatch2pipeline)
+                     for s in range(self.num_stages[p]) for k in self.kinds)
 
     @property
     def is_free(self) -> bool:
@@ -331,11 +319,9 @@ class Problem:
 
     def schedule(self, name: str, placement: Placement, orders, blocks: tuple[tuple[Op, ...], ...] = ()) -> Schedule:
         """A ``Schedule`` of this problem with the given placement, orders and blocks."""
-        return Schedule(
-            name, placement, self.microbatch2pipeline, tuple(tuple(o) for o in orders),
-            stage_work=self.stage_work, split_backward=self.split_backward,
-            params={"source": "cpsat"}, blocks=blocks,
-        )
+        return Schedule(name, placement, self.microbatch2pipeline, tuple(tuple(o) for o in orders),
+                        stage_work=self.stage_work, split_backward=self.split_backward, params={"source": "cpsat"},
+                        blocks=blocks)
 
     def schedule_by_starts(self, name: str, placement: Placement, starts: dict[Op, int],
                            blocks: tuple[tuple[Op, ...], ...] = ()) -> Schedule:
@@ -350,17 +336,11 @@ class Problem:
     def from_schedule(cls, schedule: Schedule, costs: Costs,
                       placement: Placement | PlacementFamily | None = None, blocks: bool = False) -> "Problem":
         """A known schedule's problem (placement fixed unless given); ``blocks``: as the simulator runs them."""
-        return cls(
-            schedule.num_devices,
-            tuple(schedule.microbatch2pipeline),
-            tuple(schedule.num_stages(p) for p in range(schedule.num_pipelines)),
-            costs,
-            schedule.placement if placement is None else placement,
-            schedule.split_backward,
-            tuple(tuple(w) for w in schedule.stage_work),
-            schedule.name,
-            blocks=schedule.blocks if blocks else (),
-        )
+        return cls(schedule.num_devices, tuple(schedule.microbatch2pipeline),
+                   tuple(schedule.num_stages(p) for p in range(schedule.num_pipelines)), costs,
+                   schedule.placement if placement is None else placement, schedule.split_backward,
+                   tuple(tuple(w) for w in schedule.stage_work), schedule.name,
+                   blocks=schedule.blocks if blocks else ())
 
 
 def idealized_problem(

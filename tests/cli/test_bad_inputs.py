@@ -259,6 +259,7 @@ TRACES = [str(Path(__file__).resolve().parents[1] / "data" / "traces" / f"rank{r
 PLAN = ["plan", "--model", "tiny_gpt", "--nodes", "1", "--gpus-per-node", "4", "--global-batch", "8", "--quiet"]
 CAL = ["--model", "tiny_gpt", "--system", "mid_nw_mid_cp"]
 SYS = ["--system", "mid_nw_mid_cp"]
+H100 = ["--model", "tiny_gpt", "--system", "dgx_h100_ib"]  # a system with a host link ([host_link])
 MOE = ["--model", "mixtral_8x7b", "--ep", "8", "--dp", "8"]
 CP = ["--solver", "cpsat"]
 
@@ -378,6 +379,33 @@ CASES += [
      "activation precision fp8 (GEMM inputs cached in fp8) applies with gemm precision fp8 only"),
     ("evaluate-activation-precision-unknown", ["evaluate", "1f1b", *S4, *CAL, "--activation-precision", "fp4"],
      "--activation-precision"),
+    # activation offload: a share from 0 to 1, over a host link, timed by the simulator's copy streams
+    ("evaluate-offload-above-one", ["evaluate", "1f1b", *S4, *H100, "--offload-activations", "1.5"],
+     "offload activations must be a number >= 0 and <= 1, got '1.5'"),
+    ("evaluate-offload-word", ["evaluate", "1f1b", *S4, *H100, "--offload-activations", "half"],
+     "offload activations must be a number"),
+    ("evaluate-offload-no-host-link", ["evaluate", "1f1b", *S4, *CAL, "--offload-activations", "0.5"],
+     "--offload-activations needs a system with a host link"),
+    ("evaluate-offload-no-system", ["evaluate", "1f1b", *S4, "--offload-activations", "0.5"],
+     "--offload-activations needs --system"),
+    ("evaluate-offload-cpsat", ["evaluate", "1f1b", *S4, *H100, "--offload-activations", "0.5", "--solver", "cpsat"],
+     "--solver cpsat does not apply with --offload-activations"),
+    ("evaluate-offload-pairs", ["evaluate", "dualpipev", *S4, *H100, "--offload-activations", "0.5"],
+     "--offload-activations does not apply to dualpipev: its ops run in pairs"),
+    ("search-offload-free-placement", ["search", *S4, *H100, "--offload-activations", "0.5", "--placement", "free"],
+     "needs a fixed placement"),
+    ("bound-offload-period", ["bound", *S4, *H100, "--offload-activations", "0.5", "--objective", "period"],
+     "needs --objective makespan"),
+    ("bound-offload-partition", ["bound", *S4, *H100, "--offload-activations", "0.5", "--partition", "free"],
+     "needs the even partition"),
+    ("search-offload-no-host-link", ["search", *S4, *CAL, "--offload-activations", "1"], "host link"),
+    ("plan-offload-no-host-link", [*PLAN, "--gpu", "A100", "--offload-activations", "0.5"],
+     "--offload-activations needs a system with a host link"),
+    ("plan-offload-above-one", [*PLAN, "--offload-activations", "2"], "offload activations must be a number"),
+    ("evaluate-offload-profile", ["evaluate", "1f1b", *S4, "--profile", "{d}/prof_ok.toml", "--offload-activations",
+                                  "0.5"], "--offload-activations does not apply with --profile"),
+    ("plan-offload-profile", [*PLAN, "--profile", "{d}/prof_ok.toml", "--offload-activations", "0.5"],
+     "--offload-activations does not apply with --profile"),
     # unwritable outputs
     ("evaluate-plot-missing-folder", ["evaluate", "1f1b", *S4, *SYS, "--plot", "{d}/nowhere/t.png"], "--plot"),
     ("evaluate-plot-full-disk", ["evaluate", "1f1b", *S4, *SYS, "--plot", "/dev/full"], "--plot"),

@@ -36,8 +36,8 @@ def test_every_declared_option_is_on_its_command(capsys, command):
     text = capsys.readouterr().out
     flags = [d.plan_flag if command == "plan" and d.plan_flag else d.flag for d in decisions_for(command)]
     assert flags and all(f"{flag} " in text or f"{flag}\n" in text for flag in flags)
-    if command != "plan":  # one value each: 22 real-cluster options
-        assert len(flags) == 22
+    if command != "plan":  # one value each: 23 real-cluster options
+        assert len(flags) == 23
 
 
 def test_the_resolved_context_derives_concrete_switches():

@@ -17,9 +17,10 @@ from pipetab.hardware.links import fastest_links
 MODEL = load_model("deepseek_v3")
 SYSTEM = load_system("h800_ib")
 BASE = Context(tp=2, dp=8, ep=8, zero=1, microbatch_size=1, global_batch=64, seq_len=4096)
-# the fields a stage's shared part never reads: the replica and batch ones
+# the fields a stage's shared part never reads: the replica and batch ones, and activation offload
+# (the simulator's copy streams move the activation; a stage's op costs are its own)
 UNREAD = {"dp": 16, "pp": 4, "global_batch": 128, "zero": 2, "overlap": False, "reshard_after_forward": False,
-          "overlap_p2p": False}
+          "overlap_p2p": False, "offload_activations": 0.5}
 # a second value of each read field (one that the model and BASE accept)
 READ = {"tp": 4, "sequence_parallel": False, "microbatch_size": 2, "seq_len": 2048, "recompute": "full", "ep": 16,
         "etp": 2, "dispatch_precision": "fp8", "routing_imbalance": 1.5, "node_limit": 2, "gemm_precision": "fp8",

@@ -10,6 +10,7 @@ from pipetab.hardware.model import TransformerModel
 from pipetab.plan import PlanSpace, cluster, order_peaks, plan, schedule_label, shapes, small_microbatches
 from pipetab.schedules import registry
 from pipetab.schedules.validate import validate
+from pipetab.solver.offload import simulated
 from pipetab.solver.pricing import hardware_costs
 from pipetab.solver.simulate import simulate
 
@@ -25,34 +26,54 @@ def space(memory_bytes: float, **kw) -> PlanSpace:
 
 
 def _with_rescues(sp: PlanSpace) -> list[Context]:
-    """Every shape and the memory techniques plan tries on it (``plan.space.rescues``): the
-    next rung wherever no schedule's memory bound fits the capacity."""
+    """Every shape and the memory techniques plan tries on it (``plan.space.rescues``): a shape
+    none of whose schedules' memory bounds fits the capacity takes the rungs of its ladder one
+    after another until one has a schedule that fits once simulated; an offload rung goes its
+    own way (the other offload shares after it) beside the recompute rungs after it."""
     from pipetab.plan.bounds import Bounds
     from pipetab.plan.space import rescues
 
     bounds, cap, out = Bounds(sp), sp.system.device.usable_memory_bytes, []
-    for shape in shapes(sp):
-        ladder = [shape, *rescues(sp, shape)]
-        for rung in ladder:
+
+    def walk(ladder: list[Context], base: Context) -> None:
+        for i, rung in enumerate(ladder):
+            if bounds.shape_memory(rung) > cap:
+                continue
+            rest = ladder[i + 1:]
+            if rung.offload_activations and not base.offload_activations:
+                off = [r for r in rest if r.offload_activations]
+                walk([rung, *off], rung)
+                walk(rest[len(off):], base)
+                return
             out.append(rung)
-            memory = [bounds.memory(n, o, rung) for n, o in sp.variants()]
-            if bounds.shape_memory(rung) <= cap and any(m is not None and m <= cap for m in memory):
-                break
+            if any(not r[0] for r in _rows(sp, rung)):
+                return
+            base = rung
+
+    for shape in shapes(sp):
+        out.append(shape)
+        memory = [bounds.memory(n, o, shape) for n, o in sp.variants()]
+        if not (bounds.shape_memory(shape) <= cap and any(m is not None and m <= cap for m in memory)):
+            walk(rescues(sp, shape), shape)
     return out
+
+
+def _rows(sp: PlanSpace, shape: Context) -> list[tuple]:
+    """(not fits, step, schedule label, shape) of every schedule that runs on ``shape``."""
+    rows = []
+    for name, opts in sp.variants():
+        try:
+            sched = registry.generate(name, shape.pp, shape.microbatches, **opts)
+            sim = simulated(sched, hardware_costs(sched, sp.system, sp.model, shape))
+        except ValueError:  # refused by its generator, or pairs (blocks) with offload
+            continue
+        rows.append((not all(sim.fits_memory), sim.makespan, schedule_label(name, opts), shape))
+    return rows
 
 
 def brute_force(sp: PlanSpace) -> list[tuple]:
     """Every candidate simulated, no bound: (not fits, step, schedule label, shape)."""
-    rows = []
-    for shape in _with_rescues(sp):
-        for name, opts in sp.variants():
-            try:
-                sched = registry.generate(name, shape.pp, shape.microbatches, **opts)
-                costs = hardware_costs(sched, sp.system, sp.model, shape)
-            except ValueError:
-                continue
-            sim = simulate(sched, costs)
-            rows.append((not all(sim.fits_memory), sim.makespan, schedule_label(name, opts), shape))
+    rows = [r for shape in _with_rescues(sp) for r in _rows(sp, shape)]
     return sorted(rows, key=lambda r: (r[0], r[1], r[2]))
 
 
@@ -101,7 +122,7 @@ def test_shown_configurations_validate_and_fitting_ones_come_first():
         if c.sample_microbatches is not None:  # extrapolated from shorter instances: the full run agrees
             assert lv.schedule.num_microbatches == c.sample_microbatches < c.shape.microbatches
             full = registry.generate(c.schedule, c.shape.pp, c.shape.microbatches, **dict(c.options))
-            sim = simulate(full, hardware_costs(full, sp.system, sp.model, c.shape))
+            sim = simulated(full, hardware_costs(full, sp.system, sp.model, c.shape))
         assert sim.makespan == pytest.approx(c.step_time_s, rel=1e-9)
         assert max(sim.peak_memory) == pytest.approx(c.peak_memory_bytes, abs=1)
         assert all(sim.fits_memory) == c.fits

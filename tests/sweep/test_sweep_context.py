@@ -18,7 +18,8 @@ SAMPLES = {"tp": [2], "dp": [2], "sequence_parallel": True, "zero": 2, "overlap"
            "global_batch": 32, "seq": 2048, "ep": [2], "etp": [1], "dispatch_precision": "fp8",
            "routing_imbalance": 1.5, "node_limit": 1, "gemm_precision": "bf16", "cp": [1], "cp_comm": "allgather",
            "reshard_after_forward": False, "layout": "E|(t*8|)*4L", "recompute_layers": [1, 0, 0, 0],
-           "recompute_modules": ["moe_act"], "activation_precision": "bf16", "overlap_p2p": False}
+           "recompute_modules": ["moe_act"], "activation_precision": "bf16", "overlap_p2p": False,
+           "offload_activations": 0.5}
 
 
 def moe_config(cluster: dict, **grid):
@@ -82,3 +83,20 @@ def test_a_value_beyond_its_declared_range_is_refused_when_the_file_is_read(clus
 
     with pytest.raises(ConfigError, match=message):
         moe_config(cluster, stages=[4])
+
+
+def test_a_sweep_offloads_activations_as_evaluate_does(capsys):
+    """``offload_activations = 0.5`` on a system with a host link: the row's simulation is
+    ``evaluate --offload-activations 0.5``'s, its copies on the copy streams (later than without)."""
+    doc = {"grid": {"schedules": ["1f1b"], "stages": [2], "microbatches": [4], "systems": ["dgx_h100_ib"],
+                    "models": ["gpt3_2p7b"], "cluster": {"microbatch_size": 1, "offload_activations": 0.5}}}
+    (c,), _ = expand(parse_config(doc))
+    assert c.cluster_dict()["offload_activations"] == 0.5
+    row = evaluate(c)
+    assert main(["evaluate", "1f1b", "-S", "2", "-B", "4", "--system", "dgx_h100_ib", "--model", "gpt3_2p7b",
+                 "--microbatch-size", "1", "--offload-activations", "0.5", "--format", "json"]) == 0
+    offloaded = json.loads(capsys.readouterr().out)["simulation"]["makespan_s"]
+    assert row["simulation_makespan_s"] == pytest.approx(offloaded, rel=1e-12)
+    doc["grid"]["cluster"]["offload_activations"] = 0.0
+    (plain,), _ = expand(parse_config(doc))
+    assert evaluate(plain)["simulation_makespan_s"] < offloaded

@@ -147,6 +147,43 @@ def _recompute(conf: Configuration, model: TransformerModel, notes: Notes) -> li
     return []
 
 
+# Megatron-LM's --offload-modules at MEGATRON_COMMIT (TransformerConfig's allowed modules; each
+# offloads its module's input, attn_proj only with core_attn) -> the rows of
+# hardware.activations' table that input is; the MoE ones only on a MoE model
+OFFLOAD_MODULES = {"attn_norm": ("input_norm_in",), "qkv_linear": ("qkv_in",), "core_attn": ("q", "k", "v"),
+                   "attn_proj": ("attn_out",), "mlp_norm": ("mlp_norm_in",), "expert_fc1": ("dispatched",),
+                   "moe_act": ("expert_act_in",)}
+
+
+def _offload(conf: Configuration, model: TransformerModel, notes: Notes) -> list[str]:
+    """Activation offload as Megatron's fine-grained activation offloading (its docs:
+    ``docs/user-guide/features/fine_grained_activation_offloading.md``): every module it can
+    offload whose input the model has, and ``--activation-offload-fraction`` the share of their
+    groups that makes the planned share of a layer's saved bytes (``hardware.activations``'
+    table; 1 where the modules hold less: a ``DIFFERS`` line). Megatron counts groups, not
+    bytes, and keeps the later layers' on the GPU: an ``assumes`` line says so."""
+    from pipetab.hardware.activations import module_table
+
+    s = conf.shape
+    if not s.offload_activations:
+        return []
+    modules = [m for m in OFFLOAD_MODULES if model.moe or m not in ("expert_fc1", "moe_act")]
+    rows = module_table(model, s, model.moe)
+    covered = sum(r["bytes"] for r in rows if any(r["name"] in OFFLOAD_MODULES[m] for m in modules))
+    share = covered / max(sum(r["bytes"] for r in rows), 1.0)
+    fraction = min(1.0, s.offload_activations / share) if share else 1.0
+    if share < s.offload_activations:
+        notes.differ(f"activation offload of {s.offload_activations:g} of every activation planned: the inputs of "
+                     f"Megatron's --offload-modules hold {share:.0%} of a layer's saved bytes on this shape, so it "
+                     "offloads less (more memory than planned)")
+    else:
+        notes.assume(f"--activation-offload-fraction {fraction:.3g} of the offload groups makes the planned "
+                     f"{s.offload_activations:g} of the bytes ({share:.0%} of a layer's in those modules); Megatron "
+                     "counts groups, not bytes, and keeps the later layers' groups on the GPU")
+    return [DECISION["offload_activations"].megatron or "", "--offload-modules", *modules,
+            "--activation-offload-fraction", f"{fraction:.3g}"]
+
+
 def _data_parallel(conf: Configuration, notes: Notes) -> list[str]:
     """ZeRO as the distributed optimizer or Megatron-FSDP, and the overlap flags."""
     s, m = conf.shape, MEGATRON
@@ -206,6 +243,7 @@ def megatron_args(conf: Configuration, model: TransformerModel, notes: Notes | N
     if model.moe:
         out += _moe(conf, model, gpus_per_node, notes)
     out += _recompute(conf, model, notes)
+    out += _offload(conf, model, notes)
     out += _data_parallel(conf, notes)
     out += _overlap_moe(conf, model, out, notes)
     return out
@@ -253,7 +291,7 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument(f"--{name}")
     p.add_argument("--recompute-modules", nargs="*")
     for name in ("sequence-parallel", "use-distributed-optimizer", "use-megatron-fsdp", "overlap-grad-reduce",
-                 "overlap-param-gather", "overlap-moe-expert-parallel-comm"):
+                 "overlap-param-gather", "overlap-moe-expert-parallel-comm", "fine-grained-activation-offloading"):
         p.add_argument(f"--{name}", action="store_true")
     return p
 
@@ -307,7 +345,7 @@ def read_megatron(text: str, gpus: int) -> dict:
             "global_batch": a.global_batch_size, "seq_len": a.seq_length, "layout": layout.megatron() if layout else "",
             "schedule": "interleaved" if chunks > 1 else "1f1b", "chunks": chunks,
             "recompute": _read_recompute(a, layout), "zero": zero, "sequence_parallel": a.sequence_parallel,
-            "dispatcher": dispatcher}
+            "dispatcher": dispatcher, "activation_offloading": a.fine_grained_activation_offloading}
 
 
 def dispatcher_of(conf: Configuration, model: TransformerModel | None) -> str:
@@ -334,4 +372,5 @@ def megatron_view(conf: Configuration, gpus: int, model: TransformerModel) -> di
     chunks = layout.num_stages // s.stages if layout else 1
     return {**sizes_of(conf, gpus), "layout": layout.megatron() if layout else "",
             "schedule": "interleaved" if chunks > 1 else "1f1b", "chunks": chunks, "recompute": recompute,
-            "zero": s.zero, "sequence_parallel": bool(s.sequence_parallel), "dispatcher": dispatcher_of(conf, model)}
+            "zero": s.zero, "sequence_parallel": bool(s.sequence_parallel), "dispatcher": dispatcher_of(conf, model),
+            "activation_offloading": bool(s.offload_activations)}

@@ -119,6 +119,9 @@ def activation_checkpoint(conf: Configuration, notes: Notes) -> str:
     s = conf.shape
     if s.activation_precision is Precision.FP8:
         notes.differ("FP8 activation caching planned: torchtitan keeps bf16 activations (more memory than planned)")
+    if s.offload_activations:
+        notes.differ(f"activation offload of {s.offload_activations:g} of every activation planned: torchtitan "
+                     "has no activation offload, so they stay on the GPU (more memory than planned)")
     if s.recompute_modules:
         notes.differ(f"recompute modules {','.join(s.recompute_modules)} planned: torchtitan has no module lists; "
                      "its per-op selective checkpointing runs instead (what it recomputes differs)")

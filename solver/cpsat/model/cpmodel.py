@@ -234,16 +234,9 @@ class CpSatModel:
             value = round(solver.objective_value)
             starts = {op: int(solver.value(v.start[i])) for i, op in enumerate(v.ops)}
             if v.placement is None:
-                placement = Placement(
-                    tuple(
-                        tuple(
-                            next(d for d, lit in enumerate(v.x[(p, s)]) if solver.boolean_value(lit))
-                            for s in range(n)
-                        )
-                        for p, n in enumerate(self.problem.num_stages)
-                    ),
-                    self.problem.num_devices,
-                )
+                placement = Placement(tuple(tuple(next(d for d, lit in enumerate(v.x[(p, s)])
+                                                       if solver.boolean_value(lit)) for s in range(n))
+                                            for p, n in enumerate(self.problem.num_stages)), self.problem.num_devices)
             else:
                 placement = v.placement
         if self.pairs is not None and self.pairs.restricted:

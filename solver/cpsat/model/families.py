@@ -167,14 +167,9 @@ def add_device_symmetry(model: cp_model.CpModel, v: Variables) -> bool:
 
 def devices_identical(problem: Problem) -> bool:
     """Whether all devices (caps, memory, optimizer) and links are alike: labels interchangeable."""
-    c = problem.costs
-    D = problem.num_devices
-    return (
-        c.links.uniform
-        and len(set(c.capacity)) <= 1
-        and len(set(c.persistent)) <= 1
-        and len({problem.optimizer(d) for d in range(D)}) <= 1
-    )
+    c, D = problem.costs, problem.num_devices
+    return (c.links.uniform and len(set(c.capacity)) <= 1 and len(set(c.persistent)) <= 1
+            and len({problem.optimizer(d) for d in range(D)}) <= 1)
 
 
 def add_last_stage_glue(model: cp_model.CpModel, v: Variables) -> bool:

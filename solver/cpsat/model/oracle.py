@@ -89,8 +89,7 @@ def checked(problem: Problem, schedule: Schedule, claimed: int | None) -> KnownE
     if not ev.memory.fits:
         raise RuntimeError(f"solver returned a schedule that breaks memory: {ev.memory.violation}")
     if claimed is not None and ev.makespan > claimed:
-        raise RuntimeError(
-            f"evaluator gives makespan {ev.makespan} for the solver's schedule, solver claimed {claimed}"
-        )
+        raise RuntimeError(f"evaluator gives makespan {ev.makespan} for the solver's schedule, solver claimed "
+                           f"{claimed}")
     validate(table_of(problem, schedule, ev.timing), schedule)
     return ev

@@ -111,13 +111,11 @@ def finish(problem: Problem, mode: Mode, status: Status, schedule: Schedule | No
         message = f"best schedule is {schedule.name!r}, a known schedule improved by double justification"
     elif schedule is not None and schedule.name != "cpsat" and not message:
         message = f"best schedule is the start {schedule.name!r}"
-    return Result(
-        mode=mode, status=status, schedule=schedule, makespan=value, lower_bound=bound, unit=problem.costs.unit,
-        runtime_s=time.perf_counter() - t0, time_to_first_s=t_first, bound_assumptions=tuple(assumptions),
-        message=message, known=known, tick_s=problem.costs.tick_s, objective=problem.objective,
-        tick_slots=problem.costs.tick_slots, log=SolveLog(tuple(phases)),
-        solver=solver_info(config, families, stopped_by), analytic_bound=analytic,
-    )
+    return Result(mode=mode, status=status, schedule=schedule, makespan=value, lower_bound=bound,
+                  unit=problem.costs.unit, runtime_s=time.perf_counter() - t0, time_to_first_s=t_first,
+                  bound_assumptions=tuple(assumptions), message=message, known=known, tick_s=problem.costs.tick_s,
+                  objective=problem.objective, tick_slots=problem.costs.tick_slots, log=SolveLog(tuple(phases)),
+                  solver=solver_info(config, families, stopped_by), analytic_bound=analytic)
 
 
 # ---- the search on one placement ------------------------------------------------------------

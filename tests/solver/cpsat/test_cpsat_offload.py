@@ -15,8 +15,9 @@ CONFIG = CpSatConfig(time_limit_s=30.0, workers=1)
 FREE = CopyRates(math.inf, math.inf)
 
 
-def _solve(problem, rates, choices=None, recompute=True):
-    return search_offload(problem, rates, CONFIG, choices, workers=1, det_limit=30.0, recompute=recompute)
+def _solve(problem, rates, choices=None, recompute=True, share=1.0):
+    return search_offload(problem, rates, CONFIG, choices, workers=1, det_limit=30.0, recompute=recompute,
+                          share=share)
 
 
 @pytest.mark.parametrize("S,B,cap,rate", [(2, 3, 1, 1.0), (2, 2, 1, 0.5), (3, 2, 1, 1.0)])
@@ -41,6 +42,26 @@ def test_free_choices_equal_the_best_fixed_choice(S, B, cap, rate):
     assert free.sim.makespan == free.makespan and all(free.sim.fits_memory)
     no_offload = _solve(problem, rates, dict.fromkeys(keys, "keep"))
     assert no_offload.makespan >= free.makespan
+
+
+@pytest.mark.parametrize("S,B,cap,rate", [(2, 3, 1.5, 1.0), (2, 2, 1.5, 0.5)])
+def test_a_share_below_one_equals_the_best_fixed_choice(S, B, cap, rate):
+    """Half of each chosen activation moves (``share`` 0.5; copies of 1/(2 rate) slots, the
+    other half held from F to B): the free model's optimum is the least of the fixed-choice
+    models over all 2^(S*B) choices, every answer re-simulated with half of each chosen
+    activation on the copy stream, within the cap of 1.5 activations."""
+    problem = idealized_problem(S, B, activation_cap=cap)
+    rates = CopyRates(rate, rate)
+    free = _solve(problem, rates, recompute=False, share=0.5)
+    assert free.status is Status.OPTIMAL
+    keys = [(0, s, m) for s in range(S) for m in range(B)]
+    best = None
+    for bits in itertools.product((False, True), repeat=len(keys)):
+        fixed = _solve(problem, rates, {k: "offload" if b else "keep" for k, b in zip(keys, bits)}, share=0.5)
+        if fixed.status is Status.OPTIMAL:
+            assert set(fixed.offload.fraction.values()) <= {0.5} and all(fixed.sim.fits_memory)
+            best = fixed.makespan if best is None else min(best, fixed.makespan)
+    assert free.makespan == best and free.sim.makespan == free.makespan and all(free.sim.fits_memory)
 
 
 def test_free_link_offload_reaches_the_uncapped_step():
