@@ -285,10 +285,28 @@ def llama3(h100) -> list[dict]:
     return rows
 
 
+# ---- DeepSeek's profiled DualPipe pair (H800) ------------------------------------------------
+DEEPSEEK_PAIR_MS = 129.012
+"""[P] The GPU kernels' span of deepseek-ai/profile-data's train.json (commit 4496024): one
+forward and one backward chunk of 4 MoE layers run as a DualPipe pair, EP64, TP1, 4,096
+tokens, FP8, H800 (``python -m experiments.deepseek_pair --trace train.json``)."""
+DEEPSEEK_REF = "DeepSeek, deepseek-ai/profile-data train.json (2025; commit 4496024): one DualPipe pair"
+
+
+def deepseek_pair() -> list[dict]:
+    """The pair as pipetab prices it (``experiments.deepseek_pair``; the h800_ib preset)."""
+    from .deepseek_pair import priced
+
+    return [cell("DeepSeek profile", "train.json", "DeepSeek-V3 4 MoE layers EP64 TP1 FP8 DualPipe pair",
+                 "overlapped forward + backward", "ms", DEEPSEEK_PAIR_MS, priced()["pair_ms"], 10)]
+
+
 def run(a100=None, h100=None) -> list[dict]:
-    """Every cell, on the presets (or the given A100 and H100 systems: a refit of their constants)."""
+    """Every cell, on the presets (or the given A100 and H100 systems: a refit of their constants;
+    the H800 pair on its preset, which no fold refits)."""
     a100, h100 = a100 or load_system("a100_cluster"), h100 or load_system("dgx_h100_ib")
-    return zero_bubble_ops(a100) + zero_bubble_steps(a100) + megatron(a100) + korthikanti(a100) + llama3(h100)
+    return (zero_bubble_ops(a100) + zero_bubble_steps(a100) + megatron(a100) + korthikanti(a100) + llama3(h100)
+            + deepseek_pair())
 
 
 def write_csv(rows: list[dict], path: Path) -> None:
@@ -317,7 +335,7 @@ def main(argv: list[str] | None = None) -> int:
     with open(loso, encoding="utf-8") as fh:
         loso_rows = list(csv.DictReader(fh))
     write_markdown(rows, Path(args.md), {"zb": REFERENCE, "megatron": MEGATRON_REF, "korthikanti": KORTHIKANTI_REF,
-                                         "llama3": LLAMA3_REF}, band, loso_rows)
+                                         "llama3": LLAMA3_REF, "deepseek": DEEPSEEK_REF}, band, loso_rows)
     misses = [r for r in rows if r["status"] == "miss"]
     print(f"{len(rows)} cells: {sum(r['status'] == 'ok' for r in rows)} within target, {len(misses)} missed, "
           f"{sum(r['status'] == 'fitted' for r in rows)} fitted; wrote {args.csv} and {args.md}")

@@ -26,6 +26,8 @@ CLASSES: tuple[Rule, ...] = (
     ("Korthikanti: the speed-up of SP + selective recomputation", lambda r: r["study"] == "Korthikanti 2022"),
     ("Llama 3 memory: FSDP and early deallocation of pipeline buffers not modelled",
      lambda r: r["study"] == "Llama 3" and r["quantity"].startswith("fits")),
+    ("DeepSeek's pair: DeepEP's notification kernels and their SM residency not priced (docs/moe.md)",
+     lambda r: r["study"] == "DeepSeek profile"),
 )
 
 

@@ -58,16 +58,18 @@ efficiencies are fitted to Korthikanti et al.'s ten per-layer times of the 22B m
 4) by the same least squares and the A100 run overhead to the same model's one-node
 iteration time with full recomputation (Table 5, 1.42 s); without Llama 3 the H100 run overhead is fitted to Mixtral
 8x7B on 64 H100s (468 TFLOP/s per GPU, Megatron-LM's MoE README, `docs/moe.md`); Megatron
-SC'21 and Korthikanti's cells fit no constant, so their folds price as the presets do. The
+SC'21's, Korthikanti's and DeepSeek's profiled pair fit no constant, so their folds price as
+the presets do. The
 summary's last column counts each study's cells within target so priced (the cells marked
 *fitted* included: none is fitted to in its own fold). The step-time band `pipetab plan`
 prints (±{band} %, `pipetab/plan/fidelity_band.toml`) is the 90th percentile of those
 folds' absolute errors over every time cell (s, ms, TFLOP/s): {loso_time} of {time_cells}
 of them are within 10 % when priced without their source.
 
-Published runs carry this benchmark. Op times measured later on a lent H100 (one
-Llama-style layer at 12 shapes, its GEMMs, a profiler trace) are compared with the kernel
-model in [measured_ops.md](measured_ops.md).
+Published runs carry this benchmark, and one published profile: DeepSeek's DualPipe pair on
+an H800 (`h800_ib`, whose kernel constants are the H100's; nothing is fitted to the pair).
+Op times measured later on a lent H100 (one Llama-style layer at 12 shapes, its GEMMs, a
+profiler trace) are compared with the kernel model in [measured_ops.md](measured_ops.md).
 """
 
 WHY = """
@@ -136,6 +138,12 @@ WHY = """
   with FSDP; pipetab (ZeRO-2, no ZeRO-3, every layer's activations kept until its backward)
   finds the 8,192-GPU run 9 GiB over an H100's usable 76.6 GiB (the 16,384-GPU run, with
   half the microbatches in flight, fits).
+- **DeepSeek's profiled pair** (H800, development data with no constant fitted to it):
+  129.0 ms measured, 108.1 ms priced (-16.2 %). The compute is nearly right once it shares
+  the GPU as it did (88 % of it beside a DeepEP kernel: 114.9 ms against 118.2); DeepEP's
+  kernels hold their SMs for 114.5 ms where pipetab prices 57.9 ms of transfers (32.6 ms of
+  notification kernels have no part, dispatch and combine run 1.5-1.8x their priced time):
+  number by number in [moe.md](moe.md).
 - **Korthikanti et al. [T]:** the numbers were transcribed from the paper without a copy
   at hand and are to be checked against it; the microbatch sizes and the pipeline schedule
   are not in the transcribed tables ([I] 4 sequences for 22B, 1 otherwise, plain 1F1B).
