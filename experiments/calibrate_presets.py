@@ -39,6 +39,11 @@ What it produces (``python -m experiments.calibrate_presets``; the presets and
   (``a100_p2p_efficiency``); no other source measures it, so the fold without Zero Bubble
   keeps the link's bandwidth (1). The Hopper presets keep 1: no message time of theirs is
   in the development set.
+* ``a100_cluster``'s ``run_overhead`` (``a100_run_overhead``): the stretch of every op's
+  kernel seconds at which the Zero Bubble paper's 1F1B step of its calibration setting
+  (6.2B, p = 8, m = 24, Table 4) is priced as measured; its op times (Table 6) were timed
+  alone, so they fit the kernels and this the run. Without Zero Bubble: Korthikanti et
+  al.'s one-node 22B iteration with full recomputation (Table 5).
 * ``a100_cluster``'s ``compute_efficiency`` and ``mem_efficiency``: ``pipetab calibrate``
   of the Zero Bubble paper's 6.2B profile (Table 6, p = 8, m = 24; A100 op times); the
   Hopper presets' ``mem_efficiency`` is the same value (no Hopper memory-bound kernel is
