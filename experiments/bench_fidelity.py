@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+from dataclasses import replace
 from pathlib import Path
 
 from pipetab.hardware import Context, TransformerModel, load_model, load_system
@@ -75,6 +76,13 @@ def cell(study: str, table: str, config: str, quantity: str, unit: str, measured
             "status": status, "note": note}
 
 
+def _alone(system):
+    """``system`` with no run overhead: an op timed alone, the GPU synchronised before and
+    after it (Zero Bubble's ``ScheduleTimers``; [I] Korthikanti et al.'s per-layer times),
+    is its kernels without what a run loses between and beside them (``hardware.overheads``)."""
+    return replace(system, device=replace(system.device, run_overhead=0.0))
+
+
 def _simulate(name: str, opts: dict, stages: int, microbatches: int, system, model, ctx: Context):
     sched = registry.generate(name, stages, microbatches, **opts)
     sim = simulate(sched, hardware_costs(sched, system, model, ctx))
@@ -83,8 +91,8 @@ def _simulate(name: str, opts: dict, stages: int, microbatches: int, system, mod
 
 # ---- Zero Bubble (A100) --------------------------------------------------------------------
 def zero_bubble_ops(a100) -> list[dict]:
-    """Table 6: T_F, T_B, T_W of an interior stage, first m of each model."""
-    rows = []
+    """Table 6: T_F, T_B, T_W of an interior stage, first m of each model, timed alone."""
+    rows, a100 = [], _alone(a100)
     for prof in PROFILES[::3]:
         spec = MODELS[prof.model]
         model = load_model(ZB_PRESET[prof.model])
@@ -134,7 +142,9 @@ def zero_bubble_steps(a100) -> list[dict]:
             memory[(key, column)], fits[(key, column)] = peak, ok
             real = m * spec.microbatch_size / (throughput * spec.pipelines)
             note = "ZB-2p (automatic schedule, no optimizer sync) as zb-h2" if column == "ZB-2p" else ""
-            rows.append(cell("Zero Bubble", "Table 4", f"{config} {column}", "step time", "s", real, t, 10, note=note))
+            fitted = (key, m) == ZB_CALIBRATION and column == "1F1B"  # the A100 run overhead's cell
+            rows.append(cell("Zero Bubble", "Table 4", f"{config} {column}", "step time", "s", real, t, 10, fitted,
+                             note))
         base_real = m * spec.microbatch_size / (measured["1F1B"] * spec.pipelines)
         for column in ("ZB-2p", "ZB-1p", "1F1B-I"):
             real = base_real / (m * spec.microbatch_size / (measured[column] * spec.pipelines))
@@ -242,12 +252,12 @@ def korthikanti(a100) -> list[dict]:
         for what, ok in (("full recompute", fits_full), ("SP + selective", fits_present)):
             rows.append(cell("Korthikanti 2022", "Table 5 [T]", f"{config} {what}", "fits (published run)", "-", 1,
                              float(ok), None))
-    r = KORTHIKANTI[0]
+    r, alone = KORTHIKANTI[0], _alone(a100)
     model = _gpt(r.name, r.layers, r.hidden, r.heads, r.batch)
     link = a100.intra_node_link
     for (sp, recompute), (f_ms, b_ms) in KORTHIKANTI_LAYER.items():
         ctx = Context(tp=8, sequence_parallel=sp, microbatch_size=r.microbatch, recompute=recompute, seq_len=2048)
-        cost = stage_cost(model, a100.device, ctx, 1, first=False, last=False, tp_link=link)
+        cost = stage_cost(model, alone.device, ctx, 1, first=False, last=False, tp_link=link)
         config = f"22B layer TP8 b={r.microbatch}" + (" SP" if sp else "") + f" recompute {recompute}"
         rows.append(cell("Korthikanti 2022", "Table 4 [T]", config, "forward", "ms", f_ms, cost.forward_s * 1e3, 10))
         rows.append(cell("Korthikanti 2022", "Table 4 [T]", config, "backward", "ms", b_ms, cost.backward_s * 1e3, 10))
@@ -275,10 +285,28 @@ def llama3(h100) -> list[dict]:
     return rows
 
 
+# ---- DeepSeek's profiled DualPipe pair (H800) ------------------------------------------------
+DEEPSEEK_PAIR_MS = 129.012
+"""[P] The GPU kernels' span of deepseek-ai/profile-data's train.json (commit 4496024): one
+forward and one backward chunk of 4 MoE layers run as a DualPipe pair, EP64, TP1, 4,096
+tokens, FP8, H800 (``python -m experiments.deepseek_pair --trace train.json``)."""
+DEEPSEEK_REF = "DeepSeek, deepseek-ai/profile-data train.json (2025; commit 4496024): one DualPipe pair"
+
+
+def deepseek_pair() -> list[dict]:
+    """The pair as pipetab prices it (``experiments.deepseek_pair``; the h800_ib preset)."""
+    from .deepseek_pair import priced
+
+    return [cell("DeepSeek profile", "train.json", "DeepSeek-V3 4 MoE layers EP64 TP1 FP8 DualPipe pair",
+                 "overlapped forward + backward", "ms", DEEPSEEK_PAIR_MS, priced()["pair_ms"], 10)]
+
+
 def run(a100=None, h100=None) -> list[dict]:
-    """Every cell, on the presets (or the given A100 and H100 systems: a refit of their constants)."""
+    """Every cell, on the presets (or the given A100 and H100 systems: a refit of their constants;
+    the H800 pair on its preset, which no fold refits)."""
     a100, h100 = a100 or load_system("a100_cluster"), h100 or load_system("dgx_h100_ib")
-    return zero_bubble_ops(a100) + zero_bubble_steps(a100) + megatron(a100) + korthikanti(a100) + llama3(h100)
+    return (zero_bubble_ops(a100) + zero_bubble_steps(a100) + megatron(a100) + korthikanti(a100) + llama3(h100)
+            + deepseek_pair())
 
 
 def write_csv(rows: list[dict], path: Path) -> None:
@@ -307,7 +335,7 @@ def main(argv: list[str] | None = None) -> int:
     with open(loso, encoding="utf-8") as fh:
         loso_rows = list(csv.DictReader(fh))
     write_markdown(rows, Path(args.md), {"zb": REFERENCE, "megatron": MEGATRON_REF, "korthikanti": KORTHIKANTI_REF,
-                                         "llama3": LLAMA3_REF}, band, loso_rows)
+                                         "llama3": LLAMA3_REF, "deepseek": DEEPSEEK_REF}, band, loso_rows)
     misses = [r for r in rows if r["status"] == "miss"]
     print(f"{len(rows)} cells: {sum(r['status'] == 'ok' for r in rows)} within target, {len(misses)} missed, "
           f"{sum(r['status'] == 'fitted' for r in rows)} fitted; wrote {args.csv} and {args.md}")

@@ -40,7 +40,7 @@ OUT = ROOT / "pipetab" / "plan" / "fidelity_band.toml"
 TIME_UNITS = ("s", "ms", "TFLOP/s")
 PERCENTILE = 0.9
 WITHIN = 10.0
-SOURCES = ("Zero Bubble", "Megatron SC'21", "Korthikanti 2022", "Llama 3")
+SOURCES = ("Zero Bubble", "Megatron SC'21", "Korthikanti 2022", "Llama 3", "DeepSeek profile")
 
 
 def nearest_rank(values: list[float], p: float) -> float:

@@ -247,7 +247,7 @@ _BAND = Path(__file__).with_name("fidelity_band.toml")
 
 @lru_cache(maxsize=1)
 def fidelity_band() -> float:
-    """The relative error band of a step time (0.135 for +-13.5 %): the development set's
+    """The relative error band of a step time (0.119 for +-11.9 %): the development set's
     leave-one-source-out error (``pipetab/plan/fidelity_band.toml``, written by
     ``python -m experiments.fidelity_band`` from refits without each source)."""
     with _BAND.open("rb") as f:

@@ -149,7 +149,8 @@ def test_kernel_calibration_recovers_the_efficiencies_that_made_the_profile():
     from pipetab.solver.pricing import costs_profile, hardware_costs
 
     base = load_system("a100_cluster")
-    truth = replace(base, device=replace(base.device, compute_efficiency=0.7, mem_efficiency=0.5))
+    # a profile times each op alone: its kernels, without the run overhead a step adds
+    truth = replace(base, device=replace(base.device, compute_efficiency=0.7, mem_efficiency=0.5, run_overhead=0.0))
     model = load_model("zb_1p5b")
     sched = registry.generate("zb-h1", 4, 8)
     ctx = Context(microbatch_size=2)
