@@ -78,7 +78,9 @@ class Decision:
     ``megatron``: the argument of Megatron-LM's training script, ``torchtitan``: the
     ``section.field`` of torchtitan's configuration that ``pipetab.plan.emit`` writes (the
     releases it targets: ``tests/data/torchtitan_fields.txt``), None where the framework has
-    none; ``needs``: when it applies."""
+    none; ``needs``: when it applies; ``example``: a valid value other than the default, as a
+    sweep file writes it (the tests of every decision use it: the sweep takes it, and a field
+    ``hardware.costs`` does not read leaves a stage's costs unchanged by it)."""
 
     name: str
     kind: type | str
@@ -99,6 +101,7 @@ class Decision:
     megatron: str | None = None
     torchtitan: str | None = None
     needs: Needs | None = None
+    example: object = None
 
     def __post_init__(self) -> None:
         defaults = {"label": self.name.replace("_", " "), "dest": self.name, "sweep": f"grid.cluster.{self.name}"}
@@ -149,80 +152,82 @@ _SPLITS = "(default: every value that splits the cluster)"
 DECISIONS: tuple[Decision, ...] = (
     _degree("tp", "tensor-parallel GPUs per schedule device (default 1)", "--tensor-model-parallel-size",
             "parallelism.tensor_parallel_degree", f"tensor-parallel GPUs to consider, e.g. 8 or 4,8 {_SPLITS}",
-            maximum=MAX_TP),
+            maximum=MAX_TP, example=[2]),
     _degree("dp", "data-parallel replicas of the pipeline (default 1)", None,
             "parallelism.data_parallel_replicate_degree",
-            f"data-parallel replicas to consider, e.g. 8 or 4,8 {_SPLITS}", maximum=MAX_GPUS),
+            f"data-parallel replicas to consider, e.g. 8 or 4,8 {_SPLITS}", maximum=MAX_GPUS, example=[4]),
     Decision("sequence_parallel", bool, "tensor parallelism without sequence parallelism (default: with, when "
              "TP > 1)", "--no-sequence-parallel", plan=Enumerate.PINNED,
              needs=Needs(lambda v: v["tp"] > 1, "--tp > 1", "tensor"),
-             megatron="--sequence-parallel", torchtitan="parallelism.enable_sequence_parallel"),
+             megatron="--sequence-parallel", torchtitan="parallelism.enable_sequence_parallel", example=False),
     Decision("zero", int, "ZeRO stage with data parallelism: 0 none, 1 optimizer state (default), 2 and gradients, "
              "3 and weights (FSDP)", "--zero", choices=(0, 1, 2, 3), plan=Enumerate.CHOICE,
              needs=Needs(lambda v: v["dp"] * v["cp"] > 1, "--dp > 1 or --cp > 1", "data"),
-             megatron="--use-distributed-optimizer", torchtitan="parallelism.data_parallel_shard_degree"),
+             megatron="--use-distributed-optimizer", torchtitan="parallelism.data_parallel_shard_degree", example=2),
     Decision("overlap", bool, "do not overlap the data-parallel gradient reduction with the last backward",
-             "--no-overlap", plan=Enumerate.PINNED, megatron="--overlap-grad-reduce",
+             "--no-overlap", plan=Enumerate.PINNED, megatron="--overlap-grad-reduce", example=False,
              needs=Needs(lambda v: v["dp"] > 1, "--dp > 1", "data")),
     Decision("overlap_p2p", bool, "pipeline sends block their sender until they are through, as Megatron-LM runs "
              "its send/receive pairs without --overlap-p2p-comm (default: a message only delays its receiver)",
-             "--no-overlap-p2p", plan=Enumerate.PINNED, megatron="--overlap-p2p-comm"),
+             "--no-overlap-p2p", plan=Enumerate.PINNED, megatron="--overlap-p2p-comm", example=False),
     Decision("microbatch_size", int, "sequences per microbatch (default: global batch / (dp x microbatches))",
              "--microbatch-size", maximum=MAX_MICROBATCH_SIZE, plan=Enumerate.CANDIDATES,
              plan_flag="--microbatch-sizes", space="microbatch_sizes",
              plan_help="sequences per microbatch to try, e.g. 1,2,4 (default: powers of two up to 32768 tokens)",
-             megatron="--micro-batch-size", torchtitan="parallelism.pipeline_parallel_microbatch_size"),
+             megatron="--micro-batch-size", torchtitan="parallelism.pipeline_parallel_microbatch_size", example=2),
     Decision("global_batch", int, "sequences per training step", "--global-batch", maximum=MAX_GLOBAL_BATCH,
-             commands=ALL_COMMANDS, megatron="--global-batch-size", torchtitan="training.global_batch_size"),
+             commands=ALL_COMMANDS, megatron="--global-batch-size", torchtitan="training.global_batch_size",
+             example=32),
     Decision("seq_len", int, "tokens per sequence (default: the model's)", "--seq", label="sequence length",
              dest="seq", maximum=MAX_SEQ, commands=ALL_COMMANDS, sweep="grid.cluster.seq",
-             megatron="--seq-length", torchtitan="training.seq_len"),
+             megatron="--seq-length", torchtitan="training.seq_len", example=2048),
     _degree("ep", "expert parallelism (MoE models): GPUs of a stage sharing the experts (default 1)",
             "--expert-model-parallel-size", "parallelism.expert_parallel_degree",
             "expert-parallel sizes to try for a MoE model, e.g. 8,16 (default: every divisor of the expert count "
-            "that divides a stage's GPUs)"),
+            "that divides a stage's GPUs)", example=[2]),
     _degree("etp", "expert tensor parallelism (MoE models): GPUs splitting each expert (default 1)",
             "--expert-tensor-parallel-size", None,
-            "expert tensor-parallel sizes to try for a MoE model (default 1)"),
+            "expert tensor-parallel sizes to try for a MoE model (default 1)", example=[2]),
     Decision("dispatch_precision", str, "element format of the expert-parallel dispatch (MoE models; default bf16)",
              "--dispatch", label="dispatch precision", choices=tuple(Precision),
-             plan=Enumerate.PINNED),
+             plan=Enumerate.PINNED, example="fp8"),
     Decision("routing_imbalance", float, "busiest EP rank's tokens / the mean, scaling expert compute and "
              "all-to-all (default 1.0; at most 1024, the EP degree at the most)", "--routing-imbalance", minimum=1.0,
-             maximum=MAX_IMBALANCE, plan=Enumerate.PINNED),
+             maximum=MAX_IMBALANCE, plan=Enumerate.PINNED, example=1.5),
     Decision("node_limit", int, "route each token to experts on at most this many nodes (DeepSeek-V3: 4; default "
-             "none)", "--node-limit", plan=Enumerate.PINNED),
+             "none)", "--node-limit", plan=Enumerate.PINNED, example=1),
     Decision("gemm_precision", str, "GEMM precision: fp8 runs the GEMMs at the GPU's fp8 peak with their input "
              "casts (a system with sm_count and fp8_peak_flops; default bf16)", "--gemm-precision",
              choices=tuple(Precision), plan=Enumerate.PINNED,
              plan_help="GEMMs in bf16 (default) or fp8 at the GPU's fp8 peak (systems priced by their kernels)",
-             megatron="--fp8-format"),
+             megatron="--fp8-format", example="fp8"),
     _degree("cp", "context-parallel GPUs per tensor rank, splitting each sequence (default 1)",
             "--context-parallel-size", "parallelism.context_parallel_degree",
             f"context-parallel GPUs to consider, e.g. 8 or 4,8 {_SPLITS[:-1]}; CP only for sequences of 16384 "
-            "tokens or more)"),
+            "tokens or more)", example=[2]),
     Decision("cp_comm", str, "context-parallel K/V exchange: p2p ring overlapped with attention (default) or "
              "allgather (Llama 3)", "--cp-comm", label="cp comm", choices=tuple(CpComm),
-             plan=Enumerate.PINNED, megatron="--cp-comm-type",
+             plan=Enumerate.PINNED, megatron="--cp-comm-type", example="allgather",
              needs=Needs(lambda v: v["cp"] > 1, "--cp > 1", "context")),
     Decision("reshard_after_forward", bool, "with --zero 3: keep the gathered weights from F to B (FSDP's "
              "reshard_after_forward=False)", "--no-reshard-after-forward", plan=Enumerate.PINNED,
-             torchtitan="parallelism.fsdp_reshard_after_forward",
+             torchtitan="parallelism.fsdp_reshard_after_forward", example=False,
              needs=Needs(lambda v: v["zero"] == 3, "--zero 3", "sharded data")),
     Decision("layout", "layout", "layers per stage as Megatron's pipeline_model_parallel_layout, e.g. "
              "'E|(t*8|)*4L' (E embedding, t layer, m MTP, L head and loss; default: even)", "--layout",
-             megatron="--pipeline-model-parallel-layout", torchtitan="parallelism.module_fqns_per_model_part"),
+             megatron="--pipeline-model-parallel-layout", torchtitan="parallelism.module_fqns_per_model_part",
+             example="E|(t*8|)*4L"),
     Decision("recompute_layers", "counts", "per stage, layers recomputed in full (Megatron's "
              "--recompute-num-layers), e.g. 4,2,0,0", "--recompute-layers", label="recompute layers",
-             megatron="--recompute-num-layers"),
+             megatron="--recompute-num-layers", example=[1, 0, 0, 0]),
     Decision("recompute_modules", "modules", "modules recomputed in the backward, Megatron's --recompute-modules "
              "(comma-separated among core_attn, layernorm, mla_up_proj, mlp, moe, moe_act, shared_experts; "
              "plan chooses them where a shape does not fit otherwise)", "--recompute-modules",
-             label="recompute modules", megatron="--recompute-modules"),
+             label="recompute modules", megatron="--recompute-modules", example=["moe_act"]),
     Decision("activation_precision", str, "precision GEMM inputs are kept in for the backward: fp8 caches them "
              "as Transformer Engine and DeepSeek-V3 do (with --gemm-precision fp8; default bf16; plan chooses it "
              "where a shape does not fit otherwise)", "--activation-precision", label="activation precision",
-             choices=tuple(Precision)),
+             choices=tuple(Precision), example="fp8"),
     Decision("offload_activations", float, "share of each stage's saved activations copied to host memory over "
              "the system's host link on a copy stream, after the forward and back before the backward (0 to 1; "
              "a system with a [host_link]; default 0): every activation's share in evaluate and view, those "
@@ -230,16 +235,17 @@ DECISIONS: tuple[Decision, ...] = (
              "--offload-activations", label="offload activations", minimum=0.0, maximum=1,
              plan=Enumerate.PINNED, plan_help="share of each stage's saved activations every shape offloads to "
              "host memory, 0 to 1 (default: plan offloads where a shape fits only so, on a system with a host link)",
-             megatron="--fine-grained-activation-offloading"),
+             megatron="--fine-grained-activation-offloading", example=0.5),
     # the schedule's devices (--stages of the run commands) and the recomputation (their
     # --recompute), declared by the commands beside the schedule and the model
     _degree("pp", "pipeline stages", "--pipeline-model-parallel-size", "parallelism.pipeline_parallel_degree",
-            f"pipeline stages to consider, e.g. 8 or 4,8 {_SPLITS}", commands=frozenset(), sweep="grid.stages"),
+            f"pipeline stages to consider, e.g. 8 or 4,8 {_SPLITS}", commands=frozenset(), sweep="grid.stages",
+            example=[4]),
     Decision("recompute", str, "activation recomputation assumed for activation memory (default none)",
              "--recompute", choices=tuple(Recompute), commands=frozenset(),
              plan=Enumerate.CANDIDATES, plan_help="recomputation options to try, e.g. none,full (default: all "
              "that apply)", sweep="run.recompute", megatron="--recompute-granularity",
-             torchtitan="activation_checkpoint.mode"),
+             torchtitan="activation_checkpoint.mode", example="full"),
 )
 DECISION = {d.name: d for d in DECISIONS}
 # the real-cluster options of the run commands, in the order a refusal reports them

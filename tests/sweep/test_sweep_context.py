@@ -13,13 +13,8 @@ from pipetab.hardware.decisions import DECISIONS
 from pipetab.sweep import expand, parse_config
 from pipetab.sweep.run import evaluate
 
-# one value per decision's key, as a sweep file writes it (written here, not taken from the declarations)
-SAMPLES = {"tp": [2], "dp": [2], "sequence_parallel": True, "zero": 2, "overlap": False, "microbatch_size": 1,
-           "global_batch": 32, "seq": 2048, "ep": [2], "etp": [1], "dispatch_precision": "fp8",
-           "routing_imbalance": 1.5, "node_limit": 1, "gemm_precision": "bf16", "cp": [1], "cp_comm": "allgather",
-           "reshard_after_forward": False, "layout": "E|(t*8|)*4L", "recompute_layers": [1, 0, 0, 0],
-           "recompute_modules": ["moe_act"], "activation_precision": "bf16", "overlap_p2p": False,
-           "offload_activations": 0.5}
+# one value per decision's key, as a sweep file writes it: each declaration's example
+SAMPLES = {d.sweep_key: d.example for d in DECISIONS}
 
 
 def moe_config(cluster: dict, **grid):
