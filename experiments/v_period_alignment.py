@@ -17,12 +17,14 @@ S activations holds 2S of them: over a period at most 2S x P stage-activation ti
 (Little's law). The delays lengthen device 0's sum by the whole path's delay, so the cap
 leaves (2S P - lifetime_sum) / (S - 1) ticks of delay per device step, about ``slack``.
 
-Without messages the cap leaves three times the delay the alignment needs (F:B = 1:2:
-6 ticks per step against 2). With c = 1 the two meet: 2 against 2 + 3/(S - 1) for 1:2
-(P = 6), 14 against 14 + 9/(S - 1) for 3:6 (P = 18), so over the whole path 3 or 9 ticks
-are left for the turns' own delays and for the peak above the mean. The load's period
-fits the cap with nothing to spare, which is why CP-SAT's probes of that period stay
-unknown at S >= 32 on issue 28's real-size set (docs/cpsat.md).
+All of it is counted in ticks of half a slot (F, B and c): a message of one slot is c = 2
+ticks (issue 44's fix; c = 1 is the half-length message priced before it). Without messages
+the cap leaves three times the delay the alignment needs (F:B = 1:2: 6 ticks per step against
+2). With c = 1 the two meet: 2 against 2 + 3/(S - 1) for 1:2 (P = 6), 14 against
+14 + 9/(S - 1) for 3:6 (P = 18). With c = 2, a message of one slot at its stated size, 1:2
+needs 4 and the cap leaves -2 + 3/(S - 1): no schedule at the load's period fits a cap of S
+at all (Little's law); 3:6 needs 10 against 10 + 9/(S - 1), so over the whole path 9 ticks
+are left for the turns' own delays and for the peak above the mean, as at c = 1.
 
 Run: python -m experiments.v_period_alignment
 """
@@ -84,11 +86,11 @@ def slack(S: int, f: int, b: int, c: int) -> float:
 
 
 def main() -> None:
-    print("F:B  c  least delay per step  slack per step at S = 16, 32, 64")
+    print("F:B  c (ticks)  least delay per step  slack per step at S = 16, 32, 64")
     for f, b in ((1, 2), (3, 6)):
-        for c in (0, 1):
+        for c in (0, 1, 2):
             room = ", ".join(f"{slack(S, f, b, c):.2f}" for S in (16, 32, 64))
-            print(f"{f}:{b}  {c}  {least_mean_delay(f, b, c):20.2f}  {room}")
+            print(f"{f}:{b}  {c:9}  {least_mean_delay(f, b, c):20.2f}  {room}")
 
 
 if __name__ == "__main__":

@@ -4,10 +4,14 @@ searched by pipetab's CP-SAT strategy, with its best schedule, makespan, proven 
 solve times and assumptions, and re-checked by the standalone ``check.py`` before it is
 written.
 
-Resumable: an instance whose file exists is skipped; ``--budget`` stops starting new ones
-after that many seconds of solving; ``--summary`` rewrites ``summary.csv`` from the files.
+Resumable: an instance whose file exists is skipped (``--redo``: solved again, and the file
+replaced where the new gap is no larger); ``--budget`` stops starting new ones after that many
+seconds of solving; ``--deterministic-time``: CP-SAT deterministic seconds per instance, the
+same work whatever the machine's load (the wall limit still holds); ``--summary`` rewrites
+``summary.csv`` from the files.
 
 Run: python -m experiments.instances.generate [--time-limit 60] [--budget 900] [--only NAME]
+     python -m experiments.instances.generate --only NAME --redo --deterministic-time 40 --time-limit 900
      python -m experiments.instances.generate --summary
 """
 
@@ -139,16 +143,17 @@ def instance_of(spec: Spec, problem: Problem) -> dict:
             "optimizer": opt, "allreduce": groups}
 
 
-def solve(spec: Spec, limit: float, workers: int) -> dict:
+def solve(spec: Spec, limit: float, workers: int, det: float | None = None) -> dict:
     problem = spec.build()
     inst = instance_of(spec, problem)
-    res = search(problem, CpSatConfig(time_limit_s=limit, workers=workers))
+    res = search(problem, CpSatConfig(time_limit_s=limit, workers=workers, deterministic_time=det))
     inst["assumptions"] = list(res.bound_assumptions)
     inst["result"] = {
         "status": str(res.status), "makespan": res.makespan, "lower_bound": res.lower_bound,
         "gap": None if res.gap is None else round(res.gap, 6), "solve_seconds": round(res.runtime_s, 3),
         "time_to_first_s": None if res.time_to_first_s is None else round(res.time_to_first_s, 3),
-        "time_limit_s": limit, "workers": workers, "ortools": ortools.__version__,
+        "time_limit_s": limit, **({"deterministic_time": det} if det is not None else {}),
+        "workers": workers, "ortools": ortools.__version__,
         "load_1min": round(os.getloadavg()[0], 2), "cores": os.cpu_count(),
     }
     if res.schedule is not None:
@@ -169,7 +174,8 @@ def summary(out: Path) -> int:
         rows.append({"name": inst["name"], "source": inst["source"].split(",")[0], "status": r["status"],
                      "makespan": r["makespan"], "lower_bound": r["lower_bound"], "gap": r["gap"],
                      "time_to_first_s": r["time_to_first_s"], "solve_seconds": r["solve_seconds"],
-                     "time_limit_s": r["time_limit_s"], "load_1min": r["load_1min"]})
+                     "time_limit_s": r["time_limit_s"], "deterministic_time": r.get("deterministic_time"),
+                     "load_1min": r["load_1min"]})
     with out.open("w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=list(rows[0]) if rows else ["name"])
         w.writeheader()
@@ -185,6 +191,10 @@ def main(argv=None) -> int:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--budget", type=float, default=None, help="start no instance after this many seconds")
     ap.add_argument("--only", default=None, help="the instance of this name alone")
+    ap.add_argument("--redo", action="store_true",
+                    help="solve instances whose file exists again; keep the new one where its gap is no larger")
+    ap.add_argument("--deterministic-time", type=float, default=None,
+                    help="CP-SAT deterministic seconds per instance (default: none, wall clock only)")
     ap.add_argument("--summary", action="store_true", help="rewrite summary.csv from the files and stop")
     args = ap.parse_args(argv)
     if args.summary:
@@ -192,18 +202,24 @@ def main(argv=None) -> int:
     todo = [s for s in specs() if args.only in (None, s.name)]
     if not todo:
         ap.error(f"--only: no instance named {args.only!r}")
+    if args.deterministic_time is not None and not args.deterministic_time > 0:
+        ap.error(f"--deterministic-time must be > 0 seconds, got {args.deterministic_time:g}")
     SET.mkdir(exist_ok=True)
     t0 = time.perf_counter()
     for spec in todo:
         path = SET / f"{spec.name.replace(':', '-')}.json"  # no colons: portable file names
-        if path.exists():
+        if path.exists() and not args.redo:
             continue
         if args.budget is not None and time.perf_counter() - t0 > args.budget:
             print(f"budget of {args.budget:g} s spent; run again to go on", flush=True)
             break
-        inst = solve(spec, args.time_limit, args.workers)
-        path.write_text(json.dumps(inst, separators=(",", ":")) + "\n")
+        inst = solve(spec, args.time_limit, args.workers, args.deterministic_time)
         r = inst["result"]
+        old = json.loads(path.read_text())["result"]["gap"] if path.exists() else None
+        if old is not None and (r["gap"] is None or r["gap"] > old):
+            print(spec.name, "kept the file: its gap", old, "is below the new", r["gap"], flush=True)
+            continue
+        path.write_text(json.dumps(inst, separators=(",", ":")) + "\n")
         print(spec.name, r["status"], r["makespan"], r["lower_bound"], r["solve_seconds"], flush=True)
     return summary(HERE / "summary.csv")
 

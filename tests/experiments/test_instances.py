@@ -106,3 +106,43 @@ def test_checker_imports_only_the_standard_library():
     names = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     names |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
     assert names <= {"json", "sys", "collections"}
+
+
+def test_redo_keeps_the_file_of_the_smaller_gap(tmp_path, monkeypatch):
+    """``--redo`` solves a stored instance again and replaces its file only where the new gap
+    is no larger; ``--deterministic-time`` reaches the solve (a stand-in here: no CP-SAT)."""
+    from experiments.instances import generate
+
+    name = specs()[0].name
+    path = tmp_path / "set" / f"{name.replace(':', '-')}.json"
+    path.parent.mkdir()
+    monkeypatch.setattr(generate, "SET", path.parent)
+    monkeypatch.setattr(generate, "HERE", tmp_path)
+    seen = []
+
+    def fake(gap):
+        def solve(spec, limit, workers, det=None):
+            seen.append(det)
+            return {"name": spec.name, "source": "s", "result": {
+                "status": "feasible", "makespan": 10, "lower_bound": 10 - 10 * gap, "gap": gap,
+                "time_to_first_s": 0.0, "solve_seconds": 1.0, "time_limit_s": limit, "load_1min": 0.0}}
+        return solve
+
+    path.write_text(json.dumps(fake(0.1)(specs()[0], 60.0, 2)))
+    seen.clear()
+    monkeypatch.setattr(generate, "solve", fake(0.2))
+    assert generate.main(["--only", name, "--redo", "--deterministic-time", "5"]) == 0
+    assert json.loads(path.read_text())["result"]["gap"] == 0.1 and seen == [5.0]
+    monkeypatch.setattr(generate, "solve", fake(0.1))
+    generate.main(["--only", name, "--redo"])
+    assert json.loads(path.read_text())["result"]["gap"] == 0.1 and seen == [5.0, None]
+    monkeypatch.setattr(generate, "solve", fake(0.0))
+    generate.main(["--only", name])  # without --redo a stored instance is skipped
+    assert json.loads(path.read_text())["result"]["gap"] == 0.1 and len(seen) == 2
+
+
+def test_deterministic_time_must_be_positive():
+    proc = subprocess.run([sys.executable, "-m", "experiments.instances.generate", "--deterministic-time", "0"],
+                          capture_output=True, text=True, cwd=CHECKER.parents[2])
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1].endswith("--deterministic-time must be > 0 seconds, got 0")

@@ -49,3 +49,17 @@ def test_lifetimes_equal_the_models_own_per_device_sum():
         _, held = per_microbatch_work(problem, problem.fixed_placement)
         # the closed form counts in ticks: a message of c slots is 2c ticks of half slots
         assert [2 * x for x in held[0]] == [lifetime_sum(S, f, b, 2 * c)] * S, (S, f, b, c)
+
+
+def test_a_message_at_its_stated_size():
+    """A message of one slot is 2 ticks of half a slot (issue 44): the alignment needs 4 ticks
+    per device step on 1:2 (Karp equals the brute force over two-step cycles), and a cap of S
+    cannot hold even the zero-delay lifetimes at the load's period: S = 16, P = 6, stage 0
+    lives 32 F + 30 messages x 2 + 64 of B + 30 x 2 = 216 ticks and stage 31 its F and B, 3:
+    219 against 2S x P = 192 stage-activation ticks, (192 - 219) / 15 = -1.8 per step."""
+    nodes = tilings(1, 2)
+    brute = min((step_cost(u, v, 1, 2, 2) + step_cost(v, u, 1, 2, 2)) / 2
+                for u, v in itertools.product(nodes, repeat=2))
+    assert brute == least_mean_delay(1, 2, 2) == 4.0
+    assert lifetime_sum(16, 1, 2, 2) == 219
+    assert slack(16, 1, 2, 2) == -1.8
