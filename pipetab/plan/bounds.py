@@ -197,6 +197,37 @@ class Bounds:
                 lambda s: self.costs(name, opts, shape, s), m, simulate, pp)
         return self.runs[key]
 
+    def _work(self, sched: Schedule, costs) -> tuple[list[float], float | None]:
+        """(each device's op time, the ops' compute summed over devices, None without
+        blocks) of the instance ``sched`` priced by ``costs``."""
+        from pipetab.solver.simulate import stage_kind_table
+
+        op_time = costs.op_time
+        durations = stage_kind_table(sched, lambda k, p, s: op_time.get((k, p, s), 0.0))[sched.codes]
+        busy = [float(durations[a:b].sum()) for a, b in itertools.pairwise(sched.offsets.tolist())]
+        if not sched.blocks:
+            return busy, None
+        # a block hides communication only: its time is at least its ops' compute
+        comm = stage_kind_table(sched, lambda k, p, s: sum(t for c, t in costs.chains.get((k, p, s), ()) if c))
+        return busy, float((durations - comm[sched.codes]).sum())
+
+    def cheap(self, name: str, opts: dict, shape: Context) -> float | None:
+        """A lower bound of the step time priced but not simulated (``quick``'s without its
+        short run, at most ``quick``'s): the busiest device's op time at ``m`` microbatches
+        (``m / n`` times the short instance's: each microbatch brings every device the same
+        ops) or, with blocks, the average device's compute at ``m`` microbatches (a device
+        runs its ops and blocks one after another and a block takes at least its ops'
+        compute, so the short step is at least the average compute of the short instance);
+        None when the generator refuses."""
+        sched = self.short(name, opts, shape.stages, shape.sizes.microbatches)
+        if sched is None:
+            return None
+        m, n = shape.sizes.microbatches, sched.num_microbatches
+        busy, compute = self._work(sched, self.costs(name, opts, shape, sched))
+        if compute is None:
+            return m * max(busy) / n
+        return (1 - 1e-9) * m * compute / (sched.num_devices * n)
+
     def quick(self, name: str, opts: dict, shape: Context) -> tuple[float, bool] | None:
         """(a lower bound of the step time, whether it is the step itself) from the short
         instance (``short``): the larger of its simulated step and the busiest device's op
@@ -205,7 +236,7 @@ class Bounds:
         their ops') the short step plus, for each further microbatch, the average work of a
         device per microbatch (tested for every registry generator with blocks); None
         when the generator refuses."""
-        from pipetab.solver.simulate import simulate, stage_kind_table
+        from pipetab.solver.simulate import simulate
 
         m = shape.sizes.microbatches
         sched = self.short(name, opts, shape.stages, m)
@@ -216,16 +247,12 @@ class Bounds:
             return None if run is None else (run.makespan, True)
         costs = self.costs(name, opts, shape, sched)
         step = simulate(sched, costs).makespan
-        op_time = costs.op_time
-        durations = stage_kind_table(sched, lambda k, p, s: op_time.get((k, p, s), 0.0))[sched.codes]
         n = sched.num_microbatches
-        if not sched.blocks:  # a device's ops take their durations: m / n times the short run's, busy
-            busiest = max(float(durations[a:b].sum()) for a, b in itertools.pairwise(sched.offsets.tolist()))
-            return max(step, m * busiest / n), False
-        # a block hides communication only: each further microbatch brings at least its ops' compute
-        comm = stage_kind_table(sched, lambda k, p, s: sum(t for c, t in costs.chains.get((k, p, s), ()) if c))
-        compute = durations - comm[sched.codes]
-        return step + (m - n) * float(compute.sum()) / (sched.num_devices * n), False
+        busy, compute = self._work(sched, costs)
+        if compute is None:  # a device's ops take their durations: m / n times the short run's, busy
+            return max(step, m * max(busy) / n), False
+        # each further microbatch brings at least its ops' compute
+        return step + (m - n) * compute / (sched.num_devices * n), False
 
     def time(self, name: str, opts: dict, shape: Context) -> float | None:
         """The step time of the candidate (``run``: exact, from a few periods when long): a

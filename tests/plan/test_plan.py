@@ -159,7 +159,10 @@ def test_bound_assumptions_hold_for_every_registry_schedule(name, opts):
         assert t_big >= busiest * (1 - 1e-12)
 
 
-def test_quick_bounds_are_at_most_the_step():
+def test_cheap_and_quick_bounds_are_at_most_the_step():
+    """``Bounds.cheap`` (priced, not simulated) <= ``Bounds.quick`` (a short run) <= the
+    step: a candidate enters the search with the first and is re-entered with the next."""
+    from pipetab.hardware import load_model
     from pipetab.plan.bounds import Bounds
     from pipetab.plan.space import shape
 
@@ -170,6 +173,19 @@ def test_quick_bounds_are_at_most_the_step():
             quick, run = bounds.quick(name, opts, ctx), bounds.run(name, opts, ctx)
             if run is not None:
                 assert quick[0] <= run.makespan * (1 + 1e-12), (name, opts, ctx.label)
+                assert bounds.cheap(name, opts, ctx) <= quick[0] * (1 + 1e-12), (name, opts, ctx.label)
+    # blocks (overlapped pairs, whose all-to-alls hide under compute): a mixture of experts
+    moe = PlanSpace(replace(load_model("mixtral_8x7b"), num_layers=16, seq_len=1024), cluster("H100", 2, 8), 256,
+                    cpsat_shapes=0)
+    bounds = Bounds(moe)
+    blocks = 0
+    for ctx in (shape(moe, 4, 1, 4, 1, "none", ep=4), shape(moe, 2, 2, 4, 1, "none", ep=2)):
+        for name, opts in moe.variants():
+            quick, run = bounds.quick(name, opts, ctx), bounds.run(name, opts, ctx)
+            if run is not None:
+                blocks += bool(run.schedule.blocks)
+                assert bounds.cheap(name, opts, ctx) <= quick[0] * (1 + 1e-12) <= run.makespan * (1 + 2e-12)
+    assert blocks > 0
 
 
 def test_order_peaks_is_the_simulators_memory():
