@@ -259,8 +259,20 @@ def test_the_certificate_never_claims_less_than_the_truth(memory, cpsat):
     assert truth >= cert.least_s * (1 - 1e-12)
     assert truth >= best.step_time_s * (1 - cert.gap) * (1 - 1e-12)
     assert all(c.step_time_s >= cert.least_s * (1 - 1e-12) for c in result.evaluated if c.fits)
+    # the closest candidate never simulated: its bound is below the true step of every
+    # candidate plan did not simulate, and at least #1's (so it does not move the gap)
+    done = {(c.label, c.shape) for c in result.evaluated}
+    unsimulated = [r[1] for r in brute_force(sp) if not r[0] and (r[2], r[3]) not in done]
+    if cert.unsimulated_s is not None:
+        assert cert.unsimulated_s >= best.step_time_s
+        assert all(t >= cert.unsimulated_s * (1 - 1e-12) for t in unsimulated)
+        assert f"{100 * (cert.unsimulated_s / best.step_time_s - 1):.2f} % slower" in cert.text()
     if not cpsat:
         assert cert.gap == 0 and truth == pytest.approx(best.step_time_s, rel=1e-12)
+        # no dead term: without a bound below #1 the text says nothing is faster, not "0.00 %"
+        assert cert.text().startswith("no configuration in the searched space is faster than #1")
+        assert "0.00 %" not in cert.text() and cert.cpsat_above == 0
     else:
         assert "CP-SAT" in cert.basis and 0 < cert.gap < 0.05
+        assert f"more than {100 * cert.gap:.2f} % faster" in cert.text()
         assert any("CP-SAT's bound on PP" in a for a in cert.assumes)
