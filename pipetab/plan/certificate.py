@@ -66,9 +66,8 @@ class Certificate:
             parts.append(f"the closest never simulated is bounded at {self.unsimulated_s:.6g} s, "
                          f"{100 * (self.unsimulated_s / self.best_s - 1):.2f} % slower")
         if self.cpsat_above:
-            parts.append(f"CP-SAT's lower bound on {'each of the ' if self.cpsat_above > 1 else 'the '}"
-                         f"{self.cpsat_above} shape{'s' if self.cpsat_above > 1 else ''} it searched is at least "
-                         "#1's step")
+            parts.append(f"CP-SAT's lower bound is at least #1's step on {self.cpsat_above} of the shapes it "
+                         "searched")
         return "; ".join(parts)
 
     def as_dict(self) -> dict:
@@ -103,7 +102,9 @@ def certify(shown: Sequence, simulated: Sequence, least_pruned: float,
                            "schedules' are outside the searched space")
             continue
         if lb < best:
-            terms.append((lb, f"CP-SAT's lower bound of the orders on {shape.label} recompute {shape.recompute}"))
+            techniques = " ".join(t.removeprefix("recompute=") for t in shape.memory_techniques)
+            terms.append((lb, f"CP-SAT's lower bound of the orders on {shape.label} recompute "
+                              f"{techniques or shape.recompute}"))  # as CP-SAT's own line names the shape
         else:
             above += 1
         if assumptions:

@@ -27,8 +27,8 @@ def test_bounds_at_or_above_number_one_are_stated_not_counted_as_a_gap():
     cert = certify([conf(10.0)], [conf(10.0)], float("inf"), [(SHAPE, 10.0, ()), (SHAPE, 11.0, ())])
     assert cert.gap == 0 and cert.unsimulated_s is None and cert.cpsat_above == 2
     assert cert.text() == ("no configuration in the searched space is faster than #1 (10 s): every other was "
-                           "simulated, or a lower bound of its step is at least #1's; CP-SAT's lower bound on each "
-                           "of the 2 shapes it searched is at least #1's step")
+                           "simulated, or a lower bound of its step is at least #1's; CP-SAT's lower bound is at "
+                           "least #1's step on 2 of the shapes it searched")
 
 
 def test_a_search_whose_invariants_fail_is_refused():
