@@ -41,7 +41,9 @@ class Bounds:
         self.deep: dict = {}  # (name, options, pp) -> more stages than layers
         self.params: dict = {}
         self.op_costs: dict = {}
+        self.op_times_: dict = {}  # ``op_times`` of structures not yet priced in full
         self.activations: dict = {}  # shape -> ``_layer_activation``
+        self.shorts: dict = {}  # (name, options, pp, m) -> ``short``
 
     def schedule(self, name: str, opts: dict, pp: int, m: int) -> Schedule | None:
         """The named schedule of ``pp`` devices and ``m`` microbatches, or None when the
@@ -65,7 +67,13 @@ class Bounds:
     def short(self, name: str, opts: dict, pp: int, m: int) -> Schedule | None:
         """A short instance of the run (its peaks are at most the run's): the largest of
         the first periodic samples (``periodic.sample_sizes``: the run simulates them too)
-        the generator accepts, else of ``small_microbatches``, else the run itself."""
+        the generator accepts, else of ``small_microbatches``, else the run itself; cached."""
+        key = (name, tuple(sorted(opts.items())), pp, m)
+        if key not in self.shorts:
+            self.shorts[key] = self._short(name, opts, pp, m)
+        return self.shorts[key]
+
+    def _short(self, name: str, opts: dict, pp: int, m: int) -> Schedule | None:
         try:
             if registry.num_ops(name, pp, m, **opts) is None:
                 return None
@@ -135,7 +143,8 @@ class Bounds:
             return None
         units = self.layer_units(sched, part / act if sched.split_backward else 1.0)
         params, experts = self._device_params(sched, shape)
-        return max(shape.persistent_bytes(model, n, e) + u * act for n, e, u in zip(params, experts, units))
+        persistent = {pe: shape.persistent_bytes(model, *pe) for pe in set(zip(params, experts))}  # few distinct
+        return max(persistent[pe] + u * act for pe, u in zip(zip(params, experts), units))
 
     def shape_time(self, shape: Context) -> float:
         """A lower bound of the step time of every schedule on ``shape``, the larger of
@@ -173,11 +182,16 @@ class Bounds:
 
         # schedules of one structure (placement, stage work, split backward) cost the same, and
         # shapes that differ in the global batch alone (priced without it) too
-        ctx = shape.replace(global_batch=None)
-        key = (sched.placement.stage2device, sched.stage_work, sched.split_backward, ctx)
+        key = self._costs_key(shape, sched)
         if key not in self.op_costs:
-            self.op_costs[key] = hardware_costs(sched, self.space.system, self.space.model, ctx)
+            self.op_costs[key] = hardware_costs(sched, self.space.system, self.space.model, key[-1])
+            self.op_times_.pop(key, None)
         return self.op_costs[key]
+
+    @staticmethod
+    def _costs_key(shape: Context, sched: Schedule) -> tuple:
+        return (sched.placement.stage2device, sched.stage_work, sched.split_backward,
+                shape.replace(global_batch=None))
 
     def run(self, name: str, opts: dict, shape: Context):
         """The candidate's run (``periodic.periodic_run``: its step time and peaks, from a
@@ -197,18 +211,30 @@ class Bounds:
                 lambda s: self.costs(name, opts, shape, s), m, simulate, pp)
         return self.runs[key]
 
-    def _work(self, sched: Schedule, costs) -> tuple[list[float], float | None]:
+    def op_times(self, name: str, opts: dict, shape: Context, sched: Schedule) -> tuple[dict, dict]:
+        """(op time, chains) of the candidate's ops as ``costs`` has them, from the stages
+        alone (``solver.pricing.hardware_op_times``); taken from ``costs`` once that is
+        priced; cached as ``costs``."""
+        from pipetab.solver.pricing import hardware_op_times
+
+        key = self._costs_key(shape, sched)
+        if key in self.op_costs:
+            return self.op_costs[key].op_time, self.op_costs[key].chains
+        if key not in self.op_times_:
+            self.op_times_[key] = hardware_op_times(sched, self.space.system, self.space.model, key[-1])
+        return self.op_times_[key]
+
+    def _work(self, sched: Schedule, op_time: dict, chains: dict) -> tuple[list[float], float | None]:
         """(each device's op time, the ops' compute summed over devices, None without
-        blocks) of the instance ``sched`` priced by ``costs``."""
+        blocks) of the instance ``sched`` priced by ``op_time`` and ``chains``."""
         from pipetab.solver.simulate import stage_kind_table
 
-        op_time = costs.op_time
         durations = stage_kind_table(sched, lambda k, p, s: op_time.get((k, p, s), 0.0))[sched.codes]
         busy = [float(durations[a:b].sum()) for a, b in itertools.pairwise(sched.offsets.tolist())]
         if not sched.blocks:
             return busy, None
         # a block hides communication only: its time is at least its ops' compute
-        comm = stage_kind_table(sched, lambda k, p, s: sum(t for c, t in costs.chains.get((k, p, s), ()) if c))
+        comm = stage_kind_table(sched, lambda k, p, s: sum(t for c, t in chains.get((k, p, s), ()) if c))
         return busy, float((durations - comm[sched.codes]).sum())
 
     def cheap(self, name: str, opts: dict, shape: Context) -> float | None:
@@ -223,7 +249,7 @@ class Bounds:
         if sched is None:
             return None
         m, n = shape.sizes.microbatches, sched.num_microbatches
-        busy, compute = self._work(sched, self.costs(name, opts, shape, sched))
+        busy, compute = self._work(sched, *self.op_times(name, opts, shape, sched))
         if compute is None:
             return m * max(busy) / n
         return (1 - 1e-9) * m * compute / (sched.num_devices * n)
@@ -248,7 +274,7 @@ class Bounds:
         costs = self.costs(name, opts, shape, sched)
         step = simulate(sched, costs).makespan
         n = sched.num_microbatches
-        busy, compute = self._work(sched, costs)
+        busy, compute = self._work(sched, costs.op_time, costs.chains)
         if compute is None:  # a device's ops take their durations: m / n times the short run's, busy
             return max(step, m * max(busy) / n), False
         # each further microbatch brings at least its ops' compute
