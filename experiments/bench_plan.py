@@ -7,6 +7,8 @@ counts, and the answer (best configuration, MFU, memory, layers per stage). Writ
     python -m experiments.bench_plan --scale    # issue 26's: 8B to 405B, 1 to 2,048 nodes
     python -m experiments.bench_plan --frontier --repeat 3 [--workers 2]   # issue 43's
 
+(the frontier run is copied to docs/bench/plan_frontier.csv, which docs/cluster.md quotes)
+
 Issue 26's targets: each ``--scale`` question at most 5 s on 2 cores; the 16,384-GPU plan
 (405B on 2,048 nodes) at most 3x the 32-GPU plan's time of the same model in the same run
 (``ratio_to_32_gpus``). The machine's load average is recorded with each row: the 2-core CI

@@ -28,3 +28,23 @@ def test_cluster_md_quotes_a_fresh_run_of_the_default_question():
     assert mfu == f"{100 * best.mfu:.1f}" and peak == f"{best.peak_memory_bytes / 2**30:.1f}"
     assert usable == f"{best.capacity_bytes / 2**30:.1f}"
     assert f"({best.step_time_s:.1f} s for the winner above" in text
+
+
+def test_cluster_md_frontier_table_is_the_benchmark_csv():
+    """docs/cluster.md's table of issue 43's questions is docs/bench/plan_frontier.csv: each
+    row's counts, and the least and largest CPU and wall seconds and load of its runs."""
+    import csv
+
+    rows = list(csv.DictReader((CLUSTER.parent / "bench" / "plan_frontier.csv").open()))
+    lines = [line for line in CLUSTER.read_text(encoding="utf-8").splitlines() if line.startswith("| ")]
+    for model in dict.fromkeys(r["model"] for r in rows):
+        runs = [r for r in rows if r["model"] == model]
+        assert len(runs) == 3 and all(r["load_avg_1min"] for r in runs)  # 3 runs each, load recorded
+        assert len({(r["candidates"], r["simulated"], r["best"], r["step_s"], r["certificate_pct"][:3])
+                    for r in runs}) == 1  # the same answer in every run
+        want = [runs[0]["candidates"], runs[0]["simulated"]] + [
+            f"{min(float(r[k]) for r in runs):g}\u2013{max(float(r[k]) for r in runs):g}"
+            for k in ("cpu_s", "wall_s", "load_avg_1min")]
+        row = [line for line in lines if f"| {want[0]} | {want[1]} |" in line]
+        assert len(row) == 1, f"docs/cluster.md has no frontier row for {model}"
+        assert [c.strip() for c in row[0].strip("|").split("|")][1:] == want, model
