@@ -241,7 +241,8 @@ class Bounds:
         """A lower bound of the step time priced but not simulated (``quick``'s without its
         short run, at most ``quick``'s): the busiest device's op time at ``m`` microbatches
         (``m / n`` times the short instance's: each microbatch brings every device the same
-        ops) or, with blocks, the average device's compute at ``m`` microbatches (a device
+        ops) between its head and tail (``_chain_ends``), or, with blocks, the average
+        device's compute at ``m`` microbatches (a device
         runs its ops and blocks one after another and a block takes at least its ops'
         compute, so the short step is at least the average compute of the short instance);
         None when the generator refuses."""
@@ -249,9 +250,11 @@ class Bounds:
         if sched is None:
             return None
         m, n = shape.sizes.microbatches, sched.num_microbatches
-        busy, compute = self._work(sched, *self.op_times(name, opts, shape, sched))
+        op_time, chains = self.op_times(name, opts, shape, sched)
+        busy, compute = self._work(sched, op_time, chains)
         if compute is None:
-            return m * max(busy) / n
+            head, tail = _chain_ends(sched, op_time)
+            return (1 - 1e-9) * max(h + m * b / n + t for h, b, t in zip(head, busy, tail))
         return (1 - 1e-9) * m * compute / (sched.num_devices * n)
 
     def quick(self, name: str, opts: dict, shape: Context) -> tuple[float, bool] | None:
@@ -285,3 +288,28 @@ class Bounds:
         bound that needs no more simulation; None when the generator refuses the run."""
         run = self.run(name, opts, shape)
         return None if run is None else run.makespan
+
+
+def _chain_ends(sched: Schedule, op_time: dict) -> tuple[list[float], list[float]]:
+    """Per device, (head, tail): time that must pass before its first op and after its last,
+    ignoring messages. Its first op is a forward (a backward follows its own forward on the
+    same device) of some stage ``s`` it holds, which waits for the forwards of stages
+    ``0 .. s-1`` of that pipeline; without a split backward its last op is a backward of a
+    stage ``s`` it holds, after which the backwards of stages ``s-1 .. 0`` of that microbatch
+    run (with one, a weight gradient can be last: no tail). The least over the stages it
+    holds. No blocks (overlapped pairs run a forward and a backward together)."""
+    from pipetab.schedules.ops import Kind
+
+    head = [float("inf")] * sched.num_devices
+    tail = [float("inf") if not sched.split_backward else 0.0] * sched.num_devices
+    for p, works in enumerate(sched.stage_work):
+        before_f = before_b = 0.0
+        for s in range(len(works)):
+            d = sched.placement.device(p, s)
+            head[d] = min(head[d], before_f)
+            if not sched.split_backward:
+                tail[d] = min(tail[d], before_b)
+            before_f += op_time.get((Kind.F, p, s), 0.0)
+            before_b += op_time.get((Kind.B, p, s), 0.0)
+    return [0.0 if h == float("inf") else h for h in head], [0.0 if t == float("inf") else t for t in tail]
+

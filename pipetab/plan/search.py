@@ -174,10 +174,11 @@ class _BestFirst:
                 self._open_batch(item, bound, -best[0] if len(best) >= self.space.top else float("inf"))
                 continue
             cand = item
-            if cand.level == CHEAP:  # its short run next: it enters again with that bound
+            if cand.level == CHEAP:  # its short run next: it enters again with the larger bound
                 quick = self.bounds.quick(cand.name, cand.opts, cand.shape)
                 if quick is not None:
-                    self._push(replace(cand, bound=quick[0], level=EXACT if quick[1] else QUICK))
+                    self._push(replace(cand, bound=quick[0] if quick[1] else max(quick[0], bound),
+                                       level=EXACT if quick[1] else QUICK))
                 continue
             if cand.level == QUICK:  # its run next: it enters again with its step time
                 step = self.bounds.time(cand.name, cand.opts, cand.shape)

@@ -160,8 +160,9 @@ def test_bound_assumptions_hold_for_every_registry_schedule(name, opts):
 
 
 def test_cheap_and_quick_bounds_are_at_most_the_step():
-    """``Bounds.cheap`` (priced, not simulated) <= ``Bounds.quick`` (a short run) <= the
-    step: a candidate enters the search with the first and is re-entered with the next."""
+    """``Bounds.cheap`` (priced, not simulated) and ``Bounds.quick`` (a short run) are at
+    most the step: a candidate enters the search with the first and is re-entered with the
+    larger of the two, then with its step."""
     from pipetab.hardware import load_model
     from pipetab.plan.bounds import Bounds
     from pipetab.plan.space import shape
@@ -173,7 +174,7 @@ def test_cheap_and_quick_bounds_are_at_most_the_step():
             quick, run = bounds.quick(name, opts, ctx), bounds.run(name, opts, ctx)
             if run is not None:
                 assert quick[0] <= run.makespan * (1 + 1e-12), (name, opts, ctx.label)
-                assert bounds.cheap(name, opts, ctx) <= quick[0] * (1 + 1e-12), (name, opts, ctx.label)
+                assert bounds.cheap(name, opts, ctx) <= run.makespan * (1 + 1e-12), (name, opts, ctx.label)
     # blocks (overlapped pairs, whose all-to-alls hide under compute): a mixture of experts
     moe = PlanSpace(replace(load_model("mixtral_8x7b"), num_layers=16, seq_len=1024), cluster("H100", 2, 8), 256,
                     cpsat_shapes=0)
@@ -184,7 +185,7 @@ def test_cheap_and_quick_bounds_are_at_most_the_step():
             quick, run = bounds.quick(name, opts, ctx), bounds.run(name, opts, ctx)
             if run is not None:
                 blocks += bool(run.schedule.blocks)
-                assert bounds.cheap(name, opts, ctx) <= quick[0] * (1 + 1e-12) <= run.makespan * (1 + 2e-12)
+                assert max(bounds.cheap(name, opts, ctx), quick[0]) <= run.makespan * (1 + 1e-12)
     assert blocks > 0
 
 
