@@ -241,10 +241,10 @@ class Bounds:
         """A lower bound of the step time priced but not simulated (``quick``'s without its
         short run, at most ``quick``'s): the busiest device's op time at ``m`` microbatches
         (``m / n`` times the short instance's: each microbatch brings every device the same
-        ops) between its head and tail (``_chain_ends``), or, with blocks, the average
-        device's compute at ``m`` microbatches (a device
-        runs its ops and blocks one after another and a block takes at least its ops'
-        compute, so the short step is at least the average compute of the short instance);
+        ops) between its head and tail (``_chain_ends``); with blocks the same in the ops'
+        compute alone (a device runs its ops and blocks one after another and a block takes
+        at least its ops' compute; a device's first op is a lone forward and, without a split
+        backward, its last a lone backward, so head and tail hold too);
         None when the generator refuses."""
         sched = self.short(name, opts, shape.stages, shape.sizes.microbatches)
         if sched is None:
@@ -252,10 +252,11 @@ class Bounds:
         m, n = shape.sizes.microbatches, sched.num_microbatches
         op_time, chains = self.op_times(name, opts, shape, sched)
         busy, compute = self._work(sched, op_time, chains)
-        if compute is None:
-            head, tail = _chain_ends(sched, op_time)
-            return (1 - 1e-9) * max(h + m * b / n + t for h, b, t in zip(head, busy, tail))
-        return (1 - 1e-9) * m * compute / (sched.num_devices * n)
+        if compute is not None:  # a block takes at least its ops' compute: count compute only
+            op_time = {key: t - sum(c for is_comm, c in chains.get(key, ()) if is_comm) for key, t in op_time.items()}
+            busy, _ = self._work(sched, op_time, {})
+        head, tail = _chain_ends(sched, op_time)
+        return (1 - 1e-9) * max(h + m * b / n + t for h, b, t in zip(head, busy, tail))
 
     def quick(self, name: str, opts: dict, shape: Context) -> tuple[float, bool] | None:
         """(a lower bound of the step time, whether it is the step itself) from the short
@@ -297,7 +298,7 @@ def _chain_ends(sched: Schedule, op_time: dict) -> tuple[list[float], list[float
     ``0 .. s-1`` of that pipeline; without a split backward its last op is a backward of a
     stage ``s`` it holds, after which the backwards of stages ``s-1 .. 0`` of that microbatch
     run (with one, a weight gradient can be last: no tail). The least over the stages it
-    holds. No blocks (overlapped pairs run a forward and a backward together)."""
+    holds. With blocks give ``op_time`` the ops' compute alone (a block takes at least that)."""
     from pipetab.schedules.ops import Kind
 
     head = [float("inf")] * sched.num_devices
