@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=1, help="runs per question (default 1)")
     ap.add_argument("--frontier", action="store_true",
                     help="issue 43's questions: Llama 3 405B on 16,384 H100, Qwen3-235B on 256 H100, DeepSeek-V3 "
-                         "on 2,048 H800 (minutes on 2 cores: the MoE ones take about a minute each)")
+                         "on 2,048 H800 (together about half a minute on 2 cores; docs/bench/plan_frontier.csv)")
     ap.add_argument("--only", type=int, default=None, help="with --frontier: only the first N questions")
     ap.add_argument("--workers", type=int, default=1, help="a local process pool of this many workers (default 1: "
                                                            "in this process)")
