@@ -7,6 +7,8 @@ counts, and the answer (best configuration, MFU, memory, layers per stage). Writ
     python -m experiments.bench_plan --scale    # issue 26's: 8B to 405B, 1 to 2,048 nodes
     python -m experiments.bench_plan --frontier --repeat 3 [--workers 2]   # issue 43's
 
+(the frontier run is copied to docs/bench/plan_frontier.csv, which docs/cluster.md quotes)
+
 Issue 26's targets: each ``--scale`` question at most 5 s on 2 cores; the 16,384-GPU plan
 (405B on 2,048 nodes) at most 3x the 32-GPU plan's time of the same model in the same run
 (``ratio_to_32_gpus``). The machine's load average is recorded with each row: the 2-core CI
@@ -95,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=1, help="runs per question (default 1)")
     ap.add_argument("--frontier", action="store_true",
                     help="issue 43's questions: Llama 3 405B on 16,384 H100, Qwen3-235B on 256 H100, DeepSeek-V3 "
-                         "on 2,048 H800 (minutes on 2 cores: the MoE ones take about a minute each)")
+                         "on 2,048 H800 (together about half a minute on 2 cores; docs/bench/plan_frontier.csv)")
     ap.add_argument("--only", type=int, default=None, help="with --frontier: only the first N questions")
     ap.add_argument("--workers", type=int, default=1, help="a local process pool of this many workers (default 1: "
                                                            "in this process)")

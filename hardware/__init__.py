@@ -57,7 +57,7 @@ from .loaders import (
 )
 from .model import TransformerModel, partition
 from .parallel import Topology
-from .pipeline import AllReduce, ScheduleCosts, schedule_costs
+from .pipeline import AllReduce, ScheduleCosts, schedule_costs, stage_costs_of
 from .profile import Profile, StageProfile, load_profile, profile_to_toml
 from .system import Device, HostLink, Link, System
 
@@ -104,6 +104,7 @@ __all__ = [
     "ring_allreduce_time",
     "schedule_costs",
     "stage_cost",
+    "stage_costs_of",
     "system_from_file",
     "system_to_toml",
     "weight_memory_bytes_per_layer",

@@ -276,7 +276,19 @@ def stage_cost(model: TransformerModel, device: Device, ctx: Context, layers: in
         raise ValueError("give a stage's links either as links or one by one, not both")
     spec = StageSpec(layers, first, last, 0 if model.one_layer_kind else first_layer, split_backward)
     cost = _stage_cost(model, device, ctx, spec, links)
-    return cost if cost.first_layer == first_layer else replace(cost, first_layer=first_layer)
+    if cost.first_layer == first_layer:
+        return cost
+    # the same cost at another first layer (one layer kind): kept beside the cost it copies, so
+    # the key's id cannot be reused while the entry lives
+    kept = _AT_LAYER.get((id(cost), first_layer))
+    if kept is None or kept[0] is not cost:
+        if len(_AT_LAYER) > 65536:
+            _AT_LAYER.clear()
+        kept = _AT_LAYER[(id(cost), first_layer)] = (cost, replace(cost, first_layer=first_layer))
+    return kept[1]
+
+
+_AT_LAYER: dict[tuple[int, int], tuple[StageCost, StageCost]] = {}
 
 
 def _check_stage(model: TransformerModel, ctx: Context, layers: int, links: StageLinks) -> None:

@@ -67,7 +67,7 @@ class DeviceLinks:
         t = self.topology
         if t.system.fabric is None:
             return t.dp_link(device)
-        groups = [t.fabric_group(t.dp_group(device, i)) for i in range(t.context.tp)]
+        groups = t.dp_groups(device)
         return max(groups, key=lambda g: g.time(1e9) if isinstance(g, FabricGroup) else 0.0)
 
 

@@ -227,10 +227,27 @@ class Topology:
         self.system.check_devices(max(gpus) + 1)
         return FabricGroup(placement(gpus, node), fabric, intra, self.system.default_link)
 
+    def dp_groups(self, pp_rank: int = 0) -> tuple[FabricGroup | Link | None, ...]:
+        """``fabric_group`` of each of device ``pp_rank``'s data-parallel groups (one per
+        tensor rank); with a period the same for every device whose first GPU has the same
+        residue modulo it (a group's ``placement`` and ring link do not change when it moves
+        by whole nodes), so kept per cluster like the links."""
+        c = self.context
+        if self.period is None:
+            return tuple(self.fabric_group(self.dp_group(pp_rank, i)) for i in range(c.tp))
+        key = (self.system, c.tp, c.cp, c.dp, c.tp * c.cp * c.dp * pp_rank % self.period)
+        if key not in _CLUSTER_GROUPS:
+            if len(_CLUSTER_GROUPS) > 4096:
+                _CLUSTER_GROUPS.clear()
+            _CLUSTER_GROUPS[key] = tuple(self.fabric_group(self.dp_group(pp_rank, i)) for i in range(c.tp))
+        return _CLUSTER_GROUPS[key]
+
     def dp_collective(self, nbytes: float, pp_rank: int = 0, steps: int = 2) -> float:
         """The slowest over tensor ranks of ``collective`` on device ``pp_rank``'s
         data-parallel groups (the ``dp x cp`` GPUs holding the same weights)."""
-        return max(self.collective(self.dp_group(pp_rank, i), nbytes, steps) for i in range(self.context.tp))
+        members = self.context.dp * self.context.cp
+        return max(g.time(nbytes, steps) if isinstance(g, FabricGroup) else ring_time(nbytes, members, g, steps)
+                   for g in self.dp_groups(pp_rank))
 
     @cached_property
     def pipeline_system(self) -> System:
@@ -258,6 +275,7 @@ def _pipeline_system(system: System, tp: int, dp: int, sequence_parallel: bool, 
 
 
 _CLUSTER_LINKS: dict[tuple, Link | None] = {}  # (system, tp, cp, dp, kind, residue) -> link
+_CLUSTER_GROUPS: dict[tuple, tuple] = {}  # (system, tp, cp, dp, residue) -> ``Topology.dp_groups``
 
 
 def _slowest(links: Sequence[Link | None]) -> Link | None:

@@ -332,6 +332,33 @@ def _blocking_sends(schedule: Schedule, system: System, p: int, s: int, cost: St
                    bwd_message_bytes=0 if backward else cost.bwd_message_bytes)
 
 
+def _priced_stages(schedule: Schedule, system: System, model: TransformerModel, context: Context):
+    """(context resolved, model applied, topology, stage parts, ``StageCost`` of every
+    stage) of ``schedule_costs``."""
+    ctx = context.resolved(model, schedule.num_microbatches)
+    model = ctx.apply(model)
+    ctx.check_experts(model)
+    ctx.check_sequence(model)
+    if ctx.recompute_layers is not None and len(ctx.recompute_layers) != schedule.num_stages(0):
+        raise ValueError(f"recompute layers name {len(ctx.recompute_layers)} stages, the schedule has "
+                         f"{schedule.num_stages(0)}")
+    topology = Topology(system, ctx, schedule.num_devices)
+    parts = stage_parts(schedule, model, ctx)
+    for s, (r, (_, n, _, _)) in enumerate(zip(ctx.recompute_layers or (), parts[0])):
+        if r > n:
+            raise ValueError(f"recompute layers: stage {s} holds {n} layers, so at most {n} can recompute, got {r}")
+    return ctx, model, topology, parts, _stage_costs(schedule, system, model, ctx, parts, DeviceLinks(topology, model),
+                                                       topology.pipeline_system)
+
+
+def stage_costs_of(schedule: Schedule, system: System, model: TransformerModel,
+                   context: Context = Context()) -> tuple[tuple[StageCost, ...], ...]:
+    """The ``StageCost`` of every stage of ``schedule`` (per pipeline), as ``schedule_costs``
+    prices them, without the devices' tails, memory and replica reductions: what an op's
+    time reads."""
+    return tuple(_priced_stages(schedule, system, model, context)[4])
+
+
 def schedule_costs(schedule: Schedule, system: System, model: TransformerModel,
                    context: Context = Context()) -> ScheduleCosts:
     """Cost every stage of ``schedule`` on ``system`` for ``model`` in the run ``context``.
@@ -345,20 +372,8 @@ def schedule_costs(schedule: Schedule, system: System, model: TransformerModel,
     ``global_batch / (dp * num_microbatches)`` sequences). Model parts held by stages of
     several pipelines (Chimera) are replicas and get a gradient all-reduce.
     """
-    ctx = context.resolved(model, schedule.num_microbatches)
-    model = ctx.apply(model)
-    ctx.check_experts(model)
-    ctx.check_sequence(model)
-    if ctx.recompute_layers is not None and len(ctx.recompute_layers) != schedule.num_stages(0):
-        raise ValueError(f"recompute layers name {len(ctx.recompute_layers)} stages, the schedule has "
-                         f"{schedule.num_stages(0)}")
-    topology = Topology(system, ctx, schedule.num_devices)
+    ctx, model, topology, parts, stages = _priced_stages(schedule, system, model, context)
     stage2device = schedule.placement.stage2device
-    parts = stage_parts(schedule, model, ctx)
-    for s, (r, (_, n, _, _)) in enumerate(zip(ctx.recompute_layers or (), parts[0])):
-        if r > n:
-            raise ValueError(f"recompute layers: stage {s} holds {n} layers, so at most {n} can recompute, got {r}")
-    stages = _stage_costs(schedule, system, model, ctx, parts, DeviceLinks(topology, model), topology.pipeline_system)
     n = schedule.num_devices
     params, experts = [0] * n, [0] * n
     held: list[list[StageCost]] = [[] for _ in range(n)]

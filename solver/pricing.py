@@ -177,15 +177,11 @@ def hardware_costs(schedule: Schedule, system, model, context: Context | None = 
 
     system, model, ctx = check_hardware(system, model, schedule.num_devices, schedule.num_microbatches, context)
     sc = schedule_costs(schedule, system, model, ctx)
-    op_time, message, activation, weight_memory, chains = {}, {}, {}, {}, {}
+    op_time, chains = _op_tables(sc.stages, schedule.split_backward)
+    message, activation, weight_memory = {}, {}, {}
     for p, row in enumerate(sc.stages):
         for s, cost in enumerate(row):
-            for kind, chain in (cost.chains or {}).items():
-                chains[(kind, p, s)] = chain
-            op_time[(Kind.F, p, s)] = cost.forward_s
-            op_time[(Kind.B, p, s)] = cost.backward_s
             if schedule.split_backward:
-                op_time[(Kind.W, p, s)] = cost.weight_s
                 weight_memory[(p, s)] = cost.weight_memory_bytes
             message[(Kind.F, p, s)] = cost.fwd_message_bytes
             message[(Kind.B, p, s)] = cost.bwd_message_bytes
@@ -208,6 +204,29 @@ def hardware_costs(schedule: Schedule, system, model, context: Context | None = 
         offload_fraction=ctx.offload_activations,
         host_link=system.host_link,
     )
+
+
+def _op_tables(stages, split_backward: bool) -> tuple[dict, dict]:
+    """(op time, chains) per (kind, pipeline, stage) of the stages' ``StageCost``."""
+    op_time, chains = {}, {}
+    for p, row in enumerate(stages):
+        for s, cost in enumerate(row):
+            for kind, chain in (cost.chains or {}).items():
+                chains[(kind, p, s)] = chain
+            op_time[(Kind.F, p, s)] = cost.forward_s
+            op_time[(Kind.B, p, s)] = cost.backward_s
+            if split_backward:
+                op_time[(Kind.W, p, s)] = cost.weight_s
+    return op_time, chains
+
+
+def hardware_op_times(schedule: Schedule, system, model, context: Context | None = None) -> tuple[dict, dict]:
+    """(``Costs.op_time``, ``Costs.chains``) of ``hardware_costs`` alone: the stages priced,
+    not the devices' tails, memory or replica reductions (what a bound on op times needs)."""
+    from pipetab.hardware import stage_costs_of
+
+    system, model, ctx = check_hardware(system, model, schedule.num_devices, schedule.num_microbatches, context)
+    return _op_tables(stage_costs_of(schedule, system, model, ctx), schedule.split_backward)
 
 
 def profile_costs(schedule: Schedule, profile, contention: bool = False) -> Costs:

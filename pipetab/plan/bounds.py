@@ -41,7 +41,9 @@ class Bounds:
         self.deep: dict = {}  # (name, options, pp) -> more stages than layers
         self.params: dict = {}
         self.op_costs: dict = {}
+        self.op_times_: dict = {}  # ``op_times`` of structures not yet priced in full
         self.activations: dict = {}  # shape -> ``_layer_activation``
+        self.shorts: dict = {}  # (name, options, pp, m) -> ``short``
 
     def schedule(self, name: str, opts: dict, pp: int, m: int) -> Schedule | None:
         """The named schedule of ``pp`` devices and ``m`` microbatches, or None when the
@@ -65,7 +67,13 @@ class Bounds:
     def short(self, name: str, opts: dict, pp: int, m: int) -> Schedule | None:
         """A short instance of the run (its peaks are at most the run's): the largest of
         the first periodic samples (``periodic.sample_sizes``: the run simulates them too)
-        the generator accepts, else of ``small_microbatches``, else the run itself."""
+        the generator accepts, else of ``small_microbatches``, else the run itself; cached."""
+        key = (name, tuple(sorted(opts.items())), pp, m)
+        if key not in self.shorts:
+            self.shorts[key] = self._short(name, opts, pp, m)
+        return self.shorts[key]
+
+    def _short(self, name: str, opts: dict, pp: int, m: int) -> Schedule | None:
         try:
             if registry.num_ops(name, pp, m, **opts) is None:
                 return None
@@ -136,8 +144,8 @@ class Bounds:
         units = self.layer_units(sched, part / act if sched.split_backward else 1.0)
         params, experts = self._device_params(sched, shape)
         f = shape.offload_activations  # offloaded: the running forward's whole, the others' share left
-        return max(shape.persistent_bytes(model, n, e) + ((1 - f) * u + f * min(u, 1.0)) * act
-                   for n, e, u in zip(params, experts, units))
+        persistent = {pe: shape.persistent_bytes(model, *pe) for pe in set(zip(params, experts))}  # few distinct
+        return max(persistent[pe] + ((1 - f) * u + f * min(u, 1.0)) * act for pe, u in zip(zip(params, experts), units))
 
     @staticmethod
     def blocked(sched: Schedule, shape: Context) -> bool:
@@ -181,11 +189,16 @@ class Bounds:
 
         # schedules of one structure (placement, stage work, split backward) cost the same, and
         # shapes that differ in the global batch alone (priced without it) too
-        ctx = shape.replace(global_batch=None)
-        key = (sched.placement.stage2device, sched.stage_work, sched.split_backward, ctx)
+        key = self._costs_key(shape, sched)
         if key not in self.op_costs:
-            self.op_costs[key] = hardware_costs(sched, self.space.system, self.space.model, ctx)
+            self.op_costs[key] = hardware_costs(sched, self.space.system, self.space.model, key[-1])
+            self.op_times_.pop(key, None)
         return self.op_costs[key]
+
+    @staticmethod
+    def _costs_key(shape: Context, sched: Schedule) -> tuple:
+        return (sched.placement.stage2device, sched.stage_work, sched.split_backward,
+                shape.replace(global_batch=None))
 
     def run(self, name: str, opts: dict, shape: Context):
         """The candidate's run (``periodic.periodic_run``: its step time and peaks, from a
@@ -209,6 +222,53 @@ class Bounds:
                 lambda s: self.costs(name, opts, shape, s), m, simulated, pp)
         return self.runs[key]
 
+    def op_times(self, name: str, opts: dict, shape: Context, sched: Schedule) -> tuple[dict, dict]:
+        """(op time, chains) of the candidate's ops as ``costs`` has them, from the stages
+        alone (``solver.pricing.hardware_op_times``); taken from ``costs`` once that is
+        priced; cached as ``costs``."""
+        from pipetab.solver.pricing import hardware_op_times
+
+        key = self._costs_key(shape, sched)
+        if key in self.op_costs:
+            return self.op_costs[key].op_time, self.op_costs[key].chains
+        if key not in self.op_times_:
+            self.op_times_[key] = hardware_op_times(sched, self.space.system, self.space.model, key[-1])
+        return self.op_times_[key]
+
+    def _work(self, sched: Schedule, op_time: dict, chains: dict) -> tuple[list[float], float | None]:
+        """(each device's op time, the ops' compute summed over devices, None without
+        blocks) of the instance ``sched`` priced by ``op_time`` and ``chains``."""
+        from pipetab.solver.simulate import stage_kind_table
+
+        durations = stage_kind_table(sched, lambda k, p, s: op_time.get((k, p, s), 0.0))[sched.codes]
+        busy = [float(durations[a:b].sum()) for a, b in itertools.pairwise(sched.offsets.tolist())]
+        if not sched.blocks:
+            return busy, None
+        # a block hides communication only: its time is at least its ops' compute
+        comm = stage_kind_table(sched, lambda k, p, s: sum(t for c, t in chains.get((k, p, s), ()) if c))
+        return busy, float((durations - comm[sched.codes]).sum())
+
+    def cheap(self, name: str, opts: dict, shape: Context) -> float | None:
+        """A lower bound of the step time priced but not simulated (``quick``'s without its
+        short run, at most ``quick``'s): the busiest device's op time at ``m`` microbatches
+        (``m / n`` times the short instance's: each microbatch brings every device the same
+        ops) between its head and tail (``_chain_ends``); with blocks the same in the ops'
+        compute alone (a device runs its ops and blocks one after another and a block takes
+        at least its ops' compute; a device's first op is a lone forward and, without a split
+        backward, its last a lone backward, so head and tail hold too);
+        None when the generator refuses."""
+        sched = self.short(name, opts, shape.stages, shape.sizes.microbatches)
+        if sched is None:
+            return None
+        m, n = shape.sizes.microbatches, sched.num_microbatches
+        op_time, chains = self.op_times(name, opts, shape, sched)
+        busy, compute = self._work(sched, op_time, chains)
+        if compute is not None:  # a block takes at least its ops' compute: count compute only
+            op_time = {key: t - sum(c for is_comm, c in chains.get(key, ()) if is_comm) for key, t in op_time.items()}
+            busy, _ = self._work(sched, op_time, {})
+        head, tail = _chain_ends(sched, op_time)
+        return (1 - 1e-9) * max(h + m * b / n + t for h, b, t in zip(head, busy, tail))
+
     def quick(self, name: str, opts: dict, shape: Context) -> tuple[float, bool] | None:
         """(a lower bound of the step time, whether it is the step itself) from the short
         instance (``short``): the larger of its simulated step and the busiest device's op
@@ -218,7 +278,6 @@ class Bounds:
         device per microbatch (tested for every registry generator with blocks); None
         when the generator refuses."""
         from pipetab.solver.offload import simulated
-        from pipetab.solver.simulate import stage_kind_table
 
         m = shape.sizes.microbatches
         sched = self.short(name, opts, shape.stages, m)
@@ -229,19 +288,40 @@ class Bounds:
             return None if run is None else (run.makespan, True)
         costs = self.costs(name, opts, shape, sched)
         step = simulated(sched, costs).makespan
-        op_time = costs.op_time
-        durations = stage_kind_table(sched, lambda k, p, s: op_time.get((k, p, s), 0.0))[sched.codes]
         n = sched.num_microbatches
-        if not sched.blocks:  # a device's ops take their durations: m / n times the short run's, busy
-            busiest = max(float(durations[a:b].sum()) for a, b in itertools.pairwise(sched.offsets.tolist()))
-            return max(step, m * busiest / n), False
-        # a block hides communication only: each further microbatch brings at least its ops' compute
-        comm = stage_kind_table(sched, lambda k, p, s: sum(t for c, t in costs.chains.get((k, p, s), ()) if c))
-        compute = durations - comm[sched.codes]
-        return step + (m - n) * float(compute.sum()) / (sched.num_devices * n), False
+        busy, compute = self._work(sched, costs.op_time, costs.chains)
+        if compute is None:  # a device's ops take their durations: m / n times the short run's, busy
+            return max(step, m * max(busy) / n), False
+        # each further microbatch brings at least its ops' compute
+        return step + (m - n) * compute / (sched.num_devices * n), False
 
     def time(self, name: str, opts: dict, shape: Context) -> float | None:
         """The step time of the candidate (``run``: exact, from a few periods when long): a
         bound that needs no more simulation; None when the generator refuses the run."""
         run = self.run(name, opts, shape)
         return None if run is None else run.makespan
+
+
+def _chain_ends(sched: Schedule, op_time: dict) -> tuple[list[float], list[float]]:
+    """Per device, (head, tail): time that must pass before its first op and after its last,
+    ignoring messages. Its first op is a forward (a backward follows its own forward on the
+    same device) of some stage ``s`` it holds, which waits for the forwards of stages
+    ``0 .. s-1`` of that pipeline; without a split backward its last op is a backward of a
+    stage ``s`` it holds, after which the backwards of stages ``s-1 .. 0`` of that microbatch
+    run (with one, a weight gradient can be last: no tail). The least over the stages it
+    holds. With blocks give ``op_time`` the ops' compute alone (a block takes at least that)."""
+    from pipetab.schedules.ops import Kind
+
+    head = [float("inf")] * sched.num_devices
+    tail = [float("inf") if not sched.split_backward else 0.0] * sched.num_devices
+    for p, works in enumerate(sched.stage_work):
+        before_f = before_b = 0.0
+        for s in range(len(works)):
+            d = sched.placement.device(p, s)
+            head[d] = min(head[d], before_f)
+            if not sched.split_backward:
+                tail[d] = min(tail[d], before_b)
+            before_f += op_time.get((Kind.F, p, s), 0.0)
+            before_b += op_time.get((Kind.B, p, s), 0.0)
+    return [0.0 if h == float("inf") else h for h in head], [0.0 if t == float("inf") else t for t in tail]
+

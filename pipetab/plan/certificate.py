@@ -8,7 +8,7 @@ and backward split. A lower bound of each configuration in it that may fit the m
 
 * a simulated candidate or refinement: its simulated step time (exact);
 * a candidate the search never took out of its queue (``cannot beat those shown``): the
-  bound it waits with (``Bounds.shape_time``, ``Bounds.quick`` or its exact step), which
+  bound it waits with (``Bounds.shape_time``, ``Bounds.cheap``, ``Bounds.quick`` or its exact step), which
   is at least the ``top``-th best step, so at least #1's;
 * an order on a shape CP-SAT searched: CP-SAT's proven lower bound there, under the
   assumptions it names;
@@ -38,22 +38,42 @@ ASSUMES = ("op times and messages as the simulator prices them (the same costs f
 class Certificate:
     """No configuration of the searched space (module docstring) is more than ``gap``
     (a fraction) faster than #1: ``least_s`` is the least lower bound of a step time in
-    it, set by ``basis``; ``assumes``: what those bounds take as given."""
+    it, set by ``basis``; ``assumes``: what those bounds take as given. ``gap`` is 0 unless
+    a bound below #1's step exists (CP-SAT's, on a shape it searched): the text then states
+    that nothing in the space is faster than #1 and, where they exist, how close the
+    candidates never simulated came (``unsimulated_s``: the least bound among them, at
+    least #1's step by the search's stopping rule) and how many CP-SAT bounds are at or
+    above #1's step (``cpsat_above``)."""
 
     gap: float
     least_s: float
     best_s: float
     basis: str
     assumes: tuple[str, ...]
+    unsimulated_s: float | None = None
+    cpsat_above: int = 0
 
     def text(self) -> str:
-        return (f"no configuration in the searched space is more than {100 * self.gap:.2f} % faster than #1 "
-                f"(every step time in it is at least {self.least_s:.6g} s, #1's {self.best_s:.6g} s; "
-                f"least bound: {self.basis})")
+        if self.gap > 0:
+            pct = f"{100 * self.gap:.2f}" if self.gap >= 5e-5 else "0.01"
+            parts = [f"no configuration in the searched space is more than {pct} % faster than #1 "
+                     f"(every step time in it is at least {self.least_s:.6g} s, #1's {self.best_s:.6g} s; "
+                     f"least bound: {self.basis})"]
+        else:
+            parts = [f"no configuration in the searched space is faster than #1 ({self.best_s:.6g} s): every other "
+                     "was simulated, or a lower bound of its step is at least #1's"]
+        if self.unsimulated_s is not None:
+            parts.append(f"the closest never simulated is bounded at {self.unsimulated_s:.6g} s, "
+                         f"{100 * (self.unsimulated_s / self.best_s - 1):.2f} % slower")
+        if self.cpsat_above:
+            parts.append(f"CP-SAT's lower bound is at least #1's step on {self.cpsat_above} of the shapes it "
+                         "searched")
+        return "; ".join(parts)
 
     def as_dict(self) -> dict:
         return {"gap": self.gap, "least_step_s": self.least_s, "best_step_s": self.best_s, "basis": self.basis,
-                "assumes": list(self.assumes)}
+                "assumes": list(self.assumes), "least_unsimulated_s": self.unsimulated_s,
+                "cpsat_bounds_at_or_above_best": self.cpsat_above}
 
 
 def certify(shown: Sequence, simulated: Sequence, least_pruned: float,
@@ -62,24 +82,33 @@ def certify(shown: Sequence, simulated: Sequence, least_pruned: float,
     values; None when none fits):
     ``simulated`` every configuration simulated that fits, ``least_pruned`` the least bound
     of the candidates never taken out of the search's queue (inf: none), ``cpsat`` each
-    searched shape with CP-SAT's lower bound (None: no bound) and its assumptions."""
+    searched shape with CP-SAT's lower bound (None: no bound) and its assumptions.
+    #1 is the fastest simulated configuration that fits and the search stops only when
+    every bound left reaches #1's step or more, so only a CP-SAT bound can be lower:
+    those terms set ``gap``; the others are kept as what they show (``Certificate``)."""
     if not shown or not shown[0].fits:
         return None
     best = shown[0].step_time_s
-    terms: list[tuple[float, str]] = [(best, "#1's own simulated step")]
-    fastest = min((c for c in simulated if c.fits), key=lambda c: c.step_time_s, default=None)
-    if fastest is not None:
-        terms.append((fastest.step_time_s, "the fastest simulated configuration"))
-    if least_pruned < float("inf"):
-        terms.append((least_pruned, "the least bound of a candidate not simulated (cannot beat those shown)"))
+    fastest = min((c.step_time_s for c in simulated if c.fits), default=best)
+    if fastest < best or least_pruned < best:  # the search's invariants (module docstring)
+        raise AssertionError(f"plan's #1 ({best} s) is not the fastest simulated ({fastest} s) or a candidate "
+                             f"left unsimulated has a lower bound ({least_pruned} s)")
+    terms: list[tuple[float, str]] = []
     assumes = list(ASSUMES)
+    above = 0
     for shape, lb, assumptions in cpsat:
         if lb is None:
             assumes.append(f"CP-SAT proved no bound on {shape.label}: orders on it other than the registry "
                            "schedules' are outside the searched space")
             continue
-        terms.append((lb, f"CP-SAT's lower bound of the orders on {shape.label} recompute {shape.recompute}"))
+        if lb < best:
+            techniques = " ".join(t.removeprefix("recompute=") for t in shape.memory_techniques)
+            terms.append((lb, f"CP-SAT's lower bound of the orders on {shape.label} recompute "
+                              f"{techniques or shape.recompute}"))  # as CP-SAT's own line names the shape
+        else:
+            above += 1
         if assumptions:
             assumes.append(f"CP-SAT's bound on {shape.label}: {', '.join(assumptions)}")
-    least, basis = min(terms, key=lambda t: t[0])
-    return Certificate(max(0.0, 1 - least / best), least, best, basis, tuple(assumes))
+    least, basis = min(terms, key=lambda t: t[0], default=(best, "#1's own simulated step"))
+    return Certificate(max(0.0, 1 - least / best), least, best, basis, tuple(assumes),
+                       None if least_pruned == float("inf") else least_pruned, above)

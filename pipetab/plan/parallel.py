@@ -20,15 +20,15 @@ if TYPE_CHECKING:
 
     from .space import PlanSpace
 
-# (bound, name, options, exact) of a candidate that may fit; (bound, name, options) of one that cannot
-Opening = tuple[list[tuple[float, str, dict, bool]], list[tuple[float, str, dict]]]
+# (bound, name, options) of a candidate that may fit (``Bounds.cheap``) and of one that cannot (memory)
+Opening = tuple[list[tuple[float, str, dict]], list[tuple[float, str, dict]]]
 
 _BOUNDS: dict[str, Bounds] = {}  # a worker process's bounds of the plan it works for
 
 
 def opening(space: PlanSpace, bounds: Bounds, shape: Context) -> Opening:
-    """(candidates that may fit, each with a lower bound of its step time and whether it
-    is the step itself; candidates that cannot fit, each with its memory bound) of every
+    """(candidates that may fit, each with a lower bound of its step time priced but not
+    simulated, ``Bounds.cheap``; candidates that cannot fit, each with its memory bound) of every
     schedule of ``space`` on ``shape``; a shape whose lightest device cannot hold its
     weights and one activation gives every schedule the shape's memory bound."""
     cap = space.system.device.usable_memory_bytes
@@ -36,7 +36,7 @@ def opening(space: PlanSpace, bounds: Bounds, shape: Context) -> Opening:
     need = bounds.shape_memory(shape)
     if need > cap:  # no schedule fits: none is bounded on its own (the shape's bound is theirs)
         return [], [(need, name, opts) for name, opts in variants]
-    fits: list[tuple[float, str, dict, bool]] = []
+    fits: list[tuple[float, str, dict]] = []
     misfits: list[tuple[float, str, dict]] = []
     for name, opts in variants:
         bound = bounds.memory(name, opts, shape)
@@ -45,9 +45,9 @@ def opening(space: PlanSpace, bounds: Bounds, shape: Context) -> Opening:
         if bound > cap:
             misfits.append((bound, name, opts))
             continue
-        quick = bounds.quick(name, opts, shape)
-        if quick is not None:
-            fits.append((quick[0], name, opts, quick[1]))
+        cheap = bounds.cheap(name, opts, shape)
+        if cheap is not None:
+            fits.append((cheap, name, opts))
     return fits, misfits
 
 

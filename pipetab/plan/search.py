@@ -25,6 +25,9 @@ if TYPE_CHECKING:
     from pipetab.schedules.schedule import Schedule
 
 
+CHEAP, QUICK, EXACT = 0, 1, 2  # a candidate's bound: priced, from a short run, its step time
+
+
 @dataclass(frozen=True)
 class _Candidate:
     """A schedule variant on a shape (its context) and a bound (time for the candidates
@@ -34,7 +37,7 @@ class _Candidate:
     name: str
     opts: dict
     shape: Context
-    exact: bool = True  # the bound is the candidate's step time (else ``Bounds.quick``'s)
+    level: int = EXACT  # the bound is the candidate's step time (EXACT), ``Bounds.quick``'s or ``Bounds.cheap``'s
 
 
 def plan(space: PlanSpace, progress: Callable[[str], None] | None = None, profile=None, executor=None) -> Plan:
@@ -108,8 +111,8 @@ class _BestFirst:
         a shape none of whose schedules fits is rescued (``_rescue``; ``time_bound``: the shape's)."""
         fits, misfits = found if found is not None else opening(self.space, self.bounds, shape)
         self.misfits += [_Candidate(bound, name, opts, shape) for bound, name, opts in misfits]
-        for bound, name, opts, exact in fits:
-            self._push(_Candidate(bound, name, opts, shape, exact))
+        for bound, name, opts in fits:
+            self._push(_Candidate(bound, name, opts, shape, CHEAP))
         if not fits:
             self._rescue(shape, time_bound)
         elif self.ladders.get(shape):
@@ -204,10 +207,16 @@ class _BestFirst:
                 self._open_batch(item, bound, -best[0] if len(best) >= self.space.top else float("inf"))
                 continue
             cand = item
-            if not cand.exact:  # its run next: it enters again with its step time
+            if cand.level == CHEAP:  # its short run next: it enters again with the larger bound
+                quick = self.bounds.quick(cand.name, cand.opts, cand.shape)
+                if quick is not None:
+                    self._push(replace(cand, bound=quick[0] if quick[1] else max(quick[0], bound),
+                                       level=EXACT if quick[1] else QUICK))
+                continue
+            if cand.level == QUICK:  # its run next: it enters again with its step time
                 step = self.bounds.time(cand.name, cand.opts, cand.shape)
                 if step is not None:
-                    self._push(replace(cand, bound=step, exact=True))
+                    self._push(replace(cand, bound=step, level=EXACT))
                 continue
             conf = _evaluate(self.space, self.bounds, cand, simulate_misfit=False)
             self._simulated(cand.shape, conf is not None)

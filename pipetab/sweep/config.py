@@ -49,6 +49,8 @@ File format (every key optional unless marked)::
     forward_slots = 1                       # table level: slots of a forward
     backward_slots = 2                      # table level: slots of a backward
     time_limit = 10.0                       # search / bound: CP-SAT seconds per configuration
+    deterministic_time = 5.0                # search / bound: CP-SAT deterministic seconds (reproducible
+                                            #   results: the wall-clock limit must not be reached first)
     workers = 2                             # search / bound: CP-SAT workers
     tick_s = 0.01                           # search / bound: tick in seconds, or
     ticks_per_op = 20                       #   tick = shortest op / ticks_per_op (default 20)
@@ -102,7 +104,7 @@ _CHOICES = tuple(k for k, d in _CLUSTER_DECISIONS.items() if (d.choices and k !=
 _SEARCH = ("time_limit", "workers", "tick_s", "ticks_per_op")
 _RUN = {
     "mode", "recompute", "contention", "exposed_comm", "forward_slots", "backward_slots",
-    "time_limit", "workers", "tick_s", "ticks_per_op",
+    "time_limit", "deterministic_time", "workers", "tick_s", "ticks_per_op",
 }
 _OUTPUT = {"db", "export"}
 
@@ -125,6 +127,7 @@ class RunSettings:
     forward_slots: int = 1
     backward_slots: int = 2
     time_limit: float = 10.0
+    deterministic_time: float | None = None
     workers: int = 2
     tick_s: float | None = None
     ticks_per_op: int = SEARCH_TICKS_PER_OP
@@ -146,6 +149,7 @@ class RunSettings:
             out["exposed_comm"] = self.exposed_comm
         if self.uses_cpsat:
             out.update(time_limit=self.time_limit, workers=self.workers,
+                       **({"deterministic_time": self.deterministic_time} if self.deterministic_time else {}),
                        tick_s=self.tick_s, ticks_per_op=None if self.tick_s else self.ticks_per_op)
         return out
 
@@ -239,7 +243,8 @@ class Configuration:
             parts.append(f"cap={self.cap}")
         if self.run.uses_cpsat:
             tick = f"tick={self.run.tick_s:g}s" if self.run.tick_s else f"ticks/op={self.run.ticks_per_op}"
-            parts.append(f"limit={self.run.time_limit:g}s workers={self.run.workers} {tick}")
+            det = f" det={self.run.deterministic_time:g}s" if self.run.deterministic_time else ""
+            parts.append(f"limit={self.run.time_limit:g}s{det} workers={self.run.workers} {tick}")
         return " ".join(parts)
 
 
@@ -605,7 +610,7 @@ def _parse_run(doc: dict) -> RunSettings:
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise ConfigError(f"run.{key} must be an integer >= 1, got {v!r}")
             kw[key] = v
-    for key in ("time_limit", "tick_s"):
+    for key in ("time_limit", "deterministic_time", "tick_s"):
         if key in doc:
             v = doc[key]
             if not isinstance(v, (int, float)) or isinstance(v, bool) or not v > 0:

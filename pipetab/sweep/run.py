@@ -163,6 +163,7 @@ def _tail(c: Configuration, status: str, seconds: float, **cp) -> dict:
         "bound_s": cp.get("bound_s"),
         "time_limit_s": c.run.time_limit if c.run.uses_cpsat else None,
         "cpsat_workers": c.run.workers if c.run.uses_cpsat else None,
+        "deterministic_time_s": c.run.deterministic_time if c.run.uses_cpsat else None,
         "pipetab_version": v["pipetab"],
         "ortools_version": v["ortools"],
         "runtime_s": seconds,
@@ -272,7 +273,8 @@ def _cpsat(c: Configuration, sched, costs) -> dict:
                          "have no offload decisions ('pipetab search --offload-activations' has them)")
     tick = tick_of(c, costs)
     q = costs.quantized(tick)
-    config = cpsat.CpSatConfig(time_limit_s=c.run.time_limit, workers=c.run.workers)
+    config = cpsat.CpSatConfig(time_limit_s=c.run.time_limit, workers=c.run.workers,
+                               deterministic_time=c.run.deterministic_time)
     answer = solve_seconds(cpsat.Problem.from_schedule(sched, q), costs, c.run.mode, config, [sched], tick_s=tick)
     res = answer.result
     known = simulate(sched, q).makespan

@@ -180,7 +180,11 @@ def test_bound_assumptions_hold_for_every_registry_schedule(name, opts):
         assert t_big >= busiest * (1 - 1e-12)
 
 
-def test_quick_bounds_are_at_most_the_step():
+def test_cheap_and_quick_bounds_are_at_most_the_step():
+    """``Bounds.cheap`` (priced, not simulated) and ``Bounds.quick`` (a short run) are at
+    most the step: a candidate enters the search with the first and is re-entered with the
+    larger of the two, then with its step."""
+    from pipetab.hardware import load_model
     from pipetab.plan.bounds import Bounds
     from pipetab.plan.space import shape
 
@@ -191,6 +195,20 @@ def test_quick_bounds_are_at_most_the_step():
             quick, run = bounds.quick(name, opts, ctx), bounds.run(name, opts, ctx)
             if run is not None:
                 assert quick[0] <= run.makespan * (1 + 1e-12), (name, opts, ctx.label)
+                assert bounds.cheap(name, opts, ctx) <= run.makespan * (1 + 1e-12), (name, opts, ctx.label)
+    # blocks (overlapped pairs, whose all-to-alls hide under compute): a mixture of experts
+    moe = PlanSpace(replace(load_model("mixtral_8x7b"), num_layers=16, seq_len=1024), cluster("H100", 2, 8), 256,
+                    cpsat_shapes=0)
+    bounds = Bounds(moe)
+    blocks = 0
+    for ctx in (shape(moe, 4, 1, 4, 1, "none", ep=4), shape(moe, 2, 2, 4, 1, "none", ep=2),
+                shape(moe, 8, 1, 2, 1, "none", ep=2), shape(moe, 2, 1, 8, 2, "full", ep=8)):
+        for name, opts in moe.variants():
+            quick, run = bounds.quick(name, opts, ctx), bounds.run(name, opts, ctx)
+            if run is not None:
+                blocks += bool(run.schedule.blocks)
+                assert max(bounds.cheap(name, opts, ctx), quick[0]) <= run.makespan * (1 + 1e-12)
+    assert blocks > 0
 
 
 def test_order_peaks_is_the_simulators_memory():
@@ -264,8 +282,20 @@ def test_the_certificate_never_claims_less_than_the_truth(memory, cpsat):
     assert truth >= cert.least_s * (1 - 1e-12)
     assert truth >= best.step_time_s * (1 - cert.gap) * (1 - 1e-12)
     assert all(c.step_time_s >= cert.least_s * (1 - 1e-12) for c in result.evaluated if c.fits)
+    # the closest candidate never simulated: its bound is below the true step of every
+    # candidate plan did not simulate, and at least #1's (so it does not move the gap)
+    done = {(c.label, c.shape) for c in result.evaluated}
+    unsimulated = [r[1] for r in brute_force(sp) if not r[0] and (r[2], r[3]) not in done]
+    if cert.unsimulated_s is not None:
+        assert cert.unsimulated_s >= best.step_time_s
+        assert all(t >= cert.unsimulated_s * (1 - 1e-12) for t in unsimulated)
+        assert f"{100 * (cert.unsimulated_s / best.step_time_s - 1):.2f} % slower" in cert.text()
     if not cpsat:
         assert cert.gap == 0 and truth == pytest.approx(best.step_time_s, rel=1e-12)
+        # no dead term: without a bound below #1 the text says nothing is faster, not "0.00 %"
+        assert cert.text().startswith("no configuration in the searched space is faster than #1")
+        assert "0.00 %" not in cert.text() and cert.cpsat_above == 0
     else:
         assert "CP-SAT" in cert.basis and 0 < cert.gap < 0.05
+        assert f"more than {100 * cert.gap:.2f} % faster" in cert.text()
         assert any("CP-SAT's bound on PP" in a for a in cert.assumes)

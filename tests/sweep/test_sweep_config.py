@@ -77,6 +77,8 @@ def test_keys_are_stable_and_defaults_fill_in(tmp_path):
      "run.mode must be one of"),
     ('[grid]\nschedules=["gpipe"]\nstages=[4]\nmicrobatches=[8]\nsystems=["mid_nw_mid_cp"]\n[run]\ntime_limit=-1',
      "run.time_limit must be a number > 0"),
+    ('[grid]\nschedules=["gpipe"]\nstages=[4]\nmicrobatches=[8]\nsystems=["mid_nw_mid_cp"]\n[run]\nmode="search"\n'
+     'deterministic_time=0', "run.deterministic_time must be a number > 0"),
     ('[grid]\nschedules=["gpipe"]\nstages=[4]\nmicrobatches=[8]\nsystems=["mid_nw_mid_cp"]\ncaps=["lots"]',
      "grid.caps"),
     ('[grid]\nschedules=["hanayo"]\nstages=[4]\nmicrobatches=[8]\nsystems=["mid_nw_mid_cp"]\n'

@@ -25,9 +25,18 @@ def test_page_rows_differ_in_a_column_the_page_shows():
 
 
 def test_page_carries_the_certificate():
-    """The page states the plan's certificate as the terminal does."""
+    """The page states the plan's certificate as the terminal does: without CP-SAT nothing
+    in the space beats #1 (the page's first row), and the candidates never simulated are
+    bounded at or above it, by as much as the text says."""
     result = plan(plan_question("llama3_8b", 1, 8, 64, "H100", 8192, top=5, cpsat_shapes=0))
     data, _ = plan_data(result)
-    assert result.certificate is not None
-    assert data["certificate"]["text"] == result.certificate.text()
-    assert "no configuration in the searched space is more than 0.00 % faster than #1" in data["certificate"]["text"]
+    cert = result.certificate
+    assert cert is not None and cert.gap == 0
+    assert data["certificate"]["text"] == cert.text()
+    best = result.configurations[0].step_time_s
+    assert cert.best_s == best == min(c.step_time_s for c in result.evaluated if c.fits)
+    assert data["certificate"]["text"].startswith(f"no configuration in the searched space is faster than #1 "
+                                                  f"({best:.6g} s)")
+    assert result.pruned_time > 0 and cert.unsimulated_s is not None and cert.unsimulated_s >= best
+    assert f"bounded at {cert.unsimulated_s:.6g} s, {100 * (cert.unsimulated_s / best - 1):.2f} % slower" in \
+        data["certificate"]["text"]
