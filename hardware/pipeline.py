@@ -327,9 +327,13 @@ def _blocking_sends(schedule: Schedule, system: System, p: int, s: int, cost: St
     backward = system.message_time(here, device(p, s - 1), cost.bwd_message_bytes) if s > 0 else 0.0
     if forward == 0.0 and backward == 0.0:
         return cost
+    chains = cost.chains
+    if chains is not None:  # the send holds the compute stream: a pair pays it too
+        added = {Kind.F: forward, Kind.B: backward}
+        chains = {k: (*c, (False, added[k])) if added.get(k) else c for k, c in chains.items()}
     return replace(cost, forward_s=cost.forward_s + forward, backward_s=cost.backward_s + backward,
                    fwd_message_bytes=0 if forward else cost.fwd_message_bytes,
-                   bwd_message_bytes=0 if backward else cost.bwd_message_bytes)
+                   bwd_message_bytes=0 if backward else cost.bwd_message_bytes, chains=chains)
 
 
 def _priced_stages(schedule: Schedule, system: System, model: TransformerModel, context: Context):
