@@ -440,6 +440,7 @@ def costs_label(args) -> str:
     """Where the costs come from, for titles: the system (with the context) or the profile."""
     if args.profile is not None:
         return f"profile {args.profile}"
-    context = "".join(f" {flag} {getattr(args, attr)}" for attr, flag, _ in CLUSTER_OPTIONS[:2] + CLUSTER_OPTIONS[5:6]
-                      if getattr(args, attr, None) is not None)
+    shown = ("tp", "dp", "microbatch_size")  # the sizes a title names
+    context = "".join(f" {flag} {getattr(args, attr)}" for attr, flag, _ in CLUSTER_OPTIONS
+                      if attr in shown and getattr(args, attr, None) is not None)
     return f"{args.system}{context}"

@@ -369,19 +369,22 @@ def _partition_doc(args, shape, config, deadline):
     return doc, result.schedule, real.quantized(tick, Rounding.UP) if tick else problem.costs
 
 
-def _offload_doc(args, shape, real, config):
+def _offload_doc(args, shape, real, config, deadline):
     """Costs that offload activations (``--offload-activations``): CP-SAT chooses which
     activations move that share to host memory beside the orders (``offload_seconds``), the
     schedule timed with its copies by the simulator on the real costs."""
     from pipetab.solver.costs import Rounding
     from pipetab.solver.cpsat.decompose.offload import offload_seconds
+    from pipetab.solver.cpsat.result import Status
 
-    answer = offload_seconds(shape, real, config, args.tick)
+    # the command's deadline, output budget kept back, as the other CP-SAT paths take it
+    answer = offload_seconds(shape, real, config.replace(time_limit_s=max(0.05, deadline.wall_left())), args.tick)
     sim = answer.sim
     gap = None if answer.makespan is None or answer.bound is None else \
         max(0.0, answer.makespan - answer.bound) / answer.makespan
     copies = [] if sim is None else sim.copies
-    message = "" if sim is not None else "no schedule found within the time limit and the memory cap"
+    message = "" if sim is not None else "no schedule fits the memory cap with this offload share" \
+        if answer.status is Status.INFEASIBLE else "no schedule found within the time limit and the memory cap"
     doc = {"status": str(answer.status), "objective": str(args.objective), "makespan": answer.makespan,
            "lower_bound": answer.bound, "gap": gap, "unit": "s", "tick_s": answer.tick_s,
            "bound_assumptions": list(answer.assumptions), "runtime_s": round(time.perf_counter() - _started(args), 3),
@@ -466,7 +469,7 @@ def run(args) -> None:
         if args.layers is not None or (args.system and args.partition and args.partition.mode != "even"):
             doc, schedule, ops_costs = _partition_doc(args, shape, config, deadline)
         elif real is not None and real.offload_fraction:
-            doc, schedule, ops_costs = _offload_doc(args, shape, real, config)
+            doc, schedule, ops_costs = _offload_doc(args, shape, real, config, deadline)
         elif real is not None:
             doc, schedule, ops_costs = _seconds_doc(args, shape, real, config, deadline)
         else:

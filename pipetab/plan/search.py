@@ -212,11 +212,15 @@ class _BestFirst:
                 if quick is not None:
                     self._push(replace(cand, bound=quick[0] if quick[1] else max(quick[0], bound),
                                        level=EXACT if quick[1] else QUICK))
+                else:  # refused: it counts as simulated and not fitting (a rescued shape's next rung)
+                    self._simulated(cand.shape, False)
                 continue
             if cand.level == QUICK:  # its run next: it enters again with its step time
                 step = self.bounds.time(cand.name, cand.opts, cand.shape)
                 if step is not None:
                     self._push(replace(cand, bound=step, level=EXACT))
+                else:
+                    self._simulated(cand.shape, False)
                 continue
             conf = _evaluate(self.space, self.bounds, cand, simulate_misfit=False)
             self._simulated(cand.shape, conf is not None)

@@ -212,3 +212,13 @@ def test_layouts_with_empty_transformer_stages_evaluate_view_and_search(capsys, 
                 "--layout", "Et*8|t*7|t|L", "--time-limit", "2", "--format", "json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["status"] in ("optimal", "feasible") and doc["makespan"] > 0
+
+
+def test_search_header_names_the_sizes_given_and_no_other_option(capsys):
+    """The title names --tp, --dp and --microbatch-size where given, by name (not by their
+    place among the options, which moves when a decision is declared)."""
+    assert main(["search", "-S", "2", "-B", "4", "--system", "dgx_h100_ib", "--model", "tiny_gpt", "--tp", "2",
+                 "--microbatch-size", "2", "--time-limit", "2"]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert "system dgx_h100_ib --tp 2 --microbatch-size 2, model tiny_gpt" in first
+    assert "--no-" not in first

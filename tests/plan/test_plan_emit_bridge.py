@@ -135,3 +135,18 @@ def test_cli_emit_version(capsys):
     err = capsys.readouterr().err
     assert err.strip().endswith("--emit-version '0.3.0': --emit torchtitan-toml writes for 0.2.2")
     assert len(err.splitlines()) == 1
+
+
+def test_bridge_writes_activation_offload():
+    """A plan offloading activations: Megatron's module list as a Hydra list under Bridge's
+    field names, and Megatron-LM's fraction, which megatron-core's config lacks, left out."""
+    _, model, _gpus, conf = hand_made()[1]
+    conf = dataclasses.replace(conf, shape=conf.shape.replace(offload_activations=1.0))
+    args = megatron_args(conf, model)
+    assert "--offload-modules" in args
+    over = dict(o.split("=", 1) for o in bridge_overrides(args))
+    assert set(over) <= FIELDS, set(over) - FIELDS
+    assert over["model.fine_grained_activation_offloading"] == "true"
+    modules = args[args.index("--offload-modules") + 1:]
+    modules = modules[:next((i for i, a in enumerate(modules) if a.startswith("--")), len(modules))]
+    assert over["model.offload_modules"] == "[" + ",".join(modules) + "]"

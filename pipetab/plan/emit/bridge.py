@@ -43,8 +43,9 @@ FIELDS = {"--num-experts": ("model.num_moe_experts",), "--max-position-embedding
           "--swiglu": ("model.gated_linear_unit",), "--vocab-size": ("model.vocab_size",)}
 NEGATED = {"--disable-bias-linear": "model.add_bias_linear",
            "--untie-embeddings-and-output-weights": "model.share_embeddings_and_output_weights"}
-# implied by --num-query-groups; the precision: the recipe's (bf16_mixed), see bridge_text
-SKIPPED = {"--group-query-attention", "--bf16", "--fp8-format", "--fp8-recipe"}
+# implied by --num-query-groups; the precision: the recipe's (bf16_mixed), see bridge_text; a
+# Megatron-LM argument megatron-core's TransformerConfig lacks (bridge_text says what differs)
+SKIPPED = {"--group-query-attention", "--bf16", "--fp8-format", "--fp8-recipe", "--activation-offload-fraction"}
 # what the plan decides, written when Megatron-LM's arguments leave it at its default
 DEFAULTS = {"model.sequence_parallel": "false", "model.pipeline_model_parallel_layout": "null",
             "model.virtual_pipeline_model_parallel_size": "null", "model.recompute_granularity": "null",
@@ -76,7 +77,7 @@ def _value(name: str, values: list[str]) -> str:
             flag, _, count = run.partition("*")
             flags += [int(flag.strip("[]"))] * int(count or 1)
         return "[" + ",".join(map(str, flags)) + "]"
-    if name == "--recompute-modules":
+    if name in ("--recompute-modules", "--offload-modules"):
         return "[" + ",".join(values) + "]"
     (value,) = values
     return value if value.replace(".", "").replace("_", "").isalnum() else '"' + value + '"'
@@ -119,6 +120,10 @@ def bridge_text(conf: Configuration, model: TransformerModel, gpus: int, notes: 
                      "bf16_with_fp8_current_scaling_mixed) to run what was planned")
     else:
         notes.assume("bf16 mixed precision as the recipe sets it")
+    if "--activation-offload-fraction" in args and float(args[args.index("--activation-offload-fraction") + 1]) < 1:
+        notes.differ(f"activation offload fraction {args[args.index('--activation-offload-fraction') + 1]} "
+                     f"planned: megatron-core {MEGATRON_CORE}'s TransformerConfig has no such field, so Bridge "
+                     "offloads every listed module's activations whole (more host traffic than planned)")
     head = [f"# pipetab plan: {conf.label} {conf.shape.label}, {conf.step_time_s:.4g} s per step (simulated), "
             f"{conf.peak_memory_bytes / 2**30:.1f} of {conf.capacity_bytes / 2**30:.1f} GiB per GPU; {gpus} GPUs",
             f"# for Megatron-Bridge {BRIDGE} (megatron-core {MEGATRON_CORE}): overrides of {module}.{recipe}() "
