@@ -147,7 +147,7 @@ class CyclicInfo:
 
     def as_dict(self) -> dict:
         return {"block": self.block, "period": self.period, "period_bound": self.period_bound,
-                "proven": self.proven, "wall_s": self.wall_s, "why": self.why,
+                "proven": self.proven, "wall_s": self.wall_s, "why": self.why, "pairs": self.pairs,
                 "blocks": [list(b) for b in self.blocks], "mix": list(self.mix), "bound_holds_for": self.assumption()}
 
 

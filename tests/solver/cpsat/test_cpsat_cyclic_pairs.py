@@ -180,7 +180,7 @@ def test_search_proves_the_steady_state_with_pairs():
                       strategy=StrategyParams(cyclic_all_ops=0, cyclic_only_ops=0))
     res = search(problem, cfg)
     assert (res.cyclic.block, res.cyclic.period, res.cyclic.period_bound) == (1, 2, 2) and res.cyclic.pairs
-    assert "pairs may run overlapped" in res.cyclic.assumption()
+    assert "pairs may run overlapped" in res.cyclic.assumption() and res.cyclic.as_dict()["pairs"]
     assert [ph.name for ph in res.log.phases] == ["start", "cyclic"]  # no search with ops alone before it
     assert res.makespan == 2 * B + 6 and res.schedule.blocks
     judged = evaluate_known(problem, res.schedule)
