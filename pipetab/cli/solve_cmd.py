@@ -595,6 +595,7 @@ def _print(args, doc: dict, schedule, ops_costs) -> None:
         proven = "proven least" if cyc["proven"] else f"least possible {f(cyc['period_bound'])}"
         print(f"steady state: a block of {cyc['block']} microbatches every {f(cyc['period'])} {unit} "
               f"({f(cyc['per_microbatch'])} per microbatch; {proven} among periodic schedules of that block"
+              + (" with overlapped pairs" if cyc.get("pairs") else "")
               + (", durations rounded up" if unit == "s" else "") + ")")
     print("bound holds under: " + ("; ".join(doc["bound_assumptions"]) or "no restriction"))
     for name, r in doc["known"].items():

@@ -138,7 +138,7 @@ class StrategyParams:
     otherwise (on issue 28's real-size set the full model improved nothing of that size), and
     from ``cyclic_only_ops`` no full model follows (a 393,216-op build ran 9 s past its limit).
     LP searches only up to ``lp_max_ops`` (``default_lp`` spent 41 s loading a 16,384-op V model).
-    With overlapped pairs the all-alone search gets ``alone_share`` (docs/bench/cpsat_pairs.csv).
+    With overlapped pairs the cyclic phase gets ``cyclic_pairs_share``, else the all-alone search ``alone_share``.
     With the cyclic phase taking all, the start gives up after ``cyclic_start_share`` while none
     fits (Llama 3 70B, S=64, B=1024, 5 s: the list schedules used it all and found none)."""
 
@@ -153,6 +153,7 @@ class StrategyParams:
     safety_share: float = 0.05
     safety_max_s: float = 1.0
     cyclic_share: float = 0.15
+    cyclic_pairs_share: float = 0.5
     cyclic_start_share: float = 0.5
     cyclic_all_ops: int = 16_384
     cyclic_only_ops: int = 65_536

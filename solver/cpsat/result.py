@@ -133,6 +133,7 @@ class CyclicInfo:
     why: str = ""
     blocks: tuple[tuple[int, int | None, int], ...] = ()
     mix: tuple[int, ...] = ()  # the block's pipelines, where not the problem's first microbatches'
+    pairs: bool = False  # whether a forward and a backward may run as one overlapped block
 
     @property
     def proven(self) -> bool:
@@ -142,11 +143,11 @@ class CyclicInfo:
         mixed = (f" taking pipelines {', '.join(map(str, self.mix))} in turn (each pipeline's microbatches in "
                  "their order)" if self.mix else "")
         return (f"periodic schedules of block {self.block}{mixed}: microbatch j + {self.block} runs every op one "
-                f"period after microbatch j")
+                f"period after microbatch j" + ("; forward-backward pairs may run overlapped" if self.pairs else ""))
 
     def as_dict(self) -> dict:
         return {"block": self.block, "period": self.period, "period_bound": self.period_bound,
-                "proven": self.proven, "wall_s": self.wall_s, "why": self.why,
+                "proven": self.proven, "wall_s": self.wall_s, "why": self.why, "pairs": self.pairs,
                 "blocks": [list(b) for b in self.blocks], "mix": list(self.mix), "bound_holds_for": self.assumption()}
 
 

@@ -204,7 +204,7 @@ def cyclic_phase(problem: Problem, placement: Placement, config: CpSatConfig, de
         outcomes.append(out)
         best = min(best, out.rate)
     evals = _expanded(problem, placement, config, deadline, pace, outcomes)
-    info = _info(outcomes, time.perf_counter() - t, twin.microbatch2pipeline if twin else None)
+    info = _info(outcomes, time.perf_counter() - t, twin and twin.microbatch2pipeline, problem.overlap_pairs)
     solves = tuple(r for o in outcomes for r in o.solves)
     note = "; ".join(f"block {o.block}: period {o.period if o.period is not None else '-'} "
                      f"(bound {o.bound}, {o.why})" for o in outcomes)
@@ -234,7 +234,7 @@ def _expanded(problem: Problem, placement: Placement, config: CpSatConfig, deadl
     return evals
 
 
-def _info(outcomes: list[BlockOutcome], wall_s: float, mix: tuple[int, ...] | None = None) -> CyclicInfo | None:
+def _info(outcomes: list[BlockOutcome], wall_s: float, mix, pairs: bool) -> CyclicInfo | None:
     """What is proven of the best block per microbatch (ties: smallest); ``mix``: a twin's pipelines."""
     found = [o for o in outcomes if o.period is not None]
     if not found:
@@ -243,4 +243,4 @@ def _info(outcomes: list[BlockOutcome], wall_s: float, mix: tuple[int, ...] | No
     return CyclicInfo(block=o.block, period=o.period, period_bound=min(o.bound, o.period),  # type: ignore[arg-type,type-var]
                       wall_s=round(wall_s, 3), why=o.why,
                       blocks=tuple((x.block, x.period, x.bound) for x in outcomes),
-                      mix=() if mix is None else tuple(mix[:o.block]))
+                      mix=() if mix is None else tuple(mix[:o.block]), pairs=pairs)

@@ -147,10 +147,8 @@ class _Fixed:
         self.cyclic: CyclicInfo | None = None
         self.fits = False  # whether the full model fits the time left (as the pace last said)
         self.state: SearchState | None = None
-        strategy = config.strategy
-        self.cyclic_takes_all = (mode is Mode.SEARCH and config.uses("cyclic") and not problem.overlap_pairs
-                                 and problem.num_ops >= strategy.cyclic_all_ops
-                                 and cyclic_applies(problem, config, True))
+        self.cyclic_takes_all = (mode is Mode.SEARCH and problem.num_ops >= config.strategy.cyclic_all_ops
+                                 and config.uses("cyclic") and cyclic_applies(problem, config, True))
         if start is not None:
             self.pace.measured_from(start.evals)
             self.started(start)
@@ -301,15 +299,15 @@ def _cyclic(run: _Fixed, share: float) -> Result | None:
 
 
 def _cyclic_applies(run: _Fixed) -> bool:
-    # the cyclic model runs ops one at a time: where pairs may overlap its proofs would not hold
     run.fits = fits = run.pace.model_fits()
-    return (run.config.uses("cyclic") and not run.problem.overlap_pairs
-            and cyclic_applies(run.problem, run.config, fits) and (run.mode is not Mode.BOUND or not fits))
+    return (run.config.uses("cyclic") and cyclic_applies(run.problem, run.config, fits)
+            and (run.mode is not Mode.BOUND or not fits))
 
 
 def _cyclic_share(run: _Fixed) -> float:
     strategy = run.config.strategy
-    return 1.0 if not run.fits or run.problem.num_ops >= strategy.cyclic_all_ops else strategy.cyclic_share
+    share = strategy.cyclic_pairs_share if run.problem.overlap_pairs else strategy.cyclic_share
+    return 1.0 if not run.fits or run.problem.num_ops >= strategy.cyclic_all_ops else share
 
 
 NO_ROOM = "the time limit leaves no time to build the CP-SAT model; best start and analytic bound"
@@ -348,7 +346,7 @@ class Phase:
 PHASES = (
     Phase("start", lambda r: r.start is None,
           lambda r: r.config.strategy.cyclic_start_share if r.cyclic_takes_all else 1.0, _start),
-    Phase("search alone", lambda r: r.problem.overlap_pairs and r.mode is Mode.SEARCH,
+    Phase("search alone", lambda r: r.problem.overlap_pairs and r.mode is Mode.SEARCH and not _cyclic_applies(r),
           lambda r: r.config.strategy.alone_share if r.pace.model_fits() else 1.0,
           lambda r, share: r.search_alone_and_pair(share)),
     Phase("cyclic", _cyclic_applies, _cyclic_share, _cyclic, open=True),

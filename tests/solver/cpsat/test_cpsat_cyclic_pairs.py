@@ -12,8 +12,8 @@ from pipetab.schedules.ops import Kind, Op
 from pipetab.solver.cpsat import CpSatConfig, Problem, search
 from pipetab.solver.cpsat.heuristics.starts import Pace
 from pipetab.solver.cpsat.model.cyclic import Kernel, check_kernel, least_period, template_ops
-from pipetab.solver.cpsat.model.oracle import checked
-from pipetab.solver.cpsat.params import DecomposeParams
+from pipetab.solver.cpsat.model.oracle import checked, evaluate_known
+from pipetab.solver.cpsat.params import DecomposeParams, StrategyParams
 from pipetab.solver.cpsat.phases.cyclic import block_period, cyclic_phase
 from pipetab.solver.periodic import block_simulation
 from pipetab.solver.pricing import idealized_costs
@@ -165,3 +165,25 @@ def test_dualpipev_steady_state_is_a_kernel_with_pairs():
     capped = problem.with_costs(costs.with_activation_cap(4.5))
     out = block_period(capped, capped.fixed_placement, 1, _config(), _config().deadline())
     assert out.period == out.bound == 9 and out.kernel.pairs
+
+
+def test_search_proves_the_steady_state_with_pairs():
+    """The search's cyclic phase runs where pairs may overlap: on the hand-worked instance at a
+    size where the full model is not built (``cyclic_only_ops`` 0) the result holds the cyclic
+    model's period with pairs, 2 per microbatch, proven among periodic schedules of block 1 with
+    pairs, and its expansion, T(B) = 2B + 6 re-timed, validated and memory-checked; the same
+    phase with every op alone proves 4 and says nothing of pairs."""
+    B = 24
+    problem = _problem(2, B)
+    cfg = CpSatConfig(time_limit_s=300, deterministic_time=10.0, workers=1,
+                      decompose=DecomposeParams(cyclic_min_ops=0),
+                      strategy=StrategyParams(cyclic_all_ops=0, cyclic_only_ops=0))
+    res = search(problem, cfg)
+    assert (res.cyclic.block, res.cyclic.period, res.cyclic.period_bound) == (1, 2, 2) and res.cyclic.pairs
+    assert "pairs may run overlapped" in res.cyclic.assumption() and res.cyclic.as_dict()["pairs"]
+    assert [ph.name for ph in res.log.phases] == ["start", "cyclic"]  # no search with ops alone before it
+    assert res.makespan == 2 * B + 6 and res.schedule.blocks
+    judged = evaluate_known(problem, res.schedule)
+    assert judged.makespan == res.makespan and judged.fits
+    alone = _phase(replace(problem, overlap_pairs=False))[2]
+    assert (alone.period, alone.period_bound, alone.pairs) == (4, 4, False) and "pair" not in alone.assumption()
