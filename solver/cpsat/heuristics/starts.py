@@ -148,14 +148,7 @@ def _generation_time(name: str, opts: dict, sizes: tuple[int, int], cells: int, 
     line through its times at ``sizes`` cells on 8 devices (0 when it refuses them), times its
     growth from 8 to 16 devices per doubling beyond 8 (V-Half: 1.1, 1.9, 7.0 s for 1,024 cells on
     8, 16, 32 devices; 107 s on 64 x 256 where the line alone predicted 14)."""
-    def timed(d: int, b: int) -> float | None:
-        t = time.perf_counter()
-        try:
-            registry.generate(name, d, b, **opts)
-        except (ValueError, TypeError):
-            return None
-        return time.perf_counter() - t
-
+    timed = functools.partial(_probe_seconds, name, tuple(sorted(opts.items())))
     small, large = timed(8, sizes[0] // 8), timed(8, sizes[1] // 8)
     if small is None or large is None:
         return 0.0
@@ -166,6 +159,16 @@ def _generation_time(name: str, opts: dict, sizes: tuple[int, int], cells: int, 
     wider = timed(16, sizes[0] // 16)
     growth = 1.0 if wider is None or small < 0.01 else max(1.0, wider / small)
     return line * growth ** math.log2(devices / 8)
+
+
+@functools.lru_cache(maxsize=None)  # once per process: every start phase of a command asks
+def _probe_seconds(name: str, opts: tuple, devices: int, microbatches: int) -> float | None:
+    t = time.perf_counter()
+    try:
+        registry.generate(name, devices, microbatches, **dict(opts))
+    except (ValueError, TypeError):
+        return None
+    return time.perf_counter() - t
 
 
 @functools.lru_cache(maxsize=128)  # a search asks for about 40 (16 generators, probes and full sizes)
