@@ -232,8 +232,7 @@ def _least_time_holding(area: float, cap: float, act: float, h: int, f: int, r: 
     steps = np.arange(1, k + 1, dtype=np.int64)
 
     def held(T: int) -> float:
-        """The most area ticks [0, T) hold, summed by stretches: the memory changes only where
-        a forward may begin or a release end, the first k of each (past them the cap binds)."""
+        """The most area ticks [0, T) hold, by stretches between the first k forward starts and release ends."""
         cuts = [np.array([0, T, h, T - last], dtype=np.int64)] + [h + f * steps] * bool(f)
         t = np.unique(np.clip(np.concatenate(cuts + [T - last - r * steps] * bool(r)), 0, T))
         t, length = t[:-1], np.diff(t)
