@@ -301,7 +301,8 @@ class Pace:
         return time.perf_counter() + need < until
 
     def model_fits(self) -> bool:
-        return self.fits("build", self.deadline.end - self.reserve(), self.params.builds_left)
+        known = self.unit is not None or self.deadline.deterministic  # nothing judged yet: no time for a model
+        return known and self.fits("build", self.deadline.end - self.reserve(), self.params.builds_left)
 
     def reserve(self) -> float:
         """Time kept for re-checking a solver's schedule (evaluate and validate)."""
@@ -319,7 +320,7 @@ def judge(
         if why is not None:
             skipped.append(f"{s.name}: {why}")
             continue
-        timed = pace is None or problem.num_ops <= pace.params.time_unfit_ops
+        timed = pace is None or pace.unit is None or problem.num_ops <= pace.params.time_unfit_ops
         evals.append(evaluate_known(problem, s, time_unfit=timed))
         if pace is not None and evals[-1].timing is not None:
             pace.measured(evals[-1].sim_s)  # the simulation: the objective's judge varies by objective
