@@ -81,8 +81,8 @@ def registry_schedules(problem: Problem, placement: Placement, probe: tuple[int,
     order = sorted(candidates, key=lambda c: (c[1], problem.overlap_pairs and not c[3].get("overlap"), c[0], c[2]))
     for _, fuse, name, opts in order:
         end = until()
-        if end is not None and params.time_probe_cells[1] < S * B and \
-                time.perf_counter() + _generation_time(name, opts, params.time_probe_cells, S * B, S) > end:
+        if end is not None and params.time_probe_cells[1] < S * B and (time.perf_counter() >= end or  # no probe past it
+                time.perf_counter() + _generation_time(name, opts, params.time_probe_cells, S * B, S) > end):
             continue
         if done is not None:
             done.add(name)
