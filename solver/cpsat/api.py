@@ -125,8 +125,7 @@ def least_peak_memory(problem: Problem, makespan: int, config: CpSatConfig | Non
     schedule = None if raw.starts is None else model.schedule_from(raw, "cpsat-memory")
     step = None if schedule is None else evaluate_known(problem, schedule).makespan
     return Result(mode=Mode.SEARCH, status=raw.status, schedule=schedule, makespan=step, lower_bound=None,
-                  unit=problem.costs.unit,
-                  runtime_s=time.perf_counter() - deadline.t0, objective=Objective.MEMORY,
+                  unit=problem.costs.unit, runtime_s=time.perf_counter() - deadline.t0, objective=Objective.MEMORY,
                   peak_memory=None if raw.makespan is None else raw.makespan / scale,
                   bound_assumptions=(f"placement fixed, step at most {makespan}", *model.applied),
                   analytic_bound=lb / scale, tick_s=problem.costs.tick_s, tick_slots=problem.costs.tick_slots,
