@@ -229,7 +229,7 @@ def _least_time_holding(area: float, cap: float, act: float, h: int, f: int, r: 
     k = math.ceil(cap / act - 1e-9)  # past k forwards begun (k releases owed) the cap binds
     if h + k * f + last + k * r > ModelParams().area_max_ticks:
         return 0
-    steps = np.arange(1, k + 1, dtype=np.int64)
+    steps = np.arange(1, k + 1 if f or r else 1, dtype=np.int64)  # k unbounded by the window when f = r = 0
 
     def held(T: int) -> float:
         """The most area ticks [0, T) hold, by stretches between the first k forward starts and release ends."""
