@@ -56,6 +56,7 @@ WHOLE_COMMANDS = tuple(argv.split() for argv in (
     f"search -S 16 -B 512 {_QWEN32} --global-batch 32768",
     f"bound -S 16 -B 512 --placement v {_QWEN32} --global-batch 32768",
     f"search -S 16 -B 1024 {_DSV3} --global-batch 65536",
+    f"search -S 16 -B 1024 {_DSV3} --global-batch 65536 --format json",
     f"bound -S 16 -B 1024 {_DSV3} --global-batch 65536",
     f"search -S 16 -B 1024 --placement v {_DSV3} --global-batch 65536",
     f"bound -S 16 -B 1024 --placement v {_DSV3} --global-batch 65536",

@@ -17,7 +17,7 @@ def test_busy_load_runs_while_entered_and_ends_each_process():
 
 
 def test_rows_name_the_command_its_status_and_the_load(monkeypatch, tmp_path):
-    """Two commands matching ``--only`` (of the 26), each run twice, appended to an existing
+    """Two commands matching ``--only`` (of the 27), each run twice, appended to an existing
     CSV: four rows with the command line, the status read from JSON or text output, and
     the load at both ends."""
     outputs = iter(['{"status": "optimal"}', "status feasible, makespan 1 s", "", '{"status": "unknown"}'])
