@@ -2,7 +2,7 @@
 commands (S up to 128, B up to 4,096, JSON and torch CSV output, split backward, V, hardware
 costs, a free partition, free placements) and issue 44's MoE searches and bounds with expert
 parallelism (S 8-16, B 512-1,024, EP 8-64, linear and V), each with the 1-minute load average
-at its start and end.
+at its start and end and the time it began (UTC).
 
 ``--load N`` adds N busy processes (one core each) for the whole run, begun before the first
 command and waited on until the load average has risen, so rows at a chosen load (≈ 2, ≈ 4 on
@@ -64,7 +64,7 @@ WHOLE_COMMANDS = tuple(argv.split() for argv in (
     f"bound -S 8 -B 512 --placement v {_MIXTRAL} --global-batch 32768",
 ))
 FIELDS = ["command", "time_limit_s", "wall_s", "within_10pct", "exit", "status", "output_bytes", "load_1min",
-          "load_1min_end", "added_load", "cores"]
+          "load_1min_end", "added_load", "cores", "utc"]
 _BUSY = "while True: pass"
 
 
@@ -94,7 +94,7 @@ class BusyLoad:
 
 def run_one(argv: list[str], limit: float, added: int) -> dict:
     """One whole command, output to a pipe, timed from before its interpreter starts."""
-    load = os.getloadavg()[0]
+    load, utc = os.getloadavg()[0], time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())
     t0 = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "pipetab.cli", *argv, "--time-limit", f"{limit:g}"],
                           capture_output=True, text=True)
@@ -104,7 +104,7 @@ def run_one(argv: list[str], limit: float, added: int) -> dict:
             "within_10pct": wall <= 1.1 * limit, "exit": proc.returncode,
             "status": (m[1] or m[2]) if m else proc.stderr.strip()[:80], "output_bytes": len(proc.stdout),
             "load_1min": round(load, 2), "load_1min_end": round(os.getloadavg()[0], 2), "added_load": added,
-            "cores": os.cpu_count()}
+            "cores": os.cpu_count(), "utc": utc}
 
 
 def run_whole_commands(out: Path, limit: float = 5.0, only: str | None = None, load: int = 0, repeat: int = 1,
