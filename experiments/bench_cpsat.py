@@ -136,71 +136,6 @@ def run_time_limits(out: Path) -> None:
             print(row, flush=True)
 
 
-# issue 28 / 29: whole commands at 5 s, S up to 128, B up to 4,096, with JSON output, split
-# backward, V, hardware costs and a free partition
-_QWEN = "--system dgx_h100_ib --model qwen3_235b_a22b --tp 2 --ep 8 --dp 8 --zero 1 --recompute full"
-_QWEN32 = "--system dgx_h100_ib --model qwen3_235b_a22b --ep 32 --dp 32 --zero 1 --recompute full"
-_DSV3 = ("--system h800_ib --model deepseek_v3 --ep 64 --dp 64 --zero 1 --node-limit 4 --dispatch fp8 "
-         "--gemm-precision fp8 --recompute full")
-_MIXTRAL = "--system dgx_h100_ib --model mixtral_8x22b --tp 2 --ep 8 --dp 8 --zero 1 --recompute full"
-WHOLE_COMMANDS = (
-    ["search", "-S", "128", "-B", "1024", "--format", "json"],
-    ["search", "-S", "128", "-B", "4096", "--format", "json"],
-    ["search", "-S", "128", "-B", "4096", "--format", "torch-csv"],
-    ["search", "-S", "128", "-B", "1024", "--split-backward", "--format", "json"],
-    ["bound", "-S", "128", "-B", "4096", "--activation-cap", "128", "--comm-slots", "1"],
-    ["search", "-S", "64", "-B", "2048", "--placement", "v", "--activation-cap", "64", "--comm-slots", "1"],
-    ["search", "-S", "64", "-B", "1024", "--system", "dgx_h100_ib", "--model", "llama3_70b", "--format", "json"],
-    ["bound", "-S", "64", "-B", "1024", "--system", "dgx_h100_ib", "--model", "llama3_70b"],
-    ["search", "-S", "64", "-B", "1024", "--system", "dgx_h100_ib", "--model", "llama3_70b", "--split-backward"],
-    ["search", "-S", "64", "-B", "1024", "--system", "dgx_h100_ib", "--model", "llama3_70b", "--partition", "free"],
-    ["search", "-S", "32", "-B", "1024", "--system", "dgx_h100_ib", "--model", "llama3_70b", "--placement", "v"],
-    # free placement: the canonical placements visited (S=8), one model (S=16), the dealt placement (S=32, 128)
-    ["search", "-S", "8", "-B", "32", "--placement", "free", "--activation-cap", "8", "--comm-slots", "1"],
-    ["search", "-S", "16", "-B", "128", "--placement", "free", "--activation-cap", "16", "--comm-slots", "1"],
-    ["bound", "-S", "32", "-B", "256", "--placement", "free", "--activation-cap", "32", "--comm-slots", "1"],
-    ["search", "-S", "128", "-B", "1024", "--placement", "free", "--format", "json"],
-    # issue 44: MoE searches and bounds with expert parallelism (S 8-16, B 512-1,024, EP 8-64)
-    *(argv.split() for argv in (
-        f"search -S 16 -B 1024 {_QWEN} --global-batch 65536",
-        f"bound -S 16 -B 1024 {_QWEN} --global-batch 65536",
-        f"search -S 8 -B 512 --placement v {_QWEN} --global-batch 32768",
-        f"search -S 16 -B 512 {_QWEN32} --global-batch 32768",
-        f"search -S 16 -B 1024 {_DSV3} --global-batch 65536",
-        f"bound -S 16 -B 1024 {_DSV3} --global-batch 65536",
-        f"bound -S 16 -B 1024 --placement v {_DSV3} --global-batch 65536",
-        f"search -S 8 -B 512 {_MIXTRAL} --global-batch 32768",
-        f"bound -S 8 -B 512 --placement v {_MIXTRAL} --global-batch 32768",
-    )),
-)
-
-
-def run_whole_commands(out: Path, limit: float = 5.0) -> None:
-    """Wall time of whole ``pipetab`` processes (``WHOLE_COMMANDS``, output to a pipe)
-    against ``limit``, with the load average beside each."""
-    import subprocess
-
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with out.open("w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=["command", "time_limit_s", "wall_s", "within_10pct", "exit", "status",
-                                           "output_bytes", "load_1min", "cores"])
-        w.writeheader()
-        for argv in WHOLE_COMMANDS:
-            load = os.getloadavg()[0]
-            t0 = time.perf_counter()
-            proc = subprocess.run([sys.executable, "-m", "pipetab.cli", *argv, "--time-limit", str(limit)],
-                                  capture_output=True, text=True)
-            wall = time.perf_counter() - t0
-            m = re.search(r'"status": "(\w+)"|status (\w+),', proc.stdout)
-            row = {"command": " ".join(argv), "time_limit_s": limit, "wall_s": round(wall, 2),
-                   "within_10pct": wall <= 1.1 * limit, "exit": proc.returncode,
-                   "status": (m[1] or m[2]) if m else proc.stderr.strip()[:80], "output_bytes": len(proc.stdout),
-                   "load_1min": round(load, 2), "cores": os.cpu_count()}
-            w.writerow(row)
-            fh.flush()
-            print(row, flush=True)
-
-
 FIELDS = [
     "instance", "placement", "S", "B", "cap", "C", "status", "makespan", "lower_bound", "gap",
     "time_to_first_s", "solver_first_s", "time_to_proof_s", "runtime_s", "best_known",
@@ -323,7 +258,8 @@ def main(argv=None) -> int:
     ap.add_argument("--time-limits", action="store_true",
                     help="wall time of whole search processes on issue 17's sizes against their limit")
     ap.add_argument("--whole-commands", action="store_true",
-                    help="wall time of issue 28's whole commands (5 s, S up to 128, B up to 4096) against their limit")
+                    help="wall time of issue 28's and 44's whole commands against a 5-s limit "
+                         "(experiments.whole_commands: --load, --only, --append)")
     ap.add_argument("--part", default="0/1",
                     help="with --split-set or --real-size: run rows i mod n == I of I/N (default 0/1)")
     ap.add_argument("--real-size", action="store_true", help="issue 28's real-size set (resumable)")
@@ -338,6 +274,8 @@ def main(argv=None) -> int:
         run_time_limits(Path(args.out or results / "bench_cpsat_time_limits.csv"))
         return 0
     if args.whole_commands:
+        from .whole_commands import run_whole_commands
+
         run_whole_commands(Path(args.out or results / "bench_cpsat_whole_commands.csv"))
         return 0
     try:

@@ -33,7 +33,7 @@ import re
 
 import numpy as np
 
-from .arrays import KIND_CODES, OpArrays
+from .arrays import KIND_CODES, KINDS, OpArrays
 from .limits import check_grid
 from .ops import Kind, Op
 from .table import Table
@@ -385,21 +385,22 @@ def to_torch_csv(table: Table) -> str:
     check_grid(table.num_devices, table.makespan)
     split = bool((ops.kind == KIND_CODES[Kind.W]).any())
     letters = {Kind.F: "F", Kind.B: "I" if split else "B", Kind.W: "W"}
-    shared = table.shared.tolist()
+    # one action per block's first op (a lone op's text straight from the columns: 1M ops)
+    heads = np.flatnonzero(~table.shared)
+    ends = np.append(heads[1:], len(ops)).tolist()
+    stage, mb, kind = ops.stage.tolist(), ops.microbatch.tolist(), ops.kind.tolist()
+    code = [letters[k] for k in KINDS]
+    text = [f"{stage[i]}{code[kind[i]]}{mb[i]}" if j == i + 1 else
+            _torch_action([ops.op(k) for k in range(i, j)], letters) for i, j in zip(heads.tolist(), ends)]
     out = io.StringIO()
     w = csv.writer(out, lineterminator="\n")
     bounds = table.offsets.tolist()
-    starts = table.start.tolist()
+    cut = np.searchsorted(heads, bounds).tolist()  # device d's actions: text[cut[d]:cut[d + 1]]
+    at = table.start[heads].tolist()
     for d in range(table.num_devices):
-        a, b = bounds[d], bounds[d + 1]
-        row = [""] * (starts[b - 1] + 1 if b > a else 0)
-        i = a
-        while i < b:
-            j = i + 1
-            while j < b and shared[j]:
-                j += 1
-            row[starts[i]] = _torch_action([ops.op(k) for k in range(i, j)], letters)
-            i = j
+        row = [""] * (at[cut[d + 1] - 1] + 1 if cut[d + 1] > cut[d] else 0)
+        for h in range(cut[d], cut[d + 1]):
+            row[at[h]] = text[h]
         w.writerow(row)
     return out.getvalue()
 

@@ -409,27 +409,43 @@ def _tick_sim(sim, tick: float):
 
 @dataclass(frozen=True)
 class OutputBudget:
-    """What the command keeps back from ``--time-limit`` for its output: ``fixed_s``
-    plus, per op of the schedule, ``json_s_per_op`` (timing the ops and writing them as
-    columns) or ``torch_s_per_op`` (laying the schedule out and writing torch's CSV);
-    ``text_s`` for the summary, and ``exit_s_per_op`` for the interpreter freeing the
-    problem's objects as the process ends (0.6 s at 1,048,576 ops), at most ``most_share``
-    of the limit. Measured on S=128, B=1,024 (262,144 ops) and B=4,096: docs/cpsat.md."""
+    """What the command keeps back from ``--time-limit`` for its output, in CPU seconds of
+    an idle machine times the process's measured ``contention``: ``fixed_s`` plus, per op
+    of the schedule, ``json_s_per_op`` (timing the ops and writing them as columns; with
+    costs in seconds ``times_s_per_op`` more for their times) or ``torch_s_per_op`` (laying
+    the schedule out and writing torch's CSV); ``text_s`` for the summary, and
+    ``exit_s_per_op`` for the interpreter freeing the problem's objects as the process ends;
+    at most ``most_share`` of the limit. Each about 1.5 times the CPU time measured on 1F1B
+    at S=128, B=4,096 (1,048,576 ops: 0.59 s for JSON or torch CSV, 0.08 s to exit) and on
+    Llama 3 70B at S=64, B=1,024 (131,072 ops, 0.21 s for JSON with ``times_s``)."""
 
     fixed_s: float = 0.15
-    json_s_per_op: float = 2.5e-6
-    torch_s_per_op: float = 6e-6
+    json_s_per_op: float = 1e-6
+    times_s_per_op: float = 1.5e-6
+    torch_s_per_op: float = 1e-6
     text_s: float = 0.05
-    exit_s_per_op: float = 6e-7
+    exit_s_per_op: float = 1.5e-7
     most_share: float = 0.5
 
-    def seconds(self, args, num_ops: int) -> float:
-        """At most ``most_share`` of the limit: the solves need time to find something."""
+    def seconds(self, args, num_ops: int, contention: float = 1.0, timed: bool = False) -> float:
+        """At most ``most_share`` of the limit: the solves need time to find something.
+        ``timed``: the ops' times in seconds are written too (JSON of costs in seconds)."""
         if args.no_ops or args.format == "text":
             write = self.text_s
+        elif args.format == "torch-csv":
+            write = self.torch_s_per_op * num_ops
         else:
-            write = (self.torch_s_per_op if args.format == "torch-csv" else self.json_s_per_op) * num_ops
-        return min(self.most_share * args.time_limit, self.fixed_s + write + self.exit_s_per_op * num_ops)
+            write = (self.json_s_per_op + self.times_s_per_op * timed) * num_ops
+        cpu = self.fixed_s + write + self.exit_s_per_op * num_ops
+        return min(self.most_share * args.time_limit, cpu * contention)
+
+
+def contention(started: float) -> float:
+    """How many times longer than its CPU time the process has taken since ``started`` (its
+    interpreter's start-up and imports: 3.0 at load 10 on 2 cores, where writing 1M ops of
+    JSON took 2.6 times its CPU time), between 1 and 8; 1 when started just now (in-process)."""
+    wall, cpu = time.perf_counter() - started, time.process_time()
+    return min(8.0, max(1.0, wall / cpu)) if wall > 0.05 and cpu > 0 else 1.0
 
 
 def _started(args) -> float:
@@ -459,7 +475,8 @@ def run(args) -> None:
     # the CP-SAT entry of this command: its one config and deadline, from the command line
     config = CpSatConfig(time_limit_s=args.time_limit, workers=args.workers, known_generators=args.known_generators,
                          ablate=frozenset() if args.fifo else {"fifo"})
-    limit = max(0.05 * args.time_limit, args.time_limit - OutputBudget().seconds(args, shape.num_ops))
+    output = OutputBudget().seconds(args, shape.num_ops, contention(started), real is not None)
+    limit = max(0.05 * args.time_limit, args.time_limit - output)
     deadline = config.replace(time_limit_s=limit).deadline(t0=started)
     from pipetab.console import Progress
 

@@ -118,8 +118,7 @@ def least_peak_memory(problem: Problem, makespan: int, config: CpSatConfig | Non
     schedule = None if raw.starts is None else model.schedule_from(raw, "cpsat-memory")
     step = None if schedule is None else evaluate_known(problem, schedule).makespan
     return Result(mode=Mode.SEARCH, status=raw.status, schedule=schedule, makespan=step, lower_bound=None,
-                  unit=problem.costs.unit,
-                  runtime_s=time.perf_counter() - deadline.t0, objective=Objective.MEMORY,
+                  unit=problem.costs.unit, runtime_s=time.perf_counter() - deadline.t0, objective=Objective.MEMORY,
                   peak_memory=None if raw.makespan is None else raw.makespan / scale,
                   bound_assumptions=(f"placement fixed, step at most {makespan}", *model.applied),
                   analytic_bound=lb / scale, tick_s=problem.costs.tick_s, tick_slots=problem.costs.tick_slots,
@@ -284,13 +283,14 @@ def solve_seconds(shape: Problem, real: Costs, mode: Mode | str = Mode.SEARCH, c
 def _answer(shape: Problem, real: Costs, mode: Mode, tick: float, found: Result, proof: Result,
             known: Sequence[Schedule], known_costs: Costs, deadline: Deadline) -> Answer:
     spec = objective(shape)
-    # the search's schedule (its bound solve's only when the search found none)
-    schedule = next((r.schedule for r in (found, proof) if r.schedule is not None), None)
+    schedule = next((r.schedule for r in (found, proof) if r.schedule is not None), None)  # search's, else bound's
+    t = time.perf_counter()
     seconds = None if schedule is None else spec.seconds(shape, schedule, real)
+    one = time.perf_counter() - t  # a simulation: rounding takes 3, a known schedule 1; none past the deadline
     lb = None if proof.status is Status.INFEASIBLE or proof.lower_bound is None else proof.lower_bound * tick
     if seconds is not None and lb is not None and lb > seconds + 1e-12 * max(1.0, seconds):
         raise RuntimeError(f"lower bound {lb} s above the simulated {seconds} s: a rounding bug")
-    rounding = None if schedule is None else rounding_spread(schedule, real, tick)
+    rounding = None if schedule is None or t + 4 * one > deadline.end else rounding_spread(schedule, real, tick)
     status, message = _status(found, proof, seconds, lb, rounding, tick)
     assumptions = tuple(a if not a.startswith("durations rounded") else
                         "lower bound: durations rounded down to ticks (a bound of the real-valued problem); "
@@ -298,7 +298,7 @@ def _answer(shape: Problem, real: Costs, mode: Mode, tick: float, found: Result,
                         for a in proof.bound_assumptions)
     return Answer(mode=mode, status=status, schedule=schedule, seconds=seconds, lower_bound_s=lb, tick_s=tick,
                   objective=shape.objective, search=found, bound=proof,
-                  known=_known_seconds(shape, found, known, known_costs, lb), message=message,
+                  known=_known_seconds(shape, found, known, known_costs, lb, deadline.end - one), message=message,
                   assumptions=assumptions, runtime_s=time.perf_counter() - deadline.t0, rounding=rounding)
 
 
@@ -319,10 +319,10 @@ def _status(found: Result, proof: Result, seconds: float | None, lb: float | Non
     return Status.FEASIBLE, found.message
 
 
-def _known_seconds(shape: Problem, res: Result, known: Sequence[Schedule], costs: Costs,
-                   lb: float | None) -> dict[str, KnownSeconds]:
+def _known_seconds(shape: Problem, res: Result, known: Sequence[Schedule], costs: Costs, lb: float | None,
+                   end: float = math.inf) -> dict[str, KnownSeconds]:
     """The known schedules ``res`` judged, in seconds on ``costs`` (the given ones and the
-    registry's of the shape; only those ``res`` names are generated again)."""
+    registry's of the shape; only those ``res`` names are generated again), none begun after ``end``."""
     spec, out = objective(shape), {}
     placement = shape.fixed_placement
     unjudged = set(REGISTRY) - {generator_of(k) for k in res.known}
@@ -330,7 +330,7 @@ def _known_seconds(shape: Problem, res: Result, known: Sequence[Schedule], costs
     pool.update({s.name: s for s in known})
     for name, k in res.known.items():
         s = pool.get(name)
-        value = None if s is None or k.makespan is None else spec.seconds(shape, s, costs)
+        value = None if s is None or k.makespan is None or time.perf_counter() > end else spec.seconds(shape, s, costs)
         out[name] = KnownSeconds(value, k.fits, gap_of(value, lb) if k.fits else None)
     return out
 

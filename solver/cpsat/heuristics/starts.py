@@ -77,8 +77,8 @@ def registry_schedules(problem: Problem, placement: Placement, probe: tuple[int,
     order = sorted(candidates, key=lambda c: (c[1], problem.overlap_pairs and not c[3].get("overlap"), c[0], c[2]))
     for _, fuse, name, opts in order:
         end = until()
-        if end is not None and params.time_probe_cells[1] < S * B and \
-                time.perf_counter() + _generation_time(name, opts, params.time_probe_cells, S * B, S) > end:
+        if end is not None and params.time_probe_cells[1] < S * B and (time.perf_counter() >= end or  # no probe past it
+                time.perf_counter() + _generation_time(name, opts, params.time_probe_cells, S * B, S) > end):
             continue
         if done is not None:
             done.add(name)
@@ -113,14 +113,7 @@ def _generation_time(name: str, opts: dict, sizes: tuple[int, int], cells: int, 
     line through its times at ``sizes`` cells on 8 devices (0 when it refuses them), times its
     growth from 8 to 16 devices per doubling beyond 8 (V-Half: 1.1, 1.9, 7.0 s for 1,024 cells on
     8, 16, 32 devices; 107 s on 64 x 256 where the line alone predicted 14)."""
-    def timed(d: int, b: int) -> float | None:
-        t = time.perf_counter()
-        try:
-            registry.generate(name, d, b, **opts)
-        except (ValueError, TypeError):
-            return None
-        return time.perf_counter() - t
-
+    timed = functools.partial(_probe_seconds, name, tuple(sorted(opts.items())))
     small, large = timed(8, sizes[0] // 8), timed(8, sizes[1] // 8)
     if small is None or large is None:
         return 0.0
@@ -131,6 +124,16 @@ def _generation_time(name: str, opts: dict, sizes: tuple[int, int], cells: int, 
     wider = timed(16, sizes[0] // 16)
     growth = 1.0 if wider is None or small < 0.01 else max(1.0, wider / small)
     return line * growth ** math.log2(devices / 8)
+
+
+@functools.lru_cache(maxsize=None)  # once per process: every start phase of a command asks
+def _probe_seconds(name: str, opts: tuple, devices: int, microbatches: int) -> float | None:
+    t = time.perf_counter()
+    try:
+        registry.generate(name, devices, microbatches, **dict(opts))
+    except (ValueError, TypeError):
+        return None
+    return time.perf_counter() - t
 
 
 @functools.lru_cache(maxsize=128)  # a search asks for about 40 (16 generators, probes and full sizes)
@@ -257,7 +260,8 @@ class Pace:
         return time.perf_counter() + need < until
 
     def model_fits(self) -> bool:
-        return self.fits("build", self.deadline.end - self.reserve(), self.params.builds_left)
+        known = self.unit is not None or self.deadline.deterministic  # nothing judged yet: no time for a model
+        return known and self.fits("build", self.deadline.end - self.reserve(), self.params.builds_left)
 
     def reserve(self) -> float:
         """Time kept for re-checking a solver's schedule (evaluate and validate)."""
@@ -275,7 +279,7 @@ def judge(
         if why is not None:
             skipped.append(f"{s.name}: {why}")
             continue
-        timed = pace is None or problem.num_ops <= pace.params.time_unfit_ops
+        timed = pace is None or pace.unit is None or problem.num_ops <= pace.params.time_unfit_ops
         evals.append(evaluate_known(problem, s, time_unfit=timed))
         if pace is not None and evals[-1].timing is not None:
             pace.measured(evals[-1].sim_s)  # the simulation: the objective's judge varies by objective

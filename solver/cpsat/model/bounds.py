@@ -221,22 +221,18 @@ def _least_time_holding(area: float, cap: float, act: float, h: int, f: int, r: 
     ``h`` at least ``f`` apart, releases at least ``r`` long ending by T - ``last`` (0 of
     either: unbounded count); 0 where the windows span over ``ModelParams.area_max_ticks``."""
     k = math.ceil(cap / act - 1e-9)  # past k forwards begun (k releases owed) the cap binds
-    fill, drain = h + k * f, last + k * r
-    window = fill + drain
-    if window > ModelParams().area_max_ticks:
+    if h + k * f + last + k * r > ModelParams().area_max_ticks:
         return 0
+    steps = np.arange(1, k + 1 if f or r else 1, dtype=np.int64)  # k unbounded by the window when f = r = 0
 
     def held(T: int) -> float:
-        """The most area ticks [0, T) hold (past both windows: cap x T less their shortfalls)."""
-        n = min(T, window)
-        t = np.arange(n)
-        begun = np.where(t >= h, (t - h) // f + 1 if f else k, 0)
-        t_end = T - n + t  # the last n ticks (all of them when T <= fill + drain)
-        owing = np.where(t_end < T - last, (T - last - t_end - 1) // r + 1 if r else k, 0)
-        if n == T:
-            return float(np.minimum(cap, act * np.minimum(begun, owing)).sum())
-        short = np.maximum(0.0, cap - act * begun[:fill]).sum() + np.maximum(0.0, cap - act * owing[-drain:]).sum()
-        return cap * T - float(short)
+        """The most area ticks [0, T) hold, by stretches between the first k forward starts and release ends."""
+        cuts = [np.array([0, T, h, T - last], dtype=np.int64)] + [h + f * steps] * bool(f)
+        t = np.unique(np.clip(np.concatenate(cuts + [T - last - r * steps] * bool(r)), 0, T))
+        t, length = t[:-1], np.diff(t)
+        begun = np.where(t >= h, np.minimum((t - h) // max(f, 1) + 1, k) if f else k, 0)
+        owing = np.where(t < T - last, np.minimum((T - last - t - 1) // max(r, 1) + 1, k) if r else k, 0)
+        return float((length * np.minimum(cap, act * np.minimum(begun, owing))).sum())
 
     need = area - 1e-9 * max(1.0, area)
     lo = hi = max(1, math.ceil(area / cap - 1e-9))

@@ -159,3 +159,38 @@ def test_the_known_schedules_in_seconds_are_those_the_search_judged():
     for k in named:
         expected = simulate(pool[k], real).makespan if found.search.known[k].makespan is not None else None
         assert found.known[k].seconds == expected
+
+
+def test_the_answer_begins_no_simulation_past_the_deadline():
+    """After the solves ``solve_seconds`` simulates its schedule once (its time in seconds),
+    then three times for the rounding spread and once per known schedule — each only where
+    the first simulation's time says it ends by the deadline: with the deadline passed the
+    answer keeps its time, bound and the known schedules' names and fits, without rounding
+    or their seconds; with time left, the same as the first answer."""
+    import time
+
+    from pipetab.hardware.profile import Profile, StageProfile
+    from pipetab.schedules import registry
+    from pipetab.solver.cpsat.api import _answer, solve_seconds
+    from pipetab.solver.cpsat.result import Mode
+    from pipetab.solver.deadline import Deadline
+    from pipetab.solver.pricing import profile_costs
+
+    profile = Profile("measured", (StageProfile(0.0185, 0.0376, None, 0.0006, activation_bytes=1.0),),
+                      memory_bytes=8.0, uniform=True)
+    real = profile_costs(registry.generate("1f1b", 4, 8), profile)
+    shape = idealized_problem(4, 8)
+    first = solve_seconds(shape, real, "search", CpSatConfig(time_limit_s=30, deterministic_time=5, workers=1),
+                          tick_s=1e-3)
+    assert first.rounding is not None and first.known["1f1b"].seconds == simulate(registry.generate("1f1b", 4, 8),
+                                                                                   real).makespan
+
+    def again(deadline: Deadline):
+        return _answer(shape, real, Mode.SEARCH, 1e-3, first.search, first.bound, [], real, deadline)
+
+    late = again(Deadline.start(1.0, t0=time.perf_counter() - 10.0))
+    assert (late.seconds, late.lower_bound_s, late.rounding) == (first.seconds, first.lower_bound_s, None)
+    assert {k: v.fits for k, v in late.known.items()} == {k: v.fits for k, v in first.known.items()}
+    assert all(v.seconds is None for v in late.known.values())
+    timely = again(Deadline.start(60.0))
+    assert (timely.rounding, timely.known) == (first.rounding, first.known)

@@ -114,3 +114,20 @@ def test_every_registry_start_names_its_generator():
                 seen.add(s.name)
     assert {"zbv (W fused into B)", "dualpipev (pairs not overlapped)", "1f1b"} <= seen
     assert not any(" (" in n for n in registry.REGISTRY)
+
+
+def test_no_generator_probed_or_run_past_the_start_deadline(monkeypatch):
+    """Above ``time_probe_cells`` (8,192) a generator is timed on small instances before it
+    runs at full size; past the start's deadline none is timed or run (16 x 1,024 cells:
+    the probes of three generators had run 0.5-0.6 s past it at load 9), before it 1F1B is."""
+    from pipetab.solver.cpsat.heuristics import starts
+
+    def probe(*args):
+        raise AssertionError("probed past the deadline")
+
+    problem = idealized_problem(16, 1024)
+    monkeypatch.setattr(starts, "_generation_time", probe)
+    assert list(registry_schedules(problem, problem.fixed_placement, until=lambda: time.perf_counter() - 1.0)) == []
+    monkeypatch.setattr(starts, "_generation_time", lambda *args: 0.0)
+    found = registry_schedules(problem, problem.fixed_placement, until=lambda: time.perf_counter() + 60.0)
+    assert "1f1b" in [s.name for s in found]
