@@ -227,3 +227,29 @@ def test_shared_capped_devices_are_those_with_a_binding_cap_and_several_stages()
     assert shared("bidirectional", 4) and shared("v", 4)
     assert not shared("linear", 4) and not shared("bidirectional", None)
     assert not shared("bidirectional", 8)  # 4 microbatches per direction x 2 stages: 8 never binds
+
+
+def test_a_first_probe_within_the_gap_gets_its_share_in_search_mode(monkeypatch):
+    """1F1B's 49 against a bound of 47 is a gap of 2/49 (4.1 %, within 5 %): searching, the
+    probe at 47 gets a quarter of the 20 deterministic s, 5; against 44 (5/49, 10.2 %) or
+    in bound mode all 20. Each probe ends unknown here, which ends the phase."""
+    limits = []
+
+    class Unknown:
+        applied = ("cumulative",)
+        build_s = 0.0
+
+        def __init__(self, problem, config, placement, horizon, makespan_lb=0, **_):
+            self.config = config
+
+        def solve(self, wall, det, **_):
+            limits.append(det)
+            return RawSolve("unknown", None, None, None, None, 0.1, 0.0, None, 0)
+
+    monkeypatch.setattr(strategy, "CpSatModel", Unknown)
+    fixed, pl, start = _start()
+    config = CpSatConfig(workers=2, deterministic_time=20)
+    for bound, leave_early in ((47, True), (44, True), (47, False)):
+        state = strategy.SearchState(start, bound, config, time.perf_counter())
+        strategy.bound_phase(fixed, pl, config, state, _budget(), [], leave_early=leave_early)
+    assert limits == pytest.approx([5.0, 20.0, 20.0], abs=0.01)
