@@ -144,7 +144,7 @@ class StrategyParams:
     Before any proof, within ``first_probe_gap`` of the incumbent, a probe gets ``first_probe_share``."""
 
     bound_share: float = 0.55
-    first_probe_gap: float = 0.05
+    first_probe_gap: float = 0.02
     first_probe_share: float = 0.25
     shared_capped_bound_share: float = 0.2
     stall_share: float = 0.4

@@ -19,6 +19,7 @@ from pipetab.solver.cpsat import (
 )
 from pipetab.solver.cpsat.model.cpmodel import RawSolve
 from pipetab.solver.cpsat.model.oracle import evaluate_known
+from pipetab.solver.cpsat.params import StrategyParams
 from pipetab.solver.cpsat.phases import strategy
 from pipetab.solver.simulate import simulate
 
@@ -230,9 +231,9 @@ def test_shared_capped_devices_are_those_with_a_binding_cap_and_several_stages()
 
 
 def test_a_first_probe_within_the_gap_gets_its_share_in_search_mode(monkeypatch):
-    """1F1B's 49 against a bound of 47 is a gap of 2/49 (4.1 %, within 5 %): searching, the
-    probe at 47 gets a quarter of the 20 deterministic s, 5; against 44 (5/49, 10.2 %) or
-    in bound mode all 20. Each probe ends unknown here, which ends the phase."""
+    """With ``first_probe_gap`` 5 %, 1F1B's 49 against a bound of 47 is a gap of 2/49 (4.1 %):
+    searching, the probe at 47 gets a quarter of the 20 deterministic s, 5; against 44 (5/49,
+    10.2 %) or in bound mode all 20. Each probe ends unknown here, which ends the phase."""
     limits = []
 
     class Unknown:
@@ -248,7 +249,8 @@ def test_a_first_probe_within_the_gap_gets_its_share_in_search_mode(monkeypatch)
 
     monkeypatch.setattr(strategy, "CpSatModel", Unknown)
     fixed, pl, start = _start()
-    config = CpSatConfig(workers=2, deterministic_time=20)
+    config = CpSatConfig(workers=2, deterministic_time=20,
+                         strategy=StrategyParams(first_probe_gap=0.05, first_probe_share=0.25))
     for bound, leave_early in ((47, True), (44, True), (47, False)):
         state = strategy.SearchState(start, bound, config, time.perf_counter())
         strategy.bound_phase(fixed, pl, config, state, _budget(), [], leave_early=leave_early)
