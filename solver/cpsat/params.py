@@ -141,11 +141,11 @@ class StrategyParams:
     With overlapped pairs the all-alone search gets ``alone_share`` (docs/bench/cpsat_pairs.csv).
     With the cyclic phase taking all, the start gives up after ``cyclic_start_share`` while none
     fits (Llama 3 70B, S=64, B=1024, 5 s: the list schedules used it all and found none).
-    Before any proof, within ``first_probe_gap`` of the incumbent, a probe gets ``first_probe_share``."""
+    Within ``near_gap`` of the bound a first probe and the mirror solve get ``near_share`` (issue 45)."""
 
     bound_share: float = 0.55
-    first_probe_gap: float = 0.02
-    first_probe_share: float = 0.25
+    near_gap: float = 0.02
+    near_share: float = 0.25
     shared_capped_bound_share: float = 0.2
     stall_share: float = 0.4
     stall_min_s: float = 2.0

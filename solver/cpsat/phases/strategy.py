@@ -184,10 +184,11 @@ def search_phase(problem: Problem, placement: Placement, config: CpSatConfig, st
 
 
 def _mirror_solve(problem, placement, config, state, deadline: Deadline, rows, mirror) -> None:
-    """One solve of the mirror-restricted model for ``mirror_share`` of the deadline,
-    hinted with the incumbent; its schedule is offered (re-checked), its bound dropped."""
-    share = config.strategy.mirror_share
+    """One solve of the mirror-restricted model for ``mirror_share`` of the deadline (``near_share``
+    within ``near_gap``), hinted with the incumbent; its schedule is offered (re-checked), its bound dropped."""
     incumbent, bound = state.snapshot()
+    near = (gap_of(incumbent.makespan, bound) or 0) <= config.strategy.near_gap
+    share = config.strategy.near_share if near else config.strategy.mirror_share
     model = _built(state, lambda: build_model(problem, placement, config, incumbent.makespan, bound,
                                               deadline=deadline.end, mirror=mirror, around=incumbent))
     if model is not None:
@@ -217,14 +218,13 @@ def bound_phase(problem: Problem, placement: Placement, config: CpSatConfig, sta
     schedule improves the incumbent; unknown ends the phase. After two timed proofs h jumps
     (``tighten_step``); ``leave_early``: end once even one step is predicted too long. Models
     without a memory cumulative probe with ``proof_config``. With ``leave_early`` a probe before any
-    proof within ``first_probe_gap`` of the incumbent gets ``first_probe_share``: the search is sooner."""
+    proof within ``near_gap`` of the incumbent gets ``near_share``: the search is sooner."""
     proofs: list[tuple[int, float]] = []
     params = config.strategy
     while not state.should_stop() and deadline.room(state.build_s):
         remaining = deadline.left()
         bound, value = state.bound, state.value
-        predicted = predicted_proof_time(proofs, 1, params.growth_clamp)
-        if leave_early and predicted is not None and predicted > remaining:
+        if leave_early and (predicted_proof_time(proofs, 1, params.growth_clamp) or -math.inf) > remaining:
             break
         h = bound + tighten_step(proofs, remaining, value - bound, params.growth_clamp) - 1
         stop = state.probe(h)
@@ -235,8 +235,8 @@ def bound_phase(problem: Problem, placement: Placement, config: CpSatConfig, sta
         if "cumulative" not in model.applied:
             model.config = proof_config(config)
         wall, det = deadline.limits()
-        if leave_early and not proofs and (gap_of(value, bound) or 0) <= params.first_probe_gap:  # search: sooner
-            wall, det = wall * params.first_probe_share, det and det * params.first_probe_share
+        if leave_early and not proofs and (gap_of(value, bound) or 0) <= params.near_gap:  # search: sooner
+            wall, det = wall * params.near_share, det and det * params.near_share
         raw = model.solve(wall, det, stop=StopSignal(state, stop, deadline.end), on_solution=state.improved)
         deadline.charge(raw, problem.num_ops)
         rows.append(solve_record("bound", model.config, h, raw))
