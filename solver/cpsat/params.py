@@ -140,9 +140,12 @@ class StrategyParams:
     LP searches only up to ``lp_max_ops`` (``default_lp`` spent 41 s loading a 16,384-op V model).
     With overlapped pairs the cyclic phase gets ``cyclic_pairs_share``, else the all-alone search ``alone_share``.
     With the cyclic phase taking all, the start gives up after ``cyclic_start_share`` while none
-    fits (Llama 3 70B, S=64, B=1024, 5 s: the list schedules used it all and found none)."""
+    fits (Llama 3 70B, S=64, B=1024, 5 s: the list schedules used it all and found none).
+    Within ``near_gap`` of the bound a first probe and the mirror solve get ``near_share`` (issue 45)."""
 
     bound_share: float = 0.55
+    near_gap: float = 0.02
+    near_share: float = 0.25
     shared_capped_bound_share: float = 0.2
     stall_share: float = 0.4
     stall_min_s: float = 2.0

@@ -97,11 +97,9 @@ class SearchState:
         self._settle()
 
     def raise_bound(self, bound: int | None) -> None:
-        """A proven lower bound on the optimal objective."""
-        if bound is None:
-            return
+        """A proven lower bound on the optimal objective (None: none)."""
         with self._lock:
-            if bound > self.bound:
+            if bound is not None and bound > self.bound:
                 self.bound = bound
                 self.last_change = time.perf_counter()
             self._settle()
@@ -155,9 +153,7 @@ def build_model(problem: Problem, placement: Placement, config: CpSatConfig, cap
 
 def solution_of(problem: Problem, model: CpSatModel, raw: RawSolve) -> KnownEval | None:
     """The schedule of a solve, re-checked by the evaluator (None when none was found)."""
-    if raw.starts is None:
-        return None
-    return checked(problem, model.schedule_from(raw, name="cpsat"), raw.makespan)
+    return None if raw.starts is None else checked(problem, model.schedule_from(raw, name="cpsat"), raw.makespan)
 
 
 def search_phase(problem: Problem, placement: Placement, config: CpSatConfig, state: SearchState,
@@ -188,10 +184,11 @@ def search_phase(problem: Problem, placement: Placement, config: CpSatConfig, st
 
 
 def _mirror_solve(problem, placement, config, state, deadline: Deadline, rows, mirror) -> None:
-    """One solve of the mirror-restricted model for ``mirror_share`` of the deadline,
-    hinted with the incumbent; its schedule is offered (re-checked), its bound dropped."""
-    share = config.strategy.mirror_share
+    """One solve of the mirror-restricted model for ``mirror_share`` of the deadline (``near_share``
+    within ``near_gap``), hinted with the incumbent; its schedule is offered (re-checked), its bound dropped."""
     incumbent, bound = state.snapshot()
+    near = (gap_of(incumbent.makespan, bound) or 0) <= config.strategy.near_gap
+    share = config.strategy.near_share if near else config.strategy.mirror_share
     model = _built(state, lambda: build_model(problem, placement, config, incumbent.makespan, bound,
                                               deadline=deadline.end, mirror=mirror, around=incumbent))
     if model is not None:
@@ -220,16 +217,16 @@ def bound_phase(problem: Problem, placement: Placement, config: CpSatConfig, sta
     bound (the model rebuilt for h: presolve on tight domains)? Infeasible proves h + 1; a
     schedule improves the incumbent; unknown ends the phase. After two timed proofs h jumps
     (``tighten_step``); ``leave_early``: end once even one step is predicted too long. Models
-    without a memory cumulative probe with ``proof_config``."""
+    without a memory cumulative probe with ``proof_config``. With ``leave_early`` a probe before any
+    proof within ``near_gap`` of the incumbent gets ``near_share``: the search is sooner."""
     proofs: list[tuple[int, float]] = []
-    clamp = config.strategy.growth_clamp
+    params = config.strategy
     while not state.should_stop() and deadline.room(state.build_s):
         remaining = deadline.left()
         bound, value = state.bound, state.value
-        predicted = predicted_proof_time(proofs, 1, clamp)
-        if leave_early and predicted is not None and predicted > remaining:
+        if leave_early and (predicted_proof_time(proofs, 1, params.growth_clamp) or -math.inf) > remaining:
             break
-        h = bound + tighten_step(proofs, remaining, value - bound, clamp) - 1
+        h = bound + tighten_step(proofs, remaining, value - bound, params.growth_clamp) - 1
         stop = state.probe(h)
         model = _built(state, lambda: build_model(problem, placement, config, h, bound, deadline=deadline.end,
                                                   around=state.snapshot()[0]))
@@ -238,6 +235,8 @@ def bound_phase(problem: Problem, placement: Placement, config: CpSatConfig, sta
         if "cumulative" not in model.applied:
             model.config = proof_config(config)
         wall, det = deadline.limits()
+        if leave_early and not proofs and (gap_of(value, bound) or 0) <= params.near_gap:  # search: sooner
+            wall, det = wall * params.near_share, det and det * params.near_share
         raw = model.solve(wall, det, stop=StopSignal(state, stop, deadline.end), on_solution=state.improved)
         deadline.charge(raw, problem.num_ops)
         rows.append(solve_record("bound", model.config, h, raw))
@@ -249,11 +248,9 @@ def bound_phase(problem: Problem, placement: Placement, config: CpSatConfig, sta
         if raw.status is Status.OPTIMAL:
             state.raise_bound(raw.makespan)
             break
-        if raw.bound is not None:  # the probe's model holds every schedule of objective <= h
-            state.raise_bound(min(raw.bound, h + 1))
-        if raw.makespan is not None or stop.is_set():
-            continue
-        break
+        state.raise_bound(None if raw.bound is None else min(raw.bound, h + 1))  # the probe holds all <= h
+        if raw.makespan is None and not stop.is_set():
+            break
 
 
 def _built(state: "SearchState", build) -> CpSatModel | None:

@@ -19,6 +19,7 @@ from pipetab.solver.cpsat import (
 )
 from pipetab.solver.cpsat.model.cpmodel import RawSolve
 from pipetab.solver.cpsat.model.oracle import evaluate_known
+from pipetab.solver.cpsat.params import StrategyParams
 from pipetab.solver.cpsat.phases import strategy
 from pipetab.solver.simulate import simulate
 
@@ -227,3 +228,49 @@ def test_shared_capped_devices_are_those_with_a_binding_cap_and_several_stages()
     assert shared("bidirectional", 4) and shared("v", 4)
     assert not shared("linear", 4) and not shared("bidirectional", None)
     assert not shared("bidirectional", 8)  # 4 microbatches per direction x 2 stages: 8 never binds
+
+
+
+def _recording_model(limits: list, applied: tuple):
+    """A model class whose every solve notes its deterministic limit and ends unknown."""
+    def solve(self, wall, det, **_):
+        limits.append(det)
+        return RawSolve("unknown", None, None, None, None, 0.1, 0.0, None, 0)
+
+    def init(self, problem, config, *args, **kwargs):
+        self.config = config
+
+    return type("Recording", (), {"applied": applied, "build_s": 0.0, "__init__": init, "solve": solve,
+                                  "hint": lambda self, *a: None})
+
+
+def _near_config():
+    return CpSatConfig(workers=2, deterministic_time=20,
+                       strategy=StrategyParams(near_gap=0.05, near_share=0.25, mirror_share=0.5))
+
+
+def test_a_first_probe_within_the_gap_gets_its_share_in_search_mode(monkeypatch):
+    """With ``near_gap`` 5 %, 1F1B's 49 against a bound of 47 is a gap of 2/49 (4.1 %):
+    searching, the probe at 47 gets a quarter of the 20 deterministic s, 5; against 44 (5/49,
+    10.2 %) or in bound mode all 20. Each probe ends unknown here, which ends the phase."""
+    limits: list = []
+    monkeypatch.setattr(strategy, "CpSatModel", _recording_model(limits, ("cumulative",)))
+    fixed, pl, start = _start()
+    config = _near_config()
+    for bound, leave_early in ((47, True), (44, True), (47, False)):
+        state = strategy.SearchState(start, bound, config, time.perf_counter())
+        strategy.bound_phase(fixed, pl, config, state, _budget(), [], leave_early=leave_early)
+    assert limits == pytest.approx([5.0, 20.0, 20.0], abs=0.01)
+
+
+def test_the_mirror_solve_gets_the_near_share_within_the_gap(monkeypatch):
+    """Against 47 (4.1 %, within a 5 % ``near_gap``) the mirror solve gets a quarter of the 20
+    deterministic s, 5; against 44 (10.2 %) ``mirror_share``, half: 10."""
+    limits: list = []
+    monkeypatch.setattr(strategy, "CpSatModel", _recording_model(limits, ()))
+    fixed, pl, start = _start()
+    config = _near_config()
+    for bound in (47, 44):
+        state = strategy.SearchState(start, bound, config, time.perf_counter())
+        strategy._mirror_solve(fixed, pl, config, state, _budget(), [], mirror=())
+    assert limits == pytest.approx([5.0, 10.0], abs=0.01)
