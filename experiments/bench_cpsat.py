@@ -267,6 +267,8 @@ def main(argv=None) -> int:
                     help="with --real-size: the first N instances of a stratified order instead of the grid")
     ap.add_argument("--placement-set", action="store_true",
                     help="with --real-size: bidirectional and interleaved, S in {16, 32}, B in {8S, 16S} instead")
+    ap.add_argument("--messages-on", choices=["linear", "v"], default=None,
+                    help="with --real-size: only the instances of this placement with a message (C = 1)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     results = Path(__file__).resolve().parent.parent / "results"
@@ -283,7 +285,8 @@ def main(argv=None) -> int:
         assert len(part) == 2 and 0 <= part[0] < part[1]
     except (ValueError, AssertionError):
         ap.error(f"--part must look like I/N with 0 <= I < N, got {args.part!r}")
-    for flag, given in (("--sample", args.sample is not None), ("--placement-set", args.placement_set)):
+    for flag, given in (("--sample", args.sample is not None), ("--placement-set", args.placement_set),
+                        ("--messages-on", args.messages_on is not None)):
         if given and not args.real_size:
             ap.error(f"{flag} applies with --real-size only")
     if args.real_size:
@@ -291,7 +294,7 @@ def main(argv=None) -> int:
 
         limit = 60.0 if args.time_limit == 20.0 else args.time_limit
         run_real_set(limit, args.workers, Path(args.out or results / "bench_cpsat_real.csv"), part, args.sample,
-                     args.placement_set)
+                     args.placement_set, args.messages_on)
         return 0
     if args.split_set:
         limit = 5.0 if args.quick and args.time_limit == 20.0 else 30.0 if args.time_limit == 20.0 else args.time_limit

@@ -131,9 +131,10 @@ def placement_points(sample: int | None, seed: int = 29) -> list[tuple]:
 
 
 def run_real_set(limit: float, workers: int, out: Path, part: tuple[int, int], sample: int | None,
-                 placements: bool = False) -> None:
-    """The set (module docstring; ``placements``: ``PLACEMENT_DIMENSIONS`` instead),
-    appended row by row to ``out``."""
+                 placements: bool = False, messages_on: str | None = None) -> None:
+    """The set (module docstring; ``placements``: ``PLACEMENT_DIMENSIONS`` instead;
+    ``messages_on``: only that placement's instances with a message), appended row by row
+    to ``out``."""
     done = set()
     if out.exists():
         with out.open() as fh:
@@ -142,6 +143,9 @@ def run_real_set(limit: float, workers: int, out: Path, part: tuple[int, int], s
         points = [p for i, p in enumerate(placement_points(sample)) if i % part[1] == part[0]]
     else:
         points = stratified()[:sample] if sample else [p for i, p in enumerate(grid()) if i % part[1] == part[0]]
+    if messages_on is not None:
+        at, comm = DIMENSIONS.index(PLACEMENTS), DIMENSIONS.index(COMMS)
+        points = [p for p in points if p[at] == messages_on and p[comm]]
     out.parent.mkdir(parents=True, exist_ok=True)
     new = not out.exists()
     with out.open("a", newline="") as fh:
