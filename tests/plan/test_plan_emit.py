@@ -390,3 +390,20 @@ def test_memory_techniques_reach_the_emitted_configuration(result):
     notes = Notes()
     torchtitan_command(shaped, "llama3_8b", sp.num_gpus, "s.csv", notes)
     assert any("recompute modules layernorm,mlp" in line for line in notes.differs)
+
+
+def test_selective_recompute_on_flash_attention_is_said_to_differ():
+    """pipetab prices selective recomputation on flash attention as recomputing nothing;
+    Megatron's selective granularity runs the attention core again: a DIFFERS line says so,
+    and none on classic attention, where the two agree."""
+    from pipetab.plan.emit import Notes, megatron_args
+
+    _, model, _gpus, conf = hand_made()[1]
+    conf = replace(conf, shape=conf.shape.replace(recompute=Recompute.SELECTIVE, recompute_modules=(),
+                                                    recompute_layers=None))
+    said = "selective recomputation planned on flash attention"
+    for attention, differs in (("flash", True), ("classic", False)):
+        notes = Notes()
+        args = megatron_args(conf, replace(model, attention=attention), notes)
+        assert args[args.index("--recompute-granularity") + 1] == "selective"
+        assert any(n.startswith(said) for n in notes.differs) is differs

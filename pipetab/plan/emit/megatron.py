@@ -143,6 +143,10 @@ def _recompute(conf: Configuration, model: TransformerModel, notes: Notes) -> li
     if s.recompute is Recompute.FULL:
         return [m["recompute"], "full", "--recompute-method", "uniform", m["recompute_layers"], "1"]
     if s.recompute is Recompute.SELECTIVE:
+        if model.attention != "classic":
+            notes.differ("selective recomputation planned on flash attention, which keeps no score matrix: pipetab "
+                         "prices it as recomputing nothing, while Megatron's selective granularity runs the "
+                         "attention core again in the backward (slower than planned, the same memory)")
         return [m["recompute"], "selective"]
     return []
 
