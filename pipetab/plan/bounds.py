@@ -295,6 +295,31 @@ class Bounds:
         head, tail = _chain_ends(sched, op_time)
         return (1 - 1e-9) * max(h + m * b / n + t for h, b, t in zip(head, busy, tail))
 
+    def copy_time(self, name: str, opts: dict, shape: Context) -> float | None:
+        """A lower bound of the step time of an offloading candidate from its copy streams
+        alone (``solver.offload``: every forward's activation share goes to the host and
+        back before its backward, which waits for it): each device's offloaded bytes (the
+        short instance's, times ``m / n``: each microbatch brings every device the same ops)
+        cross its D2H engine and then its H2D engine, each at most at its own rate and both
+        together at most at the duplex rate, all before its last backward ends; None when
+        nothing is offloaded or the generator refuses (or the schedule has blocks)."""
+        from pipetab.solver.offload import CopyRates
+
+        m = shape.sizes.microbatches
+        sched = self.short(name, opts, shape.stages, m)
+        if not shape.offload_activations or sched is None or self.blocked(sched, shape):
+            return None
+        costs = self.costs(name, opts, shape, sched)
+        if costs.host_link is None:
+            return None
+        rates, ops = CopyRates.of(costs.host_link, costs), sched.ops
+        moved = [0.0] * sched.num_devices
+        for i in (ops.kind == 0).nonzero()[0].tolist():
+            p, st = int(ops.pipeline[i]), int(ops.stage[i])
+            moved[int(sched.device[i])] += costs.offload_fraction * costs.activation[(p, st)]
+        per_byte = max(1 / rates.d2h, 1 / rates.h2d, 2 / rates.duplex)
+        return (1 - 1e-9) * max(moved) * per_byte * m / sched.num_microbatches
+
     def quick(self, name: str, opts: dict, shape: Context) -> tuple[float, bool] | None:
         """(a lower bound of the step time, whether it is the step itself) from the short
         instance (``short``): the larger of its simulated step and the busiest device's op

@@ -25,8 +25,9 @@ if TYPE_CHECKING:
     from pipetab.schedules.schedule import Schedule
 
 
-# a candidate's bound: the shape's without blocks (``Bounds.serial_time``), priced, from a short run, its step time
-SERIAL, CHEAP, QUICK, EXACT = -1, 0, 1, 2
+# a candidate's bound: the shape's without blocks (``Bounds.serial_time``), priced, from a short run, its step
+# time, from its copy streams (``Bounds.copy_time``: an offloading candidate's, before its short run)
+SERIAL, CHEAP, QUICK, EXACT, COPIES = -1, 0, 1, 2, 3
 
 
 @dataclass(frozen=True)
@@ -212,7 +213,12 @@ class _BestFirst:
                 cheap = self.bounds.cheap(cand.name, cand.opts, cand.shape)
                 self._push(replace(cand, bound=max(bound, cheap or bound), level=CHEAP))
                 continue
-            if cand.level == CHEAP:  # its short run next: it enters again with the larger bound
+            if cand.level == CHEAP and cand.shape.offload_activations:  # its copy streams first
+                copies = self.bounds.copy_time(cand.name, cand.opts, cand.shape)
+                if copies is not None and copies > bound:
+                    self._push(replace(cand, bound=copies, level=COPIES))
+                    continue
+            if cand.level in (CHEAP, COPIES):  # its short run next: it enters again with the larger bound
                 quick = self.bounds.quick(cand.name, cand.opts, cand.shape)
                 if quick is not None:
                     self._push(replace(cand, bound=quick[0] if quick[1] else max(quick[0], bound),
