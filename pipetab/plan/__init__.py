@@ -25,10 +25,12 @@ Pruning, exact for the ranking shown:
   is simulated; the memory of a candidate's run, exact from its per-device orders, is
   checked before it is ranked;
 * time: a candidate enters with a bound of its step from its op times, priced but not
-  simulated (``Bounds.cheap``), is re-entered with the bound of a short run
-  (``Bounds.quick``) and then with its exact step time (``Bounds.run``) each time it reaches
-  the top of the queue; the search stops once the next bound reaches the ``top``-th best
-  step time that fits.
+  simulated (``Bounds.cheap``; a schedule without blocks enters unpriced with its shape's
+  bound counting the expert all-to-alls, ``Bounds.serial_time``, and is priced when first
+  taken out), is re-entered with the bound of a short run (``Bounds.quick``; an offloading
+  candidate first with its copy streams', ``Bounds.copy_time``) and then with its exact
+  step time (``Bounds.run``) each time it reaches the top of the queue; the search stops
+  once the next bound reaches the ``top``-th best step time that fits.
 
 What it leaves out (``docs/cluster.md``): interleaved or V placements searched by CP-SAT,
 layouts beyond the few ``refine`` tries, overlap of tensor-parallel communication.

@@ -44,6 +44,8 @@ class Bounds:
         self.op_times_: dict = {}  # ``op_times`` of structures not yet priced in full
         self.activations: dict = {}  # shape -> ``_layer_activation``
         self.shorts: dict = {}  # (name, options, pp, m) -> ``short``
+        self.shape_bounds: dict = {}  # shape -> (``shape_time``, ``serial_time``)
+        self.sims: dict = {}  # (id(schedule), id(costs)) -> (schedule, costs, ``quick``'s simulation)
 
     def schedule(self, name: str, opts: dict, pp: int, m: int) -> Schedule | None:
         """The named schedule of ``pp`` devices and ``m`` microbatches, or None when the
@@ -171,6 +173,19 @@ class Bounds:
         communication stream: every device runs its share of them one after the other, so
         a third bound is their sum spread over the devices (and a pair takes at least its
         longer stream)."""
+        return self._shape_terms(shape)[0]
+
+    def serial_time(self, shape: Context) -> float:
+        """A lower bound of the step time of every schedule without blocks on ``shape``:
+        ``shape_time``'s, its first term with the expert-parallel all-to-alls counted (without
+        blocks no op hides them: an op's time is its compute plus its collectives). Priced
+        from the whole model's stage cost alone (no schedule); cached per shape."""
+        return self._shape_terms(shape)[1]
+
+    def _shape_terms(self, shape: Context) -> tuple[float, float]:
+        """(``shape_time``, ``serial_time``) of ``shape``; cached."""
+        if shape in self.shape_bounds:
+            return self.shape_bounds[shape]
         system, model = self.space.system, self.space.model
         ctx = shape.even
         links = fastest_links(system, model, ctx, shape.stages)
@@ -179,7 +194,9 @@ class Bounds:
         comm = whole.ep_comm_forward_s + whole.ep_comm_backward_s
         work = (whole.forward_s + whole.backward_s - comm) * shape.sizes.microbatches / shape.stages
         all_to_all = comm * shape.sizes.microbatches / shape.stages
-        return (1 - 1e-9) * max(work, all_to_all, chain.forward_s + chain.backward_s)
+        bound = max(work, all_to_all, chain.forward_s + chain.backward_s)
+        out = self.shape_bounds[shape] = ((1 - 1e-9) * bound, (1 - 1e-9) * max(bound, work + all_to_all))
+        return out
 
     def costs(self, name: str, opts: dict, shape: Context, sched: Schedule):
         """The costs of the candidate's ops (any instance ``sched`` of it: per-op costs do
@@ -203,7 +220,6 @@ class Bounds:
     def run(self, name: str, opts: dict, shape: Context):
         """The candidate's run (``periodic.periodic_run``: its step time and peaks, from a
         few periods when it is long), or None when the generator refuses it; cached."""
-        from pipetab.solver.offload import simulated
 
         key = (name, tuple(sorted(opts.items())), shape)
         if key not in self.runs:
@@ -219,8 +235,18 @@ class Bounds:
                 return None
             self.runs[key] = periodic_run(
                 lambda n: self.schedule(name, opts, pp, n),
-                lambda s: self.costs(name, opts, shape, s), m, simulated, pp)
+                lambda s: self.costs(name, opts, shape, s), m, self._simulated, pp)
         return self.runs[key]
+
+    def _simulated(self, sched: Schedule, costs):
+        """``solver.offload.simulated``, taken from ``quick``'s short run when that simulated
+        the same instance on the same costs (the run's samples include it), once."""
+        from pipetab.solver.offload import simulated
+
+        kept = self.sims.pop((id(sched), id(costs)), None)
+        if kept is not None and kept[0] is sched and kept[1] is costs:
+            return kept[2]
+        return simulated(sched, costs)
 
     def op_times(self, name: str, opts: dict, shape: Context, sched: Schedule) -> tuple[dict, dict]:
         """(op time, chains) of the candidate's ops as ``costs`` has them, from the stages
@@ -269,6 +295,31 @@ class Bounds:
         head, tail = _chain_ends(sched, op_time)
         return (1 - 1e-9) * max(h + m * b / n + t for h, b, t in zip(head, busy, tail))
 
+    def copy_time(self, name: str, opts: dict, shape: Context) -> float | None:
+        """A lower bound of the step time of an offloading candidate from its copy streams
+        alone (``solver.offload``: every forward's activation share goes to the host and
+        back before its backward, which waits for it): each device's offloaded bytes (the
+        short instance's, times ``m / n``: each microbatch brings every device the same ops)
+        cross its D2H engine and then its H2D engine, each at most at its own rate and both
+        together at most at the duplex rate, all before its last backward ends; None when
+        nothing is offloaded or the generator refuses (or the schedule has blocks)."""
+        from pipetab.solver.offload import CopyRates
+
+        m = shape.sizes.microbatches
+        sched = self.short(name, opts, shape.stages, m)
+        if not shape.offload_activations or sched is None or self.blocked(sched, shape):
+            return None
+        costs = self.costs(name, opts, shape, sched)
+        if costs.host_link is None:
+            return None
+        rates, ops = CopyRates.of(costs.host_link, costs), sched.ops
+        moved = [0.0] * sched.num_devices
+        for i in (ops.kind == 0).nonzero()[0].tolist():
+            p, st = int(ops.pipeline[i]), int(ops.stage[i])
+            moved[int(sched.device[i])] += costs.offload_fraction * costs.activation[(p, st)]
+        per_byte = max(1 / rates.d2h, 1 / rates.h2d, 2 / rates.duplex)
+        return (1 - 1e-9) * max(moved) * per_byte * m / sched.num_microbatches
+
     def quick(self, name: str, opts: dict, shape: Context) -> tuple[float, bool] | None:
         """(a lower bound of the step time, whether it is the step itself) from the short
         instance (``short``): the larger of its simulated step and the busiest device's op
@@ -287,7 +338,9 @@ class Bounds:
             run = self.run(name, opts, shape)
             return None if run is None else (run.makespan, True)
         costs = self.costs(name, opts, shape, sched)
-        step = simulated(sched, costs).makespan
+        sim = simulated(sched, costs)
+        self.sims[(id(sched), id(costs))] = (sched, costs, sim)  # for ``run``, whose samples include it
+        step = sim.makespan
         n = sched.num_microbatches
         busy, compute = self._work(sched, costs.op_time, costs.chains)
         if compute is None:  # a device's ops take their durations: m / n times the short run's, busy

@@ -20,23 +20,26 @@ if TYPE_CHECKING:
 
     from .space import PlanSpace
 
-# (bound, name, options) of a candidate that may fit (``Bounds.cheap``) and of one that cannot (memory)
-Opening = tuple[list[tuple[float, str, dict]], list[tuple[float, str, dict]]]
+# (bound, name, options, priced) of a candidate that may fit (``Bounds.cheap`` when priced, else
+# ``Bounds.serial_time``) and (bound, name, options) of one that cannot (memory)
+Opening = tuple[list[tuple[float, str, dict, bool]], list[tuple[float, str, dict]]]
 
 _BOUNDS: dict[str, Bounds] = {}  # a worker process's bounds of the plan it works for
 
 
-def opening(space: PlanSpace, bounds: Bounds, shape: Context) -> Opening:
+def opening(space: PlanSpace, bounds: Bounds, shape: Context, lazy: bool = False) -> Opening:
     """(candidates that may fit, each with a lower bound of its step time priced but not
     simulated, ``Bounds.cheap``; candidates that cannot fit, each with its memory bound) of every
     schedule of ``space`` on ``shape``; a shape whose lightest device cannot hold its
-    weights and one activation gives every schedule the shape's memory bound."""
+    weights and one activation gives every schedule the shape's memory bound. ``lazy``: a
+    schedule without blocks enters unpriced with ``Bounds.serial_time`` (no pricing; the
+    search prices it, ``cheap``, only if it is taken out)."""
     cap = space.system.device.usable_memory_bytes
     variants = space.variants()
     need = bounds.shape_memory(shape)
     if need > cap:  # no schedule fits: none is bounded on its own (the shape's bound is theirs)
         return [], [(need, name, opts) for name, opts in variants]
-    fits: list[tuple[float, str, dict]] = []
+    fits: list[tuple[float, str, dict, bool]] = []
     misfits: list[tuple[float, str, dict]] = []
     for name, opts in variants:
         bound = bounds.memory(name, opts, shape)
@@ -45,9 +48,13 @@ def opening(space: PlanSpace, bounds: Bounds, shape: Context) -> Opening:
         if bound > cap:
             misfits.append((bound, name, opts))
             continue
+        short = bounds.short(name, opts, shape.stages, shape.sizes.microbatches)
+        if lazy and short is not None and not short.blocks:  # cheap's schedule: memory's, not refused
+            fits.append((bounds.serial_time(shape), name, opts, False))
+            continue
         cheap = bounds.cheap(name, opts, shape)
         if cheap is not None:
-            fits.append((cheap, name, opts))
+            fits.append((cheap, name, opts, True))
     return fits, misfits
 
 

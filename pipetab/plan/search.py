@@ -25,7 +25,9 @@ if TYPE_CHECKING:
     from pipetab.schedules.schedule import Schedule
 
 
-CHEAP, QUICK, EXACT = 0, 1, 2  # a candidate's bound: priced, from a short run, its step time
+# a candidate's bound: the shape's without blocks (``Bounds.serial_time``), priced, from a short run, its step
+# time, from its copy streams (``Bounds.copy_time``: an offloading candidate's, before its short run)
+SERIAL, CHEAP, QUICK, EXACT, COPIES = -1, 0, 1, 2, 3
 
 
 @dataclass(frozen=True)
@@ -109,10 +111,10 @@ class _BestFirst:
     def _open(self, shape: Context, time_bound: float, found: Opening | None = None) -> None:
         """Push the candidates of ``shape`` (its ``opening``, computed here unless given);
         a shape none of whose schedules fits is rescued (``_rescue``; ``time_bound``: the shape's)."""
-        fits, misfits = found if found is not None else opening(self.space, self.bounds, shape)
+        fits, misfits = found if found is not None else opening(self.space, self.bounds, shape, lazy=True)
         self.misfits += [_Candidate(bound, name, opts, shape) for bound, name, opts in misfits]
-        for bound, name, opts in fits:
-            self._push(_Candidate(bound, name, opts, shape, CHEAP))
+        for bound, name, opts, priced in fits:
+            self._push(_Candidate(bound, name, opts, shape, CHEAP if priced else SERIAL))
         if not fits:
             self._rescue(shape, time_bound)
         elif self.ladders.get(shape):
@@ -207,7 +209,16 @@ class _BestFirst:
                 self._open_batch(item, bound, -best[0] if len(best) >= self.space.top else float("inf"))
                 continue
             cand = item
-            if cand.level == CHEAP:  # its short run next: it enters again with the larger bound
+            if cand.level == SERIAL:  # priced next (``Bounds.cheap``, never None: its schedule is memory's)
+                cheap = self.bounds.cheap(cand.name, cand.opts, cand.shape)
+                self._push(replace(cand, bound=max(bound, cheap or bound), level=CHEAP))
+                continue
+            if cand.level == CHEAP and cand.shape.offload_activations:  # its copy streams first
+                copies = self.bounds.copy_time(cand.name, cand.opts, cand.shape)
+                if copies is not None and copies > bound:
+                    self._push(replace(cand, bound=copies, level=COPIES))
+                    continue
+            if cand.level in (CHEAP, COPIES):  # its short run next: it enters again with the larger bound
                 quick = self.bounds.quick(cand.name, cand.opts, cand.shape)
                 if quick is not None:
                     self._push(replace(cand, bound=quick[0] if quick[1] else max(quick[0], bound),
