@@ -46,6 +46,7 @@ class Bounds:
         self.shorts: dict = {}  # (name, options, pp, m) -> ``short``
         self.shape_bounds: dict = {}  # shape -> (``shape_time``, ``serial_time``)
         self.sims: dict = {}  # (id(schedule), id(costs)) -> (schedule, costs, ``quick``'s simulation)
+        self.short_misfits: set = set()  # offloading candidates whose short run does not fit (``quick``)
 
     def schedule(self, name: str, opts: dict, pp: int, m: int) -> Schedule | None:
         """The named schedule of ``pp`` devices and ``m`` microbatches, or None when the
@@ -340,6 +341,8 @@ class Bounds:
         costs = self.costs(name, opts, shape, sched)
         sim = simulated(sched, costs)
         self.sims[(id(sched), id(costs))] = (sched, costs, sim)  # for ``run``, whose samples include it
+        if shape.offload_activations and not all(sim.fits_memory):  # the copies' peaks only grow with m
+            self.short_misfits.add((name, tuple(sorted(opts.items())), shape))
         step = sim.makespan
         n = sched.num_microbatches
         busy, compute = self._work(sched, costs.op_time, costs.chains)
@@ -347,6 +350,13 @@ class Bounds:
             return max(step, m * max(busy) / n), False
         # each further microbatch brings at least its ops' compute
         return step + (m - n) * compute / (sched.num_devices * n), False
+
+    def short_misfit(self, name: str, opts: dict, shape: Context) -> bool:
+        """Whether ``quick``'s short run of an offloading candidate already exceeds the GPU's
+        memory: its copies, queued behind more microbatches in the full run, end no sooner,
+        so the run's peaks are at least the short run's (the assumption ``memory`` makes of
+        every schedule's order peaks) and the run need not be simulated."""
+        return (name, tuple(sorted(opts.items())), shape) in self.short_misfits
 
     def time(self, name: str, opts: dict, shape: Context) -> float | None:
         """The step time of the candidate (``run``: exact, from a few periods when long): a

@@ -220,7 +220,10 @@ class _BestFirst:
                     continue
             if cand.level in (CHEAP, COPIES):  # its short run next: it enters again with the larger bound
                 quick = self.bounds.quick(cand.name, cand.opts, cand.shape)
-                if quick is not None:
+                if quick is not None and self.bounds.short_misfit(cand.name, cand.opts, cand.shape):
+                    misfit_runs.append(cand)  # its short run with copies does not fit: no run
+                    self._simulated(cand.shape, False)
+                elif quick is not None:
                     self._push(replace(cand, bound=quick[0] if quick[1] else max(quick[0], bound),
                                        level=EXACT if quick[1] else QUICK))
                 else:  # refused: it counts as simulated and not fitting (a rescued shape's next rung)

@@ -42,3 +42,25 @@ def _check(sp) -> int:
                 bites += copies > bounds.cheap(name, opts, ctx)
     assert runs > 0
     return bites
+
+
+def test_a_short_run_that_does_not_fit_means_a_run_that_does_not():
+    """``Bounds.short_misfit`` (an offloading candidate whose short run with copies already
+    exceeds the GPU) drops the candidate before its run: on Llama 3 70B PP4 TP8 at microbatch
+    sizes 1-4 and shares 0.5 and 1, every such run, simulated anyway, does not fit either,
+    and some candidates are dropped so (the check bites)."""
+    sp = plan_question("llama3_70b", 4, 8, 64, gpu="H100", pp=(4,), tp=(8,), dp=(1,), recompute=("none",),
+                       microbatch_sizes=(1, 2, 4), cpsat_shapes=0, refine=False)
+    bounds, dropped = Bounds(sp), 0
+    for plain in shapes(sp):
+        for share in (0.5, 1.0):
+            ctx = plain.replace(offload_activations=share)
+            for name, opts in sp.variants():
+                if bounds.quick(name, opts, ctx) is None or not bounds.short_misfit(name, opts, ctx):
+                    continue
+                dropped += 1
+                run = bounds.run(name, opts, ctx)
+                assert run is not None, (name, opts, share)
+                costs = run.costs  # plan's verdict on the run (search._evaluate): some GPU over its capacity
+                assert any(p + a > c for p, a, c in zip(costs.persistent, run.peaks, costs.capacity)), (name, share)
+    assert dropped > 0
