@@ -120,8 +120,9 @@ def bridge_text(conf: Configuration, model: TransformerModel, gpus: int, notes: 
                      "bf16_with_fp8_current_scaling_mixed) to run what was planned")
     else:
         notes.assume("bf16 mixed precision as the recipe sets it")
-    if "--activation-offload-fraction" in args and float(args[args.index("--activation-offload-fraction") + 1]) < 1:
-        notes.differ(f"activation offload fraction {args[args.index('--activation-offload-fraction') + 1]} "
+    fraction = args[args.index("--activation-offload-fraction") + 1] if "--activation-offload-fraction" in args else ""
+    if fraction and float(fraction) < 1:
+        notes.differ(f"activation offload fraction {fraction} "
                      f"planned: megatron-core {MEGATRON_CORE}'s TransformerConfig has no such field, so Bridge "
                      "offloads every listed module's activations whole (more host traffic than planned)")
     head = [f"# pipetab plan: {conf.label} {conf.shape.label}, {conf.step_time_s:.4g} s per step (simulated), "
